@@ -1,0 +1,35 @@
+# Decides whether the CUDA backend is built (KVSERVE_CUDA = AUTO | ON | OFF) and sets the
+# architectures. AUTO turns CUDA on when nvcc is found (on PATH or in /usr/local/cuda/bin).
+# CMAKE_CUDA_ARCHITECTURES defaults to the release set; CI passes 90 alone to save time.
+
+string(TOUPPER "${KVSERVE_CUDA}" _kvserve_cuda)
+if(NOT _kvserve_cuda MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "KVSERVE_CUDA must be AUTO, ON or OFF, got '${KVSERVE_CUDA}'")
+endif()
+
+set(KVSERVE_HAVE_CUDA OFF)
+if(NOT _kvserve_cuda STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    find_program(_kvserve_nvcc nvcc)
+    if(NOT _kvserve_nvcc)
+      set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+      set(CMAKE_CUDA_ARCHITECTURES "80;86;89;90" CACHE STRING "CUDA architectures" FORCE)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    find_library(KVSERVE_NCCL_LIBRARY nccl
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+    set(KVSERVE_HAVE_CUDA ON)
+  elseif(_kvserve_cuda STREQUAL "ON")
+    message(FATAL_ERROR "KVSERVE_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+endif()
+message(STATUS "kvserve: CUDA backend ${KVSERVE_HAVE_CUDA} (architectures: ${CMAKE_CUDA_ARCHITECTURES})")

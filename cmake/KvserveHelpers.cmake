@@ -1,0 +1,39 @@
+# Small helpers so every folder declares its targets the same way, with explicit source lists.
+#
+#   kvserve_cc_library(NAME common SRCS a.cc b.cc DEPS absl::status)
+#   kvserve_cc_binary(NAME kvserve-tokenize SRCS main.cc DEPS kvserve::common)
+#   kvserve_cc_test(NAME block_hash_test SRCS block_hash_test.cc DEPS kvserve::common LABELS unit)
+
+set(KVSERVE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare)
+
+function(kvserve_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(kvserve_${ARG_NAME} ${ARG_SRCS})
+  add_library(kvserve::${ARG_NAME} ALIAS kvserve_${ARG_NAME})
+  target_include_directories(kvserve_${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(kvserve_${ARG_NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  target_compile_options(kvserve_${ARG_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${KVSERVE_WARNINGS}>)
+endfunction()
+
+function(kvserve_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+  target_compile_options(${ARG_NAME} PRIVATE ${KVSERVE_WARNINGS})
+endfunction()
+
+# LABELS: unit | integration | gpu | slow (ctest -L selects them).
+function(kvserve_cc_test)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_options(${ARG_NAME} PRIVATE ${KVSERVE_WARNINGS})
+  target_compile_definitions(${ARG_NAME} PRIVATE
+      KVSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}"
+      ENVIRONMENT "KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

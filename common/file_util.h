@@ -1,0 +1,45 @@
+// Reading files: whole-file reads for small text files (configs, JSON) and read-only memory
+// maps for large binary ones (safetensors checkpoints). Thread-compatible: a MappedFile may be
+// read from any number of threads once created.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+//   absl::Span<const uint8_t> bytes = file->bytes();
+#ifndef KVSERVE_COMMON_FILE_UTIL_H_
+#define KVSERVE_COMMON_FILE_UTIL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvserve {
+
+// Reads a whole file. NotFound if it does not exist; InvalidArgument if it is not a regular file.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// A read-only, private memory map of a whole file. An empty file maps to an empty span.
+class MappedFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  [[nodiscard]] absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, const uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+
+  std::string path_;
+  const uint8_t* data_;
+  size_t size_;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_COMMON_FILE_UTIL_H_

@@ -1,0 +1,22 @@
+// Program start-up shared by every kvserve binary: Abseil flags (with a usage line), glog
+// (to stderr) and its crash handler.
+//
+//   int main(int argc, char** argv) {
+//     std::vector<char*> args = kvserve::InitProgram(argc, argv, "kvserve-plan: plans KV memory");
+//     ...
+//   }
+#ifndef KVSERVE_COMMON_INIT_H_
+#define KVSERVE_COMMON_INIT_H_
+
+#include <string_view>
+#include <vector>
+
+namespace kvserve {
+
+// Parses flags (exits with a one-line reason on a bad flag; --help prints every flag) and
+// starts logging. Returns the positional arguments, argv[0] first.
+std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_COMMON_INIT_H_

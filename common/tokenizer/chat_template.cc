@@ -1,0 +1,165 @@
+#include "common/tokenizer/chat_template.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/string_util.h"
+#include "utf8proc.h"
+
+namespace kvserve::tokenizer {
+namespace {
+
+// Python's str.isspace() (what Jinja's `trim` and `.strip()` use in transformers).
+bool IsPySpace(int32_t cp) {
+  if ((cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85) return true;
+  if (cp < 0x80) return false;
+  utf8proc_category_t c = utf8proc_category(cp);
+  if (c == UTF8PROC_CATEGORY_ZS || c == UTF8PROC_CATEGORY_ZL || c == UTF8PROC_CATEGORY_ZP) {
+    return true;
+  }
+  return utf8proc_get_property(cp)->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         utf8proc_get_property(cp)->bidi_class == UTF8PROC_BIDI_CLASS_B ||
+         utf8proc_get_property(cp)->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+// Strips leading and/or trailing characters for which `strip` is true.
+template <typename Pred>
+std::string_view StripIf(std::string_view s, bool left, bool right, Pred strip) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  size_t begin = 0, end = s.size();
+  if (left) {
+    while (begin < end) {
+      utf8proc_int32_t cp;
+      utf8proc_ssize_t n = utf8proc_iterate(p + begin, end - begin, &cp);
+      if (n <= 0 || !strip(cp)) break;
+      begin += n;
+    }
+  }
+  if (right) {
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+      utf8proc_int32_t cp;
+      if (utf8proc_iterate(p + start, end - start, &cp) <= 0 || !strip(cp)) break;
+      end = start;
+    }
+  }
+  return s.substr(begin, end - begin);
+}
+
+std::string_view Trim(std::string_view s) { return StripIf(s, true, true, IsPySpace); }
+bool IsNewline(int32_t cp) { return cp == '\n'; }
+std::string_view StripNewlines(std::string_view s, bool left, bool right) {
+  return StripIf(s, left, right, IsNewline);
+}
+
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool EndsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
+                                                  std::string_view bos_token) {
+  if (template_text.find("<|start_header_id|>") != std::string_view::npos) {
+    return ChatTemplate(Family::kLlama3, bos_token);
+  }
+  if (template_text.find("<|im_start|>") != std::string_view::npos) {
+    return ChatTemplate(Family::kChatMl, bos_token);
+  }
+  if (template_text.empty()) {
+    return absl::InvalidArgumentError("the tokenizer has no chat_template");
+  }
+  return absl::InvalidArgumentError(
+      "the tokenizer's chat_template is neither the llama3 nor the chatml family");
+}
+
+ChatTemplate ChatTemplate::ForFamily(Family family, std::string_view bos_token) {
+  return ChatTemplate(family, bos_token);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
+                                                 const ChatRenderOptions& options) const {
+  if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "].role '", role, "' is not one of system, user, assistant, tool"));
+    }
+  }
+  return family_ == Family::kLlama3 ? RenderLlama3(messages, options)
+                                    : RenderChatMl(messages, options);
+}
+
+std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const {
+  std::string out = bos_token_;
+  for (const ChatMessage& m : messages) {
+    absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                    Sv(Trim(m.content)), "<|eot_id|>");
+  }
+  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Mirrors Qwen3's template: a leading system message, user turns, assistant turns whose
+// reasoning is kept only after the last real user query, and tool responses folded into user
+// turns.
+std::string ChatTemplate::RenderChatMl(absl::Span<const ChatMessage> messages,
+                                       const ChatRenderOptions& options) const {
+  std::string out;
+  if (messages[0].role == "system") {
+    absl::StrAppend(&out, "<|im_start|>system\n", messages[0].content, "<|im_end|>\n");
+  }
+  // The last user message that is not a wrapped tool response.
+  size_t last_query = messages.size() - 1;
+  for (size_t k = messages.size(); k-- > 0;) {
+    const ChatMessage& m = messages[k];
+    if (m.role == "user" && !(StartsWith(m.content, "<tool_response>") &&
+                              EndsWith(m.content, "</tool_response>"))) {
+      last_query = k;
+      break;
+    }
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool last = i + 1 == messages.size();
+    if (m.role == "user" || (m.role == "system" && i != 0)) {
+      absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+    } else if (m.role == "assistant") {
+      std::string_view content = m.content;
+      std::string_view reasoning;
+      if (m.reasoning_content) {
+        reasoning = *m.reasoning_content;
+      } else if (size_t close = content.rfind("</think>"); close != std::string_view::npos) {
+        std::string_view before = content.substr(0, content.find("</think>"));
+        before = StripNewlines(before, false, true);
+        size_t open = before.rfind("<think>");
+        reasoning = StripNewlines(open == std::string_view::npos ? before : before.substr(open + 7),
+                                  true, false);
+        content = StripNewlines(content.substr(close + 8), true, false);
+      }
+      if (i > last_query && (last || !reasoning.empty())) {
+        absl::StrAppend(&out, "<|im_start|>assistant\n<think>\n",
+                        Sv(StripNewlines(reasoning, true, true)), "\n</think>\n\n",
+                        Sv(StripNewlines(content, true, false)));
+      } else {
+        absl::StrAppend(&out, "<|im_start|>assistant\n", Sv(content));
+      }
+      out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+      if (last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+    }
+  }
+  if (options.add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (options.enable_thinking.has_value() && !*options.enable_thinking) {
+      out += "<think>\n\n</think>\n\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace kvserve::tokenizer

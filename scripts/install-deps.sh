@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian packages that kvserve's build and tests need, plus Node.js/npm for
+# the test tools (the `tokenizers` and `openai` npm packages). Idempotent: packages already
+# installed are skipped, so a second run costs one dpkg query. Must run as root on Debian 12.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev libpcre2-dev libutf8proc-dev
+  libboost-dev libsimdjson-dev nlohmann-json3-dev
+  libgloo-dev libopenblas-dev
+  prometheus
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+# Node.js and npm: any working install will do (Debian's packages or one already present).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages and not root: ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+if ! apt-get update -qq >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "install-deps: apt-get update failed" >&2
+  exit 1
+fi
+if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+  # Retry one by one so the message names the package that failed.
+  for p in "${missing[@]}"; do
+    if ! apt-get install -y -qq --no-install-recommends "$p" >"$log" 2>&1; then
+      tail -n 20 "$log" >&2
+      echo "install-deps: failed to install Debian package '$p'" >&2
+      exit 1
+    fi
+  done
+fi
+rm -f "$log"
+echo "install-deps: installed ${missing[*]}"
