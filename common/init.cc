@@ -1,7 +1,13 @@
 #include "common/init.h"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
+
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "common/string_util.h"
 #include "glog/logging.h"
 
@@ -9,7 +15,31 @@ namespace kvserve {
 
 std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage) {
   absl::SetProgramUsageMessage(Sv(usage));
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // --help lists kvserve's own flags (those defined outside system headers and libraries).
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StartsWith(file, "/usr/") && !absl::StrContains(file, "absl/");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+  // vLLM spells flags with dashes (--max-num-seqs); Abseil names them with underscores.
+  // Accept both by rewriting the name part of every --flag[=value] argument.
+  static std::vector<std::string> storage;
+  static std::vector<char*> args;
+  storage.assign(argv, argv + argc);
+  for (size_t i = 1; i < storage.size(); ++i) {
+    std::string& a = storage[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a[0] != '-' || !std::isalpha(static_cast<unsigned char>(a[a[1] == '-' ? 2 : 1]))) {
+      continue;
+    }
+    size_t end = std::min(a.find('='), a.size());
+    for (size_t k = 2; k < end; ++k) {
+      if (a[k] == '-') a[k] = '_';
+    }
+  }
+  for (std::string& a : storage) args.push_back(a.data());
+  std::vector<char*> positional = absl::ParseCommandLine(argc, args.data());
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   google::InstallFailureSignalHandler();

@@ -1,6 +1,7 @@
 #include "common/safetensors.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -226,6 +227,41 @@ int64_t Checkpoint::TotalBytes() const {
   int64_t total = 0;
   for (const auto& [name, info] : tensors_) total += static_cast<int64_t>(info->bytes.size());
   return total;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    int64_t numel;
+    if (!CheckedNumel(t.shape, &numel) ||
+        static_cast<uint64_t>(numel) * DTypeSize(t.dtype) != t.bytes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.bytes.size(),
+                                                     " bytes do not match its shape and dtype"));
+    }
+    if (header.contains(t.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+    }
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out;
+  out.reserve(8 + text.size() + offset);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xff));
+  out += text;
+  for (const TensorToWrite& t : tensors) out.append(t.bytes.data(), t.bytes.size());
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot create '", path, "'"));
+  bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
+  return absl::OkStatus();
 }
 
 }  // namespace kvserve

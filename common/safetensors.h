@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -76,6 +77,20 @@ class Checkpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*> tensors_;
 };
+
+// A tensor to write: `bytes` must hold exactly NumElements(shape) * DTypeSize(dtype) bytes.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string_view bytes;
+};
+
+// Writes a safetensors file (tensors laid out in the given order, 8-byte aligned header).
+// InvalidArgument for a size mismatch or a duplicate name; Internal if the file cannot be
+// written.
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace kvserve
 

@@ -61,7 +61,10 @@ bool EndsWith(std::string_view s, std::string_view p) {
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
                                                   std::string_view bos_token) {
   if (template_text.find("<|start_header_id|>") != std::string_view::npos) {
-    return ChatTemplate(Family::kLlama3, bos_token);
+    ChatTemplate t(Family::kLlama3, bos_token);
+    t.always_generation_prompt_ =
+        template_text.find("add_generation_prompt") == std::string_view::npos;
+    return t;
   }
   if (template_text.find("<|im_start|>") != std::string_view::npos) {
     return ChatTemplate(Family::kChatMl, bos_token);
@@ -98,7 +101,9 @@ std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
     absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
                     Sv(Trim(m.content)), "<|eot_id|>");
   }
-  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  if (options.add_generation_prompt || always_generation_prompt_) {
+    out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  }
   return out;
 }
 

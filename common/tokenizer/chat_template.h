@@ -62,6 +62,8 @@ class ChatTemplate {
 
   Family family_;
   std::string bos_token_;
+  // Some published llama3 templates end with the assistant header unconditionally.
+  bool always_generation_prompt_ = false;
 };
 
 }  // namespace kvserve::tokenizer

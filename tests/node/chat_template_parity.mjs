@@ -1,0 +1,62 @@
+// Chat template parity: kvserve-tokenize's native llama3 / chatml rendering against the
+// tokenizer_config.json's own Jinja template rendered by @huggingface/jinja, on a set of
+// conversations (system prompts, multi-turn, reasoning in assistant turns, tool responses,
+// whitespace and non-ASCII content), with and without a generation prompt.
+//
+//   node chat_template_parity.mjs BUILD/bin/kvserve-tokenize TOKENIZER_DIR
+import fs from 'node:fs';
+import path from 'node:path';
+import { Template } from '@huggingface/jinja';
+import './jinja_python_strip.mjs';
+import { runJsonLines } from './run_tool.mjs';
+
+const [binary, dir] = process.argv.slice(2);
+const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+const tokenText = (t) => (typeof t === 'string' ? t : t?.content ?? '');
+const template = new Template(config.chat_template);
+
+const u = (content) => ({ role: 'user', content });
+const a = (content) => ({ role: 'assistant', content });
+const s = (content) => ({ role: 'system', content });
+const conversations = [
+  [u('Hello!')],
+  [s('You are terse.'), u('What is 2+2?')],
+  [s('  padded system  \n'), u('\n\nleading newlines'), a('Answer.'), u('Follow-up')],
+  [u('Q1'), a('<think>\nreasoning one\n</think>\n\nA1'), u('Q2')],
+  [u('Q1'), a('<think>\nr\n</think>\n\nA1'), u('Q2'), a('<think>\nlast reasoning\n</think>\n\nA2')],
+  [u('Call a tool'), a('Calling.'), { role: 'tool', content: '{"temp": 21}' }, { role: 'tool', content: 'second' }, u('Thanks')],
+  [u('多语言: 日本語、中文、한국어 😀👨‍👩‍👧')],
+  [u('tabs\tand\r\nwindows newlines   '), a('  spaced answer  ')],
+  [s('A'), s('B second system'), u('C')],
+  [u('<tool_response>\nx\n</tool_response>')],
+];
+
+const requests = [];
+const expected = [];
+for (const messages of conversations) {
+  for (const add_generation_prompt of [true, false]) {
+    for (const enable_thinking of [undefined, false, true]) {
+      const ctx = { messages, add_generation_prompt, bos_token: tokenText(config.bos_token),
+        eos_token: tokenText(config.eos_token) };
+      if (enable_thinking !== undefined) ctx.enable_thinking = enable_thinking;
+      expected.push(template.render(ctx));
+      const req = { messages, add_generation_prompt };
+      if (enable_thinking !== undefined) req.enable_thinking = enable_thinking;
+      requests.push(req);
+    }
+  }
+}
+const replies = runJsonLines(binary, ['--tokenizer', dir], requests);
+let failed = 0;
+replies.forEach((r, i) => {
+  if (r.text !== expected[i]) {
+    failed++;
+    if (failed <= 5) {
+      console.log(`MISMATCH #${i} ${JSON.stringify(requests[i]).slice(0, 200)}`);
+      console.log(`  ours  ${JSON.stringify(r.text ?? r.error)}`);
+      console.log(`  jinja ${JSON.stringify(expected[i])}`);
+    }
+  }
+});
+console.log(`chat template parity (${path.basename(path.dirname(dir))}): ${replies.length - failed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
