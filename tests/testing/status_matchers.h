@@ -38,6 +38,18 @@ MATCHER_P2(StatusIs, code, message_matcher,
 
 }  // namespace kvserve::testing
 
+namespace absl {
+// Prints a StatusOr as its status (or "OK: <value>") instead of its bytes.
+template <typename T>
+void PrintTo(const StatusOr<T>& s, std::ostream* os) {
+  if (s.ok()) {
+    *os << "OK: " << ::testing::PrintToString(*s);
+  } else {
+    *os << s.status().ToString();
+  }
+}
+}  // namespace absl
+
 #define KVSERVE_TEST_CONCAT_INNER_(a, b) a##b
 #define KVSERVE_TEST_CONCAT_(a, b) KVSERVE_TEST_CONCAT_INNER_(a, b)
 #define ASSERT_OK(expr) ASSERT_THAT((expr), ::kvserve::testing::IsOk())
