@@ -32,9 +32,8 @@ uint64_t LoadU64(const uint8_t* in) {
 
 absl::Status AppendString(std::string* out, std::string_view field, std::string_view value) {
   if (value.size() > 0xffff) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache key field '", std::string(field), "' is ", value.size(),
-                     " bytes; the limit is 65535"));
+    return absl::InvalidArgumentError(absl::StrCat("cache key field '", std::string(field), "' is ",
+                                                   value.size(), " bytes; the limit is 65535"));
   }
   AppendU16(out, static_cast<uint16_t>(value.size()));
   out->append(value);
@@ -54,8 +53,7 @@ std::string BlockHash::ToHex() const { return absl::BytesToHexString(ToBytes());
 
 absl::StatusOr<BlockHash> BlockHash::FromBytes(std::string_view bytes) {
   if (bytes.size() != 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a block hash is 16 bytes, got ", bytes.size()));
+    return absl::InvalidArgumentError(absl::StrCat("a block hash is 16 bytes, got ", bytes.size()));
   }
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   return BlockHash{LoadU64(p), LoadU64(p + 8)};
@@ -109,8 +107,8 @@ std::vector<BlockHash> HashFullBlocks(absl::Span<const uint32_t> tokens, int blo
   std::vector<BlockHash> out;
   out.reserve(tokens.size() / block_size);
   for (size_t start = 0; start + block_size <= tokens.size(); start += block_size) {
-    out.push_back(HashBlock(out.empty() ? nullptr : &out.back(),
-                            tokens.subspan(start, block_size), extra_key));
+    out.push_back(HashBlock(out.empty() ? nullptr : &out.back(), tokens.subspan(start, block_size),
+                            extra_key));
   }
   return out;
 }

@@ -12,9 +12,9 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF32, "F32", 4},    {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
+    {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
     {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kI8, "I8", 1},   {DType::kU8, "U8", 1},
-    {DType::kI32, "I32", 4},    {DType::kI64, "I64", 8},
+    {DType::kI32, "I32", 4},        {DType::kI64, "I64", 8},
 };
 
 }  // namespace

@@ -19,7 +19,8 @@ class FieldReader {
   FieldReader(const json& object, std::string_view source) : object_(object), source_(source) {}
 
   absl::Status Error(std::string_view field, std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(source_), ": field '", Sv(field), "' ", Sv(what)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(source_), ": field '", Sv(field), "' ", Sv(what)));
   }
 
   bool Has(const char* field) const {
@@ -98,8 +99,8 @@ absl::StatusOr<RopeConfig> ParseRope(const json& root, std::string_view source) 
   }
   if (!type.empty()) rope.type = type;
   if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3") {
-    return p.Error("rope_type", absl::StrCat("'", rope.type,
-                                             "' is not supported (default, linear, llama3)"));
+    return p.Error("rope_type",
+                   absl::StrCat("'", rope.type, "' is not supported (default, linear, llama3)"));
   }
   ASSIGN_OR_RETURN(rope.factor, p.Double("factor", 1.0));
   if (rope.type != "default" && !(rope.factor >= 1.0)) {
@@ -168,17 +169,17 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
   ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveInt("num_key_value_heads", c.num_heads));
   if (c.num_heads % c.num_kv_heads != 0) {
-    return r.Error("num_key_value_heads",
-                   absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (",
-                                c.num_heads, ")"));
+    return r.Error(
+        "num_key_value_heads",
+        absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (", c.num_heads, ")"));
   }
   if (r.Has("head_dim")) {
     ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
   } else {
     if (c.hidden_size % c.num_heads != 0) {
-      return r.Error("head_dim", absl::StrCat("is absent and hidden_size (", c.hidden_size,
-                                              ") is not divisible by num_attention_heads (",
-                                              c.num_heads, ")"));
+      return r.Error("head_dim",
+                     absl::StrCat("is absent and hidden_size (", c.hidden_size,
+                                  ") is not divisible by num_attention_heads (", c.num_heads, ")"));
     }
     c.head_dim = c.hidden_size / c.num_heads;
   }

@@ -25,8 +25,8 @@ struct RopeConfig {
   std::string type = "default";
   double theta = 10000.0;
   double factor = 1.0;
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 
   friend bool operator==(const RopeConfig&, const RopeConfig&) = default;
@@ -44,10 +44,10 @@ struct ModelConfig {
   int head_dim = 0;  // given, or hidden_size / num_heads
   double rms_norm_eps = 1e-6;
   int64_t max_position_embeddings = 0;
-  bool qkv_bias = false;   // q/k/v projections have a bias (qwen2 always; llama/qwen3 per config)
-  bool o_bias = false;     // output projection has a bias (llama/qwen3 `attention_bias`)
-  bool mlp_bias = false;   // gate/up/down have a bias (llama `mlp_bias`)
-  bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3)
+  bool qkv_bias = false;  // q/k/v projections have a bias (qwen2 always; llama/qwen3 per config)
+  bool o_bias = false;    // output projection has a bias (llama/qwen3 `attention_bias`)
+  bool mlp_bias = false;  // gate/up/down have a bias (llama `mlp_bias`)
+  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3)
   bool tie_word_embeddings = false;
   int sliding_window = 0;  // 0: full attention everywhere
   std::string dtype;       // checkpoint dtype as declared ("float32", "bfloat16", ...), may be ""

@@ -30,7 +30,8 @@ std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage) {
   for (size_t i = 1; i < storage.size(); ++i) {
     std::string& a = storage[i];
     if (a == "--") break;
-    if (a.size() < 3 || a[0] != '-' || !std::isalpha(static_cast<unsigned char>(a[a[1] == '-' ? 2 : 1]))) {
+    if (a.size() < 3 || a[0] != '-' ||
+        !std::isalpha(static_cast<unsigned char>(a[a[1] == '-' ? 2 : 1]))) {
       continue;
     }
     size_t end = std::min(a.find('='), a.size());

@@ -75,19 +75,21 @@ absl::Status SafetensorsFile::Parse() {
   const std::string& path = file_->path();
   absl::Span<const uint8_t> all = file_->bytes();
   if (all.size() < 8) {
-    return Invalid(path, "", absl::StrCat("truncated: ", all.size(),
-                                          " bytes, too short for the 8-byte header length"));
+    return Invalid(
+        path, "",
+        absl::StrCat("truncated: ", all.size(), " bytes, too short for the 8-byte header length"));
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | all[i];
   if (header_len > kMaxHeaderBytes) {
-    return Invalid(path, "", absl::StrCat("header length ", header_len, " exceeds the limit of ",
-                                          kMaxHeaderBytes, " bytes"));
+    return Invalid(path, "",
+                   absl::StrCat("header length ", header_len, " exceeds the limit of ",
+                                kMaxHeaderBytes, " bytes"));
   }
   if (header_len > all.size() - 8) {
-    return Invalid(path, "", absl::StrCat("truncated: header length ", header_len,
-                                          " runs past the end of the file (", all.size(),
-                                          " bytes)"));
+    return Invalid(path, "",
+                   absl::StrCat("truncated: header length ", header_len,
+                                " runs past the end of the file (", all.size(), " bytes)"));
   }
   const auto* header_begin = reinterpret_cast<const char*>(all.data() + 8);
   json header = json::parse(header_begin, header_begin + header_len, nullptr,
@@ -106,7 +108,8 @@ absl::Status SafetensorsFile::Parse() {
     if (name == "__metadata__") {
       if (!entry.is_object()) return Invalid(path, "", "__metadata__ is not an object");
       for (auto& [k, v] : entry.items()) {
-        if (!v.is_string()) return Invalid(path, "", absl::StrCat("__metadata__ '", k, "' is not a string"));
+        if (!v.is_string())
+          return Invalid(path, "", absl::StrCat("__metadata__ '", k, "' is not a string"));
         metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -128,7 +131,8 @@ absl::Status SafetensorsFile::Parse() {
     info.dtype = *dtype;
     info.file = path;
     for (const json& d : *shape_it) {
-      if (!d.is_number_unsigned()) return Invalid(path, name, "shape holds a non-integer or negative dimension");
+      if (!d.is_number_unsigned())
+        return Invalid(path, name, "shape holds a non-integer or negative dimension");
       info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
     if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
@@ -138,7 +142,8 @@ absl::Status SafetensorsFile::Parse() {
     uint64_t begin = (*offsets_it)[0].get<uint64_t>();
     uint64_t end = (*offsets_it)[1].get<uint64_t>();
     if (begin > end) {
-      return Invalid(path, name, absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
+      return Invalid(path, name,
+                     absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
     }
     if (end > data.size()) {
       return Invalid(path, name,
@@ -148,7 +153,8 @@ absl::Status SafetensorsFile::Parse() {
     }
     int64_t numel;
     if (!CheckedNumel(info.shape, &numel) ||
-        static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / DTypeSize(info.dtype)) {
+        static_cast<uint64_t>(numel) >
+            std::numeric_limits<uint64_t>::max() / DTypeSize(info.dtype)) {
       return Invalid(path, name, "shape overflows");
     }
     uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(info.dtype);
@@ -194,12 +200,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
   std::map<std::string, SafetensorsFile*> opened;
   for (auto& [name, file_json] : index["weight_map"].items()) {
-    if (!file_json.is_string()) return Invalid(index_path, name, "weight_map value is not a string");
+    if (!file_json.is_string())
+      return Invalid(index_path, name, "weight_map value is not a string");
     const std::string file_name = file_json.get<std::string>();
     if (file_name.empty() || file_name.find('/') != std::string::npos || file_name == "." ||
         file_name == "..") {
-      return Invalid(index_path, name, absl::StrCat("shard name '", file_name,
-                                                    "' must be a plain file name in the model directory"));
+      return Invalid(index_path, name,
+                     absl::StrCat("shard name '", file_name,
+                                  "' must be a plain file name in the model directory"));
     }
     auto it = opened.find(file_name);
     if (it == opened.end()) {
@@ -219,7 +227,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
 
 absl::StatusOr<const TensorInfo*> Checkpoint::Find(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("no tensor '", name, "' in checkpoint"));
+  if (it == tensors_.end())
+    return absl::NotFoundError(absl::StrCat("no tensor '", name, "' in checkpoint"));
   return it->second;
 }
 

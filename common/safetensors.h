@@ -68,9 +68,7 @@ class Checkpoint {
 
   // NotFound naming the tensor if the checkpoint has no such tensor.
   [[nodiscard]] absl::StatusOr<const TensorInfo*> Find(const std::string& name) const;
-  [[nodiscard]] const std::map<std::string, const TensorInfo*>& tensors() const {
-    return tensors_;
-  }
+  [[nodiscard]] const std::map<std::string, const TensorInfo*>& tensors() const { return tensors_; }
   [[nodiscard]] int64_t TotalBytes() const;
 
  private:

@@ -18,10 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
-#define RETURN_IF_ERROR(expr)                                     \
-  do {                                                            \
-    ::absl::Status kvserve_status_ = (expr);                      \
-    if (!kvserve_status_.ok()) return kvserve_status_;            \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status kvserve_status_ = (expr);           \
+    if (!kvserve_status_.ok()) return kvserve_status_; \
   } while (0)
 
 #define KVSERVE_CONCAT_INNER_(a, b) a##b
@@ -40,7 +40,8 @@ namespace kvserve {
 // Prefixes a status message with context, keeping its code: "loading model.safetensors: ...".
 inline absl::Status Annotate(const absl::Status& status, std::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(absl::string_view(context.data(), context.size()), ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(absl::string_view(context.data(), context.size()),
+                                                  ": ", status.message()));
 }
 
 }  // namespace kvserve

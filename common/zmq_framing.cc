@@ -95,8 +95,8 @@ absl::Status ParseMessage(const ReceivedMessage& message, google::protobuf::Mess
         absl::StrCat("message type '", message.type.substr(0, 64), "' is not ", want));
   }
   if (!out->ParseFromString(message.payload)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed ", want, " payload (",
-                                                   message.payload.size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed ", want, " payload (", message.payload.size(), " bytes)"));
   }
   return absl::OkStatus();
 }

@@ -5,8 +5,9 @@
 // serialization. cppzmq throws zmq::error_t; every function here converts that to a Status.
 //
 //   RETURN_IF_ERROR(SendMessage(dealer, /*prefix=*/"", request));
-//   ASSIGN_OR_RETURN(std::optional<ReceivedMessage> m, ReceiveMessage(router, /*with_prefix=*/true));
-//   if (m && m->type == "GenerateRequest") RETURN_IF_ERROR(ParseMessage(*m, &request));
+//   ASSIGN_OR_RETURN(std::optional<ReceivedMessage> m, ReceiveMessage(router,
+//   /*with_prefix=*/true)); if (m && m->type == "GenerateRequest") RETURN_IF_ERROR(ParseMessage(*m,
+//   &request));
 //
 // A socket is used only by the thread that made it (ZeroMQ sockets are not thread-safe).
 #ifndef KVSERVE_COMMON_ZMQ_FRAMING_H_

@@ -40,8 +40,8 @@ absl::StatusOr<json> HandleMessages(const Tokenizer& tok, const json& request) {
   std::vector<tokenizer::ChatMessage> messages;
   for (size_t i = 0; i < list.size(); ++i) {
     const json& m = list[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-        !m.contains("content") || !m["content"].is_string()) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat("messages[", i, "] needs string 'role' and 'content'"));
     }
@@ -69,8 +69,10 @@ absl::StatusOr<json> HandleLine(const Tokenizer& tok, const std::string& line) {
   }
   if (request.contains("text")) {
     if (!request["text"].is_string()) return absl::InvalidArgumentError("'text' must be a string");
-    const json& add = request.value("add_special_tokens", json(absl::GetFlag(FLAGS_add_special_tokens)));
-    if (!add.is_boolean()) return absl::InvalidArgumentError("'add_special_tokens' must be a boolean");
+    const json& add =
+        request.value("add_special_tokens", json(absl::GetFlag(FLAGS_add_special_tokens)));
+    if (!add.is_boolean())
+      return absl::InvalidArgumentError("'add_special_tokens' must be a boolean");
     ASSIGN_OR_RETURN(std::vector<int> ids,
                      tok.Encode(request["text"].get_ref<const std::string&>(), add.get<bool>()));
     return json{{"ids", ids}};
@@ -86,7 +88,8 @@ absl::StatusOr<json> HandleLine(const Tokenizer& tok, const std::string& line) {
       ids.push_back(v.get<int>());
     }
     const json& skip = request.value("skip_special_tokens", json(false));
-    if (!skip.is_boolean()) return absl::InvalidArgumentError("'skip_special_tokens' must be a boolean");
+    if (!skip.is_boolean())
+      return absl::InvalidArgumentError("'skip_special_tokens' must be a boolean");
     ASSIGN_OR_RETURN(std::string text, tok.Decode(ids, skip.get<bool>()));
     return json{{"text", text}};
   }

@@ -20,8 +20,8 @@ int32_t CodepointBefore(std::string_view s, size_t end) {
 int32_t CodepointAt(std::string_view s, size_t begin) {
   if (begin >= s.size()) return -1;
   utf8proc_int32_t cp = -1;
-  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + begin),
-                   s.size() - begin, &cp);
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + begin), s.size() - begin,
+                   &cp);
   return cp;
 }
 
@@ -94,7 +94,8 @@ void AddedVocabulary::Split(std::string_view text, bool normalized,
     if (t->lstrip) {
       while (match_begin > segment_start) {
         size_t prev = match_begin - 1;
-        while (prev > segment_start && (static_cast<unsigned char>(text[prev]) & 0xc0) == 0x80) --prev;
+        while (prev > segment_start && (static_cast<unsigned char>(text[prev]) & 0xc0) == 0x80)
+          --prev;
         if (!IsSpace(CodepointAt(text, prev))) break;
         match_begin = prev;
       }
@@ -106,7 +107,8 @@ void AddedVocabulary::Split(std::string_view text, bool normalized,
         match_end += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
       }
     }
-    if (match_begin > segment_start) emit(text.substr(segment_start, match_begin - segment_start), -1);
+    if (match_begin > segment_start)
+      emit(text.substr(segment_start, match_begin - segment_start), -1);
     emit(t->content, t->id);
     segment_start = pos = match_end;
   }
@@ -114,4 +116,3 @@ void AddedVocabulary::Split(std::string_view text, bool normalized,
 }
 
 }  // namespace kvserve::tokenizer
-

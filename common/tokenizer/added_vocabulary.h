@@ -47,7 +47,7 @@ class AddedVocabulary {
   const AddedToken* LongestAt(std::string_view text, size_t pos, bool normalized) const;
 
   std::vector<AddedToken> tokens_;
-  std::bitset<256> first_bytes_[2];           // [normalized]: bytes that can start a token
+  std::bitset<256> first_bytes_[2];                  // [normalized]: bytes that can start a token
   std::vector<const AddedToken*> by_first_[2][256];  // longest first
 };
 

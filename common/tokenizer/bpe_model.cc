@@ -17,8 +17,8 @@ constexpr size_t kScanLimit = 48;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
-    StringMap<int> vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options) {
+    StringMap<int> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+    const BpeOptions& options) {
   std::unique_ptr<BpeModel> model(new BpeModel());
   model->options_ = options;
   model->byte_ids_.fill(-1);
@@ -39,9 +39,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
       std::string shown_left, shown_right;
       BytesToByteLevel(left, &shown_left);
       BytesToByteLevel(right, &shown_right);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "merge ", rank, " ('", shown_left, "' '", shown_right,
-          "') uses a token that is not in the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge ", rank, " ('", shown_left, "' '", shown_right,
+                       "') uses a token that is not in the vocabulary"));
     }
     // The first occurrence of a pair wins, as in Hugging Face tokenizers.
     model->merges_.try_emplace(PairKey(l->second, r->second),
@@ -137,8 +137,8 @@ void BpeModel::MergeWithHeap(std::vector<int>* symbols) const {
   }
   struct Candidate {
     int rank;
-    int pos;    // index of the left symbol
-    int left;   // ids when pushed, to detect stale entries
+    int pos;   // index of the left symbol
+    int left;  // ids when pushed, to detect stale entries
     int right;
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : pos > o.pos;

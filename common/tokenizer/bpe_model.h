@@ -41,8 +41,8 @@ class BpeModel {
   // sides and their concatenation must be in the vocabulary (InvalidArgument otherwise,
   // naming the merge).
   static absl::StatusOr<std::unique_ptr<BpeModel>> Create(
-      StringMap<int> vocab,
-      const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options);
+      StringMap<int> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+      const BpeOptions& options);
 
   // Appends the ids of one word. InvalidArgument if a byte cannot be represented (no token,
   // no byte fallback, no unk token).
@@ -73,8 +73,8 @@ class BpeModel {
 
   StringMap<int> vocab_;
   absl::flat_hash_map<uint64_t, Merge> merges_;
-  std::array<int, 256> byte_ids_{};       // -1 when the byte has no token
-  std::array<int, 256> fallback_ids_{};   // id of "<0xHH>", -1 when absent
+  std::array<int, 256> byte_ids_{};      // -1 when the byte has no token
+  std::array<int, 256> fallback_ids_{};  // id of "<0xHH>", -1 when absent
   BpeOptions options_;
 };
 

@@ -120,8 +120,8 @@ std::string ChatTemplate::RenderChatMl(absl::Span<const ChatMessage> messages,
   size_t last_query = messages.size() - 1;
   for (size_t k = messages.size(); k-- > 0;) {
     const ChatMessage& m = messages[k];
-    if (m.role == "user" && !(StartsWith(m.content, "<tool_response>") &&
-                              EndsWith(m.content, "</tool_response>"))) {
+    if (m.role == "user" &&
+        !(StartsWith(m.content, "<tool_response>") && EndsWith(m.content, "</tool_response>"))) {
       last_query = k;
       break;
     }

@@ -7,8 +7,9 @@
 // Rendering is native C++ (no Jinja engine); tests compare it with a Jinja renderer on the
 // real templates.
 //
-//   ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Detect(tok->chat_template(), tok->bos_token()));
-//   ASSIGN_OR_RETURN(std::string prompt, tmpl.Render(messages, {.add_generation_prompt = true}));
+//   ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Detect(tok->chat_template(),
+//   tok->bos_token())); ASSIGN_OR_RETURN(std::string prompt, tmpl.Render(messages,
+//   {.add_generation_prompt = true}));
 //
 // Immutable; safe from many threads.
 #ifndef KVSERVE_COMMON_TOKENIZER_CHAT_TEMPLATE_H_

@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (splitter->impl_->code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("pre-tokenizer regex does not compile at offset ",
-                                                   offset, ": ", Pcre2Message(error)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pre-tokenizer regex does not compile at offset ", offset, ": ", Pcre2Message(error)));
   }
   splitter->impl_->jit = pcre2_jit_compile(splitter->impl_->code, PCRE2_JIT_COMPLETE) == 0;
   return splitter;
@@ -60,9 +60,9 @@ absl::Status RegexSplitter::Split(std::string_view text,
   size_t emitted = 0;  // end of the last piece handed out
   absl::Status status;
   while (pos < text.size()) {
-    int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, text.size(), pos, 0, md, ctx)
-                        : pcre2_match(impl_->code, subject, text.size(), pos,
-                                      PCRE2_NO_UTF_CHECK, md, ctx);
+    int rc = impl_->jit
+                 ? pcre2_jit_match(impl_->code, subject, text.size(), pos, 0, md, ctx)
+                 : pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, ctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       status = absl::InternalError(absl::StrCat("pre-tokenizer regex failed: ", Pcre2Message(rc)));

@@ -27,8 +27,7 @@ class RegexSplitter {
 
   // `text` must be valid UTF-8 (the caller checks). Calls `piece` for each non-empty piece in
   // order. Internal if PCRE2 fails (e.g. its JIT stack limit).
-  absl::Status Split(std::string_view text,
-                     absl::FunctionRef<void(std::string_view)> piece) const;
+  absl::Status Split(std::string_view text, absl::FunctionRef<void(std::string_view)> piece) const;
 
  private:
   RegexSplitter() = default;

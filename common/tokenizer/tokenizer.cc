@@ -21,10 +21,9 @@ bool IsAscii(std::string_view s) {
 // Unicode NFC through utf8proc. ASCII is already NFC, which skips the common case.
 std::string Nfc(std::string_view s) {
   utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE |
-                                                                   UTF8PROC_COMPOSE));
+  utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+      &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) return std::string(s);  // cannot happen on valid UTF-8
   std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);
@@ -52,8 +51,7 @@ Tokenizer::~Tokenizer() = default;
 absl::StatusOr<std::vector<int>> Tokenizer::Encode(std::string_view text,
                                                    bool add_special_tokens) const {
   if (size_t bad = FirstInvalidUtf8(text); bad < text.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("text is not valid UTF-8 at byte offset ", bad));
+    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte offset ", bad));
   }
   std::vector<int> ids;
   ids.reserve(text.size() / 3 + 4);

@@ -57,13 +57,13 @@ class TokenizerLoader {
     return o;
   }
 
-  absl::Status Load(std::string_view tokenizer_json, std::string_view config_json,
-                    Tokenizer* tok) {
+  absl::Status Load(std::string_view tokenizer_json, std::string_view config_json, Tokenizer* tok) {
     simdjson::dom::parser parser;
     simdjson::padded_string padded(tokenizer_json.data(), tokenizer_json.size());
     Element root_el;
     if (auto err = parser.parse(padded).get(root_el)) {
-      return Error(absl::StrCat("tokenizer.json is not valid JSON: ", simdjson::error_message(err)));
+      return Error(
+          absl::StrCat("tokenizer.json is not valid JSON: ", simdjson::error_message(err)));
     }
     ASSIGN_OR_RETURN(Object root, AsObject(root_el, "tokenizer.json"));
     ASSIGN_OR_RETURN(Object model, AsObject(Get(root, "model"), "'model'"));
@@ -73,8 +73,9 @@ class TokenizerLoader {
     bool byte_level = false;
     RETURN_IF_ERROR(LoadPreTokenizer(Get(root, "pre_tokenizer"), tok, &byte_level));
     if (!byte_level) {
-      return Error("only byte-level BPE tokenizers are supported: the pre_tokenizer has no "
-                   "ByteLevel step");
+      return Error(
+          "only byte-level BPE tokenizers are supported: the pre_tokenizer has no "
+          "ByteLevel step");
     }
     RETURN_IF_ERROR(LoadDecoder(Get(root, "decoder")));
     RETURN_IF_ERROR(LoadPostProcessor(Get(root, "post_processor"), tok));
@@ -118,7 +119,8 @@ class TokenizerLoader {
     std::string unk = GetString(model, "unk_token");
     if (!unk.empty()) {
       auto it = tok->token_to_id_.find(unk);
-      if (it == tok->token_to_id_.end()) return Error(absl::StrCat("unk_token '", unk, "' is not in the vocab"));
+      if (it == tok->token_to_id_.end())
+        return Error(absl::StrCat("unk_token '", unk, "' is not in the vocab"));
       options.unk_id = it->second;
     }
     std::vector<std::pair<std::string, std::string>> merges;
@@ -132,7 +134,8 @@ class TokenizerLoader {
       simdjson::dom::array pair;
       if (m.get_string().get(pair_str) == simdjson::SUCCESS) {
         size_t space = pair_str.find(' ', 1);
-        if (space == std::string_view::npos) return Error(absl::StrCat("merge '", Sv(pair_str), "' has no space"));
+        if (space == std::string_view::npos)
+          return Error(absl::StrCat("merge '", Sv(pair_str), "' has no space"));
         left = pair_str.substr(0, space);
         right = pair_str.substr(space + 1);
       } else if (m.get_array().get(pair) == simdjson::SUCCESS && pair.size() == 2 &&
@@ -169,7 +172,8 @@ class TokenizerLoader {
     std::vector<AddedToken> tokens;
     simdjson::dom::array arr;
     if (auto a = Get(root, "added_tokens")) {
-      if (a->get_array().get(arr) != simdjson::SUCCESS) return Error("'added_tokens' is not an array");
+      if (a->get_array().get(arr) != simdjson::SUCCESS)
+        return Error("'added_tokens' is not an array");
       for (Element e : arr) {
         Object o;
         int64_t id;
@@ -247,8 +251,8 @@ class TokenizerLoader {
       if (GetBool(o, "use_regex", true)) return AddSplitter(kGpt2Pattern, tok);
       return absl::OkStatus();
     }
-    return Error(absl::StrCat("pre_tokenizer '", type,
-                              "' is not supported (Sequence, Split, ByteLevel)"));
+    return Error(
+        absl::StrCat("pre_tokenizer '", type, "' is not supported (Sequence, Split, ByteLevel)"));
   }
 
   absl::Status AddSplitter(const std::string& regex, Tokenizer* tok) {
@@ -285,7 +289,8 @@ class TokenizerLoader {
       return Error(absl::StrCat("post_processor '", type,
                                 "' is not supported (ByteLevel, TemplateProcessing)"));
     }
-    ASSIGN_OR_RETURN(Object specials, AsObject(Get(o, "special_tokens"), "TemplateProcessing 'special_tokens'"));
+    ASSIGN_OR_RETURN(Object specials,
+                     AsObject(Get(o, "special_tokens"), "TemplateProcessing 'special_tokens'"));
     simdjson::dom::array single;
     if (auto s = Get(o, "single"); !s || s->get_array().get(single) != simdjson::SUCCESS) {
       return Error("TemplateProcessing has no 'single' array");
@@ -293,15 +298,17 @@ class TokenizerLoader {
     bool seen_sequence = false;
     for (Element piece : single) {
       Object p;
-      if (piece.get_object().get(p) != simdjson::SUCCESS) return Error("bad TemplateProcessing piece");
+      if (piece.get_object().get(p) != simdjson::SUCCESS)
+        return Error("bad TemplateProcessing piece");
       if (Get(p, "Sequence")) {
         seen_sequence = true;
         continue;
       }
-      ASSIGN_OR_RETURN(Object special, AsObject(Get(p, "SpecialToken"), "TemplateProcessing piece"));
+      ASSIGN_OR_RETURN(Object special,
+                       AsObject(Get(p, "SpecialToken"), "TemplateProcessing piece"));
       std::string name = GetString(special, "id");
-      ASSIGN_OR_RETURN(Object entry, AsObject(Get(specials, name),
-                                              absl::StrCat("special token '", name, "'")));
+      ASSIGN_OR_RETURN(Object entry,
+                       AsObject(Get(specials, name), absl::StrCat("special token '", name, "'")));
       simdjson::dom::array ids;
       if (auto i = Get(entry, "ids"); !i || i->get_array().get(ids) != simdjson::SUCCESS) {
         return Error(absl::StrCat("special token '", name, "' has no 'ids'"));
@@ -341,11 +348,13 @@ class TokenizerLoader {
     tok->eos_token_ = token_text("eos_token");
     if (!tok->bos_token_.empty()) {
       tok->bos_id_ = tok->TokenToId(tok->bos_token_);
-      if (!tok->bos_id_) return Error(absl::StrCat("bos_token '", tok->bos_token_, "' is not a token"));
+      if (!tok->bos_id_)
+        return Error(absl::StrCat("bos_token '", tok->bos_token_, "' is not a token"));
     }
     if (!tok->eos_token_.empty()) {
       tok->eos_id_ = tok->TokenToId(tok->eos_token_);
-      if (!tok->eos_id_) return Error(absl::StrCat("eos_token '", tok->eos_token_, "' is not a token"));
+      if (!tok->eos_id_)
+        return Error(absl::StrCat("eos_token '", tok->eos_token_, "' is not a token"));
     }
     // Slow-tokenizer style flags, honoured when the post-processor does not already add them.
     if (flag("add_bos_token") && tok->bos_id_ && tok->prefix_ids_.empty()) {
@@ -359,8 +368,8 @@ class TokenizerLoader {
       tok->chat_template_ = t->get<std::string>();
     } else if (t != root.end() && t->is_array()) {  // [{"name": "default", "template": ...}]
       for (const json& item : *t) {
-        if (item.is_object() && item.value("name", "") == "default" &&
-            item.contains("template") && item["template"].is_string()) {
+        if (item.is_object() && item.value("name", "") == "default" && item.contains("template") &&
+            item["template"].is_string()) {
           tok->chat_template_ = item["template"].get<std::string>();
         }
       }

@@ -34,7 +34,8 @@ void BM_Encode(benchmark::State& state) {
     }
   }
   state.SetBytesProcessed(bytes);
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
   state.counters["strings"] = static_cast<double>(g_corpus.size());
 }
 BENCHMARK(BM_Encode)->Unit(benchmark::kMillisecond)->MinTime(3.0);

@@ -14,12 +14,16 @@
 namespace kvserve {
 namespace {
 
-using ::testing::HasSubstr;
 using ::kvserve::testing::StatusIs;
+using ::testing::HasSubstr;
 
 CacheKey BaseKey() {
-  return CacheKey{.model_id = "m", .kv_cache_dtype = "bf16", .kv_quant = "", .block_size = 4,
-                  .tensor_parallel_size = 1, .cache_salt = ""};
+  return CacheKey{.model_id = "m",
+                  .kv_cache_dtype = "bf16",
+                  .kv_quant = "",
+                  .block_size = 4,
+                  .tensor_parallel_size = 1,
+                  .cache_salt = ""};
 }
 
 std::vector<uint32_t> Tokens(int n) {
@@ -29,15 +33,16 @@ std::vector<uint32_t> Tokens(int n) {
 }
 
 TEST(BlockHashTest, MatchesTestVectorsMadeByXxhsum) {
-  ASSERT_OK_AND_ASSIGN(std::string text,
-                       ReadFileToString(testing::SourceDir() + "/common/testdata/block_hash_vectors.json"));
+  ASSERT_OK_AND_ASSIGN(
+      std::string text,
+      ReadFileToString(testing::SourceDir() + "/common/testdata/block_hash_vectors.json"));
   nlohmann::json doc = nlohmann::json::parse(text);
   ASSERT_GE(doc["vectors"].size(), 8u);
   for (const auto& v : doc["vectors"]) {
     SCOPED_TRACE(v["name"].get<std::string>());
     const auto& k = v["cache_key"];
-    CacheKey key{k["model_id"], k["kv_cache_dtype"], k["kv_quant"], k["block_size"],
-                 k["tensor_parallel_size"], k["cache_salt"]};
+    CacheKey key{k["model_id"],   k["kv_cache_dtype"],       k["kv_quant"],
+                 k["block_size"], k["tensor_parallel_size"], k["cache_salt"]};
     ASSERT_OK_AND_ASSIGN(std::string extra, key.Serialize());
     EXPECT_EQ(absl::BytesToHexString(extra), v["extra_key_hex"].get<std::string>());
     std::vector<uint32_t> tokens = v["tokens"].get<std::vector<uint32_t>>();
@@ -48,7 +53,8 @@ TEST(BlockHashTest, MatchesTestVectorsMadeByXxhsum) {
       // The documented input bytes: parent || tokens || extra key.
       std::string input = (i == 0 ? std::string(16, '\0') : hashes[i - 1].ToBytes());
       for (size_t t = i * key.block_size; t < (i + 1) * key.block_size; ++t) {
-        for (int b = 0; b < 4; ++b) input.push_back(static_cast<char>((tokens[t] >> (8 * b)) & 0xff));
+        for (int b = 0; b < 4; ++b)
+          input.push_back(static_cast<char>((tokens[t] >> (8 * b)) & 0xff));
       }
       input += extra;
       EXPECT_EQ(absl::BytesToHexString(input), v["blocks"][i]["input_hex"].get<std::string>());
@@ -137,10 +143,13 @@ TEST(BlockHashTest, CacheKeyRejectsBadFields) {
 
 TEST(BlockHashTest, BytesRoundTrip) {
   BlockHash h{0x1122334455667788ULL, 0x99aabbccddeeff00ULL};
-  EXPECT_EQ(h.ToHex(), "8877665544332211" "00ffeeddccbbaa99");
+  EXPECT_EQ(h.ToHex(),
+            "8877665544332211"
+            "00ffeeddccbbaa99");
   ASSERT_OK_AND_ASSIGN(BlockHash back, BlockHash::FromBytes(h.ToBytes()));
   EXPECT_EQ(back, h);
-  EXPECT_THAT(BlockHash::FromBytes("short"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("16 bytes")));
+  EXPECT_THAT(BlockHash::FromBytes("short"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("16 bytes")));
 }
 
 }  // namespace

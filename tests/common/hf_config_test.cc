@@ -70,7 +70,7 @@ TEST(HfConfigTest, Qwen2HasQkvBiasAndQwen3HasQkNorm) {
 }
 
 json LlamaBase() {
-  return json{{"model_type", "llama"}, {"vocab_size", 100}, {"hidden_size", 64},
+  return json{{"model_type", "llama"},    {"vocab_size", 100},      {"hidden_size", 64},
               {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
               {"num_key_value_heads", 2}};
 }
@@ -105,15 +105,23 @@ TEST(HfConfigTest, BadConfigsNameFileAndField) {
     const char* message;
   };
   std::vector<Case> cases = {
-      {[](json& j) { j["model_type"] = "gpt2"; }, "field 'model_type' 'gpt2' is not a supported architecture"},
+      {[](json& j) { j["model_type"] = "gpt2"; },
+       "field 'model_type' 'gpt2' is not a supported architecture"},
       {[](json& j) { j.erase("model_type"); }, "'model_type' '' is not a supported"},
       {[](json& j) { j.erase("hidden_size"); }, "field 'hidden_size' is required"},
       {[](json& j) { j["vocab_size"] = "big"; }, "field 'vocab_size' must be an integer"},
       {[](json& j) { j["num_key_value_heads"] = 3; }, "(3) must divide num_attention_heads (4)"},
       {[](json& j) { j["hidden_size"] = 66; }, "not divisible by num_attention_heads"},
-      {[](json& j) { j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+      {[](json& j) {
+         j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       },
        "'yarn' is not supported"},
-      {[](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}}; },
+      {[](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"low_freq_factor", 4.0},
+                              {"high_freq_factor", 1.0}};
+       },
        "high_freq_factor"},
       {[](json& j) { j["hidden_act"] = "gelu"; }, "'gelu' is not supported"},
       {[](json& j) { j["num_hidden_layers"] = 0; }, "num_hidden_layers' must be in [1, 2^30]"},
@@ -129,7 +137,8 @@ TEST(HfConfigTest, BadConfigsNameFileAndField) {
   }
   EXPECT_THAT(ParseHfConfig("[1, 2", "m/config.json"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a JSON object")));
-  EXPECT_THAT(LoadHfConfig("/nonexistent/dir"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
+  EXPECT_THAT(LoadHfConfig("/nonexistent/dir"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
 }
 
 }  // namespace

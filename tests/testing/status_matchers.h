@@ -56,8 +56,8 @@ void PrintTo(const StatusOr<T>& s, std::ostream* os) {
 #define EXPECT_OK(expr) EXPECT_THAT((expr), ::kvserve::testing::IsOk())
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   ASSERT_OK_AND_ASSIGN_IMPL_(KVSERVE_TEST_CONCAT_(statusor_, __LINE__), lhs, rexpr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                               \
+#define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr)      \
+  auto statusor = (rexpr);                                    \
   ASSERT_THAT(statusor.status(), ::kvserve::testing::IsOk()); \
   lhs = std::move(statusor).value()
 

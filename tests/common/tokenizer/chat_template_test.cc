@@ -14,13 +14,16 @@ TEST(ChatTemplateTest, DetectsFamilies) {
   EXPECT_EQ(l.family(), ChatTemplate::Family::kLlama3);
   ASSERT_OK_AND_ASSIGN(ChatTemplate c, ChatTemplate::Detect("{{ '<|im_start|>' }}", ""));
   EXPECT_EQ(c.family(), ChatTemplate::Family::kChatMl);
-  EXPECT_THAT(ChatTemplate::Detect("", ""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no chat_template")));
-  EXPECT_THAT(ChatTemplate::Detect("[INST]", ""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("neither")));
+  EXPECT_THAT(ChatTemplate::Detect("", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no chat_template")));
+  EXPECT_THAT(ChatTemplate::Detect("[INST]", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("neither")));
 }
 
 TEST(ChatTemplateTest, Llama3) {
   ChatTemplate t = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama3, "<|begin_of_text|>");
-  ASSERT_OK_AND_ASSIGN(std::string out, t.Render({{"system", "Be brief.", {}}, {"user", "  Hi!\n", {}}}, {}));
+  ASSERT_OK_AND_ASSIGN(std::string out,
+                       t.Render({{"system", "Be brief.", {}}, {"user", "  Hi!\n", {}}}, {}));
   EXPECT_EQ(out,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"

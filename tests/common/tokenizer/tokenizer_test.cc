@@ -53,8 +53,11 @@ json TinyTokenizerJson() {
   vocab["aa"] = id++;
   return json{
       {"added_tokens", json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
-                                    {{"id", 301}, {"content", "<x>"}, {"special", false},
-                                     {"lstrip", true}, {"rstrip", true}}})},
+                                    {{"id", 301},
+                                     {"content", "<x>"},
+                                     {"special", false},
+                                     {"lstrip", true},
+                                     {"rstrip", true}}})},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor",
@@ -63,8 +66,8 @@ json TinyTokenizerJson() {
                                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {300}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab},
-                 {"merges", json::array({"b c", "a b", "ab c", "a a"})}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"b c", "a b", "ab c", "a a"})}}},
   };
 }
 
@@ -78,7 +81,8 @@ TEST(TokenizerTest, Llama3KnownIds) {
   EXPECT_EQ(Llama3().vocab_size(), 128256);
   EXPECT_TRUE(Llama3().IsSpecial(128009));
   EXPECT_FALSE(Llama3().IsSpecial(9906));
-  ASSERT_OK_AND_ASSIGN(std::string text, Llama3().Decode({128000, 9906, 1917}, /*skip_special_tokens=*/true));
+  ASSERT_OK_AND_ASSIGN(std::string text,
+                       Llama3().Decode({128000, 9906, 1917}, /*skip_special_tokens=*/true));
   EXPECT_EQ(text, "Hello world");
 }
 
@@ -94,8 +98,10 @@ TEST(TokenizerTest, Qwen3NormalizesToNfc) {
 }
 
 TEST(TokenizerTest, InvalidUtf8IsRejected) {
-  EXPECT_THAT(Llama3().Encode("ok\xff"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("byte offset 2")));
-  EXPECT_THAT(Llama3().Decode({5, 999999}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("999999")));
+  EXPECT_THAT(Llama3().Encode("ok\xff"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("byte offset 2")));
+  EXPECT_THAT(Llama3().Decode({5, 999999}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("999999")));
   EXPECT_THAT(Llama3().Decode({-1}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("-1")));
 }
 
@@ -130,13 +136,30 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
     const char* message;
   };
   std::vector<Case> cases = {
-      {[](json& j) { j["model"]["type"] = "WordPiece"; }, "model type 'WordPiece' is not supported"},
-      {[](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer 'Lowercase'"},
-      {[](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre_tokenizer 'Metaspace'"},
+      {[](json& j) { j["model"]["type"] = "WordPiece"; },
+       "model type 'WordPiece' is not supported"},
+      {[](json& j) {
+         j["normalizer"] = {{"type", "Lowercase"}};
+       },
+       "normalizer 'Lowercase'"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       "pre_tokenizer 'Metaspace'"},
       {[](json& j) { j["pre_tokenizer"] = nullptr; }, "only byte-level BPE"},
-      {[](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "decoder 'WordPiece'"},
+      {[](json& j) {
+         j["decoder"] = {{"type", "WordPiece"}};
+       },
+       "decoder 'WordPiece'"},
       {[](json& j) { j["model"]["merges"].push_back("zz q"); }, "not in the vocabulary"},
-      {[](json& j) { j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(["}}}, {"behavior", "Isolated"}}, {{"type", "ByteLevel"}}})}}; },
+      {[](json& j) {
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              json::array(
+                  {{{"type", "Split"}, {"pattern", {{"Regex", "(["}}}, {"behavior", "Isolated"}},
+                   {{"type", "ByteLevel"}}})}};
+       },
        "does not compile"},
   };
   for (const Case& c : cases) {
@@ -146,7 +169,8 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          ::testing::AllOf(HasSubstr("tiny/tokenizer.json"), HasSubstr(c.message))));
   }
-  EXPECT_THAT(Tokenizer::FromJson("{", "", "t"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+  EXPECT_THAT(Tokenizer::FromJson("{", "", "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
   EXPECT_THAT(Tokenizer::FromJson(TinyTokenizerJson().dump(), R"({"bos_token": "<nope>"})", "t"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'<nope>'")));
 }
@@ -193,8 +217,9 @@ TEST(BpeModelTest, ScanAndHeapMergeAgree) {
 
 TEST(IncrementalDetokenizerTest, ConcatenationEqualsDecodeAndNeverBreaksUtf8) {
   const Tokenizer& tok = Llama3();
-  ASSERT_OK_AND_ASSIGN(std::vector<int> text_ids,
-                       tok.Encode("Emoji 👨‍👩‍👧‍👦 and 世界, café ñ — done.<|eot_id|>"));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<int> text_ids,
+      tok.Encode("Emoji 👨‍👩‍👧‍👦 and 世界, café ñ — done.<|eot_id|>"));
   std::mt19937 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<int> ids = text_ids;
@@ -216,7 +241,8 @@ TEST(IncrementalDetokenizerTest, ConcatenationEqualsDecodeAndNeverBreaksUtf8) {
     }
   }
   IncrementalDetokenizer detok(tok, false);
-  EXPECT_THAT(detok.Append(1 << 20), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1048576")));
+  EXPECT_THAT(detok.Append(1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1048576")));
 }
 
 TEST(IncrementalDetokenizerTest, HoldsBackSplitCharacters) {
