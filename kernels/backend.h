@@ -1,0 +1,134 @@
+// The compute primitives of a worker, behind one interface with a CPU reference
+// implementation (kernels/cpu) and a CUDA one (kernels/cuda, a later issue). Every op takes a
+// params struct of plain pointers and sizes ("host launcher" style); pointers are device
+// pointers for a device backend. All activations are float32, row-major.
+//
+//   std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+//   cpu->Gemm({.x = h, .w = wq, .y = q, .m = tokens, .n = q_dim, .k = hidden});
+//
+// Thread-compatible: one backend instance per engine thread (which owns its stream).
+#ifndef KVSERVE_KERNELS_BACKEND_H_
+#define KVSERVE_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace kvserve::kernels {
+
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); w is float32 (the CPU backend converts F16/BF16
+// weights at load).
+struct GemmParams {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;  // optional
+  float* y = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// out[t, :] = table[ids[t], :].
+struct EmbeddingParams {
+  const int32_t* ids = nullptr;
+  const float* table = nullptr;
+  float* out = nullptr;
+  int64_t num_tokens = 0, hidden = 0;
+};
+
+// With `residual`: residual += x, then out = rmsnorm(residual) · weight. Without: out =
+// rmsnorm(x) · weight. Rows of `hidden` values; in-place (out == x) is allowed.
+struct RmsNormParams {
+  const float* x = nullptr;
+  float* residual = nullptr;  // optional
+  const float* weight = nullptr;
+  float* out = nullptr;
+  int64_t rows = 0, hidden = 0;
+  float eps = 1e-6f;
+};
+
+// Rotary embedding (Hugging Face's rotate_half layout) applied in place to `num_heads` heads
+// of `head_dim` in each token row of `x` (row stride `row_stride` floats). inv_freq has
+// head_dim / 2 entries (see rope.h for default / linear / llama3 scaling).
+struct RopeParams {
+  float* x = nullptr;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int64_t num_tokens = 0, num_heads = 0, head_dim = 0, row_stride = 0;
+};
+
+// out[t, i] = silu(gate_up[t, i]) · gate_up[t, inter + i].
+struct SiluMulParams {
+  const float* gate_up = nullptr;
+  float* out = nullptr;
+  int64_t num_tokens = 0, inter = 0;
+};
+
+// A layer's paged KV cache: K and V of shape [num_blocks, num_kv_heads, block_size, head_dim].
+struct KvCacheView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t num_blocks = 0, num_kv_heads = 0, block_size = 0, head_dim = 0;
+};
+
+// Writes each token's K and V rows (num_kv_heads × head_dim, row stride `row_stride`) into
+// slot slot_mapping[t] = block · block_size + offset. A slot of -1 is skipped.
+struct WriteKvParams {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0;
+  const int64_t* slot_mapping = nullptr;
+  int64_t num_tokens = 0;
+  KvCacheView cache;
+};
+
+// Causal attention of each sequence's query tokens over its cached context. Sequence s owns
+// query rows [query_start[s], query_start[s] + query_len[s]) and has context_len[s] tokens in
+// the cache (its query tokens are the last ones), found through its block table
+// (block_tables[s * max_blocks_per_seq + i]). q rows have num_heads × head_dim values with
+// row stride q_stride; out rows num_heads × head_dim, contiguous. GQA: query head h reads KV
+// head h / (num_heads / num_kv_heads).
+struct PagedAttentionParams {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  KvCacheView cache;
+  const int32_t* query_start = nullptr;
+  const int32_t* query_len = nullptr;
+  const int32_t* context_len = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t num_seqs = 0, max_blocks_per_seq = 0, num_heads = 0;
+  float scale = 1.0f;
+};
+
+// Copies whole blocks (K and V, every layer passed) from src[i] to dst[i].
+struct CopyBlocksParams {
+  const KvCacheView* layers = nullptr;
+  int64_t num_layers = 0;
+  const int32_t* src = nullptr;
+  const int32_t* dst = nullptr;
+  int64_t num_pairs = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;
+
+  virtual void Gemm(const GemmParams& p) = 0;
+  virtual void Embedding(const EmbeddingParams& p) = 0;
+  virtual void RmsNorm(const RmsNormParams& p) = 0;
+  virtual void Rope(const RopeParams& p) = 0;
+  virtual void SiluMul(const SiluMulParams& p) = 0;
+  virtual void WriteKv(const WriteKvParams& p) = 0;
+  virtual void PagedAttention(const PagedAttentionParams& p) = 0;
+  virtual void CopyBlocks(const CopyBlocksParams& p) = 0;
+};
+
+struct CpuBackendOptions {
+  int num_threads = 1;  // OpenBLAS threads
+};
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace kvserve::kernels
+
+#endif  // KVSERVE_KERNELS_BACKEND_H_

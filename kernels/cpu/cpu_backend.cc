@@ -1,0 +1,175 @@
+// The CPU reference backend: plain C++ with float32 accumulation, OpenBLAS for GEMMs.
+// Deterministic for a given batch: every output element is reduced in a fixed order.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "glog/logging.h"
+#include "kernels/backend.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace kvserve::kernels {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options) {
+    openblas_set_num_threads(std::max(1, options.num_threads));
+  }
+
+  std::string_view name() const override { return "cpu"; }
+
+  void Gemm(const GemmParams& p) override {
+    if (p.m == 0 || p.n == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(p.m),
+                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k),
+                p.w, static_cast<int>(p.k), 0.0f, p.y, static_cast<int>(p.n));
+    if (p.bias != nullptr) {
+      for (int64_t r = 0; r < p.m; ++r) {
+        float* row = p.y + r * p.n;
+        for (int64_t c = 0; c < p.n; ++c) row[c] += p.bias[c];
+      }
+    }
+  }
+
+  void Embedding(const EmbeddingParams& p) override {
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      std::memcpy(p.out + t * p.hidden, p.table + int64_t{p.ids[t]} * p.hidden,
+                  sizeof(float) * p.hidden);
+    }
+  }
+
+  void RmsNorm(const RmsNormParams& p) override {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float* x = p.x + r * p.hidden;
+      float* out = p.out + r * p.hidden;
+      const float* src = x;
+      if (p.residual != nullptr) {
+        float* res = p.residual + r * p.hidden;
+        for (int64_t i = 0; i < p.hidden; ++i) res[i] += x[i];
+        src = res;
+      }
+      float sum = 0.0f;
+      for (int64_t i = 0; i < p.hidden; ++i) sum += src[i] * src[i];
+      const float inv = 1.0f / std::sqrt(sum / static_cast<float>(p.hidden) + p.eps);
+      for (int64_t i = 0; i < p.hidden; ++i) out[i] = p.weight[i] * (src[i] * inv);
+    }
+  }
+
+  void Rope(const RopeParams& p) override {
+    const int64_t half = p.head_dim / 2;
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      const float pos = static_cast<float>(p.positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * p.inv_freq[i];
+        cos_v[i] = std::cos(angle);
+        sin_v[i] = std::sin(angle);
+      }
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        float* x = p.x + t * p.row_stride + h * p.head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = x[i], x2 = x[i + half];
+          x[i] = x1 * cos_v[i] - x2 * sin_v[i];
+          x[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+        }
+      }
+    }
+  }
+
+  void SiluMul(const SiluMulParams& p) override {
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      const float* gate = p.gate_up + t * 2 * p.inter;
+      const float* up = gate + p.inter;
+      float* out = p.out + t * p.inter;
+      for (int64_t i = 0; i < p.inter; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+      }
+    }
+  }
+
+  void WriteKv(const WriteKvParams& p) override {
+    const KvCacheView& c = p.cache;
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      const int64_t slot = p.slot_mapping[t];
+      if (slot < 0) continue;
+      const int64_t block = slot / c.block_size, offset = slot % c.block_size;
+      CHECK_LT(block, c.num_blocks);
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+        const int64_t dst = ((block * c.num_kv_heads + h) * c.block_size + offset) * c.head_dim;
+        std::memcpy(c.k + dst, p.k + t * p.row_stride + h * c.head_dim, sizeof(float) * c.head_dim);
+        std::memcpy(c.v + dst, p.v + t * p.row_stride + h * c.head_dim, sizeof(float) * c.head_dim);
+      }
+    }
+  }
+
+  void PagedAttention(const PagedAttentionParams& p) override {
+    const KvCacheView& c = p.cache;
+    const int64_t d = c.head_dim;
+    const int64_t group = p.num_heads / c.num_kv_heads;
+    std::vector<float> scores;
+    for (int64_t s = 0; s < p.num_seqs; ++s) {
+      const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+      const int64_t ctx = p.context_len[s];
+      const int64_t qlen = p.query_len[s];
+      scores.resize(ctx);
+      for (int64_t j = 0; j < qlen; ++j) {
+        const int64_t row = p.query_start[s] + j;
+        const int64_t visible = ctx - qlen + j + 1;  // causal: positions [0, visible)
+        for (int64_t h = 0; h < p.num_heads; ++h) {
+          const int64_t kvh = h / group;
+          const float* q = p.q + row * p.q_stride + h * d;
+          float max_score = -INFINITY;
+          for (int64_t t = 0; t < visible; ++t) {
+            const float* k = c.k + ((int64_t{table[t / c.block_size]} * c.num_kv_heads + kvh) *
+                                        c.block_size + t % c.block_size) * d;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < d; ++i) dot += q[i] * k[i];
+            scores[t] = dot * p.scale;
+            max_score = std::max(max_score, scores[t]);
+          }
+          float sum = 0.0f;
+          for (int64_t t = 0; t < visible; ++t) {
+            scores[t] = std::exp(scores[t] - max_score);
+            sum += scores[t];
+          }
+          float* out = p.out + row * p.num_heads * d + h * d;
+          std::fill(out, out + d, 0.0f);
+          const float inv_sum = 1.0f / sum;
+          for (int64_t t = 0; t < visible; ++t) {
+            const float w = scores[t] * inv_sum;
+            const float* v = c.v + ((int64_t{table[t / c.block_size]} * c.num_kv_heads + kvh) *
+                                        c.block_size + t % c.block_size) * d;
+            for (int64_t i = 0; i < d; ++i) out[i] += w * v[i];
+          }
+        }
+      }
+    }
+  }
+
+  void CopyBlocks(const CopyBlocksParams& p) override {
+    for (int64_t l = 0; l < p.num_layers; ++l) {
+      const KvCacheView& c = p.layers[l];
+      const int64_t block_floats = c.num_kv_heads * c.block_size * c.head_dim;
+      for (int64_t i = 0; i < p.num_pairs; ++i) {
+        std::memcpy(c.k + p.dst[i] * block_floats, c.k + p.src[i] * block_floats,
+                    sizeof(float) * block_floats);
+        std::memcpy(c.v + p.dst[i] * block_floats, c.v + p.src[i] * block_floats,
+                    sizeof(float) * block_floats);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace kvserve::kernels

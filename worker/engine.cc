@@ -1,0 +1,394 @@
+#include "worker/engine.h"
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+#include "worker/sampler.h"
+
+namespace kvserve::worker {
+namespace {
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+// EOS ids from generation_config.json (an int or a list), which may list more than config.json.
+std::vector<int> GenerationEos(const std::string& dir) {
+  std::vector<int> out;
+  absl::StatusOr<std::string> text = ReadFileToString(dir + "/generation_config.json");
+  if (!text.ok()) return out;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return out;
+  const nlohmann::json& e = j["eos_token_id"];
+  if (e.is_number_integer()) out.push_back(e.get<int>());
+  if (e.is_array()) {
+    for (const auto& v : e) {
+      if (v.is_number_integer()) out.push_back(v.get<int>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->config_ = config;
+  if (config.block_size != 8 && config.block_size != 16 && config.block_size != 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size must be 8, 16 or 32, got ", config.block_size));
+  }
+  if (config.scheduler.max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-num-seqs must be >= 1, got ", config.scheduler.max_num_seqs));
+  }
+  if (config.scheduler.max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-num-batched-tokens must be >= 1, got ",
+                                                   config.scheduler.max_num_batched_tokens));
+  }
+  if (config.scheduler.long_prefill_token_threshold < 0 ||
+      config.scheduler.max_num_partial_prefills < 0 ||
+      config.scheduler.max_long_partial_prefills < 1) {
+    return absl::InvalidArgumentError(
+        "--long-prefill-token-threshold and --max-num-partial-prefills must be >= 0 and "
+        "--max-long-partial-prefills >= 1");
+  }
+  const std::string config_path =
+      config.config_path.empty() ? config.model_dir + "/config.json" : config.config_path;
+  ASSIGN_OR_RETURN(ModelConfig model_config, LoadHfConfig(config_path));
+  if (model_config.sliding_window > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_path, ": sliding-window attention (", model_config.sliding_window,
+        ") is not supported yet"));
+  }
+  e->backend_ = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+  ASSIGN_OR_RETURN(e->model_, Model::Load(config.model_dir, model_config, e->backend_.get()));
+
+  const int64_t max_pos = model_config.max_position_embeddings;
+  e->max_model_len_ = config.max_model_len > 0 ? config.max_model_len : static_cast<int>(max_pos);
+  if (e->max_model_len_ > max_pos) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-model-len (", e->max_model_len_,
+                                                   ") exceeds the model's max_position_embeddings (",
+                                                   max_pos, ")"));
+  }
+  const int64_t block_bytes = e->model_->kv_bytes_per_token() * config.block_size;
+  if (config.num_blocks > 0) {
+    e->num_blocks_ = config.num_blocks;
+  } else {
+    const double pool = config.kv_cache_memory_gib * 1073741824.0;
+    e->num_blocks_ = static_cast<int>(std::min<double>(pool / block_bytes, 1 << 30));
+    if (e->num_blocks_ < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-cache-memory-gib (", config.kv_cache_memory_gib, ") holds no block of ",
+          block_bytes, " bytes"));
+    }
+  }
+  const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
+  if (e->max_model_len_ > pool_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len (", e->max_model_len_, ") is larger than the KV pool can hold (",
+        pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size,
+        "); lower it or give the pool more memory (--kv-cache-memory-gib / --num-blocks)"));
+  }
+  e->model_->AllocateKvCache(e->num_blocks_, config.block_size);
+  e->kv_ = std::make_unique<KvCacheManager>(e->num_blocks_, config.block_size,
+                                            config.enable_prefix_caching);
+  e->scheduler_ = std::make_unique<Scheduler>(config.scheduler, e->kv_.get());
+  e->eos_ids_ = model_config.eos_token_ids;
+  for (int id : GenerationEos(config.model_dir)) {
+    if (std::find(e->eos_ids_.begin(), e->eos_ids_.end(), id) == e->eos_ids_.end()) {
+      e->eos_ids_.push_back(id);
+    }
+  }
+  if (e->config_.model_id.empty()) {
+    e->config_.model_id = std::filesystem::path(config.model_dir).filename().string();
+  }
+
+  const ModelConfig& c = model_config;
+  const int64_t blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
+  e->preflight_ = absl::StrFormat(
+      "kvserve preflight: model %s (%s, %d layers, %d heads, %d KV heads x %d head_dim)\n"
+      "  weights             %s (float32 on the CPU backend)\n"
+      "  KV bytes per token  %d (2 x %d layers x %d KV heads x %d head_dim x 4 B)\n"
+      "  KV pool             %d blocks x %d tokens = %d tokens, %s\n"
+      "  max concurrency     %d sequences at --max-model-len=%d (%d blocks each)\n"
+      "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s",
+      e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+      Mib(e->model_->weight_bytes()), e->model_->kv_bytes_per_token(), c.num_layers,
+      c.num_kv_heads, c.head_dim, e->num_blocks_, config.block_size, pool_tokens,
+      Mib(e->model_->kv_pool_bytes()), e->num_blocks_ / blocks_per_seq, e->max_model_len_,
+      blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
+      config.enable_prefix_caching ? "on" : "off");
+  return e;
+}
+
+absl::Status Engine::Validate(const RequestInput& in) const {
+  if (in.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
+  if (requests_.contains(in.request_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request '", in.request_id, "' is already running"));
+  }
+  if (in.prompt.empty()) return absl::InvalidArgumentError("the prompt must not be empty");
+  const int vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < in.prompt.size(); ++i) {
+    if (in.prompt[i] < 0 || in.prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", in.prompt[i],
+                                                     ", outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (in.max_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", in.max_tokens));
+  }
+  if (static_cast<int64_t>(in.prompt.size()) + in.max_tokens > max_model_len_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", in.prompt.size(), " tokens) + max_tokens (", in.max_tokens,
+        ") exceeds the maximum model length (", max_model_len_, ")"));
+  }
+  const SamplingParams& s = in.sampling;
+  if (!(s.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must be in (0, 1]");
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must be in [0, 1]");
+  if (s.top_k < -1) return absl::InvalidArgumentError("top_k must be -1, 0 or positive");
+  if (s.n < 1 || s.n > config_.scheduler.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("n must be in [1, --max-num-seqs=",
+                                                   config_.scheduler.max_num_seqs, "], got ", s.n));
+  }
+  if (s.logprobs && (*s.logprobs < 0 || *s.logprobs > 20)) {
+    return absl::InvalidArgumentError("logprobs must be in [0, 20]");
+  }
+  for (int32_t t : in.stop_token_ids) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("stop token id ", t, " is outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AddRequest(RequestInput input) {
+  RETURN_IF_ERROR(Validate(input));
+  auto req = std::make_unique<Request>();
+  CacheKey key{config_.model_id, "fp32", "", static_cast<uint32_t>(config_.block_size), 1,
+               input.cache_salt};
+  ASSIGN_OR_RETURN(req->extra_key, key.Serialize());
+  req->input = std::move(input);
+  req->arrival = next_arrival_++;
+  if (req->input.sampling.top_k == -1) req->input.sampling.top_k = 0;
+  uint64_t seed = req->input.sampling.seed ? *req->input.sampling.seed : std::random_device{}();
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_seq_id_++;
+  seq->request = req.get();
+  seq->tokens = req->input.prompt;
+  seq->num_prompt_tokens = static_cast<int>(seq->tokens.size());
+  seq->rng_seed = static_cast<int64_t>(seed);
+  UpdateHashes(*seq);
+  scheduler_->Add(seq.get());
+  req->sequences.push_back(std::move(seq));
+  const std::string id = req->input.request_id;
+  requests_.emplace(id, std::move(req));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Abort(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(absl::StrCat("no request '", request_id, "' in flight"));
+  }
+  for (auto& seq : it->second->sequences) {
+    if (seq->status != SeqStatus::kFinished) scheduler_->Remove(seq.get());
+  }
+  requests_.erase(it);
+  return absl::OkStatus();
+}
+
+void Engine::UpdateHashes(Sequence& seq) {
+  const int bs = config_.block_size;
+  while (static_cast<int>(seq.block_hashes.size() + 1) * bs <= seq.num_tokens()) {
+    const size_t i = seq.block_hashes.size();
+    std::vector<uint32_t> block(seq.tokens.begin() + i * bs, seq.tokens.begin() + (i + 1) * bs);
+    seq.block_hashes.push_back(
+        HashBlock(i == 0 ? nullptr : &seq.block_hashes.back(), block, seq.request->extra_key));
+  }
+}
+
+void Engine::AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits) {
+  const RequestInput& in = seq.request->input;
+  seq.tokens.push_back(token);
+  ++counters_.generated_tokens;
+  if (in.sampling.logprobs) seq.logprobs.push_back(ComputeLogprobs(logits, token, *in.sampling.logprobs));
+  UpdateHashes(seq);
+  if (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) != in.stop_token_ids.end() ||
+      (!in.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end())) {
+    seq.finish_reason = FinishReason::kStop;
+    seq.stop_token = token;
+  } else if (seq.num_output_tokens() >= in.max_tokens || seq.num_tokens() >= max_model_len_) {
+    seq.finish_reason = FinishReason::kLength;
+  }
+}
+
+void Engine::Fork(Request& req, absl::Span<const float> logits) {
+  Sequence& first = *req.sequences[0];
+  for (int i = 1; i < req.input.sampling.n; ++i) {
+    auto child = std::make_unique<Sequence>();
+    child->id = next_seq_id_++;
+    child->request = &req;
+    child->sample_index = i;
+    child->tokens = first.tokens;
+    child->num_prompt_tokens = first.num_prompt_tokens;
+    child->block_hashes = first.block_hashes;
+    child->rng_seed = first.rng_seed + i;
+    kv_->Fork(first, *child);
+    scheduler_->AddRunning(child.get());
+    req.sequences.push_back(std::move(child));
+  }
+  req.forked = true;
+  for (auto& seq : req.sequences) {
+    AppendToken(*seq, SampleToken(logits, req.input.sampling, seq->rng_seed, 0), logits);
+  }
+}
+
+absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
+  Scheduler::Output plan = scheduler_->Schedule();
+  std::vector<SequenceOutput> outs;
+  if (plan.scheduled.empty()) return outs;
+  ++counters_.steps;
+  counters_.cow_copies += static_cast<int64_t>(plan.copies.size());
+  model_->CopyBlocks(plan.copies);
+
+  ForwardBatch batch;
+  int max_blocks = 1;
+  for (const auto& s : plan.scheduled) {
+    max_blocks = std::max<int>(max_blocks, static_cast<int>(s.seq->block_table.size()));
+  }
+  batch.max_blocks_per_seq = max_blocks;
+  struct RowUse {
+    Sequence* seq;
+    int position;  // token position whose logits this row holds
+  };
+  std::vector<RowUse> rows;
+  for (const auto& [seq, n] : plan.scheduled) {
+    const int start = seq->num_computed_tokens;
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.query_len.push_back(n);
+    batch.context_len.push_back(start + n);
+    const bool prompt_logits = seq->request->input.return_prompt_logits && seq->sample_index == 0;
+    for (int i = 0; i < n; ++i) {
+      const int pos = start + i;
+      const int row = static_cast<int>(batch.token_ids.size());
+      batch.token_ids.push_back(seq->tokens[pos]);
+      batch.positions.push_back(pos);
+      batch.slot_mapping.push_back(int64_t{seq->block_table[pos / config_.block_size]} *
+                                       config_.block_size + pos % config_.block_size);
+      const bool last = pos + 1 == seq->num_tokens();
+      if (last || (prompt_logits && pos < seq->num_prompt_tokens)) {
+        batch.logit_rows.push_back(row);
+        rows.push_back({seq, pos});
+      }
+    }
+    for (int i = 0; i < max_blocks; ++i) {
+      batch.block_tables.push_back(i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
+    }
+  }
+  std::vector<float> logits = model_->Forward(batch);
+  const int vocab = model_->config().vocab_size;
+
+  for (const auto& [seq, n] : plan.scheduled) {
+    const int start = seq->num_computed_tokens;
+    counters_.computed_tokens += n;
+    counters_.computed_prompt_tokens += std::max(0, std::min(start + n, seq->num_prompt_tokens) - start);
+    seq->num_computed_tokens += n;
+    kv_->CacheComputedBlocks(*seq);
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Sequence& seq = *rows[r].seq;
+    Request& req = *seq.request;
+    absl::Span<const float> row(logits.data() + r * vocab, vocab);
+    if (req.input.return_prompt_logits && seq.sample_index == 0 && rows[r].position < seq.num_prompt_tokens) {
+      req.prompt_logits.resize(static_cast<size_t>(seq.num_prompt_tokens) * vocab);
+      std::copy(row.begin(), row.end(), req.prompt_logits.begin() + int64_t{rows[r].position} * vocab);
+    }
+    if (rows[r].position + 1 != seq.num_tokens()) continue;
+    if (!req.forked && req.input.sampling.n > 1) {
+      Fork(req, row);
+    } else {
+      if (!req.forked) req.forked = true;
+      AppendToken(seq, SampleToken(row, req.input.sampling, seq.rng_seed, seq.num_output_tokens()), row);
+    }
+  }
+
+  // Report new tokens, finish sequences, and retire finished requests.
+  std::vector<std::string> done;
+  for (auto& [id, req] : requests_) {
+    bool all_finished = req->forked;
+    bool any_output = false;
+    for (auto& seq : req->sequences) {
+      if (seq->status == SeqStatus::kFinished) continue;
+      const bool finishing = seq->finish_reason != FinishReason::kNone;
+      if (seq->tokens.size() - seq->num_prompt_tokens > seq->num_emitted || finishing) {
+        SequenceOutput o;
+        o.request_id = id;
+        o.sample_index = seq->sample_index;
+        o.new_tokens.assign(seq->tokens.begin() + seq->num_prompt_tokens + seq->num_emitted, seq->tokens.end());
+        if (!seq->logprobs.empty()) {
+          o.new_logprobs.assign(seq->logprobs.begin() + seq->num_emitted, seq->logprobs.end());
+        }
+        seq->num_emitted = seq->tokens.size() - seq->num_prompt_tokens;
+        o.finish_reason = seq->finish_reason;
+        o.stop_token = seq->stop_token;
+        o.num_prompt_tokens = seq->num_prompt_tokens;
+        o.num_cached_prompt_tokens = std::max(0, req->num_cached_prompt_tokens);
+        outs.push_back(std::move(o));
+        any_output = true;
+      }
+      if (finishing) {
+        scheduler_->Remove(seq.get());
+        seq->status = SeqStatus::kFinished;
+      } else {
+        all_finished = false;
+      }
+    }
+    if (all_finished && any_output) {
+      outs.back().request_finished = true;
+      outs.back().prompt_logits = std::move(req->prompt_logits);
+      done.push_back(id);
+    }
+  }
+  for (const std::string& id : done) requests_.erase(id);
+  return outs;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = counters_;
+  const Scheduler::Counters& c = scheduler_->counters();
+  s.prefix_queried_tokens = c.prefix_queried_tokens;
+  s.prefix_hit_tokens = c.prefix_hit_tokens;
+  s.preemptions = c.preemptions;
+  s.evictions = kv_->pool().num_evictions();
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_requests = static_cast<int>(requests_.size());
+  s.blocks_total = kv_->pool().num_blocks();
+  s.blocks_free = kv_->pool().num_free();
+  s.blocks_cached_evictable = kv_->pool().num_cached_evictable();
+  return s;
+}
+
+absl::Status Engine::CheckInvariants() const {
+  std::vector<const Sequence*> live;
+  for (const auto& [id, req] : requests_) {
+    for (const auto& seq : req->sequences) {
+      if (seq->status != SeqStatus::kFinished) live.push_back(seq.get());
+      if (seq->status == SeqStatus::kWaiting && !seq->block_table.empty()) {
+        return absl::InternalError(absl::StrCat("waiting seq ", seq->id, " holds blocks"));
+      }
+    }
+  }
+  if (static_cast<int>(live.size()) != scheduler_->num_running() + scheduler_->num_waiting()) {
+    return absl::InternalError("scheduler queues and live sequences disagree");
+  }
+  return kv_->CheckInvariants(live);
+}
+
+}  // namespace kvserve::worker

@@ -1,0 +1,122 @@
+// The worker's engine: a model, its paged KV cache, the scheduler and the sampler, driven one
+// step at a time. The worker server and the tests drive it through this API.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config));
+//   RETURN_IF_ERROR(engine->AddRequest({.request_id = "r1", .prompt = ids, .max_tokens = 32}));
+//   while (engine->HasWork()) {
+//     ASSIGN_OR_RETURN(std::vector<SequenceOutput> outs, engine->Step());
+//     ...  // new tokens per sample, finish reasons
+//   }
+//
+// Owned by one thread (the engine thread); not thread-safe.
+#ifndef KVSERVE_WORKER_ENGINE_H_
+#define KVSERVE_WORKER_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/model/model.h"
+#include "worker/request.h"
+#include "worker/scheduler/scheduler.h"
+
+namespace kvserve::worker {
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string config_path;  // default: model_dir/config.json
+  std::string model_id;     // block-hash extra key; default: model_dir's last component
+  int block_size = 16;      // 8, 16 or 32
+  int max_model_len = 0;    // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  double kv_cache_memory_gib = 0.5;  // KV pool size (CPU backend)
+  int num_blocks = 0;                // overrides kv_cache_memory_gib when > 0
+  int cpu_threads = 1;
+  SchedulerConfig scheduler;
+};
+
+struct SequenceOutput {
+  std::string request_id;
+  int sample_index = 0;
+  std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprobs> new_logprobs;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::optional<int32_t> stop_token;
+  bool request_finished = false;  // every sample of the request is done
+  int num_prompt_tokens = 0;
+  int num_cached_prompt_tokens = 0;
+  std::vector<float> prompt_logits;  // on the request's last output, when asked for
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t computed_tokens = 0;  // tokens run through the model (prefill, recompute, decode)
+  int64_t computed_prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t cow_copies = 0;
+  int64_t evictions = 0;
+  int num_running = 0, num_waiting = 0, num_requests = 0;
+  int blocks_total = 0, blocks_free = 0, blocks_cached_evictable = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model, sizes the KV pool and runs the preflight checks: InvalidArgument naming
+  // the setting and its limit for impossible settings.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config);
+
+  // InvalidArgument (engine unchanged) for an empty prompt, ids outside the vocabulary,
+  // max_tokens < 1, prompt + max_tokens over max_model_len, bad sampling parameters;
+  // AlreadyExists for a request id in flight.
+  absl::Status AddRequest(RequestInput input);
+  // Stops a request at any point and frees its blocks. NotFound for an unknown id.
+  absl::Status Abort(const std::string& request_id);
+  absl::StatusOr<std::vector<SequenceOutput>> Step();
+  [[nodiscard]] bool HasWork() const { return !requests_.empty(); }
+
+  [[nodiscard]] EngineStats stats() const;
+  // The memory budget, as printed at start-up.
+  [[nodiscard]] const std::string& preflight_report() const { return preflight_; }
+  [[nodiscard]] const ModelConfig& model_config() const { return model_->config(); }
+  [[nodiscard]] int max_model_len() const { return max_model_len_; }
+  [[nodiscard]] int num_blocks() const { return num_blocks_; }
+
+  // Test hooks: the invariant checker over every live sequence, and forced preemption.
+  [[nodiscard]] absl::Status CheckInvariants() const;
+  bool ForcePreemption() { return scheduler_->PreemptOne(); }
+  [[nodiscard]] const KvCacheManager& kv_cache() const { return *kv_; }
+
+ private:
+  Engine() = default;
+  absl::Status Validate(const RequestInput& in) const;
+  void UpdateHashes(Sequence& seq);
+  void FinishSequence(Sequence& seq, FinishReason reason, std::vector<SequenceOutput>* outs);
+  void AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
+  void Fork(Request& req, absl::Span<const float> logits);
+
+  EngineConfig config_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<int> eos_ids_;
+  int max_model_len_ = 0;
+  int num_blocks_ = 0;
+  int64_t next_arrival_ = 0;
+  int64_t next_seq_id_ = 0;
+  std::string preflight_;
+  EngineStats counters_;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_ENGINE_H_

@@ -1,0 +1,130 @@
+#include "worker/scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "glog/logging.h"
+
+namespace kvserve::worker {
+namespace {
+
+bool Before(const Sequence* a, const Sequence* b) {
+  if (a->request->input.priority != b->request->input.priority) {
+    return a->request->input.priority < b->request->input.priority;
+  }
+  if (a->request->arrival != b->request->arrival) return a->request->arrival < b->request->arrival;
+  return a->sample_index < b->sample_index;
+}
+
+bool Prefilling(const Sequence& seq) { return seq.num_tokens() - seq.num_computed_tokens > 1; }
+
+}  // namespace
+
+void Scheduler::Add(Sequence* seq) {
+  CHECK(seq->block_table.empty());
+  seq->status = SeqStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::AddRunning(Sequence* seq) {
+  seq->status = SeqStatus::kRunning;
+  running_.push_back(seq);
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  std::erase(running_, seq);
+  std::erase(waiting_, seq);
+  kv_->Free(*seq);
+}
+
+bool Scheduler::IsLong(const Sequence& seq) const {
+  return config_.long_prefill_token_threshold > 0 &&
+         seq.num_tokens() - seq.num_computed_tokens > config_.long_prefill_token_threshold;
+}
+
+int Scheduler::ChunkLimit(int remaining) const {
+  if (config_.long_prefill_token_threshold > 0) {
+    return std::min(remaining, config_.long_prefill_token_threshold);
+  }
+  return remaining;
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  std::erase(running_, seq);
+  kv_->Free(*seq);
+  seq->num_computed_tokens = 0;
+  seq->status = SeqStatus::kWaiting;
+  waiting_.push_back(seq);
+  ++counters_.preemptions;
+}
+
+bool Scheduler::PreemptOne() {
+  if (running_.empty()) return false;
+  std::sort(running_.begin(), running_.end(), Before);
+  Preempt(running_.back());
+  return true;
+}
+
+Scheduler::Output Scheduler::Schedule() {
+  Output out;
+  int budget = config_.max_num_batched_tokens;
+  int prefills = 0, long_prefills = 0;
+  auto prefill_allowed = [&](const Sequence& seq) {
+    if (!Prefilling(seq)) return true;
+    if (config_.max_num_partial_prefills > 0 && prefills >= config_.max_num_partial_prefills) {
+      return false;
+    }
+    return !IsLong(seq) || long_prefills < config_.max_long_partial_prefills;
+  };
+  auto count_prefill = [&](const Sequence& seq) {
+    if (!Prefilling(seq)) return;
+    ++prefills;
+    if (IsLong(seq)) ++long_prefills;
+  };
+
+  std::sort(running_.begin(), running_.end(), Before);
+  std::vector<Sequence*> snapshot = running_;
+  for (Sequence* seq : snapshot) {
+    if (budget == 0) break;
+    if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier in this loop
+    if (!prefill_allowed(*seq)) continue;
+    const int n = std::min(ChunkLimit(seq->num_tokens() - seq->num_computed_tokens), budget);
+    bool ok = kv_->Allocate(*seq, n, {}, &out.copies);
+    while (!ok) {
+      Sequence* victim = running_.back();
+      Preempt(victim);
+      out.preempted.push_back(victim);
+      if (victim == seq) break;
+      ok = kv_->Allocate(*seq, n, {}, &out.copies);
+    }
+    if (!ok) continue;
+    count_prefill(*seq);
+    out.scheduled.push_back({seq, n});
+    budget -= n;
+  }
+  if (!out.preempted.empty()) return out;  // no admissions while memory is short
+
+  std::sort(waiting_.begin(), waiting_.end(), Before);
+  std::vector<Sequence*> admitted;
+  for (Sequence* seq : waiting_) {
+    if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
+    if (!prefill_allowed(*seq)) continue;
+    const bool want_logits = seq->request->input.return_prompt_logits;
+    std::vector<int> cached = want_logits ? std::vector<int>() : kv_->FindCachedBlocks(*seq);
+    const int cached_tokens = static_cast<int>(cached.size()) * kv_->block_size();
+    const int n = std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget);
+    if (!kv_->Allocate(*seq, n, cached, &out.copies)) break;
+    counters_.prefix_queried_tokens += seq->num_tokens();
+    counters_.prefix_hit_tokens += cached_tokens;
+    if (seq->request->num_cached_prompt_tokens < 0) seq->request->num_cached_prompt_tokens = cached_tokens;
+    count_prefill(*seq);
+    seq->status = SeqStatus::kRunning;
+    running_.push_back(seq);
+    admitted.push_back(seq);
+    out.scheduled.push_back({seq, n});
+    budget -= n;
+  }
+  for (Sequence* seq : admitted) std::erase(waiting_, seq);
+  return out;
+}
+
+}  // namespace kvserve::worker

@@ -1,0 +1,90 @@
+// Continuous batching: each step picks which sequences run and how many of their tokens,
+// under a token budget (--max-num-batched-tokens) and a sequence cap (--max-num-seqs).
+// Running sequences come first (decodes and unfinished prefills), then waiting ones by
+// priority (lower first), then arrival. Prompts are prefilled in chunks that fit the budget.
+// When the KV pool runs out, the lowest-priority, latest running sequence is preempted by
+// recompute: its blocks are freed (cached full blocks stay findable) and it waits again.
+//
+// Long prompts (longer than --long-prefill-token-threshold, when set) prefill at most that
+// many tokens per step, and at most --max-long-partial-prefills of them prefill at once;
+// --max-num-partial-prefills caps the prefilling sequences per step. Short prompts are then
+// admitted beside a long one instead of queueing behind it.
+//
+//   Scheduler sched(config, &kv_cache);
+//   sched.Add(seq);
+//   Scheduler::Output out = sched.Schedule();  // run out.scheduled, copy out.copies first
+//
+// Owned by the engine thread; not thread-safe.
+#ifndef KVSERVE_WORKER_SCHEDULER_SCHEDULER_H_
+#define KVSERVE_WORKER_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/request.h"
+
+namespace kvserve::worker {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int long_prefill_token_threshold = 0;  // 0: no long-prompt handling
+  int max_num_partial_prefills = 0;      // 0: no cap
+  int max_long_partial_prefills = 1;
+};
+
+class Scheduler {
+ public:
+  struct ScheduledSeq {
+    Sequence* seq;
+    int num_new_tokens;
+  };
+  struct Output {
+    std::vector<ScheduledSeq> scheduled;
+    std::vector<std::pair<int, int>> copies;  // copy-on-write (src, dst) block pairs
+    std::vector<Sequence*> preempted;
+  };
+  struct Counters {
+    int64_t preemptions = 0;
+    int64_t prefix_queried_tokens = 0;
+    int64_t prefix_hit_tokens = 0;
+  };
+
+  Scheduler(const SchedulerConfig& config, KvCacheManager* kv) : config_(config), kv_(kv) {}
+
+  // Queues a sequence that has no blocks (a new request, or one coming back).
+  void Add(Sequence* seq);
+  // Adds a sequence that already holds blocks (a forked sample) to the running set.
+  void AddRunning(Sequence* seq);
+  // Drops the sequence from the queues and frees its blocks (finished or aborted).
+  void Remove(Sequence* seq);
+
+  Output Schedule();
+
+  [[nodiscard]] int num_running() const { return static_cast<int>(running_.size()); }
+  [[nodiscard]] int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  [[nodiscard]] const Counters& counters() const { return counters_; }
+  [[nodiscard]] const std::vector<Sequence*>& running() const { return running_; }
+  [[nodiscard]] const std::vector<Sequence*>& waiting() const { return waiting_; }
+
+  // Forces the lowest-priority running sequence out (tests: preemption under load).
+  bool PreemptOne();
+
+ private:
+  bool IsLong(const Sequence& seq) const;
+  // Tokens a sequence with `remaining` uncomputed tokens may compute in one step.
+  int ChunkLimit(int remaining) const;
+  void Preempt(Sequence* seq);
+
+  SchedulerConfig config_;
+  KvCacheManager* kv_;
+  std::vector<Sequence*> running_;
+  std::vector<Sequence*> waiting_;
+  Counters counters_;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_SCHEDULER_SCHEDULER_H_
