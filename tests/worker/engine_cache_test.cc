@@ -1,0 +1,142 @@
+// Prefix caching and parallel sampling through the engine: a request sharing a 300-token prefix
+// with a finished one computes only its new tokens and answers as an uncached run; n = 4
+// shares the prompt's blocks, copies on write, and matches four independent seeded requests.
+#include <map>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/engine_test_util.h"
+
+namespace kvserve::worker {
+namespace {
+
+using testing::FixtureConfig;
+using testing::GreedyRequest;
+using testing::MakeEngine;
+using testing::Results;
+using testing::RunToCompletion;
+
+std::vector<int32_t> RandomTokens(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % 1024);
+  return t;
+}
+
+TEST(PrefixCacheTest, SharedPrefixComputesOnlyNewTokensAndAnswersTheSame) {
+  const std::vector<int32_t> prefix = RandomTokens(300, 1);
+  std::vector<int32_t> second = prefix;
+  for (int32_t t : RandomTokens(25, 2)) second.push_back(t);
+
+  for (const char* model : {"tiny-llama3", "tiny-qwen2", "tiny-qwen3"}) {
+    SCOPED_TRACE(model);
+    EngineConfig config = FixtureConfig(model);
+    auto cached = MakeEngine(config);
+    ASSERT_OK(cached->AddRequest(GreedyRequest("first", prefix, 8)));
+    RunToCompletion(*cached, true);
+    const EngineStats before = cached->stats();
+    ASSERT_OK(cached->AddRequest(GreedyRequest("second", second, 16)));
+    Results with_cache = RunToCompletion(*cached, true);
+    const EngineStats after = cached->stats();
+    // 300 tokens fill 18 blocks of 16 (288 tokens); the rest of the prompt is new.
+    const int hit = 288;
+    EXPECT_EQ(with_cache["second"][0].num_cached_prompt_tokens, hit);
+    EXPECT_EQ(after.computed_prompt_tokens - before.computed_prompt_tokens,
+              static_cast<int64_t>(second.size()) - hit);
+    EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, hit);
+
+    config.enable_prefix_caching = false;
+    auto uncached = MakeEngine(config);
+    ASSERT_OK(uncached->AddRequest(GreedyRequest("second", second, 16)));
+    Results without = RunToCompletion(*uncached, true);
+    EXPECT_EQ(uncached->stats().computed_prompt_tokens, static_cast<int64_t>(second.size()));
+    auto [agreed, near_tie] = testing::GreedyAgreement(without["second"][0], with_cache["second"][0].tokens);
+    EXPECT_TRUE(agreed == 16 || near_tie) << "diverges at " << agreed;
+    for (int k = 0; k < agreed; ++k) {
+      EXPECT_NEAR(without["second"][0].logprobs[k].logprob, with_cache["second"][0].logprobs[k].logprob, 1e-4);
+    }
+  }
+}
+
+TEST(PrefixCacheTest, CacheSaltIsolatesTenants) {
+  const std::vector<int32_t> prompt = RandomTokens(100, 3);
+  auto engine = MakeEngine(FixtureConfig("tiny-qwen3"));
+  RequestInput a = GreedyRequest("a", prompt, 2);
+  a.cache_salt = "tenant-a";
+  ASSERT_OK(engine->AddRequest(a));
+  RunToCompletion(*engine);
+  RequestInput b = GreedyRequest("b", prompt, 2);
+  b.cache_salt = "tenant-b";
+  ASSERT_OK(engine->AddRequest(b));
+  Results r = RunToCompletion(*engine);
+  EXPECT_EQ(r["b"][0].num_cached_prompt_tokens, 0);
+  RequestInput c = GreedyRequest("c", prompt, 2);
+  c.cache_salt = "tenant-a";
+  ASSERT_OK(engine->AddRequest(c));
+  r = RunToCompletion(*engine);
+  EXPECT_EQ(r["c"][0].num_cached_prompt_tokens, 96);
+}
+
+TEST(ParallelSamplingTest, FourSamplesShareThePromptAndMatchIndependentRequests) {
+  const std::vector<int32_t> prompt = RandomTokens(45, 4);  // 2 full blocks + a partial one
+  RequestInput in;
+  in.request_id = "n4";
+  in.prompt = prompt;
+  in.max_tokens = 20;
+  in.sampling.temperature = 1.0f;
+  in.sampling.top_p = 0.9f;
+  in.sampling.seed = 1234;
+  in.sampling.n = 4;
+  in.sampling.ignore_eos = true;
+
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  auto engine = MakeEngine(config);
+  ASSERT_OK(engine->AddRequest(in));
+  std::map<int, std::vector<int32_t>> first_tokens;
+  auto step = [&] {
+    absl::StatusOr<std::vector<SequenceOutput>> outs = engine->Step();
+    ASSERT_OK(outs);
+    for (const SequenceOutput& o : *outs) {
+      first_tokens[o.sample_index].insert(first_tokens[o.sample_index].end(), o.new_tokens.begin(),
+                                          o.new_tokens.end());
+    }
+  };
+  // Step 1 prefills the prompt (3 blocks) and forks: 4 samples hold the same 3 blocks.
+  step();
+  ASSERT_OK(engine->CheckInvariants());
+  EngineStats s = engine->stats();
+  EXPECT_EQ(s.blocks_total - s.blocks_free, 3);
+  EXPECT_EQ(s.num_running, 4);
+  // Step 2 writes position 45 in the shared partial block: three samples copy it.
+  step();
+  s = engine->stats();
+  EXPECT_EQ(s.cow_copies, 3);
+  EXPECT_EQ(s.blocks_total - s.blocks_free, 2 + 4);  // 2 shared full blocks + 4 private ones
+  Results together = RunToCompletion(*engine, true);
+  for (auto& [i, tokens] : first_tokens) {
+    auto& t = together["n4"][i].tokens;
+    t.insert(t.begin(), tokens.begin(), tokens.end());
+  }
+  EXPECT_EQ(engine->stats().computed_prompt_tokens, 45);  // the prompt was computed once
+
+  auto independent = MakeEngine(config);
+  for (int i = 0; i < 4; ++i) {
+    RequestInput one = in;
+    one.request_id = "one" + std::to_string(i);
+    one.sampling.n = 1;
+    one.sampling.seed = 1234 + i;
+    ASSERT_OK(independent->AddRequest(one));
+  }
+  Results alone = RunToCompletion(*independent, true);
+  std::set<std::vector<int32_t>> distinct;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(together["n4"][i].tokens, alone["one" + std::to_string(i)][0].tokens) << "sample " << i;
+    distinct.insert(together["n4"][i].tokens);
+  }
+  EXPECT_GT(distinct.size(), 1u) << "samples should differ";
+}
+
+}  // namespace
+}  // namespace kvserve::worker

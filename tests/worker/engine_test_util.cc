@@ -1,0 +1,72 @@
+#include "tests/worker/engine_test_util.h"
+
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvserve::worker::testing {
+
+EngineConfig FixtureConfig(const std::string& model, int num_blocks) {
+  EngineConfig c;
+  c.model_dir = kvserve::testing::FixtureModel(model);
+  c.num_blocks = num_blocks;
+  c.max_model_len = 1024;
+  return c;
+}
+
+std::unique_ptr<Engine> MakeEngine(const EngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(config);
+  EXPECT_OK(e);
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+Results RunToCompletion(Engine& engine, bool check_invariants, int max_steps) {
+  Results results;
+  for (int step = 0; engine.HasWork() && step < max_steps; ++step) {
+    absl::StatusOr<std::vector<SequenceOutput>> outs = engine.Step();
+    EXPECT_OK(outs);
+    if (!outs.ok()) break;
+    for (SequenceOutput& o : *outs) {
+      SampleResult& r = results[o.request_id][o.sample_index];
+      r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      r.logprobs.insert(r.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+      if (o.finish_reason != FinishReason::kNone) r.finish = o.finish_reason;
+      r.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
+      if (o.request_finished && !o.prompt_logits.empty()) {
+        results[o.request_id][0].prompt_logits = std::move(o.prompt_logits);
+      }
+    }
+    if (check_invariants) {
+      absl::Status s = engine.CheckInvariants();
+      EXPECT_OK(s) << "after step " << step;
+      if (!s.ok()) break;
+    }
+  }
+  EXPECT_FALSE(engine.HasWork()) << "engine did not finish in " << max_steps << " steps";
+  return results;
+}
+
+RequestInput GreedyRequest(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+  RequestInput in;
+  in.request_id = id;
+  in.prompt = std::move(prompt);
+  in.max_tokens = max_tokens;
+  in.sampling.logprobs = 2;
+  in.sampling.ignore_eos = true;
+  return in;
+}
+
+std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<int32_t>& b,
+                                     float near_tie) {
+  const size_t n = std::min(a.tokens.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (i < a.logprobs.size() && a.logprobs[i].top.size() >= 2) {
+      const float margin = a.logprobs[i].top[0].second - a.logprobs[i].top[1].second;
+      if (margin < near_tie) return {static_cast<int>(i), true};
+    }
+    if (a.tokens[i] != b[i]) return {static_cast<int>(i), false};
+  }
+  return {static_cast<int>(n), false};
+}
+
+}  // namespace kvserve::worker::testing

@@ -1,0 +1,45 @@
+// Helpers for engine tests: build an engine on a fixture model, run requests to completion
+// and collect each sample's tokens and logprobs, compare greedy paths up to near-ties.
+#ifndef KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_
+#define KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/engine.h"
+
+namespace kvserve::worker::testing {
+
+struct SampleResult {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  int num_cached_prompt_tokens = 0;
+  std::vector<float> prompt_logits;
+};
+// request id -> sample index -> result
+using Results = std::map<std::string, std::map<int, SampleResult>>;
+
+EngineConfig FixtureConfig(const std::string& model, int num_blocks = 512);
+std::unique_ptr<Engine> MakeEngine(const EngineConfig& config);
+
+// Steps until the engine is idle (or `max_steps`), checking invariants after every step when
+// asked. Fails the test on an error.
+Results RunToCompletion(Engine& engine, bool check_invariants = false, int max_steps = 100000);
+
+// Greedy request with top-2 logprobs (for margins).
+RequestInput GreedyRequest(const std::string& id, std::vector<int32_t> prompt, int max_tokens);
+
+// Number of leading tokens on which `a` and `b` agree, counting past a disagreement only if it
+// happens where `a`'s top-2 margin is below `near_tie` (then comparison stops there, as the
+// fixtures' README prescribes). Returns {agreed, stopped_at_near_tie}.
+std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<int32_t>& b,
+                                     float near_tie = 1e-3f);
+
+}  // namespace kvserve::worker::testing
+
+#endif  // KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_
