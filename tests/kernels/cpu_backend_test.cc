@@ -1,0 +1,121 @@
+// The CPU backend's ops against straightforward formulas: paged attention over scattered
+// blocks equals dense causal attention, RoPE rotates pairs, RMSNorm with fused residual.
+#include <cmath>
+#include <random>
+
+#include "common/hf_config.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/rope.h"
+
+namespace kvserve::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(CpuBackendTest, PagedAttentionEqualsDenseCausalAttention) {
+  auto be = CreateCpuBackend({});
+  std::mt19937 rng(3);
+  const int heads = 4, kv_heads = 2, d = 8, bs = 4, blocks = 16, ctx = 13, qlen = 5;
+  std::vector<float> k_cache(blocks * kv_heads * bs * d), v_cache(k_cache.size());
+  std::vector<int32_t> table = {9, 2, 14, 5};  // scattered
+  std::vector<float> keys = Random(ctx * kv_heads * d, rng), values = Random(ctx * kv_heads * d, rng);
+  std::vector<int64_t> slots;
+  for (int t = 0; t < ctx; ++t) slots.push_back(int64_t{table[t / bs]} * bs + t % bs);
+  KvCacheView cache{k_cache.data(), v_cache.data(), blocks, kv_heads, bs, d};
+  be->WriteKv({keys.data(), values.data(), kv_heads * d, slots.data(), ctx, cache});
+  std::vector<float> q = Random(qlen * heads * d, rng), out(qlen * heads * d);
+  int32_t qs = 0, ql = qlen, cl = ctx;
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.q_stride = heads * d;
+  p.out = out.data();
+  p.cache = cache;
+  p.query_start = &qs;
+  p.query_len = &ql;
+  p.context_len = &cl;
+  p.block_tables = table.data();
+  p.num_seqs = 1;
+  p.max_blocks_per_seq = 4;
+  p.num_heads = heads;
+  p.scale = 0.3f;
+  be->PagedAttention(p);
+  for (int j = 0; j < qlen; ++j) {
+    const int pos = ctx - qlen + j;
+    for (int h = 0; h < heads; ++h) {
+      const int kvh = h / (heads / kv_heads);
+      std::vector<double> w(pos + 1);
+      double mx = -1e30, sum = 0;
+      for (int t = 0; t <= pos; ++t) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += q[(j * heads + h) * d + i] * keys[(t * kv_heads + kvh) * d + i];
+        w[t] = dot * 0.3;
+        mx = std::max(mx, w[t]);
+      }
+      for (double& x : w) sum += (x = std::exp(x - mx));
+      for (int i = 0; i < d; ++i) {
+        double o = 0;
+        for (int t = 0; t <= pos; ++t) o += w[t] / sum * values[(t * kv_heads + kvh) * d + i];
+        EXPECT_NEAR(out[(j * heads + h) * d + i], o, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, RmsNormWithFusedResidual) {
+  auto be = CreateCpuBackend({});
+  std::vector<float> x = {1, 2, 3, 4}, res = {1, 1, 1, 1}, w = {1, 1, 2, 2}, out(4);
+  be->RmsNorm({x.data(), res.data(), w.data(), out.data(), 1, 4, 0.0f});
+  EXPECT_EQ(res, (std::vector<float>{2, 3, 4, 5}));
+  const double rms = std::sqrt((4 + 9 + 16 + 25) / 4.0);
+  EXPECT_NEAR(out[0], 2 / rms, 1e-6);
+  EXPECT_NEAR(out[3], 2 * 5 / rms, 1e-6);
+}
+
+TEST(CpuBackendTest, RopeRotatesHalfPairs) {
+  auto be = CreateCpuBackend({});
+  std::vector<float> x = {1, 0, 0, 1};  // head_dim 4: pairs (x0, x2), (x1, x3)
+  std::vector<float> inv = {1.0f, 0.5f};
+  int32_t pos = 2;
+  be->Rope({x.data(), &pos, inv.data(), 1, 1, 4, 4});
+  EXPECT_NEAR(x[0], std::cos(2.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(2.0), 1e-6);
+  EXPECT_NEAR(x[1], -std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[3], std::cos(1.0), 1e-6);
+}
+
+TEST(RopeTest, Llama3ScalingKeepsHighAndScalesLowFrequencies) {
+  RopeConfig rope;
+  rope.type = "llama3";
+  rope.theta = 500000;
+  rope.factor = 8;
+  rope.original_max_position_embeddings = 8192;
+  std::vector<float> plain = RopeInvFreq(RopeConfig{.theta = 500000}, 128);
+  std::vector<float> scaled = RopeInvFreq(rope, 128);
+  EXPECT_EQ(scaled[0], plain[0]);                      // wavelength 2π: kept
+  EXPECT_NEAR(scaled[63], plain[63] / 8, 1e-12);       // longest wavelength: / factor
+  EXPECT_LT(scaled[45], plain[45]);
+  RopeConfig linear{.type = "linear", .theta = 10000, .factor = 2};
+  EXPECT_NEAR(RopeInvFreq(linear, 8)[1], RopeInvFreq(RopeConfig{}, 8)[1] / 2, 1e-9);
+}
+
+TEST(CpuBackendTest, CopyBlocksCopiesKAndV) {
+  auto be = CreateCpuBackend({});
+  std::vector<float> k(3 * 2 * 4), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = static_cast<float>(i);
+  KvCacheView view{k.data(), v.data(), 3, 1, 2, 4};
+  int32_t src = 0, dst = 2;
+  be->CopyBlocks({&view, 1, &src, &dst, 1});
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(k[16 + i], i);
+    EXPECT_EQ(v[16 + i], i);
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::kernels

@@ -1,0 +1,126 @@
+// Bad requests are rejected with InvalidArgument and leave the engine as it was; impossible
+// settings are refused at start-up naming the setting and its limit.
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/engine_test_util.h"
+
+namespace kvserve::worker {
+namespace {
+
+using kvserve::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
+  EngineConfig config = testing::FixtureConfig("tiny-llama3");
+  config.max_model_len = 64;
+  auto engine = testing::MakeEngine(config);
+  ASSERT_OK(engine->AddRequest(testing::GreedyRequest("ok", {1, 2, 3}, 4)));
+  const EngineStats before = engine->stats();
+
+  struct Case {
+    std::function<void(RequestInput&)> edit;
+    absl::StatusCode code;
+    const char* message;
+  };
+  std::vector<Case> cases = {
+      {[](RequestInput& r) { r.prompt.clear(); }, absl::StatusCode::kInvalidArgument, "prompt must not be empty"},
+      {[](RequestInput& r) { r.prompt = {5, 1024}; }, absl::StatusCode::kInvalidArgument, "prompt token 1 is 1024, outside the vocabulary [0, 1024)"},
+      {[](RequestInput& r) { r.prompt = {-1}; }, absl::StatusCode::kInvalidArgument, "is -1"},
+      {[](RequestInput& r) { r.max_tokens = 0; }, absl::StatusCode::kInvalidArgument, "max_tokens must be >= 1, got 0"},
+      {[](RequestInput& r) { r.max_tokens = -5; }, absl::StatusCode::kInvalidArgument, "got -5"},
+      {[](RequestInput& r) { r.prompt.assign(60, 7); r.max_tokens = 5; }, absl::StatusCode::kInvalidArgument,
+       "prompt (60 tokens) + max_tokens (5) exceeds the maximum model length (64)"},
+      {[](RequestInput& r) { r.sampling.temperature = -1; }, absl::StatusCode::kInvalidArgument, "temperature"},
+      {[](RequestInput& r) { r.sampling.top_p = 0; }, absl::StatusCode::kInvalidArgument, "top_p"},
+      {[](RequestInput& r) { r.sampling.min_p = 2; }, absl::StatusCode::kInvalidArgument, "min_p"},
+      {[](RequestInput& r) { r.sampling.n = 0; }, absl::StatusCode::kInvalidArgument, "n must be in"},
+      {[](RequestInput& r) { r.sampling.logprobs = 50; }, absl::StatusCode::kInvalidArgument, "logprobs"},
+      {[](RequestInput& r) { r.stop_token_ids = {4096}; }, absl::StatusCode::kInvalidArgument, "stop token id 4096"},
+      {[](RequestInput& r) { r.request_id = ""; }, absl::StatusCode::kInvalidArgument, "request_id"},
+      {[](RequestInput& r) { r.request_id = "ok"; }, absl::StatusCode::kAlreadyExists, "'ok'"},
+  };
+  for (const Case& c : cases) {
+    RequestInput in = testing::GreedyRequest("bad", {1, 2, 3}, 4);
+    c.edit(in);
+    EXPECT_THAT(engine->AddRequest(in), StatusIs(c.code, HasSubstr(c.message)));
+  }
+  const EngineStats after = engine->stats();
+  EXPECT_EQ(after.num_requests, before.num_requests);
+  EXPECT_EQ(after.num_waiting, before.num_waiting);
+  EXPECT_EQ(after.blocks_free, before.blocks_free);
+  EXPECT_THAT(engine->Abort("nope"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("'nope'")));
+  testing::Results r = testing::RunToCompletion(*engine, true);
+  EXPECT_EQ(r.size(), 1u);
+  EXPECT_EQ(r["ok"][0].tokens.size(), 4u);
+}
+
+TEST(EngineValidationTest, AbortAtAnyPointFreesEverything) {
+  for (int steps_before_abort = 0; steps_before_abort < 6; ++steps_before_abort) {
+    EngineConfig config = testing::FixtureConfig("tiny-qwen2", 64);
+    config.scheduler.max_num_batched_tokens = 16;  // the prompt takes several steps
+    auto engine = testing::MakeEngine(config);
+    RequestInput in = testing::GreedyRequest("r", std::vector<int32_t>(50, 9), 10);
+    in.sampling.n = 3;
+    in.sampling.temperature = 1.0f;
+    ASSERT_OK(engine->AddRequest(in));
+    for (int i = 0; i < steps_before_abort; ++i) ASSERT_OK(engine->Step().status());
+    ASSERT_OK(engine->Abort("r"));
+    EXPECT_FALSE(engine->HasWork());
+    const EngineStats s = engine->stats();
+    EXPECT_EQ(s.blocks_free, s.blocks_total) << "after " << steps_before_abort << " steps";
+    ASSERT_OK(engine->CheckInvariants());
+  }
+}
+
+TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
+  EngineConfig c = testing::FixtureConfig("tiny-llama3", /*num_blocks=*/10);
+  c.max_model_len = 1024;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("--max-model-len (1024)"),
+                                                HasSubstr("160 tokens in 10 blocks"))));
+  c = testing::FixtureConfig("tiny-llama3");
+  c.max_model_len = 5000;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("max_position_embeddings (4096)")));
+  c = testing::FixtureConfig("tiny-llama3");
+  c.block_size = 12;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--block-size must be 8, 16 or 32, got 12")));
+  c = testing::FixtureConfig("tiny-llama3");
+  c.num_blocks = 0;
+  c.kv_cache_memory_gib = 1e-9;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--kv-cache-memory-gib")));
+  c = testing::FixtureConfig("tiny-llama3");
+  c.scheduler.max_num_seqs = 0;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-num-seqs")));
+  c = testing::FixtureConfig("tiny-llama3");
+  c.model_dir = "/nonexistent";
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
+}
+
+TEST(EngineValidationTest, PreflightReportsTheBudget) {
+  auto engine = testing::MakeEngine(testing::FixtureConfig("tiny-llama3", 100));
+  const std::string& r = engine->preflight_report();
+  EXPECT_THAT(r, HasSubstr("KV bytes per token  768 (2 x 3 layers x 2 KV heads x 16 head_dim x 4 B)"));
+  EXPECT_THAT(r, HasSubstr("100 blocks x 16 tokens = 1600 tokens"));
+  EXPECT_THAT(r, HasSubstr("1 sequences at --max-model-len=1024 (64 blocks each)"));
+}
+
+TEST(EngineStopTest, StopTokensEosAndLength) {
+  auto engine = testing::MakeEngine(testing::FixtureConfig("tiny-llama3"));
+  // Greedy continuation of reference prompt 0 starts 722, 200, 225.
+  RequestInput stop = testing::GreedyRequest("stop", {1, 2, 3}, 30);
+  auto probe = testing::GreedyRequest("probe", {1, 2, 3}, 5);
+  ASSERT_OK(engine->AddRequest(probe));
+  auto r = testing::RunToCompletion(*engine);
+  const std::vector<int32_t> path = r["probe"][0].tokens;
+  EXPECT_EQ(r["probe"][0].finish, FinishReason::kLength);
+  stop.stop_token_ids = {path[2]};
+  ASSERT_OK(engine->AddRequest(stop));
+  r = testing::RunToCompletion(*engine);
+  EXPECT_EQ(r["stop"][0].tokens, std::vector<int32_t>(path.begin(), path.begin() + 3));
+  EXPECT_EQ(r["stop"][0].finish, FinishReason::kStop);
+}
+
+}  // namespace
+}  // namespace kvserve::worker

@@ -1,0 +1,80 @@
+#include "worker/sampler.h"
+
+#include <cmath>
+#include <map>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::worker {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f};
+
+TEST(SamplerTest, GreedyIsArgmaxWithFirstIndexOnTies) {
+  SamplingParams p;
+  EXPECT_EQ(SampleToken(kLogits, p, 1, 0), 1);
+  std::vector<float> tie = {2, 5, 5};
+  EXPECT_EQ(SampleToken(tie, p, 1, 0), 1);
+}
+
+TEST(SamplerTest, SameSeedSameDraws) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  for (int step = 0; step < 50; ++step) {
+    EXPECT_EQ(SampleToken(kLogits, p, 42, step), SampleToken(kLogits, p, 42, step));
+  }
+  int differ = 0;
+  for (int step = 0; step < 50; ++step) differ += SampleToken(kLogits, p, 42, step) != SampleToken(kLogits, p, 43, step);
+  EXPECT_GT(differ, 5);
+}
+
+TEST(SamplerTest, FiltersNarrowTheChoice) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 1;
+  for (int s = 0; s < 100; ++s) EXPECT_EQ(SampleToken(kLogits, p, s, 0), 1);
+  p.top_k = 2;
+  for (int s = 0; s < 100; ++s) {
+    int t = SampleToken(kLogits, p, s, 0);
+    EXPECT_TRUE(t == 1 || t == 4);
+  }
+  p = SamplingParams();
+  p.temperature = 1.0f;
+  p.top_p = 0.01f;
+  for (int s = 0; s < 100; ++s) EXPECT_EQ(SampleToken(kLogits, p, s, 0), 1);
+  p = SamplingParams();
+  p.temperature = 1.0f;
+  p.min_p = 0.5f;  // keeps tokens with p >= 0.5 p_max: ids 1 (3.0), 4 (2.9), 2 (2.0 → e^-1 = 0.37: out)
+  for (int s = 0; s < 100; ++s) {
+    int t = SampleToken(kLogits, p, s, 0);
+    EXPECT_TRUE(t == 1 || t == 4) << t;
+  }
+}
+
+TEST(SamplerTest, FrequenciesFollowTheSoftmax) {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  std::map<int, int> counts;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) ++counts[SampleToken(kLogits, p, 7, i)];
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l / 0.7);
+  for (int t = 0; t < 5; ++t) {
+    const double expected = std::exp(kLogits[t] / 0.7) / z;
+    EXPECT_NEAR(counts[t] / double{n}, expected, 0.01) << "token " << t;
+  }
+}
+
+TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
+  TokenLogprobs lp = ComputeLogprobs(kLogits, 2, 2);
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  EXPECT_NEAR(lp.logprob, 2.0 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 4);
+  EXPECT_NEAR(lp.top[0].second - lp.top[1].second, 0.1, 1e-6);
+}
+
+}  // namespace
+}  // namespace kvserve::worker
