@@ -1,0 +1,64 @@
+// kvserve-run as a user drives it: --prompt-ids-file with a fixture's reference.json and
+// --dump-logits reproduce transformers' logits; bad inputs exit non-zero with one line.
+//
+//   node kvserve_run_test.mjs BUILD/bin/kvserve-run FIXTURES_DIR
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { readSafetensors } from './safetensors.mjs';
+
+const [binary, fixtures] = process.argv.slice(2);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-run-'));
+process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
+
+function run(args) {
+  return spawnSync(binary, args, { encoding: 'utf8' });
+}
+
+for (const model of ['tiny-llama3', 'tiny-qwen2', 'tiny-qwen3']) {
+  test(`${model}: --dump-logits matches transformers`, () => {
+    const dir = path.join(fixtures, model);
+    const out = path.join(tmp, `${model}.safetensors`);
+    const res = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'),
+      '--max-tokens', '4', '--dump-logits', out, '--json', '--block-size', '8', '--max-num-batched-tokens', '50']);
+    assert.equal(res.status, 0, res.stderr);
+    assert.match(res.stderr, /KV bytes per token/);
+    const lines = res.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const summary = lines.pop();
+    assert.equal(lines.length, 3);
+    for (const l of lines) assert.equal(l.token_ids.length, 4);
+    assert.ok(summary.tokens_per_s > 0);
+    const ours = readSafetensors(out);
+    const ref = readSafetensors(path.join(dir, 'reference_logits.safetensors'));
+    for (const [name, t] of Object.entries(ref)) {
+      assert.deepEqual(ours[name].shape, t.shape);
+      let maxRef = 0, maxErr = 0;
+      for (let i = 0; i < t.data.length; i++) {
+        maxRef = Math.max(maxRef, Math.abs(t.data[i]));
+        maxErr = Math.max(maxErr, Math.abs(t.data[i] - ours[name].data[i]));
+      }
+      assert.ok(maxErr / maxRef < 1e-4, `${name}: relative error ${maxErr / maxRef}`);
+    }
+  });
+}
+
+test('bad inputs exit non-zero with a reason', () => {
+  const dir = path.join(fixtures, 'tiny-qwen3');
+  let res = run(['--prompt-ids-file', path.join(dir, 'reference.json')]);
+  assert.notEqual(res.status, 0);
+  assert.match(res.stderr, /--model DIR is required/);
+  const bad = path.join(tmp, 'bad.json');
+  fs.writeFileSync(bad, JSON.stringify({ prompts: [[1, 2, 99999]] }));
+  res = run(['--model', dir, '--prompt-ids-file', bad]);
+  assert.notEqual(res.status, 0);
+  assert.match(res.stderr, /prompt 0: prompt token 2 is 99999/);
+  res = run(['--model', dir, '--prompt-ids-file', bad, '--block-size', '7']);
+  assert.match(res.stderr, /--block-size must be 8, 16 or 32/);
+  res = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--max-model-len', '100000']);
+  assert.match(res.stderr, /max_position_embeddings/);
+  res = run(['--model', dir, '--prompt', 'hi']);
+  assert.match(res.stderr, /needs a tokenizer/);
+});
