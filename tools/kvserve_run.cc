@@ -17,12 +17,14 @@
 #include "common/init.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "A text prompt (needs a tokenizer)");
+ABSL_FLAG(bool, chat, false, "Send --prompt as a user message through the tokenizer's chat template");
 ABSL_FLAG(std::string, prompt_ids_file, "", "JSON file whose 'prompts' key lists token-id prompts");
 ABSL_FLAG(std::string, tokenizer, "", "Tokenizer directory (default: --model when it has tokenizer.json)");
 ABSL_FLAG(int32_t, max_tokens, 16, "Tokens to generate per prompt");
@@ -63,7 +65,14 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadPrompts(const tokenizer::T
   const std::string text = absl::GetFlag(FLAGS_prompt);
   if (!text.empty()) {
     if (tok == nullptr) return absl::InvalidArgumentError("--prompt needs a tokenizer (--tokenizer DIR)");
-    ASSIGN_OR_RETURN(std::vector<int> ids, tok->Encode(text));
+    std::string rendered = text;
+    bool special = true;
+    if (absl::GetFlag(FLAGS_chat)) {
+      ASSIGN_OR_RETURN(auto tmpl, tokenizer::ChatTemplate::Detect(tok->chat_template(), tok->bos_token()));
+      ASSIGN_OR_RETURN(rendered, tmpl.Render({{"user", text, {}}}, {}));
+      special = false;  // the template already holds BOS
+    }
+    ASSIGN_OR_RETURN(std::vector<int> ids, tok->Encode(rendered, special));
     prompts.emplace_back(ids.begin(), ids.end());
   }
   if (prompts.empty()) return absl::InvalidArgumentError("give --prompt or --prompt-ids-file");

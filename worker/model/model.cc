@@ -57,7 +57,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
     }
   }
-  m->weight_bytes_ = ckpt->TotalBytes();
+  auto bytes = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
+  m->weight_bytes_ = bytes(m->embed_) + bytes(m->final_norm_) + bytes(m->lm_head_);
+  for (const Layer& L : m->layers_) {
+    for (const auto* v : {&L.input_norm, &L.post_norm, &L.qkv, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.o,
+                          &L.o_bias, &L.gate_up, &L.gate_up_bias, &L.down, &L.down_bias}) {
+      m->weight_bytes_ += bytes(*v);
+    }
+  }
   m->inv_freq_ = kernels::RopeInvFreq(config.rope, config.head_dim);
   return m;
 }

@@ -49,6 +49,7 @@ class Model {
   void CopyBlocks(absl::Span<const std::pair<int, int>> copies);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
+  // Bytes of the weights as loaded (float32 on the CPU backend).
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
   // 2 (K and V) × layers × kv_heads × head_dim × 4 bytes (float32 cache).
   [[nodiscard]] int64_t kv_bytes_per_token() const;
