@@ -7,6 +7,7 @@
 #define KVSERVE_COMMON_DTYPE_H_
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <string_view>
 
@@ -60,6 +61,57 @@ inline float F8E4M3ToFloat(uint8_t b) {
     v = BitsToFloat(((exp + 120) << 23) | (mant << 20));
   }
   return sign ? -v : v;
+}
+
+inline uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+// float32 to bfloat16, round to nearest even; NaN stays NaN.
+inline uint16_t FloatToBf16(float f) {
+  const uint32_t x = FloatToBits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// float32 to IEEE binary16, round to nearest even; overflow gives infinity, NaN stays NaN.
+inline uint16_t FloatToF16(float f) {
+  const uint32_t x = FloatToBits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00);
+  if (ax >= 0x477ff000u) return sign | 0x7c00;  // >= 65520 rounds to infinity
+  if (ax < 0x38800000u) {                       // below 2^-14: subnormal (exact scaling)
+    return sign | static_cast<uint16_t>(std::nearbyint(BitsToFloat(ax) * 16777216.0f));
+  }
+  uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+  const uint32_t rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+// float32 to OCP FP8 E4M3FN: round to nearest even, saturating at ±448 (infinities too), NaN
+// to S.1111.111.
+inline uint8_t FloatToF8E4M3(float f) {
+  const uint8_t sign = (FloatToBits(f) >> 24) & 0x80;
+  if (std::isnan(f)) return sign | 0x7f;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9 (8 reaches the smallest normal)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  }
+  int e;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int q = static_cast<int>(std::nearbyint((m * 2.0f - 1.0f) * 8.0f));
+  int exp = e - 1;
+  if (q == 8) {
+    q = 0;
+    ++exp;
+  }
+  const int code = ((exp + 7) << 3) | q;
+  return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
 }
 
 }  // namespace kvserve

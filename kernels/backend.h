@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/kv_format.h"
+
 namespace kvserve::kernels {
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); w is float32 (the CPU backend converts F16/BF16
@@ -63,15 +65,22 @@ struct SiluMulParams {
   int64_t num_tokens = 0, inter = 0;
 };
 
-// A layer's paged KV cache: K and V of shape [num_blocks, num_kv_heads, block_size, head_dim].
+// A layer's paged KV cache: K and V data of [num_blocks, num_kv_heads, block_size, head_dim]
+// elements in their KvFormat, and their fp16 scales (null when unquantized). kv_quant.h gives
+// the exact layout.
 struct KvCacheView {
-  float* k = nullptr;
-  float* v = nullptr;
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  uint16_t* k_scales = nullptr;
+  uint16_t* v_scales = nullptr;
+  KvFormat k_format, v_format;
   int64_t num_blocks = 0, num_kv_heads = 0, block_size = 0, head_dim = 0;
 };
 
 // Writes each token's K and V rows (num_kv_heads × head_dim, row stride `row_stride`) into
-// slot slot_mapping[t] = block · block_size + offset. A slot of -1 is skipped.
+// slot slot_mapping[t] = block · block_size + offset, quantizing to the cache's format. A slot
+// of -1 is skipped. Tokens of one block must come in position order (per-channel scales grow
+// with each token and earlier codes are re-encoded when they do).
 struct WriteKvParams {
   const float* k = nullptr;
   const float* v = nullptr;
@@ -81,7 +90,8 @@ struct WriteKvParams {
   KvCacheView cache;
 };
 
-// Causal attention of each sequence's query tokens over its cached context. Sequence s owns
+// Causal attention of each sequence's query tokens over its cached context, dequantizing K and
+// V as they are read (there is no separate dequantize pass). Sequence s owns
 // query rows [query_start[s], query_start[s] + query_len[s]) and has context_len[s] tokens in
 // the cache (its query tokens are the last ones), found through its block table
 // (block_tables[s * max_blocks_per_seq + i]). q rows have num_heads × head_dim values with
@@ -100,9 +110,12 @@ struct PagedAttentionParams {
   float scale = 1.0f;
 };
 
-// Copies whole blocks (K and V, every layer passed) from src[i] to dst[i].
+// Copies whole blocks (data and scales of K and V, every layer) from block src[i] of
+// src_layers to block dst[i] of dst_layers: copy-on-write within a pool (same views) or swap
+// between the device pool and the host pool (same formats).
 struct CopyBlocksParams {
-  const KvCacheView* layers = nullptr;
+  const KvCacheView* src_layers = nullptr;
+  const KvCacheView* dst_layers = nullptr;
   int64_t num_layers = 0;
   const int32_t* src = nullptr;
   const int32_t* dst = nullptr;

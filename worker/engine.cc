@@ -75,7 +75,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                    ") exceeds the model's max_position_embeddings (",
                                                    max_pos, ")"));
   }
-  const int64_t block_bytes = e->model_->kv_bytes_per_token() * config.block_size;
+  ASSIGN_OR_RETURN(e->kv_spec_, MakeKvCacheSpec(config.kv_quant, model_config.num_layers,
+                                                model_config.head_dim, KvDType::kFp32));
+  const int64_t block_bytes = e->kv_spec_.BytesPerBlock(model_config.num_kv_heads,
+                                                        config.block_size, model_config.head_dim);
   if (config.num_blocks > 0) {
     e->num_blocks_ = config.num_blocks;
   } else {
@@ -87,6 +90,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
           block_bytes, " bytes"));
     }
   }
+  int host_blocks = config.num_host_blocks;
+  if (host_blocks == 0 && config.swap_space_gib > 0) {
+    host_blocks = static_cast<int>(std::min<double>(config.swap_space_gib * 1073741824.0 / block_bytes, 1 << 30));
+  }
+  if (config.swap_space_gib < 0 || host_blocks < 0) {
+    return absl::InvalidArgumentError("--swap-space must be >= 0");
+  }
+  if (config.host_prefix_cache && host_blocks == 0) {
+    return absl::InvalidArgumentError("--host-prefix-cache needs a host tier: set --swap-space");
+  }
+  if (config.scheduler.preemption_mode == PreemptionMode::kSwap && host_blocks == 0) {
+    return absl::InvalidArgumentError("--preemption-mode swap needs a host tier: set --swap-space");
+  }
   const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
   if (e->max_model_len_ > pool_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -94,9 +110,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size,
         "); lower it or give the pool more memory (--kv-cache-memory-gib / --num-blocks)"));
   }
-  e->model_->AllocateKvCache(e->num_blocks_, config.block_size);
-  e->kv_ = std::make_unique<KvCacheManager>(e->num_blocks_, config.block_size,
-                                            config.enable_prefix_caching);
+  e->device_kv_ = std::make_unique<KvStorage>(e->kv_spec_, e->num_blocks_, model_config.num_kv_heads,
+                                              config.block_size, model_config.head_dim);
+  if (host_blocks > 0) {
+    e->host_kv_ = std::make_unique<KvStorage>(e->kv_spec_, host_blocks, model_config.num_kv_heads,
+                                              config.block_size, model_config.head_dim);
+  }
+  e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,
+                                                          config.enable_prefix_caching, host_blocks,
+                                                          config.host_prefix_cache});
   e->scheduler_ = std::make_unique<Scheduler>(config.scheduler, e->kv_.get());
   e->eos_ids_ = model_config.eos_token_ids;
   for (int id : GenerationEos(config.model_dir)) {
@@ -110,17 +132,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
 
   const ModelConfig& c = model_config;
   const int64_t blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
+  const KvFormat& k0 = e->kv_spec_.k[c.num_layers / 2];
+  const KvFormat& v0 = e->kv_spec_.v[c.num_layers / 2];
   e->preflight_ = absl::StrFormat(
       "kvserve preflight: model %s (%s, %d layers, %d heads, %d KV heads x %d head_dim)\n"
       "  weights             %s (float32 on the CPU backend)\n"
-      "  KV bytes per token  %d (2 x %d layers x %d KV heads x %d head_dim x 4 B)\n"
+      "  KV cache            K %s, V %s (layers: %s)\n"
+      "  KV bytes per token  %.2f (%d per block of %d tokens, data and scales)\n"
       "  KV pool             %d blocks x %d tokens = %d tokens, %s\n"
+      "  host tier           %d blocks, %s (swap %s, host prefix cache %s)\n"
       "  max concurrency     %d sequences at --max-model-len=%d (%d blocks each)\n"
       "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s",
       e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-      Mib(e->model_->weight_bytes()), e->model_->kv_bytes_per_token(), c.num_layers,
-      c.num_kv_heads, c.head_dim, e->num_blocks_, config.block_size, pool_tokens,
-      Mib(e->model_->kv_pool_bytes()), e->num_blocks_ / blocks_per_seq, e->max_model_len_,
+      Mib(e->model_->weight_bytes()), k0.Describe(), v0.Describe(), e->kv_spec_.CacheKeyQuant(),
+      e->kv_spec_.BytesPerToken(c.num_kv_heads, config.block_size, c.head_dim), block_bytes,
+      config.block_size, e->num_blocks_, config.block_size, pool_tokens, Mib(e->device_kv_->bytes()),
+      host_blocks, Mib(e->host_kv_ ? e->host_kv_->bytes() : 0),
+      host_blocks > 0 && config.scheduler.preemption_mode != PreemptionMode::kRecompute ? "on" : "off",
+      config.host_prefix_cache ? "on" : "off", e->num_blocks_ / blocks_per_seq, e->max_model_len_,
       blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
       config.enable_prefix_caching ? "on" : "off");
   return e;
@@ -170,8 +199,8 @@ absl::Status Engine::Validate(const RequestInput& in) const {
 absl::Status Engine::AddRequest(RequestInput input) {
   RETURN_IF_ERROR(Validate(input));
   auto req = std::make_unique<Request>();
-  CacheKey key{config_.model_id, "fp32", "", static_cast<uint32_t>(config_.block_size), 1,
-               input.cache_salt};
+  CacheKey key{config_.model_id, kv_spec_.CacheKeyDType(), kv_spec_.CacheKeyQuant(),
+               static_cast<uint32_t>(config_.block_size), 1, input.cache_salt};
   ASSIGN_OR_RETURN(req->extra_key, key.Serialize());
   req->input = std::move(input);
   req->arrival = next_arrival_++;
@@ -254,8 +283,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   std::vector<SequenceOutput> outs;
   if (plan.scheduled.empty()) return outs;
   ++counters_.steps;
-  counters_.cow_copies += static_cast<int64_t>(plan.copies.size());
-  model_->CopyBlocks(plan.copies);
+  RunCopies();
 
   ForwardBatch batch;
   int max_blocks = 1;
@@ -291,7 +319,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
       batch.block_tables.push_back(i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
     }
   }
-  std::vector<float> logits = model_->Forward(batch);
+  std::vector<float> logits = model_->Forward(batch, *device_kv_);
   const int vocab = model_->config().vocab_size;
 
   for (const auto& [seq, n] : plan.scheduled) {
@@ -359,15 +387,61 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   return outs;
 }
 
+void Engine::RunCopies() {
+  BlockCopies copies = kv_->TakeCopies();
+  counters_.cow_copies += static_cast<int64_t>(copies.device_to_device.size());
+  if (!copies.empty()) {
+    std::vector<kernels::KvCacheView> device = device_kv_->Views();
+    std::vector<kernels::KvCacheView> host = host_kv_ ? host_kv_->Views() : device;
+    auto run = [&](const std::vector<kernels::KvCacheView>& src,
+                   const std::vector<kernels::KvCacheView>& dst,
+                   const std::vector<std::pair<int, int>>& pairs) {
+      if (pairs.empty()) return;
+      std::vector<int32_t> from, to;
+      for (auto [a, b] : pairs) {
+        from.push_back(a);
+        to.push_back(b);
+      }
+      backend_->CopyBlocks({src.data(), dst.data(), static_cast<int64_t>(src.size()), from.data(),
+                            to.data(), static_cast<int64_t>(from.size())});
+    };
+    // Order matters: device blocks leave before anything overwrites them, and host blocks are
+    // read before they are reused.
+    run(device, host, copies.device_to_host);
+    run(device, device, copies.device_to_device);
+    run(host, device, copies.host_to_device);
+  }
+  kv_->FinishCopies();
+}
+
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
   const Scheduler::Counters& c = scheduler_->counters();
   s.prefix_queried_tokens = c.prefix_queried_tokens;
   s.prefix_hit_tokens = c.prefix_hit_tokens;
   s.preemptions = c.preemptions;
+  s.swap_preemptions = c.swap_preemptions;
+  s.recompute_preemptions = c.recompute_preemptions;
+  const KvCacheCounters& k = kv_->counters();
+  const int64_t block_bytes = kv_spec_.BytesPerBlock(model_->config().num_kv_heads,
+                                                     config_.block_size, model_->config().head_dim);
+  s.kv_bytes_per_block = block_bytes;
+  s.prefix_hit_tokens_device = k.device_hit_blocks * config_.block_size;
+  s.prefix_hit_tokens_host = k.host_hit_blocks * config_.block_size;
+  s.swap_out_blocks = k.swap_out_blocks;
+  s.swap_in_blocks = k.swap_in_blocks;
+  s.swap_out_bytes = k.swap_out_blocks * block_bytes;
+  s.swap_in_bytes = k.swap_in_blocks * block_bytes;
+  s.host_spilled_blocks = k.host_spilled_blocks;
+  if (const BlockPool* host = kv_->host_pool()) {
+    s.host_blocks_total = host->num_blocks();
+    s.host_blocks_free = host->num_free();
+    s.host_blocks_cached_evictable = host->num_cached_evictable();
+  }
   s.evictions = kv_->pool().num_evictions();
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
+  s.num_swapped = scheduler_->num_swapped();
   s.num_requests = static_cast<int>(requests_.size());
   s.blocks_total = kv_->pool().num_blocks();
   s.blocks_free = kv_->pool().num_free();
@@ -385,7 +459,8 @@ absl::Status Engine::CheckInvariants() const {
       }
     }
   }
-  if (static_cast<int>(live.size()) != scheduler_->num_running() + scheduler_->num_waiting()) {
+  if (static_cast<int>(live.size()) !=
+      scheduler_->num_running() + scheduler_->num_waiting() + scheduler_->num_swapped()) {
     return absl::InternalError("scheduler queues and live sequences disagree");
   }
   return kv_->CheckInvariants(live);

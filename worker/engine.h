@@ -19,7 +19,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/kv_format.h"
 #include "kernels/backend.h"
+#include "worker/kv_cache/kv_storage.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/model/model.h"
 #include "worker/request.h"
@@ -36,6 +38,10 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   double kv_cache_memory_gib = 0.5;  // KV pool size (CPU backend)
   int num_blocks = 0;                // overrides kv_cache_memory_gib when > 0
+  KvQuantOptions kv_quant;           // --kv-cache-dtype, granularity, group size, fp layers
+  double swap_space_gib = 0.0;       // host tier for swapping and the host prefix cache
+  int num_host_blocks = 0;           // overrides swap_space_gib when > 0
+  bool host_prefix_cache = false;
   int cpu_threads = 1;
   SchedulerConfig scheduler;
 };
@@ -60,11 +66,20 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  int64_t prefix_hit_tokens_device = 0;
+  int64_t prefix_hit_tokens_host = 0;
   int64_t preemptions = 0;
+  int64_t swap_preemptions = 0;
+  int64_t recompute_preemptions = 0;
+  int64_t swap_out_blocks = 0, swap_in_blocks = 0;
+  int64_t swap_out_bytes = 0, swap_in_bytes = 0;
+  int64_t host_spilled_blocks = 0;
   int64_t cow_copies = 0;
   int64_t evictions = 0;
-  int num_running = 0, num_waiting = 0, num_requests = 0;
+  int num_running = 0, num_waiting = 0, num_swapped = 0, num_requests = 0;
   int blocks_total = 0, blocks_free = 0, blocks_cached_evictable = 0;
+  int host_blocks_total = 0, host_blocks_free = 0, host_blocks_cached_evictable = 0;
+  int64_t kv_bytes_per_block = 0;
 };
 
 class Engine {
@@ -93,6 +108,10 @@ class Engine {
   [[nodiscard]] absl::Status CheckInvariants() const;
   bool ForcePreemption() { return scheduler_->PreemptOne(); }
   [[nodiscard]] const KvCacheManager& kv_cache() const { return *kv_; }
+  [[nodiscard]] KvCacheManager& mutable_kv_cache() { return *kv_; }
+  [[nodiscard]] const KvCacheSpec& kv_spec() const { return kv_spec_; }
+  // The device pool's memory (tests compare layers bit for bit).
+  [[nodiscard]] KvStorage& device_kv() { return *device_kv_; }
 
  private:
   Engine() = default;
@@ -101,10 +120,14 @@ class Engine {
   void FinishSequence(Sequence& seq, FinishReason reason, std::vector<SequenceOutput>* outs);
   void AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
   void Fork(Request& req, absl::Span<const float> logits);
+  void RunCopies();
 
   EngineConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<Model> model_;
+  KvCacheSpec kv_spec_;
+  std::unique_ptr<KvStorage> device_kv_;
+  std::unique_ptr<KvStorage> host_kv_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;

@@ -15,6 +15,19 @@ ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks of identical prefi
 ABSL_FLAG(double, kv_cache_memory_gib, 0.5, "KV pool size in GiB (CPU backend)");
 ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
+ABSL_FLAG(std::string, kv_quant_granularity, "per_token",
+          "Scale granularity of fp8/int8/int4: per_token, per_group, per_channel, or "
+          "k:GRAN,v:GRAN (e.g. k:per_channel,v:per_token, the known-good 4-bit recipe)");
+ABSL_FLAG(int32_t, kv_quant_group_size, 128, "Channels per scale for per_group (8..128, divides head_dim)");
+ABSL_FLAG(std::string, kv_full_precision_layers, "",
+          "Layers kept unquantized: first:N, last:N and/or indices, comma-separated");
+ABSL_FLAG(double, swap_space, 0.0, "Host tier in GiB for swapping and the host prefix cache");
+ABSL_FLAG(std::string, preemption_mode, "auto",
+          "auto (swap when the host tier has room, else recompute), swap or recompute");
+ABSL_FLAG(bool, host_prefix_cache, false,
+          "Move prefix blocks evicted from the device pool to the host tier (needs --swap-space)");
 ABSL_FLAG(int32_t, long_prefill_token_threshold, 0,
           "Prompts longer than this are long: they prefill at most this many tokens per step "
           "(0: off)");
@@ -45,6 +58,23 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
   c.scheduler.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
   c.scheduler.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
+  c.kv_quant.dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  c.kv_quant.granularity = absl::GetFlag(FLAGS_kv_quant_granularity);
+  c.kv_quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
+  c.kv_quant.full_precision_layers = absl::GetFlag(FLAGS_kv_full_precision_layers);
+  c.swap_space_gib = absl::GetFlag(FLAGS_swap_space);
+  c.host_prefix_cache = absl::GetFlag(FLAGS_host_prefix_cache);
+  const std::string mode = absl::GetFlag(FLAGS_preemption_mode);
+  if (mode == "auto") {
+    c.scheduler.preemption_mode = PreemptionMode::kAuto;
+  } else if (mode == "swap") {
+    c.scheduler.preemption_mode = PreemptionMode::kSwap;
+  } else if (mode == "recompute") {
+    c.scheduler.preemption_mode = PreemptionMode::kRecompute;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preemption-mode '", mode, "' is not one of auto, swap, recompute"));
+  }
   return c;
 }
 

@@ -41,7 +41,7 @@ struct RequestInput {
 
 struct Request;
 
-enum class SeqStatus { kWaiting, kRunning, kFinished };
+enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
 
 struct TokenLogprobs {
   int32_t token = 0;

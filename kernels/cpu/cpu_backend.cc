@@ -9,6 +9,7 @@
 
 #include "glog/logging.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/kv_ops.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -113,9 +114,10 @@ class CpuBackend final : public Backend {
       const int64_t block = slot / c.block_size, offset = slot % c.block_size;
       CHECK_LT(block, c.num_blocks);
       for (int64_t h = 0; h < c.num_kv_heads; ++h) {
-        const int64_t dst = ((block * c.num_kv_heads + h) * c.block_size + offset) * c.head_dim;
-        std::memcpy(c.k + dst, p.k + t * p.row_stride + h * c.head_dim, sizeof(float) * c.head_dim);
-        std::memcpy(c.v + dst, p.v + t * p.row_stride + h * c.head_dim, sizeof(float) * c.head_dim);
+        cpu::WriteRow(c.k_format, p.k + t * p.row_stride + h * c.head_dim, c.head_dim,
+                      c.block_size, cpu::KBlockHead(c, block, h), offset);
+        cpu::WriteRow(c.v_format, p.v + t * p.row_stride + h * c.head_dim, c.head_dim,
+                      c.block_size, cpu::VBlockHead(c, block, h), offset);
       }
     }
   }
@@ -124,9 +126,9 @@ class CpuBackend final : public Backend {
     const KvCacheView& c = p.cache;
     const int64_t d = c.head_dim;
     const int64_t group = p.num_heads / c.num_kv_heads;
-    const int64_t head_stride = c.block_size * d;              // floats per (block, kv head)
-    const int64_t block_stride = c.num_kv_heads * head_stride;  // floats per block
-    std::vector<float> scores;
+    const bool k_direct = c.k_format.dtype == KvDType::kFp32;
+    const bool v_direct = c.v_format.dtype == KvDType::kFp32;
+    std::vector<float> scores, k_rows(c.block_size * d), v_rows(c.block_size * d);
     for (int64_t s = 0; s < p.num_seqs; ++s) {
       const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
       const int64_t ctx = p.context_len[s];
@@ -137,13 +139,18 @@ class CpuBackend final : public Backend {
         const int64_t visible = ctx - qlen + j + 1;  // causal: positions [0, visible)
         const int64_t num_blocks = (visible + c.block_size - 1) / c.block_size;
         for (int64_t h = 0; h < p.num_heads; ++h) {
-          const int64_t kv_offset = (h / group) * head_stride;
+          const int64_t kvh = h / group;
           const float* q = p.q + row * p.q_stride + h * d;
           float max_score = -INFINITY;
           for (int64_t blk = 0; blk < num_blocks; ++blk) {
-            const float* k = c.k + table[blk] * block_stride + kv_offset;
             const int64_t first = blk * c.block_size;
             const int64_t n = std::min(c.block_size, visible - first);
+            cpu::BlockHead bh = cpu::KBlockHead(c, table[blk], kvh);
+            const float* k = reinterpret_cast<const float*>(bh.data);
+            if (!k_direct) {
+              cpu::ReadRows(c.k_format, bh, d, n, k_rows.data());  // dequantized as read
+              k = k_rows.data();
+            }
             for (int64_t o = 0; o < n; ++o, k += d) {
               const float score = Dot(q, k, d) * p.scale;
               scores[first + o] = score;
@@ -159,9 +166,14 @@ class CpuBackend final : public Backend {
           std::fill(out, out + d, 0.0f);
           const float inv_sum = 1.0f / sum;
           for (int64_t blk = 0; blk < num_blocks; ++blk) {
-            const float* v = c.v + table[blk] * block_stride + kv_offset;
             const int64_t first = blk * c.block_size;
             const int64_t n = std::min(c.block_size, visible - first);
+            cpu::BlockHead bh = cpu::VBlockHead(c, table[blk], kvh);
+            const float* v = reinterpret_cast<const float*>(bh.data);
+            if (!v_direct) {
+              cpu::ReadRows(c.v_format, bh, d, n, v_rows.data());
+              v = v_rows.data();
+            }
             for (int64_t o = 0; o < n; ++o, v += d) {
               const float w = scores[first + o] * inv_sum;
               for (int64_t i = 0; i < d; ++i) out[i] += w * v[i];
@@ -174,13 +186,19 @@ class CpuBackend final : public Backend {
 
   void CopyBlocks(const CopyBlocksParams& p) override {
     for (int64_t l = 0; l < p.num_layers; ++l) {
-      const KvCacheView& c = p.layers[l];
-      const int64_t block_floats = c.num_kv_heads * c.block_size * c.head_dim;
+      const KvCacheView& src = p.src_layers[l];
+      const KvCacheView& dst = p.dst_layers[l];
+      const int64_t heads = src.num_kv_heads;
+      const int64_t k_bytes = heads * cpu::DataBytes(src.k_format, src.block_size, src.head_dim);
+      const int64_t v_bytes = heads * cpu::DataBytes(src.v_format, src.block_size, src.head_dim);
+      const int64_t k_scales = heads * cpu::ScaleCount(src.k_format, src.block_size, src.head_dim);
+      const int64_t v_scales = heads * cpu::ScaleCount(src.v_format, src.block_size, src.head_dim);
       for (int64_t i = 0; i < p.num_pairs; ++i) {
-        std::memcpy(c.k + p.dst[i] * block_floats, c.k + p.src[i] * block_floats,
-                    sizeof(float) * block_floats);
-        std::memcpy(c.v + p.dst[i] * block_floats, c.v + p.src[i] * block_floats,
-                    sizeof(float) * block_floats);
+        const int64_t s = p.src[i], d = p.dst[i];
+        std::memcpy(dst.k + d * k_bytes, src.k + s * k_bytes, k_bytes);
+        std::memcpy(dst.v + d * v_bytes, src.v + s * v_bytes, v_bytes);
+        if (k_scales > 0) std::memcpy(dst.k_scales + d * k_scales, src.k_scales + s * k_scales, 2 * k_scales);
+        if (v_scales > 0) std::memcpy(dst.v_scales + d * v_scales, src.v_scales + s * v_scales, 2 * v_scales);
       }
     }
   }

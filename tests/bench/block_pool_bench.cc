@@ -42,16 +42,15 @@ BENCHMARK(BM_CachedLookup)->Arg(1024)->Arg(65536);
 // A 2,048-token sequence: allocate its blocks, register their hashes, free them (cached).
 void BM_SequenceAllocateCacheFree(benchmark::State& state) {
   const int block_size = 16, tokens = 2048;
-  KvCacheManager kv(4096, block_size, true);
+  KvCacheManager kv({.num_blocks = 4096, .block_size = block_size, .enable_prefix_caching = true});
   Sequence seq;
   seq.tokens.assign(tokens, 1);
   seq.num_prompt_tokens = tokens;
   for (int b = 0; b < tokens / block_size; ++b) seq.block_hashes.push_back(BlockHash{uint64_t(b) + 1, 7});
-  std::vector<std::pair<int, int>> copies;
   for (auto _ : state) {
     seq.num_computed_tokens = 0;
-    std::vector<int> hit = kv.FindCachedBlocks(seq);
-    kv.Allocate(seq, tokens - static_cast<int>(hit.size()) * block_size, hit, &copies);
+    std::vector<CachedBlock> hit = kv.FindCachedBlocks(seq);
+    kv.Allocate(seq, tokens - static_cast<int>(hit.size()) * block_size, hit);
     seq.num_computed_tokens = tokens;
     kv.CacheComputedBlocks(seq);
     kv.Free(seq);

@@ -27,7 +27,13 @@ TEST(CpuBackendTest, PagedAttentionEqualsDenseCausalAttention) {
   std::vector<float> keys = Random(ctx * kv_heads * d, rng), values = Random(ctx * kv_heads * d, rng);
   std::vector<int64_t> slots;
   for (int t = 0; t < ctx; ++t) slots.push_back(int64_t{table[t / bs]} * bs + t % bs);
-  KvCacheView cache{k_cache.data(), v_cache.data(), blocks, kv_heads, bs, d};
+  KvCacheView cache;
+  cache.k = reinterpret_cast<uint8_t*>(k_cache.data());
+  cache.v = reinterpret_cast<uint8_t*>(v_cache.data());
+  cache.num_blocks = blocks;
+  cache.num_kv_heads = kv_heads;
+  cache.block_size = bs;
+  cache.head_dim = d;
   be->WriteKv({keys.data(), values.data(), kv_heads * d, slots.data(), ctx, cache});
   std::vector<float> q = Random(qlen * heads * d, rng), out(qlen * heads * d);
   int32_t qs = 0, ql = qlen, cl = ctx;
@@ -108,9 +114,15 @@ TEST(CpuBackendTest, CopyBlocksCopiesKAndV) {
   auto be = CreateCpuBackend({});
   std::vector<float> k(3 * 2 * 4), v(k.size());
   for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = static_cast<float>(i);
-  KvCacheView view{k.data(), v.data(), 3, 1, 2, 4};
+  KvCacheView view;
+  view.k = reinterpret_cast<uint8_t*>(k.data());
+  view.v = reinterpret_cast<uint8_t*>(v.data());
+  view.num_blocks = 3;
+  view.num_kv_heads = 1;
+  view.block_size = 2;
+  view.head_dim = 4;
   int32_t src = 0, dst = 2;
-  be->CopyBlocks({&view, 1, &src, &dst, 1});
+  be->CopyBlocks({&view, &view, 1, &src, &dst, 1});
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(k[16 + i], i);
     EXPECT_EQ(v[16 + i], i);

@@ -51,7 +51,7 @@ void BlockPool::Evict(int b) {
   BlockHash h = *blk.hash;
   blk.hash.reset();
   ++num_evictions_;
-  if (listener_) listener_(h, /*stored=*/false);
+  if (listener_) listener_(b, h, /*stored=*/false);
 }
 
 std::optional<int> BlockPool::Allocate() {
@@ -89,7 +89,7 @@ bool BlockPool::Cache(int b, const BlockHash& hash) {
   CHECK(!blk.in_free_queue) << "caching an unreferenced block " << b;
   blk.hash = hash;
   cached_.emplace(hash, b);
-  if (listener_) listener_(hash, /*stored=*/true);
+  if (listener_) listener_(b, hash, /*stored=*/true);
   return true;
 }
 

@@ -30,8 +30,9 @@ namespace kvserve::worker {
 
 class BlockPool {
  public:
-  // Called when a hash enters (stored = true) or leaves the cache; KV events hang off this.
-  using CacheListener = std::function<void(const BlockHash& hash, bool stored)>;
+  // Called when a block's hash enters (stored = true) or leaves the cache (eviction, just
+  // before the block is handed out again); KV events and the host prefix cache hang off this.
+  using CacheListener = std::function<void(int block, const BlockHash& hash, bool stored)>;
 
   explicit BlockPool(int num_blocks);
 

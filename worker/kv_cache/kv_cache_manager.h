@@ -1,16 +1,25 @@
-// Per-sequence block tables on top of the BlockPool: prefix-cache lookup, slot allocation
-// with copy-on-write for shared blocks, registering newly full blocks, forking for parallel
-// sampling, freeing, and an invariant checker for tests.
+// Per-sequence block tables on top of two BlockPools, the device pool and an optional host
+// pool (--swap-space): prefix-cache lookup across both tiers, slot allocation with
+// copy-on-write for shared blocks, registering newly full blocks, forking for parallel
+// sampling, swapping sequences out to host and back, spilling evicted prefix blocks to the host
+// (--host-prefix-cache), freeing, and an invariant checker for tests.
 //
-//   std::vector<int> hit = kv.FindCachedBlocks(seq);          // leading cached blocks
-//   std::vector<std::pair<int, int>> copies;                  // (src, dst) block copies
-//   if (!kv.Allocate(seq, num_new_tokens, hit, &copies)) { /* preempt someone */ }
-//   ... run the model, then: kv.CacheComputedBlocks(seq);
+// Data moves are only planned here; the engine runs them before the forward pass, in this
+// order: device→host (swap-outs, spilled evictions), device→device (copy-on-write),
+// host→device (swap-ins, host prefix hits), then calls FinishCopies() so the host blocks read
+// by the last group can be reused.
+//
+//   std::vector<CachedBlock> hit = kv.FindCachedBlocks(seq);
+//   if (!kv.Allocate(seq, num_new_tokens, hit)) { /* preempt someone */ }
+//   BlockCopies copies = kv.TakeCopies();  ... run them ...  kv.FinishCopies();
+//   ... forward pass ...;  kv.CacheComputedBlocks(seq);
 //
 // Owned by the engine thread; not thread-safe.
 #ifndef KVSERVE_WORKER_KV_CACHE_KV_CACHE_MANAGER_H_
 #define KVSERVE_WORKER_KV_CACHE_KV_CACHE_MANAGER_H_
 
+#include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -21,20 +30,53 @@
 
 namespace kvserve::worker {
 
+enum class Medium { kDevice, kHost };
+
+struct CachedBlock {
+  int block;
+  Medium medium;
+};
+
+struct BlockCopies {
+  std::vector<std::pair<int, int>> device_to_host;    // (device block, host block)
+  std::vector<std::pair<int, int>> device_to_device;  // (src, dst)
+  std::vector<std::pair<int, int>> host_to_device;    // (host block, device block)
+  [[nodiscard]] bool empty() const {
+    return device_to_host.empty() && device_to_device.empty() && host_to_device.empty();
+  }
+};
+
+struct KvPoolOptions {
+  int num_blocks = 0;
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+  int num_host_blocks = 0;         // 0: no host tier
+  bool host_prefix_cache = false;  // spill evicted prefix blocks to the host tier
+};
+
+struct KvCacheCounters {
+  int64_t swap_out_blocks = 0;
+  int64_t swap_in_blocks = 0;
+  int64_t device_hit_blocks = 0;
+  int64_t host_hit_blocks = 0;
+  int64_t host_spilled_blocks = 0;  // evicted device blocks saved to the host tier
+};
+
 class KvCacheManager {
  public:
-  KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching);
+  using EventListener = std::function<void(const BlockHash& hash, bool stored, Medium medium)>;
 
-  // The seq's leading full blocks found in the prefix cache, keeping at least one token to
-  // compute (its logits are needed). Empty when prefix caching is off.
-  [[nodiscard]] std::vector<int> FindCachedBlocks(const Sequence& seq) const;
+  explicit KvCacheManager(const KvPoolOptions& options);
+
+  // The seq's leading full blocks found in the prefix cache (device first, then host), keeping
+  // at least one token to compute. Empty when prefix caching is off.
+  [[nodiscard]] std::vector<CachedBlock> FindCachedBlocks(const Sequence& seq) const;
 
   // Makes room for `num_new_tokens` more computed tokens: takes `cached` blocks first (only
-  // for a sequence with no blocks yet), copies a shared block that is about to be written
-  // (appending the (src, dst) pair to `copies`), then allocates fresh blocks. Returns false and
-  // changes nothing when the pool cannot supply them.
-  bool Allocate(Sequence& seq, int num_new_tokens, const std::vector<int>& cached,
-                std::vector<std::pair<int, int>>* copies);
+  // for a sequence with no blocks; host hits are copied into fresh device blocks), copies a
+  // shared block about to be written, then allocates fresh blocks. Returns false and changes
+  // nothing when the device pool cannot supply them.
+  bool Allocate(Sequence& seq, int num_new_tokens, const std::vector<CachedBlock>& cached);
 
   // Registers the hashes of the seq's full, computed blocks that are not cached yet.
   void CacheComputedBlocks(Sequence& seq);
@@ -45,20 +87,39 @@ class KvCacheManager {
   // Gives `child` the parent's blocks (shared, reference counted) and computed state.
   void Fork(const Sequence& parent, Sequence& child);
 
-  // Every live block table against the pool: reference counts equal the number of tables
-  // holding each block, tables are long enough for the computed tokens, cached blocks match
-  // their sequence's hashes.
+  // Swapping: a swapped-out sequence's table holds host block ids.
+  [[nodiscard]] bool CanSwapOut(const Sequence& seq) const;
+  void SwapOut(Sequence& seq);
+  [[nodiscard]] bool CanSwapIn(const Sequence& seq, int extra_blocks) const;
+  void SwapIn(Sequence& seq);
+
+  // The copies planned since the last call, and the release of host blocks they read.
+  BlockCopies TakeCopies();
+  void FinishCopies();
+
+  // Every live block table against the pools: reference counts equal the number of tables
+  // holding each block (host tables for swapped sequences), tables are long enough, cached
+  // blocks match their sequence's hashes.
   absl::Status CheckInvariants(absl::Span<const Sequence* const> live) const;
 
-  [[nodiscard]] const BlockPool& pool() const { return pool_; }
-  [[nodiscard]] BlockPool& pool() { return pool_; }
-  [[nodiscard]] int block_size() const { return block_size_; }
-  [[nodiscard]] bool prefix_caching() const { return enable_prefix_caching_; }
+  void set_event_listener(EventListener listener) { listener_ = std::move(listener); }
+
+  [[nodiscard]] const BlockPool& pool() const { return device_; }
+  [[nodiscard]] const BlockPool* host_pool() const { return host_ ? &*host_ : nullptr; }
+  [[nodiscard]] int block_size() const { return options_.block_size; }
+  [[nodiscard]] bool prefix_caching() const { return options_.enable_prefix_caching; }
+  [[nodiscard]] const KvCacheCounters& counters() const { return counters_; }
 
  private:
-  BlockPool pool_;
-  int block_size_;
-  bool enable_prefix_caching_;
+  void OnDeviceCacheChange(int block, const BlockHash& hash, bool stored);
+
+  KvPoolOptions options_;
+  BlockPool device_;
+  std::optional<BlockPool> host_;
+  BlockCopies pending_;
+  std::vector<int> host_releases_;  // host blocks to release after the pending copies ran
+  KvCacheCounters counters_;
+  EventListener listener_;
 };
 
 }  // namespace kvserve::worker

@@ -69,44 +69,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return m;
 }
 
-int64_t Model::kv_bytes_per_token() const {
-  return int64_t{2} * config_.num_layers * config_.num_kv_heads * config_.head_dim * 4;
-}
-
-int64_t Model::kv_pool_bytes() const {
-  return kv_bytes_per_token() * num_blocks_ * block_size_;
-}
-
-void Model::AllocateKvCache(int num_blocks, int block_size) {
-  num_blocks_ = num_blocks;
-  block_size_ = block_size;
-  const size_t floats =
-      static_cast<size_t>(num_blocks) * config_.num_kv_heads * block_size * config_.head_dim;
-  for (Layer& L : layers_) {
-    L.k_cache.assign(floats, 0.0f);
-    L.v_cache.assign(floats, 0.0f);
-  }
-}
-
-kernels::KvCacheView Model::CacheView(Layer& L) {
-  return {L.k_cache.data(), L.v_cache.data(), num_blocks_, config_.num_kv_heads, block_size_,
-          config_.head_dim};
-}
-
-void Model::CopyBlocks(absl::Span<const std::pair<int, int>> copies) {
-  if (copies.empty()) return;
-  std::vector<kernels::KvCacheView> views;
-  for (Layer& L : layers_) views.push_back(CacheView(L));
-  std::vector<int32_t> src, dst;
-  for (auto [s, d] : copies) {
-    src.push_back(s);
-    dst.push_back(d);
-  }
-  backend_->CopyBlocks({views.data(), static_cast<int64_t>(views.size()), src.data(), dst.data(),
-                        static_cast<int64_t>(src.size())});
-}
-
-std::vector<float> Model::Forward(const ForwardBatch& b) {
+std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
   const int64_t H = c.hidden_size, D = c.head_dim;
@@ -117,7 +80,8 @@ std::vector<float> Model::Forward(const ForwardBatch& b) {
       attn(T * q_dim), gate_up(T * 2 * inter), act(T * inter);
 
   backend_->Embedding({b.token_ids.data(), embed_.data(), delta.data(), T, H});
-  for (Layer& L : layers_) {
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[l];
     backend_->RmsNorm({delta.data(), residual.data(), L.input_norm.data(), h.data(), T, H, eps});
     backend_->Gemm({h.data(), L.qkv.data(), L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(),
                     qkv.data(), T, qkv_dim, H});
@@ -131,7 +95,7 @@ std::vector<float> Model::Forward(const ForwardBatch& b) {
     backend_->Rope({qkv.data(), b.positions.data(), inv_freq_.data(), T, c.num_heads, D, qkv_dim});
     backend_->Rope({qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, c.num_kv_heads, D,
                     qkv_dim});
-    kernels::KvCacheView cache = CacheView(L);
+    const kernels::KvCacheView cache = kv.View(l);
     backend_->WriteKv({qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, qkv_dim,
                        b.slot_mapping.data(), T, cache});
     kernels::PagedAttentionParams ap;

@@ -3,8 +3,7 @@
 // for the CPU backend), fusing q/k/v and gate/up projections into one GEMM each.
 //
 //   ASSIGN_OR_RETURN(auto model, Model::Load(dir, config, backend.get()));
-//   model->AllocateKvCache(num_blocks, block_size);
-//   std::vector<float> logits = model->Forward(batch);  // [batch.logit_rows.size(), vocab]
+//   std::vector<float> logits = model->Forward(batch, kv);  // [batch.logit_rows.size(), vocab]
 //
 // Used by the engine thread only.
 #ifndef KVSERVE_WORKER_MODEL_MODEL_H_
@@ -20,6 +19,7 @@
 #include "absl/types/span.h"
 #include "common/hf_config.h"
 #include "kernels/backend.h"
+#include "worker/kv_cache/kv_storage.h"
 
 namespace kvserve::worker {
 
@@ -43,17 +43,12 @@ class Model {
                                                      const ModelConfig& config,
                                                      kernels::Backend* backend);
 
-  void AllocateKvCache(int num_blocks, int block_size);
-  std::vector<float> Forward(const ForwardBatch& batch);
-  // Copies whole blocks in every layer (copy-on-write).
-  void CopyBlocks(absl::Span<const std::pair<int, int>> copies);
+  // Runs the batch, writing its K/V into (and reading context from) `kv`.
+  std::vector<float> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // Bytes of the weights as loaded (float32 on the CPU backend).
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
-  // 2 (K and V) × layers × kv_heads × head_dim × 4 bytes (float32 cache).
-  [[nodiscard]] int64_t kv_bytes_per_token() const;
-  [[nodiscard]] int64_t kv_pool_bytes() const;
 
  private:
   struct Layer {
@@ -63,11 +58,9 @@ class Model {
     std::vector<float> o, o_bias;
     std::vector<float> gate_up, gate_up_bias;  // [2 inter × hidden]
     std::vector<float> down, down_bias;
-    std::vector<float> k_cache, v_cache;
   };
 
   Model(const ModelConfig& config, kernels::Backend* backend) : config_(config), backend_(backend) {}
-  kernels::KvCacheView CacheView(Layer& layer);
 
   ModelConfig config_;
   kernels::Backend* backend_;
@@ -75,7 +68,6 @@ class Model {
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   int64_t weight_bytes_ = 0;
-  int num_blocks_ = 0, block_size_ = 0;
 };
 
 }  // namespace kvserve::worker

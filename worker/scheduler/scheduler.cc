@@ -33,6 +33,7 @@ void Scheduler::AddRunning(Sequence* seq) {
 void Scheduler::Remove(Sequence* seq) {
   std::erase(running_, seq);
   std::erase(waiting_, seq);
+  std::erase(swapped_, seq);
   kv_->Free(*seq);
 }
 
@@ -50,11 +51,18 @@ int Scheduler::ChunkLimit(int remaining) const {
 
 void Scheduler::Preempt(Sequence* seq) {
   std::erase(running_, seq);
+  ++counters_.preemptions;
+  if (config_.preemption_mode != PreemptionMode::kRecompute && kv_->CanSwapOut(*seq)) {
+    kv_->SwapOut(*seq);
+    swapped_.push_back(seq);
+    ++counters_.swap_preemptions;
+    return;
+  }
   kv_->Free(*seq);
   seq->num_computed_tokens = 0;
   seq->status = SeqStatus::kWaiting;
   waiting_.push_back(seq);
-  ++counters_.preemptions;
+  ++counters_.recompute_preemptions;
 }
 
 bool Scheduler::PreemptOne() {
@@ -88,13 +96,13 @@ Scheduler::Output Scheduler::Schedule() {
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier in this loop
     if (!prefill_allowed(*seq)) continue;
     const int n = std::min(ChunkLimit(seq->num_tokens() - seq->num_computed_tokens), budget);
-    bool ok = kv_->Allocate(*seq, n, {}, &out.copies);
+    bool ok = kv_->Allocate(*seq, n, {});
     while (!ok) {
       Sequence* victim = running_.back();
       Preempt(victim);
       out.preempted.push_back(victim);
       if (victim == seq) break;
-      ok = kv_->Allocate(*seq, n, {}, &out.copies);
+      ok = kv_->Allocate(*seq, n, {});
     }
     if (!ok) continue;
     count_prefill(*seq);
@@ -103,16 +111,37 @@ Scheduler::Output Scheduler::Schedule() {
   }
   if (!out.preempted.empty()) return out;  // no admissions while memory is short
 
+  // Swapped sequences come back first, in priority order, when their blocks fit again.
+  std::sort(swapped_.begin(), swapped_.end(), Before);
+  std::vector<Sequence*> swapped_in;
+  for (Sequence* seq : swapped_) {
+    if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
+    const int n = std::min(ChunkLimit(seq->num_tokens() - seq->num_computed_tokens), budget);
+    const int bs = kv_->block_size();
+    const int extra = std::max<int>(0, (seq->num_computed_tokens + n + bs - 1) / bs -
+                                           static_cast<int>(seq->block_table.size()));
+    if (!kv_->CanSwapIn(*seq, extra + 1)) break;  // +1: a copy-on-write block
+    kv_->SwapIn(*seq);
+    CHECK(kv_->Allocate(*seq, n, {}));
+    running_.push_back(seq);
+    swapped_in.push_back(seq);
+    out.scheduled.push_back({seq, n});
+    budget -= n;
+  }
+  for (Sequence* seq : swapped_in) std::erase(swapped_, seq);
+  if (!swapped_.empty()) return out;
+
   std::sort(waiting_.begin(), waiting_.end(), Before);
   std::vector<Sequence*> admitted;
   for (Sequence* seq : waiting_) {
     if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
     if (!prefill_allowed(*seq)) continue;
     const bool want_logits = seq->request->input.return_prompt_logits;
-    std::vector<int> cached = want_logits ? std::vector<int>() : kv_->FindCachedBlocks(*seq);
+    std::vector<CachedBlock> cached =
+        want_logits ? std::vector<CachedBlock>() : kv_->FindCachedBlocks(*seq);
     const int cached_tokens = static_cast<int>(cached.size()) * kv_->block_size();
     const int n = std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget);
-    if (!kv_->Allocate(*seq, n, cached, &out.copies)) break;
+    if (!kv_->Allocate(*seq, n, cached)) break;
     counters_.prefix_queried_tokens += seq->num_tokens();
     counters_.prefix_hit_tokens += cached_tokens;
     if (seq->request->num_cached_prompt_tokens < 0) seq->request->num_cached_prompt_tokens = cached_tokens;

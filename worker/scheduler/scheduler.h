@@ -2,8 +2,10 @@
 // under a token budget (--max-num-batched-tokens) and a sequence cap (--max-num-seqs).
 // Running sequences come first (decodes and unfinished prefills), then waiting ones by
 // priority (lower first), then arrival. Prompts are prefilled in chunks that fit the budget.
-// When the KV pool runs out, the lowest-priority, latest running sequence is preempted by
-// recompute: its blocks are freed (cached full blocks stay findable) and it waits again.
+// When the KV pool runs out, the lowest-priority, latest running sequence is preempted: by
+// swapping its blocks to the host tier (--preemption-mode swap, or auto when the host tier
+// has room) or by recompute (its blocks are freed, cached full blocks stay findable, and it
+// waits again). Swapped sequences come back before any new request is admitted.
 //
 // Long prompts (longer than --long-prefill-token-threshold, when set) prefill at most that
 // many tokens per step, and at most --max-long-partial-prefills of them prefill at once;
@@ -27,12 +29,15 @@
 
 namespace kvserve::worker {
 
+enum class PreemptionMode { kAuto, kSwap, kRecompute };
+
 struct SchedulerConfig {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int long_prefill_token_threshold = 0;  // 0: no long-prompt handling
   int max_num_partial_prefills = 0;      // 0: no cap
   int max_long_partial_prefills = 1;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
 };
 
 class Scheduler {
@@ -43,11 +48,12 @@ class Scheduler {
   };
   struct Output {
     std::vector<ScheduledSeq> scheduled;
-    std::vector<std::pair<int, int>> copies;  // copy-on-write (src, dst) block pairs
     std::vector<Sequence*> preempted;
   };
   struct Counters {
     int64_t preemptions = 0;
+    int64_t swap_preemptions = 0;
+    int64_t recompute_preemptions = 0;
     int64_t prefix_queried_tokens = 0;
     int64_t prefix_hit_tokens = 0;
   };
@@ -65,11 +71,12 @@ class Scheduler {
 
   [[nodiscard]] int num_running() const { return static_cast<int>(running_.size()); }
   [[nodiscard]] int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  [[nodiscard]] int num_swapped() const { return static_cast<int>(swapped_.size()); }
   [[nodiscard]] const Counters& counters() const { return counters_; }
   [[nodiscard]] const std::vector<Sequence*>& running() const { return running_; }
   [[nodiscard]] const std::vector<Sequence*>& waiting() const { return waiting_; }
 
-  // Forces the lowest-priority running sequence out (tests: preemption under load).
+  // Forces the lowest-priority running sequence out the way memory pressure would (tests).
   bool PreemptOne();
 
  private:
@@ -82,6 +89,7 @@ class Scheduler {
   KvCacheManager* kv_;
   std::vector<Sequence*> running_;
   std::vector<Sequence*> waiting_;
+  std::vector<Sequence*> swapped_;
   Counters counters_;
 };
 

@@ -30,7 +30,7 @@ class SchedulerTest : public ::testing::Test {
 };
 
 TEST_F(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
-  KvCacheManager kv(64, 16, false);
+  KvCacheManager kv({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
   Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 100}, &kv);
   Sequence* a = NewSeq(250);
   Sequence* b = NewSeq(30);
@@ -49,7 +49,7 @@ TEST_F(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
 }
 
 TEST_F(SchedulerTest, ShortPromptsAreNotStuckBehindLongOnes) {
-  KvCacheManager kv(256, 16, false);
+  KvCacheManager kv({.num_blocks = 256, .block_size = 16, .enable_prefix_caching = false});
   Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 512, .long_prefill_token_threshold = 64,
                    .max_num_partial_prefills = 3, .max_long_partial_prefills = 1},
                   &kv);
@@ -70,7 +70,7 @@ TEST_F(SchedulerTest, ShortPromptsAreNotStuckBehindLongOnes) {
 }
 
 TEST_F(SchedulerTest, PriorityThenArrival) {
-  KvCacheManager kv(64, 16, false);
+  KvCacheManager kv({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
   Scheduler sched({.max_num_seqs = 1, .max_num_batched_tokens = 100}, &kv);
   Sequence* low = NewSeq(10, /*priority=*/5);
   Sequence* high = NewSeq(10, /*priority=*/-1);
@@ -82,7 +82,7 @@ TEST_F(SchedulerTest, PriorityThenArrival) {
 }
 
 TEST_F(SchedulerTest, PreemptsTheLatestWhenBlocksRunOut) {
-  KvCacheManager kv(4, 4, false);
+  KvCacheManager kv({.num_blocks = 4, .block_size = 4, .enable_prefix_caching = false});
   Scheduler sched({.max_num_seqs = 4, .max_num_batched_tokens = 100}, &kv);
   Sequence* a = NewSeq(7);
   Sequence* b = NewSeq(7);
