@@ -10,12 +10,26 @@
 namespace kvserve::worker {
 namespace {
 
-TEST(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
+// With a host tier: swap preemption, the host prefix cache and a quantized cache too.
+struct PropertyParam {
+  const char* name;
+  int host_blocks;
+};
+
+class EnginePropertyTest : public ::testing::TestWithParam<PropertyParam> {};
+
+TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
   EngineConfig config = testing::FixtureConfig("tiny-qwen3", /*num_blocks=*/48);
   config.block_size = 8;
   config.max_model_len = 128;
   config.scheduler.max_num_seqs = 24;
   config.scheduler.max_num_batched_tokens = 96;
+  const bool tiered = GetParam().host_blocks > 0;
+  if (tiered) {
+    config.num_host_blocks = GetParam().host_blocks;
+    config.host_prefix_cache = true;
+    config.kv_quant = {.dtype = "int4", .granularity = "k:per_channel,v:per_token"};
+  }
   auto engine = testing::MakeEngine(config);
   ASSERT_NE(engine, nullptr);
 
@@ -71,6 +85,15 @@ TEST(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
   EXPECT_GT(s.prefix_hit_tokens, 0);
   EXPECT_GT(s.cow_copies, 0);
   EXPECT_GT(s.evictions, 0);
+  if (tiered) {
+    EXPECT_GT(s.swap_out_blocks, 0);
+    EXPECT_GT(s.host_spilled_blocks, 0);
+    EXPECT_GT(s.prefix_hit_tokens_host, 0);
+    EXPECT_EQ(s.host_blocks_free, s.host_blocks_total);
+    for (int b = 0; b < engine->kv_cache().host_pool()->num_blocks(); ++b) {
+      ASSERT_EQ(engine->kv_cache().host_pool()->ref_count(b), 0) << "host block " << b;
+    }
+  }
   // Nothing leaked: every block is free again and every reference count is zero.
   EXPECT_EQ(s.blocks_free, s.blocks_total);
   EXPECT_EQ(s.num_running + s.num_waiting + s.num_requests, 0);
@@ -80,6 +103,11 @@ TEST(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
   ASSERT_OK(engine->CheckInvariants());
   RecordProperty("steps", static_cast<int>(steps));
 }
+
+INSTANTIATE_TEST_SUITE_P(Pools, EnginePropertyTest,
+                         ::testing::Values(PropertyParam{"DeviceOnly", 0},
+                                           PropertyParam{"WithHostTier", 40}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvserve::worker
