@@ -45,6 +45,26 @@ for (const model of ['tiny-llama3', 'tiny-qwen2', 'tiny-qwen3']) {
   });
 }
 
+test('KV memory flags reach the engine', () => {
+  const dir = path.join(fixtures, 'tiny-llama3');
+  const res = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--max-tokens', '4',
+    '--kv-cache-dtype', 'int4', '--kv-quant-granularity', 'k:per_channel,v:per_token', '--kv-full-precision-layers', 'first:1',
+    '--swap-space', '0.01', '--preemption-mode', 'swap', '--host-prefix-cache', '--json']);
+  assert.equal(res.status, 0, res.stderr);
+  assert.match(res.stderr, /K int4\/per_channel, V int4\/per_token \(layers: 0-0:fp32,fp32;1-2:int4\/per_channel,int4\/per_token\)/);
+  assert.match(res.stderr, /host tier +\d+ blocks/);
+  assert.match(res.stderr, /swap on, host prefix cache on/);
+  let bad = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--kv-cache-dtype', 'int3']);
+  assert.match(bad.stderr, /--kv-cache-dtype 'int3'/);
+  bad = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--host-prefix-cache']);
+  assert.match(bad.stderr, /--host-prefix-cache needs a host tier/);
+  bad = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--kv-cache-dtype', 'int8',
+    '--kv-quant-granularity', 'per_group', '--kv-quant-group-size', '32']);
+  assert.match(bad.stderr, /--kv-quant-group-size 32 must be a power of two >= 8 that divides head_dim \(16\)/);
+  bad = run(['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--kv-full-precision-layers', 'last:9']);
+  assert.match(bad.stderr, /last:9/);
+});
+
 test('bad inputs exit non-zero with a reason', () => {
   const dir = path.join(fixtures, 'tiny-qwen3');
   let res = run(['--prompt-ids-file', path.join(dir, 'reference.json')]);
