@@ -1,0 +1,40 @@
+// Collectives between the ranks of one tensor-parallel group: Gloo over loopback TCP for the
+// CPU backend (kernels/cpu/gloo_communicator.h) and NCCL for CUDA
+// (kernels/cuda/nccl_communicator.h). Buffers are float32 in the backend's memory (host for
+// Gloo, device for NCCL). Every call takes a timeout from the group's creation; a rank that
+// errors or stalls makes its peers' calls fail with DeadlineExceeded/Internal instead of
+// hanging.
+//
+//   ASSIGN_OR_RETURN(auto comms, CreateGlooGroup(2, absl::Seconds(30)));  // one per rank
+//   RETURN_IF_ERROR(comms[rank]->AllReduceSum(partial.data(), partial.size()));
+//
+// Each Communicator is used by its rank's thread only.
+#ifndef KVSERVE_KERNELS_COMMUNICATOR_H_
+#define KVSERVE_KERNELS_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace kvserve::kernels {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual int size() const = 0;
+  [[nodiscard]] virtual std::string_view name() const = 0;
+
+  // data[i] = Σ over ranks of data[i], in place.
+  virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+  // out = concatenation over ranks (rank order) of each rank's `count` floats.
+  virtual absl::Status AllGather(const float* in, size_t count, float* out) = 0;
+  // data = root's data.
+  virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace kvserve::kernels
+
+#endif  // KVSERVE_KERNELS_COMMUNICATOR_H_
