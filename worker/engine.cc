@@ -65,8 +65,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         config_path, ": sliding-window attention (", model_config.sliding_window,
         ") is not supported yet"));
   }
-  e->backend_ = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
-  ASSIGN_OR_RETURN(e->model_, Model::Load(config.model_dir, model_config, e->backend_.get()));
+  e->model_config_ = model_config;
+  RETURN_IF_ERROR(Model::CheckShardable(model_config, config.tensor_parallel_size));
 
   const int64_t max_pos = model_config.max_position_embeddings;
   e->max_model_len_ = config.max_model_len > 0 ? config.max_model_len : static_cast<int>(max_pos);
@@ -77,8 +77,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   }
   ASSIGN_OR_RETURN(e->kv_spec_, MakeKvCacheSpec(config.kv_quant, model_config.num_layers,
                                                 model_config.head_dim, KvDType::kFp32));
-  const int64_t block_bytes = e->kv_spec_.BytesPerBlock(model_config.num_kv_heads,
-                                                        config.block_size, model_config.head_dim);
+  const int tp = config.tensor_parallel_size;
+  const int rank_kv_heads = Model::LocalKvHeads(model_config, tp);
+  // The pools are sized per rank: each rank stores only its KV heads.
+  const int64_t block_bytes = e->kv_spec_.BytesPerBlock(rank_kv_heads, config.block_size,
+                                                        model_config.head_dim);
   if (config.num_blocks > 0) {
     e->num_blocks_ = config.num_blocks;
   } else {
@@ -110,12 +113,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size,
         "); lower it or give the pool more memory (--kv-cache-memory-gib / --num-blocks)"));
   }
-  e->device_kv_ = std::make_unique<KvStorage>(e->kv_spec_, e->num_blocks_, model_config.num_kv_heads,
-                                              config.block_size, model_config.head_dim);
-  if (host_blocks > 0) {
-    e->host_kv_ = std::make_unique<KvStorage>(e->kv_spec_, host_blocks, model_config.num_kv_heads,
-                                              config.block_size, model_config.head_dim);
-  }
+  RunnerConfig rc;
+  rc.model_dir = config.model_dir;
+  rc.model = model_config;
+  rc.kv_spec = e->kv_spec_;
+  rc.num_blocks = e->num_blocks_;
+  rc.num_host_blocks = host_blocks;
+  rc.block_size = config.block_size;
+  rc.tensor_parallel_size = tp;
+  rc.cpu_threads = config.cpu_threads;
+  rc.collective_timeout = config.tp_timeout;
+  rc.fault = config.tp_fault;
+  ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));
   e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,
                                                           config.enable_prefix_caching, host_blocks,
                                                           config.host_prefix_cache});
@@ -136,18 +145,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   const KvFormat& v0 = e->kv_spec_.v[c.num_layers / 2];
   e->preflight_ = absl::StrFormat(
       "kvserve preflight: model %s (%s, %d layers, %d heads, %d KV heads x %d head_dim)\n"
-      "  weights             %s (float32 on the CPU backend)\n"
+      "  tensor parallel     %d rank(s) (%s), %d KV head(s) per rank%s\n"
+      "  weights             %s per rank (float32 on the CPU backend)\n"
       "  KV cache            K %s, V %s (layers: %s)\n"
-      "  KV bytes per token  %.2f (%d per block of %d tokens, data and scales)\n"
-      "  KV pool             %d blocks x %d tokens = %d tokens, %s\n"
+      "  KV bytes per token  %.2f per rank (%d per block of %d tokens, data and scales)\n"
+      "  KV pool             %d blocks x %d tokens = %d tokens, %s per rank\n"
       "  host tier           %d blocks, %s (swap %s, host prefix cache %s)\n"
       "  max concurrency     %d sequences at --max-model-len=%d (%d blocks each)\n"
       "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s",
       e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-      Mib(e->model_->weight_bytes()), k0.Describe(), v0.Describe(), e->kv_spec_.CacheKeyQuant(),
-      e->kv_spec_.BytesPerToken(c.num_kv_heads, config.block_size, c.head_dim), block_bytes,
-      config.block_size, e->num_blocks_, config.block_size, pool_tokens, Mib(e->device_kv_->bytes()),
-      host_blocks, Mib(e->host_kv_ ? e->host_kv_->bytes() : 0),
+      tp, e->runner_->communicator(), rank_kv_heads,
+      c.num_kv_heads < tp ? " (replicated: fewer KV heads than ranks)" : "",
+      Mib(e->runner_->weight_bytes(0)), k0.Describe(), v0.Describe(), e->kv_spec_.CacheKeyQuant(),
+      e->kv_spec_.BytesPerToken(rank_kv_heads, config.block_size, c.head_dim), block_bytes,
+      config.block_size, e->num_blocks_, config.block_size, pool_tokens,
+      Mib(e->runner_->device_kv(0).bytes()), host_blocks,
+      Mib(e->runner_->host_kv(0) ? e->runner_->host_kv(0)->bytes() : 0),
       host_blocks > 0 && config.scheduler.preemption_mode != PreemptionMode::kRecompute ? "on" : "off",
       config.host_prefix_cache ? "on" : "off", e->num_blocks_ / blocks_per_seq, e->max_model_len_,
       blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
@@ -161,7 +174,7 @@ absl::Status Engine::Validate(const RequestInput& in) const {
     return absl::AlreadyExistsError(absl::StrCat("request '", in.request_id, "' is already running"));
   }
   if (in.prompt.empty()) return absl::InvalidArgumentError("the prompt must not be empty");
-  const int vocab = model_->config().vocab_size;
+  const int vocab = model_config_.vocab_size;
   for (size_t i = 0; i < in.prompt.size(); ++i) {
     if (in.prompt[i] < 0 || in.prompt[i] >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", in.prompt[i],
@@ -200,7 +213,8 @@ absl::Status Engine::AddRequest(RequestInput input) {
   RETURN_IF_ERROR(Validate(input));
   auto req = std::make_unique<Request>();
   CacheKey key{config_.model_id, kv_spec_.CacheKeyDType(), kv_spec_.CacheKeyQuant(),
-               static_cast<uint32_t>(config_.block_size), 1, input.cache_salt};
+               static_cast<uint32_t>(config_.block_size),
+               static_cast<uint32_t>(config_.tensor_parallel_size), input.cache_salt};
   ASSIGN_OR_RETURN(req->extra_key, key.Serialize());
   req->input = std::move(input);
   req->arrival = next_arrival_++;
@@ -283,7 +297,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   std::vector<SequenceOutput> outs;
   if (plan.scheduled.empty()) return outs;
   ++counters_.steps;
-  RunCopies();
+  const BlockCopies copies = kv_->TakeCopies();
+  counters_.cow_copies += static_cast<int64_t>(copies.device_to_device.size());
 
   ForwardBatch batch;
   int max_blocks = 1;
@@ -319,8 +334,11 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
       batch.block_tables.push_back(i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
     }
   }
-  std::vector<float> logits = model_->Forward(batch, *device_kv_);
-  const int vocab = model_->config().vocab_size;
+  absl::StatusOr<std::vector<float>> run = runner_->Execute(copies, batch);
+  kv_->FinishCopies();
+  if (!run.ok()) return run.status();
+  const std::vector<float>& logits = *run;
+  const int vocab = model_config_.vocab_size;
 
   for (const auto& [seq, n] : plan.scheduled) {
     const int start = seq->num_computed_tokens;
@@ -387,33 +405,6 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   return outs;
 }
 
-void Engine::RunCopies() {
-  BlockCopies copies = kv_->TakeCopies();
-  counters_.cow_copies += static_cast<int64_t>(copies.device_to_device.size());
-  if (!copies.empty()) {
-    std::vector<kernels::KvCacheView> device = device_kv_->Views();
-    std::vector<kernels::KvCacheView> host = host_kv_ ? host_kv_->Views() : device;
-    auto run = [&](const std::vector<kernels::KvCacheView>& src,
-                   const std::vector<kernels::KvCacheView>& dst,
-                   const std::vector<std::pair<int, int>>& pairs) {
-      if (pairs.empty()) return;
-      std::vector<int32_t> from, to;
-      for (auto [a, b] : pairs) {
-        from.push_back(a);
-        to.push_back(b);
-      }
-      backend_->CopyBlocks({src.data(), dst.data(), static_cast<int64_t>(src.size()), from.data(),
-                            to.data(), static_cast<int64_t>(from.size())});
-    };
-    // Order matters: device blocks leave before anything overwrites them, and host blocks are
-    // read before they are reused.
-    run(device, host, copies.device_to_host);
-    run(device, device, copies.device_to_device);
-    run(host, device, copies.host_to_device);
-  }
-  kv_->FinishCopies();
-}
-
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
   const Scheduler::Counters& c = scheduler_->counters();
@@ -423,8 +414,9 @@ EngineStats Engine::stats() const {
   s.swap_preemptions = c.swap_preemptions;
   s.recompute_preemptions = c.recompute_preemptions;
   const KvCacheCounters& k = kv_->counters();
-  const int64_t block_bytes = kv_spec_.BytesPerBlock(model_->config().num_kv_heads,
-                                                     config_.block_size, model_->config().head_dim);
+  const int64_t block_bytes = kv_spec_.BytesPerBlock(
+      Model::LocalKvHeads(model_config_, config_.tensor_parallel_size), config_.block_size,
+      model_config_.head_dim);
   s.kv_bytes_per_block = block_bytes;
   s.prefix_hit_tokens_device = k.device_hit_blocks * config_.block_size;
   s.prefix_hit_tokens_host = k.host_hit_blocks * config_.block_size;

@@ -22,6 +22,7 @@
 #include "common/kv_format.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache/kv_storage.h"
+#include "worker/model_runner.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/model/model.h"
 #include "worker/request.h"
@@ -43,6 +44,9 @@ struct EngineConfig {
   int num_host_blocks = 0;           // overrides swap_space_gib when > 0
   bool host_prefix_cache = false;
   int cpu_threads = 1;
+  int tensor_parallel_size = 1;      // ranks as threads, Gloo between them
+  absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
+  RankFault tp_fault;                // test aid
   SchedulerConfig scheduler;
 };
 
@@ -100,7 +104,8 @@ class Engine {
   [[nodiscard]] EngineStats stats() const;
   // The memory budget, as printed at start-up.
   [[nodiscard]] const std::string& preflight_report() const { return preflight_; }
-  [[nodiscard]] const ModelConfig& model_config() const { return model_->config(); }
+  [[nodiscard]] const ModelConfig& model_config() const { return model_config_; }
+  [[nodiscard]] ModelRunner& runner() { return *runner_; }
   [[nodiscard]] int max_model_len() const { return max_model_len_; }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
 
@@ -110,8 +115,8 @@ class Engine {
   [[nodiscard]] const KvCacheManager& kv_cache() const { return *kv_; }
   [[nodiscard]] KvCacheManager& mutable_kv_cache() { return *kv_; }
   [[nodiscard]] const KvCacheSpec& kv_spec() const { return kv_spec_; }
-  // The device pool's memory (tests compare layers bit for bit).
-  [[nodiscard]] KvStorage& device_kv() { return *device_kv_; }
+  // Rank 0's device pool (tests compare layers bit for bit).
+  [[nodiscard]] KvStorage& device_kv() { return runner_->device_kv(0); }
 
  private:
   Engine() = default;
@@ -120,14 +125,11 @@ class Engine {
   void FinishSequence(Sequence& seq, FinishReason reason, std::vector<SequenceOutput>* outs);
   void AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
   void Fork(Request& req, absl::Span<const float> logits);
-  void RunCopies();
 
   EngineConfig config_;
-  std::unique_ptr<kernels::Backend> backend_;
-  std::unique_ptr<Model> model_;
+  ModelConfig model_config_;
+  std::unique_ptr<ModelRunner> runner_;
   KvCacheSpec kv_spec_;
-  std::unique_ptr<KvStorage> device_kv_;
-  std::unique_ptr<KvStorage> host_kv_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;

@@ -1,7 +1,9 @@
 #include "worker/engine_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout: config.json, *.safetensors)");
 ABSL_FLAG(std::string, hf_config, "", "config.json to use instead of MODEL/config.json");
@@ -23,6 +25,11 @@ ABSL_FLAG(std::string, kv_quant_granularity, "per_token",
 ABSL_FLAG(int32_t, kv_quant_group_size, 128, "Channels per scale for per_group (8..128, divides head_dim)");
 ABSL_FLAG(std::string, kv_full_precision_layers, "",
           "Layers kept unquantized: first:N, last:N and/or indices, comma-separated");
+ABSL_FLAG(int32_t, tensor_parallel_size, 1,
+          "Ranks (threads, one per device) that shard the KV heads, Gloo between them on the CPU");
+ABSL_FLAG(double, tp_timeout_seconds, 60, "Bound on every tensor-parallel collective");
+ABSL_FLAG(std::string, tp_fault_injection, "",
+          "Testing aid: RANK:STEP:error or RANK:STEP:stall makes that rank fail at that step");
 ABSL_FLAG(double, swap_space, 0.0, "Host tier in GiB for swapping and the host prefix cache");
 ABSL_FLAG(std::string, preemption_mode, "auto",
           "auto (swap when the host tier has room, else recompute), swap or recompute");
@@ -63,6 +70,17 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.kv_quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
   c.kv_quant.full_precision_layers = absl::GetFlag(FLAGS_kv_full_precision_layers);
   c.swap_space_gib = absl::GetFlag(FLAGS_swap_space);
+  c.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  c.tp_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_timeout_seconds));
+  if (const std::string fault = absl::GetFlag(FLAGS_tp_fault_injection); !fault.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(fault, ':');
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.tp_fault.rank) ||
+        !absl::SimpleAtoi(parts[1], &c.tp_fault.step) || (parts[2] != "error" && parts[2] != "stall")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tp-fault-injection '", fault, "' is not RANK:STEP:error|stall"));
+    }
+    c.tp_fault.stall = parts[2] == "stall";
+  }
   c.host_prefix_cache = absl::GetFlag(FLAGS_host_prefix_cache);
   const std::string mode = absl::GetFlag(FLAGS_preemption_mode);
   if (mode == "auto") {

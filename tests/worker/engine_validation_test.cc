@@ -101,7 +101,7 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
 TEST(EngineValidationTest, PreflightReportsTheBudget) {
   auto engine = testing::MakeEngine(testing::FixtureConfig("tiny-llama3", 100));
   const std::string& r = engine->preflight_report();
-  EXPECT_THAT(r, HasSubstr("KV bytes per token  768.00 (12288 per block of 16 tokens"));
+  EXPECT_THAT(r, HasSubstr("KV bytes per token  768.00 per rank (12288 per block of 16 tokens"));
   EXPECT_THAT(r, HasSubstr("K fp32, V fp32"));
   EXPECT_THAT(r, HasSubstr("100 blocks x 16 tokens = 1600 tokens"));
   EXPECT_THAT(r, HasSubstr("1 sequences at --max-model-len=1024 (64 blocks each)"));

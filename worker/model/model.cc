@@ -11,50 +11,119 @@
 namespace kvserve::worker {
 namespace {
 
-// Loads a tensor as float32, appending to `out` (so fused weights concatenate rows).
-absl::Status Append(const Checkpoint& ckpt, const std::string& name, std::vector<float>* out) {
+// Loads rows [r0, r1) of a 2-D (or 1-D) tensor as float32, appending to `out`.
+absl::Status AppendRows(const Checkpoint& ckpt, const std::string& name, int64_t r0, int64_t r1,
+                        std::vector<float>* out) {
   ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
   std::vector<float> v = t->ToFloat32();
-  out->insert(out->end(), v.begin(), v.end());
+  const int64_t cols = t->shape.size() == 2 ? t->shape[1] : 1;
+  out->insert(out->end(), v.begin() + r0 * cols, v.begin() + r1 * cols);
+  return absl::OkStatus();
+}
+
+absl::Status Append(const Checkpoint& ckpt, const std::string& name, std::vector<float>* out) {
+  ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
+  return AppendRows(ckpt, name, 0, t->shape[0], out);
+}
+
+// Columns [c0, c1) of a 2-D tensor, row by row.
+absl::Status AppendColumns(const Checkpoint& ckpt, const std::string& name, int64_t c0, int64_t c1,
+                           std::vector<float>* out) {
+  ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
+  std::vector<float> v = t->ToFloat32();
+  const int64_t cols = t->shape[1];
+  for (int64_t r = 0; r < t->shape[0]; ++r) {
+    out->insert(out->end(), v.begin() + r * cols + c0, v.begin() + r * cols + c1);
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
+int Model::LocalKvHeads(const ModelConfig& c, int size) {
+  return c.num_kv_heads >= size ? c.num_kv_heads / size : 1;
+}
+
+absl::Status Model::CheckShardable(const ModelConfig& c, int size) {
+  if (size < 1) return absl::InvalidArgumentError("--tensor-parallel-size must be >= 1");
+  if (c.num_heads % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", size,
+                                                   " does not divide the attention heads (",
+                                                   c.num_heads, ")"));
+  }
+  if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tensor-parallel-size ", size, " neither divides nor is a multiple of the KV heads (",
+        c.num_kv_heads, ")"));
+  }
+  if (c.intermediate_size % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", size,
+                                                   " does not divide intermediate_size (",
+                                                   c.intermediate_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const ModelConfig& config,
-                                                   kernels::Backend* backend) {
+                                                   kernels::Backend* backend, TpShard shard,
+                                                   kernels::Communicator* comm) {
+  RETURN_IF_ERROR(CheckShardable(config, shard.size));
+  if (shard.size > 1 && comm == nullptr) {
+    return absl::InvalidArgumentError("a tensor-parallel shard needs a communicator");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
   RETURN_IF_ERROR(CheckWeights(config, *ckpt));
-  std::unique_ptr<Model> m(new Model(config, backend));
+  std::unique_ptr<Model> m(new Model(config, backend, shard, comm));
+  const int r = shard.rank, n = shard.size, d = config.head_dim;
+  m->heads_ = config.num_heads / n;
+  m->kv_heads_ = LocalKvHeads(config, n);
+  m->inter_ = config.intermediate_size / n;
+  // KV heads of this rank: a slice, or the one head its query heads read when replicated.
+  const int kv0 = config.num_kv_heads >= n ? r * m->kv_heads_ : r * config.num_kv_heads / n;
+  const int q0 = r * m->heads_, i0 = r * m->inter_;
+  m->vocab_shard_ = (config.vocab_size + n - 1) / n;
+  const int v0 = std::min(config.vocab_size, r * m->vocab_shard_);
+  const int v1 = std::min(config.vocab_size, v0 + m->vocab_shard_);
+
   RETURN_IF_ERROR(Append(*ckpt, "model.embed_tokens.weight", &m->embed_));
   RETURN_IF_ERROR(Append(*ckpt, "model.norm.weight", &m->final_norm_));
-  if (!config.tie_word_embeddings) RETURN_IF_ERROR(Append(*ckpt, "lm_head.weight", &m->lm_head_));
+  if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
+    const std::string head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    RETURN_IF_ERROR(AppendRows(*ckpt, head, v0, v1, &m->lm_head_));
+    m->lm_head_.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size, 0.0f);  // pad
+  }
   m->layers_.resize(config.num_layers);
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     Layer& L = m->layers_[l];
     RETURN_IF_ERROR(Append(*ckpt, p + "input_layernorm.weight", &L.input_norm));
     RETURN_IF_ERROR(Append(*ckpt, p + "post_attention_layernorm.weight", &L.post_norm));
-    for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
-      RETURN_IF_ERROR(Append(*ckpt, absl::StrCat(p, "self_attn.", proj, ".weight"), &L.qkv));
-      if (config.qkv_bias) {
-        RETURN_IF_ERROR(Append(*ckpt, absl::StrCat(p, "self_attn.", proj, ".bias"), &L.qkv_bias));
-      }
+    const struct {
+      const char* proj;
+      int first, count;
+    } parts[] = {{"q_proj", q0, m->heads_}, {"k_proj", kv0, m->kv_heads_}, {"v_proj", kv0, m->kv_heads_}};
+    for (const auto& part : parts) {
+      const std::string name = absl::StrCat(p, "self_attn.", part.proj);
+      const int64_t r0 = int64_t{part.first} * d, r1 = int64_t{part.first + part.count} * d;
+      RETURN_IF_ERROR(AppendRows(*ckpt, name + ".weight", r0, r1, &L.qkv));
+      if (config.qkv_bias) RETURN_IF_ERROR(AppendRows(*ckpt, name + ".bias", r0, r1, &L.qkv_bias));
     }
     if (config.qk_norm) {
       RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.q_norm.weight", &L.q_norm));
       RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.k_norm.weight", &L.k_norm));
     }
-    RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.weight", &L.o));
-    if (config.o_bias) RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.bias", &L.o_bias));
-    RETURN_IF_ERROR(Append(*ckpt, p + "mlp.gate_proj.weight", &L.gate_up));
-    RETURN_IF_ERROR(Append(*ckpt, p + "mlp.up_proj.weight", &L.gate_up));
-    RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.weight", &L.down));
+    RETURN_IF_ERROR(AppendColumns(*ckpt, p + "self_attn.o_proj.weight", int64_t{q0} * d,
+                                  int64_t{q0 + m->heads_} * d, &L.o));
+    // Row-parallel biases are added once, by rank 0, before the all-reduce.
+    if (config.o_bias && r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.bias", &L.o_bias));
+    RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.gate_proj.weight", i0, i0 + m->inter_, &L.gate_up));
+    RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.up_proj.weight", i0, i0 + m->inter_, &L.gate_up));
+    RETURN_IF_ERROR(AppendColumns(*ckpt, p + "mlp.down_proj.weight", i0, i0 + m->inter_, &L.down));
     if (config.mlp_bias) {
-      RETURN_IF_ERROR(Append(*ckpt, p + "mlp.gate_proj.bias", &L.gate_up_bias));
-      RETURN_IF_ERROR(Append(*ckpt, p + "mlp.up_proj.bias", &L.gate_up_bias));
-      RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
+      RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
+      RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.up_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
+      if (r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
     }
   }
   auto bytes = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
@@ -69,12 +138,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return m;
 }
 
-std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
+absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
   const int64_t H = c.hidden_size, D = c.head_dim;
-  const int64_t q_dim = int64_t{c.num_heads} * D, kv_dim = int64_t{c.num_kv_heads} * D;
-  const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = c.intermediate_size;
+  const int64_t q_dim = int64_t{heads_} * D, kv_dim = int64_t{kv_heads_} * D;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = inter_;
   const float eps = static_cast<float>(c.rms_norm_eps);
   std::vector<float> delta(T * H), residual(T * H, 0.0f), h(T * H), qkv(T * qkv_dim),
       attn(T * q_dim), gate_up(T * 2 * inter), act(T * inter);
@@ -88,12 +157,12 @@ std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
     if (c.qk_norm) {
       for (int64_t t = 0; t < T; ++t) {
         float* row = qkv.data() + t * qkv_dim;
-        backend_->RmsNorm({row, nullptr, L.q_norm.data(), row, c.num_heads, D, eps});
-        backend_->RmsNorm({row + q_dim, nullptr, L.k_norm.data(), row + q_dim, c.num_kv_heads, D, eps});
+        backend_->RmsNorm({row, nullptr, L.q_norm.data(), row, heads_, D, eps});
+        backend_->RmsNorm({row + q_dim, nullptr, L.k_norm.data(), row + q_dim, kv_heads_, D, eps});
       }
     }
-    backend_->Rope({qkv.data(), b.positions.data(), inv_freq_.data(), T, c.num_heads, D, qkv_dim});
-    backend_->Rope({qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, c.num_kv_heads, D,
+    backend_->Rope({qkv.data(), b.positions.data(), inv_freq_.data(), T, heads_, D, qkv_dim});
+    backend_->Rope({qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, kv_heads_, D,
                     qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
     backend_->WriteKv({qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, qkv_dim,
@@ -109,11 +178,12 @@ std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
     ap.block_tables = b.block_tables.data();
     ap.num_seqs = static_cast<int64_t>(b.query_start.size());
     ap.max_blocks_per_seq = b.max_blocks_per_seq;
-    ap.num_heads = c.num_heads;
+    ap.num_heads = heads_;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
     backend_->PagedAttention(ap);
     backend_->Gemm({attn.data(), L.o.data(), L.o_bias.empty() ? nullptr : L.o_bias.data(),
                     delta.data(), T, H, q_dim});
+    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), delta.size()));
     backend_->RmsNorm({delta.data(), residual.data(), L.post_norm.data(), h.data(), T, H, eps});
     backend_->Gemm({h.data(), L.gate_up.data(),
                     L.gate_up_bias.empty() ? nullptr : L.gate_up_bias.data(), gate_up.data(), T,
@@ -121,6 +191,7 @@ std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
     backend_->SiluMul({gate_up.data(), act.data(), T, inter});
     backend_->Gemm({act.data(), L.down.data(), L.down_bias.empty() ? nullptr : L.down_bias.data(),
                     delta.data(), T, H, inter});
+    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), delta.size()));
   }
   backend_->RmsNorm({delta.data(), residual.data(), final_norm_.data(), h.data(), T, H, eps});
 
@@ -129,9 +200,25 @@ std::vector<float> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   for (int64_t r = 0; r < R; ++r) {
     std::copy_n(h.data() + int64_t{b.logit_rows[r]} * H, H, selected.data() + r * H);
   }
+  const int64_t vs = vocab_shard_;
+  std::vector<float> local(R * vs);
+  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
+  backend_->Gemm({selected.data(), head, nullptr, local.data(), R, vs, H});
+  if (comm_ == nullptr) {
+    local.resize(R * c.vocab_size);
+    return local;
+  }
+  // Vocab-parallel LM head: gather every rank's [R, vs] slice, then lay rows out [R, vocab].
+  std::vector<float> gathered(local.size() * shard_.size);
+  RETURN_IF_ERROR(comm_->AllGather(local.data(), local.size(), gathered.data()));
   std::vector<float> logits(R * c.vocab_size);
-  const std::vector<float>& head = c.tie_word_embeddings ? embed_ : lm_head_;
-  backend_->Gemm({selected.data(), head.data(), nullptr, logits.data(), R, c.vocab_size, H});
+  for (int rank = 0; rank < shard_.size; ++rank) {
+    const int64_t v0 = rank * vs, n = std::min<int64_t>(vs, c.vocab_size - v0);
+    if (n <= 0) continue;
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy_n(gathered.data() + (rank * R + r) * vs, n, logits.data() + r * c.vocab_size + v0);
+    }
+  }
   return logits;
 }
 

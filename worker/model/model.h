@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "common/hf_config.h"
 #include "kernels/backend.h"
+#include "kernels/communicator.h"
 #include "worker/kv_cache/kv_storage.h"
 
 namespace kvserve::worker {
@@ -36,15 +37,33 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;    // token rows whose logits are wanted
 };
 
+// Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
+// the KV heads they read (a slice, or one whole head replicated when kv_heads < size), a slice
+// of the MLP's intermediate dimension and of the vocabulary (LM head). Embeddings and norms
+// are replicated.
+struct TpShard {
+  int rank = 0;
+  int size = 1;
+};
+
 class Model {
  public:
-  // InvalidArgument naming the tensor when the checkpoint does not fit the config.
+  // InvalidArgument naming the tensor when the checkpoint does not fit the config, or naming
+  // --tensor-parallel-size when the shapes do not split. `comm` is required when size > 1.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const ModelConfig& config,
-                                                     kernels::Backend* backend);
+                                                     kernels::Backend* backend,
+                                                     TpShard shard = {},
+                                                     kernels::Communicator* comm = nullptr);
+  // InvalidArgument when `config` cannot be split `size` ways.
+  static absl::Status CheckShardable(const ModelConfig& config, int size);
+  // KV heads a rank stores: kv_heads / size, or 1 when the heads are replicated.
+  static int LocalKvHeads(const ModelConfig& config, int size);
 
-  // Runs the batch, writing its K/V into (and reading context from) `kv`.
-  std::vector<float> Forward(const ForwardBatch& batch, KvStorage& kv);
+  // Runs the batch, writing its K/V into (and reading context from) `kv`, which holds this
+  // rank's KV heads. Every rank of a group calls it with the same batch; rank 0 gets the full
+  // logits. Fails only when a collective does (a peer errored or stalled).
+  absl::StatusOr<std::vector<float>> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // Bytes of the weights as loaded (float32 on the CPU backend).
@@ -60,10 +79,16 @@ class Model {
     std::vector<float> down, down_bias;
   };
 
-  Model(const ModelConfig& config, kernels::Backend* backend) : config_(config), backend_(backend) {}
+  Model(const ModelConfig& config, kernels::Backend* backend, TpShard shard,
+        kernels::Communicator* comm)
+      : config_(config), backend_(backend), shard_(shard), comm_(comm) {}
 
   ModelConfig config_;
   kernels::Backend* backend_;
+  TpShard shard_;
+  kernels::Communicator* comm_;
+  int heads_ = 0, kv_heads_ = 0, inter_ = 0;  // this rank's share
+  int vocab_shard_ = 0;                       // LM-head rows per rank (padded)
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;

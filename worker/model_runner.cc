@@ -1,0 +1,145 @@
+#include "worker/model_runner.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/cpu/gloo_communicator.h"
+
+namespace kvserve::worker {
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerConfig& config) {
+  const int n = config.tensor_parallel_size;
+  RETURN_IF_ERROR(Model::CheckShardable(config.model, n));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner());
+  runner->config_ = config;
+  runner->ranks_.resize(n);
+  if (n > 1) {
+    ASSIGN_OR_RETURN(auto comms, kernels::CreateGlooGroup(n, config.collective_timeout));
+    for (int r = 0; r < n; ++r) runner->ranks_[r].comm = std::move(comms[r]);
+  }
+  const int kv_heads = Model::LocalKvHeads(config.model, n);
+  for (int r = 0; r < n; ++r) {
+    Rank& rank = runner->ranks_[r];
+    rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+    ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
+                                             TpShard{r, n}, rank.comm.get()));
+    rank.device = std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads,
+                                              config.block_size, config.model.head_dim);
+    if (config.num_host_blocks > 0) {
+      rank.host = std::make_unique<KvStorage>(config.kv_spec, config.num_host_blocks, kv_heads,
+                                              config.block_size, config.model.head_dim);
+    }
+  }
+  runner->done_.assign(n, 0);
+  runner->status_.assign(n, absl::OkStatus());
+  for (int r = 1; r < n; ++r) runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
+  return runner;
+}
+
+ModelRunner::~ModelRunner() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+std::string_view ModelRunner::communicator() const {
+  return ranks_[0].comm ? ranks_[0].comm->name() : std::string_view("none");
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::RunRank(int r, const BlockCopies& copies,
+                                                        const ForwardBatch& batch, int64_t step) {
+  if (config_.fault.rank == r && config_.fault.step == step) {
+    if (!config_.fault.stall) return absl::InternalError("injected fault");
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        2 * absl::ToInt64Milliseconds(config_.collective_timeout)));
+  }
+  Rank& rank = ranks_[r];
+  if (!copies.empty()) {
+    std::vector<kernels::KvCacheView> device = rank.device->Views();
+    std::vector<kernels::KvCacheView> host = rank.host ? rank.host->Views() : device;
+    auto run = [&](const std::vector<kernels::KvCacheView>& src,
+                   const std::vector<kernels::KvCacheView>& dst,
+                   const std::vector<std::pair<int, int>>& pairs) {
+      if (pairs.empty()) return;
+      std::vector<int32_t> from, to;
+      for (auto [a, b] : pairs) {
+        from.push_back(a);
+        to.push_back(b);
+      }
+      rank.backend->CopyBlocks({src.data(), dst.data(), static_cast<int64_t>(src.size()),
+                                from.data(), to.data(), static_cast<int64_t>(from.size())});
+    };
+    // Device blocks leave before anything overwrites them; host blocks are read before reuse.
+    run(device, host, copies.device_to_host);
+    run(device, device, copies.device_to_device);
+    run(host, device, copies.host_to_device);
+  }
+  if (batch.token_ids.empty()) return std::vector<float>();
+  return rank.model->Forward(batch, *rank.device);
+}
+
+void ModelRunner::WorkerLoop(int r) {
+  int64_t seen = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || step_ > seen; });
+      if (stop_) return;
+      seen = step_;
+    }
+    // copies_ and batch_ change only in Execute, which waits for this rank (or has failed and
+    // never publishes again).
+    absl::Status s = RunRank(r, copies_, batch_, seen).status();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_[r] = s;
+      done_[r] = seen;
+    }
+    cv_.notify_all();
+    if (!s.ok()) return;  // a failed rank leaves the group; its peers time out
+  }
+}
+
+absl::StatusOr<std::vector<float>> ModelRunner::Execute(const BlockCopies& copies,
+                                                        const ForwardBatch& batch) {
+  if (!failed_.ok()) return failed_;
+  const int n = size();
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copies_ = copies;
+    batch_ = batch;
+    step = ++step_;
+  }
+  cv_.notify_all();
+  absl::StatusOr<std::vector<float>> logits = RunRank(0, copies_, batch_, step);
+  absl::Status first = logits.status();
+  if (!first.ok()) first = Annotate(first, "tensor-parallel rank 0");
+  // Wait for the other ranks, bounded: a stalled rank has already made our collectives fail.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout) + 1000);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (int r = 1; r < n; ++r) {
+      const bool finished = cv_.wait_until(lock, deadline, [&] { return done_[r] >= step; });
+      absl::Status s = finished ? status_[r]
+                                : absl::DeadlineExceededError("did not finish the step in time");
+      if (!s.ok() && (first.ok() || absl::IsDeadlineExceeded(first))) {
+        first = Annotate(s, absl::StrCat("tensor-parallel rank ", r));
+      }
+    }
+  }
+  if (!first.ok()) {
+    failed_ = first;
+    LOG(ERROR) << "model runner failed: " << first;
+    return first;
+  }
+  return logits;
+}
+
+}  // namespace kvserve::worker

@@ -1,0 +1,103 @@
+// Runs the model for the engine on one rank or on a tensor-parallel group of ranks. Each rank
+// holds its shard of the weights (worker/model/model.h), its KV heads in a device pool and a
+// host pool with the block ids every rank shares, a backend and a communicator. Rank 0 runs
+// on the engine thread; ranks 1..N-1 are threads that execute exactly the plan rank 0 hands
+// them (same batch, same block copies). A rank that errors or stalls makes the step fail
+// within the collective timeout; the runner then stays failed and the worker stops.
+//
+//   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(config));
+//   ASSIGN_OR_RETURN(std::vector<float> logits, runner->Execute(copies, batch));
+//
+// Execute is called from the engine thread only.
+#ifndef KVSERVE_WORKER_MODEL_RUNNER_H_
+#define KVSERVE_WORKER_MODEL_RUNNER_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/hf_config.h"
+#include "common/kv_format.h"
+#include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/kv_cache/kv_storage.h"
+#include "worker/model/model.h"
+
+namespace kvserve::worker {
+
+// Test aid: make one rank fail (or stall past the timeout) at a given step.
+struct RankFault {
+  int rank = -1;
+  int64_t step = -1;
+  bool stall = false;
+};
+
+struct RunnerConfig {
+  std::string model_dir;
+  ModelConfig model;
+  KvCacheSpec kv_spec;
+  int num_blocks = 0;
+  int num_host_blocks = 0;
+  int block_size = 16;
+  int tensor_parallel_size = 1;
+  int cpu_threads = 1;
+  absl::Duration collective_timeout = absl::Seconds(60);
+  RankFault fault;
+};
+
+class ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const RunnerConfig& config);
+  ~ModelRunner();
+
+  // Applies the block copies (device→host, device→device, host→device, in that order) and
+  // runs the batch on every rank; returns rank 0's logits. After a rank fails, every call
+  // returns the first failure.
+  absl::StatusOr<std::vector<float>> Execute(const BlockCopies& copies, const ForwardBatch& batch);
+
+  [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
+  [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
+  [[nodiscard]] KvStorage& device_kv(int rank) { return *ranks_[rank].device; }
+  [[nodiscard]] const KvStorage* host_kv(int rank) const { return ranks_[rank].host.get(); }
+  [[nodiscard]] std::string_view communicator() const;
+
+ private:
+  struct Rank {
+    std::unique_ptr<kernels::Backend> backend;
+    std::unique_ptr<kernels::Communicator> comm;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<KvStorage> device, host;
+  };
+
+  ModelRunner() = default;
+  absl::StatusOr<std::vector<float>> RunRank(int rank, const BlockCopies& copies,
+                                             const ForwardBatch& batch, int64_t step);
+  void WorkerLoop(int rank);
+
+  RunnerConfig config_;
+  std::vector<Rank> ranks_;
+  std::vector<std::thread> workers_;
+
+  // The step handed to ranks 1..N-1, guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t step_ = 0;
+  // The current step's plan, owned here so that a rank finishing late never reads a plan the
+  // engine has already dropped.
+  BlockCopies copies_;
+  ForwardBatch batch_;
+  std::vector<int64_t> done_;          // per rank: last step finished
+  std::vector<absl::Status> status_;   // per rank: its result for done_
+  bool stop_ = false;
+  absl::Status failed_;                // sticky
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_MODEL_RUNNER_H_
