@@ -51,6 +51,7 @@ class GlooCommunicator final : public Communicator {
       opts.setOutput(data, count);
       opts.setReduceFunction(
           static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
       opts.setTag(tag_++);
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);

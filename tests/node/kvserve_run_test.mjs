@@ -65,6 +65,22 @@ test('KV memory flags reach the engine', () => {
   assert.match(bad.stderr, /last:9/);
 });
 
+test('tensor parallel: same output as one rank; a failing rank exits non-zero in bounded time', () => {
+  const dir = path.join(fixtures, 'tiny-llama3');
+  const args = ['--model', dir, '--prompt-ids-file', path.join(dir, 'reference.json'), '--max-tokens', '6', '--json'];
+  const one = run(args);
+  const two = run([...args, '--tensor-parallel-size', '2']);
+  assert.equal(two.status, 0, two.stderr);
+  assert.match(two.stderr, /tensor parallel +2 rank\(s\) \(gloo\), 1 KV head\(s\) per rank/);
+  const ids = (r) => r.stdout.trim().split('\n').slice(0, 3).map((l) => JSON.parse(l).token_ids);
+  assert.deepEqual(ids(two), ids(one));
+  const start = Date.now();
+  const bad = run([...args, '--tensor-parallel-size', '2', '--tp-timeout-seconds', '1', '--tp-fault-injection', '1:2:stall']);
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /tensor-parallel rank/);
+  assert.ok(Date.now() - start < 20000, `took ${Date.now() - start} ms`);
+});
+
 test('bad inputs exit non-zero with a reason', () => {
   const dir = path.join(fixtures, 'tiny-qwen3');
   let res = run(['--prompt-ids-file', path.join(dir, 'reference.json')]);
