@@ -4,6 +4,7 @@
 // TP=1 (or one replicated head); a failing or stalled rank gives a clean error in bounded time.
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <tuple>
 
 #include "common/file_util.h"
@@ -148,6 +149,41 @@ TEST(TensorParallelFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime)
     }  // the engine joins its rank threads here
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 15.0);
+  }
+}
+
+TEST(TensorParallelSwapTest, EveryRankSwapsItsHeadsWithTheSameBlockIds) {
+  std::mt19937 rng(31);
+  std::vector<RequestInput> requests;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt(40);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 1024);
+    requests.push_back(GreedyRequest("r" + std::to_string(i), prompt, 24));
+  }
+  EngineConfig big = FixtureConfig("tiny-llama3", 256);
+  big.block_size = 8;
+  big.max_model_len = 128;
+  big.kv_quant = {.dtype = "int8", .granularity = "per_token"};
+  auto reference = MakeEngine(big);  // TP=1, unconstrained, the same int8 cache
+  for (const RequestInput& in : requests) ASSERT_OK(reference->AddRequest(in));
+  Results want = RunToCompletion(*reference, true);
+
+  EngineConfig small = big;
+  small.num_blocks = 32;  // the workload needs 64
+  small.num_host_blocks = 64;
+  small.enable_prefix_caching = false;
+  small.scheduler.preemption_mode = PreemptionMode::kSwap;
+  small.tensor_parallel_size = 2;
+  auto engine = MakeEngine(small);
+  for (const RequestInput& in : requests) ASSERT_OK(engine->AddRequest(in));
+  Results got = RunToCompletion(*engine, true);
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.swap_out_blocks, 0);
+  EXPECT_EQ(s.blocks_free, s.blocks_total);
+  EXPECT_EQ(s.host_blocks_free, s.host_blocks_total);
+  for (const RequestInput& in : requests) {
+    auto [agreed, near_tie] = testing::GreedyAgreement(want[in.request_id][0], got[in.request_id][0].tokens);
+    EXPECT_TRUE(agreed == 24 || near_tie) << in.request_id << " diverges at " << agreed;
   }
 }
 
