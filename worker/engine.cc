@@ -441,6 +441,46 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+Engine::KvUsage Engine::kv_usage() const {
+  KvUsage u;
+  absl::flat_hash_map<int, int> filled;  // device block -> tokens in it
+  for (const auto& [id, req] : requests_) {
+    for (const auto& seq : req->sequences) {
+      if (seq->status != SeqStatus::kRunning) continue;
+      for (size_t i = 0; i < seq->block_table.size(); ++i) {
+        const int tokens = std::clamp<int>(seq->num_computed_tokens - static_cast<int>(i) * config_.block_size,
+                                           0, config_.block_size);
+        int& f = filled[seq->block_table[i]];
+        f = std::max(f, tokens);
+      }
+    }
+  }
+  u.allocated_slots = static_cast<int64_t>(filled.size()) * config_.block_size;
+  for (const auto& [block, tokens] : filled) u.used_tokens += tokens;
+  return u;
+}
+
+void Engine::ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const {
+  kv_->pool().ForEachCached([&](const BlockHash& h) { fn(h, Medium::kDevice); });
+  if (const BlockPool* host = kv_->host_pool()) {
+    host->ForEachCached([&](const BlockHash& h) { fn(h, Medium::kHost); });
+  }
+}
+
+std::vector<std::string> Engine::AbortAll() {
+  std::vector<std::string> ids;
+  for (const auto& [id, req] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) Abort(id).IgnoreError();
+  return ids;
+}
+
+bool Engine::Started(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return true;
+  return it->second->sequences[0]->status != SeqStatus::kWaiting ||
+         it->second->sequences[0]->num_computed_tokens > 0;
+}
+
 absl::Status Engine::CheckInvariants() const {
   std::vector<const Sequence*> live;
   for (const auto& [id, req] : requests_) {

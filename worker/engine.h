@@ -13,6 +13,7 @@
 #define KVSERVE_WORKER_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,9 +106,23 @@ class Engine {
   // The memory budget, as printed at start-up.
   [[nodiscard]] const std::string& preflight_report() const { return preflight_; }
   [[nodiscard]] const ModelConfig& model_config() const { return model_config_; }
+  [[nodiscard]] const EngineConfig& config() const { return config_; }
   [[nodiscard]] ModelRunner& runner() { return *runner_; }
   [[nodiscard]] int max_model_len() const { return max_model_len_; }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
+
+  // Device token slots of referenced blocks and the tokens in them (shared blocks counted once).
+  struct KvUsage {
+    int64_t allocated_slots = 0;
+    int64_t used_tokens = 0;
+  };
+  [[nodiscard]] KvUsage kv_usage() const;
+  // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
+  void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
+  // Ends every request (finish reason abort) and frees its blocks; returns their ids.
+  std::vector<std::string> AbortAll();
+  // The wall-clock time a request was first scheduled (for queue-time metrics), if it was.
+  [[nodiscard]] bool Started(const std::string& request_id) const;
 
   // Test hooks: the invariant checker over every live sequence, and forced preemption.
   [[nodiscard]] absl::Status CheckInvariants() const;

@@ -61,6 +61,11 @@ class BlockPool {
   [[nodiscard]] const std::optional<BlockHash>& hash(int block) const { return blocks_[block].hash; }
   [[nodiscard]] int64_t num_evictions() const { return num_evictions_; }
 
+  // Calls fn for every cached hash (any order).
+  void ForEachCached(const std::function<void(const BlockHash&)>& fn) const {
+    for (const auto& [hash, block] : cached_) fn(hash);
+  }
+
   // Internal consistency: the free queue holds exactly the unreferenced blocks, links are
   // symmetric, the hash map and the blocks' hashes agree, counters match. `expected_refs`
   // (size num_blocks) gives each block's reference count as the owners see it.

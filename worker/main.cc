@@ -1,0 +1,106 @@
+// kvserve-worker: one tensor-parallel group serving token ids over ZeroMQ, with KV events,
+// status heartbeats, Prometheus metrics, probes, drain on SIGTERM and planned recycling
+// (re-exec after a granted drain). See worker/server/worker_server.h for the protocol.
+//
+//   kvserve-worker --model DIR --port 5570 --events-port 5571 --metrics-port 8090 [engine flags]
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "common/init.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine_flags.h"
+#include "worker/server/worker_server.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address the ZeroMQ sockets and the metrics server bind to");
+ABSL_FLAG(int32_t, port, 5570, "ZeroMQ ROUTER port: requests, streamed responses, aborts, control (0: any)");
+ABSL_FLAG(int32_t, events_port, 5571, "ZeroMQ PUB port: KV events and status heartbeats (0: any)");
+ABSL_FLAG(int32_t, metrics_port, 8090, "HTTP port: /metrics, /health, /ready (0: any)");
+ABSL_FLAG(std::string, worker_id, "", "Stable id in events, heartbeats and metrics (default: host:port)");
+ABSL_FLAG(int32_t, heartbeat_ms, 250, "Status heartbeat period");
+ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests may take to finish when draining");
+ABSL_FLAG(int64_t, recycle_after_requests, 0, "Ask for a recycle after this many requests (0: off)");
+ABSL_FLAG(double, recycle_after_seconds, 0, "Ask for a recycle after this uptime (0: off)");
+ABSL_FLAG(double, recycle_on_rss_growth_mb, 0, "Ask for a recycle when resident memory grew this much (0: off)");
+ABSL_FLAG(double, recycle_on_fragmentation, 0, "Ask for a recycle when this fraction of allocated KV slots is unused (0: off)");
+ABSL_FLAG(std::string, ports_file, "", "Write the bound ports as JSON here once ready");
+ABSL_FLAG(bool, vllm_metric_names, true,
+          "Also publish vLLM's metric names (vllm:*); promtool's linter flags their ':'");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+}  // namespace
+
+namespace kvserve::worker {
+
+absl::StatusOr<WorkerServer::Exit> Serve() {
+  ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config));
+  std::cerr << engine->preflight_report() << "\n";
+  // Warm up: one tiny request through every layer before reporting ready.
+  RETURN_IF_ERROR(engine->AddRequest({.request_id = "warmup", .prompt = {0}, .max_tokens = 1}));
+  while (engine->HasWork()) RETURN_IF_ERROR(engine->Step().status());
+
+  WorkerServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.events_port = absl::GetFlag(FLAGS_events_port);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.heartbeat = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
+  o.recycle = {absl::GetFlag(FLAGS_recycle_after_requests), absl::GetFlag(FLAGS_recycle_after_seconds),
+               absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
+  o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
+  o.worker_id = absl::GetFlag(FLAGS_worker_id);
+  if (o.worker_id.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    o.worker_id = absl::StrCat(host, ":", o.port);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server, WorkerServer::Create(o, std::move(engine)));
+  nlohmann::json ports = {{"port", server->port()},
+                          {"events_port", server->events_port()},
+                          {"metrics_port", server->metrics_port()},
+                          {"instance_id", server->instance_id()},
+                          {"pid", getpid()}};
+  if (const std::string f = absl::GetFlag(FLAGS_ports_file); !f.empty()) {
+    std::ofstream(f + ".tmp") << ports.dump() << "\n";
+    std::rename((f + ".tmp").c_str(), f.c_str());
+  }
+  std::cout << "kvserve-worker ready " << ports.dump() << std::endl;
+  return server->Run(&g_stop);
+}
+
+}  // namespace kvserve::worker
+
+int main(int argc, char** argv) {
+  std::vector<std::string> original(argv, argv + argc);
+  kvserve::InitProgram(argc, argv, "kvserve-worker --model DIR [--port P --events-port E --metrics-port M] [engine flags]");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  absl::StatusOr<kvserve::worker::WorkerServer::Exit> exit = kvserve::worker::Serve();
+  if (!exit.ok()) {
+    std::cerr << "kvserve-worker: " << exit.status().message() << "\n";
+    return 1;
+  }
+  if (*exit == kvserve::worker::WorkerServer::Exit::kRecycle) {
+    // A fresh process and a fresh device context; the sockets are closed by now.
+    std::cerr << "kvserve-worker: recycling (re-exec)\n";
+    std::vector<char*> args;
+    for (std::string& a : original) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    std::cerr << "kvserve-worker: re-exec failed: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+// A small HTTP/1.1 server (Boost.Beast) for the worker's /metrics, /health and /ready: one
+// thread, one request per connection. The handler runs on that thread and must be
+// thread-safe with respect to the engine thread (it reads atomics and the metrics registry).
+//
+//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(0, [](const std::string& path) { ... }));
+//   int port = http->port();
+#ifndef KVSERVE_WORKER_SERVER_HTTP_SERVER_H_
+#define KVSERVE_WORKER_SERVER_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace kvserve::worker {
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const std::string& method, const std::string& target)>;
+
+  // Listens on 127.0.0.1:`port` (0 picks a free port) or all interfaces when `bind_all`.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(int port, bool bind_all, Handler handler);
+  ~HttpServer();
+  [[nodiscard]] int port() const { return port_; }
+  // Idempotent; joins the server thread.
+  void Stop();
+
+ private:
+  HttpServer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_SERVER_HTTP_SERVER_H_

@@ -1,0 +1,79 @@
+// The worker's Prometheus metrics: KV block pool (device and host tiers), swap traffic,
+// preemptions, prefix cache, evictions, KV-event sequence; request states, latency histograms
+// and token counters; lifecycle; and the vLLM names dashboards and the llm-d scheduler read
+// (vllm:num_requests_running, vllm:kv_cache_usage_perc, ...). Counters follow the engine's
+// own totals (Update adds the difference since the last call), so scrapes agree with
+// EngineStats at quiescent points.
+//
+//   WorkerMetrics metrics("worker-0", info);
+//   metrics.Update(engine.stats(), state, uptime, event_seq);   // engine thread
+//   std::string text = metrics.Serialize();                     // HTTP thread
+#ifndef KVSERVE_WORKER_SERVER_WORKER_METRICS_H_
+#define KVSERVE_WORKER_SERVER_WORKER_METRICS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "worker/engine.h"
+
+namespace kvserve::worker {
+
+struct CacheConfigInfo {
+  int block_size = 16;
+  std::string cache_dtype;
+  int num_gpu_blocks = 0;
+  int num_cpu_blocks = 0;
+  bool enable_prefix_caching = true;
+  int tensor_parallel_size = 1;
+};
+
+class WorkerMetrics {
+ public:
+  // `vllm_names`: also publish vLLM's metric names (vllm:num_requests_running, ...). They
+  // contain ':', which promtool's linter flags (Prometheus reserves colons for recording
+  // rules), so a scrape that must lint clean can turn them off.
+  WorkerMetrics(const std::string& worker_id, const CacheConfigInfo& info, bool vllm_names = true);
+
+  // Engine thread: refresh gauges and counters from the engine's totals.
+  void Update(const EngineStats& s, int64_t allocated_slots, int64_t used_tokens, bool draining,
+              double uptime_seconds, uint64_t event_seq);
+  void ObserveFirstToken(double ttft_s) { ttft_->Observe(ttft_s); }
+  void ObserveInterToken(double itl_s) { itl_->Observe(itl_s); }
+  void ObserveFinished(double e2e_s, double queue_s, double tpot_s);
+  void CountRecycle(const std::string& reason);
+  void CountDropped(const std::string& reason);
+
+  // Any thread: the text exposition format.
+  [[nodiscard]] std::string Serialize() const;
+
+ private:
+  prometheus::Gauge& G(const std::string& name, const std::string& help,
+                       const std::map<std::string, std::string>& labels = {});
+  prometheus::Counter& C(const std::string& name, const std::string& help,
+                         const std::map<std::string, std::string>& labels = {});
+  void Add(prometheus::Counter& c, double total);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::map<std::string, std::string> base_;
+  std::map<std::string, prometheus::Family<prometheus::Gauge>*> gauges_;
+  std::map<std::string, prometheus::Family<prometheus::Counter>*> counters_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* tpot_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  int block_size_;
+  bool vllm_names_;
+  std::map<prometheus::Counter*, double> last_;  // totals already counted
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_SERVER_WORKER_METRICS_H_

@@ -1,0 +1,511 @@
+#include "worker/server/worker_server.h"
+
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/zmq_framing.h"
+#include "glog/logging.h"
+
+namespace kvserve::worker {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double RssMb() {
+  std::ifstream in("/proc/self/statm");
+  long pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * 4096.0 / 1048576.0;
+}
+
+pb::Medium ToProto(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE; }
+
+pb::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return pb::FINISH_REASON_STOP;
+    case FinishReason::kLength: return pb::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort: return pb::FINISH_REASON_ABORT;
+    default: return pb::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+// Binds to host:port (port 0: any free port) and returns the port bound.
+absl::StatusOr<int> Bind(zmq::socket_t& s, const std::string& host, int port, const char* flag) {
+  const std::string ep = absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
+  try {
+    s.bind(ep);
+    const std::string last = s.get(zmq::sockopt::last_endpoint);
+    return std::stoi(last.substr(last.rfind(':') + 1));
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat(flag, " ", port, ": cannot bind ", ep, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(const WorkerServerOptions& options,
+                                                                  std::unique_ptr<Engine> engine) {
+  std::unique_ptr<WorkerServer> s(new WorkerServer());
+  s->options_ = options;
+  s->engine_ = std::move(engine);
+  s->instance_id_ = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
+  s->router_ = std::make_unique<zmq::socket_t>(s->ctx_, zmq::socket_type::router);
+  s->pub_ = std::make_unique<zmq::socket_t>(s->ctx_, zmq::socket_type::pub);
+  s->router_->set(zmq::sockopt::linger, 0);
+  s->pub_->set(zmq::sockopt::linger, 200);
+  s->router_->set(zmq::sockopt::router_mandatory, false);
+  ASSIGN_OR_RETURN(s->port_, Bind(*s->router_, options.host, options.port, "--port"));
+  ASSIGN_OR_RETURN(s->events_port_, Bind(*s->pub_, options.host, options.events_port, "--events-port"));
+  const EngineStats st = s->engine_->stats();
+  CacheConfigInfo info{s->engine_->config().block_size, s->engine_->kv_spec().CacheKeyDType(),
+                       st.blocks_total, st.host_blocks_total,
+                       s->engine_->config().enable_prefix_caching,
+                       s->engine_->config().tensor_parallel_size};
+  s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, info, options.vllm_metric_names);
+  WorkerServer* self = s.get();
+  ASSIGN_OR_RETURN(s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",
+                                               [self](const std::string& method, const std::string& target) {
+    HttpResponse r;
+    if (method != "GET") {
+      r.status = 405;
+      r.body = "only GET\n";
+    } else if (target == "/metrics") {
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = self->metrics_->Serialize();
+    } else if (target == "/health") {
+      r.body = "ok\n";
+    } else if (target == "/ready") {
+      const bool ready = self->state_.load() == pb::WORKER_STATE_READY;
+      r.status = ready ? 200 : 503;
+      r.body = ready ? "ready\n" : "not ready\n";
+    } else {
+      r.status = 404;
+      r.body = "not found\n";
+    }
+    return r;
+  }));
+  s->engine_->mutable_kv_cache().set_event_listener([self](const BlockHash& h, bool stored, Medium m) {
+    pb::KvEvent e;
+    if (stored) {
+      pb::BlockStored* st = e.mutable_stored();
+      st->add_block_hashes(h.ToBytes());
+      st->set_medium(ToProto(m));
+    } else {
+      pb::BlockRemoved* rm = e.mutable_removed();
+      rm->add_block_hashes(h.ToBytes());
+      rm->set_medium(ToProto(m));
+    }
+    self->pending_events_.push_back(std::move(e));
+  });
+  s->started_ = Clock::now();
+  s->start_rss_mb_ = RssMb();
+  return s;
+}
+
+WorkerServer::~WorkerServer() {
+  if (http_) http_->Stop();
+  router_.reset();
+  pub_.reset();
+  ctx_.close();
+}
+
+void WorkerServer::Reply(const std::string& identity, const google::protobuf::Message& m) {
+  absl::Status s = SendMessage(*router_, identity, m, zmq::send_flags::dontwait);
+  if (!s.ok()) VLOG(1) << "reply to a gone peer dropped: " << s;
+}
+
+void WorkerServer::Publish(const std::string& topic, const google::protobuf::Message& m) {
+  absl::Status s = SendMessage(*pub_, topic, m, zmq::send_flags::dontwait);
+  if (!s.ok()) LOG(WARNING) << "publish " << topic << ": " << s;
+}
+
+void WorkerServer::SendError(const std::string& identity, const std::string& request_id,
+                             const absl::Status& status) {
+  pb::GenerateResponse r;
+  r.set_request_id(request_id);
+  r.set_finish_reason(pb::FINISH_REASON_ERROR);
+  r.mutable_error()->set_code(static_cast<int>(status.code()));
+  r.mutable_error()->set_message(std::string(status.message()));
+  Reply(identity, r);
+}
+
+void WorkerServer::HandleMessage(const ReceivedMessage& m) {
+  if (m.type == "GenerateRequest") {
+    pb::GenerateRequest req;
+    if (absl::Status s = ParseMessage(m, &req); !s.ok()) {
+      metrics_->CountDropped("malformed_payload");
+      SendError(m.prefix, "", s);
+      return;
+    }
+    HandleGenerate(m.prefix, req);
+  } else if (m.type == "AbortRequest") {
+    pb::AbortRequest req;
+    if (!ParseMessage(m, &req).ok()) {
+      metrics_->CountDropped("malformed_payload");
+      return;
+    }
+    auto it = routes_.find(req.request_id());
+    if (it == routes_.end() || !engine_->Abort(req.request_id()).ok()) {
+      metrics_->CountDropped("abort_unknown_request");
+      return;
+    }
+    pb::GenerateResponse r;
+    r.set_request_id(req.request_id());
+    r.set_finish_reason(pb::FINISH_REASON_ABORT);
+    r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    r.mutable_error()->set_message(req.reason().empty() ? "aborted" : req.reason());
+    Reply(it->second.identity, r);
+    routes_.erase(it);
+  } else if (m.type == "Control") {
+    pb::Control c;
+    if (!ParseMessage(m, &c).ok()) {
+      metrics_->CountDropped("malformed_payload");
+      pb::ControlReply r;
+      r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+      r.mutable_error()->set_message("malformed Control payload");
+      Reply(m.prefix, r);
+      return;
+    }
+    HandleControl(m.prefix, c);
+  } else {
+    metrics_->CountDropped("unknown_type");
+    pb::ControlReply r;
+    r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+    r.mutable_error()->set_message(absl::StrCat("unknown message type '", m.type.substr(0, 64), "'"));
+    Reply(m.prefix, r);
+  }
+}
+
+void WorkerServer::HandleGenerate(const std::string& identity, const pb::GenerateRequest& req) {
+  if (draining_) {
+    SendError(identity, req.request_id(),
+              absl::FailedPreconditionError(absl::StrCat("worker is draining (", drain_reason_, ")")));
+    return;
+  }
+  if (routes_.contains(req.request_id())) {
+    metrics_->CountDropped("duplicate_request_id");
+    SendError(identity, req.request_id(),
+              absl::AlreadyExistsError(absl::StrCat("request '", req.request_id(), "' is already running")));
+    return;
+  }
+  RequestInput in;
+  in.request_id = req.request_id();
+  in.prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  in.max_tokens = req.max_tokens();
+  in.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  in.priority = req.priority();
+  in.cache_salt = req.cache_salt();
+  const pb::SamplingParams& sp = req.sampling();
+  in.sampling.temperature = sp.temperature();
+  in.sampling.top_p = sp.top_p() == 0 ? 1.0f : sp.top_p();
+  in.sampling.top_k = sp.top_k();
+  in.sampling.min_p = sp.min_p();
+  if (sp.has_seed()) in.sampling.seed = sp.seed();
+  if (sp.has_logprobs()) in.sampling.logprobs = sp.logprobs();
+  in.sampling.ignore_eos = sp.ignore_eos();
+  in.sampling.n = sp.n() == 0 ? 1 : sp.n();
+  const int n = in.sampling.n;
+  if (absl::Status s = engine_->AddRequest(std::move(in)); !s.ok()) {
+    SendError(identity, req.request_id(), s);
+    return;
+  }
+  Route route;
+  route.identity = identity;
+  route.stream = req.stream();
+  route.arrival = Clock::now();
+  route.predicted_cached = req.predicted_cached_tokens();
+  if (!route.stream) route.pending.resize(n);
+  routes_.emplace(req.request_id(), std::move(route));
+}
+
+void WorkerServer::HandleControl(const std::string& identity, const pb::Control& c) {
+  pb::ControlReply r;
+  r.set_control_id(c.control_id());
+  r.set_ok(true);
+  switch (c.action()) {
+    case pb::CONTROL_ACTION_DRAIN:
+      StartDrain(c.reason().empty() ? "admin" : c.reason(), /*recycle=*/false);
+      break;
+    case pb::CONTROL_ACTION_UNDRAIN:
+      if (recycle_after_drain_ || stop_after_drain_) {
+        r.set_ok(false);
+        r.mutable_error()->set_message("a recycle or shutdown drain cannot be undone");
+      } else {
+        draining_ = false;
+        state_ = pb::WORKER_STATE_READY;
+      }
+      break;
+    case pb::CONTROL_ACTION_RECYCLE:
+    case pb::CONTROL_ACTION_RECYCLE_GRANT:
+      StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
+      break;
+    case pb::CONTROL_ACTION_RECYCLE_DENY:
+      recycle_requested_ = false;  // ask again later
+      break;
+    case pb::CONTROL_ACTION_SNAPSHOT_REQUEST:
+      PublishSnapshot();
+      break;
+    default:
+      r.set_ok(false);
+      r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+      r.mutable_error()->set_message(absl::StrCat("unsupported control action ", c.action()));
+      metrics_->CountDropped("bad_control_action");
+  }
+  Reply(identity, r);
+}
+
+void WorkerServer::StartDrain(const std::string& reason, bool recycle) {
+  if (recycle) recycle_after_drain_ = true;
+  if (draining_) return;
+  draining_ = true;
+  drain_reason_ = reason;
+  drain_deadline_ = Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.drain_timeout));
+  state_ = recycle ? pb::WORKER_STATE_RECYCLING : pb::WORKER_STATE_DRAINING;
+  LOG(INFO) << "draining: " << reason;
+  PublishStatus();
+}
+
+void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
+  const auto now = Clock::now();
+  for (SequenceOutput& o : outs) {
+    auto it = routes_.find(o.request_id);
+    if (it == routes_.end()) continue;
+    Route& route = it->second;
+    if (!o.new_tokens.empty()) {
+      if (route.first_token == Clock::time_point()) {
+        route.first_token = now;
+        metrics_->ObserveFirstToken(Seconds(now - route.arrival));
+      } else {
+        metrics_->ObserveInterToken(Seconds(now - route.last_token));
+      }
+      route.last_token = now;
+    }
+    pb::GenerateResponse delta;
+    delta.set_request_id(o.request_id);
+    delta.set_sample_index(o.sample_index);
+    for (int32_t t : o.new_tokens) delta.add_token_ids(t);
+    for (const TokenLogprobs& lp : o.new_logprobs) {
+      pb::PositionLogprobs* p = delta.add_logprobs();
+      p->mutable_sampled()->set_token_id(lp.token);
+      p->mutable_sampled()->set_logprob(lp.logprob);
+      for (auto [tok, logprob] : lp.top) {
+        pb::TokenLogprob* t = p->add_top();
+        t->set_token_id(tok);
+        t->set_logprob(logprob);
+      }
+    }
+    delta.set_finish_reason(ToProto(o.finish_reason));
+    if (o.stop_token) delta.set_stop_token_id(*o.stop_token);
+    if (o.request_finished) {
+      pb::Usage* u = delta.mutable_usage();
+      u->set_prompt_tokens(o.num_prompt_tokens);
+      u->set_cached_prompt_tokens(o.num_cached_prompt_tokens);
+    }
+    if (route.stream) {
+      Reply(route.identity, delta);
+    } else {
+      pb::GenerateResponse& acc = route.pending[o.sample_index];
+      acc.set_request_id(o.request_id);
+      acc.set_sample_index(o.sample_index);
+      acc.mutable_token_ids()->MergeFrom(delta.token_ids());
+      acc.mutable_logprobs()->MergeFrom(delta.logprobs());
+      if (delta.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
+        acc.set_finish_reason(delta.finish_reason());
+        if (delta.has_stop_token_id()) acc.set_stop_token_id(delta.stop_token_id());
+      }
+      if (o.request_finished) *acc.mutable_usage() = delta.usage();
+    }
+    if (o.request_finished) {
+      if (!route.stream) {
+        int completion = 0;
+        for (const auto& p : route.pending) completion += p.token_ids_size();
+        for (auto& p : route.pending) {
+          if (p.has_usage()) p.mutable_usage()->set_completion_tokens(completion);
+          Reply(route.identity, p);
+        }
+      }
+      const double e2e = Seconds(now - route.arrival);
+      const double queue = route.first_token == Clock::time_point() ? e2e : Seconds(route.first_token - route.arrival);
+      metrics_->ObserveFinished(e2e, queue, 0);
+      ++served_requests_;
+      routes_.erase(it);
+    }
+  }
+}
+
+void WorkerServer::PublishEvents() {
+  if (pending_events_.empty()) return;
+  pb::KvEventBatch batch;
+  batch.set_worker_id(options_.worker_id);
+  batch.set_instance_id(instance_id_);
+  batch.set_seq(++event_seq_);
+  batch.set_timestamp_ms(NowMs());
+  for (auto& e : pending_events_) *batch.add_events() = std::move(e);
+  pending_events_.clear();
+  Publish("kv", batch);
+}
+
+void WorkerServer::PublishAllCleared() {
+  pending_events_.clear();
+  pb::KvEvent e;
+  e.mutable_all_cleared();
+  pending_events_.push_back(std::move(e));
+  PublishEvents();
+}
+
+void WorkerServer::PublishSnapshot() {
+  PublishEvents();  // the snapshot is valid after every event so far
+  pb::KvSnapshot snap;
+  snap.set_worker_id(options_.worker_id);
+  snap.set_instance_id(instance_id_);
+  snap.set_seq(event_seq_);
+  engine_->ForEachCachedBlock([&](const BlockHash& h, Medium m) {
+    pb::CachedBlock* b = snap.add_blocks();
+    b->set_block_hash(h.ToBytes());
+    b->set_medium(ToProto(m));
+  });
+  Publish("kv", snap);
+}
+
+void WorkerServer::PublishStatus() {
+  const EngineStats s = engine_->stats();
+  pb::WorkerStatus st;
+  st.set_worker_id(options_.worker_id);
+  st.set_instance_id(instance_id_);
+  st.set_state(static_cast<pb::WorkerState>(state_.load()));
+  for (bool host : {false, true}) {
+    pb::BlockCounts* b = st.add_blocks();
+    b->set_medium(host ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE);
+    const int total = host ? s.host_blocks_total : s.blocks_total;
+    const int free = host ? s.host_blocks_free : s.blocks_free;
+    const int cached = host ? s.host_blocks_cached_evictable : s.blocks_cached_evictable;
+    b->set_total(total);
+    b->set_free(free - cached);
+    b->set_active(total - free);
+    b->set_cached_evictable(cached);
+  }
+  st.set_num_running(s.num_running);
+  st.set_num_waiting(s.num_waiting);
+  st.set_num_swapped(s.num_swapped);
+  st.set_tokens_in_flight(engine_->kv_usage().used_tokens);
+  st.set_load(s.blocks_total > 0 ? static_cast<double>(s.blocks_total - s.blocks_free) / s.blocks_total +
+                                       static_cast<double>(s.num_waiting) / std::max(1, engine_->config().scheduler.max_num_seqs)
+                                 : 0);
+  st.set_kv_event_seq(event_seq_);
+  st.set_block_size(engine_->config().block_size);
+  st.set_timestamp_ms(NowMs());
+  st.set_model_id(engine_->config().model_id);
+  st.set_kv_cache_dtype(engine_->kv_spec().CacheKeyDType());
+  st.set_kv_quant(engine_->kv_spec().CacheKeyQuant());
+  st.set_tensor_parallel_size(engine_->config().tensor_parallel_size);
+  Publish("status", st);
+}
+
+bool WorkerServer::RecycleDue(std::string* reason) {
+  const RecyclePolicy& p = options_.recycle;
+  if (p.after_requests > 0 && served_requests_ >= p.after_requests) *reason = "requests";
+  else if (p.after_seconds > 0 && Seconds(Clock::now() - started_) >= p.after_seconds) *reason = "uptime";
+  else if (p.on_rss_growth_mb > 0 && RssMb() - start_rss_mb_ >= p.on_rss_growth_mb) *reason = "rss_growth";
+  else if (p.on_fragmentation > 0) {
+    const Engine::KvUsage u = engine_->kv_usage();
+    if (u.allocated_slots > 0 && 1.0 - static_cast<double>(u.used_tokens) / u.allocated_slots >= p.on_fragmentation) {
+      *reason = "fragmentation";
+    }
+  }
+  return !reason->empty();
+}
+
+void WorkerServer::UpdateMetrics() {
+  const Engine::KvUsage u = engine_->kv_usage();
+  metrics_->Update(engine_->stats(), u.allocated_slots, u.used_tokens, draining_,
+                   Seconds(Clock::now() - started_), event_seq_);
+}
+
+absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* stop) {
+  PublishAllCleared();  // a fresh process holds nothing
+  state_ = pb::WORKER_STATE_READY;
+  PublishStatus();
+  next_heartbeat_ = Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+  while (true) {
+    zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(engine_->HasWork() ? 0 : 10));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
+    }
+    for (int i = 0; i < 256; ++i) {  // drain what arrived, bounded so steps keep flowing
+      absl::StatusOr<std::optional<ReceivedMessage>> m = ReceiveMessage(*router_, true, zmq::recv_flags::dontwait);
+      if (!m.ok()) {
+        metrics_->CountDropped("malformed_frames");
+        continue;
+      }
+      if (!m->has_value()) break;
+      HandleMessage(**m);
+    }
+    if (stop != nullptr && stop->load() && !stop_after_drain_) {
+      stop_after_drain_ = true;
+      StartDrain("sigterm", /*recycle=*/false);
+    }
+    if (engine_->HasWork()) {
+      absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
+      if (!outs.ok()) {
+        state_ = pb::WORKER_STATE_STOPPING;
+        for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status());
+        PublishStatus();
+        return outs.status();
+      }
+      SendOutputs(*outs);
+    }
+    PublishEvents();
+    const auto now = Clock::now();
+    if (now >= next_heartbeat_) {
+      UpdateMetrics();
+      PublishStatus();
+      next_heartbeat_ = now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+      std::string reason;
+      if (!draining_ && !recycle_requested_ && RecycleDue(&reason)) {
+        recycle_requested_ = true;
+        pb::Control ask;
+        ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
+        ask.set_reason(reason);
+        Publish("control", ask);
+        LOG(INFO) << "asking for a recycle slot: " << reason;
+      }
+    }
+    if (draining_ && (recycle_after_drain_ || stop_after_drain_)) {
+      if (engine_->HasWork() && now >= drain_deadline_) {
+        for (const std::string& id : engine_->AbortAll()) {
+          auto it = routes_.find(id);
+          if (it == routes_.end()) continue;
+          pb::GenerateResponse r;
+          r.set_request_id(id);
+          r.set_finish_reason(pb::FINISH_REASON_ABORT);
+          r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+          r.mutable_error()->set_message(absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
+          Reply(it->second.identity, r);
+          routes_.erase(it);
+        }
+      }
+      if (!engine_->HasWork()) {
+        if (recycle_after_drain_) metrics_->CountRecycle(drain_reason_);
+        state_ = pb::WORKER_STATE_STOPPING;
+        UpdateMetrics();
+        PublishAllCleared();
+        PublishStatus();
+        return recycle_after_drain_ ? Exit::kRecycle : Exit::kStopped;
+      }
+    }
+  }
+}
+
+}  // namespace kvserve::worker

@@ -1,0 +1,121 @@
+// kvserve-worker's serving loop: the engine plus its ZeroMQ endpoints and HTTP probes.
+//
+//   ROUTER --port         GenerateRequest / AbortRequest / Control in; GenerateResponse deltas
+//                         and ControlReply out, to the sender's routing id
+//   PUB    --events-port  topic "kv": KvEventBatch (every change to the cached-block set, per
+//                         medium, seq +1 per batch) and KvSnapshot (on request); topic "status":
+//                         WorkerStatus heartbeats; topic "control": RECYCLE_REQUEST
+//   HTTP   --metrics-port /metrics (Prometheus), /health (200 while the loop runs), /ready
+//                         (200 only when READY)
+//
+// One thread (the caller of Run) owns the engine and both sockets: it polls the ROUTER,
+// steps the engine, sends outputs and publishes events and heartbeats. Messages from the
+// network are untrusted: malformed frames, unknown types, bad payloads, duplicate request ids
+// and aborts of unknown ids are answered with an error or dropped and counted, never a crash.
+//
+// Drain (Control DRAIN, SIGTERM or a granted recycle): accept nothing new, finish in-flight
+// requests (aborted with a reason after --drain-timeout), publish all-cleared, return.
+#ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
+#define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/zmq_framing.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "worker/engine.h"
+#include "worker/server/http_server.h"
+#include "worker/server/worker_metrics.h"
+#include "zmq.hpp"
+
+namespace kvserve::worker {
+
+struct RecyclePolicy {
+  int64_t after_requests = 0;       // 0: off
+  double after_seconds = 0;         // 0: off
+  double on_rss_growth_mb = 0;      // 0: off
+  double on_fragmentation = 0;      // fraction of allocated slots unused; 0: off
+};
+
+struct WorkerServerOptions {
+  std::string worker_id;
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port
+  int events_port = 0;
+  int metrics_port = 0;
+  absl::Duration heartbeat = absl::Milliseconds(250);
+  absl::Duration drain_timeout = absl::Seconds(30);
+  RecyclePolicy recycle;
+  bool vllm_metric_names = true;
+};
+
+class WorkerServer {
+ public:
+  enum class Exit { kStopped, kRecycle };
+
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Create(const WorkerServerOptions& options,
+                                                              std::unique_ptr<Engine> engine);
+  ~WorkerServer();
+
+  // Serves until drained after SIGTERM (`*stop` true) or a granted recycle.
+  absl::StatusOr<Exit> Run(const std::atomic<bool>* stop);
+
+  [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] int events_port() const { return events_port_; }
+  [[nodiscard]] int metrics_port() const { return http_->port(); }
+  [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
+
+ private:
+  struct Route {
+    std::string identity;
+    bool stream = true;
+    std::chrono::steady_clock::time_point arrival, first_token, last_token;
+    std::vector<kvserve::v1::GenerateResponse> pending;  // per sample, non-streaming
+    int predicted_cached = -1;
+  };
+
+  WorkerServer() = default;
+  void HandleMessage(const ReceivedMessage& m);
+  void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req);
+  void HandleControl(const std::string& identity, const kvserve::v1::Control& c);
+  void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s);
+  void SendOutputs(std::vector<SequenceOutput>& outs);
+  void Reply(const std::string& identity, const google::protobuf::Message& m);
+  void Publish(const std::string& topic, const google::protobuf::Message& m);
+  void PublishEvents();
+  void PublishAllCleared();
+  void PublishSnapshot();
+  void PublishStatus();
+  void StartDrain(const std::string& reason, bool recycle);
+  bool RecycleDue(std::string* reason);
+  void UpdateMetrics();
+
+  WorkerServerOptions options_;
+  std::unique_ptr<Engine> engine_;
+  zmq::context_t ctx_;
+  std::unique_ptr<zmq::socket_t> router_, pub_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  int port_ = 0, events_port_ = 0;
+  uint64_t instance_id_ = 0;
+  std::atomic<int> state_{kvserve::v1::WORKER_STATE_STARTING};
+  absl::flat_hash_map<std::string, Route> routes_;
+  std::vector<kvserve::v1::KvEvent> pending_events_;
+  uint64_t event_seq_ = 0;
+  std::chrono::steady_clock::time_point started_, next_heartbeat_, drain_deadline_;
+  bool draining_ = false, recycle_after_drain_ = false, stop_after_drain_ = false;
+  bool recycle_requested_ = false;
+  std::string drain_reason_;
+  int64_t served_requests_ = 0;
+  double start_rss_mb_ = 0;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
