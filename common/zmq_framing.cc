@@ -1,5 +1,6 @@
 #include "common/zmq_framing.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/string_util.h"
 
@@ -92,7 +93,7 @@ absl::Status ParseMessage(const ReceivedMessage& message, google::protobuf::Mess
   const std::string& want = out->GetDescriptor()->name();
   if (message.type != want) {
     return absl::InvalidArgumentError(
-        absl::StrCat("message type '", message.type.substr(0, 64), "' is not ", want));
+        absl::StrCat("message type '", absl::CHexEscape(message.type.substr(0, 64)), "' is not ", want));
   }
   if (!out->ParseFromString(message.payload)) {
     return absl::InvalidArgumentError(

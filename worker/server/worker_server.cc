@@ -3,6 +3,7 @@
 #include <fstream>
 #include <random>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/zmq_framing.h"
@@ -181,7 +182,8 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     metrics_->CountDropped("unknown_type");
     pb::ControlReply r;
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-    r.mutable_error()->set_message(absl::StrCat("unknown message type '", m.type.substr(0, 64), "'"));
+    r.mutable_error()->set_message(
+        absl::StrCat("unknown message type '", absl::CHexEscape(m.type.substr(0, 64)), "'"));
     Reply(m.prefix, r);
   }
 }
@@ -472,14 +474,16 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       UpdateMetrics();
       PublishStatus();
       next_heartbeat_ = now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+      // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops
+      // messages for subscribers that are not connected yet, and a denied ask is retried.
       std::string reason;
-      if (!draining_ && !recycle_requested_ && RecycleDue(&reason)) {
-        recycle_requested_ = true;
+      if (!draining_ && RecycleDue(&reason)) {
         pb::Control ask;
         ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
         ask.set_reason(reason);
         Publish("control", ask);
-        LOG(INFO) << "asking for a recycle slot: " << reason;
+        if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
+        recycle_requested_ = true;
       }
     }
     if (draining_ && (recycle_after_drain_ || stop_after_drain_)) {
@@ -496,7 +500,11 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
           routes_.erase(it);
         }
       }
-      if (!engine_->HasWork()) {
+      if (!engine_->HasWork() && idle_since_ == Clock::time_point()) idle_since_ = now;
+      if (engine_->HasWork()) idle_since_ = Clock::time_point();
+      // Idle: keep answering "draining" for a short grace period, so that a request already on
+      // the wire gets a retryable error instead of vanishing with the process.
+      if (!engine_->HasWork() && now - idle_since_ >= std::chrono::milliseconds(200)) {
         if (recycle_after_drain_) metrics_->CountRecycle(drain_reason_);
         state_ = pb::WORKER_STATE_STOPPING;
         UpdateMetrics();

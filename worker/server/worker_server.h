@@ -108,7 +108,7 @@ class WorkerServer {
   absl::flat_hash_map<std::string, Route> routes_;
   std::vector<kvserve::v1::KvEvent> pending_events_;
   uint64_t event_seq_ = 0;
-  std::chrono::steady_clock::time_point started_, next_heartbeat_, drain_deadline_;
+  std::chrono::steady_clock::time_point started_, next_heartbeat_, drain_deadline_, idle_since_;
   bool draining_ = false, recycle_after_drain_ = false, stop_after_drain_ = false;
   bool recycle_requested_ = false;
   std::string drain_reason_;

@@ -1,0 +1,456 @@
+// kvserve-worker as a process, driven over ZeroMQ by scripted clients (no router): streamed
+// outputs equal the in-process engine's, KV events rebuild the cached-block set (with a
+// snapshot resync after a dropped batch), /metrics lints and agrees with the engine, malformed
+// traffic never stops it, SIGTERM drains, and planned recycles under load lose nothing.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <signal.h>
+#include <stdio.h>
+
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/engine_test_util.h"
+#include "tests/worker/server/worker_process.h"
+
+namespace kvserve::testing {
+namespace {
+
+namespace pb = ::kvserve::v1;
+
+std::vector<std::string> ModelArgs(const std::string& model) {
+  return {"--model", FixtureModel(model), "--max-model-len", "256", "--num-blocks", "256"};
+}
+
+// Sends requests and waits for every sample to finish; returns tokens per request id.
+std::map<std::string, std::vector<int32_t>> RunRequests(Client& c, const std::vector<pb::GenerateRequest>& reqs,
+                                                        std::vector<std::string>* errors = nullptr) {
+  for (const auto& r : reqs) EXPECT_OK(c.Send(r));
+  std::map<std::string, std::vector<int32_t>> out;
+  size_t finished = 0;
+  while (finished < reqs.size()) {
+    std::optional<ReceivedMessage> m = c.Receive(20000);
+    if (!m) {
+      ADD_FAILURE() << "timed out waiting for responses";
+      break;
+    }
+    pb::GenerateResponse r;
+    if (!ParseMessage(*m, &r).ok()) continue;
+    auto& tokens = out[r.request_id()];
+    tokens.insert(tokens.end(), r.token_ids().begin(), r.token_ids().end());
+    if (r.finish_reason() == pb::FINISH_REASON_ERROR || r.finish_reason() == pb::FINISH_REASON_ABORT) {
+      if (errors != nullptr) errors->push_back(absl::StrCat(r.request_id(), ": ", r.error().message()));
+      ++finished;
+    } else if (r.has_usage()) {
+      ++finished;
+    }
+  }
+  return out;
+}
+
+TEST(WorkerServerTest, StreamsTheSameTokensAsTheInProcessEngine) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  zmq::context_t ctx;
+  Client c(ctx, w->port());
+  std::mt19937 rng(3);
+  std::vector<pb::GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt(5 + rng() % 60);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 1024);
+    reqs.push_back(MakeRequest("r" + std::to_string(i), prompt, 12, /*stream=*/i % 2 == 0));
+  }
+  auto got = RunRequests(c, reqs);
+
+  worker::EngineConfig config = worker::testing::FixtureConfig("tiny-llama3", 256);
+  config.max_model_len = 256;
+  auto engine = worker::testing::MakeEngine(config);
+  for (const auto& r : reqs) {
+    worker::RequestInput in = worker::testing::GreedyRequest(
+        r.request_id(), {r.prompt_token_ids().begin(), r.prompt_token_ids().end()}, r.max_tokens());
+    ASSERT_OK(engine->AddRequest(in));
+  }
+  auto want = worker::testing::RunToCompletion(*engine);
+  for (const auto& r : reqs) {
+    auto [agreed, near_tie] = worker::testing::GreedyAgreement(want[r.request_id()][0], got[r.request_id()]);
+    EXPECT_TRUE(agreed == 12 || near_tie) << r.request_id() << " diverges at " << agreed;
+    EXPECT_EQ(got[r.request_id()].size(), 12u);
+  }
+  // Bad requests get error replies naming the problem.
+  std::vector<std::string> errors;
+  RunRequests(c, {MakeRequest("bad", {5, 99999}, 4), MakeRequest("empty", {}, 4), MakeRequest("zero", {1}, 0)}, &errors);
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
+TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
+  std::vector<std::string> args = {"--model", FixtureModel("tiny-qwen3"), "--max-model-len", "128",
+                                   "--num-blocks", "64", "--block-size", "8", "--swap-space", "0.0001",
+                                   "--preemption-mode", "swap", "--host-prefix-cache",
+                                   "--max-num-seqs", "16"};
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+  zmq::context_t ctx;
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "kv");
+  sub.set(zmq::sockopt::rcvhwm, 0);
+  sub.connect(absl::StrCat("tcp://127.0.0.1:", w->events_port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let SUB join before traffic
+  Client c(ctx, w->port());
+  Client control(ctx, w->port());
+
+  std::set<std::pair<std::string, int>> cached;  // (hash bytes, medium)
+  uint64_t last_seq = 0;
+  bool dropped = false, resyncing = false;
+  std::vector<pb::KvEventBatch> buffered;
+  int batches = 0, gaps = 0, snapshots = 0;
+  auto apply = [&](const pb::KvEventBatch& b) {
+    for (const pb::KvEvent& e : b.events()) {
+      if (e.has_stored()) {
+        for (const auto& h : e.stored().block_hashes()) cached.insert({h, e.stored().medium()});
+      } else if (e.has_removed()) {
+        for (const auto& h : e.removed().block_hashes()) cached.erase({h, e.removed().medium()});
+      } else if (e.has_all_cleared()) {
+        cached.clear();
+      }
+    }
+    last_seq = b.seq();
+  };
+  std::optional<pb::KvSnapshot> final_snapshot;
+  auto pump = [&](int timeout_ms) {
+    while (true) {
+      zmq::pollitem_t items[] = {{sub.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(timeout_ms));
+      if (!(items[0].revents & ZMQ_POLLIN)) return;
+      auto m = ReceiveMessage(sub, true, zmq::recv_flags::dontwait);
+      if (!m.ok() || !m->has_value()) return;
+      if ((*m)->type == "KvSnapshot") {
+        pb::KvSnapshot snap;
+        ASSERT_OK(ParseMessage(**m, &snap));
+        ++snapshots;
+        final_snapshot = snap;
+        if (resyncing) {
+          cached.clear();
+          for (const auto& b : snap.blocks()) cached.insert({b.block_hash(), b.medium()});
+          last_seq = snap.seq();
+          for (const auto& b : buffered) {
+            if (b.seq() > last_seq) apply(b);
+          }
+          buffered.clear();
+          resyncing = false;
+        }
+        continue;
+      }
+      pb::KvEventBatch b;
+      ASSERT_OK(ParseMessage(**m, &b));
+      ++batches;
+      if (!dropped && batches == 40) {  // deliberately lose one batch
+        dropped = true;
+        continue;
+      }
+      if (resyncing) {
+        buffered.push_back(b);
+        continue;
+      }
+      if (last_seq != 0 && b.seq() != last_seq + 1) {
+        ++gaps;
+        resyncing = true;
+        buffered.push_back(b);
+        pb::Control ask;
+        ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+        ASSERT_OK(control.Send(ask));
+        continue;
+      }
+      apply(b);
+    }
+  };
+
+  std::mt19937 rng(11);
+  std::vector<int32_t> shared(40);
+  for (int32_t& t : shared) t = static_cast<int32_t>(rng() % 1024);
+  int sent = 0, aborted = 0;
+  while (sent < 5000) {
+    std::vector<pb::GenerateRequest> wave;
+    for (int i = 0; i < 50 && sent < 5000; ++i, ++sent) {
+      std::vector<int32_t> prompt;
+      if (rng() % 2) prompt.assign(shared.begin(), shared.begin() + 8 + rng() % 32);
+      const int extra = 1 + rng() % 40;
+      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(rng() % 1024));
+      wave.push_back(MakeRequest("q" + std::to_string(sent), prompt, 1 + rng() % 6));
+    }
+    for (const auto& r : wave) ASSERT_OK(c.Send(r));
+    for (int i = 0; i < 3; ++i) {  // abort a few of them
+      pb::AbortRequest a;
+      a.set_request_id(wave[rng() % wave.size()].request_id());
+      ASSERT_OK(c.Send(a));
+    }
+    size_t done = 0;
+    std::set<std::string> finished;
+    while (finished.size() < wave.size()) {
+      pump(0);
+      std::optional<ReceivedMessage> m = c.Receive(10000);
+      ASSERT_TRUE(m.has_value()) << "no response; " << finished.size() << " of " << wave.size();
+      pb::GenerateResponse r;
+      if (!ParseMessage(*m, &r).ok()) continue;
+      if (r.finish_reason() == pb::FINISH_REASON_ABORT) ++aborted;
+      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ABORT || r.finish_reason() == pb::FINISH_REASON_ERROR) {
+        finished.insert(r.request_id());
+      }
+      ++done;
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pump(100);
+  ASSERT_FALSE(resyncing);
+  // Quiescent: the worker's actual set, as a snapshot, equals what the events rebuilt.
+  final_snapshot.reset();
+  pb::Control ask;
+  ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+  ASSERT_OK(control.Send(ask));
+  for (int i = 0; i < 50 && !final_snapshot; ++i) pump(100);
+  ASSERT_TRUE(final_snapshot.has_value());
+  std::set<std::pair<std::string, int>> actual;
+  for (const auto& b : final_snapshot->blocks()) actual.insert({b.block_hash(), b.medium()});
+  EXPECT_EQ(final_snapshot->seq(), last_seq);
+  EXPECT_EQ(cached, actual);
+  EXPECT_GT(actual.size(), 0u);
+  EXPECT_EQ(gaps, 1);
+  EXPECT_GT(aborted, 0);
+  auto metrics = HttpGet(w->metrics_port(), "/metrics");
+  ASSERT_OK(metrics.status());
+  EXPECT_NE(metrics->second.find("kvserve_swap_blocks_total{direction=\"out\""), std::string::npos);
+  int host_events = 0;
+  for (const auto& [h, medium] : actual) host_events += medium == pb::MEDIUM_HOST;
+  RecordProperty("host_blocks_cached", host_events);
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
+// Runs promtool check metrics on text; returns its exit code and output.
+std::pair<int, std::string> Promtool(const std::string& text) {
+  const std::string path = MakeTempDir() + "/metrics.txt";
+  FILE* f = fopen(path.c_str(), "w");
+  fwrite(text.data(), 1, text.size(), f);
+  fclose(f);
+  FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  return {WEXITSTATUS(rc), out};
+}
+
+double MetricValue(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  const size_t sp = text.find(' ', at + 1 + prefix.size());
+  return std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
+}
+
+TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
+  for (bool vllm : {false, true}) {
+    std::vector<std::string> args = ModelArgs("tiny-qwen2");
+    args.push_back(vllm ? "--vllm-metric-names=true" : "--vllm-metric-names=false");
+    ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+    zmq::context_t ctx;
+    Client c(ctx, w->port());
+    std::vector<pb::GenerateRequest> reqs;
+    int prompt_tokens = 0;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int32_t> prompt(10 + i, static_cast<int32_t>(100 + i));
+      prompt_tokens += static_cast<int>(prompt.size());
+      reqs.push_back(MakeRequest("m" + std::to_string(i), prompt, 7));
+    }
+    auto got = RunRequests(c, reqs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few heartbeats
+    ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+    EXPECT_EQ(metrics.first, 200);
+    auto [rc, out] = Promtool(metrics.second);
+    if (vllm) {
+      // The only findings are vLLM's colon names, which dashboards need as they are.
+      for (const std::string& line : std::vector<std::string>(absl::StrSplit(out, '\n'))) {
+        if (line.empty()) continue;
+        EXPECT_TRUE(line.rfind("vllm:", 0) == 0 && line.find("should not contain ':'") != std::string::npos) << line;
+      }
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_running{"), 0);
+    } else {
+      EXPECT_EQ(rc, 0) << out;
+    }
+    // Counters agree with what was served (1 warm-up prompt token + 1 warm-up token included).
+    EXPECT_EQ(MetricValue(metrics.second, "kvserve_generation_tokens_total{"), 5 * 7 + 1);
+    EXPECT_EQ(MetricValue(metrics.second, "kvserve_prompt_tokens_total{"), prompt_tokens + 1);
+    EXPECT_EQ(MetricValue(metrics.second, "kvserve_requests{state=\"running\""), 0);
+    auto ready = HttpGet(w->metrics_port(), "/ready");
+    EXPECT_EQ(ready->first, 200);
+    EXPECT_EQ(w->Terminate(), 0);
+  }
+}
+
+TEST(WorkerServerTest, MalformedTrafficNeverStopsServing) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-qwen3")));
+  zmq::context_t ctx;
+  Client good(ctx, w->port());
+  zmq::socket_t bad(ctx, zmq::socket_type::dealer);
+  bad.set(zmq::sockopt::linger, 0);
+  bad.connect(absl::StrCat("tcp://127.0.0.1:", w->port()));
+  std::mt19937 rng(99);
+  const std::vector<std::string> types = {"GenerateRequest", "AbortRequest", "Control", "KvSnapshot", "??", ""};
+  int served = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<std::string> frames(1 + rng() % 4);
+    for (std::string& f : frames) {
+      if (rng() % 2) f = types[rng() % types.size()];
+      else {
+        f.resize(rng() % 64);
+        for (char& ch : f) ch = static_cast<char>(rng());
+      }
+    }
+    std::vector<std::string_view> views(frames.begin(), frames.end());
+    ASSERT_OK(SendFrames(bad, views));
+    if (i % 300 == 0) {
+      auto got = RunRequests(good, {MakeRequest("ok" + std::to_string(i), {1, 2, 3, 4}, 3)});
+      served += got["ok" + std::to_string(i)].size() == 3;
+      // Garbage on the HTTP port too.
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(w->metrics_port()));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        std::string junk(200, '\0');
+        for (char& ch : junk) ch = static_cast<char>(rng());
+        (void)!write(fd, junk.data(), junk.size());
+      }
+      close(fd);
+    }
+  }
+  EXPECT_EQ(served, 10);
+  ASSERT_OK_AND_ASSIGN(auto health, HttpGet(w->metrics_port(), "/health"));
+  EXPECT_EQ(health.first, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+  EXPECT_NE(metrics.second.find("kvserve_dropped_messages_total"), std::string::npos);
+  EXPECT_TRUE(w->Alive());
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
+TEST(WorkerServerTest, SigtermFinishesInFlightRequestsThenExits) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  zmq::context_t ctx;
+  Client c(ctx, w->port());
+  ASSERT_OK(c.Send(MakeRequest("long", std::vector<int32_t>(20, 7), 150)));
+  std::optional<ReceivedMessage> first = c.Receive(10000);  // it is running
+  ASSERT_TRUE(first.has_value());
+  kill(w->pid(), SIGTERM);
+  int tokens = 0;
+  pb::GenerateResponse r;
+  ASSERT_OK(ParseMessage(*first, &r));
+  tokens += r.token_ids_size();
+  bool finished = false;
+  while (!finished) {
+    std::optional<ReceivedMessage> m = c.Receive(20000);
+    ASSERT_TRUE(m.has_value());
+    ASSERT_OK(ParseMessage(*m, &r));
+    tokens += r.token_ids_size();
+    finished = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR;
+  }
+  EXPECT_EQ(tokens, 150);
+  EXPECT_EQ(r.finish_reason(), pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(w->Terminate(), 0);  // already exiting: returns its code
+}
+
+TEST(WorkerServerTest, FiveRecyclesUnderLoadLoseNothing) {
+  std::vector<std::string> args = ModelArgs("tiny-qwen3");
+  args.insert(args.end(), {"--recycle-after-requests", "6"});
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+  zmq::context_t ctx;
+  std::atomic<bool> stop{false};
+  std::atomic<int> grants{0};
+  std::atomic<bool> granted{false};  // like the router: no traffic to a recycling worker
+  // The test plays the router's recycle coordinator: grant every request.
+  std::thread coordinator([&] {
+    zmq::socket_t sub(ctx, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::subscribe, "control");
+    sub.connect(absl::StrCat("tcp://127.0.0.1:", w->events_port()));
+    Client grant(ctx, w->port());
+    while (!stop) {
+      zmq::pollitem_t items[] = {{sub.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(50));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      auto m = ReceiveMessage(sub, true, zmq::recv_flags::dontwait);
+      if (!m.ok() || !m->has_value()) continue;
+      pb::Control ask;
+      if (!ParseMessage(**m, &ask).ok() || ask.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) continue;
+      pb::Control g;
+      g.set_action(pb::CONTROL_ACTION_RECYCLE_GRANT);
+      g.set_reason(ask.reason());
+      granted = true;
+      grant.Send(g).IgnoreError();
+      ++grants;
+      while (grant.Receive(10).has_value()) {
+      }
+    }
+  });
+  Client c(ctx, w->port());
+  std::set<uint64_t> instances = {w->instance_id()};
+  int completed = 0, failed = 0, retries = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  while (instances.size() < 6 && std::chrono::steady_clock::now() < deadline) {
+    if (granted.exchange(false)) {  // the router stops routing to it until it is back
+      auto next = w->WaitForNewInstance(w->instance_id(), 60);
+      if (next.ok()) instances.insert(*next);
+    }
+    const std::string id = "load" + std::to_string(completed) + "_" + std::to_string(retries);
+    ASSERT_OK(c.Send(MakeRequest(id, {3, 1, 4, 1, 5, 9, 2, 6}, 5)));
+    int tokens = 0;
+    while (true) {
+      std::optional<ReceivedMessage> m = c.Receive(30000);
+      if (!m) {
+        ++failed;  // lost
+        break;
+      }
+      pb::GenerateResponse r;
+      if (!ParseMessage(*m, &r).ok() || r.request_id() != id) continue;
+      tokens += r.token_ids_size();
+      if (r.finish_reason() == pb::FINISH_REASON_ERROR) {
+        if (r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition)) {
+          ++retries;  // draining: a router would send it elsewhere; here, wait and resend
+          auto next = w->WaitForNewInstance(w->instance_id(), 60);
+          if (next.ok()) instances.insert(*next);
+        } else {
+          ++failed;
+        }
+        break;
+      }
+      if (r.has_usage()) {
+        completed += tokens == 5;
+        failed += tokens != 5;
+        break;
+      }
+    }
+    auto latest = w->WaitForNewInstance(0, 1);  // whatever instance runs now
+    if (latest.ok()) instances.insert(*latest);
+  }
+  stop = true;
+  coordinator.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_GE(completed, 30);
+  RecordProperty("retries_while_draining", retries);
+  EXPECT_GE(instances.size(), 6u) << "5 recycles means 6 instances";
+  EXPECT_GE(grants.load(), 5);
+  auto ready = HttpGet(w->metrics_port(), "/ready");
+  ASSERT_OK(ready.status());
+  EXPECT_EQ(ready->first, 200);
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
+}  // namespace
+}  // namespace kvserve::testing
