@@ -15,6 +15,9 @@ ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Token budget of one engine ste
 ABSL_FLAG(int32_t, max_model_len, 0, "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks of identical prefixes");
 ABSL_FLAG(double, kv_cache_memory_gib, 0.5, "KV pool size in GiB (CPU backend)");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9,
+          "Fraction of GPU memory for weights, activations and the KV pool (CUDA backend; the "
+          "CPU backend sizes its pool with --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
@@ -58,6 +61,9 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
+  if (const double u = absl::GetFlag(FLAGS_gpu_memory_utilization); !(u > 0 && u <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", u));
+  }
   c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);

@@ -247,8 +247,15 @@ void WorkerServer::HandleControl(const std::string& identity, const pb::Control&
         state_ = pb::WORKER_STATE_READY;
       }
       break;
-    case pb::CONTROL_ACTION_RECYCLE:
     case pb::CONTROL_ACTION_RECYCLE_GRANT:
+      if (c.instance_id() != 0 && c.instance_id() != instance_id_) {
+        r.set_ok(false);
+        r.mutable_error()->set_message("the grant is for an earlier instance of this worker");
+        break;
+      }
+      StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
+      break;
+    case pb::CONTROL_ACTION_RECYCLE:
       StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
       break;
     case pb::CONTROL_ACTION_RECYCLE_DENY:
@@ -283,6 +290,7 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
     auto it = routes_.find(o.request_id);
     if (it == routes_.end()) continue;
     Route& route = it->second;
+    route.completion_tokens += static_cast<int>(o.new_tokens.size());
     if (!o.new_tokens.empty()) {
       if (route.first_token == Clock::time_point()) {
         route.first_token = now;
@@ -337,8 +345,11 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
         }
       }
       const double e2e = Seconds(now - route.arrival);
-      const double queue = route.first_token == Clock::time_point() ? e2e : Seconds(route.first_token - route.arrival);
-      metrics_->ObserveFinished(e2e, queue, 0);
+      const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
+      const double tpot = route.completion_tokens > 1
+                              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
+                              : 0;
+      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot);
       ++served_requests_;
       routes_.erase(it);
     }
@@ -466,6 +477,10 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
         PublishStatus();
         return outs.status();
       }
+      const auto stepped = Clock::now();
+      for (auto& [id, route] : routes_) {  // queue time ends at the first scheduling
+        if (route.scheduled == Clock::time_point() && engine_->Started(id)) route.scheduled = stepped;
+      }
       SendOutputs(*outs);
     }
     PublishEvents();
@@ -481,6 +496,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
         pb::Control ask;
         ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
         ask.set_reason(reason);
+        ask.set_instance_id(instance_id_);
         Publish("control", ask);
         if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
         recycle_requested_ = true;

@@ -75,7 +75,8 @@ class WorkerServer {
   struct Route {
     std::string identity;
     bool stream = true;
-    std::chrono::steady_clock::time_point arrival, first_token, last_token;
+    std::chrono::steady_clock::time_point arrival, scheduled, first_token, last_token;
+    int completion_tokens = 0;
     std::vector<kvserve::v1::GenerateResponse> pending;  // per sample, non-streaming
     int predicted_cached = -1;
   };

@@ -58,6 +58,13 @@ std::map<std::string, std::vector<int32_t>> RunRequests(Client& c, const std::ve
   return out;
 }
 
+double MetricValue(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  const size_t sp = text.find(' ', at + 1 + prefix.size());
+  return std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
+}
+
 TEST(WorkerServerTest, StreamsTheSameTokensAsTheInProcessEngine) {
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
   zmq::context_t ctx;
@@ -226,7 +233,8 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
   EXPECT_GT(aborted, 0);
   auto metrics = HttpGet(w->metrics_port(), "/metrics");
   ASSERT_OK(metrics.status());
-  EXPECT_NE(metrics->second.find("kvserve_swap_blocks_total{direction=\"out\""), std::string::npos);
+  EXPECT_GT(MetricValue(metrics->second, "kvserve_swap_blocks_total{direction=\"out\""), 0) << "no swaps happened";
+  EXPECT_GT(MetricValue(metrics->second, "kvserve_kv_evictions_total{"), 0);
   int host_events = 0;
   for (const auto& [h, medium] : actual) host_events += medium == pb::MEDIUM_HOST;
   RecordProperty("host_blocks_cached", host_events);
@@ -246,13 +254,6 @@ std::pair<int, std::string> Promtool(const std::string& text) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int rc = pclose(p);
   return {WEXITSTATUS(rc), out};
-}
-
-double MetricValue(const std::string& text, const std::string& prefix) {
-  const size_t at = text.find("\n" + prefix);
-  if (at == std::string::npos) return -1;
-  const size_t sp = text.find(' ', at + 1 + prefix.size());
-  return std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
 }
 
 TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
@@ -381,6 +382,7 @@ TEST(WorkerServerTest, FiveRecyclesUnderLoadLoseNothing) {
     sub.set(zmq::sockopt::subscribe, "control");
     sub.connect(absl::StrCat("tcp://127.0.0.1:", w->events_port()));
     Client grant(ctx, w->port());
+    std::set<uint64_t> granted_instances;
     while (!stop) {
       zmq::pollitem_t items[] = {{sub.handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, 1, std::chrono::milliseconds(50));
@@ -389,9 +391,12 @@ TEST(WorkerServerTest, FiveRecyclesUnderLoadLoseNothing) {
       if (!m.ok() || !m->has_value()) continue;
       pb::Control ask;
       if (!ParseMessage(**m, &ask).ok() || ask.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) continue;
+      if (granted_instances.count(ask.instance_id())) continue;  // one slot per instance
+      granted_instances.insert(ask.instance_id());
       pb::Control g;
       g.set_action(pb::CONTROL_ACTION_RECYCLE_GRANT);
       g.set_reason(ask.reason());
+      g.set_instance_id(ask.instance_id());
       granted = true;
       grant.Send(g).IgnoreError();
       ++grants;
