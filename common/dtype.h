@@ -6,8 +6,8 @@
 #ifndef KVSERVE_COMMON_DTYPE_H_
 #define KVSERVE_COMMON_DTYPE_H_
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 

@@ -18,9 +18,9 @@ struct DTypeRow {
   std::string_view name;
   int bits;
 };
-constexpr DTypeRow kDTypes[] = {{KvDType::kFp32, "fp32", 32},   {KvDType::kFp16, "fp16", 16},
-                                {KvDType::kBf16, "bf16", 16},   {KvDType::kFp8E4M3, "fp8_e4m3", 8},
-                                {KvDType::kInt8, "int8", 8},    {KvDType::kInt4, "int4", 4}};
+constexpr DTypeRow kDTypes[] = {{KvDType::kFp32, "fp32", 32}, {KvDType::kFp16, "fp16", 16},
+                                {KvDType::kBf16, "bf16", 16}, {KvDType::kFp8E4M3, "fp8_e4m3", 8},
+                                {KvDType::kInt8, "int8", 8},  {KvDType::kInt4, "int4", 4}};
 
 }  // namespace
 
@@ -31,26 +31,32 @@ absl::StatusOr<KvDType> ParseKvDType(std::string_view name) {
     if (r.name == name) return r.type;
   }
   if (name == "fp8") return KvDType::kFp8E4M3;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--kv-cache-dtype '", Sv(name), "' is not one of auto, fp32, fp16, bf16, fp8_e4m3, int8, int4"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv-cache-dtype '", Sv(name),
+                   "' is not one of auto, fp32, fp16, bf16, fp8_e4m3, int8, int4"));
 }
 
 std::string_view KvGranularityName(KvGranularity g) {
   switch (g) {
-    case KvGranularity::kNone: return "none";
-    case KvGranularity::kPerToken: return "per_token";
-    case KvGranularity::kPerGroup: return "per_group";
-    case KvGranularity::kPerChannel: return "per_channel";
+    case KvGranularity::kNone:
+      return "none";
+    case KvGranularity::kPerToken:
+      return "per_token";
+    case KvGranularity::kPerGroup:
+      return "per_group";
+    case KvGranularity::kPerChannel:
+      return "per_channel";
   }
   return "?";
 }
 
 absl::StatusOr<KvGranularity> ParseKvGranularity(std::string_view name) {
-  for (KvGranularity g : {KvGranularity::kPerToken, KvGranularity::kPerGroup, KvGranularity::kPerChannel}) {
+  for (KvGranularity g :
+       {KvGranularity::kPerToken, KvGranularity::kPerGroup, KvGranularity::kPerChannel}) {
     if (KvGranularityName(g) == name) return g;
   }
-  return absl::InvalidArgumentError(absl::StrCat("--kv-quant-granularity '", Sv(name),
-                                                 "' is not one of per_token, per_group, per_channel"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kv-quant-granularity '", Sv(name), "' is not one of per_token, per_group, per_channel"));
 }
 
 int KvFormat::bits() const { return kDTypes[static_cast<int>(dtype)].bits; }
@@ -62,10 +68,14 @@ int KvFormat::scale_params() const {
 
 int64_t KvFormat::ScaleEntries(int block_size, int head_dim) const {
   switch (granularity) {
-    case KvGranularity::kNone: return 0;
-    case KvGranularity::kPerToken: return int64_t{block_size} * scale_params();
-    case KvGranularity::kPerGroup: return int64_t{block_size} * (head_dim / group_size) * scale_params();
-    case KvGranularity::kPerChannel: return int64_t{head_dim} * scale_params();
+    case KvGranularity::kNone:
+      return 0;
+    case KvGranularity::kPerToken:
+      return int64_t{block_size} * scale_params();
+    case KvGranularity::kPerGroup:
+      return int64_t{block_size} * (head_dim / group_size) * scale_params();
+    case KvGranularity::kPerChannel:
+      return int64_t{head_dim} * scale_params();
   }
   return 0;
 }
@@ -125,14 +135,15 @@ absl::StatusOr<std::vector<int>> ParseLayerList(std::string_view spec, int num_l
   for (absl::string_view piece : absl::StrSplit(Sv(spec), ',', absl::SkipWhitespace())) {
     const std::string_view item = StdSv(piece);
     auto bad = [&] {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kv-full-precision-layers item '", Sv(item),
-          "' is not a layer index in [0, ", num_layers, "), first:N or last:N"));
+      return absl::InvalidArgumentError(absl::StrCat("--kv-full-precision-layers item '", Sv(item),
+                                                     "' is not a layer index in [0, ", num_layers,
+                                                     "), first:N or last:N"));
     };
     int n;
     if (item.rfind("first:", 0) == 0 || item.rfind("last:", 0) == 0) {
       const bool first = item[0] == 'f';
-      if (!absl::SimpleAtoi(Sv(item.substr(first ? 6 : 5)), &n) || n < 0 || n > num_layers) return bad();
+      if (!absl::SimpleAtoi(Sv(item.substr(first ? 6 : 5)), &n) || n < 0 || n > num_layers)
+        return bad();
       for (int i = 0; i < n; ++i) layers.insert(first ? i : num_layers - 1 - i);
     } else {
       if (!absl::SimpleAtoi(Sv(item), &n) || n < 0 || n >= num_layers) return bad();
@@ -182,9 +193,9 @@ absl::StatusOr<KvCacheSpec> MakeKvCacheSpec(const KvQuantOptions& options, int n
       if (f->granularity != KvGranularity::kPerGroup) continue;
       const int gs = options.group_size;
       if (gs < 8 || (gs & (gs - 1)) != 0 || gs > head_dim || head_dim % gs != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--kv-quant-group-size ", gs, " must be a power of two >= 8 that divides head_dim (",
-            head_dim, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--kv-quant-group-size ", gs,
+                         " must be a power of two >= 8 that divides head_dim (", head_dim, ")"));
       }
       f->group_size = gs;
     }
@@ -192,7 +203,8 @@ absl::StatusOr<KvCacheSpec> MakeKvCacheSpec(const KvQuantOptions& options, int n
   KvCacheSpec spec;
   spec.k.assign(num_layers, k);
   spec.v.assign(num_layers, v);
-  ASSIGN_OR_RETURN(std::vector<int> full, ParseLayerList(options.full_precision_layers, num_layers));
+  ASSIGN_OR_RETURN(std::vector<int> full,
+                   ParseLayerList(options.full_precision_layers, num_layers));
   for (int l : full) {
     spec.k[l] = KvFormat{auto_dtype, KvGranularity::kNone, 0};
     spec.v[l] = spec.k[l];

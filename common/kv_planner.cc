@@ -26,9 +26,8 @@ absl::StatusOr<PlanResult> PlanKvCache(const PlanInput& in) {
   PlanResult r;
   if (in.num_kv_heads >= tp) {
     if (in.num_kv_heads % tp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", tp,
-                                                     " does not divide the KV heads (",
-                                                     in.num_kv_heads, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tensor-parallel-size ", tp, " does not divide the KV heads (", in.num_kv_heads, ")"));
     }
     r.kv_heads_per_rank = in.num_kv_heads / tp;
   } else {
@@ -41,7 +40,8 @@ absl::StatusOr<PlanResult> PlanKvCache(const PlanInput& in) {
     r.kv_heads_replicated = true;
   }
   KvQuantOptions quant = in.quant;
-  ASSIGN_OR_RETURN(KvCacheSpec spec, MakeKvCacheSpec(quant, in.num_layers, in.head_dim, KvDType::kFp16));
+  ASSIGN_OR_RETURN(KvCacheSpec spec,
+                   MakeKvCacheSpec(quant, in.num_layers, in.head_dim, KvDType::kFp16));
   r.kv_format = spec.k[in.num_layers / 2].Describe();
   if (!(spec.k[in.num_layers / 2] == spec.v[in.num_layers / 2])) {
     r.kv_format = absl::StrCat("k:", r.kv_format, ",v:", spec.v[in.num_layers / 2].Describe());

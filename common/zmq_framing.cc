@@ -92,8 +92,8 @@ absl::StatusOr<std::optional<ReceivedMessage>> ReceiveMessage(zmq::socket_t& soc
 absl::Status ParseMessage(const ReceivedMessage& message, google::protobuf::Message* out) {
   const std::string& want = out->GetDescriptor()->name();
   if (message.type != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message type '", absl::CHexEscape(message.type.substr(0, 64)), "' is not ", want));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message type '", absl::CHexEscape(message.type.substr(0, 64)), "' is not ", want));
   }
   if (!out->ParseFromString(message.payload)) {
     return absl::InvalidArgumentError(

@@ -71,10 +71,14 @@ inline uint8_t EncodeCode(KvDType t, float x, const QParams& p) {
 
 inline float DecodeCode(KvDType t, uint8_t code, const QParams& p) {
   switch (t) {
-    case KvDType::kInt8: return static_cast<float>(static_cast<int8_t>(code)) * p.scale;
-    case KvDType::kFp8E4M3: return F8E4M3ToFloat(code) * p.scale;
-    case KvDType::kInt4: return static_cast<float>(code) * p.scale + p.zero;
-    default: return 0.0f;
+    case KvDType::kInt8:
+      return static_cast<float>(static_cast<int8_t>(code)) * p.scale;
+    case KvDType::kFp8E4M3:
+      return F8E4M3ToFloat(code) * p.scale;
+    case KvDType::kInt4:
+      return static_cast<float>(code) * p.scale + p.zero;
+    default:
+      return 0.0f;
   }
 }
 
@@ -108,19 +112,43 @@ inline void SetCode(uint8_t* row, KvDType t, int64_t i, uint8_t code) {
 // Unquantized element types.
 inline void StoreFloat(uint8_t* row, KvDType t, int64_t i, float x) {
   switch (t) {
-    case KvDType::kFp32: std::memcpy(row + 4 * i, &x, 4); break;
-    case KvDType::kFp16: { uint16_t h = FloatToF16(x); std::memcpy(row + 2 * i, &h, 2); break; }
-    case KvDType::kBf16: { uint16_t h = FloatToBf16(x); std::memcpy(row + 2 * i, &h, 2); break; }
-    default: break;
+    case KvDType::kFp32:
+      std::memcpy(row + 4 * i, &x, 4);
+      break;
+    case KvDType::kFp16: {
+      uint16_t h = FloatToF16(x);
+      std::memcpy(row + 2 * i, &h, 2);
+      break;
+    }
+    case KvDType::kBf16: {
+      uint16_t h = FloatToBf16(x);
+      std::memcpy(row + 2 * i, &h, 2);
+      break;
+    }
+    default:
+      break;
   }
 }
 
 inline float LoadFloat(const uint8_t* row, KvDType t, int64_t i) {
   switch (t) {
-    case KvDType::kFp32: { float x; std::memcpy(&x, row + 4 * i, 4); return x; }
-    case KvDType::kFp16: { uint16_t h; std::memcpy(&h, row + 2 * i, 2); return F16ToFloat(h); }
-    case KvDType::kBf16: { uint16_t h; std::memcpy(&h, row + 2 * i, 2); return Bf16ToFloat(h); }
-    default: return 0.0f;
+    case KvDType::kFp32: {
+      float x;
+      std::memcpy(&x, row + 4 * i, 4);
+      return x;
+    }
+    case KvDType::kFp16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      return F16ToFloat(h);
+    }
+    case KvDType::kBf16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      return Bf16ToFloat(h);
+    }
+    default:
+      return 0.0f;
   }
 }
 

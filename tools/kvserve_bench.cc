@@ -14,7 +14,8 @@
 ABSL_FLAG(std::string, model, "", "Model directory");
 ABSL_FLAG(int32_t, tokens, 2048, "quality: teacher-forced stream length");
 ABSL_FLAG(uint64_t, seed, 1, "quality: seed of the sampled stream");
-ABSL_FLAG(int32_t, group_size, 32, "quality: channels per group for the per-group modes (capped at head_dim / 2)");
+ABSL_FLAG(int32_t, group_size, 32,
+          "quality: channels per group for the per-group modes (capped at head_dim / 2)");
 ABSL_FLAG(int32_t, decode_batch, 8, "quality: sequences in the decode timing");
 ABSL_FLAG(int32_t, decode_context, 512, "quality: context per sequence in the decode timing");
 ABSL_FLAG(int32_t, decode_steps, 32, "quality: timed decode steps (0: skip)");
@@ -48,18 +49,22 @@ int Quality() {
   }
   if (absl::GetFlag(FLAGS_json)) {
     for (const auto& q : *rows) {
-      std::cout << nlohmann::json{{"mode", q.name}, {"format", q.format},
+      std::cout << nlohmann::json{{"mode", q.name},
+                                  {"format", q.format},
                                   {"kv_bytes_per_token", q.kv_bytes_per_token},
                                   {"memory_vs_fp16", q.memory_vs_fp16},
-                                  {"top1_agreement", q.top1_agreement}, {"mean_kl", q.mean_kl},
-                                  {"perplexity", q.perplexity}, {"perplexity_ratio", q.perplexity_ratio},
+                                  {"top1_agreement", q.top1_agreement},
+                                  {"mean_kl", q.mean_kl},
+                                  {"perplexity", q.perplexity},
+                                  {"perplexity_ratio", q.perplexity_ratio},
                                   {"decode_us_per_token", q.decode_us_per_token}}
                        .dump()
                 << "\n";
     }
   } else {
-    std::cout << "model " << o.model_dir << ", " << o.num_tokens << " teacher-forced tokens, per-group size "
-              << group << ", decode timing " << o.decode_batch << " x " << o.decode_context << " tokens\n"
+    std::cout << "model " << o.model_dir << ", " << o.num_tokens
+              << " teacher-forced tokens, per-group size " << group << ", decode timing "
+              << o.decode_batch << " x " << o.decode_context << " tokens\n"
               << bench::FormatQualityTable(*rows);
   }
   return 0;
@@ -70,7 +75,8 @@ int Quality() {
 
 int main(int argc, char** argv) {
   std::vector<char*> args = kvserve::InitProgram(
-      argc, argv, "kvserve-bench quality --model DIR [--tokens N] [--json]: KV quantization quality");
+      argc, argv,
+      "kvserve-bench quality --model DIR [--tokens N] [--json]: KV quantization quality");
   if (args.size() < 2 || std::string(args[1]) != "quality") {
     std::cerr << "kvserve-bench: give a command: quality\n";
     return 2;

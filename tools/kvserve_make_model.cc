@@ -19,7 +19,8 @@
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, out, "", "Output directory (created)");
-ABSL_FLAG(std::string, tokenizer, "", "Directory with tokenizer.json and tokenizer_config.json to ship");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Directory with tokenizer.json and tokenizer_config.json to ship");
 ABSL_FLAG(int32_t, hidden_size, 64, "Hidden size");
 ABSL_FLAG(int32_t, num_layers, 2, "Decoder layers");
 ABSL_FLAG(int32_t, num_heads, 4, "Attention heads");
@@ -44,7 +45,8 @@ uint16_t ToBf16(float f) {
 absl::Status Make() {
   const std::string out = absl::GetFlag(FLAGS_out);
   const std::string tok_dir = absl::GetFlag(FLAGS_tokenizer);
-  if (out.empty() || tok_dir.empty()) return absl::InvalidArgumentError("--out and --tokenizer are required");
+  if (out.empty() || tok_dir.empty())
+    return absl::InvalidArgumentError("--out and --tokenizer are required");
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromDirectory(tok_dir));
   const int vocab = tok->vocab_size();
   const int h = absl::GetFlag(FLAGS_hidden_size), layers = absl::GetFlag(FLAGS_num_layers);
@@ -52,7 +54,8 @@ absl::Status Make() {
   const int inter = absl::GetFlag(FLAGS_intermediate_size);
   if (h <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || inter <= 0 || h % heads != 0 ||
       heads % kv_heads != 0) {
-    return absl::InvalidArgumentError("sizes must be positive, hidden divisible by heads, heads by KV heads");
+    return absl::InvalidArgumentError(
+        "sizes must be positive, hidden divisible by heads, heads by KV heads");
   }
   const int head_dim = h / heads;
   std::error_code ec;
@@ -62,21 +65,35 @@ absl::Status Make() {
   std::vector<int> eos;
   if (tok->eos_id()) eos.push_back(*tok->eos_id());
   if (auto eot = tok->TokenToId("<|eot_id|>")) eos.push_back(*eot);
-  json config = {
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", vocab},
-      {"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", layers},
-      {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads}, {"head_dim", head_dim},
-      {"hidden_act", "silu"}, {"max_position_embeddings", absl::GetFlag(FLAGS_max_position_embeddings)},
-      {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"dtype", "bfloat16"},
-      {"bos_token_id", tok->bos_id().value_or(0)}, {"eos_token_id", eos},
-      {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}}}};
+  json config = {{"architectures", {"LlamaForCausalLM"}},
+                 {"model_type", "llama"},
+                 {"vocab_size", vocab},
+                 {"hidden_size", h},
+                 {"intermediate_size", inter},
+                 {"num_hidden_layers", layers},
+                 {"num_attention_heads", heads},
+                 {"num_key_value_heads", kv_heads},
+                 {"head_dim", head_dim},
+                 {"hidden_act", "silu"},
+                 {"max_position_embeddings", absl::GetFlag(FLAGS_max_position_embeddings)},
+                 {"rms_norm_eps", 1e-5},
+                 {"tie_word_embeddings", false},
+                 {"dtype", "bfloat16"},
+                 {"bos_token_id", tok->bos_id().value_or(0)},
+                 {"eos_token_id", eos},
+                 {"rope_parameters",
+                  {{"rope_type", "llama3"},
+                   {"rope_theta", 500000.0},
+                   {"factor", 8.0},
+                   {"low_freq_factor", 1.0},
+                   {"high_freq_factor", 4.0},
+                   {"original_max_position_embeddings", 8192}}}};
   std::ofstream(fs::path(out) / "config.json") << config.dump(2) << "\n";
   std::ofstream(fs::path(out) / "generation_config.json")
       << json{{"bos_token_id", tok->bos_id().value_or(0)}, {"eos_token_id", eos}}.dump(2) << "\n";
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(fs::path(tok_dir) / f, fs::path(out) / f, fs::copy_options::overwrite_existing, ec);
+    fs::copy_file(fs::path(tok_dir) / f, fs::path(out) / f, fs::copy_options::overwrite_existing,
+                  ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot copy ", f, ": ", ec.message()));
   }
 
@@ -120,7 +137,8 @@ absl::Status Make() {
 }  // namespace kvserve
 
 int main(int argc, char** argv) {
-  kvserve::InitProgram(argc, argv, "kvserve-make-model --tokenizer DIR --out DIR: a random-weight Llama checkpoint");
+  kvserve::InitProgram(
+      argc, argv, "kvserve-make-model --tokenizer DIR --out DIR: a random-weight Llama checkpoint");
   absl::Status s = kvserve::Make();
   if (!s.ok()) {
     std::cerr << "kvserve-make-model: " << s.message() << "\n";

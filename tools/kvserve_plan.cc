@@ -23,10 +23,13 @@ ABSL_FLAG(int32_t, num_kv_heads, 0, "KV heads (without --model)");
 ABSL_FLAG(int32_t, head_dim, 0, "Head dimension (without --model)");
 ABSL_FLAG(int64_t, num_params, 0, "Parameter count for the weights (without --model)");
 ABSL_FLAG(std::string, weight_dtype, "bf16", "Weight storage: bf16, fp16, fp8, int8, int4, fp32");
-ABSL_FLAG(std::string, kv_cache_dtype, "all", "fp16, bf16, fp8_e4m3, int8, int4, or all for a table");
-ABSL_FLAG(std::string, kv_quant_granularity, "per_token", "per_token, per_group, per_channel, or k:G,v:G");
+ABSL_FLAG(std::string, kv_cache_dtype, "all",
+          "fp16, bf16, fp8_e4m3, int8, int4, or all for a table");
+ABSL_FLAG(std::string, kv_quant_granularity, "per_token",
+          "per_token, per_group, per_channel, or k:G,v:G");
 ABSL_FLAG(int32_t, kv_quant_group_size, 128, "Channels per scale for per_group");
-ABSL_FLAG(std::string, kv_full_precision_layers, "", "Layers kept at fp16: first:N, last:N, indices");
+ABSL_FLAG(std::string, kv_full_precision_layers, "",
+          "Layers kept at fp16: first:N, last:N, indices");
 ABSL_FLAG(int64_t, num_seqs, 1, "Target concurrency: sequences");
 ABSL_FLAG(int64_t, seq_len, 2048, "Tokens of context per sequence");
 ABSL_FLAG(double, gpu_memory, 80, "GPU memory per device, GiB");
@@ -78,7 +81,8 @@ absl::Status Run() {
           "give --model DIR, or --num-layers, --num-kv-heads and --head-dim");
     }
   }
-  ASSIGN_OR_RETURN(in.weight_bytes_per_param, WeightBytesPerParam(absl::GetFlag(FLAGS_weight_dtype)));
+  ASSIGN_OR_RETURN(in.weight_bytes_per_param,
+                   WeightBytesPerParam(absl::GetFlag(FLAGS_weight_dtype)));
   in.quant.granularity = absl::GetFlag(FLAGS_kv_quant_granularity);
   in.quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
   in.quant.full_precision_layers = absl::GetFlag(FLAGS_kv_full_precision_layers);
@@ -102,8 +106,8 @@ absl::Status Run() {
         in.num_layers, in.num_kv_heads, in.head_dim, in.num_params / 1e9, in.tensor_parallel_size,
         in.num_seqs, in.seq_len, in.gpu_memory_gib, in.gpu_memory_utilization);
     std::cout << absl::StrFormat("%-24s %12s %12s %12s %12s %12s %10s %8s %5s\n", "kv format",
-                                 "B/token", "per request", "total", "per layer/req",
-                                 "weights/GPU", "blocks/GPU", "max conc", "fits");
+                                 "B/token", "per request", "total", "per layer/req", "weights/GPU",
+                                 "blocks/GPU", "max conc", "fits");
   }
   for (const std::string& dtype : dtypes) {
     in.quant.dtype = dtype;

@@ -4,8 +4,8 @@
 // --dump-logits writes the logits at every prompt position of prompt I as float32 tensor
 // `logits_I` [len, vocab] to a safetensors file. Takes the engine flags the worker takes.
 //
-//   kvserve-run --model DIR --prompt-ids-file DIR/reference.json --max-tokens 8 --dump-logits out.safetensors
-//   kvserve-run --model DIR --tokenizer TOKDIR --prompt "Hello" --max-tokens 32
+//   kvserve-run --model DIR --prompt-ids-file DIR/reference.json --max-tokens 8 --dump-logits
+//   out.safetensors kvserve-run --model DIR --tokenizer TOKDIR --prompt "Hello" --max-tokens 32
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -24,9 +24,11 @@
 #include "worker/engine_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "A text prompt (needs a tokenizer)");
-ABSL_FLAG(bool, chat, false, "Send --prompt as a user message through the tokenizer's chat template");
+ABSL_FLAG(bool, chat, false,
+          "Send --prompt as a user message through the tokenizer's chat template");
 ABSL_FLAG(std::string, prompt_ids_file, "", "JSON file whose 'prompts' key lists token-id prompts");
-ABSL_FLAG(std::string, tokenizer, "", "Tokenizer directory (default: --model when it has tokenizer.json)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Tokenizer directory (default: --model when it has tokenizer.json)");
 ABSL_FLAG(int32_t, max_tokens, 16, "Tokens to generate per prompt");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
 ABSL_FLAG(double, top_p, 1.0, "Nucleus sampling");
@@ -50,13 +52,17 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadPrompts(const tokenizer::T
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(ids_file));
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("prompts") || !j["prompts"].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(ids_file, ": needs a 'prompts' list of token-id lists"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(ids_file, ": needs a 'prompts' list of token-id lists"));
     }
     for (const auto& p : j["prompts"]) {
-      if (!p.is_array()) return absl::InvalidArgumentError(absl::StrCat(ids_file, ": a prompt is not a list"));
+      if (!p.is_array())
+        return absl::InvalidArgumentError(absl::StrCat(ids_file, ": a prompt is not a list"));
       std::vector<int32_t> ids;
       for (const auto& v : p) {
-        if (!v.is_number_integer()) return absl::InvalidArgumentError(absl::StrCat(ids_file, ": a token id is not an integer"));
+        if (!v.is_number_integer())
+          return absl::InvalidArgumentError(
+              absl::StrCat(ids_file, ": a token id is not an integer"));
         ids.push_back(v.get<int32_t>());
       }
       prompts.push_back(std::move(ids));
@@ -64,11 +70,13 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadPrompts(const tokenizer::T
   }
   const std::string text = absl::GetFlag(FLAGS_prompt);
   if (!text.empty()) {
-    if (tok == nullptr) return absl::InvalidArgumentError("--prompt needs a tokenizer (--tokenizer DIR)");
+    if (tok == nullptr)
+      return absl::InvalidArgumentError("--prompt needs a tokenizer (--tokenizer DIR)");
     std::string rendered = text;
     bool special = true;
     if (absl::GetFlag(FLAGS_chat)) {
-      ASSIGN_OR_RETURN(auto tmpl, tokenizer::ChatTemplate::Detect(tok->chat_template(), tok->bos_token()));
+      ASSIGN_OR_RETURN(auto tmpl,
+                       tokenizer::ChatTemplate::Detect(tok->chat_template(), tok->bos_token()));
       ASSIGN_OR_RETURN(rendered, tmpl.Render({{"user", text, {}}}, {}));
       special = false;  // the template already holds BOS
     }
@@ -83,7 +91,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(worker::EngineConfig config, worker::EngineConfigFromFlags());
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::string tok_dir = absl::GetFlag(FLAGS_tokenizer);
-  if (tok_dir.empty() && ReadFileToString(config.model_dir + "/tokenizer.json").ok()) tok_dir = config.model_dir;
+  if (tok_dir.empty() && ReadFileToString(config.model_dir + "/tokenizer.json").ok())
+    tok_dir = config.model_dir;
   if (!tok_dir.empty()) {
     ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromDirectory(tok_dir));
   }
@@ -119,7 +128,8 @@ absl::Status Run() {
       if (o.request_finished && dump) prompt_logits[index] = std::move(o.prompt_logits);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const worker::EngineStats s = engine->stats();
   const bool json = absl::GetFlag(FLAGS_json);
   for (const auto& [key, ids] : outputs) {
@@ -135,7 +145,10 @@ absl::Status Run() {
     } else {
       std::cout << "prompt " << key.first << " sample " << key.second << ": ["
                 << absl::StrJoin(ids, ", ") << "]";
-      if (tok != nullptr) std::cout << " " << nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (tok != nullptr)
+        std::cout << " "
+                  << nlohmann::json(text).dump(-1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace);
       std::cout << "\n";
     }
   }
@@ -158,7 +171,9 @@ absl::Status Run() {
     const int64_t vocab = engine->model_config().vocab_size;
     for (const auto& [index, logits] : prompt_logits) {
       const int64_t len = static_cast<int64_t>(prompts[index].size());
-      tensors.push_back({absl::StrCat("logits_", index), DType::kF32, {len, vocab},
+      tensors.push_back({absl::StrCat("logits_", index),
+                         DType::kF32,
+                         {len, vocab},
                          {reinterpret_cast<const char*>(logits.data()), logits.size() * 4}});
     }
     RETURN_IF_ERROR(WriteSafetensors(absl::GetFlag(FLAGS_dump_logits), tensors));

@@ -61,9 +61,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       config.config_path.empty() ? config.model_dir + "/config.json" : config.config_path;
   ASSIGN_OR_RETURN(ModelConfig model_config, LoadHfConfig(config_path));
   if (model_config.sliding_window > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config_path, ": sliding-window attention (", model_config.sliding_window,
-        ") is not supported yet"));
+    return absl::InvalidArgumentError(absl::StrCat(config_path, ": sliding-window attention (",
+                                                   model_config.sliding_window,
+                                                   ") is not supported yet"));
   }
   e->model_config_ = model_config;
   RETURN_IF_ERROR(Model::CheckShardable(model_config, config.tensor_parallel_size));
@@ -71,31 +71,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   const int64_t max_pos = model_config.max_position_embeddings;
   e->max_model_len_ = config.max_model_len > 0 ? config.max_model_len : static_cast<int>(max_pos);
   if (e->max_model_len_ > max_pos) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-model-len (", e->max_model_len_,
-                                                   ") exceeds the model's max_position_embeddings (",
-                                                   max_pos, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len (", e->max_model_len_,
+                     ") exceeds the model's max_position_embeddings (", max_pos, ")"));
   }
   ASSIGN_OR_RETURN(e->kv_spec_, MakeKvCacheSpec(config.kv_quant, model_config.num_layers,
                                                 model_config.head_dim, KvDType::kFp32));
   const int tp = config.tensor_parallel_size;
   const int rank_kv_heads = Model::LocalKvHeads(model_config, tp);
   // The pools are sized per rank: each rank stores only its KV heads.
-  const int64_t block_bytes = e->kv_spec_.BytesPerBlock(rank_kv_heads, config.block_size,
-                                                        model_config.head_dim);
+  const int64_t block_bytes =
+      e->kv_spec_.BytesPerBlock(rank_kv_heads, config.block_size, model_config.head_dim);
   if (config.num_blocks > 0) {
     e->num_blocks_ = config.num_blocks;
   } else {
     const double pool = config.kv_cache_memory_gib * 1073741824.0;
     e->num_blocks_ = static_cast<int>(std::min<double>(pool / block_bytes, 1 << 30));
     if (e->num_blocks_ < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kv-cache-memory-gib (", config.kv_cache_memory_gib, ") holds no block of ",
-          block_bytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-cache-memory-gib (", config.kv_cache_memory_gib,
+                       ") holds no block of ", block_bytes, " bytes"));
     }
   }
   int host_blocks = config.num_host_blocks;
   if (host_blocks == 0 && config.swap_space_gib > 0) {
-    host_blocks = static_cast<int>(std::min<double>(config.swap_space_gib * 1073741824.0 / block_bytes, 1 << 30));
+    host_blocks = static_cast<int>(
+        std::min<double>(config.swap_space_gib * 1073741824.0 / block_bytes, 1 << 30));
   }
   if (config.swap_space_gib < 0 || host_blocks < 0) {
     return absl::InvalidArgumentError("--swap-space must be >= 0");
@@ -153,15 +154,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       "  host tier           %d blocks, %s (swap %s, host prefix cache %s)\n"
       "  max concurrency     %d sequences at --max-model-len=%d (%d blocks each)\n"
       "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s",
-      e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-      tp, e->runner_->communicator(), rank_kv_heads,
+      e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, tp,
+      e->runner_->communicator(), rank_kv_heads,
       c.num_kv_heads < tp ? " (replicated: fewer KV heads than ranks)" : "",
       Mib(e->runner_->weight_bytes(0)), k0.Describe(), v0.Describe(), e->kv_spec_.CacheKeyQuant(),
       e->kv_spec_.BytesPerToken(rank_kv_heads, config.block_size, c.head_dim), block_bytes,
       config.block_size, e->num_blocks_, config.block_size, pool_tokens,
       Mib(e->runner_->device_kv(0).bytes()), host_blocks,
       Mib(e->runner_->host_kv(0) ? e->runner_->host_kv(0)->bytes() : 0),
-      host_blocks > 0 && config.scheduler.preemption_mode != PreemptionMode::kRecompute ? "on" : "off",
+      host_blocks > 0 && config.scheduler.preemption_mode != PreemptionMode::kRecompute ? "on"
+                                                                                        : "off",
       config.host_prefix_cache ? "on" : "off", e->num_blocks_ / blocks_per_seq, e->max_model_len_,
       blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
       config.enable_prefix_caching ? "on" : "off");
@@ -171,7 +173,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
 absl::Status Engine::Validate(const RequestInput& in) const {
   if (in.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
   if (requests_.contains(in.request_id)) {
-    return absl::AlreadyExistsError(absl::StrCat("request '", in.request_id, "' is already running"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("request '", in.request_id, "' is already running"));
   }
   if (in.prompt.empty()) return absl::InvalidArgumentError("the prompt must not be empty");
   const int vocab = model_config_.vocab_size;
@@ -185,25 +188,28 @@ absl::Status Engine::Validate(const RequestInput& in) const {
     return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", in.max_tokens));
   }
   if (static_cast<int64_t>(in.prompt.size()) + in.max_tokens > max_model_len_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", in.prompt.size(), " tokens) + max_tokens (", in.max_tokens,
-        ") exceeds the maximum model length (", max_model_len_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt (", in.prompt.size(), " tokens) + max_tokens (", in.max_tokens,
+                     ") exceeds the maximum model length (", max_model_len_, ")"));
   }
   const SamplingParams& s = in.sampling;
   if (!(s.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return absl::InvalidArgumentError("top_p must be in (0, 1]");
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return absl::InvalidArgumentError("min_p must be in [0, 1]");
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
+    return absl::InvalidArgumentError("top_p must be in (0, 1]");
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
+    return absl::InvalidArgumentError("min_p must be in [0, 1]");
   if (s.top_k < -1) return absl::InvalidArgumentError("top_k must be -1, 0 or positive");
   if (s.n < 1 || s.n > config_.scheduler.max_num_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat("n must be in [1, --max-num-seqs=",
-                                                   config_.scheduler.max_num_seqs, "], got ", s.n));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n must be in [1, --max-num-seqs=", config_.scheduler.max_num_seqs, "], got ", s.n));
   }
   if (s.logprobs && (*s.logprobs < 0 || *s.logprobs > 20)) {
     return absl::InvalidArgumentError("logprobs must be in [0, 20]");
   }
   for (int32_t t : in.stop_token_ids) {
     if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("stop token id ", t, " is outside the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop token id ", t, " is outside the vocabulary"));
     }
   }
   return absl::OkStatus();
@@ -212,9 +218,12 @@ absl::Status Engine::Validate(const RequestInput& in) const {
 absl::Status Engine::AddRequest(RequestInput input) {
   RETURN_IF_ERROR(Validate(input));
   auto req = std::make_unique<Request>();
-  CacheKey key{config_.model_id, kv_spec_.CacheKeyDType(), kv_spec_.CacheKeyQuant(),
+  CacheKey key{config_.model_id,
+               kv_spec_.CacheKeyDType(),
+               kv_spec_.CacheKeyQuant(),
                static_cast<uint32_t>(config_.block_size),
-               static_cast<uint32_t>(config_.tensor_parallel_size), input.cache_salt};
+               static_cast<uint32_t>(config_.tensor_parallel_size),
+               input.cache_salt};
   ASSIGN_OR_RETURN(req->extra_key, key.Serialize());
   req->input = std::move(input);
   req->arrival = next_arrival_++;
@@ -260,10 +269,13 @@ void Engine::AppendToken(Sequence& seq, int32_t token, absl::Span<const float> l
   const RequestInput& in = seq.request->input;
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
-  if (in.sampling.logprobs) seq.logprobs.push_back(ComputeLogprobs(logits, token, *in.sampling.logprobs));
+  if (in.sampling.logprobs)
+    seq.logprobs.push_back(ComputeLogprobs(logits, token, *in.sampling.logprobs));
   UpdateHashes(seq);
-  if (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) != in.stop_token_ids.end() ||
-      (!in.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end())) {
+  if (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) !=
+          in.stop_token_ids.end() ||
+      (!in.sampling.ignore_eos &&
+       std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end())) {
     seq.finish_reason = FinishReason::kStop;
     seq.stop_token = token;
   } else if (seq.num_output_tokens() >= in.max_tokens || seq.num_tokens() >= max_model_len_) {
@@ -323,7 +335,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
       batch.token_ids.push_back(seq->tokens[pos]);
       batch.positions.push_back(pos);
       batch.slot_mapping.push_back(int64_t{seq->block_table[pos / config_.block_size]} *
-                                       config_.block_size + pos % config_.block_size);
+                                       config_.block_size +
+                                   pos % config_.block_size);
       const bool last = pos + 1 == seq->num_tokens();
       if (last || (prompt_logits && pos < seq->num_prompt_tokens)) {
         batch.logit_rows.push_back(row);
@@ -331,7 +344,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
       }
     }
     for (int i = 0; i < max_blocks; ++i) {
-      batch.block_tables.push_back(i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
+      batch.block_tables.push_back(
+          i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
     }
   }
   absl::StatusOr<std::vector<float>> run = runner_->Execute(copies, batch);
@@ -343,7 +357,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   for (const auto& [seq, n] : plan.scheduled) {
     const int start = seq->num_computed_tokens;
     counters_.computed_tokens += n;
-    counters_.computed_prompt_tokens += std::max(0, std::min(start + n, seq->num_prompt_tokens) - start);
+    counters_.computed_prompt_tokens +=
+        std::max(0, std::min(start + n, seq->num_prompt_tokens) - start);
     seq->num_computed_tokens += n;
     kv_->CacheComputedBlocks(*seq);
   }
@@ -351,16 +366,19 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
     Sequence& seq = *rows[r].seq;
     Request& req = *seq.request;
     absl::Span<const float> row(logits.data() + r * vocab, vocab);
-    if (req.input.return_prompt_logits && seq.sample_index == 0 && rows[r].position < seq.num_prompt_tokens) {
+    if (req.input.return_prompt_logits && seq.sample_index == 0 &&
+        rows[r].position < seq.num_prompt_tokens) {
       req.prompt_logits.resize(static_cast<size_t>(seq.num_prompt_tokens) * vocab);
-      std::copy(row.begin(), row.end(), req.prompt_logits.begin() + int64_t{rows[r].position} * vocab);
+      std::copy(row.begin(), row.end(),
+                req.prompt_logits.begin() + int64_t{rows[r].position} * vocab);
     }
     if (rows[r].position + 1 != seq.num_tokens()) continue;
     if (!req.forked && req.input.sampling.n > 1) {
       Fork(req, row);
     } else {
       if (!req.forked) req.forked = true;
-      AppendToken(seq, SampleToken(row, req.input.sampling, seq.rng_seed, seq.num_output_tokens()), row);
+      AppendToken(seq, SampleToken(row, req.input.sampling, seq.rng_seed, seq.num_output_tokens()),
+                  row);
     }
   }
 
@@ -376,7 +394,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
         SequenceOutput o;
         o.request_id = id;
         o.sample_index = seq->sample_index;
-        o.new_tokens.assign(seq->tokens.begin() + seq->num_prompt_tokens + seq->num_emitted, seq->tokens.end());
+        o.new_tokens.assign(seq->tokens.begin() + seq->num_prompt_tokens + seq->num_emitted,
+                            seq->tokens.end());
         if (!seq->logprobs.empty()) {
           o.new_logprobs.assign(seq->logprobs.begin() + seq->num_emitted, seq->logprobs.end());
         }
@@ -414,9 +433,9 @@ EngineStats Engine::stats() const {
   s.swap_preemptions = c.swap_preemptions;
   s.recompute_preemptions = c.recompute_preemptions;
   const KvCacheCounters& k = kv_->counters();
-  const int64_t block_bytes = kv_spec_.BytesPerBlock(
-      Model::LocalKvHeads(model_config_, config_.tensor_parallel_size), config_.block_size,
-      model_config_.head_dim);
+  const int64_t block_bytes =
+      kv_spec_.BytesPerBlock(Model::LocalKvHeads(model_config_, config_.tensor_parallel_size),
+                             config_.block_size, model_config_.head_dim);
   s.kv_bytes_per_block = block_bytes;
   s.prefix_hit_tokens_device = k.device_hit_blocks * config_.block_size;
   s.prefix_hit_tokens_host = k.host_hit_blocks * config_.block_size;
@@ -448,8 +467,9 @@ Engine::KvUsage Engine::kv_usage() const {
     for (const auto& seq : req->sequences) {
       if (seq->status != SeqStatus::kRunning) continue;
       for (size_t i = 0; i < seq->block_table.size(); ++i) {
-        const int tokens = std::clamp<int>(seq->num_computed_tokens - static_cast<int>(i) * config_.block_size,
-                                           0, config_.block_size);
+        const int tokens =
+            std::clamp<int>(seq->num_computed_tokens - static_cast<int>(i) * config_.block_size, 0,
+                            config_.block_size);
         int& f = filled[seq->block_table[i]];
         f = std::max(f, tokens);
       }

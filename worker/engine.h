@@ -22,10 +22,10 @@
 #include "absl/status/statusor.h"
 #include "common/kv_format.h"
 #include "kernels/backend.h"
-#include "worker/kv_cache/kv_storage.h"
-#include "worker/model_runner.h"
 #include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/kv_cache/kv_storage.h"
 #include "worker/model/model.h"
+#include "worker/model_runner.h"
 #include "worker/request.h"
 #include "worker/scheduler/scheduler.h"
 
@@ -45,9 +45,9 @@ struct EngineConfig {
   int num_host_blocks = 0;           // overrides swap_space_gib when > 0
   bool host_prefix_cache = false;
   int cpu_threads = 1;
-  int tensor_parallel_size = 1;      // ranks as threads, Gloo between them
+  int tensor_parallel_size = 1;                   // ranks as threads, Gloo between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
-  RankFault tp_fault;                // test aid
+  RankFault tp_fault;                             // test aid
   SchedulerConfig scheduler;
 };
 

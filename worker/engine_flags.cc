@@ -5,14 +5,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout: config.json, *.safetensors)");
+ABSL_FLAG(std::string, model, "",
+          "Model directory (Hugging Face layout: config.json, *.safetensors)");
 ABSL_FLAG(std::string, hf_config, "", "config.json to use instead of MODEL/config.json");
-ABSL_FLAG(std::string, served_model_name, "", "Model id in the block-hash key (default: the directory name)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model id in the block-hash key (default: the directory name)");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu (cuda arrives with the CUDA backend)");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV block: 8, 16 or 32");
 ABSL_FLAG(int32_t, max_num_seqs, 256, "Most sequences in one batch");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Token budget of one engine step");
-ABSL_FLAG(int32_t, max_model_len, 0, "Longest prompt + output (0: the model's max_position_embeddings)");
+ABSL_FLAG(int32_t, max_model_len, 0,
+          "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Share KV blocks of identical prefixes");
 ABSL_FLAG(double, kv_cache_memory_gib, 0.5, "KV pool size in GiB (CPU backend)");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9,
@@ -20,12 +23,14 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9,
           "CPU backend sizes its pool with --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
-ABSL_FLAG(std::string, kv_cache_dtype, "auto",
-          "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
+ABSL_FLAG(
+    std::string, kv_cache_dtype, "auto",
+    "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
 ABSL_FLAG(std::string, kv_quant_granularity, "per_token",
           "Scale granularity of fp8/int8/int4: per_token, per_group, per_channel, or "
           "k:GRAN,v:GRAN (e.g. k:per_channel,v:per_token, the known-good 4-bit recipe)");
-ABSL_FLAG(int32_t, kv_quant_group_size, 128, "Channels per scale for per_group (8..128, divides head_dim)");
+ABSL_FLAG(int32_t, kv_quant_group_size, 128,
+          "Channels per scale for per_group (8..128, divides head_dim)");
 ABSL_FLAG(std::string, kv_full_precision_layers, "",
           "Layers kept unquantized: first:N, last:N and/or indices, comma-separated");
 ABSL_FLAG(int32_t, tensor_parallel_size, 1,
@@ -62,7 +67,8 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
   if (const double u = absl::GetFlag(FLAGS_gpu_memory_utilization); !(u > 0 && u <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", u));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", u));
   }
   c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
@@ -81,7 +87,8 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   if (const std::string fault = absl::GetFlag(FLAGS_tp_fault_injection); !fault.empty()) {
     std::vector<std::string> parts = absl::StrSplit(fault, ':');
     if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.tp_fault.rank) ||
-        !absl::SimpleAtoi(parts[1], &c.tp_fault.step) || (parts[2] != "error" && parts[2] != "stall")) {
+        !absl::SimpleAtoi(parts[1], &c.tp_fault.step) ||
+        (parts[2] != "error" && parts[2] != "stall")) {
       return absl::InvalidArgumentError(
           absl::StrCat("--tp-fault-injection '", fault, "' is not RANK:STEP:error|stall"));
     }

@@ -18,17 +18,23 @@
 #include "worker/engine_flags.h"
 #include "worker/server/worker_server.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address the ZeroMQ sockets and the metrics server bind to");
-ABSL_FLAG(int32_t, port, 5570, "ZeroMQ ROUTER port: requests, streamed responses, aborts, control (0: any)");
+ABSL_FLAG(std::string, host, "0.0.0.0",
+          "Address the ZeroMQ sockets and the metrics server bind to");
+ABSL_FLAG(int32_t, port, 5570,
+          "ZeroMQ ROUTER port: requests, streamed responses, aborts, control (0: any)");
 ABSL_FLAG(int32_t, events_port, 5571, "ZeroMQ PUB port: KV events and status heartbeats (0: any)");
 ABSL_FLAG(int32_t, metrics_port, 8090, "HTTP port: /metrics, /health, /ready (0: any)");
-ABSL_FLAG(std::string, worker_id, "", "Stable id in events, heartbeats and metrics (default: host:port)");
+ABSL_FLAG(std::string, worker_id, "",
+          "Stable id in events, heartbeats and metrics (default: host:port)");
 ABSL_FLAG(int32_t, heartbeat_ms, 250, "Status heartbeat period");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests may take to finish when draining");
-ABSL_FLAG(int64_t, recycle_after_requests, 0, "Ask for a recycle after this many requests (0: off)");
+ABSL_FLAG(int64_t, recycle_after_requests, 0,
+          "Ask for a recycle after this many requests (0: off)");
 ABSL_FLAG(double, recycle_after_seconds, 0, "Ask for a recycle after this uptime (0: off)");
-ABSL_FLAG(double, recycle_on_rss_growth_mb, 0, "Ask for a recycle when resident memory grew this much (0: off)");
-ABSL_FLAG(double, recycle_on_fragmentation, 0, "Ask for a recycle when this fraction of allocated KV slots is unused (0: off)");
+ABSL_FLAG(double, recycle_on_rss_growth_mb, 0,
+          "Ask for a recycle when resident memory grew this much (0: off)");
+ABSL_FLAG(double, recycle_on_fragmentation, 0,
+          "Ask for a recycle when this fraction of allocated KV slots is unused (0: off)");
 ABSL_FLAG(std::string, ports_file, "", "Write the bound ports as JSON here once ready");
 ABSL_FLAG(bool, vllm_metric_names, true,
           "Also publish vLLM's metric names (vllm:*); promtool's linter flags their ':'");
@@ -57,8 +63,9 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.heartbeat = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
-  o.recycle = {absl::GetFlag(FLAGS_recycle_after_requests), absl::GetFlag(FLAGS_recycle_after_seconds),
-               absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
+  o.recycle = {
+      absl::GetFlag(FLAGS_recycle_after_requests), absl::GetFlag(FLAGS_recycle_after_seconds),
+      absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
   o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (o.worker_id.empty()) {
@@ -66,7 +73,8 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
     gethostname(host, sizeof(host) - 1);
     o.worker_id = absl::StrCat(host, ":", o.port);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server, WorkerServer::Create(o, std::move(engine)));
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server,
+                   WorkerServer::Create(o, std::move(engine)));
   nlohmann::json ports = {{"port", server->port()},
                           {"events_port", server->events_port()},
                           {"metrics_port", server->metrics_port()},
@@ -84,7 +92,9 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> original(argv, argv + argc);
-  kvserve::InitProgram(argc, argv, "kvserve-worker --model DIR [--port P --events-port E --metrics-port M] [engine flags]");
+  kvserve::InitProgram(
+      argc, argv,
+      "kvserve-worker --model DIR [--port P --events-port E --metrics-port M] [engine flags]");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   absl::StatusOr<kvserve::worker::WorkerServer::Exit> exit = kvserve::worker::Serve();

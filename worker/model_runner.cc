@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   }
   runner->done_.assign(n, 0);
   runner->status_.assign(n, absl::OkStatus());
-  for (int r = 1; r < n; ++r) runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
+  for (int r = 1; r < n; ++r)
+    runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
   return runner;
 }
 
@@ -55,8 +56,8 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunRank(int r, const BlockCopies
                                                         const ForwardBatch& batch, int64_t step) {
   if (config_.fault.rank == r && config_.fault.step == step) {
     if (!config_.fault.stall) return absl::InternalError("injected fault");
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        2 * absl::ToInt64Milliseconds(config_.collective_timeout)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout)));
   }
   Rank& rank = ranks_[r];
   if (!copies.empty()) {
@@ -121,14 +122,15 @@ absl::StatusOr<std::vector<float>> ModelRunner::Execute(const BlockCopies& copie
   absl::Status first = logits.status();
   if (!first.ok()) first = Annotate(first, "tensor-parallel rank 0");
   // Wait for the other ranks, bounded: a stalled rank has already made our collectives fail.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout) + 1000);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout) + 1000);
   {
     std::unique_lock<std::mutex> lock(mu_);
     for (int r = 1; r < n; ++r) {
       const bool finished = cv_.wait_until(lock, deadline, [&] { return done_[r] >= step; });
-      absl::Status s = finished ? status_[r]
-                                : absl::DeadlineExceededError("did not finish the step in time");
+      absl::Status s =
+          finished ? status_[r] : absl::DeadlineExceededError("did not finish the step in time");
       if (!s.ok() && (first.ok() || absl::IsDeadlineExceeded(first))) {
         first = Annotate(s, absl::StrCat("tensor-parallel rank ", r));
       }

@@ -92,10 +92,10 @@ class ModelRunner {
   // engine has already dropped.
   BlockCopies copies_;
   ForwardBatch batch_;
-  std::vector<int64_t> done_;          // per rank: last step finished
-  std::vector<absl::Status> status_;   // per rank: its result for done_
+  std::vector<int64_t> done_;         // per rank: last step finished
+  std::vector<absl::Status> status_;  // per rank: its result for done_
   bool stop_ = false;
-  absl::Status failed_;                // sticky
+  absl::Status failed_;  // sticky
 };
 
 }  // namespace kvserve::worker

@@ -55,7 +55,7 @@ struct Sequence {
   int sample_index = 0;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   int num_prompt_tokens = 0;
-  int num_computed_tokens = 0;  // tokens whose KV is in the cache
+  int num_computed_tokens = 0;          // tokens whose KV is in the cache
   std::vector<BlockHash> block_hashes;  // of the full blocks of `tokens`
   std::vector<int> block_table;
   int num_cached_blocks = 0;  // leading blocks registered in (or taken from) the prefix cache

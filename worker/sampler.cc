@@ -50,7 +50,9 @@ int32_t SampleToken(absl::Span<const float> logits, const SamplingParams& params
   }
   const bool need_sort = params.top_k > 0 || params.top_p < 1.0f;
   if (need_sort) {
-    auto by_prob = [&](int32_t a, int32_t b) { return probs[a] != probs[b] ? probs[a] > probs[b] : a < b; };
+    auto by_prob = [&](int32_t a, int32_t b) {
+      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+    };
     if (params.top_k > 0 && params.top_k < keep) {
       std::partial_sort(order.begin(), order.begin() + params.top_k, order.begin() + keep, by_prob);
       keep = params.top_k;
@@ -62,7 +64,8 @@ int32_t SampleToken(absl::Span<const float> logits, const SamplingParams& params
       for (int i = 0; i < keep; ++i) kept += probs[order[i]];
       double cumulative = 0.0;
       int n = 0;
-      while (n < keep && (n == 0 || cumulative < params.top_p * kept)) cumulative += probs[order[n++]];
+      while (n < keep && (n == 0 || cumulative < params.top_p * kept))
+        cumulative += probs[order[n++]];
       keep = n;
     }
   }

@@ -39,8 +39,8 @@ class CpuBackend final : public Backend {
   void Gemm(const GemmParams& p) override {
     if (p.m == 0 || p.n == 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k),
-                p.w, static_cast<int>(p.k), 0.0f, p.y, static_cast<int>(p.n));
+                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k), p.w,
+                static_cast<int>(p.k), 0.0f, p.y, static_cast<int>(p.n));
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < p.m; ++r) {
         float* row = p.y + r * p.n;
@@ -114,10 +114,10 @@ class CpuBackend final : public Backend {
       const int64_t block = slot / c.block_size, offset = slot % c.block_size;
       CHECK_LT(block, c.num_blocks);
       for (int64_t h = 0; h < c.num_kv_heads; ++h) {
-        cpu::WriteRow(c.k_format, p.k + t * p.row_stride + h * c.head_dim, c.head_dim,
-                      c.block_size, cpu::KBlockHead(c, block, h), offset);
-        cpu::WriteRow(c.v_format, p.v + t * p.row_stride + h * c.head_dim, c.head_dim,
-                      c.block_size, cpu::VBlockHead(c, block, h), offset);
+        cpu::WriteRow(c.k_format, p.k + t * p.row_stride + h * c.head_dim, c.head_dim, c.block_size,
+                      cpu::KBlockHead(c, block, h), offset);
+        cpu::WriteRow(c.v_format, p.v + t * p.row_stride + h * c.head_dim, c.head_dim, c.block_size,
+                      cpu::VBlockHead(c, block, h), offset);
       }
     }
   }
@@ -197,8 +197,10 @@ class CpuBackend final : public Backend {
         const int64_t s = p.src[i], d = p.dst[i];
         std::memcpy(dst.k + d * k_bytes, src.k + s * k_bytes, k_bytes);
         std::memcpy(dst.v + d * v_bytes, src.v + s * v_bytes, v_bytes);
-        if (k_scales > 0) std::memcpy(dst.k_scales + d * k_scales, src.k_scales + s * k_scales, 2 * k_scales);
-        if (v_scales > 0) std::memcpy(dst.v_scales + d * v_scales, src.v_scales + s * v_scales, 2 * v_scales);
+        if (k_scales > 0)
+          std::memcpy(dst.k_scales + d * k_scales, src.k_scales + s * k_scales, 2 * k_scales);
+        if (v_scales > 0)
+          std::memcpy(dst.v_scales + d * v_scales, src.v_scales + s * v_scales, 2 * v_scales);
       }
     }
   }

@@ -37,7 +37,8 @@ absl::Status Guard(const char* what, Fn fn) {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx, std::chrono::milliseconds timeout)
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx,
+                   std::chrono::milliseconds timeout)
       : ctx_(std::move(ctx)), timeout_(timeout) {}
 
   int rank() const override { return ctx_->rank; }
@@ -99,7 +100,7 @@ class GlooCommunicator final : public Communicator {
 }  // namespace
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateGlooGroup(int size,
-                                                                          absl::Duration timeout) {
+                                                                           absl::Duration timeout) {
   if (size < 1) return absl::InvalidArgumentError("a communicator group needs at least one rank");
   const auto ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
   auto store = std::make_shared<gloo::rendezvous::HashStore>();

@@ -20,7 +20,7 @@ namespace kvserve::kernels {
 // one communicator per rank. `timeout` bounds every later collective. Unavailable if the
 // loopback connections cannot be made.
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateGlooGroup(int size,
-                                                                          absl::Duration timeout);
+                                                                           absl::Duration timeout);
 
 }  // namespace kvserve::kernels
 

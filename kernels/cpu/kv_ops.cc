@@ -148,7 +148,8 @@ inline void DecodeSpan(KvDType t, const uint8_t* row, int64_t c0, int64_t c1, co
                        float* out) {
   switch (t) {
     case KvDType::kInt8:
-      for (int64_t i = c0; i < c1; ++i) out[i] = static_cast<float>(static_cast<int8_t>(row[i])) * p.scale;
+      for (int64_t i = c0; i < c1; ++i)
+        out[i] = static_cast<float>(static_cast<int8_t>(row[i])) * p.scale;
       break;
     case KvDType::kFp8E4M3: {
       const float* table = F8Table();

@@ -20,8 +20,8 @@ BlockHead KBlockHead(const KvCacheView& c, int64_t block, int64_t head);
 BlockHead VBlockHead(const KvCacheView& c, int64_t block, int64_t head);
 
 // Stores row `x` (head_dim floats) at offset `off` of the block-head in format `f`.
-void WriteRow(const KvFormat& f, const float* x, int64_t head_dim, int64_t block_size,
-              BlockHead bh, int64_t off);
+void WriteRow(const KvFormat& f, const float* x, int64_t head_dim, int64_t block_size, BlockHead bh,
+              int64_t off);
 
 // Decodes the rows [0, n) of a block-head into out[n][head_dim]. Unquantized fp32 rows are
 // copied too, so callers see one shape.

@@ -25,7 +25,12 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size,
                    absl::Duration timeout)
-      : comm_(comm), stream_(stream), device_(device), rank_(rank), size_(size), timeout_(timeout) {}
+      : comm_(comm),
+        stream_(stream),
+        device_(device),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout) {}
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
@@ -44,18 +49,21 @@ class NcclCommunicator final : public Communicator {
   }
 
   absl::Status AllGather(const float* in, size_t count, float* out) override {
-    return Run("all-gather", [&] { return ncclAllGather(in, out, count, ncclFloat32, comm_, stream_); });
+    return Run("all-gather",
+               [&] { return ncclAllGather(in, out, count, ncclFloat32, comm_, stream_); });
   }
 
   absl::Status Broadcast(float* data, size_t count, int root) override {
-    return Run("broadcast", [&] { return ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_); });
+    return Run("broadcast",
+               [&] { return ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_); });
   }
 
   absl::Status Barrier() override {
     // An all-reduce of one float on a scratch buffer: returns when every rank got here.
     if (scratch_ == nullptr) {
       cudaSetDevice(device_);
-      if (absl::Status s = CudaStatus(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc"); !s.ok()) return s;
+      if (absl::Status s = CudaStatus(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc"); !s.ok())
+        return s;
     }
     return AllReduceSum(static_cast<float*>(scratch_), 1);
   }
@@ -83,8 +91,8 @@ class NcclCommunicator final : public Communicator {
       if (std::chrono::steady_clock::now() > deadline) {
         ncclCommAbort(comm_);
         comm_ = nullptr;
-        return absl::DeadlineExceededError(absl::StrCat("nccl ", what, " timed out after ",
-                                                        absl::FormatDuration(timeout_)));
+        return absl::DeadlineExceededError(
+            absl::StrCat("nccl ", what, " timed out after ", absl::FormatDuration(timeout_)));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -121,8 +129,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateNcclGroup(
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       status[r] = CudaStatus(cudaSetDevice(devices[r]), "cudaSetDevice");
-      if (status[r].ok()) status[r] = CudaStatus(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
-      if (status[r].ok()) status[r] = NcclStatus(ncclCommInitRank(&comms[r], size, id, r), "ncclCommInitRank");
+      if (status[r].ok())
+        status[r] = CudaStatus(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking),
+                               "cudaStreamCreate");
+      if (status[r].ok())
+        status[r] = NcclStatus(ncclCommInitRank(&comms[r], size, id, r), "ncclCommInitRank");
     });
   }
   for (std::thread& t : threads) t.join();
@@ -131,7 +142,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateNcclGroup(
   }
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) {
-    out.push_back(std::make_unique<NcclCommunicator>(comms[r], streams[r], devices[r], r, size, timeout));
+    out.push_back(
+        std::make_unique<NcclCommunicator>(comms[r], streams[r], devices[r], r, size, timeout));
   }
   return out;
 }

@@ -46,7 +46,8 @@ void BM_SequenceAllocateCacheFree(benchmark::State& state) {
   Sequence seq;
   seq.tokens.assign(tokens, 1);
   seq.num_prompt_tokens = tokens;
-  for (int b = 0; b < tokens / block_size; ++b) seq.block_hashes.push_back(BlockHash{uint64_t(b) + 1, 7});
+  for (int b = 0; b < tokens / block_size; ++b)
+    seq.block_hashes.push_back(BlockHash{uint64_t(b) + 1, 7});
   for (auto _ : state) {
     seq.num_computed_tokens = 0;
     std::vector<CachedBlock> hit = kv.FindCachedBlocks(seq);

@@ -12,7 +12,8 @@ namespace {
 
 std::string Fixture(const char* model) {
   const char* env = std::getenv("KVSERVE_FIXTURES");
-  return std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") + "/" + model;
+  return std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") + "/" +
+         model;
 }
 
 void BM_DecodeStep(benchmark::State& state, const char* model) {
@@ -42,12 +43,27 @@ void BM_DecodeStep(benchmark::State& state, const char* model) {
     benchmark::DoNotOptimize(outs);
   }
   state.SetItemsProcessed(state.iterations() * batch);
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch),
-                                                      benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
 }
-BENCHMARK_CAPTURE(BM_DecodeStep, tiny_llama3, "tiny-llama3")->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->Iterations(200);
-BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen2, "tiny-qwen2")->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->Iterations(200);
-BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen3, "tiny-qwen3")->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->Iterations(200);
+BENCHMARK_CAPTURE(BM_DecodeStep, tiny_llama3, "tiny-llama3")
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(64)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen2, "tiny-qwen2")
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(64)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen3, "tiny-qwen3")
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(64)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
 
 }  // namespace
 }  // namespace kvserve::worker

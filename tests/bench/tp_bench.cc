@@ -20,20 +20,29 @@ void BM_GlooAllReduce(benchmark::State& state) {
   // Rank 1 runs the same number of all-reduces on its own thread, in lockstep through Gloo.
   const int64_t iterations = state.max_iterations;
   std::thread peer([&] {
-    for (int64_t i = 0; i < iterations; ++i) CHECK((*comms)[1]->AllReduceSum(b.data(), floats).ok());
+    for (int64_t i = 0; i < iterations; ++i)
+      CHECK((*comms)[1]->AllReduceSum(b.data(), floats).ok());
   });
   for (auto _ : state) CHECK((*comms)[0]->AllReduceSum(a.data(), floats).ok());
   peer.join();
   state.SetBytesProcessed(state.iterations() * floats * sizeof(float));
 }
 // Decode at hidden 128: batch 1, 16, 64; and a 4096-hidden batch-16 step of a real model.
-BENCHMARK(BM_GlooAllReduce)->Arg(128)->Arg(128 * 16)->Arg(128 * 64)->Arg(4096 * 16)->Iterations(2000)->UseRealTime();
+BENCHMARK(BM_GlooAllReduce)
+    ->Arg(128)
+    ->Arg(128 * 16)
+    ->Arg(128 * 64)
+    ->Arg(4096 * 16)
+    ->Iterations(2000)
+    ->UseRealTime();
 
 void BM_DecodeStepTp(benchmark::State& state) {
   const int tp = static_cast<int>(state.range(0)), batch = static_cast<int>(state.range(1));
   const char* env = std::getenv("KVSERVE_FIXTURES");
   worker::EngineConfig c;
-  c.model_dir = std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") + "/tiny-llama3";
+  c.model_dir =
+      std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") +
+      "/tiny-llama3";
   c.max_model_len = 1024;
   c.num_blocks = batch * 64 + 8;
   c.tensor_parallel_size = tp;
@@ -52,8 +61,14 @@ void BM_DecodeStepTp(benchmark::State& state) {
   for (auto _ : state) CHECK((*engine)->Step().ok());
   state.SetItemsProcessed(state.iterations() * batch);
 }
-BENCHMARK(BM_DecodeStepTp)->Args({1, 1})->Args({2, 1})->Args({1, 16})->Args({2, 16})
-    ->Unit(benchmark::kMicrosecond)->Iterations(200)->UseRealTime();
+BENCHMARK(BM_DecodeStepTp)
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({1, 16})
+    ->Args({2, 16})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace kvserve

@@ -72,7 +72,8 @@ TEST(KvPlannerTest, TensorParallelSplitsOrReplicatesHeads) {
   EXPECT_TRUE(r.kv_heads_replicated);
   EXPECT_EQ(r.kv_heads_per_rank, 1);
   in.tensor_parallel_size = 3;
-  EXPECT_THAT(PlanKvCache(in), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tensor-parallel-size 3")));
+  EXPECT_THAT(PlanKvCache(in),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tensor-parallel-size 3")));
 }
 
 TEST(KvPlannerTest, BlocksAndConcurrencyOnAGpu) {

@@ -1,9 +1,10 @@
 // NCCL collectives on the GPU with one rank (NCCL refuses two ranks on one GPU); skipped
 // without a CUDA device. Label: gpu.
+#include "kernels/cuda/nccl_communicator.h"
+
 #include <cuda_runtime.h>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve::kernels {

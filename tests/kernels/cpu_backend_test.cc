@@ -24,7 +24,8 @@ TEST(CpuBackendTest, PagedAttentionEqualsDenseCausalAttention) {
   const int heads = 4, kv_heads = 2, d = 8, bs = 4, blocks = 16, ctx = 13, qlen = 5;
   std::vector<float> k_cache(blocks * kv_heads * bs * d), v_cache(k_cache.size());
   std::vector<int32_t> table = {9, 2, 14, 5};  // scattered
-  std::vector<float> keys = Random(ctx * kv_heads * d, rng), values = Random(ctx * kv_heads * d, rng);
+  std::vector<float> keys = Random(ctx * kv_heads * d, rng),
+                     values = Random(ctx * kv_heads * d, rng);
   std::vector<int64_t> slots;
   for (int t = 0; t < ctx; ++t) slots.push_back(int64_t{table[t / bs]} * bs + t % bs);
   KvCacheView cache;
@@ -59,7 +60,8 @@ TEST(CpuBackendTest, PagedAttentionEqualsDenseCausalAttention) {
       double mx = -1e30, sum = 0;
       for (int t = 0; t <= pos; ++t) {
         double dot = 0;
-        for (int i = 0; i < d; ++i) dot += q[(j * heads + h) * d + i] * keys[(t * kv_heads + kvh) * d + i];
+        for (int i = 0; i < d; ++i)
+          dot += q[(j * heads + h) * d + i] * keys[(t * kv_heads + kvh) * d + i];
         w[t] = dot * 0.3;
         mx = std::max(mx, w[t]);
       }
@@ -103,8 +105,8 @@ TEST(RopeTest, Llama3ScalingKeepsHighAndScalesLowFrequencies) {
   rope.original_max_position_embeddings = 8192;
   std::vector<float> plain = RopeInvFreq(RopeConfig{.theta = 500000}, 128);
   std::vector<float> scaled = RopeInvFreq(rope, 128);
-  EXPECT_EQ(scaled[0], plain[0]);                      // wavelength 2π: kept
-  EXPECT_NEAR(scaled[63], plain[63] / 8, 1e-12);       // longest wavelength: / factor
+  EXPECT_EQ(scaled[0], plain[0]);                 // wavelength 2π: kept
+  EXPECT_NEAR(scaled[63], plain[63] / 8, 1e-12);  // longest wavelength: / factor
   EXPECT_LT(scaled[45], plain[45]);
   RopeConfig linear{.type = "linear", .theta = 10000, .factor = 2};
   EXPECT_NEAR(RopeInvFreq(linear, 8)[1], RopeInvFreq(RopeConfig{}, 8)[1] / 2, 1e-9);

@@ -42,7 +42,8 @@ TEST(GlooCommunicatorTest, AMissingPeerTimesOutInsteadOfHanging) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> x(4, 1.0f);
   absl::Status s = comms[0]->AllReduceSum(x.data(), x.size());  // rank 1 never joins
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) << s;
   EXPECT_LT(seconds, 10.0);

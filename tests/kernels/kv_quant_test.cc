@@ -1,6 +1,8 @@
 // KV cache encodings: FP8 E4M3FN against a table built from the format's definition (OCP:
 // bias 7, no infinities, S.1111.111 = NaN, max 448), fp16 against its decoder, and the
 // round-trip error bounds of every quantized mode (documented in docs/KV_QUANT.md).
+#include "kernels/kv_quant.h"
+
 #include <cmath>
 #include <map>
 #include <random>
@@ -8,7 +10,6 @@
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kv_ops.h"
-#include "kernels/kv_quant.h"
 
 namespace kvserve::kernels {
 namespace {
@@ -17,7 +18,8 @@ namespace {
 double E4M3Value(int code) {
   const int sign = code >> 7, exp = (code >> 3) & 15, mant = code & 7;
   if (exp == 15 && mant == 7) return NAN;
-  const double v = exp == 0 ? mant / 8.0 * std::pow(2.0, -6) : (1 + mant / 8.0) * std::pow(2.0, exp - 7);
+  const double v =
+      exp == 0 ? mant / 8.0 * std::pow(2.0, -6) : (1 + mant / 8.0) * std::pow(2.0, exp - 7);
   return sign ? -v : v;
 }
 
@@ -69,9 +71,9 @@ TEST(Fp16Test, EncoderInvertsTheDecoderAndRoundsToEven) {
   }
   EXPECT_EQ(FloatToF16(1.0f + std::pow(2.0f, -11)), 0x3c00);      // tie to even (down)
   EXPECT_EQ(FloatToF16(1.0f + 3 * std::pow(2.0f, -11)), 0x3c02);  // tie to even (up)
-  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);                         // rounds to infinity
-  EXPECT_EQ(FloatToF16(std::pow(2.0f, -25)), 0x0000);              // tie with zero
-  EXPECT_EQ(FloatToBf16(1.0f + std::pow(2.0f, -8)), 0x3f80);       // bf16 tie to even
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);                        // rounds to infinity
+  EXPECT_EQ(FloatToF16(std::pow(2.0f, -25)), 0x0000);             // tie with zero
+  EXPECT_EQ(FloatToBf16(1.0f + std::pow(2.0f, -8)), 0x3f80);      // bf16 tie to even
 }
 
 struct Mode {
@@ -102,7 +104,8 @@ TEST(KvQuantTest, RoundTripErrorBounds) {
     for (int trial = 0; trial < 50; ++trial) {
       std::vector<float> x(bs * d);
       for (int t = 0; t < bs; ++t) {
-        for (int c = 0; c < d; ++c) x[t * d + c] = normal(rng) * (c == 3 ? 20.0f : 1.0f) + (c == 5 ? 4.0f : 0.0f);
+        for (int c = 0; c < d; ++c)
+          x[t * d + c] = normal(rng) * (c == 3 ? 20.0f : 1.0f) + (c == 5 ? 4.0f : 0.0f);
       }
       std::vector<uint8_t> data(bs * m.format.RowBytes(d));
       std::vector<uint16_t> scales(std::max<int64_t>(1, m.format.ScaleEntries(bs, d)));
@@ -121,7 +124,8 @@ TEST(KvQuantTest, RoundTripErrorBounds) {
         }
         float lo = INFINITY, hi = -INFINITY;
         for (int i = t0; i < t1; ++i) {
-          for (int j = c0; j < c1; ++j) lo = std::min(lo, x[i * d + j]), hi = std::max(hi, x[i * d + j]);
+          for (int j = c0; j < c1; ++j)
+            lo = std::min(lo, x[i * d + j]), hi = std::max(hi, x[i * d + j]);
         }
         return {lo, hi};
       };
@@ -132,25 +136,37 @@ TEST(KvQuantTest, RoundTripErrorBounds) {
           const float amax = std::max(std::fabs(lo), std::fabs(hi));
           float bound;
           switch (m.format.dtype) {
-            case KvDType::kInt8: bound = 0.5f * amax / 127 * 1.002f + 1e-6f; break;
+            case KvDType::kInt8:
+              bound = 0.5f * amax / 127 * 1.002f + 1e-6f;
+              break;
             // int4: half a step of (max - min) / 15, plus the fp16 rounding of the minimum.
-            case KvDType::kInt4: bound = 0.5f * (hi - lo) / 15 * 1.002f + std::fabs(lo) * 1e-3f + 1e-6f; break;
+            case KvDType::kInt4:
+              bound = 0.5f * (hi - lo) / 15 * 1.002f + std::fabs(lo) * 1e-3f + 1e-6f;
+              break;
             // fp8: 3 mantissa bits, half an ulp relative (2^-4), or the subnormal step.
-            case KvDType::kFp8E4M3: bound = std::fabs(v) * 0.0625f * 1.002f + amax / 448 * 0.001953125f + 1e-6f; break;
-            case KvDType::kFp16: bound = std::fabs(v) * 4.9e-4f; break;
-            default: bound = std::fabs(v) * 3.91e-3f; break;  // bf16: 2^-8
+            case KvDType::kFp8E4M3:
+              bound = std::fabs(v) * 0.0625f * 1.002f + amax / 448 * 0.001953125f + 1e-6f;
+              break;
+            case KvDType::kFp16:
+              bound = std::fabs(v) * 4.9e-4f;
+              break;
+            default:
+              bound = std::fabs(v) * 3.91e-3f;
+              break;  // bf16: 2^-8
           }
           // Per-channel re-encodes earlier tokens each time a later token widens the block's
           // range: every widening adds at most one half step of the final range.
           if (m.format.granularity == KvGranularity::kPerChannel) {
             float run_lo = x[c], run_hi = x[c];
-            for (int i = 1; i <= t; ++i) run_lo = std::min(run_lo, x[i * d + c]), run_hi = std::max(run_hi, x[i * d + c]);
+            for (int i = 1; i <= t; ++i)
+              run_lo = std::min(run_lo, x[i * d + c]), run_hi = std::max(run_hi, x[i * d + c]);
             int widenings = 0;
             for (int i = t + 1; i < bs; ++i) {
               const float xi = x[i * d + c];
-              const bool wider = m.format.dtype == KvDType::kInt4
-                                     ? (xi < run_lo || xi > run_hi)
-                                     : std::fabs(xi) > std::max(std::fabs(run_lo), std::fabs(run_hi));
+              const bool wider =
+                  m.format.dtype == KvDType::kInt4
+                      ? (xi < run_lo || xi > run_hi)
+                      : std::fabs(xi) > std::max(std::fabs(run_lo), std::fabs(run_hi));
               widenings += wider;
               run_lo = std::min(run_lo, xi), run_hi = std::max(run_hi, xi);
             }
@@ -167,9 +183,11 @@ TEST(KvQuantTest, ScaleBytesAreAccountedExactly) {
   const int d = 128, bs = 16;
   KvFormat int8_group{KvDType::kInt8, KvGranularity::kPerGroup, 128};
   // int8 per-group-128 with fp16 scales: 1 + 2/128 bytes per element, i.e. fp16 × (1/2 + 1/128).
-  EXPECT_EQ(int8_group.BlockHeadBytes(bs, d) * 128, (KvFormat{KvDType::kFp16}.BlockHeadBytes(bs, d)) * (64 + 1));
+  EXPECT_EQ(int8_group.BlockHeadBytes(bs, d) * 128,
+            (KvFormat{KvDType::kFp16}.BlockHeadBytes(bs, d)) * (64 + 1));
   KvFormat int4_channel{KvDType::kInt4, KvGranularity::kPerChannel, 0};
-  EXPECT_EQ(int4_channel.BlockHeadBytes(bs, d), bs * d / 2 + d * 2 * 2);  // codes + (scale, min) per channel
+  EXPECT_EQ(int4_channel.BlockHeadBytes(bs, d),
+            bs * d / 2 + d * 2 * 2);  // codes + (scale, min) per channel
   KvFormat fp8_token{KvDType::kFp8E4M3, KvGranularity::kPerToken, 0};
   EXPECT_EQ(fp8_token.BlockHeadBytes(bs, d), bs * d + bs * 2);
 }

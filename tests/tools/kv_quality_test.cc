@@ -1,10 +1,11 @@
 // The quality harness discriminates: over a 2,048-token teacher-forced stream, ungrouped
 // per-token int4 keys come out visibly worse than grouped int4, int8 is far closer than int4,
 // and the reference row is exact.
+#include "tools/bench/kv_quality.h"
+
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
-#include "tools/bench/kv_quality.h"
 
 namespace kvserve::bench {
 namespace {

@@ -52,10 +52,12 @@ TEST(PrefixCacheTest, SharedPrefixComputesOnlyNewTokensAndAnswersTheSame) {
     ASSERT_OK(uncached->AddRequest(GreedyRequest("second", second, 16)));
     Results without = RunToCompletion(*uncached, true);
     EXPECT_EQ(uncached->stats().computed_prompt_tokens, static_cast<int64_t>(second.size()));
-    auto [agreed, near_tie] = testing::GreedyAgreement(without["second"][0], with_cache["second"][0].tokens);
+    auto [agreed, near_tie] =
+        testing::GreedyAgreement(without["second"][0], with_cache["second"][0].tokens);
     EXPECT_TRUE(agreed == 16 || near_tie) << "diverges at " << agreed;
     for (int k = 0; k < agreed; ++k) {
-      EXPECT_NEAR(without["second"][0].logprobs[k].logprob, with_cache["second"][0].logprobs[k].logprob, 1e-4);
+      EXPECT_NEAR(without["second"][0].logprobs[k].logprob,
+                  with_cache["second"][0].logprobs[k].logprob, 1e-4);
     }
   }
 }
@@ -132,7 +134,8 @@ TEST(ParallelSamplingTest, FourSamplesShareThePromptAndMatchIndependentRequests)
   Results alone = RunToCompletion(*independent, true);
   std::set<std::vector<int32_t>> distinct;
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(together["n4"][i].tokens, alone["one" + std::to_string(i)][0].tokens) << "sample " << i;
+    EXPECT_EQ(together["n4"][i].tokens, alone["one" + std::to_string(i)][0].tokens)
+        << "sample " << i;
     distinct.insert(together["n4"][i].tokens);
   }
   EXPECT_GT(distinct.size(), 1u) << "samples should differ";

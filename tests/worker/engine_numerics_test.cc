@@ -68,7 +68,8 @@ TEST_P(EngineNumericsTest, LogitsAndGreedyMatchTransformers) {
   auto engine = MakeEngine(config);
   ASSERT_NE(engine, nullptr);
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    RequestInput in = GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
+    RequestInput in =
+        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
     in.return_prompt_logits = true;
     ASSERT_OK(engine->AddRequest(in));
   }
@@ -104,7 +105,8 @@ TEST(ContinuousBatchingTest, SixtyFourMixedRequestsMatchOneAtATime) {
   for (int i = 0; i < 64; ++i) {
     std::vector<int32_t> prompt(1 + rng() % 300);
     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 1024);
-    inputs.push_back(GreedyRequest("r" + std::to_string(i), prompt, 1 + static_cast<int>(rng() % 24)));
+    inputs.push_back(
+        GreedyRequest("r" + std::to_string(i), prompt, 1 + static_cast<int>(rng() % 24)));
   }
   EngineConfig config = FixtureConfig("tiny-llama3", 2048);
   config.scheduler.max_num_seqs = 64;
@@ -124,7 +126,8 @@ TEST(ContinuousBatchingTest, SixtyFourMixedRequestsMatchOneAtATime) {
     auto [agreed, near_tie] = GreedyAgreement(a, b.tokens);
     EXPECT_TRUE(agreed == in.max_tokens || near_tie) << in.request_id << " diverges at " << agreed;
     for (int k = 0; k < agreed; ++k) {
-      EXPECT_NEAR(a.logprobs[k].logprob, b.logprobs[k].logprob, 1e-4) << in.request_id << " token " << k;
+      EXPECT_NEAR(a.logprobs[k].logprob, b.logprobs[k].logprob, 1e-4)
+          << in.request_id << " token " << k;
     }
   }
 }

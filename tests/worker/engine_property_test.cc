@@ -48,7 +48,8 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
       if (rng() % 3 == 0) {
         in.prompt.assign(shared.begin(), shared.begin() + std::min(len, 64));
       }
-      while (static_cast<int>(in.prompt.size()) < len) in.prompt.push_back(static_cast<int32_t>(rng() % 1024));
+      while (static_cast<int>(in.prompt.size()) < len)
+        in.prompt.push_back(static_cast<int32_t>(rng() % 1024));
       in.max_tokens = 1 + static_cast<int>(rng() % 12);
       in.sampling.temperature = (rng() % 2) ? 0.8f : 0.0f;
       in.sampling.seed = rng();

@@ -24,20 +24,35 @@ TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
     const char* message;
   };
   std::vector<Case> cases = {
-      {[](RequestInput& r) { r.prompt.clear(); }, absl::StatusCode::kInvalidArgument, "prompt must not be empty"},
-      {[](RequestInput& r) { r.prompt = {5, 1024}; }, absl::StatusCode::kInvalidArgument, "prompt token 1 is 1024, outside the vocabulary [0, 1024)"},
+      {[](RequestInput& r) { r.prompt.clear(); }, absl::StatusCode::kInvalidArgument,
+       "prompt must not be empty"},
+      {[](RequestInput& r) {
+         r.prompt = {5, 1024};
+       },
+       absl::StatusCode::kInvalidArgument,
+       "prompt token 1 is 1024, outside the vocabulary [0, 1024)"},
       {[](RequestInput& r) { r.prompt = {-1}; }, absl::StatusCode::kInvalidArgument, "is -1"},
-      {[](RequestInput& r) { r.max_tokens = 0; }, absl::StatusCode::kInvalidArgument, "max_tokens must be >= 1, got 0"},
+      {[](RequestInput& r) { r.max_tokens = 0; }, absl::StatusCode::kInvalidArgument,
+       "max_tokens must be >= 1, got 0"},
       {[](RequestInput& r) { r.max_tokens = -5; }, absl::StatusCode::kInvalidArgument, "got -5"},
-      {[](RequestInput& r) { r.prompt.assign(60, 7); r.max_tokens = 5; }, absl::StatusCode::kInvalidArgument,
+      {[](RequestInput& r) {
+         r.prompt.assign(60, 7);
+         r.max_tokens = 5;
+       },
+       absl::StatusCode::kInvalidArgument,
        "prompt (60 tokens) + max_tokens (5) exceeds the maximum model length (64)"},
-      {[](RequestInput& r) { r.sampling.temperature = -1; }, absl::StatusCode::kInvalidArgument, "temperature"},
+      {[](RequestInput& r) { r.sampling.temperature = -1; }, absl::StatusCode::kInvalidArgument,
+       "temperature"},
       {[](RequestInput& r) { r.sampling.top_p = 0; }, absl::StatusCode::kInvalidArgument, "top_p"},
       {[](RequestInput& r) { r.sampling.min_p = 2; }, absl::StatusCode::kInvalidArgument, "min_p"},
-      {[](RequestInput& r) { r.sampling.n = 0; }, absl::StatusCode::kInvalidArgument, "n must be in"},
-      {[](RequestInput& r) { r.sampling.logprobs = 50; }, absl::StatusCode::kInvalidArgument, "logprobs"},
-      {[](RequestInput& r) { r.stop_token_ids = {4096}; }, absl::StatusCode::kInvalidArgument, "stop token id 4096"},
-      {[](RequestInput& r) { r.request_id = ""; }, absl::StatusCode::kInvalidArgument, "request_id"},
+      {[](RequestInput& r) { r.sampling.n = 0; }, absl::StatusCode::kInvalidArgument,
+       "n must be in"},
+      {[](RequestInput& r) { r.sampling.logprobs = 50; }, absl::StatusCode::kInvalidArgument,
+       "logprobs"},
+      {[](RequestInput& r) { r.stop_token_ids = {4096}; }, absl::StatusCode::kInvalidArgument,
+       "stop token id 4096"},
+      {[](RequestInput& r) { r.request_id = ""; }, absl::StatusCode::kInvalidArgument,
+       "request_id"},
       {[](RequestInput& r) { r.request_id = "ok"; }, absl::StatusCode::kAlreadyExists, "'ok'"},
   };
   for (const Case& c : cases) {
@@ -85,14 +100,17 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
                                           HasSubstr("max_position_embeddings (4096)")));
   c = testing::FixtureConfig("tiny-llama3");
   c.block_size = 12;
-  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--block-size must be 8, 16 or 32, got 12")));
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("--block-size must be 8, 16 or 32, got 12")));
   c = testing::FixtureConfig("tiny-llama3");
   c.num_blocks = 0;
   c.kv_cache_memory_gib = 1e-9;
-  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--kv-cache-memory-gib")));
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--kv-cache-memory-gib")));
   c = testing::FixtureConfig("tiny-llama3");
   c.scheduler.max_num_seqs = 0;
-  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-num-seqs")));
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-num-seqs")));
   c = testing::FixtureConfig("tiny-llama3");
   c.model_dir = "/nonexistent";
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));

@@ -69,7 +69,10 @@ FixturePrompt LongestReferencePrompt(const std::string& model) {
   auto j = nlohmann::json::parse(*ReadFileToString(dir + "/reference.json"));
   FixturePrompt fp;
   fp.prompt = j["prompts"][2].get<std::vector<int32_t>>();
-  fp.logits = (*SafetensorsFile::Open(dir + "/reference_logits.safetensors"))->tensors().at("logits_2").ToFloat32();
+  fp.logits = (*SafetensorsFile::Open(dir + "/reference_logits.safetensors"))
+                  ->tensors()
+                  .at("logits_2")
+                  .ToFloat32();
   return fp;
 }
 
@@ -100,7 +103,8 @@ TEST(KvQuantEngineTest, AllLayersFullPrecisionIsBitIdenticalToFp32) {
   FixturePrompt fp = LongestReferencePrompt("tiny-llama3");
   EngineConfig fp32 = FixtureConfig("tiny-llama3");
   EngineConfig int8 = fp32;
-  int8.kv_quant = {.dtype = "int8", .granularity = "per_token", .full_precision_layers = "first:1,last:2"};
+  int8.kv_quant = {
+      .dtype = "int8", .granularity = "per_token", .full_precision_layers = "first:1,last:2"};
   std::vector<float> a = PromptLogits(fp32, fp.prompt);
   std::vector<float> b = PromptLogits(int8, fp.prompt);
   ASSERT_EQ(a.size(), b.size());
@@ -123,7 +127,9 @@ TEST(KvQuantEngineTest, FullPrecisionLayerCacheIsBitIdenticalToFp32) {
     return std::make_tuple(k, v, layer1.k_format);
   };
   auto [k32, v32, f32] = run({});
-  auto [k4, v4, f4] = run({.dtype = "int4", .granularity = "k:per_channel,v:per_token", .full_precision_layers = "first:1"});
+  auto [k4, v4, f4] = run({.dtype = "int4",
+                           .granularity = "k:per_channel,v:per_token",
+                           .full_precision_layers = "first:1"});
   EXPECT_EQ(k32, k4);
   EXPECT_EQ(v32, v4);
   EXPECT_EQ(f4.dtype, KvDType::kInt4);  // the other layer is quantized

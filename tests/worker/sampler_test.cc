@@ -24,7 +24,8 @@ TEST(SamplerTest, SameSeedSameDraws) {
     EXPECT_EQ(SampleToken(kLogits, p, 42, step), SampleToken(kLogits, p, 42, step));
   }
   int differ = 0;
-  for (int step = 0; step < 50; ++step) differ += SampleToken(kLogits, p, 42, step) != SampleToken(kLogits, p, 43, step);
+  for (int step = 0; step < 50; ++step)
+    differ += SampleToken(kLogits, p, 42, step) != SampleToken(kLogits, p, 43, step);
   EXPECT_GT(differ, 5);
 }
 
@@ -44,7 +45,8 @@ TEST(SamplerTest, FiltersNarrowTheChoice) {
   for (int s = 0; s < 100; ++s) EXPECT_EQ(SampleToken(kLogits, p, s, 0), 1);
   p = SamplingParams();
   p.temperature = 1.0f;
-  p.min_p = 0.5f;  // keeps tokens with p >= 0.5 p_max: ids 1 (3.0), 4 (2.9), 2 (2.0 → e^-1 = 0.37: out)
+  p.min_p =
+      0.5f;  // keeps tokens with p >= 0.5 p_max: ids 1 (3.0), 4 (2.9), 2 (2.0 → e^-1 = 0.37: out)
   for (int s = 0; s < 100; ++s) {
     int t = SampleToken(kLogits, p, s, 0);
     EXPECT_TRUE(t == 1 || t == 4) << t;

@@ -24,7 +24,8 @@ using testing::Results;
 using testing::RunToCompletion;
 
 std::vector<std::vector<int32_t>> Prompts(const std::string& model) {
-  auto j = nlohmann::json::parse(*ReadFileToString(kvserve::testing::FixtureModel(model) + "/reference.json"));
+  auto j = nlohmann::json::parse(
+      *ReadFileToString(kvserve::testing::FixtureModel(model) + "/reference.json"));
   return j["prompts"].get<std::vector<std::vector<int32_t>>>();
 }
 
@@ -102,13 +103,14 @@ TEST_P(TensorParallelTest, SameLogitsAndGreedyOutputsAsOneRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, TensorParallelTest,
-    ::testing::Values(Param{"tiny-llama3", 2}, Param{"tiny-llama3", 4}, Param{"tiny-qwen2", 2},
-                      Param{"tiny-qwen3", 2}, Param{"tiny-qwen3", 4}),
-    [](const auto& info) {
-      return std::get<0>(info.param).substr(5) + "_tp" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
+                         ::testing::Values(Param{"tiny-llama3", 2}, Param{"tiny-llama3", 4},
+                                           Param{"tiny-qwen2", 2}, Param{"tiny-qwen3", 2},
+                                           Param{"tiny-qwen3", 4}),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).substr(5) + "_tp" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(TensorParallelMemoryTest, KvBytesPerRankAreTheExpectedShare) {
   struct Case {
@@ -116,8 +118,9 @@ TEST(TensorParallelMemoryTest, KvBytesPerRankAreTheExpectedShare) {
     int tp;
     int divisor;  // TP=1 bytes / per-rank bytes
   };
-  for (const Case& k : {Case{"tiny-llama3", 2, 2}, Case{"tiny-llama3", 4, 2},  // 2 KV heads: replicated at 4
-                        Case{"tiny-qwen2", 2, 2}, Case{"tiny-qwen3", 2, 1}}) {  // MQA: replicated
+  for (const Case& k :
+       {Case{"tiny-llama3", 2, 2}, Case{"tiny-llama3", 4, 2},   // 2 KV heads: replicated at 4
+        Case{"tiny-qwen2", 2, 2}, Case{"tiny-qwen3", 2, 1}}) {  // MQA: replicated
     SCOPED_TRACE(std::string(k.model) + " tp" + std::to_string(k.tp));
     EngineConfig c = FixtureConfig(k.model, 64);
     auto one = MakeEngine(c);
@@ -125,8 +128,8 @@ TEST(TensorParallelMemoryTest, KvBytesPerRankAreTheExpectedShare) {
     auto many = MakeEngine(c);
     const int64_t full = one->runner().device_kv(0).bytes();
     for (int r = 0; r < k.tp; ++r) EXPECT_EQ(many->runner().device_kv(r).bytes() * k.divisor, full);
-    EXPECT_THAT(many->preflight_report(), ::testing::HasSubstr(
-        k.divisor < k.tp ? "replicated" : "KV head(s) per rank\n"));
+    EXPECT_THAT(many->preflight_report(),
+                ::testing::HasSubstr(k.divisor < k.tp ? "replicated" : "KV head(s) per rank\n"));
   }
 }
 
@@ -146,8 +149,9 @@ TEST(TensorParallelFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime)
       EXPECT_FALSE(failure.ok());
       EXPECT_THAT(std::string(failure.message()), ::testing::HasSubstr("tensor-parallel rank"));
       EXPECT_FALSE(engine->Step().ok());  // stays failed
-    }  // the engine joins its rank threads here
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }                                     // the engine joins its rank threads here
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 15.0);
   }
 }
@@ -182,7 +186,8 @@ TEST(TensorParallelSwapTest, EveryRankSwapsItsHeadsWithTheSameBlockIds) {
   EXPECT_EQ(s.blocks_free, s.blocks_total);
   EXPECT_EQ(s.host_blocks_free, s.host_blocks_total);
   for (const RequestInput& in : requests) {
-    auto [agreed, near_tie] = testing::GreedyAgreement(want[in.request_id][0], got[in.request_id][0].tokens);
+    auto [agreed, near_tie] =
+        testing::GreedyAgreement(want[in.request_id][0], got[in.request_id][0].tokens);
     EXPECT_TRUE(agreed == 24 || near_tie) << in.request_id << " diverges at " << agreed;
   }
 }
@@ -190,8 +195,11 @@ TEST(TensorParallelSwapTest, EveryRankSwapsItsHeadsWithTheSameBlockIds) {
 TEST(TensorParallelConfigTest, ShapesThatDoNotSplitAreRefused) {
   EngineConfig c = FixtureConfig("tiny-qwen2");  // 6 heads, 2 KV heads
   c.tensor_parallel_size = 4;
-  EXPECT_THAT(Engine::Create(c), kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                                            ::testing::HasSubstr("--tensor-parallel-size 4 does not divide the attention heads (6)")));
+  EXPECT_THAT(Engine::Create(c),
+              kvserve::testing::StatusIs(
+                  absl::StatusCode::kInvalidArgument,
+                  ::testing::HasSubstr(
+                      "--tensor-parallel-size 4 does not divide the attention heads (6)")));
 }
 
 }  // namespace

@@ -81,15 +81,18 @@ absl::StatusOr<double> DecodeMicrosPerToken(const QualityOptions& o, const KvQua
   }
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < o.decode_steps; ++s) RETURN_IF_ERROR(engine->Step().status());
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   return us / (o.decode_steps * o.decode_batch);
 }
 
 }  // namespace
 
 std::vector<KvMode> DefaultKvModes(int g) {
-  auto m = [](std::string name, std::string dtype, std::string gran, int group, std::string fp = "") {
-    return KvMode{std::move(name), KvQuantOptions{std::move(dtype), std::move(gran), group, std::move(fp)}};
+  auto m = [](std::string name, std::string dtype, std::string gran, int group,
+              std::string fp = "") {
+    return KvMode{std::move(name),
+                  KvQuantOptions{std::move(dtype), std::move(gran), group, std::move(fp)}};
   };
   return {
       m("FP32 (reference)", "auto", "per_token", g),
@@ -115,7 +118,8 @@ absl::StatusOr<std::vector<ModeQuality>> MeasureKvQuality(const QualityOptions& 
   const int vocab = sampler->model_config().vocab_size;
   RequestInput gen;
   gen.request_id = "gen";
-  for (int i = 0; i < 8; ++i) gen.prompt.push_back(static_cast<int32_t>((o.seed * 977 + i * 131) % vocab));
+  for (int i = 0; i < 8; ++i)
+    gen.prompt.push_back(static_cast<int32_t>((o.seed * 977 + i * 131) % vocab));
   gen.max_tokens = o.num_tokens - static_cast<int>(gen.prompt.size());
   gen.sampling.temperature = 1.0f;
   gen.sampling.seed = o.seed;
@@ -123,12 +127,14 @@ absl::StatusOr<std::vector<ModeQuality>> MeasureKvQuality(const QualityOptions& 
   RETURN_IF_ERROR(sampler->AddRequest(gen));
   std::vector<int32_t> stream = gen.prompt;
   ASSIGN_OR_RETURN(auto outs, Drain(*sampler));
-  for (const auto& out : outs) stream.insert(stream.end(), out.new_tokens.begin(), out.new_tokens.end());
+  for (const auto& out : outs)
+    stream.insert(stream.end(), out.new_tokens.begin(), out.new_tokens.end());
   sampler.reset();
 
   ASSIGN_OR_RETURN(std::vector<float> ref, StreamLogits(o, {}, stream, max_len));
   ASSIGN_OR_RETURN(ModelConfig mc, LoadHfConfig(o.model_dir));
-  ASSIGN_OR_RETURN(KvCacheSpec fp16_spec, MakeKvCacheSpec({.dtype = "fp16"}, mc.num_layers, mc.head_dim));
+  ASSIGN_OR_RETURN(KvCacheSpec fp16_spec,
+                   MakeKvCacheSpec({.dtype = "fp16"}, mc.num_layers, mc.head_dim));
   const double fp16_bytes = fp16_spec.BytesPerToken(mc.num_kv_heads, o.block_size, mc.head_dim);
   const int n = static_cast<int>(stream.size());
   std::vector<double> lp_ref, lp;
@@ -172,17 +178,16 @@ absl::StatusOr<std::vector<ModeQuality>> MeasureKvQuality(const QualityOptions& 
 }
 
 std::string FormatQualityTable(const std::vector<ModeQuality>& rows) {
-  std::string out = absl::StrFormat("| %-40s | %10s | %8s | %9s | %10s | %9s | %12s |\n", "KV mode",
-                                    "B/token", "vs FP16", "top-1", "mean KL", "ppl ratio",
-                                    "decode us/tok");
+  std::string out =
+      absl::StrFormat("| %-40s | %10s | %8s | %9s | %10s | %9s | %12s |\n", "KV mode", "B/token",
+                      "vs FP16", "top-1", "mean KL", "ppl ratio", "decode us/tok");
   out += "|" + std::string(42, '-') + "|" + std::string(12, '-') + "|" + std::string(10, '-') +
          "|" + std::string(11, '-') + "|" + std::string(12, '-') + "|" + std::string(11, '-') +
          "|" + std::string(14, '-') + "|\n";
   for (const ModeQuality& q : rows) {
     out += absl::StrFormat("| %-40s | %10.2f | %7.3fx | %8.2f%% | %10.2e | %9.4f | %12.1f |\n",
-                           q.name, q.kv_bytes_per_token, q.memory_vs_fp16,
-                           100 * q.top1_agreement, q.mean_kl, q.perplexity_ratio,
-                           q.decode_us_per_token);
+                           q.name, q.kv_bytes_per_token, q.memory_vs_fp16, 100 * q.top1_agreement,
+                           q.mean_kl, q.perplexity_ratio, q.decode_us_per_token);
   }
   return out;
 }

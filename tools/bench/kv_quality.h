@@ -30,7 +30,7 @@ struct QualityOptions {
   std::string model_dir;
   int num_tokens = 2048;  // teacher-forced stream length
   uint64_t seed = 1;
-  int decode_batch = 8;   // decode timing: sequences
+  int decode_batch = 8;  // decode timing: sequences
   int decode_context = 512;
   int decode_steps = 32;
   int block_size = 16;

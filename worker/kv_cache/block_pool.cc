@@ -36,8 +36,14 @@ void BlockPool::PushTail(int b) {
 void BlockPool::Unlink(int b) {
   Block& blk = blocks_[b];
   CHECK(blk.in_free_queue);
-  if (blk.prev >= 0) blocks_[blk.prev].next = blk.next; else head_ = blk.next;
-  if (blk.next >= 0) blocks_[blk.next].prev = blk.prev; else tail_ = blk.prev;
+  if (blk.prev >= 0)
+    blocks_[blk.prev].next = blk.next;
+  else
+    head_ = blk.next;
+  if (blk.next >= 0)
+    blocks_[blk.next].prev = blk.prev;
+  else
+    tail_ = blk.prev;
   blk.prev = blk.next = -1;
   blk.in_free_queue = false;
   --num_free_;
@@ -108,15 +114,18 @@ absl::Status BlockPool::CheckInvariants(const std::vector<int>& expected_refs) c
   for (int b = head_; b >= 0; b = blocks_[b].next) {
     if (++free_count > num_blocks()) return absl::InternalError("free queue has a cycle");
     const Block& blk = blocks_[b];
-    if (!blk.in_free_queue) return absl::InternalError(absl::StrCat("block ", b, " linked but not marked free"));
-    if (blk.prev != prev) return absl::InternalError(absl::StrCat("block ", b, " has a bad prev link"));
+    if (!blk.in_free_queue)
+      return absl::InternalError(absl::StrCat("block ", b, " linked but not marked free"));
+    if (blk.prev != prev)
+      return absl::InternalError(absl::StrCat("block ", b, " has a bad prev link"));
     if (blk.ref_count != 0) return absl::InternalError(absl::StrCat("free block ", b, " has refs"));
     if (blk.hash) ++evictable;
     prev = b;
   }
   if (prev != tail_) return absl::InternalError("free queue tail is wrong");
   if (free_count != num_free_) {
-    return absl::InternalError(absl::StrCat("free queue holds ", free_count, ", counter says ", num_free_));
+    return absl::InternalError(
+        absl::StrCat("free queue holds ", free_count, ", counter says ", num_free_));
   }
   if (evictable != num_cached_evictable_) return absl::InternalError("evictable counter is wrong");
   for (int b = 0; b < num_blocks(); ++b) {

@@ -58,7 +58,9 @@ class BlockPool {
   // Cached blocks with no reference (evictable).
   [[nodiscard]] int num_cached_evictable() const { return num_cached_evictable_; }
   [[nodiscard]] int ref_count(int block) const { return blocks_[block].ref_count; }
-  [[nodiscard]] const std::optional<BlockHash>& hash(int block) const { return blocks_[block].hash; }
+  [[nodiscard]] const std::optional<BlockHash>& hash(int block) const {
+    return blocks_[block].hash;
+  }
   [[nodiscard]] int64_t num_evictions() const { return num_evictions_; }
 
   // Calls fn for every cached hash (any order).

@@ -192,8 +192,8 @@ absl::Status KvCacheManager::CheckInvariants(absl::Span<const Sequence* const> l
       const auto& h = pool.hash(b);
       if (!swapped && h && i < seq->block_hashes.size() &&
           static_cast<int>(i) < seq->num_cached_blocks && !(*h == seq->block_hashes[i])) {
-        return absl::InternalError(absl::StrCat("seq ", seq->id, " block ", i, " (", b,
-                                                ") caches another prefix's hash"));
+        return absl::InternalError(
+            absl::StrCat("seq ", seq->id, " block ", i, " (", b, ") caches another prefix's hash"));
       }
     }
   }

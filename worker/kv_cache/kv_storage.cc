@@ -46,7 +46,8 @@ std::vector<kernels::KvCacheView> KvStorage::Views() {
 int64_t KvStorage::bytes() const {
   int64_t total = 0;
   for (const Layer& L : layers_) {
-    total += static_cast<int64_t>(L.k.size() + L.v.size() + 2 * (L.k_scales.size() + L.v_scales.size()));
+    total +=
+        static_cast<int64_t>(L.k.size() + L.v.size() + 2 * (L.k_scales.size() + L.v_scales.size()));
   }
   return total;
 }

@@ -52,9 +52,9 @@ absl::Status Model::CheckShardable(const ModelConfig& c, int size) {
                                                    c.num_heads, ")"));
   }
   if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tensor-parallel-size ", size, " neither divides nor is a multiple of the KV heads (",
-        c.num_kv_heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-parallel-size ", size,
+                     " neither divides nor is a multiple of the KV heads (", c.num_kv_heads, ")"));
   }
   if (c.intermediate_size % size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", size,
@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   RETURN_IF_ERROR(Append(*ckpt, "model.embed_tokens.weight", &m->embed_));
   RETURN_IF_ERROR(Append(*ckpt, "model.norm.weight", &m->final_norm_));
   if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
-    const std::string head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    const std::string head =
+        config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     RETURN_IF_ERROR(AppendRows(*ckpt, head, v0, v1, &m->lm_head_));
     m->lm_head_.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size, 0.0f);  // pad
   }
@@ -102,7 +103,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     const struct {
       const char* proj;
       int first, count;
-    } parts[] = {{"q_proj", q0, m->heads_}, {"k_proj", kv0, m->kv_heads_}, {"v_proj", kv0, m->kv_heads_}};
+    } parts[] = {
+        {"q_proj", q0, m->heads_}, {"k_proj", kv0, m->kv_heads_}, {"v_proj", kv0, m->kv_heads_}};
     for (const auto& part : parts) {
       const std::string name = absl::StrCat(p, "self_attn.", part.proj);
       const int64_t r0 = int64_t{part.first} * d, r1 = int64_t{part.first + part.count} * d;
@@ -116,21 +118,26 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     RETURN_IF_ERROR(AppendColumns(*ckpt, p + "self_attn.o_proj.weight", int64_t{q0} * d,
                                   int64_t{q0 + m->heads_} * d, &L.o));
     // Row-parallel biases are added once, by rank 0, before the all-reduce.
-    if (config.o_bias && r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.bias", &L.o_bias));
+    if (config.o_bias && r == 0)
+      RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.bias", &L.o_bias));
     RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.gate_proj.weight", i0, i0 + m->inter_, &L.gate_up));
     RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.up_proj.weight", i0, i0 + m->inter_, &L.gate_up));
     RETURN_IF_ERROR(AppendColumns(*ckpt, p + "mlp.down_proj.weight", i0, i0 + m->inter_, &L.down));
     if (config.mlp_bias) {
-      RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
-      RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.up_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
+      RETURN_IF_ERROR(
+          AppendRows(*ckpt, p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
+      RETURN_IF_ERROR(
+          AppendRows(*ckpt, p + "mlp.up_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
       if (r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
     }
   }
-  auto bytes = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); };
+  auto bytes = [](const std::vector<float>& v) {
+    return static_cast<int64_t>(v.size() * sizeof(float));
+  };
   m->weight_bytes_ = bytes(m->embed_) + bytes(m->final_norm_) + bytes(m->lm_head_);
   for (const Layer& L : m->layers_) {
-    for (const auto* v : {&L.input_norm, &L.post_norm, &L.qkv, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.o,
-                          &L.o_bias, &L.gate_up, &L.gate_up_bias, &L.down, &L.down_bias}) {
+    for (const auto* v : {&L.input_norm, &L.post_norm, &L.qkv, &L.qkv_bias, &L.q_norm, &L.k_norm,
+                          &L.o, &L.o_bias, &L.gate_up, &L.gate_up_bias, &L.down, &L.down_bias}) {
       m->weight_bytes_ += bytes(*v);
     }
   }
@@ -162,8 +169,8 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
       }
     }
     backend_->Rope({qkv.data(), b.positions.data(), inv_freq_.data(), T, heads_, D, qkv_dim});
-    backend_->Rope({qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, kv_heads_, D,
-                    qkv_dim});
+    backend_->Rope(
+        {qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, kv_heads_, D, qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
     backend_->WriteKv({qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, qkv_dim,
                        b.slot_mapping.data(), T, cache});

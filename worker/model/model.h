@@ -34,7 +34,7 @@ struct ForwardBatch {
   std::vector<int32_t> context_len;   // [S]: tokens in the cache after this pass
   std::vector<int32_t> block_tables;  // [S, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
-  std::vector<int32_t> logit_rows;    // token rows whose logits are wanted
+  std::vector<int32_t> logit_rows;  // token rows whose logits are wanted
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -52,8 +52,7 @@ class Model {
   // --tensor-parallel-size when the shapes do not split. `comm` is required when size > 1.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const ModelConfig& config,
-                                                     kernels::Backend* backend,
-                                                     TpShard shard = {},
+                                                     kernels::Backend* backend, TpShard shard = {},
                                                      kernels::Communicator* comm = nullptr);
   // InvalidArgument when `config` cannot be split `size` ways.
   static absl::Status CheckShardable(const ModelConfig& config, int size);
@@ -72,7 +71,7 @@ class Model {
  private:
   struct Layer {
     std::vector<float> input_norm, post_norm;
-    std::vector<float> qkv, qkv_bias;  // [(q + 2 kv) × hidden], bias empty when absent
+    std::vector<float> qkv, qkv_bias;   // [(q + 2 kv) × hidden], bias empty when absent
     std::vector<float> q_norm, k_norm;  // qwen3
     std::vector<float> o, o_bias;
     std::vector<float> gate_up, gate_up_bias;  // [2 inter × hidden]
@@ -87,8 +86,8 @@ class Model {
   kernels::Backend* backend_;
   TpShard shard_;
   kernels::Communicator* comm_;
-  int heads_ = 0, kv_heads_ = 0, inter_ = 0;  // this rank's share
-  int vocab_shard_ = 0;                       // LM-head rows per rank (padded)
+  int heads_ = 0, kv_heads_ = 0, inter_ = 0;         // this rank's share
+  int vocab_shard_ = 0;                              // LM-head rows per rank (padded)
   std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;

@@ -144,7 +144,8 @@ Scheduler::Output Scheduler::Schedule() {
     if (!kv_->Allocate(*seq, n, cached)) break;
     counters_.prefix_queried_tokens += seq->num_tokens();
     counters_.prefix_hit_tokens += cached_tokens;
-    if (seq->request->num_cached_prompt_tokens < 0) seq->request->num_cached_prompt_tokens = cached_tokens;
+    if (seq->request->num_cached_prompt_tokens < 0)
+      seq->request->num_cached_prompt_tokens = cached_tokens;
     count_prefill(*seq);
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);

@@ -57,7 +57,8 @@ struct HttpServer::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int port, bool bind_all, Handler handler) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int port, bool bind_all,
+                                                              Handler handler) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();
   s->impl_->handler = std::move(handler);

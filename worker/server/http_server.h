@@ -27,7 +27,8 @@ class HttpServer {
   using Handler = std::function<HttpResponse(const std::string& method, const std::string& target)>;
 
   // Listens on 127.0.0.1:`port` (0 picks a free port) or all interfaces when `bind_all`.
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(int port, bool bind_all, Handler handler);
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(int port, bool bind_all,
+                                                           Handler handler);
   ~HttpServer();
   [[nodiscard]] int port() const { return port_; }
   // Idempotent; joins the server thread.

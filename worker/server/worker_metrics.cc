@@ -21,11 +21,18 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const CacheConfigInfo
       block_size_(info.block_size),
       vllm_names_(vllm_names) {
   auto hist = [&](const std::string& name, const std::string& help) {
-    return &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(base_, LatencyBuckets());
+    return &prometheus::BuildHistogram()
+                .Name(name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(base_, LatencyBuckets());
   };
-  ttft_ = hist("kvserve_time_to_first_token_seconds", "Time from arrival to the first generated token");
-  tpot_ = hist("kvserve_time_per_output_token_seconds", "Mean time per output token after the first, per request");
-  itl_ = hist("kvserve_inter_token_latency_seconds", "Time between consecutive output deltas of a request");
+  ttft_ =
+      hist("kvserve_time_to_first_token_seconds", "Time from arrival to the first generated token");
+  tpot_ = hist("kvserve_time_per_output_token_seconds",
+               "Mean time per output token after the first, per request");
+  itl_ = hist("kvserve_inter_token_latency_seconds",
+              "Time between consecutive output deltas of a request");
   e2e_ = hist("kvserve_e2e_request_latency_seconds", "Time from arrival to the last token");
   queue_ = hist("kvserve_request_queue_time_seconds", "Time from arrival to the first scheduling");
   std::map<std::string, std::string> labels = base_;
@@ -35,11 +42,19 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const CacheConfigInfo
                  {"num_cpu_blocks", std::to_string(info.num_cpu_blocks)},
                  {"enable_prefix_caching", info.enable_prefix_caching ? "True" : "False"},
                  {"tensor_parallel_size", std::to_string(info.tensor_parallel_size)}});
-  prometheus::BuildGauge().Name("kvserve_cache_config_info").Help("Information of the KV cache config")
-      .Register(*registry_).Add(labels).Set(1);
+  prometheus::BuildGauge()
+      .Name("kvserve_cache_config_info")
+      .Help("Information of the KV cache config")
+      .Register(*registry_)
+      .Add(labels)
+      .Set(1);
   if (vllm_names_) {
-    prometheus::BuildGauge().Name("vllm:cache_config_info").Help("Information of the KV cache config")
-        .Register(*registry_).Add(labels).Set(1);
+    prometheus::BuildGauge()
+        .Name("vllm:cache_config_info")
+        .Help("Information of the KV cache config")
+        .Register(*registry_)
+        .Add(labels)
+        .Set(1);
   }
 }
 
@@ -74,34 +89,54 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
   const int device_active = s.blocks_total - s.blocks_free;
   const int host_active = s.host_blocks_total - s.host_blocks_free;
   G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "total"}}).Set(s.blocks_total);
-  G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "free"}}).Set(s.blocks_free - s.blocks_cached_evictable);
+  G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "free"}})
+      .Set(s.blocks_free - s.blocks_cached_evictable);
   G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "active"}}).Set(device_active);
-  G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "cached_evictable"}}).Set(s.blocks_cached_evictable);
+  G(kBlocks, kBlocksHelp, {{"tier", "device"}, {"state", "cached_evictable"}})
+      .Set(s.blocks_cached_evictable);
   G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "total"}}).Set(s.host_blocks_total);
-  G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "free"}}).Set(s.host_blocks_free - s.host_blocks_cached_evictable);
+  G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "free"}})
+      .Set(s.host_blocks_free - s.host_blocks_cached_evictable);
   G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "active"}}).Set(host_active);
-  G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "cached_evictable"}}).Set(s.host_blocks_cached_evictable);
+  G(kBlocks, kBlocksHelp, {{"tier", "host"}, {"state", "cached_evictable"}})
+      .Set(s.host_blocks_cached_evictable);
   const double usage = s.blocks_total > 0 ? static_cast<double>(device_active) / s.blocks_total : 0;
-  G("kvserve_kv_block_usage_ratio", "Referenced device blocks / total", {{"tier", "device"}}).Set(usage);
+  G("kvserve_kv_block_usage_ratio", "Referenced device blocks / total", {{"tier", "device"}})
+      .Set(usage);
   G("kvserve_kv_block_usage_ratio", "Referenced device blocks / total", {{"tier", "host"}})
       .Set(s.host_blocks_total > 0 ? static_cast<double>(host_active) / s.host_blocks_total : 0);
-  G("kvserve_kv_token_usage_ratio", "Tokens held in referenced device blocks / token slots of the pool")
-      .Set(s.blocks_total > 0 ? static_cast<double>(used_tokens) / (static_cast<double>(s.blocks_total) * block_size_) : 0);
+  G("kvserve_kv_token_usage_ratio",
+    "Tokens held in referenced device blocks / token slots of the pool")
+      .Set(s.blocks_total > 0 ? static_cast<double>(used_tokens) /
+                                    (static_cast<double>(s.blocks_total) * block_size_)
+                              : 0);
   G("kvserve_kv_fragmentation_slots", "Allocated token slots minus the tokens in them (device)")
       .Set(static_cast<double>(allocated_slots - used_tokens));
-  G("kvserve_kv_bytes_per_block", "Bytes of one KV block per rank (data and scales)").Set(s.kv_bytes_per_block);
+  G("kvserve_kv_bytes_per_block", "Bytes of one KV block per rank (data and scales)")
+      .Set(s.kv_bytes_per_block);
   Add(C("kvserve_swap_blocks_total", "Blocks swapped", {{"direction", "out"}}), s.swap_out_blocks);
   Add(C("kvserve_swap_blocks_total", "Blocks swapped", {{"direction", "in"}}), s.swap_in_blocks);
-  Add(C("kvserve_swap_bytes_total", "Bytes swapped per rank", {{"direction", "out"}}), s.swap_out_bytes);
-  Add(C("kvserve_swap_bytes_total", "Bytes swapped per rank", {{"direction", "in"}}), s.swap_in_bytes);
-  Add(C("kvserve_preemptions_total", "Preemptions by mode", {{"mode", "swap"}}), s.swap_preemptions);
-  Add(C("kvserve_preemptions_total", "Preemptions by mode", {{"mode", "recompute"}}), s.recompute_preemptions);
-  Add(C("kvserve_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache"), s.prefix_queried_tokens);
-  Add(C("kvserve_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache", {{"tier", "device"}}), s.prefix_hit_tokens_device);
-  Add(C("kvserve_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache", {{"tier", "host"}}), s.prefix_hit_tokens_host);
+  Add(C("kvserve_swap_bytes_total", "Bytes swapped per rank", {{"direction", "out"}}),
+      s.swap_out_bytes);
+  Add(C("kvserve_swap_bytes_total", "Bytes swapped per rank", {{"direction", "in"}}),
+      s.swap_in_bytes);
+  Add(C("kvserve_preemptions_total", "Preemptions by mode", {{"mode", "swap"}}),
+      s.swap_preemptions);
+  Add(C("kvserve_preemptions_total", "Preemptions by mode", {{"mode", "recompute"}}),
+      s.recompute_preemptions);
+  Add(C("kvserve_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache"),
+      s.prefix_queried_tokens);
+  Add(C("kvserve_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache",
+        {{"tier", "device"}}),
+      s.prefix_hit_tokens_device);
+  Add(C("kvserve_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache",
+        {{"tier", "host"}}),
+      s.prefix_hit_tokens_host);
   Add(C("kvserve_kv_evictions_total", "Cached device blocks evicted"), s.evictions);
-  Add(C("kvserve_kv_host_spilled_blocks_total", "Evicted device blocks saved to the host tier"), s.host_spilled_blocks);
-  G("kvserve_kv_event_seq", "Sequence number of the last KV event batch").Set(static_cast<double>(event_seq));
+  Add(C("kvserve_kv_host_spilled_blocks_total", "Evicted device blocks saved to the host tier"),
+      s.host_spilled_blocks);
+  G("kvserve_kv_event_seq", "Sequence number of the last KV event batch")
+      .Set(static_cast<double>(event_seq));
   G("kvserve_requests", "Requests by state", {{"state", "running"}}).Set(s.num_running);
   G("kvserve_requests", "Requests by state", {{"state", "waiting"}}).Set(s.num_waiting);
   G("kvserve_requests", "Requests by state", {{"state", "swapped"}}).Set(s.num_swapped);
@@ -111,10 +146,13 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
   G("kvserve_draining", "1 while draining").Set(draining ? 1 : 0);
   if (!vllm_names_) return;
   // vLLM's names.
-  G("vllm:num_requests_running", "Number of requests in model execution batches").Set(s.num_running);
-  G("vllm:num_requests_waiting", "Number of requests waiting to be processed").Set(s.num_waiting + s.num_swapped);
+  G("vllm:num_requests_running", "Number of requests in model execution batches")
+      .Set(s.num_running);
+  G("vllm:num_requests_waiting", "Number of requests waiting to be processed")
+      .Set(s.num_waiting + s.num_swapped);
   G("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage").Set(usage);
-  Add(C("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens"), s.prefix_queried_tokens);
+  Add(C("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens"),
+      s.prefix_queried_tokens);
   Add(C("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens"), s.prefix_hit_tokens);
   Add(C("vllm:num_preemptions_total", "Cumulative number of preemptions"), s.preemptions);
 }
@@ -130,7 +168,9 @@ void WorkerMetrics::CountRecycle(const std::string& reason) {
 }
 
 void WorkerMetrics::CountDropped(const std::string& reason) {
-  C("kvserve_dropped_messages_total", "Malformed or unexpected messages dropped", {{"reason", reason}}).Increment();
+  C("kvserve_dropped_messages_total", "Malformed or unexpected messages dropped",
+    {{"reason", reason}})
+      .Increment();
 }
 
 std::string WorkerMetrics::Serialize() const {

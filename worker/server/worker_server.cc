@@ -19,7 +19,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 double RssMb() {
@@ -33,29 +34,35 @@ pb::Medium ToProto(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb:
 
 pb::FinishReason ToProto(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return pb::FINISH_REASON_STOP;
-    case FinishReason::kLength: return pb::FINISH_REASON_LENGTH;
-    case FinishReason::kAbort: return pb::FINISH_REASON_ABORT;
-    default: return pb::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kStop:
+      return pb::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return pb::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort:
+      return pb::FINISH_REASON_ABORT;
+    default:
+      return pb::FINISH_REASON_UNSPECIFIED;
   }
 }
 
 // Binds to host:port (port 0: any free port) and returns the port bound.
 absl::StatusOr<int> Bind(zmq::socket_t& s, const std::string& host, int port, const char* flag) {
-  const std::string ep = absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
+  const std::string ep =
+      absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
   try {
     s.bind(ep);
     const std::string last = s.get(zmq::sockopt::last_endpoint);
     return std::stoi(last.substr(last.rfind(':') + 1));
   } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat(flag, " ", port, ": cannot bind ", ep, ": ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat(flag, " ", port, ": cannot bind ", ep, ": ", e.what()));
   }
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(const WorkerServerOptions& options,
-                                                                  std::unique_ptr<Engine> engine) {
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
+    const WorkerServerOptions& options, std::unique_ptr<Engine> engine) {
   std::unique_ptr<WorkerServer> s(new WorkerServer());
   s->options_ = options;
   s->engine_ = std::move(engine);
@@ -66,48 +73,54 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(const WorkerS
   s->pub_->set(zmq::sockopt::linger, 200);
   s->router_->set(zmq::sockopt::router_mandatory, false);
   ASSIGN_OR_RETURN(s->port_, Bind(*s->router_, options.host, options.port, "--port"));
-  ASSIGN_OR_RETURN(s->events_port_, Bind(*s->pub_, options.host, options.events_port, "--events-port"));
+  ASSIGN_OR_RETURN(s->events_port_,
+                   Bind(*s->pub_, options.host, options.events_port, "--events-port"));
   const EngineStats st = s->engine_->stats();
-  CacheConfigInfo info{s->engine_->config().block_size, s->engine_->kv_spec().CacheKeyDType(),
-                       st.blocks_total, st.host_blocks_total,
+  CacheConfigInfo info{s->engine_->config().block_size,
+                       s->engine_->kv_spec().CacheKeyDType(),
+                       st.blocks_total,
+                       st.host_blocks_total,
                        s->engine_->config().enable_prefix_caching,
                        s->engine_->config().tensor_parallel_size};
   s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, info, options.vllm_metric_names);
   WorkerServer* self = s.get();
-  ASSIGN_OR_RETURN(s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",
-                                               [self](const std::string& method, const std::string& target) {
-    HttpResponse r;
-    if (method != "GET") {
-      r.status = 405;
-      r.body = "only GET\n";
-    } else if (target == "/metrics") {
-      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      r.body = self->metrics_->Serialize();
-    } else if (target == "/health") {
-      r.body = "ok\n";
-    } else if (target == "/ready") {
-      const bool ready = self->state_.load() == pb::WORKER_STATE_READY;
-      r.status = ready ? 200 : 503;
-      r.body = ready ? "ready\n" : "not ready\n";
-    } else {
-      r.status = 404;
-      r.body = "not found\n";
-    }
-    return r;
-  }));
-  s->engine_->mutable_kv_cache().set_event_listener([self](const BlockHash& h, bool stored, Medium m) {
-    pb::KvEvent e;
-    if (stored) {
-      pb::BlockStored* st = e.mutable_stored();
-      st->add_block_hashes(h.ToBytes());
-      st->set_medium(ToProto(m));
-    } else {
-      pb::BlockRemoved* rm = e.mutable_removed();
-      rm->add_block_hashes(h.ToBytes());
-      rm->set_medium(ToProto(m));
-    }
-    self->pending_events_.push_back(std::move(e));
-  });
+  ASSIGN_OR_RETURN(
+      s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",
+                                  [self](const std::string& method, const std::string& target) {
+                                    HttpResponse r;
+                                    if (method != "GET") {
+                                      r.status = 405;
+                                      r.body = "only GET\n";
+                                    } else if (target == "/metrics") {
+                                      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                                      r.body = self->metrics_->Serialize();
+                                    } else if (target == "/health") {
+                                      r.body = "ok\n";
+                                    } else if (target == "/ready") {
+                                      const bool ready =
+                                          self->state_.load() == pb::WORKER_STATE_READY;
+                                      r.status = ready ? 200 : 503;
+                                      r.body = ready ? "ready\n" : "not ready\n";
+                                    } else {
+                                      r.status = 404;
+                                      r.body = "not found\n";
+                                    }
+                                    return r;
+                                  }));
+  s->engine_->mutable_kv_cache().set_event_listener(
+      [self](const BlockHash& h, bool stored, Medium m) {
+        pb::KvEvent e;
+        if (stored) {
+          pb::BlockStored* st = e.mutable_stored();
+          st->add_block_hashes(h.ToBytes());
+          st->set_medium(ToProto(m));
+        } else {
+          pb::BlockRemoved* rm = e.mutable_removed();
+          rm->add_block_hashes(h.ToBytes());
+          rm->set_medium(ToProto(m));
+        }
+        self->pending_events_.push_back(std::move(e));
+      });
   s->started_ = Clock::now();
   s->start_rss_mb_ = RssMb();
   return s;
@@ -190,14 +203,16 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleGenerate(const std::string& identity, const pb::GenerateRequest& req) {
   if (draining_) {
-    SendError(identity, req.request_id(),
-              absl::FailedPreconditionError(absl::StrCat("worker is draining (", drain_reason_, ")")));
+    SendError(
+        identity, req.request_id(),
+        absl::FailedPreconditionError(absl::StrCat("worker is draining (", drain_reason_, ")")));
     return;
   }
   if (routes_.contains(req.request_id())) {
     metrics_->CountDropped("duplicate_request_id");
     SendError(identity, req.request_id(),
-              absl::AlreadyExistsError(absl::StrCat("request '", req.request_id(), "' is already running")));
+              absl::AlreadyExistsError(
+                  absl::StrCat("request '", req.request_id(), "' is already running")));
     return;
   }
   RequestInput in;
@@ -278,7 +293,8 @@ void WorkerServer::StartDrain(const std::string& reason, bool recycle) {
   if (draining_) return;
   draining_ = true;
   drain_reason_ = reason;
-  drain_deadline_ = Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.drain_timeout));
+  drain_deadline_ =
+      Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.drain_timeout));
   state_ = recycle ? pb::WORKER_STATE_RECYCLING : pb::WORKER_STATE_DRAINING;
   LOG(INFO) << "draining: " << reason;
   PublishStatus();
@@ -346,9 +362,10 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
       }
       const double e2e = Seconds(now - route.arrival);
       const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
-      const double tpot = route.completion_tokens > 1
-                              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
-                              : 0;
+      const double tpot =
+          route.completion_tokens > 1
+              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
+              : 0;
       metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot);
       ++served_requests_;
       routes_.erase(it);
@@ -411,9 +428,11 @@ void WorkerServer::PublishStatus() {
   st.set_num_waiting(s.num_waiting);
   st.set_num_swapped(s.num_swapped);
   st.set_tokens_in_flight(engine_->kv_usage().used_tokens);
-  st.set_load(s.blocks_total > 0 ? static_cast<double>(s.blocks_total - s.blocks_free) / s.blocks_total +
-                                       static_cast<double>(s.num_waiting) / std::max(1, engine_->config().scheduler.max_num_seqs)
-                                 : 0);
+  st.set_load(s.blocks_total > 0
+                  ? static_cast<double>(s.blocks_total - s.blocks_free) / s.blocks_total +
+                        static_cast<double>(s.num_waiting) /
+                            std::max(1, engine_->config().scheduler.max_num_seqs)
+                  : 0);
   st.set_kv_event_seq(event_seq_);
   st.set_block_size(engine_->config().block_size);
   st.set_timestamp_ms(NowMs());
@@ -426,12 +445,16 @@ void WorkerServer::PublishStatus() {
 
 bool WorkerServer::RecycleDue(std::string* reason) {
   const RecyclePolicy& p = options_.recycle;
-  if (p.after_requests > 0 && served_requests_ >= p.after_requests) *reason = "requests";
-  else if (p.after_seconds > 0 && Seconds(Clock::now() - started_) >= p.after_seconds) *reason = "uptime";
-  else if (p.on_rss_growth_mb > 0 && RssMb() - start_rss_mb_ >= p.on_rss_growth_mb) *reason = "rss_growth";
+  if (p.after_requests > 0 && served_requests_ >= p.after_requests)
+    *reason = "requests";
+  else if (p.after_seconds > 0 && Seconds(Clock::now() - started_) >= p.after_seconds)
+    *reason = "uptime";
+  else if (p.on_rss_growth_mb > 0 && RssMb() - start_rss_mb_ >= p.on_rss_growth_mb)
+    *reason = "rss_growth";
   else if (p.on_fragmentation > 0) {
     const Engine::KvUsage u = engine_->kv_usage();
-    if (u.allocated_slots > 0 && 1.0 - static_cast<double>(u.used_tokens) / u.allocated_slots >= p.on_fragmentation) {
+    if (u.allocated_slots > 0 &&
+        1.0 - static_cast<double>(u.used_tokens) / u.allocated_slots >= p.on_fragmentation) {
       *reason = "fragmentation";
     }
   }
@@ -448,7 +471,8 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
   PublishAllCleared();  // a fresh process holds nothing
   state_ = pb::WORKER_STATE_READY;
   PublishStatus();
-  next_heartbeat_ = Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+  next_heartbeat_ =
+      Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
   while (true) {
     zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -457,7 +481,8 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
     }
     for (int i = 0; i < 256; ++i) {  // drain what arrived, bounded so steps keep flowing
-      absl::StatusOr<std::optional<ReceivedMessage>> m = ReceiveMessage(*router_, true, zmq::recv_flags::dontwait);
+      absl::StatusOr<std::optional<ReceivedMessage>> m =
+          ReceiveMessage(*router_, true, zmq::recv_flags::dontwait);
       if (!m.ok()) {
         metrics_->CountDropped("malformed_frames");
         continue;
@@ -479,7 +504,8 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       }
       const auto stepped = Clock::now();
       for (auto& [id, route] : routes_) {  // queue time ends at the first scheduling
-        if (route.scheduled == Clock::time_point() && engine_->Started(id)) route.scheduled = stepped;
+        if (route.scheduled == Clock::time_point() && engine_->Started(id))
+          route.scheduled = stepped;
       }
       SendOutputs(*outs);
     }
@@ -488,7 +514,8 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     if (now >= next_heartbeat_) {
       UpdateMetrics();
       PublishStatus();
-      next_heartbeat_ = now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+      next_heartbeat_ =
+          now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
       // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops
       // messages for subscribers that are not connected yet, and a denied ask is retried.
       std::string reason;
@@ -511,7 +538,8 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
           r.set_request_id(id);
           r.set_finish_reason(pb::FINISH_REASON_ABORT);
           r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
-          r.mutable_error()->set_message(absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
+          r.mutable_error()->set_message(
+              absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
           Reply(it->second.identity, r);
           routes_.erase(it);
         }

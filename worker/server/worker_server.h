@@ -37,10 +37,10 @@
 namespace kvserve::worker {
 
 struct RecyclePolicy {
-  int64_t after_requests = 0;       // 0: off
-  double after_seconds = 0;         // 0: off
-  double on_rss_growth_mb = 0;      // 0: off
-  double on_fragmentation = 0;      // fraction of allocated slots unused; 0: off
+  int64_t after_requests = 0;   // 0: off
+  double after_seconds = 0;     // 0: off
+  double on_rss_growth_mb = 0;  // 0: off
+  double on_fragmentation = 0;  // fraction of allocated slots unused; 0: off
 };
 
 struct WorkerServerOptions {

@@ -68,7 +68,8 @@ TEST(BlockPoolTest, DuplicateHashIsNotCachedTwice) {
 TEST(BlockPoolTest, ListenerSeesStoresAndEvictions) {
   BlockPool pool(1);
   std::vector<std::pair<uint64_t, bool>> events;
-  pool.set_listener([&](int, const BlockHash& h, bool stored) { events.emplace_back(h.low, stored); });
+  pool.set_listener(
+      [&](int, const BlockHash& h, bool stored) { events.emplace_back(h.low, stored); });
   int a = *pool.Allocate();
   pool.Cache(a, H(5));
   pool.Release(a);

@@ -78,7 +78,7 @@ TEST(KvCacheManagerTest, ForkSharesAndCopiesOnWrite) {
   EXPECT_EQ(copies[0].second, c.block_table[1]);
   EXPECT_EQ(kv.pool().ref_count(p.block_table[1]), 1);
   EXPECT_EQ(c.block_table[0], p.block_table[0]);  // full block still shared
-  ASSERT_TRUE(kv.Allocate(p, 1, {}));     // now sole owner: no copy
+  ASSERT_TRUE(kv.Allocate(p, 1, {}));             // now sole owner: no copy
   EXPECT_TRUE(kv.TakeCopies().empty());
   const Sequence* live[] = {&p, &c};
   EXPECT_OK(kv.CheckInvariants(live));

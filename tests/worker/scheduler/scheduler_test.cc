@@ -50,8 +50,11 @@ TEST_F(SchedulerTest, ChunkedPrefillRespectsTheTokenBudget) {
 
 TEST_F(SchedulerTest, ShortPromptsAreNotStuckBehindLongOnes) {
   KvCacheManager kv({.num_blocks = 256, .block_size = 16, .enable_prefix_caching = false});
-  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 512, .long_prefill_token_threshold = 64,
-                   .max_num_partial_prefills = 3, .max_long_partial_prefills = 1},
+  Scheduler sched({.max_num_seqs = 8,
+                   .max_num_batched_tokens = 512,
+                   .long_prefill_token_threshold = 64,
+                   .max_num_partial_prefills = 3,
+                   .max_long_partial_prefills = 1},
                   &kv);
   Sequence* long1 = NewSeq(1000);
   Sequence* long2 = NewSeq(900);

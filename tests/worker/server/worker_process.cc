@@ -28,17 +28,26 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::vector<std::string>& args) {
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
+    const std::vector<std::string>& args) {
   auto w = std::make_unique<WorkerProcess>();
   w->port_ = FreePort();
   w->events_port_ = FreePort();
   w->metrics_port_ = FreePort();
   w->ports_file_ = MakeTempDir() + "/ports.json";
-  std::vector<std::string> full = {KVSERVE_WORKER_BINARY, "--host", "127.0.0.1",
-                                   "--port", std::to_string(w->port_),
-                                   "--events-port", std::to_string(w->events_port_),
-                                   "--metrics-port", std::to_string(w->metrics_port_),
-                                   "--ports-file", w->ports_file_, "--heartbeat-ms", "50"};
+  std::vector<std::string> full = {KVSERVE_WORKER_BINARY,
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   std::to_string(w->port_),
+                                   "--events-port",
+                                   std::to_string(w->events_port_),
+                                   "--metrics-port",
+                                   std::to_string(w->metrics_port_),
+                                   "--ports-file",
+                                   w->ports_file_,
+                                   "--heartbeat-ms",
+                                   "50"};
   full.insert(full.end(), args.begin(), args.end());
   w->pid_ = fork();
   if (w->pid_ == 0) {
@@ -112,7 +121,8 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
     close(fd);
     return absl::UnavailableError("connect failed");
   }
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  const std::string req =
+      absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   if (write(fd, req.data(), req.size()) < 0) {
     close(fd);
     return absl::UnavailableError("write failed");
@@ -124,7 +134,8 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
   close(fd);
   const size_t sp = out.find(' ');
   const size_t body = out.find("\r\n\r\n");
-  if (sp == std::string::npos || body == std::string::npos) return absl::InternalError("bad HTTP response");
+  if (sp == std::string::npos || body == std::string::npos)
+    return absl::InternalError("bad HTTP response");
   return std::make_pair(std::stoi(out.substr(sp + 1, 3)), out.substr(body + 4));
 }
 
@@ -133,7 +144,9 @@ Client::Client(zmq::context_t& ctx, int port) : socket_(ctx, zmq::socket_type::d
   socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
 }
 
-absl::Status Client::Send(const google::protobuf::Message& m) { return SendMessage(socket_, "", m); }
+absl::Status Client::Send(const google::protobuf::Message& m) {
+  return SendMessage(socket_, "", m);
+}
 
 std::optional<ReceivedMessage> Client::Receive(int timeout_ms) {
   zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};

@@ -5,11 +5,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <signal.h>
-#include <stdio.h>
 
 #include <random>
 #include <set>
@@ -33,8 +33,9 @@ std::vector<std::string> ModelArgs(const std::string& model) {
 }
 
 // Sends requests and waits for every sample to finish; returns tokens per request id.
-std::map<std::string, std::vector<int32_t>> RunRequests(Client& c, const std::vector<pb::GenerateRequest>& reqs,
-                                                        std::vector<std::string>* errors = nullptr) {
+std::map<std::string, std::vector<int32_t>> RunRequests(
+    Client& c, const std::vector<pb::GenerateRequest>& reqs,
+    std::vector<std::string>* errors = nullptr) {
   for (const auto& r : reqs) EXPECT_OK(c.Send(r));
   std::map<std::string, std::vector<int32_t>> out;
   size_t finished = 0;
@@ -48,8 +49,10 @@ std::map<std::string, std::vector<int32_t>> RunRequests(Client& c, const std::ve
     if (!ParseMessage(*m, &r).ok()) continue;
     auto& tokens = out[r.request_id()];
     tokens.insert(tokens.end(), r.token_ids().begin(), r.token_ids().end());
-    if (r.finish_reason() == pb::FINISH_REASON_ERROR || r.finish_reason() == pb::FINISH_REASON_ABORT) {
-      if (errors != nullptr) errors->push_back(absl::StrCat(r.request_id(), ": ", r.error().message()));
+    if (r.finish_reason() == pb::FINISH_REASON_ERROR ||
+        r.finish_reason() == pb::FINISH_REASON_ABORT) {
+      if (errors != nullptr)
+        errors->push_back(absl::StrCat(r.request_id(), ": ", r.error().message()));
       ++finished;
     } else if (r.has_usage()) {
       ++finished;
@@ -88,22 +91,37 @@ TEST(WorkerServerTest, StreamsTheSameTokensAsTheInProcessEngine) {
   }
   auto want = worker::testing::RunToCompletion(*engine);
   for (const auto& r : reqs) {
-    auto [agreed, near_tie] = worker::testing::GreedyAgreement(want[r.request_id()][0], got[r.request_id()]);
+    auto [agreed, near_tie] =
+        worker::testing::GreedyAgreement(want[r.request_id()][0], got[r.request_id()]);
     EXPECT_TRUE(agreed == 12 || near_tie) << r.request_id() << " diverges at " << agreed;
     EXPECT_EQ(got[r.request_id()].size(), 12u);
   }
   // Bad requests get error replies naming the problem.
   std::vector<std::string> errors;
-  RunRequests(c, {MakeRequest("bad", {5, 99999}, 4), MakeRequest("empty", {}, 4), MakeRequest("zero", {1}, 0)}, &errors);
+  RunRequests(
+      c,
+      {MakeRequest("bad", {5, 99999}, 4), MakeRequest("empty", {}, 4), MakeRequest("zero", {1}, 0)},
+      &errors);
   ASSERT_EQ(errors.size(), 3u);
   EXPECT_EQ(w->Terminate(), 0);
 }
 
 TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
-  std::vector<std::string> args = {"--model", FixtureModel("tiny-qwen3"), "--max-model-len", "128",
-                                   "--num-blocks", "64", "--block-size", "8", "--swap-space", "0.0001",
-                                   "--preemption-mode", "swap", "--host-prefix-cache",
-                                   "--max-num-seqs", "16"};
+  std::vector<std::string> args = {"--model",
+                                   FixtureModel("tiny-qwen3"),
+                                   "--max-model-len",
+                                   "128",
+                                   "--num-blocks",
+                                   "64",
+                                   "--block-size",
+                                   "8",
+                                   "--swap-space",
+                                   "0.0001",
+                                   "--preemption-mode",
+                                   "swap",
+                                   "--host-prefix-cache",
+                                   "--max-num-seqs",
+                                   "16"};
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
@@ -208,7 +226,8 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
       pb::GenerateResponse r;
       if (!ParseMessage(*m, &r).ok()) continue;
       if (r.finish_reason() == pb::FINISH_REASON_ABORT) ++aborted;
-      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ABORT || r.finish_reason() == pb::FINISH_REASON_ERROR) {
+      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ABORT ||
+          r.finish_reason() == pb::FINISH_REASON_ERROR) {
         finished.insert(r.request_id());
       }
       ++done;
@@ -233,7 +252,8 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
   EXPECT_GT(aborted, 0);
   auto metrics = HttpGet(w->metrics_port(), "/metrics");
   ASSERT_OK(metrics.status());
-  EXPECT_GT(MetricValue(metrics->second, "kvserve_swap_blocks_total{direction=\"out\""), 0) << "no swaps happened";
+  EXPECT_GT(MetricValue(metrics->second, "kvserve_swap_blocks_total{direction=\"out\""), 0)
+      << "no swaps happened";
   EXPECT_GT(MetricValue(metrics->second, "kvserve_kv_evictions_total{"), 0);
   int host_events = 0;
   for (const auto& [h, medium] : actual) host_events += medium == pb::MEDIUM_HOST;
@@ -279,7 +299,9 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
       // The only findings are vLLM's colon names, which dashboards need as they are.
       for (const std::string& line : std::vector<std::string>(absl::StrSplit(out, '\n'))) {
         if (line.empty()) continue;
-        EXPECT_TRUE(line.rfind("vllm:", 0) == 0 && line.find("should not contain ':'") != std::string::npos) << line;
+        EXPECT_TRUE(line.rfind("vllm:", 0) == 0 &&
+                    line.find("should not contain ':'") != std::string::npos)
+            << line;
       }
       EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_running{"), 0);
     } else {
@@ -303,12 +325,14 @@ TEST(WorkerServerTest, MalformedTrafficNeverStopsServing) {
   bad.set(zmq::sockopt::linger, 0);
   bad.connect(absl::StrCat("tcp://127.0.0.1:", w->port()));
   std::mt19937 rng(99);
-  const std::vector<std::string> types = {"GenerateRequest", "AbortRequest", "Control", "KvSnapshot", "??", ""};
+  const std::vector<std::string> types = {"GenerateRequest", "AbortRequest", "Control",
+                                          "KvSnapshot",      "??",           ""};
   int served = 0;
   for (int i = 0; i < 3000; ++i) {
     std::vector<std::string> frames(1 + rng() % 4);
     for (std::string& f : frames) {
-      if (rng() % 2) f = types[rng() % types.size()];
+      if (rng() % 2)
+        f = types[rng() % types.size()];
       else {
         f.resize(rng() % 64);
         for (char& ch : f) ch = static_cast<char>(rng());
@@ -390,7 +414,8 @@ TEST(WorkerServerTest, FiveRecyclesUnderLoadLoseNothing) {
       auto m = ReceiveMessage(sub, true, zmq::recv_flags::dontwait);
       if (!m.ok() || !m->has_value()) continue;
       pb::Control ask;
-      if (!ParseMessage(**m, &ask).ok() || ask.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) continue;
+      if (!ParseMessage(**m, &ask).ok() || ask.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST)
+        continue;
       if (granted_instances.count(ask.instance_id())) continue;  // one slot per instance
       granted_instances.insert(ask.instance_id());
       pb::Control g;
