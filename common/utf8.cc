@@ -41,7 +41,7 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
   return ValidPrefixLength(s, i, need) == need ? need : 0;
 }
 
-bool IsValidUtf8(std::string_view s) {
+size_t FirstInvalidUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     if (static_cast<unsigned char>(s[i]) < 0x80) {
@@ -49,10 +49,10 @@ bool IsValidUtf8(std::string_view s) {
       continue;
     }
     size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return false;
+    if (n == 0) return i;
     i += n;
   }
-  return true;
+  return s.size();
 }
 
 size_t CompleteUtf8Prefix(std::string_view s) {

@@ -11,8 +11,10 @@
 
 namespace kvserve {
 
-// True if `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool IsValidUtf8(std::string_view s);
+// Byte offset of the first ill-formed sequence (overlong, surrogate, past U+10FFFF,
+// truncated), or s.size() when `s` is well-formed UTF-8.
+size_t FirstInvalidUtf8(std::string_view s);
+inline bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == s.size(); }
 
 // Length of the longest prefix of `s` that does not end inside a multi-byte sequence which
 // could still be completed by more bytes. Invalid bytes count as complete (they will be

@@ -30,20 +30,6 @@ std::string Nfc(std::string_view s) {
   return result;
 }
 
-size_t FirstInvalidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return i;
-    i += n;
-  }
-  return s.size();
-}
-
 }  // namespace
 
 Tokenizer::~Tokenizer() = default;
