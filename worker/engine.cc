@@ -307,10 +307,18 @@ void Engine::Fork(Request& req, absl::Span<const float> logits) {
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   Scheduler::Output plan = scheduler_->Schedule();
   std::vector<SequenceOutput> outs;
-  if (plan.scheduled.empty()) return outs;
-  ++counters_.steps;
   const BlockCopies copies = kv_->TakeCopies();
   counters_.cow_copies += static_cast<int64_t>(copies.device_to_device.size());
+  if (plan.scheduled.empty()) {
+    // Nothing to run, but preemptions may have planned swap-outs: move the data now.
+    if (!copies.empty()) {
+      absl::Status s = runner_->Execute(copies, ForwardBatch{}).status();
+      kv_->FinishCopies();
+      RETURN_IF_ERROR(s);
+    }
+    return outs;
+  }
+  ++counters_.steps;
 
   ForwardBatch batch;
   int max_blocks = 1;

@@ -120,7 +120,7 @@ Scheduler::Output Scheduler::Schedule() {
     const int bs = kv_->block_size();
     const int extra = std::max<int>(0, (seq->num_computed_tokens + n + bs - 1) / bs -
                                            static_cast<int>(seq->block_table.size()));
-    if (!kv_->CanSwapIn(*seq, extra + 1)) break;  // +1: a copy-on-write block
+    if (!kv_->CanSwapIn(*seq, extra)) break;  // swapped-in blocks are private: no copy-on-write
     kv_->SwapIn(*seq);
     CHECK(kv_->Allocate(*seq, n, {}));
     running_.push_back(seq);
