@@ -71,6 +71,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   s->pub_ = std::make_unique<zmq::socket_t>(s->ctx_, zmq::socket_type::pub);
   s->router_->set(zmq::sockopt::linger, 0);
   s->pub_->set(zmq::sockopt::linger, 200);
+  // Event batches are small; a deep queue keeps a briefly slow subscriber from losing any
+  // (one that still loses some sees the gap in seq and resyncs from a snapshot).
+  s->pub_->set(zmq::sockopt::sndhwm, 100000);
   s->router_->set(zmq::sockopt::router_mandatory, false);
   ASSIGN_OR_RETURN(s->port_, Bind(*s->router_, options.host, options.port, "--port"));
   ASSIGN_OR_RETURN(s->events_port_,

@@ -248,7 +248,7 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
   EXPECT_EQ(final_snapshot->seq(), last_seq);
   EXPECT_EQ(cached, actual);
   EXPECT_GT(actual.size(), 0u);
-  EXPECT_EQ(gaps, 1);
+  EXPECT_GE(gaps, 1);  // the dropped batch (a slow subscriber could see more; each resyncs)
   EXPECT_GT(aborted, 0);
   auto metrics = HttpGet(w->metrics_port(), "/metrics");
   ASSERT_OK(metrics.status());
