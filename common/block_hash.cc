@@ -113,4 +113,6 @@ std::vector<BlockHash> HashFullBlocks(absl::Span<const uint32_t> tokens, int blo
   return out;
 }
 
+uint64_t StableHash64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
 }  // namespace kvserve

@@ -70,6 +70,10 @@ BlockHash HashBlock(const BlockHash* parent, absl::Span<const uint32_t> tokens,
 std::vector<BlockHash> HashFullBlocks(absl::Span<const uint32_t> tokens, int block_size,
                                       std::string_view extra_key);
 
+// XXH3-64 of `bytes` (seed 0): a hash that every process and replica computes the same (unlike
+// absl::Hash, which is salted per process). The router's session affinity uses it.
+uint64_t StableHash64(std::string_view bytes);
+
 }  // namespace kvserve
 
 #endif  // KVSERVE_COMMON_BLOCK_HASH_H_

@@ -1,0 +1,91 @@
+#include "router/routing_policy.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/block_hash.h"
+#include "common/string_util.h"
+
+namespace kvserve::router {
+namespace {
+
+int64_t LoadBlocks(const RoutingConfig& c, const WorkerView& w) {
+  return w.active_blocks + w.waiting * c.waiting_blocks;
+}
+
+}  // namespace
+
+absl::StatusOr<Policy> ParsePolicy(std::string_view name) {
+  if (name == "prefix") return Policy::kPrefix;
+  if (name == "round_robin") return Policy::kRoundRobin;
+  if (name == "least_load") return Policy::kLeastLoad;
+  if (name == "session") return Policy::kSession;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--policy '", Sv(name), "' is not one of prefix, round_robin, least_load, session"));
+}
+
+absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerView> workers,
+                               const PrefixIndex& index, absl::Span<const BlockHash> hashes,
+                               std::string_view session_key, uint64_t* round_robin) {
+  std::vector<const WorkerView*> eligible;
+  for (const WorkerView& w : workers) {
+    if (w.eligible) eligible.push_back(&w);
+  }
+  if (eligible.empty())
+    return absl::UnavailableError("no worker is ready (all draining, recycling or unhealthy)");
+  auto finish = [&](const WorkerView* w, std::string reason) {
+    Decision d;
+    d.worker = w->id;
+    d.reason = std::move(reason);
+    d.predicted_cached_blocks = index.LongestPrefix(w->id, hashes).total();
+    return d;
+  };
+  auto least_loaded = [&] {
+    const WorkerView* best = eligible[0];
+    for (const WorkerView* w : eligible) {
+      if (LoadBlocks(c, *w) < LoadBlocks(c, *best)) best = w;
+    }
+    return best;
+  };
+  switch (c.policy) {
+    case Policy::kRoundRobin:
+      return finish(eligible[(*round_robin)++ % eligible.size()], "round_robin");
+    case Policy::kLeastLoad:
+      return finish(least_loaded(), "least_load");
+    case Policy::kSession: {
+      if (session_key.empty()) return finish(least_loaded(), "least_load");
+      // Rendezvous hashing: the key stays on its worker while that worker is eligible.
+      const WorkerView* best = nullptr;
+      uint64_t best_score = 0;
+      for (const WorkerView* w : eligible) {
+        const uint64_t score = StableHash64(absl::StrCat(Sv(session_key), "\n", w->name));
+        if (best == nullptr || score > best_score) best = w, best_score = score;
+      }
+      return finish(best, "session");
+    }
+    case Policy::kPrefix:
+      break;
+  }
+  int64_t min_load = std::numeric_limits<int64_t>::max(), max_load = 0;
+  for (const WorkerView* w : eligible) {
+    min_load = std::min(min_load, LoadBlocks(c, *w));
+    max_load = std::max(max_load, LoadBlocks(c, *w));
+  }
+  if (max_load - min_load > c.balance_abs_threshold &&
+      static_cast<double>(max_load) > c.balance_rel_threshold * static_cast<double>(min_load)) {
+    return finish(least_loaded(), "balance");
+  }
+  const WorkerView* best = nullptr;
+  double best_cost = 0;
+  for (const WorkerView* w : eligible) {
+    const PrefixIndex::Match m = index.LongestPrefix(w->id, hashes);
+    const double to_prefill =
+        static_cast<double>(hashes.size()) - m.device_blocks - c.host_weight * m.host_blocks;
+    const double cost =
+        c.w_prefill * to_prefill + c.w_load * static_cast<double>(LoadBlocks(c, *w));
+    if (best == nullptr || cost < best_cost) best = w, best_cost = cost;
+  }
+  return finish(best, "prefix");
+}
+
+}  // namespace kvserve::router

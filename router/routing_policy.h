@@ -1,0 +1,60 @@
+// Picks the worker for a request. Policies:
+//   prefix      (default) cost = w_prefill · blocks still to prefill + w_load · load blocks,
+//               where cached device blocks count fully and host blocks by host_weight
+//               (Dynamo-style), falling back to least-loaded when the load spread passes both
+//               an absolute and a relative threshold (SGLang-style);
+//   round_robin, least_load, and session (rendezvous hashing of a session key, sticky while
+//               its worker stays eligible).
+// Draining, recycling, starting and unhealthy workers are never picked.
+//
+//   ASSIGN_OR_RETURN(Decision d, Route(config, workers, index, hashes, session, &rr));
+//
+// Pure function of its inputs (plus the round-robin counter); any thread.
+#ifndef KVSERVE_ROUTER_ROUTING_POLICY_H_
+#define KVSERVE_ROUTER_ROUTING_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "router/prefix_index.h"
+
+namespace kvserve::router {
+
+enum class Policy { kPrefix, kRoundRobin, kLeastLoad, kSession };
+absl::StatusOr<Policy> ParsePolicy(std::string_view name);
+
+struct WorkerView {
+  int id = 0;
+  std::string name;
+  bool eligible = true;       // healthy and READY (not draining, recycling or starting)
+  int64_t active_blocks = 0;  // referenced device blocks
+  int64_t waiting = 0;        // queued requests
+};
+
+struct RoutingConfig {
+  Policy policy = Policy::kPrefix;
+  double w_prefill = 1.0;
+  double w_load = 1.0;
+  double host_weight = 0.5;            // a host-tier block saves this fraction of a device block
+  int64_t balance_abs_threshold = 64;  // load spread in blocks that triggers the fallback...
+  double balance_rel_threshold = 1.5;  // ...when also max > rel × min
+  int64_t waiting_blocks = 16;         // load blocks a queued request counts for
+};
+
+struct Decision {
+  int worker = -1;
+  std::string reason;  // "prefix", "balance", "round_robin", "least_load", "session"
+  int predicted_cached_blocks = 0;
+};
+
+// Unavailable when no worker is eligible.
+absl::StatusOr<Decision> Route(const RoutingConfig& config, absl::Span<const WorkerView> workers,
+                               const PrefixIndex& index, absl::Span<const BlockHash> hashes,
+                               std::string_view session_key, uint64_t* round_robin);
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_ROUTING_POLICY_H_

@@ -1,0 +1,102 @@
+#include "router/prefix_index.h"
+
+#include "gtest/gtest.h"
+
+namespace kvserve::router {
+namespace {
+
+namespace pb = ::kvserve::v1;
+
+std::vector<BlockHash> Chain(int n, uint64_t salt = 0) {
+  std::vector<uint32_t> tokens(n * 4);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i + salt * 1000);
+  return HashFullBlocks(tokens, 4, "k");
+}
+
+pb::KvEventBatch Batch(uint64_t instance, uint64_t seq, const std::vector<BlockHash>& stored,
+                       pb::Medium medium = pb::MEDIUM_DEVICE,
+                       const std::vector<BlockHash>& removed = {}) {
+  pb::KvEventBatch b;
+  b.set_instance_id(instance);
+  b.set_seq(seq);
+  if (!stored.empty()) {
+    pb::BlockStored* s = b.add_events()->mutable_stored();
+    s->set_medium(medium);
+    for (const BlockHash& h : stored) s->add_block_hashes(h.ToBytes());
+  }
+  if (!removed.empty()) {
+    pb::BlockRemoved* r = b.add_events()->mutable_removed();
+    r->set_medium(medium);
+    for (const BlockHash& h : removed) r->add_block_hashes(h.ToBytes());
+  }
+  return b;
+}
+
+TEST(PrefixIndexTest, EventsBuildLeadingMatchesPerTier) {
+  PrefixIndex index;
+  const auto chain = Chain(6);
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 1, {chain[0], chain[1], chain[2]})),
+            PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 2, {chain[3]}, pb::MEDIUM_HOST)),
+            PrefixIndex::Apply::kApplied);
+  PrefixIndex::Match m = index.LongestPrefix(0, chain);
+  EXPECT_EQ(m.device_blocks, 3);
+  EXPECT_EQ(m.host_blocks, 1);
+  EXPECT_EQ(index.LongestPrefix(0, Chain(6, 1)).total(), 0);
+  // Removing block 1 cuts the chain there.
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 3, {}, pb::MEDIUM_DEVICE, {chain[1]})),
+            PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.LongestPrefix(0, chain).total(), 1);
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 3, {chain[1]})),
+            PrefixIndex::Apply::kIgnored);  // duplicate
+}
+
+TEST(PrefixIndexTest, GapsNeedASnapshotAndRestartsClear) {
+  PrefixIndex index;
+  const auto chain = Chain(4);
+  index.ApplyEvents(1, Batch(9, 1, {chain[0]}));
+  EXPECT_EQ(index.ApplyEvents(1, Batch(9, 3, {chain[1]})), PrefixIndex::Apply::kGap);
+  EXPECT_FALSE(index.synced(1));
+  EXPECT_EQ(index.ApplyEvents(1, Batch(9, 4, {chain[2]})),
+            PrefixIndex::Apply::kGap);  // still unsynced
+  pb::KvSnapshot snap;
+  snap.set_instance_id(9);
+  snap.set_seq(4);
+  for (int i = 0; i < 3; ++i) {
+    pb::CachedBlock* b = snap.add_blocks();
+    b->set_block_hash(chain[i].ToBytes());
+    b->set_medium(pb::MEDIUM_DEVICE);
+  }
+  index.ApplySnapshot(1, snap);
+  EXPECT_TRUE(index.synced(1));
+  EXPECT_EQ(index.LongestPrefix(1, chain).total(), 3);
+  EXPECT_EQ(index.ApplyEvents(1, Batch(9, 5, {chain[3]})), PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.LongestPrefix(1, chain).total(), 4);
+  // A new instance starting at seq 1 replaces everything.
+  EXPECT_EQ(index.ApplyEvents(1, Batch(10, 1, {})), PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.LongestPrefix(1, chain).total(), 0);
+  // A new instance seen mid-stream is a gap.
+  EXPECT_EQ(index.ApplyEvents(1, Batch(11, 5, {chain[0]})), PrefixIndex::Apply::kGap);
+}
+
+TEST(PrefixIndexTest, RoutedRequestsApproximateTheIndex) {
+  PrefixIndex index;
+  const auto chain = Chain(3);
+  index.RecordRouted(2, chain);
+  EXPECT_EQ(index.LongestPrefix(2, chain).device_blocks, 3);
+  index.RemoveWorker(2);
+  EXPECT_EQ(index.LongestPrefix(2, chain).total(), 0);
+}
+
+TEST(PrefixIndexTest, MalformedHashesAreIgnored) {
+  PrefixIndex index;
+  pb::KvEventBatch b;
+  b.set_instance_id(1);
+  b.set_seq(1);
+  b.add_events()->mutable_stored()->add_block_hashes("short");
+  EXPECT_EQ(index.ApplyEvents(0, b), PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.num_blocks(0), 0u);
+}
+
+}  // namespace
+}  // namespace kvserve::router
