@@ -30,36 +30,34 @@ int FreePort() {
 
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
     const std::vector<std::string>& args) {
-  auto w = std::make_unique<WorkerProcess>();
-  w->port_ = FreePort();
-  w->events_port_ = FreePort();
-  w->metrics_port_ = FreePort();
-  w->ports_file_ = MakeTempDir() + "/ports.json";
-  std::vector<std::string> full = {KVSERVE_WORKER_BINARY,
-                                   "--host",
-                                   "127.0.0.1",
-                                   "--port",
-                                   std::to_string(w->port_),
-                                   "--events-port",
-                                   std::to_string(w->events_port_),
-                                   "--metrics-port",
-                                   std::to_string(w->metrics_port_),
-                                   "--ports-file",
-                                   w->ports_file_,
-                                   "--heartbeat-ms",
-                                   "50"};
-  full.insert(full.end(), args.begin(), args.end());
-  w->pid_ = fork();
-  if (w->pid_ == 0) {
-    std::vector<char*> argv;
-    for (std::string& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+  // Free ports are found by binding and closing, so another process can take one before the
+  // worker binds it; a worker that exits while starting is retried on new ports.
+  absl::Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto w = std::make_unique<WorkerProcess>();
+    w->port_ = FreePort();
+    w->events_port_ = FreePort();
+    w->metrics_port_ = FreePort();
+    w->ports_file_ = MakeTempDir() + "/ports.json";
+    std::vector<std::string> full = {KVSERVE_WORKER_BINARY, "--host", "127.0.0.1",
+                                     "--port", std::to_string(w->port_),
+                                     "--events-port", std::to_string(w->events_port_),
+                                     "--metrics-port", std::to_string(w->metrics_port_),
+                                     "--ports-file", w->ports_file_, "--heartbeat-ms", "50"};
+    full.insert(full.end(), args.begin(), args.end());
+    w->pid_ = fork();
+    if (w->pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : full) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    absl::StatusOr<uint64_t> id = w->WaitForNewInstance(0, 60);
+    if (id.ok()) return w;
+    last = id.status();
   }
-  absl::StatusOr<uint64_t> id = w->WaitForNewInstance(0, 60);
-  if (!id.ok()) return id.status();
-  return w;
+  return last;
 }
 
 absl::StatusOr<uint64_t> WorkerProcess::WaitForNewInstance(uint64_t old_instance, int timeout_s) {
