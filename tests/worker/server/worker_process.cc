@@ -39,11 +39,19 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
     w->events_port_ = FreePort();
     w->metrics_port_ = FreePort();
     w->ports_file_ = MakeTempDir() + "/ports.json";
-    std::vector<std::string> full = {KVSERVE_WORKER_BINARY, "--host", "127.0.0.1",
-                                     "--port", std::to_string(w->port_),
-                                     "--events-port", std::to_string(w->events_port_),
-                                     "--metrics-port", std::to_string(w->metrics_port_),
-                                     "--ports-file", w->ports_file_, "--heartbeat-ms", "50"};
+    std::vector<std::string> full = {KVSERVE_WORKER_BINARY,
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     std::to_string(w->port_),
+                                     "--events-port",
+                                     std::to_string(w->events_port_),
+                                     "--metrics-port",
+                                     std::to_string(w->metrics_port_),
+                                     "--ports-file",
+                                     w->ports_file_,
+                                     "--heartbeat-ms",
+                                     "50"};
     full.insert(full.end(), args.begin(), args.end());
     w->pid_ = fork();
     if (w->pid_ == 0) {
