@@ -1,0 +1,158 @@
+#include "router/worker_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/block_hash.h"
+#include "glog/logging.h"
+
+namespace kvserve::router {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+WorkerPool::WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout)
+    : ctx_(ctx), index_(index), heartbeat_timeout_(heartbeat_timeout) {}
+
+int WorkerPool::Add(const WorkerEndpoint& e) {
+  Worker w;
+  w.endpoint = e;
+  w.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  w.dealer->set(zmq::sockopt::linger, 0);
+  w.dealer->connect(absl::StrCat("tcp://", e.host, ":", e.port));
+  w.sub = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::sub);
+  w.sub->set(zmq::sockopt::linger, 0);
+  w.sub->set(zmq::sockopt::rcvhwm, 0);
+  for (const char* topic : {"kv", "status", "control"}) w.sub->set(zmq::sockopt::subscribe, topic);
+  w.sub->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
+  workers_.push_back(std::move(w));
+  return static_cast<int>(workers_.size()) - 1;
+}
+
+void WorkerPool::Remove(int w) {
+  workers_[w].active = false;
+  workers_[w].dealer.reset();
+  workers_[w].sub.reset();
+  index_->RemoveWorker(w);
+}
+
+absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
+  if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
+    return absl::NotFoundError(absl::StrCat("no worker ", w));
+  }
+  return SendMessage(*workers_[w].dealer, "", message, zmq::send_flags::dontwait);
+}
+
+void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
+  Worker& worker = workers_[w];
+  if (m.type == "WorkerStatus") {
+    pb::WorkerStatus st;
+    if (!ParseMessage(m, &st).ok()) return;
+    worker.status = std::move(st);
+    worker.last_heartbeat = Clock::now();
+  } else if (m.type == "KvEventBatch") {
+    pb::KvEventBatch batch;
+    if (!ParseMessage(m, &batch).ok()) return;
+    ++counters_.event_batches;
+    if (index_->ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) {
+      ++counters_.gaps;
+      pb::Control ask;
+      ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+      Send(w, ask).IgnoreError();
+    }
+  } else if (m.type == "KvSnapshot") {
+    pb::KvSnapshot snap;
+    if (!ParseMessage(m, &snap).ok()) return;
+    ++counters_.snapshots;
+    index_->ApplySnapshot(w, snap);
+  } else if (m.type == "Control") {
+    pb::Control c;
+    if (!ParseMessage(m, &c).ok() || c.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) return;
+    ++counters_.recycle_asks;
+    recycle_asks_.emplace_back(w, c.instance_id(), c.reason());
+  }
+}
+
+std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::pair<int, bool>> owner;  // (worker, is_sub)
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    if (!workers_[w].active) continue;
+    items.push_back({workers_[w].dealer->handle(), 0, ZMQ_POLLIN, 0});
+    owner.emplace_back(w, false);
+    items.push_back({workers_[w].sub->handle(), 0, ZMQ_POLLIN, 0});
+    owner.emplace_back(w, true);
+  }
+  std::vector<std::pair<int, ReceivedMessage>> out;
+  if (items.empty()) return out;
+  try {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) LOG(WARNING) << "zmq poll: " << e.what();
+    return out;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!(items[i].revents & ZMQ_POLLIN)) continue;
+    const auto [w, is_sub] = owner[i];
+    zmq::socket_t& s = is_sub ? *workers_[w].sub : *workers_[w].dealer;
+    for (int k = 0; k < 1024; ++k) {
+      auto m = ReceiveMessage(s, /*with_prefix=*/is_sub, zmq::recv_flags::dontwait);
+      if (!m.ok()) continue;  // malformed: dropped
+      if (!m->has_value()) break;
+      if (is_sub) {
+        HandleSub(w, **m);
+      } else {
+        out.emplace_back(w, std::move(**m));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<WorkerView> WorkerPool::Views() const {
+  std::vector<WorkerView> views;
+  const auto now = Clock::now();
+  const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(heartbeat_timeout_));
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    const Worker& worker = workers_[w];
+    if (!worker.active) continue;
+    WorkerView v;
+    v.id = w;
+    v.name = worker.endpoint.name;
+    v.eligible = worker.status.has_value() && now - worker.last_heartbeat <= timeout &&
+                 worker.status->state() == pb::WORKER_STATE_READY;
+    if (worker.status) {
+      for (const pb::BlockCounts& b : worker.status->blocks()) {
+        if (b.medium() == pb::MEDIUM_DEVICE) v.active_blocks = b.active();
+      }
+      v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
+    }
+    views.push_back(v);
+  }
+  return views;
+}
+
+const pb::WorkerStatus* WorkerPool::status(int w) const {
+  if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].status) return nullptr;
+  return &*workers_[w].status;
+}
+
+absl::StatusOr<std::string> WorkerPool::ExtraKey(int w, std::string_view cache_salt) const {
+  const pb::WorkerStatus* st = status(w);
+  if (st == nullptr)
+    return absl::UnavailableError(absl::StrCat("no heartbeat from worker ", w, " yet"));
+  CacheKey key{st->model_id(),
+               st->kv_cache_dtype(),
+               st->kv_quant(),
+               static_cast<uint32_t>(st->block_size()),
+               static_cast<uint32_t>(std::max(1, st->tensor_parallel_size())),
+               std::string(cache_salt)};
+  return key.Serialize();
+}
+
+std::vector<std::tuple<int, uint64_t, std::string>> WorkerPool::TakeRecycleAsks() {
+  return std::exchange(recycle_asks_, {});
+}
+
+}  // namespace kvserve::router

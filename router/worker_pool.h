@@ -1,0 +1,89 @@
+// The router's connections to its workers: per worker a DEALER to its ROUTER port (requests,
+// responses) and a SUB to its PUB port (KV events, snapshots, heartbeats, recycle asks). Events
+// feed the PrefixIndex; a gap triggers a snapshot request; heartbeats give each worker's
+// state, load and cache key; a worker whose heartbeat stops is unhealthy.
+//
+//   WorkerPool pool(ctx, &index, absl::Seconds(2));
+//   int w = pool.Add({"w0", "127.0.0.1", 5570, 5571});
+//   for (auto& [worker, message] : pool.Poll(10)) ...   // responses and control replies
+//   RETURN_IF_ERROR(pool.Send(w, request));
+//
+// One thread (the router's core loop) owns the pool and all its sockets.
+#ifndef KVSERVE_ROUTER_WORKER_POOL_H_
+#define KVSERVE_ROUTER_WORKER_POOL_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/zmq_framing.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "router/prefix_index.h"
+#include "router/routing_policy.h"
+#include "zmq.hpp"
+
+namespace kvserve::router {
+
+struct WorkerEndpoint {
+  std::string name;
+  std::string host;
+  int port = 0;
+  int events_port = 0;
+};
+
+class WorkerPool {
+ public:
+  struct Counters {
+    int64_t event_batches = 0;
+    int64_t gaps = 0;
+    int64_t snapshots = 0;
+    int64_t recycle_asks = 0;
+  };
+
+  WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout);
+
+  // Connects to a worker; returns its index (stable until Remove).
+  int Add(const WorkerEndpoint& endpoint);
+  void Remove(int w);
+
+  // Waits up to timeout_ms for traffic, handles events / snapshots / heartbeats, and returns
+  // the messages that answer requests (GenerateResponse, ControlReply) with their worker.
+  std::vector<std::pair<int, ReceivedMessage>> Poll(int timeout_ms);
+  absl::Status Send(int w, const google::protobuf::Message& message);
+
+  // Routing views: eligible = heartbeat within the timeout and READY.
+  [[nodiscard]] std::vector<WorkerView> Views() const;
+  // The latest heartbeat, if any.
+  [[nodiscard]] const kvserve::v1::WorkerStatus* status(int w) const;
+  // The block-hash extra key the worker uses, from its heartbeat (common/BLOCK_HASH.md).
+  [[nodiscard]] absl::StatusOr<std::string> ExtraKey(int w, std::string_view cache_salt) const;
+  // Recycle asks seen since the last call: (worker, instance, reason).
+  std::vector<std::tuple<int, uint64_t, std::string>> TakeRecycleAsks();
+  [[nodiscard]] const Counters& counters() const { return counters_; }
+
+ private:
+  struct Worker {
+    WorkerEndpoint endpoint;
+    std::unique_ptr<zmq::socket_t> dealer, sub;
+    std::optional<kvserve::v1::WorkerStatus> status;
+    std::chrono::steady_clock::time_point last_heartbeat;
+    bool active = true;
+  };
+  void HandleSub(int w, const ReceivedMessage& m);
+
+  zmq::context_t& ctx_;
+  PrefixIndex* index_;
+  absl::Duration heartbeat_timeout_;
+  std::vector<Worker> workers_;
+  std::vector<std::tuple<int, uint64_t, std::string>> recycle_asks_;
+  Counters counters_;
+};
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_WORKER_POOL_H_

@@ -1,0 +1,85 @@
+// The router's worker pool against real kvserve-worker processes: heartbeats make workers
+// eligible, KV events put a served prompt's blocks in the prefix index under the hashes the
+// router computes itself from the worker's advertised cache key (the block-hash contract,
+// end to end), prefix routing then picks that worker, and a stopped worker drops out.
+#include "router/worker_pool.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/server/worker_process.h"
+
+namespace kvserve::router {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using kvserve::testing::WorkerProcess;
+
+TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
+  const std::vector<std::string> args = {"--model",
+                                         kvserve::testing::FixtureModel("tiny-llama3"),
+                                         "--max-model-len",
+                                         "256",
+                                         "--num-blocks",
+                                         "64",
+                                         "--served-model-name",
+                                         "tiny"};
+  ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
+  zmq::context_t ctx;
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Milliseconds(500));
+  const int a = pool.Add({"w0", "127.0.0.1", w0->port(), w0->events_port()});
+  const int b = pool.Add({"w1", "127.0.0.1", w1->port(), w1->events_port()});
+  auto both_ready = [&] {
+    auto v = pool.Views();
+    return v.size() == 2 && v[0].eligible && v[1].eligible;
+  };
+  for (int i = 0; i < 200 && !both_ready(); ++i) pool.Poll(10);
+  ASSERT_TRUE(both_ready());
+
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[i] = 17 * i % 1000;
+  ASSERT_OK_AND_ASSIGN(std::string key, pool.ExtraKey(a, ""));
+  const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
+  const std::vector<BlockHash> hashes = HashFullBlocks(ids, pool.status(a)->block_size(), key);
+  ASSERT_EQ(hashes.size(), 2u);
+
+  pb::GenerateRequest req = kvserve::testing::MakeRequest("r1", prompt, 4);
+  ASSERT_OK(pool.Send(a, req));
+  bool done = false;
+  for (int i = 0; i < 500 && !done; ++i) {
+    for (auto& [w, m] : pool.Poll(10)) {
+      pb::GenerateResponse r;
+      if (ParseMessage(m, &r).ok() && r.has_usage()) done = true;
+    }
+  }
+  ASSERT_TRUE(done);
+  for (int i = 0; i < 20; ++i) pool.Poll(10);  // the batch that stored the blocks
+  EXPECT_EQ(index.LongestPrefix(a, hashes).device_blocks, 2);
+  EXPECT_EQ(index.LongestPrefix(b, hashes).total(), 0);
+  EXPECT_TRUE(index.synced(a));
+
+  uint64_t rr = 0;
+  ASSERT_OK_AND_ASSIGN(Decision d, Route({}, pool.Views(), index, hashes, "", &rr));
+  EXPECT_EQ(d.worker, a);
+  EXPECT_EQ(d.predicted_cached_blocks, 2);
+
+  // A different cache salt hashes differently: no hit anywhere.
+  ASSERT_OK_AND_ASSIGN(std::string salted, pool.ExtraKey(a, "tenant"));
+  EXPECT_EQ(index.LongestPrefix(a, HashFullBlocks(ids, 16, salted)).total(), 0);
+
+  EXPECT_EQ(w1->Terminate(), 0);
+  for (int i = 0; i < 100; ++i) pool.Poll(10);
+  auto views = pool.Views();
+  EXPECT_TRUE(views[a].eligible);
+  EXPECT_FALSE(views[b].eligible);
+  // Subscribing after a worker's first batch is a gap, resolved by a snapshot.
+  EXPECT_GE(pool.counters().snapshots, std::min<int64_t>(pool.counters().gaps, 1));
+  EXPECT_EQ(w0->Terminate(), 0);
+}
+
+}  // namespace
+}  // namespace kvserve::router
