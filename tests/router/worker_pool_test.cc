@@ -30,7 +30,7 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
   zmq::context_t ctx;
   PrefixIndex index;
-  WorkerPool pool(ctx, &index, absl::Milliseconds(500));
+  WorkerPool pool(ctx, &index, absl::Milliseconds(1500));
   const int a = pool.Add({"w0", "127.0.0.1", w0->port(), w0->events_port()});
   const int b = pool.Add({"w1", "127.0.0.1", w1->port(), w1->events_port()});
   auto both_ready = [&] {
@@ -72,10 +72,18 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   EXPECT_EQ(index.LongestPrefix(a, HashFullBlocks(ids, 16, salted)).total(), 0);
 
   EXPECT_EQ(w1->Terminate(), 0);
-  for (int i = 0; i < 100; ++i) pool.Poll(10);
-  auto views = pool.Views();
-  EXPECT_TRUE(views[a].eligible);
+  // Its heartbeats stop: after the timeout it is no longer eligible; w0 stays.
+  std::vector<WorkerView> views = pool.Views();
+  for (int i = 0; i < 1000 && views[b].eligible; ++i) {
+    pool.Poll(10);
+    views = pool.Views();
+  }
   EXPECT_FALSE(views[b].eligible);
+  for (int i = 0; i < 500 && !views[a].eligible; ++i) {
+    pool.Poll(10);
+    views = pool.Views();
+  }
+  EXPECT_TRUE(views[a].eligible);
   // Subscribing after a worker's first batch is a gap, resolved by a snapshot.
   EXPECT_GE(pool.counters().snapshots, std::min<int64_t>(pool.counters().gaps, 1));
   EXPECT_EQ(w0->Terminate(), 0);

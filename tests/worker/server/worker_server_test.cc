@@ -291,8 +291,13 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
       reqs.push_back(MakeRequest("m" + std::to_string(i), prompt, 7));
     }
     auto got = RunRequests(c, reqs);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few heartbeats
-    ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+    // Metrics refresh on heartbeats: wait until a scrape reflects the quiescent worker.
+    std::pair<int, std::string> metrics;
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_OK_AND_ASSIGN(metrics, HttpGet(w->metrics_port(), "/metrics"));
+      if (MetricValue(metrics.second, "kvserve_generation_tokens_total{") == 5 * 7 + 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
     EXPECT_EQ(metrics.first, 200);
     auto [rc, out] = Promtool(metrics.second);
     if (vllm) {
