@@ -25,14 +25,15 @@ for t in nccl_communicator_test; do
     results+=("$t|missing")
     continue
   fi
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   if timeout 120 "$build/bin/$t" >"/tmp/$t.log" 2>&1; then
     grep -q "SKIPPED" "/tmp/$t.log" && r=skipped || r=passed
   else
     r=FAILED
     tail -n 30 "/tmp/$t.log"
   fi
-  results+=("$t|$r|$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")s")
+  elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  results+=("$t|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
 done
 echo
 printf '%-32s %-8s %s\n' check result time
