@@ -1,0 +1,56 @@
+#include "router/stop_strings.h"
+
+#include <algorithm>
+
+namespace kvserve::router {
+
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) {
+  for (std::string& s : stops) {
+    if (!s.empty()) stops_.push_back(std::move(s));
+  }
+}
+
+StopStringMatcher::Result StopStringMatcher::Append(std::string_view delta) {
+  Result r;
+  if (stopped_) return r;
+  pending_.append(delta);
+  // The earliest occurrence of any stop string ends the stream.
+  size_t first = std::string::npos;
+  const std::string* which = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at < first) {
+      first = at;
+      which = &s;
+    }
+  }
+  if (which != nullptr) {
+    r.emit = pending_.substr(0, first);
+    r.stopped = stopped_ = true;
+    r.matched = *which;
+    pending_.clear();
+    return r;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& s : stops_) {
+    const size_t max = std::min(s.size() - 1, pending_.size());
+    for (size_t len = max; len > hold; --len) {
+      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  r.emit = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return r;
+}
+
+std::string StopStringMatcher::Flush() {
+  std::string out;
+  if (!stopped_) out.swap(pending_);
+  return out;
+}
+
+}  // namespace kvserve::router
