@@ -1,0 +1,281 @@
+#include "router/openai_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/string_util.h"
+#include "common/utf8.h"
+#include "nlohmann/json.hpp"
+#include "simdjson.h"
+
+namespace kvserve::router {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+absl::Status Bad(std::string_view param, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(Sv(param), ": ", Sv(what)));
+}
+
+std::optional<element> Field(object o, std::string_view key) {
+  element e;
+  if (o[key].get(e) != simdjson::SUCCESS || e.is_null()) return std::nullopt;
+  return e;
+}
+
+absl::StatusOr<double> Number(object o, std::string_view key, double fallback, double lo,
+                              double hi) {
+  auto e = Field(o, key);
+  if (!e) return fallback;
+  double v;
+  if (e->get_double().get(v) != simdjson::SUCCESS) {
+    int64_t i;
+    if (e->get_int64().get(i) != simdjson::SUCCESS) return Bad(key, "must be a number");
+    v = static_cast<double>(i);
+  }
+  if (!(v >= lo && v <= hi))
+    return Bad(key, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  return v;
+}
+
+absl::StatusOr<int64_t> Integer(object o, std::string_view key, int64_t fallback, int64_t lo,
+                                int64_t hi) {
+  auto e = Field(o, key);
+  if (!e) return fallback;
+  int64_t v;
+  if (e->get_int64().get(v) != simdjson::SUCCESS) return Bad(key, "must be an integer");
+  if (v < lo || v > hi) return Bad(key, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  return v;
+}
+
+absl::StatusOr<bool> Bool(object o, std::string_view key, bool fallback) {
+  auto e = Field(o, key);
+  if (!e) return fallback;
+  bool v;
+  if (e->get_bool().get(v) != simdjson::SUCCESS) return Bad(key, "must be true or false");
+  return v;
+}
+
+absl::StatusOr<std::string> String(object o, std::string_view key) {
+  auto e = Field(o, key);
+  if (!e) return std::string();
+  std::string_view v;
+  if (e->get_string().get(v) != simdjson::SUCCESS) return Bad(key, "must be a string");
+  return std::string(v);
+}
+
+absl::Status ParseMessages(object o, ParsedRequest* r) {
+  auto e = Field(o, "messages");
+  simdjson::dom::array arr;
+  if (!e || e->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
+    return Bad("messages", "must be a non-empty array");
+  }
+  size_t i = 0;
+  for (element m : arr) {
+    const std::string param = absl::StrCat("messages[", i++, "]");
+    object mo;
+    if (m.get_object().get(mo) != simdjson::SUCCESS) return Bad(param, "must be an object");
+    tokenizer::ChatMessage msg;
+    ASSIGN_OR_RETURN(msg.role, String(mo, "role"));
+    if (msg.role.empty()) return Bad(param + ".role", "is required");
+    auto content = Field(mo, "content");
+    std::string_view text;
+    simdjson::dom::array parts;
+    if (!content) {
+      msg.content = "";
+    } else if (content->get_string().get(text) == simdjson::SUCCESS) {
+      msg.content = std::string(text);
+    } else if (content->get_array().get(parts) == simdjson::SUCCESS) {
+      // [{"type": "text", "text": "..."}]: text parts are joined; other types are not served.
+      for (element p : parts) {
+        object po;
+        std::string_view type, part_text;
+        if (p.get_object().get(po) != simdjson::SUCCESS ||
+            po["type"].get(type) != simdjson::SUCCESS || type != "text" ||
+            po["text"].get(part_text) != simdjson::SUCCESS) {
+          return Bad(param + ".content", "only text parts are supported");
+        }
+        msg.content += std::string(part_text);
+      }
+    } else {
+      return Bad(param + ".content", "must be a string or an array of text parts");
+    }
+    if (auto rc = Field(mo, "reasoning_content")) {
+      std::string_view rt;
+      if (rc->get_string().get(rt) == simdjson::SUCCESS) msg.reasoning_content = std::string(rt);
+    }
+    r->messages.push_back(std::move(msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePrompt(object o, ParsedRequest* r) {
+  auto e = Field(o, "prompt");
+  if (!e) return Bad("prompt", "is required");
+  std::string_view text;
+  simdjson::dom::array arr;
+  if (e->get_string().get(text) == simdjson::SUCCESS) {
+    r->prompt_text = std::string(text);
+    return absl::OkStatus();
+  }
+  if (e->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
+    return Bad("prompt", "must be a string, a list of token ids, or a list with one string");
+  }
+  element first = arr.at(0);
+  if (first.get_string().get(text) == simdjson::SUCCESS) {
+    if (arr.size() != 1)
+      return Bad("prompt", "lists of several prompts are not supported; send one per request");
+    r->prompt_text = std::string(text);
+    return absl::OkStatus();
+  }
+  for (element t : arr) {
+    int64_t id;
+    if (t.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+      return Bad("prompt", "token ids must be non-negative 32-bit integers");
+    }
+    r->prompt_ids.push_back(static_cast<int32_t>(id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat) {
+  if (!IsValidUtf8(body)) return Bad("body", "is not valid UTF-8");
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(body.data(), body.size());
+  element root;
+  if (auto err = parser.parse(padded).get(root)) {
+    return Bad("body", absl::StrCat("is not valid JSON (", simdjson::error_message(err), ")"));
+  }
+  object o;
+  if (root.get_object().get(o) != simdjson::SUCCESS) return Bad("body", "must be a JSON object");
+  ParsedRequest r;
+  r.chat = chat;
+  ASSIGN_OR_RETURN(r.model, String(o, "model"));
+  if (r.model.empty()) return Bad("model", "is required");
+  if (chat) {
+    RETURN_IF_ERROR(ParseMessages(o, &r));
+    ASSIGN_OR_RETURN(r.add_generation_prompt, Bool(o, "add_generation_prompt", true));
+    if (auto kw = Field(o, "chat_template_kwargs")) {
+      object ko;
+      if (kw->get_object().get(ko) == simdjson::SUCCESS && Field(ko, "enable_thinking")) {
+        ASSIGN_OR_RETURN(bool think, Bool(ko, "enable_thinking", true));
+        r.enable_thinking = think;
+      }
+    }
+  } else {
+    RETURN_IF_ERROR(ParsePrompt(o, &r));
+  }
+  const char* max_key =
+      chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.max_tokens_given = Field(o, max_key).has_value();
+  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, 1, INT32_MAX));
+  r.max_tokens = static_cast<int>(max_tokens);
+  ASSIGN_OR_RETURN(double t, Number(o, "temperature", 1.0, 0.0, 2.0));
+  r.temperature = static_cast<float>(t);
+  ASSIGN_OR_RETURN(double top_p, Number(o, "top_p", 1.0, 1e-9, 1.0));
+  r.top_p = static_cast<float>(top_p);
+  ASSIGN_OR_RETURN(int64_t top_k, Integer(o, "top_k", -1, -1, INT32_MAX));
+  r.top_k = static_cast<int>(top_k);
+  ASSIGN_OR_RETURN(double min_p, Number(o, "min_p", 0.0, 0.0, 1.0));
+  r.min_p = static_cast<float>(min_p);
+  if (Field(o, "seed")) {
+    ASSIGN_OR_RETURN(int64_t seed, Integer(o, "seed", 0, INT64_MIN, INT64_MAX));
+    r.seed = static_cast<uint64_t>(seed);
+  }
+  ASSIGN_OR_RETURN(int64_t n, Integer(o, "n", 1, 1, 128));
+  r.n = static_cast<int>(n);
+  if (auto s = Field(o, "stop")) {
+    std::string_view one;
+    simdjson::dom::array many;
+    if (s->get_string().get(one) == simdjson::SUCCESS) {
+      if (!one.empty()) r.stop.emplace_back(one);
+    } else if (s->get_array().get(many) == simdjson::SUCCESS) {
+      for (element e : many) {
+        if (e.get_string().get(one) != simdjson::SUCCESS) return Bad("stop", "must hold strings");
+        if (!one.empty()) r.stop.emplace_back(one);
+      }
+    } else {
+      return Bad("stop", "must be a string or a list of strings");
+    }
+  }
+  if (auto s = Field(o, "stop_token_ids")) {
+    simdjson::dom::array ids;
+    if (s->get_array().get(ids) != simdjson::SUCCESS)
+      return Bad("stop_token_ids", "must be a list of token ids");
+    for (element e : ids) {
+      int64_t id;
+      if (e.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+        return Bad("stop_token_ids", "must be non-negative 32-bit integers");
+      }
+      r.stop_token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (chat) {
+    ASSIGN_OR_RETURN(bool want, Bool(o, "logprobs", false));
+    if (want) {
+      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, 0, 20));
+      r.logprobs = static_cast<int>(top);
+    }
+  } else if (Field(o, "logprobs")) {
+    ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, 20));
+    r.logprobs = static_cast<int>(top);
+  }
+  ASSIGN_OR_RETURN(r.stream, Bool(o, "stream", false));
+  if (auto so = Field(o, "stream_options")) {
+    object soo;
+    if (so->get_object().get(soo) != simdjson::SUCCESS)
+      return Bad("stream_options", "must be an object");
+    ASSIGN_OR_RETURN(r.include_usage, Bool(soo, "include_usage", false));
+  }
+  ASSIGN_OR_RETURN(r.ignore_eos, Bool(o, "ignore_eos", false));
+  ASSIGN_OR_RETURN(r.user, String(o, "user"));
+  ASSIGN_OR_RETURN(r.cache_salt, String(o, "cache_salt"));
+  if (Field(o, "truncate_prompt_tokens")) {
+    ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
+    r.truncate_prompt_tokens = static_cast<int>(keep);
+  }
+  return r;
+}
+
+OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view code) {
+  OpenAiError e;
+  std::string message(status.message());
+  std::string param;
+  std::string type = "invalid_request_error";
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      e.http_status = 400;
+      break;
+    case absl::StatusCode::kNotFound:
+      e.http_status = 404;
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      type = "rate_limit_error";
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+      e.http_status = 503;
+      type = "service_unavailable";
+      break;
+    default:
+      e.http_status = 500;
+      type = "internal_error";
+      break;
+  }
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    const size_t colon = message.find(": ");
+    if (colon != std::string::npos && message.find(' ') > colon) param = message.substr(0, colon);
+  }
+  nlohmann::json err = {
+      {"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) err["param"] = param;
+  if (!code.empty()) err["code"] = std::string(code);
+  e.json =
+      nlohmann::json{{"error", err}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return e;
+}
+
+}  // namespace kvserve::router

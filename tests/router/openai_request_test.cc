@@ -1,0 +1,123 @@
+#include "router/openai_request.h"
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+
+namespace kvserve::router {
+namespace {
+
+using kvserve::testing::StatusIs;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+TEST(OpenAiRequestTest, ParsesCompletions) {
+  json body = {{"model", "m"},
+               {"prompt", "Hello"},
+               {"max_tokens", 7},
+               {"temperature", 0.5},
+               {"top_p", 0.9},
+               {"top_k", 40},
+               {"min_p", 0.05},
+               {"seed", 42},
+               {"n", 2},
+               {"stop", {"\n", "###"}},
+               {"logprobs", 3},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}},
+               {"ignore_eos", true},
+               {"user", "u1"},
+               {"cache_salt", "t"},
+               {"truncate_prompt_tokens", 100},
+               {"some_future_field", {1, 2}}};
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), false));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(*r.prompt_text, "Hello");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
+  EXPECT_EQ(r.top_k, 40);
+  EXPECT_EQ(*r.seed, 42u);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "###"}));
+  EXPECT_EQ(*r.logprobs, 3);
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.cache_salt, "t");
+  EXPECT_EQ(*r.truncate_prompt_tokens, 100);
+  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": [1, 2, 3]})", false));
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_FALSE(r.max_tokens_given);
+}
+
+TEST(OpenAiRequestTest, ParsesChat) {
+  json body = {{"model", "m"},
+               {"messages",
+                {{{"role", "system"}, {"content", "Be brief."}},
+                 {{"role", "user"},
+                  {"content",
+                   {{{"type", "text"}, {"text", "Hi "}}, {{"type", "text"}, {"text", "there"}}}}}}},
+               {"max_completion_tokens", 9},
+               {"logprobs", true},
+               {"top_logprobs", 2},
+               {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), true));
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(*r.logprobs, 2);
+  EXPECT_EQ(r.enable_thinking, false);
+}
+
+TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
+  struct Case {
+    std::string body;
+    bool chat;
+    const char* param;
+  };
+  std::vector<Case> cases = {
+      {"{not json", false, "body"},
+      {"[1, 2]", false, "body"},
+      {std::string("{\"model\": \"m\", \"prompt\": \"\xff\"}"), false, "body"},
+      {R"({"prompt": "x"})", false, "model"},
+      {R"({"model": "m"})", false, "prompt"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": -1})", false, "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "max_tokens": 1e12})", false, "max_tokens"},
+      {R"({"model": "m", "prompt": "x", "n": 0})", false, "n"},
+      {R"({"model": "m", "prompt": "x", "temperature": 3})", false, "temperature"},
+      {R"({"model": "m", "prompt": "x", "top_p": 0})", false, "top_p"},
+      {R"({"model": "m", "prompt": "x", "stop": 5})", false, "stop"},
+      {R"({"model": "m", "prompt": "x", "logprobs": 50})", false, "logprobs"},
+      {R"({"model": "m", "prompt": [1, -2]})", false, "prompt"},
+      {R"({"model": "m", "prompt": ["a", "b"]})", false, "prompt"},
+      {R"({"model": "m", "prompt": "x", "stream": "yes"})", false, "stream"},
+      {R"({"model": "m", "messages": []})", true, "messages"},
+      {R"({"model": "m", "messages": [{"content": "x"}]})", true, "messages[0].role"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       true, "messages[0].content"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(c.body, c.chat);
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.param))) << c.body;
+    if (r.ok()) continue;
+    OpenAiError e = OpenAiErrorFromStatus(r.status());
+    EXPECT_EQ(e.http_status, 400);
+    json j = json::parse(e.json);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["param"], c.param) << c.body;
+  }
+}
+
+TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {
+  OpenAiError e = OpenAiErrorFromStatus(absl::UnavailableError("all workers are draining"));
+  EXPECT_EQ(e.http_status, 503);
+  json j = json::parse(e.json);
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  e = OpenAiErrorFromStatus(absl::InvalidArgumentError("prompt: too long"),
+                            "context_length_exceeded");
+  EXPECT_EQ(json::parse(e.json)["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(OpenAiErrorFromStatus(absl::NotFoundError("model 'x' does not exist")).http_status,
+            404);
+}
+
+}  // namespace
+}  // namespace kvserve::router
