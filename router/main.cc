@@ -1,0 +1,88 @@
+// kvserve-router: the HTTP front door. Tokenizes, hashes prompt blocks, routes each request to
+// the worker that caches its prefix (or the least loaded), streams OpenAI-style responses.
+//
+//   kvserve-router --model DIR --workers 127.0.0.1:5570:5571,127.0.0.1:5580:5581 --port 8000
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/hf_config.h"
+#include "common/init.h"
+#include "common/status_macros.h"
+#include "router/http_front.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Model name clients use (default: the directory name)");
+ABSL_FLAG(std::string, workers, "", "Workers as HOST:PORT:EVENTS_PORT, comma-separated");
+ABSL_FLAG(std::string, host, "0.0.0.0", "HTTP address");
+ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
+ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or session");
+ABSL_FLAG(int32_t, max_model_len, 0,
+          "Longest prompt + output (0: the model's max_position_embeddings)");
+ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+namespace kvserve::router {
+
+absl::Status Serve() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) return absl::InvalidArgumentError("--model DIR is required");
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromDirectory(model));
+  ASSIGN_OR_RETURN(ModelConfig config, LoadHfConfig(model));
+  RouterOptions o;
+  ASSIGN_OR_RETURN(o.routing.policy, ParsePolicy(absl::GetFlag(FLAGS_policy)));
+  o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(w, ':');
+    WorkerEndpoint e;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &e.port) ||
+        !absl::SimpleAtoi(parts[2], &e.events_port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workers entry '", std::string(w), "' is not HOST:PORT:EVENTS_PORT"));
+    }
+    e.host = parts[0];
+    e.name = std::string(w);
+    o.workers.push_back(e);
+  }
+  if (o.workers.empty()) return absl::InvalidArgumentError("--workers lists no worker");
+  FrontOptions f;
+  f.host = absl::GetFlag(FLAGS_host);
+  f.port = absl::GetFlag(FLAGS_port);
+  f.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (f.served_model_name.empty())
+    f.served_model_name = std::filesystem::path(model).filename().string();
+  f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
+                        ? absl::GetFlag(FLAGS_max_model_len)
+                        : static_cast<int>(config.max_position_embeddings);
+  RouterCore core(o);
+  core.Start();
+  ASSIGN_OR_RETURN(auto front, HttpFront::Start(f, tok.get(), &core));
+  std::cout << "kvserve-router ready http://" << f.host << ":" << front->port() << std::endl;
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  front->Stop();
+  core.Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::router
+
+int main(int argc, char** argv) {
+  kvserve::InitProgram(
+      argc, argv, "kvserve-router --model DIR --workers HOST:PORT:EVENTS_PORT,... [--port 8000]");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  absl::Status s = kvserve::router::Serve();
+  if (!s.ok()) {
+    std::cerr << "kvserve-router: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

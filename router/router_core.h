@@ -1,0 +1,75 @@
+// The router's core loop: one thread owns the WorkerPool (every ZeroMQ socket), the prefix
+// index and the routing state. HTTP threads hand it generation jobs; it picks a worker, sends
+// the request, and hands every response delta back through the job's callback (which must be
+// thread-safe: it runs on the core thread).
+//
+//   RouterCore core(options, tokenizer_dir...);
+//   core.Start();
+//   core.Submit(std::move(job));   // any thread
+#ifndef KVSERVE_ROUTER_ROUTER_CORE_H_
+#define KVSERVE_ROUTER_ROUTER_CORE_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "router/prefix_index.h"
+#include "router/routing_policy.h"
+#include "router/worker_pool.h"
+
+namespace kvserve::router {
+
+struct RouterOptions {
+  std::vector<WorkerEndpoint> workers;
+  RoutingConfig routing;
+  absl::Duration heartbeat_timeout = absl::Seconds(2);
+};
+
+struct Job {
+  kvserve::v1::GenerateRequest request;
+  std::string session_key;
+  // Called on the core thread for every response (and once with an error response when the
+  // job cannot be placed or its worker is lost).
+  std::function<void(const kvserve::v1::GenerateResponse&)> on_response;
+};
+
+class RouterCore {
+ public:
+  explicit RouterCore(const RouterOptions& options);
+  ~RouterCore();
+  void Start();
+  void Stop();  // idempotent; joins
+
+  void Submit(std::shared_ptr<Job> job);
+  // Abort a submitted request (client gone). Any thread.
+  void Abort(const std::string& request_id);
+  // True when at least one worker is eligible (for /ready). Any thread.
+  [[nodiscard]] bool ready() const { return ready_.load(); }
+
+ private:
+  void Loop();
+  void Place(const std::shared_ptr<Job>& job);
+
+  RouterOptions options_;
+  zmq::context_t ctx_;
+  PrefixIndex index_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, ready_{false};
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
+  std::vector<std::string> aborts_;         // guarded by mu_
+  absl::flat_hash_map<std::string, std::pair<int, std::shared_ptr<Job>>> inflight_;  // core thread
+  uint64_t round_robin_ = 0;
+};
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_ROUTER_CORE_H_
