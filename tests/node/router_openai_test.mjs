@@ -1,0 +1,129 @@
+// The official `openai` npm client against kvserve-router in front of a kvserve-worker:
+// models, completions and chat, streaming and not, n > 1, stop strings, logprobs, usage, and
+// errors in OpenAI's shape. The model is a random-weight Llama made with kvserve-make-model
+// around the real Llama 3 tokenizer, so texts are random but every mechanism is real.
+//
+//   node router_openai_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import OpenAI from 'openai';
+
+const [bin, tokenizerDir] = process.argv.slice(2);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-router-'));
+const model = path.join(tmp, 'tiny');
+const children = [];
+let client;
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function startAndWait(cmd, args, readyPattern) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(child);
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`${cmd} not ready: ${out}`)), 60000);
+    const onData = (d) => {
+      out += d;
+      if (readyPattern.test(out)) {
+        clearTimeout(timer);
+        resolve(child);
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', (d) => { out += d; });
+    child.on('exit', (code) => reject(new Error(`${cmd} exited ${code}: ${out}`)));
+  });
+}
+
+before(async () => {
+  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
+  assert.equal(made.status, 0, String(made.stderr));
+  const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  await startAndWait(path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
+    '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
+  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+    '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+  client = new OpenAI({ baseURL: `http://127.0.0.1:${http}/v1`, apiKey: 'unused', maxRetries: 0 });
+  // Wait for the worker's first heartbeat to reach the router.
+  for (let i = 0; i < 100; i++) {
+    const r = await fetch(`http://127.0.0.1:${http}/ready`);
+    if (r.status === 200) break;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+});
+
+after(() => {
+  for (const c of children) c.kill('SIGTERM');
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('models', async () => {
+  const list = await client.models.list();
+  assert.deepEqual(list.data.map((m) => m.id), ['tiny']);
+});
+
+test('completions: n, logprobs, usage', async () => {
+  const r = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 6, n: 2,
+    logprobs: 2, seed: 3, temperature: 0.8 });
+  assert.equal(r.choices.length, 2);
+  for (const c of r.choices) {
+    assert.equal(c.finish_reason, 'length');
+    assert.equal(c.logprobs.tokens.length, 6);
+    assert.equal(c.logprobs.token_logprobs.length, 6);
+    assert.equal(Object.keys(c.logprobs.top_logprobs[0]).length, 2);
+    assert.equal(c.logprobs.tokens.join(''), c.text);
+  }
+  assert.equal(r.usage.completion_tokens, 12);
+  assert.ok(r.usage.prompt_tokens > 0);
+});
+
+test('chat, streaming with usage, and the same text without streaming', async () => {
+  const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say something.' }];
+  const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });
+  assert.equal(plain.choices[0].message.role, 'assistant');
+  assert.equal(plain.choices[0].finish_reason, 'length');
+  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0,
+    stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) text += c.delta.content ?? '';
+  }
+  assert.equal(text, plain.choices[0].message.content);
+  assert.equal(usage.completion_tokens, 10);
+  // The second identical request finds its prompt's full blocks cached.
+  assert.ok(usage.prompt_tokens_details.cached_tokens >= 0);
+});
+
+test('stop strings end the text before the stop', async () => {
+  const base = await client.completions.create({ model: 'tiny', prompt: 'Tell me a story', max_tokens: 24, temperature: 0 });
+  const text = base.choices[0].text;
+  const cut = Math.floor(text.length / 2);
+  const stop = text.slice(cut, cut + 3);
+  assert.ok(stop.length > 0);
+  const r = await client.completions.create({ model: 'tiny', prompt: 'Tell me a story', max_tokens: 24, temperature: 0, stop: [stop] });
+  assert.equal(r.choices[0].text, text.slice(0, text.indexOf(stop)));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+test('errors in OpenAI shape', async () => {
+  await assert.rejects(client.completions.create({ model: 'nope', prompt: 'x' }), (e) => e.status === 404);
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', n: 0 }),
+    (e) => e.status === 400 && e.error?.param === 'n');
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 5000 }),
+    (e) => e.status === 400 && e.code === 'context_length_exceeded');
+});
