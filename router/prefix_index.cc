@@ -27,9 +27,11 @@ void PrefixIndex::Set(Worker& worker, const std::string& hash_bytes, pb::Medium 
 PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch) {
   Worker& worker = Get(w);
   if (batch.instance_id() != worker.instance_id) {
-    // A new process: whatever we knew is gone. A stream seen from its first batch is complete.
+    // A new process: whatever we knew about the old one is gone. (The first instance we hear
+    // from keeps the approximate entries our own routing recorded until its snapshot.) A
+    // stream seen from its first batch is complete.
+    if (worker.instance_id != 0) worker.blocks.clear();
     worker.instance_id = batch.instance_id();
-    worker.blocks.clear();
     worker.seq = 0;
     worker.synced = batch.seq() == 1;
     if (!worker.synced) return Apply::kGap;

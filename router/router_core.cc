@@ -47,7 +47,17 @@ void RouterCore::Abort(const std::string& request_id) {
 }
 
 void RouterCore::Place(const std::shared_ptr<Job>& job) {
-  const std::vector<WorkerView> views = pool_->Views();
+  std::vector<WorkerView> views = pool_->Views();
+  // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
+  // a request would look busy. Each request in flight counts for the blocks it will hold.
+  absl::flat_hash_map<int, int64_t> inflight_blocks;
+  for (const auto& [id, placed] : inflight_) {
+    const pb::GenerateRequest& r = placed.second->request;
+    const pb::WorkerStatus* st = pool_->status(placed.first);
+    const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
+    inflight_blocks[placed.first] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
+  }
+  for (WorkerView& v : views) v.active_blocks = inflight_blocks[v.id];
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
   std::vector<BlockHash> hashes;
   for (const WorkerView& v : views) {

@@ -88,6 +88,14 @@ TEST(PrefixIndexTest, RoutedRequestsApproximateTheIndex) {
   EXPECT_EQ(index.LongestPrefix(2, chain).total(), 0);
 }
 
+TEST(PrefixIndexTest, ApproximateEntriesSurviveUntilTheFirstSnapshot) {
+  PrefixIndex index;
+  const auto chain = Chain(2);
+  index.RecordRouted(3, chain);  // routed before any event from the worker arrived
+  EXPECT_EQ(index.ApplyEvents(3, Batch(5, 4, {})), PrefixIndex::Apply::kGap);  // joined mid-stream
+  EXPECT_EQ(index.LongestPrefix(3, chain).total(), 2);
+}
+
 TEST(PrefixIndexTest, MalformedHashesAreIgnored) {
   PrefixIndex index;
   pb::KvEventBatch b;

@@ -1,0 +1,178 @@
+// kvserve-cluster: a local cluster on one machine: N kvserve-worker processes and one
+// kvserve-router in front, on loopback. Supervises them (a worker that dies is restarted on
+// its ports) and stops them all on SIGINT/SIGTERM. Prints the router URL once it is ready.
+//
+//   kvserve-cluster --model DIR --workers 2 --port 8000 [-- worker flags...]
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/init.h"
+
+ABSL_FLAG(std::string, model, "models/kvserve-tiny-llama3",
+          "Model directory; the default is made on first use with kvserve-make-model from "
+          "--tokenizer (the real Llama 3 tokenizer, scripts/fetch-tokenizer.sh puts it there)");
+ABSL_FLAG(std::string, tokenizer, "models/llama3-tokenizer",
+          "Tokenizer for the generated default model");
+ABSL_FLAG(int32_t, workers, 2, "Worker processes");
+ABSL_FLAG(int32_t, tensor_parallel_size, 1, "Ranks per worker");
+ABSL_FLAG(int32_t, port, 8000, "Router HTTP port");
+ABSL_FLAG(int32_t, base_port, 5570, "First worker port; each worker takes 3 consecutive ports");
+ABSL_FLAG(std::string, policy, "prefix", "Router policy: prefix, round_robin, least_load, session");
+ABSL_FLAG(std::string, worker_args, "",
+          "Extra flags for every worker, space-separated (e.g. \"--kv-cache-dtype int8\")");
+ABSL_FLAG(int32_t, max_model_len, 2048, "Passed to the workers and the router");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+bool WaitForLine(const std::string& log, const std::string& needle, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline && !g_stop) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvserve::InitProgram(argc, argv, "kvserve-cluster [--model DIR] [--workers N] [--port 8000]");
+  namespace fs = std::filesystem;
+  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
+  std::string model = absl::GetFlag(FLAGS_model);
+  if (!fs::exists(fs::path(model) / "config.json")) {
+    const std::string tok = absl::GetFlag(FLAGS_tokenizer);
+    if (!fs::exists(fs::path(tok) / "tokenizer.json")) {
+      std::cerr << "kvserve-cluster: no model at " << model << " and no tokenizer at " << tok
+                << " to make one (run scripts/fetch-tokenizer.sh)\n";
+      return 1;
+    }
+    std::cerr << "kvserve-cluster: making " << model << " (random weights, Llama 3 tokenizer)\n";
+    const std::string cmd =
+        absl::StrCat(bin, "/kvserve-make-model --tokenizer '", tok, "' --out '", model, "'");
+    if (std::system(cmd.c_str()) != 0) {
+      std::cerr << "kvserve-cluster: kvserve-make-model failed\n";
+      return 1;
+    }
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const std::string logs =
+      (fs::temp_directory_path() / absl::StrCat("kvserve-cluster-", getpid())).string();
+  fs::create_directories(logs);
+  const int n = absl::GetFlag(FLAGS_workers);
+  const int base = absl::GetFlag(FLAGS_base_port);
+  const std::string max_len = std::to_string(absl::GetFlag(FLAGS_max_model_len));
+  std::vector<std::string> extra;
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty()))
+    extra.emplace_back(a);
+  auto worker_args = [&](int i) {
+    std::vector<std::string> a = {bin + "/kvserve-worker",
+                                  "--model",
+                                  model,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(base + 3 * i),
+                                  "--events-port",
+                                  std::to_string(base + 3 * i + 1),
+                                  "--metrics-port",
+                                  std::to_string(base + 3 * i + 2),
+                                  "--worker-id",
+                                  absl::StrCat("worker-", i),
+                                  "--max-model-len",
+                                  max_len,
+                                  "--tensor-parallel-size",
+                                  std::to_string(absl::GetFlag(FLAGS_tensor_parallel_size))};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  std::vector<pid_t> workers(n);
+  std::vector<std::string> endpoints;
+  for (int i = 0; i < n; ++i) {
+    const std::string log = absl::StrCat(logs, "/worker-", i, ".log");
+    workers[i] = Spawn(worker_args(i), log);
+    endpoints.push_back(absl::StrCat("127.0.0.1:", base + 3 * i, ":", base + 3 * i + 1));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!WaitForLine(absl::StrCat(logs, "/worker-", i, ".log"), "kvserve-worker ready", 120)) {
+      std::cerr << "kvserve-cluster: worker " << i << " did not start; see " << logs << "\n";
+      g_stop = true;
+    }
+  }
+  const std::string router_log = logs + "/router.log";
+  pid_t router = -1;
+  if (!g_stop) {
+    router = Spawn(
+        {bin + "/kvserve-router", "--model", model, "--host", "127.0.0.1", "--port",
+         std::to_string(absl::GetFlag(FLAGS_port)), "--workers", absl::StrJoin(endpoints, ","),
+         "--policy", absl::GetFlag(FLAGS_policy), "--max-model-len", max_len},
+        router_log);
+    if (WaitForLine(router_log, "kvserve-router ready", 60)) {
+      std::cout << "kvserve-cluster ready: http://127.0.0.1:" << absl::GetFlag(FLAGS_port) << " ("
+                << n << " workers, logs in " << logs << ")" << std::endl;
+    } else {
+      std::cerr << "kvserve-cluster: the router did not start; see " << router_log << "\n";
+      g_stop = true;
+    }
+  }
+  // Supervise: restart a worker that exits.
+  while (!g_stop) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    for (int i = 0; pid > 0 && i < n; ++i) {
+      if (pid != workers[i]) continue;
+      std::cerr << "kvserve-cluster: worker " << i << " exited; restarting\n";
+      workers[i] = Spawn(worker_args(i), absl::StrCat(logs, "/worker-", i, ".log"));
+    }
+    if (pid > 0 && pid == router) {
+      std::cerr << "kvserve-cluster: the router exited; stopping\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (router > 0) kill(router, SIGTERM);
+  for (pid_t p : workers) kill(p, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
