@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
