@@ -1,5 +1,6 @@
 #include "router/http_front.h"
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -134,8 +135,25 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(body);
     res->prepare_payload();
     http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code, size_t) {
+      // Lingering close: stop sending, then read and drop what the client still sends (an
+      // oversized body, say) so that it sees our response instead of a connection reset.
       beast::error_code ignored;
-      self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+      self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+      auto timer = std::make_shared<asio::steady_timer>(self->socket_.get_executor(),
+                                                        std::chrono::seconds(5));
+      timer->async_wait([self, timer](beast::error_code) {
+        beast::error_code ec;
+        self->socket_.close(ec);  // a client that neither finishes nor closes
+      });
+      self->Drain(std::make_shared<std::array<char, 65536>>(), 0);
+    });
+  }
+
+  void Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t total) {
+    if (total > (64u << 20)) return;
+    socket_.async_read_some(asio::buffer(*buf), [self = shared_from_this(), buf, total](
+                                                    beast::error_code ec, size_t n) {
+      if (!ec) self->Drain(buf, total + n);
     });
   }
 

@@ -18,6 +18,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-router-'));
 const model = path.join(tmp, 'tiny');
 const children = [];
 let client;
+let base;
 
 function freePort() {
   return new Promise((resolve) => {
@@ -56,7 +57,8 @@ before(async () => {
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
   await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
-  client = new OpenAI({ baseURL: `http://127.0.0.1:${http}/v1`, apiKey: 'unused', maxRetries: 0 });
+  base = `http://127.0.0.1:${http}`;
+  client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
   // Wait for the worker's first heartbeat to reach the router.
   for (let i = 0; i < 100; i++) {
     const r = await fetch(`http://127.0.0.1:${http}/ready`);
@@ -126,4 +128,29 @@ test('errors in OpenAI shape', async () => {
     (e) => e.status === 400 && e.error?.param === 'n');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 5000 }),
     (e) => e.status === 400 && e.code === 'context_length_exceeded');
+});
+
+test('bad HTTP bodies get the right status and an OpenAI error body', async () => {
+  const post = (path, body, type = 'application/json') =>
+    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+  const cases = [
+    ['/v1/completions', '{not json', 400, 'body'],
+    ['/v1/completions', Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x7d]), 400, 'body'],  // invalid UTF-8
+    ['/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: -3 }), 400, 'max_tokens'],
+    ['/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 1e12 }), 400, 'max_tokens'],
+    ['/v1/chat/completions', JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], n: 0 }), 400, 'n'],
+    ['/v1/chat/completions', JSON.stringify({ model: 'tiny', messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages'],
+    ['/v1/completions', JSON.stringify({ model: 'other', prompt: 'x' }), 404, null],
+  ];
+  for (const [path, body, status, param] of cases) {
+    const r = await post(path, body);
+    assert.equal(r.status, status, String(body));
+    const j = await r.json();
+    assert.ok(j.error && typeof j.error.message === 'string');
+    assert.equal(j.error.param, param);
+  }
+  const big = await post('/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(10 << 20) }));
+  assert.equal(big.status, 413);
+  const missing = await fetch(`${base}/v2/nothing`);
+  assert.equal(missing.status, 404);
 });
