@@ -32,6 +32,7 @@ struct HttpFront::Impl {
   FrontOptions options;
   const tokenizer::Tokenizer* tok;
   RouterCore* core;
+  RouterMetrics* metrics;
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::atomic<uint64_t> next_id{1};
@@ -94,7 +95,11 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& req = parser_->get();
     const std::string target(req.target());
     const std::string method(req.method_string());
+    endpoint_ = target.substr(0, target.find('?'));
     if (method == "GET" && target == "/health") return Respond(200, "ok\n", "text/plain");
+    if (method == "GET" && target == "/metrics") {
+      return Respond(200, front_->metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+    }
     if (method == "GET" && target == "/ready") {
       return front_->core->ready() ? Respond(200, "ready\n", "text/plain")
                                    : Respond(503, "no worker is ready\n", "text/plain");
@@ -126,6 +131,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Respond(int status, std::string body, std::string content_type = "application/json") {
+    front_->metrics->CountRequest(KnownEndpoint(), status);
     auto res = std::make_shared<http::response<http::string_body>>();
     res->result(static_cast<http::status>(status));
     res->version(11);
@@ -240,6 +246,7 @@ class Session : public std::enable_shared_from_this<Session> {
                    "context_length_exceeded");
     }
     request_id_ = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", front_->id_prefix, front_->next_id++);
+    start_ = std::chrono::steady_clock::now();
     created_ = Now();
     choices_.resize(req_.n);
     for (Choice& c : choices_) {
@@ -326,6 +333,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void Finish(int cached) {
     if (finished_) return;
     finished_ = true;
+    front_->metrics->ObserveE2e(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    if (req_.stream) front_->metrics->CountRequest(KnownEndpoint(), 200);
     if (req_.stream) {
       if (req_.include_usage) {
         json chunk = {{"id", request_id_},
@@ -381,6 +391,11 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const int index = r.sample_index();
     if (index < 0 || index >= static_cast<int>(choices_.size())) return;
+    if (!first_token_seen_ && r.token_ids_size() > 0) {
+      first_token_seen_ = true;
+      front_->metrics->ObserveTtft(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
     Choice& c = choices_[index];
     if (!c.done) {
       std::string emitted;
@@ -497,6 +512,18 @@ class Session : public std::enable_shared_from_this<Session> {
   int prompt_tokens_ = 0;
   std::vector<Choice> choices_;
   std::map<int, bool> role_sent_;
+  std::string endpoint_;
+  std::chrono::steady_clock::time_point start_;
+  bool first_token_seen_ = false;
+
+  // Metric label: a known path, or "other" (labels must not grow with what clients send).
+  std::string KnownEndpoint() const {
+    for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
+                              "/detokenize", "/health", "/ready", "/metrics"}) {
+      if (endpoint_ == known) return endpoint_;
+    }
+    return "other";
+  }
 };
 
 }  // namespace
@@ -514,13 +541,15 @@ void HttpFront::Impl::Accept() {
 
 absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& options,
                                                             const tokenizer::Tokenizer* tokenizer,
-                                                            RouterCore* core) {
+                                                            RouterCore* core,
+                                                            RouterMetrics* metrics) {
   std::unique_ptr<HttpFront> f(new HttpFront());
   f->impl_ = std::make_unique<Impl>();
   Impl& impl = *f->impl_;
   impl.options = options;
   impl.tok = tokenizer;
   impl.core = core;
+  impl.metrics = metrics;
   impl.id_prefix = absl::StrFormat("%08x-", std::random_device{}());
   beast::error_code ec;
   tcp::endpoint ep(asio::ip::make_address(options.host, ec),

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/router_core.h"
+#include "router/router_metrics.h"
 
 namespace kvserve::router {
 
@@ -29,7 +30,7 @@ class HttpFront {
   // `tokenizer` and `core` must outlive the front.
   static absl::StatusOr<std::unique_ptr<HttpFront>> Start(const FrontOptions& options,
                                                           const tokenizer::Tokenizer* tokenizer,
-                                                          RouterCore* core);
+                                                          RouterCore* core, RouterMetrics* metrics);
   ~HttpFront();
   [[nodiscard]] int port() const;
   void Stop();

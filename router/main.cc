@@ -62,9 +62,11 @@ absl::Status Serve() {
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)
                         : static_cast<int>(config.max_position_embeddings);
+  RouterMetrics metrics;
+  o.metrics = &metrics;
   RouterCore core(o);
   core.Start();
-  ASSIGN_OR_RETURN(auto front, HttpFront::Start(f, tok.get(), &core));
+  ASSIGN_OR_RETURN(auto front, HttpFront::Start(f, tok.get(), &core, &metrics));
   std::cout << "kvserve-router ready http://" << f.host << ":" << front->port() << std::endl;
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   front->Stop();

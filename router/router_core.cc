@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "router/router_metrics.h"
 
 namespace kvserve::router {
 namespace {
@@ -76,6 +77,7 @@ void RouterCore::Place(const std::shared_ptr<Job>& job) {
                                    std::string(d.status().message())));
     return;
   }
+  if (options_.metrics != nullptr) options_.metrics->CountDecision(d->reason);
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, pool_->status(d->worker)->block_size()));
   if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
@@ -116,6 +118,10 @@ void RouterCore::Loop() {
       const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
                         r.finish_reason() == pb::FINISH_REASON_ABORT;
       if (last) inflight_.erase(it);
+      if (r.has_usage() && options_.metrics != nullptr) {
+        options_.metrics->CountCached(job->request.predicted_cached_tokens(),
+                                      r.usage().cached_prompt_tokens());
+      }
       job->on_response(r);
     }
     // A worker whose heartbeat stopped: its requests end with an error.

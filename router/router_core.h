@@ -26,10 +26,13 @@
 
 namespace kvserve::router {
 
+class RouterMetrics;
+
 struct RouterOptions {
   std::vector<WorkerEndpoint> workers;
   RoutingConfig routing;
   absl::Duration heartbeat_timeout = absl::Seconds(2);
+  RouterMetrics* metrics = nullptr;  // optional; must outlive the core
 };
 
 struct Job {

@@ -154,3 +154,12 @@ test('bad HTTP bodies get the right status and an OpenAI error body', async () =
   const missing = await fetch(`${base}/v2/nothing`);
   assert.equal(missing.status, 404);
 });
+
+test('router metrics count requests and routing decisions', async () => {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  assert.match(text, /kvserve_router_requests_total\{endpoint="\/v1\/completions",status="200"\} [1-9]/);
+  assert.match(text, /kvserve_router_requests_total\{endpoint="\/v1\/completions",status="400"\} [1-9]/);
+  assert.match(text, /kvserve_router_decisions_total\{reason="prefix"\} [1-9]/);
+  assert.match(text, /kvserve_router_prefix_tokens_total\{kind="reported"\}/);
+  assert.match(text, /kvserve_router_time_to_first_token_seconds_count [1-9]/);
+});

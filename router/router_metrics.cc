@@ -1,0 +1,69 @@
+#include "router/router_metrics.h"
+
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/text_serializer.h"
+
+namespace kvserve::router {
+namespace {
+
+const prometheus::Histogram::BucketBoundaries& Buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = {
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return b;
+}
+
+}  // namespace
+
+RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {}
+
+void RouterMetrics::CountRequest(const std::string& endpoint, int status) {
+  prometheus::BuildCounter()
+      .Name("kvserve_router_requests_total")
+      .Help("HTTP requests by endpoint and status")
+      .Register(*registry_)
+      .Add({{"endpoint", endpoint}, {"status", std::to_string(status)}})
+      .Increment();
+}
+
+void RouterMetrics::CountDecision(const std::string& reason) {
+  prometheus::BuildCounter()
+      .Name("kvserve_router_decisions_total")
+      .Help("Routing decisions by reason")
+      .Register(*registry_)
+      .Add({{"reason", reason}})
+      .Increment();
+}
+
+void RouterMetrics::CountCached(int64_t predicted, int64_t reported) {
+  auto& fam = prometheus::BuildCounter()
+                  .Name("kvserve_router_prefix_tokens_total")
+                  .Help("Prompt tokens the router predicted cached vs the worker reported cached")
+                  .Register(*registry_);
+  fam.Add({{"kind", "predicted"}}).Increment(static_cast<double>(predicted));
+  fam.Add({{"kind", "reported"}}).Increment(static_cast<double>(reported));
+}
+
+void RouterMetrics::ObserveTtft(double s) {
+  prometheus::BuildHistogram()
+      .Name("kvserve_router_time_to_first_token_seconds")
+      .Help("Time to the first token, seen at the router")
+      .Register(*registry_)
+      .Add({}, Buckets())
+      .Observe(s);
+}
+
+void RouterMetrics::ObserveE2e(double s) {
+  prometheus::BuildHistogram()
+      .Name("kvserve_router_e2e_request_latency_seconds")
+      .Help("Request latency, seen at the router")
+      .Register(*registry_)
+      .Add({}, Buckets())
+      .Observe(s);
+}
+
+std::string RouterMetrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace kvserve::router
