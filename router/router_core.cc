@@ -47,16 +47,19 @@ void RouterCore::Abort(const std::string& request_id) {
   aborts_.push_back(request_id);
 }
 
-void RouterCore::Place(const std::shared_ptr<Job>& job) {
+void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclude) {
   std::vector<WorkerView> views = pool_->Views();
+  for (WorkerView& v : views) {
+    if (v.id == exclude) v.eligible = false;  // the worker that just failed this request
+  }
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
   // a request would look busy. Each request in flight counts for the blocks it will hold.
   absl::flat_hash_map<int, int64_t> inflight_blocks;
   for (const auto& [id, placed] : inflight_) {
-    const pb::GenerateRequest& r = placed.second->request;
-    const pb::WorkerStatus* st = pool_->status(placed.first);
+    const pb::GenerateRequest& r = placed.job->request;
+    const pb::WorkerStatus* st = pool_->status(placed.worker);
     const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
-    inflight_blocks[placed.first] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
+    inflight_blocks[placed.worker] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
   }
   for (WorkerView& v : views) v.active_blocks = inflight_blocks[v.id];
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
@@ -86,7 +89,7 @@ void RouterCore::Place(const std::shared_ptr<Job>& job) {
     return;
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
-  inflight_[job->request.request_id()] = {d->worker, job};
+  inflight_[job->request.request_id()] = Placed{d->worker, job, false, attempts};
 }
 
 void RouterCore::Loop() {
@@ -105,7 +108,7 @@ void RouterCore::Loop() {
       pb::AbortRequest a;
       a.set_request_id(id);
       a.set_reason("client disconnected");
-      pool_->Send(it->second.first, a).IgnoreError();
+      pool_->Send(it->second.worker, a).IgnoreError();
       inflight_.erase(it);
     }
     for (auto& [w, m] : pool_->Poll(jobs.empty() ? 5 : 0)) {
@@ -113,8 +116,10 @@ void RouterCore::Loop() {
       pb::GenerateResponse r;
       if (!ParseMessage(m, &r).ok()) continue;
       auto it = inflight_.find(r.request_id());
-      if (it == inflight_.end()) continue;
-      std::shared_ptr<Job> job = it->second.second;
+      if (it == inflight_.end() || it->second.worker != w)
+        continue;  // a moved request's old worker
+      it->second.started = true;
+      std::shared_ptr<Job> job = it->second.job;
       const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
                         r.finish_reason() == pb::FINISH_REASON_ABORT;
       if (last) inflight_.erase(it);
@@ -129,25 +134,35 @@ void RouterCore::Loop() {
     bool any = false;
     for (const WorkerView& v : views) any = any || v.eligible;
     ready_ = any;
+    std::vector<std::pair<std::shared_ptr<Job>, std::pair<int, int>>>
+        moves;  // job, (attempts, from)
     for (auto it = inflight_.begin(); it != inflight_.end();) {
-      const pb::WorkerStatus* st = pool_->status(it->second.first);
-      bool lost = st == nullptr ? false : true;
-      for (const WorkerView& v : views) {
-        if (v.id == it->second.first && v.eligible) lost = false;
-        if (v.id == it->second.first && !v.eligible && st != nullptr &&
-            st->state() != pb::WORKER_STATE_READY) {
-          lost = false;  // draining: it finishes what it has
-        }
-      }
-      if (lost) {
-        it->second.second->on_response(
-            ErrorResponse(it->first, absl::StatusCode::kUnavailable,
-                          "the worker serving this request stopped responding"));
-        inflight_.erase(it++);
-      } else {
+      const Placed& p = it->second;
+      const pb::WorkerStatus* st = pool_->status(p.worker);
+      if (st == nullptr) {  // never heard from it yet
         ++it;
+        continue;
       }
+      bool lost = true;
+      for (const WorkerView& v : views) {
+        // Eligible, or draining on purpose (it finishes what it has): not lost.
+        if (v.id == p.worker && (v.eligible || st->state() != pb::WORKER_STATE_READY)) lost = false;
+      }
+      if (!lost) {
+        ++it;
+        continue;
+      }
+      if (!p.started && p.attempts < 3) {
+        moves.push_back(
+            {p.job, {p.attempts + 1, p.worker}});  // nothing streamed yet: retry elsewhere
+        ++moved_;
+      } else {
+        p.job->on_response(ErrorResponse(it->first, absl::StatusCode::kUnavailable,
+                                         "the worker serving this request stopped responding"));
+      }
+      inflight_.erase(it++);
     }
+    for (auto& [job, how] : moves) Place(job, how.first, how.second);
   }
 }
 

@@ -55,10 +55,12 @@ class RouterCore {
   void Abort(const std::string& request_id);
   // True when at least one worker is eligible (for /ready). Any thread.
   [[nodiscard]] bool ready() const { return ready_.load(); }
+  // Requests moved to another worker because theirs went silent before they started.
+  [[nodiscard]] int64_t moved() const { return moved_.load(); }
 
  private:
   void Loop();
-  void Place(const std::shared_ptr<Job>& job);
+  void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1);
 
   RouterOptions options_;
   zmq::context_t ctx_;
@@ -66,10 +68,17 @@ class RouterCore {
   std::unique_ptr<WorkerPool> pool_;
   std::thread thread_;
   std::atomic<bool> stop_{false}, ready_{false};
+  std::atomic<int64_t> moved_{0};
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
   std::vector<std::string> aborts_;         // guarded by mu_
-  absl::flat_hash_map<std::string, std::pair<int, std::shared_ptr<Job>>> inflight_;  // core thread
+  struct Placed {
+    int worker;
+    std::shared_ptr<Job> job;
+    bool started = false;  // a response arrived: the request can no longer move
+    int attempts = 1;
+  };
+  absl::flat_hash_map<std::string, Placed> inflight_;  // core thread
   uint64_t round_robin_ = 0;
 };
 

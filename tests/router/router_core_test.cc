@@ -1,0 +1,68 @@
+// RouterCore with real workers: a request sent to a worker that stops responding before
+// anything streamed is moved to another worker and completes.
+#include "router/router_core.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/server/worker_process.h"
+
+namespace kvserve::router {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using kvserve::testing::WorkerProcess;
+
+TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
+  const std::vector<std::string> args = {
+      "--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
+      "--max-model-len", "256",
+      "--num-blocks",    "64"};
+  ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
+  RouterOptions o;
+  o.workers = {{"w0", "127.0.0.1", w0->port(), w0->events_port()},
+               {"w1", "127.0.0.1", w1->port(), w1->events_port()}};
+  o.heartbeat_timeout = absl::Milliseconds(600);
+  RouterCore core(o);
+  core.Start();
+  for (int i = 0; i < 200 && !core.ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both heartbeats in
+
+  // Freeze worker 0: it stays connected but answers nothing, like a hung process.
+  ASSERT_EQ(kill(w0->pid(), SIGSTOP), 0);
+  std::atomic<int> tokens{0};
+  std::atomic<bool> done{false};
+  std::atomic<int> errors{0};
+  for (int i = 0; i < 4; ++i) {  // whichever worker the policy picks, some land on worker 0
+    auto job = std::make_shared<Job>();
+    job->request = kvserve::testing::MakeRequest("r" + std::to_string(i), {1, 2, 3, 4, 5}, 3);
+    job->session_key = "s" + std::to_string(i);
+    job->on_response = [&](const pb::GenerateResponse& r) {
+      tokens += r.token_ids_size();
+      if (r.finish_reason() == pb::FINISH_REASON_ERROR) ++errors;
+      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR) {
+        static std::atomic<int> finished{0};
+        if (++finished == 4) done = true;
+      }
+    };
+    core.Submit(job);
+  }
+  for (int i = 0; i < 1000 && !done; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(w0->pid(), SIGCONT);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(tokens.load(), 12);
+  EXPECT_GT(core.moved(), 0);
+  core.Stop();
+}
+
+}  // namespace
+}  // namespace kvserve::router
