@@ -5,7 +5,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <random>
 
@@ -18,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "router/openai_request.h"
 #include "router/stop_strings.h"
+#include "utf8proc.h"
 
 namespace kvserve::router {
 
@@ -95,6 +98,22 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& req = parser_->get();
     const std::string target(req.target());
     const std::string method(req.method_string());
+    if (!front_->options.api_keys.empty() && target.rfind("/v1/", 0) == 0) {
+      const std::string auth(req[http::field::authorization]);
+      bool ok = false;
+      for (const std::string& key : front_->options.api_keys) ok = ok || auth == "Bearer " + key;
+      if (!ok) {
+        endpoint_ = target.substr(0, target.find('?'));
+        return Respond(
+            401, Dump({{"error",
+                        {{"message", "a valid API key is required (Authorization: Bearer ...)"},
+                         {"type", "authentication_error"},
+                         {"param", nullptr},
+                         {"code", "invalid_api_key"}}}}));
+      }
+    }
+    // Session affinity: the X-Session-Id header, else the request's `user`.
+    session_header_ = std::string(req["x-session-id"]);
     endpoint_ = target.substr(0, target.find('?'));
     if (method == "GET" && target == "/health") return Respond(200, "ok\n", "text/plain");
     if (method == "GET" && target == "/metrics") {
@@ -188,9 +207,30 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
-  absl::StatusOr<std::vector<int>> PromptIds(const ParsedRequest& r) {
+  absl::StatusOr<std::vector<int>> PromptIds(ParsedRequest r) {
     const tokenizer::Tokenizer& tok = *front_->tok;
     std::vector<int> ids;
+    if (front_->options.normalize_prompts) {
+      auto nfc = [](const std::string& text) {
+        utf8proc_uint8_t* out = nullptr;
+        const utf8proc_ssize_t n =
+            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                         static_cast<utf8proc_ssize_t>(text.size()), &out,
+                         static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        std::string result =
+            n < 0 ? text : std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
+        std::free(out);
+        return result;
+      };
+      for (tokenizer::ChatMessage& m : r.messages) {
+        m.content = nfc(m.content);
+        if (m.role == "system") {
+          while (!m.content.empty() && std::isspace(static_cast<unsigned char>(m.content.back())))
+            m.content.pop_back();
+        }
+      }
+      if (r.prompt_text) r.prompt_text = nfc(*r.prompt_text);
+    }
     if (r.chat) {
       absl::StatusOr<tokenizer::ChatTemplate> tmpl =
           tokenizer::ChatTemplate::Detect(tok.chat_template(), tok.bos_token());
@@ -271,7 +311,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (req_.logprobs) s->set_logprobs(*req_.logprobs);
     s->set_ignore_eos(req_.ignore_eos);
     s->set_n(req_.n);
-    job->session_key = req_.user;
+    job->session_key = session_header_.empty() ? req_.user : session_header_;
     // The job keeps the session alive until the core drops it (after the last response).
     std::shared_ptr<Session> self = shared_from_this();
     asio::io_context* io = &front_->io;
@@ -513,6 +553,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<Choice> choices_;
   std::map<int, bool> role_sent_;
   std::string endpoint_;
+  std::string session_header_;
   std::chrono::steady_clock::time_point start_;
   bool first_token_seen_ = false;
 

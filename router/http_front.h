@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
@@ -23,6 +24,11 @@ struct FrontOptions {
   std::string served_model_name;
   int max_model_len = 4096;
   size_t max_body_bytes = 8u << 20;
+  // When set, /v1/* needs "Authorization: Bearer <key>" with one of these keys.
+  std::vector<std::string> api_keys;
+  // Apply Unicode NFC and trim trailing whitespace of system messages before tokenizing, so
+  // near-identical prompts share prefix blocks.
+  bool normalize_prompts = false;
 };
 
 class HttpFront {

@@ -24,6 +24,11 @@ ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or ses
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
+ABSL_FLAG(std::string, api_keys, "",
+          "Comma-separated keys; when set, /v1/* needs Authorization: Bearer KEY");
+ABSL_FLAG(
+    bool, normalize_prompts, false,
+    "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -59,6 +64,11 @@ absl::Status Serve() {
   f.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (f.served_model_name.empty())
     f.served_model_name = std::filesystem::path(model).filename().string();
+  for (absl::string_view k :
+       absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
+    f.api_keys.emplace_back(k);
+  }
+  f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)
                         : static_cast<int>(config.max_position_embeddings);

@@ -19,6 +19,7 @@ const model = path.join(tmp, 'tiny');
 const children = [];
 let client;
 let base;
+let workerArg;
 
 function freePort() {
   return new Promise((resolve) => {
@@ -55,8 +56,9 @@ before(async () => {
   const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
   await startAndWait(path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
+  workerArg = `127.0.0.1:${port}:${events}`;
   await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
-    '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+    '--workers', workerArg, '--max-model-len', '1024'], /kvserve-router ready/);
   base = `http://127.0.0.1:${http}`;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
   // Wait for the worker's first heartbeat to reach the router.
@@ -162,4 +164,22 @@ test('router metrics count requests and routing decisions', async () => {
   assert.match(text, /kvserve_router_decisions_total\{reason="prefix"\} [1-9]/);
   assert.match(text, /kvserve_router_prefix_tokens_total\{kind="reported"\}/);
   assert.match(text, /kvserve_router_time_to_first_token_seconds_count [1-9]/);
+});
+
+test('API keys and prompt normalization (a second router replica on the same worker)', async () => {
+  const http = await freePort();
+  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+    '--workers', workerArg, '--max-model-len', '1024', '--api-keys', 'k1,k2', '--normalize-prompts'], /kvserve-router ready/);
+  const other = `http://127.0.0.1:${http}`;
+  const denied = await fetch(`${other}/v1/models`);
+  assert.equal(denied.status, 401);
+  assert.equal((await denied.json()).error.code, 'invalid_api_key');
+  const keyed = new OpenAI({ baseURL: `${other}/v1`, apiKey: 'k2', maxRetries: 0 });
+  assert.equal((await keyed.models.list()).data[0].id, 'tiny');
+  const tokenize = async (url, messages) =>
+    (await (await fetch(`${url}/tokenize`, { method: 'POST', body: JSON.stringify({ messages }) })).json()).tokens;
+  const messy = [{ role: 'system', content: 'Be brief.  \n' }, { role: 'user', content: 'cafe\u0301' }];
+  const clean = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'caf\u00e9' }];
+  assert.deepEqual(await tokenize(other, messy), await tokenize(other, clean));
+  assert.notDeepEqual(await tokenize(base, messy), await tokenize(base, clean));  // off by default
 });
