@@ -135,6 +135,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (method == "POST" && (target == "/v1/completions" || target == "/v1/chat/completions")) {
       return Generate(req.body(), target == "/v1/chat/completions");
     }
+    if (target.rfind("/admin/", 0) == 0)
+      return Admin(method, target, std::string(req[http::field::authorization]));
     if (method == "POST" && target == "/tokenize") return Tokenize(req.body());
     if (method == "POST" && target == "/detokenize") return Detokenize(req.body());
     Respond(404, Dump({{"error",
@@ -497,6 +499,59 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!c.done) return false;
     }
     return true;
+  }
+
+  void Admin(const std::string& method, const std::string& target, const std::string& auth) {
+    const std::string& token = front_->options.admin_token;
+    if (token.empty() || auth != "Bearer " + token) {
+      return Respond(token.empty() ? 404 : 401,
+                     Dump({{"error",
+                            {{"message", token.empty() ? "the admin API is off (--admin-token)"
+                                                       : "admin token required"},
+                             {"type", "authentication_error"},
+                             {"param", nullptr},
+                             {"code", nullptr}}}}));
+    }
+    if (method == "GET" && target == "/admin/workers") {
+      json list = json::array();
+      for (const WorkerInfo& w : front_->core->Workers()) {
+        list.push_back({{"name", w.name},
+                        {"eligible", w.eligible},
+                        {"state", w.state},
+                        {"load", w.load},
+                        {"instance_id", std::to_string(w.instance_id)},
+                        {"num_running", w.num_running},
+                        {"num_waiting", w.num_waiting},
+                        {"device_blocks",
+                         {{"total", w.device_blocks_total},
+                          {"active", w.device_blocks_active},
+                          {"cached_evictable", w.device_blocks_cached}}}});
+      }
+      return Respond(200, Dump({{"workers", list}, {"recycle_grants", front_->core->grants()}}));
+    }
+    // POST /admin/workers/NAME/(drain|undrain|recycle)
+    const std::string prefix = "/admin/workers/";
+    const size_t slash = target.rfind('/');
+    if (method == "POST" && target.rfind(prefix, 0) == 0 && slash > prefix.size()) {
+      const std::string name = target.substr(prefix.size(), slash - prefix.size());
+      const std::string verb = target.substr(slash + 1);
+      pb::ControlAction action = verb == "drain"     ? pb::CONTROL_ACTION_DRAIN
+                                 : verb == "undrain" ? pb::CONTROL_ACTION_UNDRAIN
+                                 : verb == "recycle" ? pb::CONTROL_ACTION_RECYCLE
+                                                     : pb::CONTROL_ACTION_UNSPECIFIED;
+      if (action == pb::CONTROL_ACTION_UNSPECIFIED) {
+        return Error(absl::InvalidArgumentError(
+            absl::StrCat("action: '", verb, "' is not drain, undrain or recycle")));
+      }
+      absl::Status s = front_->core->Control(name, action);
+      if (!s.ok()) return Error(s);
+      return Respond(200, Dump({{"ok", true}, {"worker", name}, {"action", verb}}));
+    }
+    Respond(404, Dump({{"error",
+                        {{"message", "unknown admin route"},
+                         {"type", "not_found"},
+                         {"param", nullptr},
+                         {"code", nullptr}}}}));
   }
 
   void Tokenize(const std::string& body) {

@@ -29,6 +29,9 @@ struct FrontOptions {
   // Apply Unicode NFC and trim trailing whitespace of system messages before tokenizing, so
   // near-identical prompts share prefix blocks.
   bool normalize_prompts = false;
+  // The admin API (/admin/workers, drain / undrain / recycle) needs this bearer token; empty
+  // turns it off.
+  std::string admin_token;
 };
 
 class HttpFront {

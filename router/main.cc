@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or ses
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
+ABSL_FLAG(std::string, admin_token, "", "Bearer token for /admin/* (empty: admin API off)");
+ABSL_FLAG(int32_t, max_unavailable, 1,
+          "Recycle coordinator: most workers draining or recycling at once");
 ABSL_FLAG(std::string, api_keys, "",
           "Comma-separated keys; when set, /v1/* needs Authorization: Bearer KEY");
 ABSL_FLAG(
@@ -69,6 +72,8 @@ absl::Status Serve() {
     f.api_keys.emplace_back(k);
   }
   f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
+  f.admin_token = absl::GetFlag(FLAGS_admin_token);
+  o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)
                         : static_cast<int>(config.max_position_embeddings);

@@ -47,6 +47,81 @@ void RouterCore::Abort(const std::string& request_id) {
   aborts_.push_back(request_id);
 }
 
+std::vector<WorkerInfo> RouterCore::Workers() const {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  return info_;
+}
+
+absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlAction action) {
+  for (size_t i = 0; i < options_.workers.size(); ++i) {
+    if (options_.workers[i].name == worker_name) {
+      std::lock_guard<std::mutex> lock(mu_);
+      controls_.emplace_back(static_cast<int>(i), action);
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
+}
+
+void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
+  std::vector<WorkerInfo> info;
+  for (const WorkerView& v : views) {
+    WorkerInfo w;
+    w.id = v.id;
+    w.name = v.name;
+    w.eligible = v.eligible;
+    if (const pb::WorkerStatus* st = pool_->status(v.id)) {
+      w.state = pb::WorkerState_Name(st->state());
+      w.load = st->load();
+      w.num_running = st->num_running();
+      w.num_waiting = st->num_waiting();
+      w.instance_id = st->instance_id();
+      for (const pb::BlockCounts& b : st->blocks()) {
+        if (b.medium() != pb::MEDIUM_DEVICE) continue;
+        w.device_blocks_total = b.total();
+        w.device_blocks_active = b.active();
+        w.device_blocks_cached = b.cached_evictable();
+      }
+    } else {
+      w.state = "UNKNOWN";
+    }
+    info.push_back(std::move(w));
+  }
+  std::lock_guard<std::mutex> lock(info_mu_);
+  info_ = std::move(info);
+}
+
+// Grants recycle slots so that at most max_unavailable workers are draining or recycling at
+// once, counted from the states the workers themselves publish (so several router replicas
+// see the same picture; docs/ROUTER.md explains how their race is closed).
+void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
+  auto asks = pool_->TakeRecycleAsks();
+  if (asks.empty()) return;
+  int unavailable = 0;
+  for (const WorkerView& v : views) {
+    const pb::WorkerStatus* st = pool_->status(v.id);
+    if (st != nullptr &&
+        (st->state() == pb::WORKER_STATE_DRAINING || st->state() == pb::WORKER_STATE_RECYCLING ||
+         st->state() == pb::WORKER_STATE_STARTING)) {
+      ++unavailable;
+    }
+  }
+  for (const auto& [w, instance, reason] : asks) {
+    pb::Control reply;
+    reply.set_instance_id(instance);
+    reply.set_reason(reason);
+    reply.set_coordinator_id(options_.coordinator_id);
+    if (unavailable < options_.max_unavailable) {
+      reply.set_action(pb::CONTROL_ACTION_RECYCLE_GRANT);
+      ++unavailable;
+      ++grants_;
+    } else {
+      reply.set_action(pb::CONTROL_ACTION_RECYCLE_DENY);
+    }
+    pool_->Send(w, reply).IgnoreError();
+  }
+}
+
 void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclude) {
   std::vector<WorkerView> views = pool_->Views();
   for (WorkerView& v : views) {
@@ -96,10 +171,19 @@ void RouterCore::Loop() {
   while (!stop_) {
     std::deque<std::shared_ptr<Job>> jobs;
     std::vector<std::string> aborts;
+    std::vector<std::pair<int, pb::ControlAction>> controls;
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs.swap(queue_);
       aborts.swap(aborts_);
+      controls.swap(controls_);
+    }
+    for (const auto& [w, action] : controls) {
+      pb::Control c;
+      c.set_action(action);
+      c.set_reason("admin");
+      c.set_coordinator_id(options_.coordinator_id);
+      pool_->Send(w, c).IgnoreError();
     }
     for (auto& job : jobs) Place(job);
     for (const std::string& id : aborts) {
@@ -134,6 +218,12 @@ void RouterCore::Loop() {
     bool any = false;
     for (const WorkerView& v : views) any = any || v.eligible;
     ready_ = any;
+    if (auto now = std::chrono::steady_clock::now();
+        now - last_info_ > std::chrono::milliseconds(50)) {
+      PublishInfo(views);
+      last_info_ = now;
+    }
+    Coordinate(views);
     std::vector<std::pair<std::shared_ptr<Job>, std::pair<int, int>>>
         moves;  // job, (attempts, from)
     for (auto it = inflight_.begin(); it != inflight_.end();) {

@@ -10,6 +10,7 @@
 #define KVSERVE_ROUTER_ROUTER_CORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -33,6 +34,21 @@ struct RouterOptions {
   RoutingConfig routing;
   absl::Duration heartbeat_timeout = absl::Seconds(2);
   RouterMetrics* metrics = nullptr;  // optional; must outlive the core
+  // Recycle coordinator: at most this many workers draining or recycling at once.
+  int max_unavailable = 1;
+  std::string coordinator_id = "router";
+};
+
+// A worker as the admin API shows it.
+struct WorkerInfo {
+  int id = 0;
+  std::string name;
+  bool eligible = false;
+  std::string state;  // from the worker's heartbeat: STARTING, READY, DRAINING, RECYCLING, ...
+  double load = 0;
+  int64_t device_blocks_total = 0, device_blocks_active = 0, device_blocks_cached = 0;
+  int num_running = 0, num_waiting = 0;
+  uint64_t instance_id = 0;
 };
 
 struct Job {
@@ -55,6 +71,13 @@ class RouterCore {
   void Abort(const std::string& request_id);
   // True when at least one worker is eligible (for /ready). Any thread.
   [[nodiscard]] bool ready() const { return ready_.load(); }
+  // Admin: a snapshot of the workers (any thread), and control actions (DRAIN, UNDRAIN,
+  // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
+  [[nodiscard]] std::vector<WorkerInfo> Workers() const;
+  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action);
+  // Recycle slots granted so far (the coordinator).
+  [[nodiscard]] int64_t grants() const { return grants_.load(); }
+
   // Requests moved to another worker because theirs went silent before they started.
   [[nodiscard]] int64_t moved() const { return moved_.load(); }
 
@@ -68,7 +91,13 @@ class RouterCore {
   std::unique_ptr<WorkerPool> pool_;
   std::thread thread_;
   std::atomic<bool> stop_{false}, ready_{false};
-  std::atomic<int64_t> moved_{0};
+  std::atomic<int64_t> moved_{0}, grants_{0};
+  std::chrono::steady_clock::time_point last_info_;
+  mutable std::mutex info_mu_;
+  std::vector<WorkerInfo> info_;                                      // guarded by info_mu_
+  std::vector<std::pair<int, kvserve::v1::ControlAction>> controls_;  // guarded by mu_
+  void Coordinate(const std::vector<WorkerView>& views);
+  void PublishInfo(const std::vector<WorkerView>& views);
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
   std::vector<std::string> aborts_;         // guarded by mu_

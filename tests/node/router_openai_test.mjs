@@ -183,3 +183,37 @@ test('API keys and prompt normalization (a second router replica on the same wor
   assert.deepEqual(await tokenize(other, messy), await tokenize(other, clean));
   assert.notDeepEqual(await tokenize(base, messy), await tokenize(base, clean));  // off by default
 });
+
+test('admin API: list, drain (503 with Retry-After), undrain', async () => {
+  const http = await freePort();
+  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+    '--workers', workerArg, '--max-model-len', '1024', '--admin-token', 'secret'], /kvserve-router ready/);
+  const admin = `http://127.0.0.1:${http}/admin`;
+  const auth = { authorization: 'Bearer secret' };
+  assert.equal((await fetch(`${admin}/workers`)).status, 401);
+  const waitFor = async (pred) => {
+    for (let i = 0; i < 200; i++) {
+      const list = await (await fetch(`${admin}/workers`, { headers: auth })).json();
+      if (pred(list.workers[0])) return list.workers[0];
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error('admin state never reached');
+  };
+  const w = await waitFor((x) => x.state === 'WORKER_STATE_READY');
+  assert.equal(w.name, workerArg);
+  assert.ok(w.device_blocks.total > 0);
+  const drain = await fetch(`${admin}/workers/${workerArg}/drain`, { method: 'POST', headers: auth });
+  assert.equal(drain.status, 200);
+  await waitFor((x) => x.state === 'WORKER_STATE_DRAINING' && !x.eligible);
+  const r = await fetch(`http://127.0.0.1:${http}/v1/completions`, { method: 'POST',
+    body: JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 2 }) });
+  assert.equal(r.status, 503);
+  assert.ok(r.headers.get('retry-after'));
+  assert.equal((await fetch(`${admin}/workers/nope/drain`, { method: 'POST', headers: auth })).status, 404);
+  assert.equal((await fetch(`${admin}/workers/${workerArg}/explode`, { method: 'POST', headers: auth })).status, 400);
+  await fetch(`${admin}/workers/${workerArg}/undrain`, { method: 'POST', headers: auth });
+  await waitFor((x) => x.state === 'WORKER_STATE_READY' && x.eligible);
+  const ok = await fetch(`http://127.0.0.1:${http}/v1/completions`, { method: 'POST',
+    body: JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 2 }) });
+  assert.equal(ok.status, 200);
+});
