@@ -1,5 +1,7 @@
 #include "router/router_core.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "router/router_metrics.h"
@@ -97,15 +99,14 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
 void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
   auto asks = pool_->TakeRecycleAsks();
   if (asks.empty()) return;
+  // The lowest-named asker first: replicas that see the same asks grant the same worker.
+  std::sort(asks.begin(), asks.end(), [&](const auto& a, const auto& b) {
+    return options_.workers[std::get<0>(a)].name < options_.workers[std::get<0>(b)].name;
+  });
+  // Unavailable: any worker out of rotation (draining, recycling, restarting, or silent).
+  // --max-unavailable 0 turns this replica's coordinator off (it denies every ask).
   int unavailable = 0;
-  for (const WorkerView& v : views) {
-    const pb::WorkerStatus* st = pool_->status(v.id);
-    if (st != nullptr &&
-        (st->state() == pb::WORKER_STATE_DRAINING || st->state() == pb::WORKER_STATE_RECYCLING ||
-         st->state() == pb::WORKER_STATE_STARTING)) {
-      ++unavailable;
-    }
-  }
+  for (const WorkerView& v : views) unavailable += v.eligible ? 0 : 1;
   for (const auto& [w, instance, reason] : asks) {
     pb::Control reply;
     reply.set_instance_id(instance);
@@ -202,6 +203,17 @@ void RouterCore::Loop() {
       auto it = inflight_.find(r.request_id());
       if (it == inflight_.end() || it->second.worker != w)
         continue;  // a moved request's old worker
+      if (!it->second.started && r.finish_reason() == pb::FINISH_REASON_ERROR &&
+          r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition) &&
+          it->second.attempts < 3) {
+        // The worker started draining before it saw the request: nothing ran, send it elsewhere.
+        std::shared_ptr<Job> job = it->second.job;
+        const int attempts = it->second.attempts;
+        inflight_.erase(it);
+        ++moved_;
+        Place(job, attempts + 1, w);
+        continue;
+      }
       it->second.started = true;
       std::shared_ptr<Job> job = it->second.job;
       const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
