@@ -194,7 +194,8 @@ test('admin API: list, drain (503 with Retry-After), undrain', async () => {
   const waitFor = async (pred) => {
     for (let i = 0; i < 200; i++) {
       const list = await (await fetch(`${admin}/workers`, { headers: auth })).json();
-      if (pred(list.workers[0])) return list.workers[0];
+      const worker = list.workers[0];  // absent until the core's first snapshot
+      if (worker && pred(worker)) return worker;
       await new Promise((r) => setTimeout(r, 25));
     }
     throw new Error('admin state never reached');
