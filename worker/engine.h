@@ -121,7 +121,8 @@ class Engine {
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
   // Ends every request (finish reason abort) and frees its blocks; returns their ids.
   std::vector<std::string> AbortAll();
-  // The wall-clock time a request was first scheduled (for queue-time metrics), if it was.
+  // Whether a request has been scheduled at least once (queue-time metrics). Unknown or
+  // finished ids count as started.
   [[nodiscard]] bool Started(const std::string& request_id) const;
 
   // Test hooks: the invariant checker over every live sequence, and forced preemption.

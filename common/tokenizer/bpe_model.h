@@ -53,8 +53,6 @@ class BpeModel {
   void MergeWithHeap(std::vector<int>* symbols) const;
   void MergeWithScan(std::vector<int>* symbols) const;
 
-  [[nodiscard]] const StringMap<int>& vocab() const { return vocab_; }
-
  private:
   struct Merge {
     int rank;

@@ -45,15 +45,6 @@ Reference LoadReference(const std::string& model) {
   return ref;
 }
 
-double RelativeError(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double max_ref = 0, max_err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(double{ref[i]}));
-    max_err = std::max(max_err, std::fabs(double{ours[i]} - ref[i]));
-  }
-  return max_err / max_ref;
-}
-
 using Param = std::tuple<std::string, std::string, int, int>;  // model, config file, block, chunk
 
 class EngineNumericsTest : public ::testing::TestWithParam<Param> {};
@@ -78,7 +69,7 @@ TEST_P(EngineNumericsTest, LogitsAndGreedyMatchTransformers) {
     SCOPED_TRACE("prompt " + std::to_string(i));
     const testing::SampleResult& r = results[std::to_string(i)][0];
     ASSERT_EQ(r.prompt_logits.size(), ref.logits[i].size());
-    EXPECT_LT(RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
+    EXPECT_LT(testing::RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
     auto [agreed, near_tie] = GreedyAgreement(r, ref.greedy[i]);
     EXPECT_TRUE(agreed == static_cast<int>(ref.greedy[i].size()) || near_tie)
         << "greedy diverges at " << agreed;

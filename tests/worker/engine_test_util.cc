@@ -1,5 +1,8 @@
 #include "tests/worker/engine_test_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
@@ -67,6 +70,15 @@ std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<in
     if (a.tokens[i] != b[i]) return {static_cast<int>(i), false};
   }
   return {static_cast<int>(n), false};
+}
+
+double RelativeError(const std::vector<float>& ours, const std::vector<float>& ref) {
+  double max_ref = 0, max_err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(double{ref[i]}));
+    max_err = std::max(max_err, std::fabs(double{ours[i]} - ref[i]));
+  }
+  return max_err / max_ref;
 }
 
 }  // namespace kvserve::worker::testing

@@ -40,6 +40,9 @@ RequestInput GreedyRequest(const std::string& id, std::vector<int32_t> prompt, i
 std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<int32_t>& b,
                                      float near_tie = 1e-3f);
 
+// max |ours - ref| / max |ref|: the fixtures README's logit comparison.
+double RelativeError(const std::vector<float>& ours, const std::vector<float>& ref);
+
 }  // namespace kvserve::worker::testing
 
 #endif  // KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_

@@ -29,15 +29,6 @@ std::vector<std::vector<int32_t>> Prompts(const std::string& model) {
   return j["prompts"].get<std::vector<std::vector<int32_t>>>();
 }
 
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double max_ref = 0, max_err = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(double{b[i]}));
-    max_err = std::max(max_err, std::fabs(double{a[i]} - b[i]));
-  }
-  return max_err / max_ref;
-}
-
 struct Variant {
   const char* name;
   int chunk;         // max_num_batched_tokens (0: default)
@@ -95,7 +86,7 @@ TEST_P(TensorParallelTest, SameLogitsAndGreedyOutputsAsOneRank) {
       const testing::SampleResult& b = many[id][0];
       if (!a.prompt_logits.empty()) {
         ASSERT_EQ(a.prompt_logits.size(), b.prompt_logits.size());
-        EXPECT_LT(RelativeError(b.prompt_logits, a.prompt_logits), v.tolerance) << id;
+        EXPECT_LT(testing::RelativeError(b.prompt_logits, a.prompt_logits), v.tolerance) << id;
       }
       auto [agreed, near_tie] = testing::GreedyAgreement(a, b.tokens);
       EXPECT_TRUE(agreed == 16 || near_tie) << id << " diverges at " << agreed;
