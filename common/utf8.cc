@@ -1,5 +1,9 @@
 #include "common/utf8.h"
 
+#include <cstdlib>
+
+#include "utf8proc.h"
+
 namespace kvserve {
 namespace {
 
@@ -96,6 +100,17 @@ std::string Utf8Lossy(std::string_view s) {
     i += have;
   }
   return out;
+}
+
+std::string Utf8Nfc(std::string_view s) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+      &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(s);  // ill-formed input: left as it is
+  std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
 }
 
 }  // namespace kvserve

@@ -25,6 +25,9 @@ size_t CompleteUtf8Prefix(std::string_view s);
 // maximal invalid subsequence becomes U+FFFD.
 std::string Utf8Lossy(std::string_view s);
 
+// Unicode NFC (canonical composition) of valid UTF-8, through utf8proc.
+std::string Utf8Nfc(std::string_view s);
+
 // Byte length of the well-formed sequence starting at s[i], or 0 if it is invalid there
 // (including a truncated sequence at the end).
 size_t Utf8SequenceLength(std::string_view s, size_t i);

@@ -20,7 +20,6 @@
 #include "nlohmann/json.hpp"
 #include "router/openai_request.h"
 #include "router/stop_strings.h"
-#include "utf8proc.h"
 
 namespace kvserve::router {
 
@@ -213,25 +212,14 @@ class Session : public std::enable_shared_from_this<Session> {
     const tokenizer::Tokenizer& tok = *front_->tok;
     std::vector<int> ids;
     if (front_->options.normalize_prompts) {
-      auto nfc = [](const std::string& text) {
-        utf8proc_uint8_t* out = nullptr;
-        const utf8proc_ssize_t n =
-            utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                         static_cast<utf8proc_ssize_t>(text.size()), &out,
-                         static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-        std::string result =
-            n < 0 ? text : std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
-        std::free(out);
-        return result;
-      };
       for (tokenizer::ChatMessage& m : r.messages) {
-        m.content = nfc(m.content);
+        m.content = Utf8Nfc(m.content);
         if (m.role == "system") {
           while (!m.content.empty() && std::isspace(static_cast<unsigned char>(m.content.back())))
             m.content.pop_back();
         }
       }
-      if (r.prompt_text) r.prompt_text = nfc(*r.prompt_text);
+      if (r.prompt_text) r.prompt_text = Utf8Nfc(*r.prompt_text);
     }
     if (r.chat) {
       absl::StatusOr<tokenizer::ChatTemplate> tmpl =

@@ -1,12 +1,9 @@
 #include "common/tokenizer/tokenizer.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "common/utf8.h"
-#include "utf8proc.h"
 
 namespace kvserve::tokenizer {
 namespace {
@@ -16,18 +13,6 @@ bool IsAscii(std::string_view s) {
     if (static_cast<unsigned char>(c) >= 0x80) return false;
   }
   return true;
-}
-
-// Unicode NFC through utf8proc. ASCII is already NFC, which skips the common case.
-std::string Nfc(std::string_view s) {
-  utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n = utf8proc_map(
-      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
-      &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) return std::string(s);  // cannot happen on valid UTF-8
-  std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return result;
 }
 
 }  // namespace
@@ -59,7 +44,7 @@ absl::StatusOr<std::vector<int>> Tokenizer::Encode(std::string_view text,
 absl::Status Tokenizer::EncodeText(std::string_view text, std::vector<int>* out) const {
   std::string normalized;
   if (nfc_ && !IsAscii(text)) {
-    normalized = Nfc(text);
+    normalized = Utf8Nfc(text);
     text = normalized;
   }
   absl::Status status;
