@@ -22,7 +22,7 @@ if(NOT _kvserve_cuda STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES "80;86;89;90" CACHE STRING "CUDA architectures" FORCE)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 (Debian 12) knows no CUDA20 flags for nvcc
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     find_library(KVSERVE_NCCL_LIBRARY nccl

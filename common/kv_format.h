@@ -18,11 +18,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/kv_types.h"
 
 namespace kvserve {
 
-enum class KvDType : uint8_t { kFp32, kFp16, kBf16, kFp8E4M3, kInt8, kInt4 };
-enum class KvGranularity : uint8_t { kNone, kPerToken, kPerGroup, kPerChannel };
 
 std::string_view KvDTypeName(KvDType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4"
 absl::StatusOr<KvDType> ParseKvDType(std::string_view name);  // not "auto"

@@ -15,18 +15,21 @@
 #include <string_view>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/kv_format.h"
 
 namespace kvserve::kernels {
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); w is float32 (the CPU backend converts F16/BF16
-// weights at load).
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]), accumulated in float32. w is float32, fp16 or
+// bf16 (w_type); with 16-bit weights the CUDA backend rounds x to the same type for the tensor
+// cores, the CPU backend widens w (the model converts weights to float32 at load on the CPU).
 struct GemmParams {
   const float* x = nullptr;
-  const float* w = nullptr;
+  const void* w = nullptr;
   const float* bias = nullptr;  // optional
   float* y = nullptr;
   int64_t m = 0, n = 0, k = 0;
+  DType w_type = DType::kF32;  // kF32 | kF16 | kBF16
 };
 
 // out[t, :] = table[ids[t], :].
@@ -108,6 +111,9 @@ struct PagedAttentionParams {
   const int32_t* block_tables = nullptr;
   int64_t num_seqs = 0, max_blocks_per_seq = 0, num_heads = 0;
   float scale = 1.0f;
+  // Upper bounds of query_len[] and context_len[] (device backends size their grids with them
+  // without reading device memory); 0 means unknown, which the CUDA backend rejects.
+  int64_t max_query_len = 0, max_context_len = 0;
 };
 
 // Copies whole blocks (data and scales of K and V, every layer) from block src[i] of

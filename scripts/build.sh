@@ -10,4 +10,4 @@ if [[ -n "${KVSERVE_CUDA_ARCHS:-}" ]]; then
   args+=(-DCMAKE_CUDA_ARCHITECTURES="$KVSERVE_CUDA_ARCHS")
 fi
 cmake "${args[@]}" >/dev/null
-cmake --build "${KVSERVE_BUILD_DIR:-build}" -j "${KVSERVE_JOBS:-2}"
+cmake --build "${KVSERVE_BUILD_DIR:-build}" -j "${KVSERVE_JOBS:-2}" "$@"  # e.g. --target NAME

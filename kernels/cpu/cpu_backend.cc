@@ -38,8 +38,19 @@ class CpuBackend final : public Backend {
 
   void Gemm(const GemmParams& p) override {
     if (p.m == 0 || p.n == 0) return;
+    const float* w = static_cast<const float*>(p.w);
+    if (p.w_type != DType::kF32) {
+      CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
+          << "Gemm: unsupported weight type " << DTypeName(p.w_type);
+      const auto* h = static_cast<const uint16_t*>(p.w);
+      widened_.resize(p.n * p.k);
+      for (int64_t i = 0; i < p.n * p.k; ++i) {
+        widened_[i] = p.w_type == DType::kF16 ? F16ToFloat(h[i]) : Bf16ToFloat(h[i]);
+      }
+      w = widened_.data();
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k), p.w,
+                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k), w,
                 static_cast<int>(p.k), 0.0f, p.y, static_cast<int>(p.n));
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < p.m; ++r) {
@@ -204,6 +215,9 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+ private:
+  std::vector<float> widened_;  // 16-bit weights widened for one Gemm call
 };
 
 }  // namespace

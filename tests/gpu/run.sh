@@ -2,39 +2,50 @@
 # Runs every GPU check on a lent GPU machine from binaries built elsewhere (nothing heavy is
 # built there) and prints a summary table last. Build and bundle on the development machine:
 #
-#   KVSERVE_BUILD_DIR=build-gpu KVSERVE_CUDA=ON KVSERVE_CUDA_ARCHS=90 bash scripts/build.sh
-#   ../shared/gpu/bundle-libs.sh build-gpu/libs build-gpu/bin/*
-#   cp -r ../shared/fixtures build-gpu/fixtures
+#   bash tests/gpu/prepare.sh          # → build-gpu/carry/{bin,libs}
 #
-# then on the GPU machine (carry build-gpu):
+# then on the GPU machine (carry build-gpu/carry):
 #
-#   export LD_LIBRARY_PATH=$PWD/build-gpu/libs:/usr/local/cuda/lib64
-#   bash tests/gpu/run.sh build-gpu
+#   export LD_LIBRARY_PATH=$PWD/build-gpu/carry/libs:/usr/local/cuda/lib64
+#   bash tests/gpu/run.sh build-gpu/carry [--quick]
 #
-# Today it runs the NCCL communicator test; the CUDA backend issue adds the kernel
-# conformance tests and the decode-attention benchmark table.
+# Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
+# the NCCL communicator with one rank, then the decode-attention benchmark and PyTorch SDPA on
+# the same shapes. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=${1:-build-gpu}
-export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/$build/fixtures/models}
+build=${1:-build-gpu/carry}
+quick=${2:-}
+out=${OUT:-/tmp}
 export KVSERVE_SOURCE_DIR=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 results=()
-for t in nccl_communicator_test; do
-  if [[ ! -x $build/bin/$t ]]; then
-    results+=("$t|missing")
-    continue
-  fi
+run_check() {  # name, timeout, command...
+  local name=$1 limit=$2; shift 2
+  local start r elapsed_ms
   start=$(date +%s%N)
-  if timeout 120 "$build/bin/$t" >"/tmp/$t.log" 2>&1; then
-    grep -q "SKIPPED" "/tmp/$t.log" && r=skipped || r=passed
+  if timeout "$limit" "$@" >"$out/$name.log" 2>&1; then
+    grep -q "SKIPPED \]" "$out/$name.log" && r=skipped || r=passed
   else
     r=FAILED
-    tail -n 30 "/tmp/$t.log"
+    tail -n 40 "$out/$name.log"
   fi
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  results+=("$t|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
+  results+=("$name|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
+}
+for t in cuda_backend_test nccl_communicator_test; do
+  if [[ -x $build/bin/$t ]]; then run_check "$t" 180 "$build/bin/$t"; else results+=("$t|missing"); fi
 done
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" 2>/dev/null
+run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
+cat "$out/decode_attention_bench.log"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  run_check sdpa_bench 180 python3 tests/gpu/sdpa_bench.py "$out/sdpa.json" $quick
+else
+  results+=("sdpa_bench|no torch")
+fi
 echo
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
+echo
+[[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json"

@@ -1,5 +1,6 @@
 #include "worker/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -155,6 +156,10 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   std::vector<float> delta(T * H), residual(T * H, 0.0f), h(T * H), qkv(T * qkv_dim),
       attn(T * q_dim), gate_up(T * 2 * inter), act(T * inter);
 
+  const int64_t max_query_len =
+      b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
+  const int64_t max_context_len =
+      b.context_len.empty() ? 0 : *std::max_element(b.context_len.begin(), b.context_len.end());
   backend_->Embedding({b.token_ids.data(), embed_.data(), delta.data(), T, H});
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
@@ -187,6 +192,8 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
     ap.max_blocks_per_seq = b.max_blocks_per_seq;
     ap.num_heads = heads_;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    ap.max_query_len = max_query_len;
+    ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
     backend_->Gemm({attn.data(), L.o.data(), L.o_bias.empty() ? nullptr : L.o_bias.data(),
                     delta.data(), T, H, q_dim});

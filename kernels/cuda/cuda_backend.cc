@@ -1,0 +1,319 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/copy_blocks.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/paged_attention.h"
+
+#define KVSERVE_CUBLAS_CHECK(call)                                        \
+  do {                                                                    \
+    const cublasStatus_t kvserve_cublas_status = (call);                  \
+    CHECK_EQ(kvserve_cublas_status, CUBLAS_STATUS_SUCCESS)                \
+        << #call << ": " << cublasGetStatusString(kvserve_cublas_status); \
+  } while (0)
+
+namespace kvserve::kernels {
+namespace {
+
+cuda::DevKvLayout Layout(const KvFormat& f, int64_t block_size, int64_t head_dim) {
+  cuda::DevKvLayout l;
+  l.dtype = f.dtype;
+  l.granularity = f.quantized() ? f.granularity : KvGranularity::kNone;
+  l.group_size = f.group_size;
+  l.params = f.scale_params();
+  l.row_bytes = f.RowBytes(static_cast<int>(head_dim));
+  l.scale_entries = f.ScaleEntries(static_cast<int>(block_size), static_cast<int>(head_dim));
+  return l;
+}
+
+// A device buffer that only grows (stream-ordered allocation, so growing never syncs).
+class DeviceScratch {
+ public:
+  void* Get(size_t bytes, cudaStream_t stream) {
+    if (bytes > bytes_) {
+      if (data_ != nullptr) KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
+      bytes_ = std::max(bytes, bytes_ * 2);
+      KVSERVE_CUDA_CHECK(cudaMallocAsync(&data_, bytes_, stream));
+    }
+    return data_;
+  }
+  void Release() {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+
+  absl::Status Init() {
+    if (cudaSetDevice(options_.device) != cudaSuccess) {
+      cudaGetLastError();
+      return absl::UnavailableError(
+          absl::StrCat("CUDA device ", options_.device, " is not usable"));
+    }
+    KVSERVE_CUDA_CHECK(
+        cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+    KVSERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    KVSERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
+    if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
+      return absl::UnavailableError("cuBLAS could not initialize");
+    }
+    KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    return absl::OkStatus();
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(options_.device);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+    attention_workspace_.Release();
+    rounded_x_.Release();
+    if (segments_ != nullptr) cudaFreeHost(segments_);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    for (cudaEvent_t e : {compute_done_, copies_done_}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    for (cudaStream_t s : {stream_, copy_stream_}) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+  }
+
+  std::string_view name() const override { return "cuda"; }
+
+  cudaStream_t stream() const { return stream_; }
+
+  void Synchronize() {
+    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void Gemm(const GemmParams& p) override {
+    if (p.m == 0 || p.n == 0) return;
+    const float alpha = 1.0f, beta = 0.0f;
+    const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+    // Row-major y = x · wᵀ is column-major yᵀ = w · xᵀ, with w seen as [k, n] and transposed.
+    if (p.w_type == DType::kF32) {
+      KVSERVE_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+                                       static_cast<const float*>(p.w), k, p.x, k, &beta, p.y, n));
+    } else {
+      CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
+          << "Gemm: unsupported weight type " << DTypeName(p.w_type);
+      const bool bf16 = p.w_type == DType::kBF16;
+      auto* x16 = static_cast<uint16_t*>(rounded_x_.Get(sizeof(uint16_t) * p.m * p.k, stream_));
+      cuda::LaunchRoundTo16(p.x, x16, p.m * p.k, bf16, stream_);
+      const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      KVSERVE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, p.w, t,
+                                        k, x16, t, k, &beta, p.y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+    }
+    if (p.bias != nullptr) cuda::LaunchAddBias(p.y, p.bias, p.m, p.n, stream_);
+  }
+
+  void Embedding(const EmbeddingParams& p) override {
+    cuda::LaunchEmbedding(p.ids, p.table, p.out, p.num_tokens, p.hidden, stream_);
+  }
+
+  void RmsNorm(const RmsNormParams& p) override {
+    cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.rows, p.hidden, p.eps, stream_);
+  }
+
+  void Rope(const RopeParams& p) override {
+    cuda::LaunchRope(p.x, p.positions, p.inv_freq, p.num_tokens, p.num_heads, p.head_dim,
+                     p.row_stride, stream_);
+  }
+
+  void SiluMul(const SiluMulParams& p) override {
+    cuda::LaunchSiluMul(p.gate_up, p.out, p.num_tokens, p.inter, stream_);
+  }
+
+  void WriteKv(const WriteKvParams& p) override {
+    const KvCacheView& c = p.cache;
+    cuda::KvWriteArgs a;
+    a.k = p.k;
+    a.v = p.v;
+    a.row_stride = p.row_stride;
+    a.slot_mapping = p.slot_mapping;
+    a.num_tokens = p.num_tokens;
+    a.k_cache = c.k;
+    a.v_cache = c.v;
+    a.k_scales = c.k_scales;
+    a.v_scales = c.v_scales;
+    a.k_layout = Layout(c.k_format, c.block_size, c.head_dim);
+    a.v_layout = Layout(c.v_format, c.block_size, c.head_dim);
+    a.num_kv_heads = c.num_kv_heads;
+    a.block_size = c.block_size;
+    a.head_dim = c.head_dim;
+    cuda::LaunchKvWrite(a, stream_);
+  }
+
+  void PagedAttention(const PagedAttentionParams& p) override {
+    const KvCacheView& c = p.cache;
+    cuda::AttnArgs a;
+    a.q = p.q;
+    a.q_stride = p.q_stride;
+    a.out = p.out;
+    a.k = c.k;
+    a.v = c.v;
+    a.k_scales = c.k_scales;
+    a.v_scales = c.v_scales;
+    a.k_layout = Layout(c.k_format, c.block_size, c.head_dim);
+    a.v_layout = Layout(c.v_format, c.block_size, c.head_dim);
+    a.query_start = p.query_start;
+    a.query_len = p.query_len;
+    a.context_len = p.context_len;
+    a.block_tables = p.block_tables;
+    a.max_blocks_per_seq = p.max_blocks_per_seq;
+    a.num_seqs = static_cast<int>(p.num_seqs);
+    a.num_heads = static_cast<int>(p.num_heads);
+    a.num_kv_heads = static_cast<int>(c.num_kv_heads);
+    a.head_dim = static_cast<int>(c.head_dim);
+    a.block_size = static_cast<int>(c.block_size);
+    a.max_query_len = static_cast<int>(p.max_query_len);
+    a.max_context_len = static_cast<int>(p.max_context_len);
+    a.scale = p.scale;
+    const char* problem = cuda::CheckAttentionShape(a);
+    CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
+    const cuda::AttnPlan plan = cuda::PlanPagedAttention(
+        a, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
+        options_.attention_blocks_per_sm);
+    float* workspace = plan.workspace_floats == 0
+                           ? nullptr
+                           : static_cast<float*>(attention_workspace_.Get(
+                                 sizeof(float) * plan.workspace_floats, stream_));
+    cuda::LaunchPagedAttention(a, plan, workspace, stream_);
+  }
+
+  void CopyBlocks(const CopyBlocksParams& p) override {
+    if (p.num_pairs == 0 || p.num_layers == 0) return;
+    // The previous step's copies must be done before their segment list is overwritten.
+    KVSERVE_CUDA_CHECK(cudaEventSynchronize(copies_done_));
+    const size_t count = static_cast<size_t>(p.num_layers * p.num_pairs * 4);
+    if (count > segment_capacity_) {
+      if (segments_ != nullptr) KVSERVE_CUDA_CHECK(cudaFreeHost(segments_));
+      segment_capacity_ = std::max(count, 2 * segment_capacity_);
+      KVSERVE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&segments_),
+                                       segment_capacity_ * sizeof(cuda::CopySegment),
+                                       cudaHostAllocMapped));
+    }
+    size_t n = 0;
+    for (int64_t l = 0; l < p.num_layers; ++l) {
+      const KvCacheView& src = p.src_layers[l];
+      const KvCacheView& dst = p.dst_layers[l];
+      const int64_t heads = src.num_kv_heads, bs = src.block_size, d = src.head_dim;
+      const int64_t k_bytes = heads * bs * src.k_format.RowBytes(static_cast<int>(d));
+      const int64_t v_bytes = heads * bs * src.v_format.RowBytes(static_cast<int>(d));
+      const int64_t k_scale_bytes =
+          2 * heads * src.k_format.ScaleEntries(static_cast<int>(bs), static_cast<int>(d));
+      const int64_t v_scale_bytes =
+          2 * heads * src.v_format.ScaleEntries(static_cast<int>(bs), static_cast<int>(d));
+      for (int64_t i = 0; i < p.num_pairs; ++i) {
+        const int64_t s = p.src[i], t = p.dst[i];
+        segments_[n++] = {src.k + s * k_bytes, dst.k + t * k_bytes, k_bytes};
+        segments_[n++] = {src.v + s * v_bytes, dst.v + t * v_bytes, v_bytes};
+        if (k_scale_bytes > 0) {
+          segments_[n++] = {reinterpret_cast<const uint8_t*>(src.k_scales) + s * k_scale_bytes,
+                            reinterpret_cast<uint8_t*>(dst.k_scales) + t * k_scale_bytes,
+                            k_scale_bytes};
+        }
+        if (v_scale_bytes > 0) {
+          segments_[n++] = {reinterpret_cast<const uint8_t*>(src.v_scales) + s * v_scale_bytes,
+                            reinterpret_cast<uint8_t*>(dst.v_scales) + t * v_scale_bytes,
+                            v_scale_bytes};
+        }
+      }
+    }
+    cuda::CopySegment* device_view = nullptr;
+    KVSERVE_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_view), segments_, 0));
+    // Copies start after the compute issued so far, and compute issued later waits for them.
+    KVSERVE_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    cuda::LaunchCopySegments(device_view, static_cast<int64_t>(n), copy_stream_);
+    KVSERVE_CUDA_CHECK(cudaEventRecord(copies_done_, copy_stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(stream_, copies_done_, 0));
+  }
+
+ private:
+  CudaBackendOptions options_;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr, copies_done_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceScratch attention_workspace_, rounded_x_;
+  cuda::CopySegment* segments_ = nullptr;  // mapped pinned host memory
+  size_t segment_capacity_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  auto backend = std::make_unique<CudaBackend>(options);
+  if (absl::Status s = backend->Init(); !s.ok()) return s;
+  return backend;
+}
+
+void CudaSynchronize(Backend& backend) {
+  CHECK_EQ(backend.name(), "cuda");
+  static_cast<CudaBackend&>(backend).Synchronize();
+}
+
+void* CudaComputeStream(Backend& backend) {
+  CHECK_EQ(backend.name(), "cuda");
+  return static_cast<CudaBackend&>(backend).stream();
+}
+
+absl::Status CheckCudaKvSupport(const KvCacheSpec& spec, int head_dim, int block_size, int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device, " is not usable"));
+  }
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CUDA attention kernel covers head_dim 64, 128 and 256, not ", head_dim));
+  }
+  if (block_size <= 0 || cuda::kChunkTokens % block_size != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("--block-size ", block_size, " must divide ",
+                                                      cuda::kChunkTokens, " on the CUDA backend"));
+  }
+  for (size_t l = 0; l < spec.k.size(); ++l) {
+    for (const KvFormat* f : {&spec.k[l], &spec.v[l]}) {
+      if (f->dtype == KvDType::kFp8E4M3 && major * 10 + minor < 89) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("KV cache layer ", l, " is ", f->Describe(),
+                         ": fp8 needs compute capability 8.9 or "
+                         "newer, device ",
+                         device, " is ", major, ".", minor, " (use --kv-cache-dtype int8)"));
+      }
+      if (f->granularity == KvGranularity::kPerGroup && f->group_size % 8 != 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("KV cache layer ", l, " is ", f->Describe(),
+                         ": the CUDA backend needs per-group sizes that are multiples of 8"));
+      }
+    }
+    if (spec.k[l].dtype != spec.v[l].dtype) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV cache layer ", l, ": K and V must share an element type on CUDA"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::kernels

@@ -1,0 +1,33 @@
+// Launchers of the CUDA backend's row-wise ops (embedding, RMSNorm with fused residual, RoPE,
+// SiLU-gated activation, bias add, float32 → fp16/bf16 rounding). Pointers are device
+// pointers; every launch is asynchronous on `stream`. Semantics match backend.h's params.
+#ifndef KVSERVE_KERNELS_CUDA_ELEMENTWISE_H_
+#define KVSERVE_KERNELS_CUDA_ELEMENTWISE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kvserve::kernels::cuda {
+
+void LaunchEmbedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens,
+                     int64_t hidden, cudaStream_t stream);
+
+void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
+                   int64_t hidden, float eps, cudaStream_t stream);
+
+void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64_t num_tokens,
+                int64_t num_heads, int64_t head_dim, int64_t row_stride, cudaStream_t stream);
+
+void LaunchSiluMul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter,
+                   cudaStream_t stream);
+
+// y[r, c] += bias[c] for r < rows, c < cols.
+void LaunchAddBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// out[i] = round-to-nearest-even(x[i]) as fp16 (bf16 when `bf16`), 16-bit patterns.
+void LaunchRoundTo16(const float* x, uint16_t* out, int64_t n, bool bf16, cudaStream_t stream);
+
+}  // namespace kvserve::kernels::cuda
+
+#endif  // KVSERVE_KERNELS_CUDA_ELEMENTWISE_H_

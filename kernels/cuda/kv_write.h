@@ -1,0 +1,35 @@
+// Launcher of the KV write: each token's K and V rows quantized into its cache slot, codes
+// bit-identical to the CPU reference (kernels/cpu/kv_ops.cc). Tokens whose slots fall in one
+// block must be contiguous in the batch and in position order (a sequence's new tokens are);
+// per-channel formats re-encode a block's earlier codes when a token widens the range, so one
+// thread block walks each such run in order while runs in different blocks go in parallel.
+#ifndef KVSERVE_KERNELS_CUDA_KV_WRITE_H_
+#define KVSERVE_KERNELS_CUDA_KV_WRITE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kv_layout.h"
+
+namespace kvserve::kernels::cuda {
+
+struct KvWriteArgs {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0;
+  const int64_t* slot_mapping = nullptr;
+  int64_t num_tokens = 0;
+  uint8_t* k_cache = nullptr;
+  uint8_t* v_cache = nullptr;
+  uint16_t* k_scales = nullptr;
+  uint16_t* v_scales = nullptr;
+  DevKvLayout k_layout, v_layout;
+  int64_t num_kv_heads = 0, block_size = 0, head_dim = 0;
+};
+
+void LaunchKvWrite(const KvWriteArgs& args, cudaStream_t stream);
+
+}  // namespace kvserve::kernels::cuda
+
+#endif  // KVSERVE_KERNELS_CUDA_KV_WRITE_H_

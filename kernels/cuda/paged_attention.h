@@ -1,0 +1,68 @@
+// Launcher of paged attention over the quantized KV cache (decode and prefill chunks alike).
+//
+// One thread block serves ROWS query rows of one sequence that read the same KV head (the
+// query heads of a GQA group, then the group's next query tokens), so each KV row is read
+// once per group, not once per query head. The context is cut into chunks of kChunkTokens
+// whose logits sit in shared memory; chunks are folded with an online softmax, and the chunks
+// of a sequence are split over several thread blocks (split-KV) when the batch alone does not
+// fill the GPU, their partial results merged by a second kernel. K and V are dequantized in
+// registers as they are read (every KvFormat: fp32 / fp16 / bf16 / fp8 / int8 / int4 at any
+// granularity); each sequence's block table is read once per chunk into shared memory.
+#ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_H_
+#define KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/kv_layout.h"
+
+namespace kvserve::kernels::cuda {
+
+inline constexpr int kChunkTokens = 256;
+
+struct AttnArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  const uint16_t* k_scales = nullptr;
+  const uint16_t* v_scales = nullptr;
+  DevKvLayout k_layout, v_layout;
+  const int32_t* query_start = nullptr;
+  const int32_t* query_len = nullptr;
+  const int32_t* context_len = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t max_blocks_per_seq = 0;
+  int num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  int max_query_len = 0, max_context_len = 0;
+  float scale = 1.0f;
+};
+
+// How a launch is cut: set by PlanPagedAttention.
+struct AttnPlan {
+  int rows_per_block = 0;  // ROWS: 4 or 8
+  int row_tiles = 0;       // thread blocks per (sequence, KV head, split) along the rows
+  int num_splits = 1;      // split-KV factor
+  int chunks_per_split = 0;
+  size_t workspace_floats = 0;  // partial outputs, maxima and sums when num_splits > 1
+};
+
+// `num_sms` sizes the split; the workspace never exceeds `max_workspace_floats` (fewer splits
+// are used instead). `min_blocks_per_sm` is the target of thread blocks per SM (0: default).
+AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_workspace_floats,
+                            int min_blocks_per_sm = 0);
+
+// Requires head_dim in {64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
+// dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).
+void LaunchPagedAttention(const AttnArgs& args, const AttnPlan& plan, float* workspace,
+                          cudaStream_t stream);
+
+// Empty when the shape is supported, else what is not.
+const char* CheckAttentionShape(const AttnArgs& args);
+
+}  // namespace kvserve::kernels::cuda
+
+#endif  // KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_H_

@@ -1,0 +1,455 @@
+// Conformance of every CUDA backend op with its CPU twin (the reference backend) on fresh
+// random inputs, with device outputs poisoned (NaN) before each op: GEMMs (float32, fp16 and
+// bf16 weights), embedding, RMSNorm with and without the fused residual, RoPE, SiLU-gated
+// activation, the KV write in every format (bit-identical codes and scales), paged attention
+// for every format over mixed prefill / decode batches, GQA groups, split-KV lengths, block
+// sizes and head sizes, and block copies (device ↔ device ↔ pinned host). Skipped without a
+// CUDA device. Label: gpu.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kv_format.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/nccl_communicator.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvserve::kernels {
+namespace {
+
+#define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess)
+
+// A device copy of a host vector; NaN-poisoned when made from a size alone.
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, Bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    // The backend's streams do not wait for the legacy stream: finish the copy here.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  explicit Dev(size_t n) : n_(n) {
+    EXPECT_EQ(cudaMalloc(&ptr_, Bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr_, 0xff, Bytes()), cudaSuccess);  // NaN for floats
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  ~Dev() { cudaFree(ptr_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+
+  T* get() const { return ptr_; }
+  std::vector<T> Host() const {
+    std::vector<T> out(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+
+ private:
+  size_t Bytes() const { return std::max<size_t>(1, n_ * sizeof(T)); }
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Max over elements of |a − b| / (atol + rtol·|b|); <= 1 passes.
+double WorstRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
+                  double rtol) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
+  }
+  return worst;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    ASSERT_OK_AND_ASSIGN(gpu_, CreateCudaBackend({}));
+    cpu_ = CreateCpuBackend({});
+  }
+  void Sync() { CudaSynchronize(*gpu_); }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(CudaBackendTest, GemmMatchesCpuForEveryWeightType) {
+  const int64_t m = 37, n = 301, k = 264;
+  for (DType wt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(wt)));
+    std::vector<float> x = Random(m * k, rng_), w = Random(n * k, rng_, 0.05f),
+                       bias = Random(n, rng_);
+    std::vector<uint16_t> w16(n * k);
+    std::vector<float> x_ref = x;  // the GPU rounds x to the weights' type for the tensor cores
+    if (wt != DType::kF32) {
+      for (int64_t i = 0; i < n * k; ++i)
+        w16[i] = wt == DType::kF16 ? FloatToF16(w[i]) : FloatToBf16(w[i]);
+      for (float& v : x_ref)
+        v = wt == DType::kF16 ? F16ToFloat(FloatToF16(v)) : Bf16ToFloat(FloatToBf16(v));
+    }
+    std::vector<float> want(m * n);
+    const void* w_host = wt == DType::kF32 ? static_cast<const void*>(w.data()) : w16.data();
+    cpu_->Gemm({x_ref.data(), w_host, bias.data(), want.data(), m, n, k, wt});
+    Dev<float> dx(x), dbias(bias), dy(m * n), dw(w);
+    Dev<uint16_t> dw16(w16);
+    const void* w_dev = wt == DType::kF32 ? static_cast<const void*>(dw.get()) : dw16.get();
+    gpu_->Gemm({dx.get(), w_dev, dbias.get(), dy.get(), m, n, k, wt});
+    EXPECT_LE(WorstRatio(dy.Host(), want, 1e-4, 1e-4), 1.0);
+  }
+}
+
+TEST_F(CudaBackendTest, RowOpsMatchCpu) {
+  const int64_t tokens = 9, hidden = 4096 + 64, vocab = 50, heads = 6, d = 128, inter = 1000;
+  // Embedding.
+  std::vector<float> table = Random(vocab * hidden, rng_);
+  std::vector<int32_t> ids = {3, 0, 49, 3, 17, 8, 8, 22, 1};
+  std::vector<float> emb(tokens * hidden);
+  cpu_->Embedding({ids.data(), table.data(), emb.data(), tokens, hidden});
+  Dev<int32_t> dids(ids);
+  Dev<float> dtable(table), demb(tokens * hidden);
+  gpu_->Embedding({dids.get(), dtable.get(), demb.get(), tokens, hidden});
+  EXPECT_EQ(demb.Host(), emb);
+
+  // RMSNorm, plain and with the fused residual (in place).
+  std::vector<float> x = Random(tokens * hidden, rng_), res = Random(tokens * hidden, rng_),
+                     weight = Random(hidden, rng_);
+  std::vector<float> plain(tokens * hidden), x2 = x, res2 = res;
+  cpu_->RmsNorm({x.data(), nullptr, weight.data(), plain.data(), tokens, hidden, 1e-5f});
+  cpu_->RmsNorm({x2.data(), res2.data(), weight.data(), x2.data(), tokens, hidden, 1e-5f});
+  Dev<float> dx(x), dres(res), dw(weight), dplain(tokens * hidden);
+  gpu_->RmsNorm({dx.get(), nullptr, dw.get(), dplain.get(), tokens, hidden, 1e-5f});
+  EXPECT_LE(WorstRatio(dplain.Host(), plain, 1e-5, 1e-5), 1.0);
+  gpu_->RmsNorm({dx.get(), dres.get(), dw.get(), dx.get(), tokens, hidden, 1e-5f});
+  EXPECT_LE(WorstRatio(dx.Host(), x2, 1e-5, 1e-5), 1.0);
+  EXPECT_LE(WorstRatio(dres.Host(), res2, 1e-6, 1e-6), 1.0);
+
+  // RoPE on a strided row (q heads of a qkv row), llama3-scaled frequencies included.
+  const int64_t stride = heads * d + 2 * d;
+  std::vector<float> rows = Random(tokens * stride, rng_), inv_freq(d / 2);
+  for (int64_t i = 0; i < d / 2; ++i)
+    inv_freq[i] = std::pow(500000.0f, -2.0f * i / d) / (i > 40 ? 8.0f : 1.0f);
+  std::vector<int32_t> pos = {0, 1, 2, 700, 8191, 12, 13, 100000, 5};
+  std::vector<float> rows_cpu = rows;
+  cpu_->Rope({rows_cpu.data(), pos.data(), inv_freq.data(), tokens, heads, d, stride});
+  Dev<float> drows(rows), dfreq(inv_freq);
+  Dev<int32_t> dpos(pos);
+  gpu_->Rope({drows.get(), dpos.get(), dfreq.get(), tokens, heads, d, stride});
+  EXPECT_LE(WorstRatio(drows.Host(), rows_cpu, 2e-4, 2e-4), 1.0);
+
+  // SiLU-gated activation.
+  std::vector<float> gate_up = Random(tokens * 2 * inter, rng_, 3.0f), act(tokens * inter);
+  cpu_->SiluMul({gate_up.data(), act.data(), tokens, inter});
+  Dev<float> dgu(gate_up), dact(tokens * inter);
+  gpu_->SiluMul({dgu.get(), dact.get(), tokens, inter});
+  EXPECT_LE(WorstRatio(dact.Host(), act, 1e-6, 1e-5), 1.0);
+}
+
+// A KV cache pool in host memory and its device twin.
+struct Pool {
+  Pool(const KvFormat& kf, const KvFormat& vf, int64_t blocks, int64_t heads, int64_t bs, int64_t d)
+      : k(blocks * heads * bs * kf.RowBytes(d)),
+        v(blocks * heads * bs * vf.RowBytes(d)),
+        ks(std::max<int64_t>(1, blocks * heads * kf.ScaleEntries(bs, d))),
+        vs(std::max<int64_t>(1, blocks * heads * vf.ScaleEntries(bs, d))) {
+    view.k_format = kf;
+    view.v_format = vf;
+    view.num_blocks = blocks;
+    view.num_kv_heads = heads;
+    view.block_size = bs;
+    view.head_dim = d;
+  }
+  KvCacheView Host() {
+    KvCacheView c = view;
+    c.k = k.data();
+    c.v = v.data();
+    c.k_scales = view.k_format.quantized() ? ks.data() : nullptr;
+    c.v_scales = view.v_format.quantized() ? vs.data() : nullptr;
+    return c;
+  }
+  std::vector<uint8_t> k, v;
+  std::vector<uint16_t> ks, vs;
+  KvCacheView view;
+};
+
+struct DevPool {
+  explicit DevPool(const Pool& p) : k(p.k), v(p.v), ks(p.ks), vs(p.vs), view(p.view) {
+    view.k = k.get();
+    view.v = v.get();
+    view.k_scales = view.k_format.quantized() ? ks.get() : nullptr;
+    view.v_scales = view.v_format.quantized() ? vs.get() : nullptr;
+  }
+  Dev<uint8_t> k, v;
+  Dev<uint16_t> ks, vs;
+  KvCacheView view;
+};
+
+struct FormatCase {
+  std::string name;
+  KvFormat k, v;
+};
+
+std::vector<FormatCase> Formats() {
+  auto f = [](KvDType t, KvGranularity g = KvGranularity::kNone, int group = 0) {
+    return KvFormat{t, g, group};
+  };
+  using G = KvGranularity;
+  return {
+      {"fp32", f(KvDType::kFp32), f(KvDType::kFp32)},
+      {"fp16", f(KvDType::kFp16), f(KvDType::kFp16)},
+      {"bf16", f(KvDType::kBf16), f(KvDType::kBf16)},
+      {"fp8/per_token", f(KvDType::kFp8E4M3, G::kPerToken), f(KvDType::kFp8E4M3, G::kPerToken)},
+      {"fp8/per_channel", f(KvDType::kFp8E4M3, G::kPerChannel),
+       f(KvDType::kFp8E4M3, G::kPerChannel)},
+      {"int8/per_token", f(KvDType::kInt8, G::kPerToken), f(KvDType::kInt8, G::kPerToken)},
+      {"int8/per_group:32", f(KvDType::kInt8, G::kPerGroup, 32),
+       f(KvDType::kInt8, G::kPerGroup, 32)},
+      {"int8/k:per_channel,v:per_token", f(KvDType::kInt8, G::kPerChannel),
+       f(KvDType::kInt8, G::kPerToken)},
+      {"int4/per_token", f(KvDType::kInt4, G::kPerToken), f(KvDType::kInt4, G::kPerToken)},
+      {"int4/per_group:16", f(KvDType::kInt4, G::kPerGroup, 16),
+       f(KvDType::kInt4, G::kPerGroup, 16)},
+      {"int4/per_channel", f(KvDType::kInt4, G::kPerChannel), f(KvDType::kInt4, G::kPerChannel)},
+  };
+}
+
+// A batch: per sequence its cached prefix length and its new (query) tokens.
+struct SeqSpec {
+  int prefix, query;
+};
+
+struct Shape {
+  int heads, kv_heads, d, bs;
+  std::vector<SeqSpec> seqs;
+};
+
+// Writes every sequence's whole context through the CPU backend and the GPU backend (prefix
+// tokens first as one write, then the query tokens), then runs attention on both.
+void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const Shape& s,
+                        std::mt19937& rng) {
+  SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
+               " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs));
+  const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
+  int64_t max_blocks = 0, total_blocks = 0, max_q = 0, max_ctx = 0;
+  for (const SeqSpec& q : s.seqs) {
+    const int64_t blocks = (q.prefix + q.query + s.bs - 1) / s.bs;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    max_q = std::max<int64_t>(max_q, q.query);
+    max_ctx = std::max<int64_t>(max_ctx, q.prefix + q.query);
+  }
+  const int64_t pool_blocks = total_blocks + 3;
+  Pool pool(fc.k, fc.v, pool_blocks, s.kv_heads, s.bs, s.d);
+  // Scattered blocks: a shuffled pool, so no sequence reads consecutive blocks.
+  std::vector<int32_t> order(pool_blocks);
+  for (int64_t i = 0; i < pool_blocks; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
+  int64_t next = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t blocks = (s.seqs[i].prefix + s.seqs[i].query + s.bs - 1) / s.bs;
+    for (int64_t b = 0; b < blocks; ++b) tables[i * max_blocks + b] = order[next++];
+  }
+  const int64_t kv_dim = s.kv_heads * s.d, row = (s.heads + 2 * s.kv_heads) * s.d;
+  auto slots_of = [&](int64_t i, int64_t from, int64_t to) {
+    std::vector<int64_t> slots;
+    for (int64_t t = from; t < to; ++t) {
+      slots.push_back(int64_t{tables[i * max_blocks + t / s.bs]} * s.bs + t % s.bs);
+    }
+    return slots;
+  };
+  // Phase 1: prefixes (one write per sequence, all of them on both backends).
+  DevPool dev(pool);
+  for (int phase = 0; phase < 2; ++phase) {
+    std::vector<float> qkv;
+    std::vector<int64_t> slots;
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      const int64_t from = phase == 0 ? 0 : s.seqs[i].prefix;
+      const int64_t to = phase == 0 ? s.seqs[i].prefix : s.seqs[i].prefix + s.seqs[i].query;
+      std::vector<int64_t> sl = slots_of(i, from, to);
+      slots.insert(slots.end(), sl.begin(), sl.end());
+      std::vector<float> rows = Random((to - from) * row, rng);
+      qkv.insert(qkv.end(), rows.begin(), rows.end());
+    }
+    const int64_t n = static_cast<int64_t>(slots.size());
+    if (n == 0) continue;
+    const int64_t q_dim = s.heads * s.d;
+    cpu.WriteKv(
+        {qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, row, slots.data(), n, pool.Host()});
+    Dev<float> dqkv(qkv);
+    Dev<int64_t> dslots(slots);
+    gpu.WriteKv({dqkv.get() + q_dim, dqkv.get() + q_dim + kv_dim, row, dslots.get(), n, dev.view});
+    if (phase == 0) continue;
+    EXPECT_EQ(dev.k.Host(), pool.k) << "K codes differ";
+    EXPECT_EQ(dev.v.Host(), pool.v) << "V codes differ";
+    if (fc.k.quantized()) {
+      EXPECT_EQ(dev.ks.Host(), pool.ks) << "K scales differ";
+    }
+    if (fc.v.quantized()) {
+      EXPECT_EQ(dev.vs.Host(), pool.vs) << "V scales differ";
+    }
+
+    // Attention of the query tokens over prefix + query.
+    std::vector<int32_t> qstart, qlen, ctx;
+    int32_t at = 0;
+    for (const SeqSpec& q : s.seqs) {
+      qstart.push_back(at);
+      qlen.push_back(q.query);
+      ctx.push_back(q.prefix + q.query);
+      at += q.query;
+    }
+    PagedAttentionParams p;
+    p.q_stride = row;
+    p.num_seqs = num_seqs;
+    p.max_blocks_per_seq = max_blocks;
+    p.num_heads = s.heads;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+    p.max_query_len = max_q;
+    p.max_context_len = max_ctx;
+    std::vector<float> want(n * q_dim);
+    p.q = qkv.data();
+    p.out = want.data();
+    p.cache = pool.Host();
+    p.query_start = qstart.data();
+    p.query_len = qlen.data();
+    p.context_len = ctx.data();
+    p.block_tables = tables.data();
+    cpu.PagedAttention(p);
+    Dev<int32_t> dqs(qstart), dql(qlen), dctx(ctx), dtab(tables);
+    Dev<float> dout(n * q_dim);
+    p.q = dqkv.get();
+    p.out = dout.get();
+    p.cache = dev.view;
+    p.query_start = dqs.get();
+    p.query_len = dql.get();
+    p.context_len = dctx.get();
+    p.block_tables = dtab.get();
+    gpu.PagedAttention(p);
+    EXPECT_LE(WorstRatio(dout.Host(), want, 2e-5, 2e-4), 1.0) << "attention output differs";
+  }
+}
+
+TEST_F(CudaBackendTest, KvWriteAndPagedAttentionMatchCpuForEveryFormat) {
+  const std::vector<Shape> shapes = {
+      // Decode batch with split-KV lengths (several chunks), GQA 4:1, block 16.
+      {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},
+      // Mixed prefill chunks over cached prefixes and decodes, GQA 8:1 (8 rows per block).
+      {16, 2, 64, 8, {{0, 37}, {300, 100}, {1000, 1}, {5, 3}}},
+      // Multi-head attention (no grouping), head_dim 256, block 32.
+      {4, 4, 256, 32, {{90, 17}, {600, 1}}},
+  };
+  // No workspace: one thread block walks a whole context, folding chunks by online softmax.
+  ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0}));
+  for (const FormatCase& fc : Formats()) {
+    for (const Shape& s : shapes) {
+      CheckFormatOnShape(*cpu_, *gpu_, fc, s, rng_);
+      CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
+  const KvFormat f{KvDType::kInt4, KvGranularity::kPerGroup, 32};
+  const int64_t blocks = 12, heads = 2, bs = 16, d = 64, layers = 2;
+  std::vector<Pool> host_pools, pinned_ref;
+  std::vector<std::unique_ptr<DevPool>> dev_pools;
+  std::vector<KvCacheView> dev_views, pinned_views;
+  std::vector<void*> pinned;
+  for (int64_t l = 0; l < layers; ++l) {
+    Pool p(f, f, blocks, heads, bs, d);
+    for (auto& b : p.k) b = static_cast<uint8_t>(rng_());
+    for (auto& b : p.v) b = static_cast<uint8_t>(rng_());
+    for (auto& s : p.ks) s = static_cast<uint16_t>(rng_());
+    for (auto& s : p.vs) s = static_cast<uint16_t>(rng_());
+    dev_pools.push_back(std::make_unique<DevPool>(p));
+    dev_views.push_back(dev_pools.back()->view);
+    host_pools.push_back(std::move(p));
+    // A pinned, mapped host pool of the same shape (the swap space), zeroed.
+    KvCacheView h = dev_views.back();
+    for (auto [ptr, bytes] : {std::pair{&h.k, host_pools.back().k.size()},
+                              std::pair{&h.v, host_pools.back().v.size()}}) {
+      void* mem = nullptr;
+      ASSERT_CUDA(cudaHostAlloc(&mem, bytes, cudaHostAllocMapped));
+      std::memset(mem, 0, bytes);
+      pinned.push_back(mem);
+      *ptr = static_cast<uint8_t*>(mem);
+    }
+    for (auto [ptr, count] : {std::pair{&h.k_scales, host_pools.back().ks.size()},
+                              std::pair{&h.v_scales, host_pools.back().vs.size()}}) {
+      void* mem = nullptr;
+      ASSERT_CUDA(cudaHostAlloc(&mem, 2 * count, cudaHostAllocMapped));
+      std::memset(mem, 0, 2 * count);
+      pinned.push_back(mem);
+      *ptr = static_cast<uint16_t*>(mem);
+    }
+    pinned_views.push_back(h);
+  }
+  // Copy-on-write inside the device pool, swap-out to the host pool, swap back in.
+  std::vector<int32_t> src = {3, 7, 0}, dst = {9, 1, 11};
+  gpu_->CopyBlocks({dev_views.data(), dev_views.data(), layers, src.data(), dst.data(), 3});
+  std::vector<int32_t> out_src = {9, 1}, out_dst = {4, 5};
+  gpu_->CopyBlocks(
+      {dev_views.data(), pinned_views.data(), layers, out_src.data(), out_dst.data(), 2});
+  std::vector<int32_t> in_src = {4, 5}, in_dst = {2, 6};
+  gpu_->CopyBlocks(
+      {pinned_views.data(), dev_views.data(), layers, in_src.data(), in_dst.data(), 2});
+  Sync();
+  // The same copies on the host reference.
+  for (int64_t l = 0; l < layers; ++l) {
+    Pool& p = host_pools[l];
+    const int64_t kb = heads * bs * f.RowBytes(d), sb = heads * f.ScaleEntries(bs, d);
+    auto copy = [&](int32_t s, int32_t t) {
+      std::memcpy(p.k.data() + t * kb, p.k.data() + s * kb, kb);
+      std::memcpy(p.v.data() + t * kb, p.v.data() + s * kb, kb);
+      std::memcpy(p.ks.data() + t * sb, p.ks.data() + s * sb, 2 * sb);
+      std::memcpy(p.vs.data() + t * sb, p.vs.data() + s * sb, 2 * sb);
+    };
+    for (int i = 0; i < 3; ++i) copy(src[i], dst[i]);
+    EXPECT_EQ(std::memcmp(pinned_views[l].k + 4 * kb, p.k.data() + 9 * kb, kb), 0);
+    EXPECT_EQ(std::memcmp(pinned_views[l].v + 5 * kb, p.v.data() + 1 * kb, kb), 0);
+    copy(9, 2);
+    copy(1, 6);
+    EXPECT_EQ(dev_pools[l]->k.Host(), p.k);
+    EXPECT_EQ(dev_pools[l]->v.Host(), p.v);
+    EXPECT_EQ(dev_pools[l]->ks.Host(), p.ks);
+    EXPECT_EQ(dev_pools[l]->vs.Host(), p.vs);
+  }
+  for (void* mem : pinned) cudaFreeHost(mem);
+}
+
+TEST_F(CudaBackendTest, KvSupportCheckNamesWhatIsMissing) {
+  KvQuantOptions int8;
+  int8.dtype = "int8";
+  ASSERT_OK_AND_ASSIGN(KvCacheSpec spec, MakeKvCacheSpec(int8, 2, 128));
+  EXPECT_OK(CheckCudaKvSupport(spec, 128, 16, 0));
+  EXPECT_FALSE(CheckCudaKvSupport(spec, 96, 16, 0).ok());
+  EXPECT_FALSE(CheckCudaKvSupport(spec, 128, 24, 0).ok());
+  KvQuantOptions int4;
+  int4.dtype = "int4";
+  int4.granularity = "per_group";
+  int4.group_size = 4;
+  ASSERT_OK_AND_ASSIGN(KvCacheSpec grouped, MakeKvCacheSpec(int4, 2, 128));
+  const absl::Status s = CheckCudaKvSupport(grouped, 128, 16, 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("multiples of 8"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace kvserve::kernels

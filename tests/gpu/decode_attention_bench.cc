@@ -1,0 +1,289 @@
+// Decode paged attention on the GPU: time, achieved bandwidth and its fraction of the
+// device-to-device copy bandwidth measured in the same run, for bf16 / fp8 / int8 / int4
+// caches (per-token scales) at batch 1/16/64/256 × context 1K/4K/16K/64K, 32 query / 8 KV
+// heads, head_dim 128, block 16; plus block sizes 8 and 32 at 16 × 4K and 64 × 4K (bf16).
+// Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
+// blocks as a paged cache would.
+//
+//   decode_attention_bench [--json FILE] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kv_format.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kvserve::kernels {
+namespace {
+
+#define CHECK_CUDA(call)                                              \
+  do {                                                                \
+    const cudaError_t e = (call);                                     \
+    if (e != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                   \
+    }                                                                 \
+  } while (0)
+
+// Fills `bytes` of device memory with `pattern` (host, `pattern_bytes` long) repeated.
+void FillRepeated(void* dst, size_t bytes, const std::vector<uint8_t>& pattern) {
+  auto* d = static_cast<uint8_t*>(dst);
+  const size_t first = std::min(bytes, pattern.size());
+  CHECK_CUDA(cudaMemcpy(d, pattern.data(), first, cudaMemcpyHostToDevice));
+  for (size_t done = first; done < bytes;) {  // doubling device-to-device copies
+    const size_t n = std::min(done, bytes - done);
+    CHECK_CUDA(cudaMemcpy(d + done, d, n, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());  // the backend's streams do not wait for this one
+}
+
+struct Row {
+  std::string format;
+  int batch, context, block_size, blocks_per_sm;
+  double us, gbps, fraction;
+};
+
+double CopyBandwidth(uint8_t* buf, size_t bytes) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  CHECK_CUDA(cudaMemcpy(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
+  const int iters = 10;
+  CHECK_CUDA(cudaEventRecord(a));
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaMemcpyAsync(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
+  }
+  CHECK_CUDA(cudaEventRecord(b));
+  CHECK_CUDA(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+  return 2.0 * bytes * iters / (ms * 1e-3) / 1e9;  // read + write
+}
+
+int Main(int argc, char** argv) {
+  const char* json_path = nullptr;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  auto backend_or = CreateCudaBackend({});
+  if (!backend_or.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(backend_or.status().message()).c_str());
+    return 1;
+  }
+  Backend& gpu = **backend_or;
+  const int heads = 32, kv_heads = 8, d = 128;
+  const std::vector<int> batches =
+      quick ? std::vector<int>{1, 16} : std::vector<int>{1, 16, 64, 256};
+  const std::vector<int> contexts =
+      quick ? std::vector<int>{1024, 4096} : std::vector<int>{1024, 4096, 16384, 65536};
+  const int64_t max_tokens = int64_t{batches.back()} * contexts.back();
+  // One arena for the largest bf16 cache (K and V), reused by every format.
+  const size_t data_bytes = size_t(max_tokens) * kv_heads * d * 2 * 2;
+  const size_t scale_count = size_t(max_tokens) * kv_heads * 2 * 2;  // int4: scale + minimum
+  uint8_t* arena = nullptr;
+  uint16_t* scales = nullptr;
+  CHECK_CUDA(cudaMalloc(&arena, data_bytes));
+  CHECK_CUDA(cudaMalloc(&scales, scale_count * 2));
+  // Random bytes with bit 6 cleared: bf16 values below 2 in magnitude, fp8 codes that are never
+  // NaN, any int8 / int4 code. Scales are fp16 0.01. (The pattern repeats every 64 MiB.)
+  std::vector<uint8_t> pattern(size_t{64} << 20);
+  std::mt19937 fill_rng(12345);
+  for (size_t i = 0; i < pattern.size(); i += 4) {
+    const uint32_t x = fill_rng() & 0xbfbfbfbfu;
+    std::memcpy(&pattern[i], &x, 4);
+  }
+  FillRepeated(arena, data_bytes, pattern);
+  const uint16_t scale_bits = 0x211f;
+  std::vector<uint8_t> scale_pattern(4096);
+  for (size_t i = 0; i < scale_pattern.size(); i += 2)
+    std::memcpy(&scale_pattern[i], &scale_bits, 2);
+  FillRepeated(scales, scale_count * 2, scale_pattern);
+  const double copy_gbps = CopyBandwidth(arena, std::min<size_t>(data_bytes / 2, size_t{4} << 30));
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbps);
+
+  float *q = nullptr, *out = nullptr;
+  CHECK_CUDA(cudaMalloc(&q, sizeof(float) * batches.back() * heads * d));
+  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * batches.back() * heads * d));
+  std::vector<float> q_host(size_t(batches.back()) * heads * d);
+  for (float& x : q_host) x = std::normal_distribution<float>()(fill_rng);
+  CHECK_CUDA(cudaMemcpy(q, q_host.data(), q_host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<Row> rows;
+  struct Fmt {
+    std::string name;
+    KvFormat f;
+  };
+  const std::vector<Fmt> formats = {
+      {"bf16", {KvDType::kBf16, KvGranularity::kNone, 0}},
+      {"fp8", {KvDType::kFp8E4M3, KvGranularity::kPerToken, 0}},
+      {"int8", {KvDType::kInt8, KvGranularity::kPerToken, 0}},
+      {"int4", {KvDType::kInt4, KvGranularity::kPerToken, 0}},
+  };
+  struct Config {
+    const Fmt* fmt;
+    int batch, context, block_size;
+    int blocks_per_sm = 0;  // split-KV target (0: the backend's default)
+  };
+  std::vector<Config> configs;
+  for (const Fmt& f : formats) {
+    for (int b : batches) {
+      for (int c : contexts) configs.push_back({&f, b, c, 16});
+    }
+  }
+  for (int bs : {8, 32}) {
+    configs.push_back({&formats[0], 16, 4096, bs});
+    if (!quick) configs.push_back({&formats[0], 64, 4096, bs});
+  }
+  // How much split-KV to aim for: thread blocks per SM (the default is 32).
+  for (int per_sm : {8, 16, 64, 128}) {
+    for (auto [b, c] : {std::pair{1, 65536}, {16, 4096}, {64, 4096}, {256, 16384}}) {
+      if (quick && b > 16) continue;
+      if (c > contexts.back() || b > batches.back()) continue;
+      configs.push_back({&formats[0], b, c, 16, per_sm});
+      configs.push_back({&formats[3], b, c, 16, per_sm});
+    }
+  }
+  std::vector<std::unique_ptr<Backend>> tuned(129);
+  auto backend_for = [&](int per_sm) -> Backend& {
+    if (per_sm == 0) return gpu;
+    if (tuned[per_sm] == nullptr) {
+      auto b = CreateCudaBackend({.attention_blocks_per_sm = per_sm});
+      if (!b.ok()) std::exit(1);
+      tuned[per_sm] = *std::move(b);
+    }
+    return *tuned[per_sm];
+  };
+  std::mt19937 rng(1);
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (const Config& cfg : configs) {
+    Backend& be = backend_for(cfg.blocks_per_sm);
+    const KvFormat& f = cfg.fmt->f;
+    const int bs = cfg.block_size;
+    const int64_t blocks_per_seq = (cfg.context + bs - 1) / bs;
+    const int64_t num_blocks = blocks_per_seq * cfg.batch;
+    const int64_t k_bytes = num_blocks * kv_heads * bs * f.RowBytes(d);
+    const int64_t s_count = num_blocks * kv_heads * f.ScaleEntries(bs, d);
+    KvCacheView cache;
+    cache.k = arena;
+    cache.v = arena + k_bytes;
+    cache.k_scales = f.quantized() ? scales : nullptr;
+    cache.v_scales = f.quantized() ? scales + s_count : nullptr;
+    cache.k_format = cache.v_format = f;
+    cache.num_blocks = num_blocks;
+    cache.num_kv_heads = kv_heads;
+    cache.block_size = bs;
+    cache.head_dim = d;
+    std::vector<int32_t> table(num_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> qs(cfg.batch), ql(cfg.batch, 1), cl(cfg.batch, cfg.context);
+    std::iota(qs.begin(), qs.end(), 0);
+    int32_t *dtable, *dqs, *dql, *dcl;
+    CHECK_CUDA(cudaMalloc(&dtable, table.size() * 4));
+    CHECK_CUDA(cudaMalloc(&dqs, cfg.batch * 4));
+    CHECK_CUDA(cudaMalloc(&dql, cfg.batch * 4));
+    CHECK_CUDA(cudaMalloc(&dcl, cfg.batch * 4));
+    CHECK_CUDA(cudaMemcpy(dtable, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dqs, qs.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dql, ql.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dcl, cl.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    auto stream = static_cast<cudaStream_t>(CudaComputeStream(be));
+    PagedAttentionParams p;
+    p.q = q;
+    p.q_stride = heads * d;
+    p.out = out;
+    p.cache = cache;
+    p.query_start = dqs;
+    p.query_len = dql;
+    p.context_len = dcl;
+    p.block_tables = dtable;
+    p.num_seqs = cfg.batch;
+    p.max_blocks_per_seq = blocks_per_seq;
+    p.num_heads = heads;
+    p.scale = 0.088f;
+    p.max_query_len = 1;
+    p.max_context_len = cfg.context;
+    be.PagedAttention(p);  // warm-up (and workspace growth)
+    CudaSynchronize(be);
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    be.PagedAttention(p);
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float one_ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
+    const int iters = std::clamp(static_cast<int>(25.0f / std::max(one_ms, 1e-3f)), 3, 200);
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    for (int i = 0; i < iters; ++i) be.PagedAttention(p);
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    const double us = 1e3 * ms / iters;
+    // Bytes the kernel must read: K and V data and scales of every token, the queries and the
+    // output written.
+    const double bytes =
+        2.0 * k_bytes + 2.0 * 2 * s_count + 2.0 * sizeof(float) * cfg.batch * heads * d;
+    const double gbps = bytes / (us * 1e-6) / 1e9;
+    rows.push_back(
+        {cfg.fmt->name, cfg.batch, cfg.context, bs, cfg.blocks_per_sm, us, gbps, gbps / copy_gbps});
+    for (int32_t* ptr : {dtable, dqs, dql, dcl}) CHECK_CUDA(cudaFree(ptr));
+  }
+  std::printf("%-6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "context", "block",
+              "per_sm", "time_us", "GB/s", "of_copy");
+  for (const Row& r : rows) {
+    std::printf("%-6s %6d %7d %5d %6d %11.1f %9.0f %7.1f%%\n", r.format.c_str(), r.batch, r.context,
+                r.block_size, r.blocks_per_sm, r.us, r.gbps, 100 * r.fraction);
+  }
+  if (json_path != nullptr) {
+    FILE* f = std::fopen(json_path, "w");
+    if (f == nullptr) {
+      std::perror(json_path);
+      return 1;
+    }
+    std::fprintf(f, "{\"copy_gbps\": %.1f, \"rows\": [\n", copy_gbps);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(f,
+                   "  {\"format\": \"%s\", \"batch\": %d, \"context\": %d, \"block_size\": %d, "
+                   "\"blocks_per_sm\": %d, \"us\": %.2f, \"gbps\": %.1f, \"fraction\": %.4f}%s\n",
+                   r.format.c_str(), r.batch, r.context, r.block_size, r.blocks_per_sm, r.us,
+                   r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  CHECK_CUDA(cudaFree(arena));
+  CHECK_CUDA(cudaFree(scales));
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve::kernels
+
+int main(int argc, char** argv) { return kvserve::kernels::Main(argc, argv); }
