@@ -28,6 +28,7 @@ cuda::DevKvLayout Layout(const KvFormat& f, int64_t block_size, int64_t head_dim
   l.dtype = f.dtype;
   l.granularity = f.quantized() ? f.granularity : KvGranularity::kNone;
   l.group_size = f.group_size;
+  while (l.group_size > 0 && (1 << l.group_shift) < l.group_size) ++l.group_shift;
   l.params = f.scale_params();
   l.row_bytes = f.RowBytes(static_cast<int>(head_dim));
   l.scale_entries = f.ScaleEntries(static_cast<int>(block_size), static_cast<int>(head_dim));
@@ -302,10 +303,11 @@ absl::Status CheckCudaKvSupport(const KvCacheSpec& spec, int head_dim, int block
                          "newer, device ",
                          device, " is ", major, ".", minor, " (use --kv-cache-dtype int8)"));
       }
-      if (f->granularity == KvGranularity::kPerGroup && f->group_size % 8 != 0) {
+      if (f->granularity == KvGranularity::kPerGroup &&
+          (f->group_size < 8 || (f->group_size & (f->group_size - 1)) != 0)) {
         return absl::FailedPreconditionError(
             absl::StrCat("KV cache layer ", l, " is ", f->Describe(),
-                         ": the CUDA backend needs per-group sizes that are multiples of 8"));
+                         ": the CUDA backend needs per-group sizes that are powers of two >= 8"));
       }
     }
     if (spec.k[l].dtype != spec.v[l].dtype) {

@@ -13,6 +13,7 @@ struct DevKvLayout {
   KvDType dtype = KvDType::kFp32;
   KvGranularity granularity = KvGranularity::kNone;
   int group_size = 0;
+  int group_shift = 0;        // log2(group_size), per_group only (sizes are powers of two)
   int params = 0;             // fp16 values per scale group (KvFormat::scale_params)
   int64_t row_bytes = 0;      // bytes per token row of one head
   int64_t scale_entries = 0;  // fp16 entries per (block, head)

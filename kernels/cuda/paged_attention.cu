@@ -19,8 +19,9 @@ struct Raw {
                                 : (DT == KvDType::kFp16 || DT == KvDType::kBf16) ? 4
                                 : DT == KvDType::kInt4                           ? 1
                                                                                  : 2;
-  // Rows a thread keeps in flight: about 64 bytes whatever the element size.
-  static constexpr int kUnroll = 16 / kWords < 2 ? 2 : 16 / kWords;
+  // Tokens a thread keeps in flight (K and V rows each): 128 bytes for fp32 / fp16 / bf16,
+  // 64 for int8 / fp8, 32 for int4, as far as registers allow.
+  static constexpr int kUnroll = kWords == 8 ? 2 : 4;
   uint32_t w[kWords];
 };
 
@@ -64,9 +65,12 @@ __device__ __forceinline__ void Unpack(const Raw<DT>& r, float (&x)[kVec]) {
       x[2 * i + 1] = __uint_as_float(r.w[i] & 0xffff0000u);
     }
   } else if constexpr (DT == KvDType::kInt8) {
+    // Integer → float without the quarter-rate I2F: the code (offset by 128 to make it
+    // unsigned) goes into the mantissa of 2^23 and 2^23 + 128 is subtracted.
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      x[i] = static_cast<float>(static_cast<int8_t>((r.w[i / 4] >> (8 * (i % 4))) & 0xff));
+      const uint32_t b = ((r.w[i / 4] >> (8 * (i % 4))) & 0xffu) ^ 0x80u;
+      x[i] = __uint_as_float(b | 0x4b000000u) - 8388736.0f;
     }
   } else if constexpr (DT == KvDType::kFp8E4M3) {
 #pragma unroll
@@ -78,7 +82,9 @@ __device__ __forceinline__ void Unpack(const Raw<DT>& r, float (&x)[kVec]) {
     }
   } else {  // int4: element i in bits 4i..4i+3 of the little-endian word
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = static_cast<float>((r.w[0] >> (4 * i)) & 0xf);
+    for (int i = 0; i < 8; ++i) {
+      x[i] = __uint_as_float(((r.w[0] >> (4 * i)) & 0xfu) | 0x4b000000u) - 8388608.0f;
+    }
   }
 }
 
@@ -98,10 +104,9 @@ __device__ __forceinline__ void Scale(const DevKvLayout& l, const uint16_t* scal
       }
       return;
     }
-    int64_t index = static_cast<int64_t>(off) * l.params;
+    int index = off * l.params;
     if (l.granularity == KvGranularity::kPerGroup) {
-      const int groups = head_dim / l.group_size;
-      index = (static_cast<int64_t>(off) * groups + c0 / l.group_size) * l.params;
+      index = ((off * head_dim + c0) >> l.group_shift) * l.params;  // (off·groups + group)
     }
     const DevQParams p = DevLoadParams(s + index, DT);
 #pragma unroll
@@ -109,12 +114,65 @@ __device__ __forceinline__ void Scale(const DevKvLayout& l, const uint16_t* scal
   }
 }
 
-template <KvDType DT, int ROWS>
-__global__ void __launch_bounds__(kThreads, ROWS == 4 ? 4 : 2)
+// Folds (m2, l2, acc2) into (m, l, acc): two online-softmax states of the same rows.
+template <int ROWS>
+__device__ __forceinline__ void Merge(float& m, float& l, float (&acc)[kVec], float m2, float l2,
+                                      const float (&acc2)[kVec]) {
+  const float m_new = fmaxf(m, m2);
+  const float a = m == -INFINITY ? 0.0f : __expf(m - m_new);
+  const float b = m2 == -INFINITY ? 0.0f : __expf(m2 - m_new);
+  l = l * a + l2 * b;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] = acc[i] * a + acc2[i] * b;
+  m = m_new;
+}
+
+// Sums each of v[0..N) over the LANES threads of a token group, transposed: at each halving
+// step a thread keeps half of its values and trades the other half with its partner, so the
+// N sums cost N − 1 shuffles instead of N·log2(LANES). Afterwards thread `li` holds in
+// v[0..max(1, N / LANES)) the sums of the indices (code << log2(N / LANES)) + k, with `code`
+// made of li's bits O = LANES/2, LANES/4, ... (high to low) for as many steps as N allows.
+template <int O, int n, int N>
+__device__ __forceinline__ void TransposedSum(float (&v)[N], int li) {
+  if constexpr (O >= 1) {
+    if constexpr (n > 1) {
+      const bool upper = (li & O) != 0;
+#pragma unroll
+      for (int k = 0; k < n / 2; ++k) {
+        const float send = upper ? v[k] : v[k + n / 2];
+        const float keep = upper ? v[k + n / 2] : v[k];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+      }
+      TransposedSum<O / 2, n / 2, N>(v, li);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+      TransposedSum<O / 2, 1, N>(v, li);
+    }
+  }
+}
+
+// The lane (within its group) that holds the sum of index `code` after TransposedSum: the code's
+// bits placed at offsets LANES/2, LANES/4, ... (as many as there were transposed steps).
+template <int LANES, int STEPS>
+__device__ __forceinline__ int OwnerLane(int code) {
+  int lane = 0;
+#pragma unroll
+  for (int i = 0; i < STEPS; ++i) {
+    if (code & (1 << (STEPS - 1 - i))) lane |= LANES >> (i + 1);
+  }
+  return lane;
+}
+
+__host__ __device__ constexpr int Log2(int x) { return x <= 1 ? 0 : 1 + Log2(x / 2); }
+
+// One pass over the context: each group of LANES threads takes one token at a time (K and V
+// rows loaded together, kUnroll tokens in flight) and keeps its own online softmax per row;
+// the groups are merged at the end. No barrier inside the loop. HD is head_dim.
+template <KvDType DT, int ROWS, int HD>
+__global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 4 : 3) : 2)
     PagedAttentionKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
-  extern __shared__ float smem[];  // logits [ROWS][kChunkTokens]; then [kWarps][ROWS][head_dim]
-  __shared__ int block_ids[kChunkTokens];
-  __shared__ float row_max[ROWS], row_sum[ROWS], row_alpha[ROWS];
+  extern __shared__ float red[];  // [kWarps][ROWS][head_dim]
+  __shared__ float red_m[kWarps][ROWS], red_l[kWarps][ROWS];
   using R = Raw<DT>;
   constexpr int kUnroll = R::kUnroll;
 
@@ -125,8 +183,7 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? 4 : 2)
   const int r0 = blockIdx.x * ROWS;
   if (r0 >= qlen * group) return;
   const int nrows = min(ROWS, qlen * group - r0);
-  const int d = a.head_dim;
-  const int lanes = d / kVec, slots = kThreads / lanes;
+  constexpr int d = HD, lanes = HD / kVec, slots = kThreads / lanes;
   const int slot = threadIdx.x / lanes, li = threadIdx.x % lanes, c0 = li * kVec;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -148,148 +205,152 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? 4 : 2)
   const int last_visible = ctx - qlen + (r0 + nrows - 1) / group + 1;
   const int t_begin = split * plan.chunks_per_split * kChunkTokens;
   const int t_end = min(last_visible, t_begin + plan.chunks_per_split * kChunkTokens);
-  if (threadIdx.x < ROWS) {
-    row_max[threadIdx.x] = -INFINITY;
-    row_sum[threadIdx.x] = 0.0f;
-  }
-  float acc[ROWS][kVec];
+  const int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  // block_size divides kChunkTokens, so it is a power of two: shifts, not divisions.
+  const int bs = a.block_size, bs_shift = __ffs(bs) - 1, bs_mask = bs - 1;
+
+  float m[ROWS], l[ROWS], acc[ROWS][kVec];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) acc[r][i] = 0.0f;
   }
-  const int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
-  const int bs = a.block_size;
-  float* logits = smem;
-
-  for (int c_start = t_begin; c_start < t_end; c_start += kChunkTokens) {
-    const int n = min(kChunkTokens, t_end - c_start);
-    __syncthreads();  // the previous chunk's readers of block_ids and logits are done
-    for (int i = threadIdx.x; i < (n + bs - 1) / bs; i += kThreads) {
-      block_ids[i] = table[c_start / bs + i];
-    }
-    __syncthreads();
-
-    // Logits: each group of `lanes` threads takes one token row of K.
-    for (int base = slot; base < n; base += kUnroll * slots) {
-      R raw[kUnroll];
+  // Block ids of the next step's tokens, loaded one step ahead.
+  int blk[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int t = base + u * slots;
-        if (t < n) {
-          const int64_t bh = static_cast<int64_t>(block_ids[t / bs]) * a.num_kv_heads + kvh;
-          LoadRaw<DT>(a.k + (bh * bs + t % bs) * a.k_layout.row_bytes, c0, raw[u]);
-        } else {
+  for (int u = 0; u < kUnroll; ++u) {
+    const int t = t_begin + u * slots + slot;
+    blk[u] = t < t_end ? __ldg(table + (t >> bs_shift)) : 0;
+  }
+  // The loop bound is the same for every thread: shuffles below see whole warps.
+  for (int base = t_begin; base < t_end; base += kUnroll * slots) {
+    R kr[kUnroll], vr[kUnroll];
+    int64_t bh[kUnroll];
 #pragma unroll
-          for (int w = 0; w < R::kWords; ++w) raw[u].w[w] = 0;
-        }
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * slots + slot;
+      bh[u] = static_cast<int64_t>(blk[u]) * a.num_kv_heads + kvh;
+      if (t < t_end) {
+        const int64_t row = (bh[u] << bs_shift) + (t & bs_mask);
+        LoadRaw<DT>(a.k + row * a.k_layout.row_bytes, c0, kr[u]);
+        LoadRaw<DT>(a.v + row * a.v_layout.row_bytes, c0, vr[u]);
+      } else {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int t = base + u * slots;
-        float x[kVec];
-        Unpack<DT>(raw[u], x);
-        if (t < n) {
-          const int64_t bh = static_cast<int64_t>(block_ids[t / bs]) * a.num_kv_heads + kvh;
-          Scale<DT>(a.k_layout, a.k_scales, bh, t % bs, d, c0, x);
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) dot += q[r][i] * x[i];
-          for (int o = lanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-          if (li == 0 && t < n) {
-            logits[r * kChunkTokens + t] = c_start + t < visible[r] ? dot : -INFINITY;
-          }
-        }
+        for (int w = 0; w < R::kWords; ++w) kr[u].w[w] = vr[u].w[w] = 0;
       }
     }
-    __syncthreads();
-
-    // Online softmax over chunks: warp w keeps rows w, w + kWarps, ...
-    for (int r = warp; r < ROWS; r += kWarps) {
-      float* lr = logits + r * kChunkTokens;
-      float mx = -INFINITY;
-      for (int t = lane; t < n; t += 32) mx = fmaxf(mx, lr[t]);
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = row_max[r], m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int t = lane; t < n; t += 32) {
-        const float p = m_new == -INFINITY ? 0.0f : __expf(lr[t] - m_new);
-        lr[t] = p;
-        sum += p;
-      }
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (lane == 0) {
-        const float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
-        row_alpha[r] = alpha;
-        row_sum[r] = row_sum[r] * alpha + sum;
-        row_max[r] = m_new;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + kUnroll * slots + u * slots + slot;
+      blk[u] = t < t_end ? __ldg(table + (t >> bs_shift)) : 0;
+    }
+    // Partial dot products of this thread's 8 channels, then one transposed sum over the
+    // token group and a gather, so every thread has every (token, row) score.
+    constexpr int kN = kUnroll * ROWS;
+    float part[kN];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * slots + slot;
+      float x[kVec];
+      Unpack<DT>(kr[u], x);
+      if (t < t_end) Scale<DT>(a.k_layout, a.k_scales, bh[u], t & bs_mask, d, c0, x);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) dot += q[r][i] * x[i];
+        part[u * ROWS + r] = dot;
       }
     }
-    __syncthreads();
-
-    // Values: the same token split; each thread sums its tokens' rows for its 8 channels.
+    TransposedSum<lanes / 2, kN, kN>(part, li);
+    constexpr int kKept = kN / lanes > 1 ? kN / lanes : 1;
+    constexpr int kSteps = Log2(kN / kKept) < Log2(lanes) ? Log2(kN / kKept) : Log2(lanes);
+    const int group_base = lane & ~(lanes - 1);
+    float score[kUnroll][ROWS];
+#pragma unroll
+    for (int idx = 0; idx < kN; ++idx) {
+      const int code = idx / kKept, k = idx % kKept;
+      const float dot =
+          __shfl_sync(0xffffffffu, part[k], group_base + OwnerLane<lanes, kSteps>(code));
+      const int u = idx / ROWS, r = idx % ROWS;
+      const int t = base + u * slots + slot;
+      score[u][r] = t < visible[r] ? dot : -INFINITY;  // t >= t_end is never visible
+    }
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const float alpha = row_alpha[r];
+      float mx = score[0][r];
+#pragma unroll
+      for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, score[u][r]);
+      const float m_new = fmaxf(m[r], mx);
+      if (m_new == -INFINITY) continue;          // nothing visible yet for this row
+      const float alpha = __expf(m[r] - m_new);  // 0 when m[r] is -inf
+      l[r] *= alpha;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[r][i] *= alpha;
-    }
-    for (int base = slot; base < n; base += kUnroll * slots) {
-      R raw[kUnroll];
+      m[r] = m_new;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int t = base + u * slots;
-        if (t < n) {
-          const int64_t bh = static_cast<int64_t>(block_ids[t / bs]) * a.num_kv_heads + kvh;
-          LoadRaw<DT>(a.v + (bh * bs + t % bs) * a.v_layout.row_bytes, c0, raw[u]);
-        }
+        score[u][r] = __expf(score[u][r] - m_new);  // 0 for masked tokens
+        l[r] += score[u][r];
       }
+    }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int t = base + u * slots;
-        if (t >= n) continue;
-        float x[kVec];
-        Unpack<DT>(raw[u], x);
-        const int64_t bh = static_cast<int64_t>(block_ids[t / bs]) * a.num_kv_heads + kvh;
-        Scale<DT>(a.v_layout, a.v_scales, bh, t % bs, d, c0, x);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * slots + slot;
+      float x[kVec];
+      Unpack<DT>(vr[u], x);
+      if (t < t_end) Scale<DT>(a.v_layout, a.v_scales, bh[u], t & bs_mask, d, c0, x);
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          const float p = logits[r * kChunkTokens + t];
+      for (int r = 0; r < ROWS; ++r) {
+        if (m[r] == -INFINITY) continue;
+        const float p = score[u][r];
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) acc[r][i] += p * x[i];
-        }
+        for (int i = 0; i < kVec; ++i) acc[r][i] += p * x[i];
       }
     }
   }
 
-  // Sum the token slots: first the slots inside a warp, then the warps through shared memory.
+  // Merge the token groups: first inside each warp, then the warps through shared memory.
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      for (int o = lanes; o < 32; o <<= 1) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], o);
+    for (int o = lanes; o < 32; o <<= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], o);
+      const float l2 = __shfl_xor_sync(0xffffffffu, l[r], o);
+      float acc2[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc2[i] = __shfl_xor_sync(0xffffffffu, acc[r][i], o);
+      Merge<ROWS>(m[r], l[r], acc[r], m2, l2, acc2);
     }
   }
-  __syncthreads();
-  float* red = smem;
   if (lane < lanes) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
       for (int i = 0; i < kVec; ++i) red[(warp * ROWS + r) * d + c0 + i] = acc[r][i];
+      if (li == 0) {
+        red_m[warp][r] = m[r];
+        red_l[warp][r] = l[r];
+      }
     }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < nrows * d; e += kThreads) {
     const int r = e / d, c = e % d;
-    float v = 0.0f;
+    float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[(w * ROWS + r) * d + c];
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w][r]);
+    float v = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (red_m[w][r] == -INFINITY) continue;
+      const float f = __expf(red_m[w][r] - mx);
+      v += f * red[(w * ROWS + r) * d + c];
+      sum += f * red_l[w][r];
+    }
     const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
-    const float sum = row_sum[r];
     if (plan.num_splits == 1) {
       a.out[(static_cast<int64_t>(q0 + j) * a.num_heads + head) * d + c] = v / sum;
     } else {
@@ -298,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? 4 : 2)
                           split;
       tmp_out[idx * d + c] = sum > 0.0f ? v / sum : 0.0f;
       if (c == 0) {
-        tmp_ms[2 * idx] = row_max[r];
+        tmp_ms[2 * idx] = mx;
         tmp_ms[2 * idx + 1] = sum;
       }
     }
@@ -331,24 +392,39 @@ __global__ void CombineSplitsKernel(AttnArgs a, int num_splits, const float* tmp
   }
 }
 
-template <KvDType DT, int ROWS>
+template <KvDType DT, int ROWS, int HD>
 void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
             cudaStream_t stream) {
-  const size_t smem = sizeof(float) * std::max<size_t>(size_t{ROWS} * kChunkTokens,
-                                                       size_t{kWarps} * ROWS * a.head_dim);
+  const size_t smem = sizeof(float) * kWarps * ROWS * a.head_dim;
   // At most 32 KiB (ROWS 8, head_dim 256): within the default limit, no opt-in needed.
   const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
-  PagedAttentionKernel<DT, ROWS><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
+  PagedAttentionKernel<DT, ROWS, HD><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
   KVSERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <KvDType DT, int ROWS>
+void LaunchHeadDim(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
+                   cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      Launch<DT, ROWS, 64>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case 128:
+      Launch<DT, ROWS, 128>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    default:
+      Launch<DT, ROWS, 256>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+  }
 }
 
 template <KvDType DT>
 void LaunchRows(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
                 cudaStream_t stream) {
   if (plan.rows_per_block == 4) {
-    Launch<DT, 4>(a, plan, tmp_out, tmp_ms, stream);
+    LaunchHeadDim<DT, 4>(a, plan, tmp_out, tmp_ms, stream);
   } else {
-    Launch<DT, 8>(a, plan, tmp_out, tmp_ms, stream);
+    LaunchHeadDim<DT, 8>(a, plan, tmp_out, tmp_ms, stream);
   }
 }
 
@@ -366,8 +442,9 @@ const char* CheckAttentionShape(const AttnArgs& a) {
   }
   if (a.k_layout.dtype != a.v_layout.dtype) return "K and V must share an element type";
   for (const DevKvLayout* l : {&a.k_layout, &a.v_layout}) {
-    if (l->granularity == KvGranularity::kPerGroup && l->group_size % kVec != 0) {
-      return "per-group sizes must be multiples of 8";
+    if (l->granularity == KvGranularity::kPerGroup &&
+        (l->group_size % kVec != 0 || l->group_size != 1 << l->group_shift)) {
+      return "per-group sizes must be powers of two, at least 8";
     }
   }
   if (a.max_query_len <= 0 || a.max_context_len <= 0) {

@@ -441,14 +441,26 @@ TEST_F(CudaBackendTest, KvSupportCheckNamesWhatIsMissing) {
   EXPECT_OK(CheckCudaKvSupport(spec, 128, 16, 0));
   EXPECT_FALSE(CheckCudaKvSupport(spec, 96, 16, 0).ok());
   EXPECT_FALSE(CheckCudaKvSupport(spec, 128, 24, 0).ok());
-  KvQuantOptions int4;
-  int4.dtype = "int4";
-  int4.granularity = "per_group";
-  int4.group_size = 4;
-  ASSERT_OK_AND_ASSIGN(KvCacheSpec grouped, MakeKvCacheSpec(int4, 2, 128));
+  // MakeKvCacheSpec already refuses such a group size; the backend checks on its own too.
+  KvCacheSpec grouped = spec;
+  grouped.k[1] = {KvDType::kInt4, KvGranularity::kPerGroup, 12};
   const absl::Status s = CheckCudaKvSupport(grouped, 128, 16, 0);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("multiples of 8"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("layer 1"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("powers of two"), std::string::npos) << s;
+  // fp8 is accepted from compute capability 8.9 on, refused below with a message naming it.
+  KvQuantOptions fp8;
+  fp8.dtype = "fp8_e4m3";
+  ASSERT_OK_AND_ASSIGN(KvCacheSpec fp8_spec, MakeKvCacheSpec(fp8, 2, 128));
+  int major = 0, minor = 0;
+  ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  const absl::Status f = CheckCudaKvSupport(fp8_spec, 128, 16, 0);
+  if (major * 10 + minor >= 89) {
+    EXPECT_OK(f);
+  } else {
+    EXPECT_NE(f.message().find("compute capability 8.9"), std::string::npos) << f;
+  }
 }
 
 }  // namespace

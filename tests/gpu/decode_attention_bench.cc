@@ -5,7 +5,7 @@
 // Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
 // blocks as a paged cache would.
 //
-//   decode_attention_bench [--json FILE] [--quick]
+//   decode_attention_bench [--json FILE] [--quick] [--only FORMAT:BATCH:CONTEXT]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -73,13 +73,17 @@ double CopyBandwidth(uint8_t* buf, size_t bytes) {
 int Main(int argc, char** argv) {
   const char* json_path = nullptr;
   bool quick = false;
+  std::string only;  // one configuration, e.g. bf16:64:4096 (for a profiler)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json_path = argv[++i];
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--only FORMAT:BATCH:CONTEXT]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -158,13 +162,26 @@ int Main(int argc, char** argv) {
     if (!quick) configs.push_back({&formats[0], 64, 4096, bs});
   }
   // How much split-KV to aim for: thread blocks per SM (the default is 32).
-  for (int per_sm : {8, 16, 64, 128}) {
+  for (int per_sm : {8, 128}) {
     for (auto [b, c] : {std::pair{1, 65536}, {16, 4096}, {64, 4096}, {256, 16384}}) {
       if (quick && b > 16) continue;
       if (c > contexts.back() || b > batches.back()) continue;
       configs.push_back({&formats[0], b, c, 16, per_sm});
       configs.push_back({&formats[3], b, c, 16, per_sm});
     }
+  }
+  if (!only.empty()) {
+    std::vector<Config> picked;
+    for (const Config& c : configs) {
+      const std::string name = c.fmt->name + ":" + std::to_string(c.batch) + ":" +
+                               std::to_string(c.context);
+      if (name == only && c.block_size == 16 && c.blocks_per_sm == 0) picked.push_back(c);
+    }
+    if (picked.empty()) {
+      std::fprintf(stderr, "--only %s matches no configuration\n", only.c_str());
+      return 2;
+    }
+    configs = picked;
   }
   std::vector<std::unique_ptr<Backend>> tuned(129);
   auto backend_for = [&](int per_sm) -> Backend& {

@@ -44,6 +44,17 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 else
   results+=("sdpa_bench|no torch")
 fi
+# A profile of one configuration when Nsight Compute is on the machine.
+if command -v ncu >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/ncu ]]; then
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 120 "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section LaunchStats -k regex:PagedAttentionKernel -c 1 \
+    "$build/bin/decode_attention_bench" --only bf16:64:4096 >"$out/ncu.log" 2>&1 \
+    && results+=("ncu_profile|passed") || results+=("ncu_profile|FAILED")
+  grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu.log" | head -40
+else
+  results+=("ncu_profile|no ncu")
+fi
 echo
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
