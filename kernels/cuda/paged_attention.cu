@@ -65,12 +65,16 @@ __device__ __forceinline__ void Unpack(const Raw<DT>& r, float (&x)[kVec]) {
       x[2 * i + 1] = __uint_as_float(r.w[i] & 0xffff0000u);
     }
   } else if constexpr (DT == KvDType::kInt8) {
-    // Integer → float without the quarter-rate I2F: the code (offset by 128 to make it
-    // unsigned) goes into the mantissa of 2^23 and 2^23 + 128 is subtracted.
+    // Integer → float without the quarter-rate I2F: each code, offset by 128 to make it
+    // unsigned, is permuted into the low byte of 2^23's bit pattern (0x4b0000xx), and
+    // 2^23 + 128 is subtracted: one PRMT and one FADD per element.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t b = ((r.w[i / 4] >> (8 * (i % 4))) & 0xffu) ^ 0x80u;
-      x[i] = __uint_as_float(b | 0x4b000000u) - 8388736.0f;
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t biased = r.w[w] ^ 0x80808080u;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        x[4 * w + b] = __uint_as_float(__byte_perm(biased, 0x4b000000u, 0x7440u + b)) - 8388736.0f;
+      }
     }
   } else if constexpr (DT == KvDType::kFp8E4M3) {
 #pragma unroll
@@ -88,15 +92,43 @@ __device__ __forceinline__ void Unpack(const Raw<DT>& r, float (&x)[kVec]) {
   }
 }
 
-// Applies the scales of the token at `off` of block-head `bh` to elements c0..c0+7.
+__host__ __device__ constexpr bool IsQuantized(KvDType t) {
+  return t == KvDType::kFp8E4M3 || t == KvDType::kInt8 || t == KvDType::kInt4;
+}
+
+// The fp16 parameters (scale, and the minimum for int4) of the token at `off` of block-head
+// `bh` for channels c0..c0+7, as raw bits (scale low, minimum high), loaded in the same step
+// as the token's codes so their latency overlaps. Per-channel parameters are read in Scale.
+template <KvDType DT>
+__device__ __forceinline__ uint32_t LoadTokenParams(const DevKvLayout& l, const uint16_t* scales,
+                                                    int64_t bh, int off, int head_dim, int c0) {
+  if constexpr (!IsQuantized(DT)) {
+    return 0;
+  } else {
+    if (l.granularity == KvGranularity::kPerChannel) return 0;
+    int index = off * l.params;
+    if (l.granularity == KvGranularity::kPerGroup) {
+      index = ((off * head_dim + c0) >> l.group_shift) * l.params;  // (off·groups + group)
+    }
+    const uint16_t* p = scales + bh * l.scale_entries + index;
+    if constexpr (DT == KvDType::kInt4) {
+      return __ldg(reinterpret_cast<const uint32_t*>(p));  // index is even: 4-byte aligned
+    } else {
+      return __ldg(p);
+    }
+  }
+}
+
+// Applies the scales to elements c0..c0+7 of the token at `off` of block-head `bh`: from
+// `params` (LoadTokenParams) per token or group, from memory per channel.
 template <KvDType DT>
 __device__ __forceinline__ void Scale(const DevKvLayout& l, const uint16_t* scales, int64_t bh,
-                                      int off, int head_dim, int c0, float (&x)[kVec]) {
-  if constexpr (DT == KvDType::kFp32 || DT == KvDType::kFp16 || DT == KvDType::kBf16) {
+                                      int c0, uint32_t params, float (&x)[kVec]) {
+  if constexpr (!IsQuantized(DT)) {
     return;
   } else {
-    const uint16_t* s = scales + bh * l.scale_entries;
     if (l.granularity == KvGranularity::kPerChannel) {
+      const uint16_t* s = scales + bh * l.scale_entries;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         const DevQParams p = DevLoadParams(s + (c0 + i) * l.params, DT);
@@ -104,13 +136,11 @@ __device__ __forceinline__ void Scale(const DevKvLayout& l, const uint16_t* scal
       }
       return;
     }
-    int index = off * l.params;
-    if (l.granularity == KvGranularity::kPerGroup) {
-      index = ((off * head_dim + c0) >> l.group_shift) * l.params;  // (off·groups + group)
-    }
-    const DevQParams p = DevLoadParams(s + index, DT);
+    const float scale = DevF16Value(static_cast<uint16_t>(params & 0xffffu));
+    const float zero =
+        DT == KvDType::kInt4 ? DevF16Value(static_cast<uint16_t>(params >> 16)) : 0.0f;
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) x[i] = x[i] * p.scale + p.zero;
+    for (int i = 0; i < kVec; ++i) x[i] = x[i] * scale + zero;
   }
 }
 
@@ -227,6 +257,7 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 
   // The loop bound is the same for every thread: shuffles below see whole warps.
   for (int base = t_begin; base < t_end; base += kUnroll * slots) {
     R kr[kUnroll], vr[kUnroll];
+    uint32_t kp[kUnroll], vp[kUnroll];  // per-token / per-group parameters
     int64_t bh[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -236,9 +267,12 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 
         const int64_t row = (bh[u] << bs_shift) + (t & bs_mask);
         LoadRaw<DT>(a.k + row * a.k_layout.row_bytes, c0, kr[u]);
         LoadRaw<DT>(a.v + row * a.v_layout.row_bytes, c0, vr[u]);
+        kp[u] = LoadTokenParams<DT>(a.k_layout, a.k_scales, bh[u], t & bs_mask, d, c0);
+        vp[u] = LoadTokenParams<DT>(a.v_layout, a.v_scales, bh[u], t & bs_mask, d, c0);
       } else {
 #pragma unroll
         for (int w = 0; w < R::kWords; ++w) kr[u].w[w] = vr[u].w[w] = 0;
+        kp[u] = vp[u] = 0;
       }
     }
 #pragma unroll
@@ -255,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 
       const int t = base + u * slots + slot;
       float x[kVec];
       Unpack<DT>(kr[u], x);
-      if (t < t_end) Scale<DT>(a.k_layout, a.k_scales, bh[u], t & bs_mask, d, c0, x);
+      if (t < t_end) Scale<DT>(a.k_layout, a.k_scales, bh[u], c0, kp[u], x);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         float dot = 0.0f;
@@ -301,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 
       const int t = base + u * slots + slot;
       float x[kVec];
       Unpack<DT>(vr[u], x);
-      if (t < t_end) Scale<DT>(a.v_layout, a.v_scales, bh[u], t & bs_mask, d, c0, x);
+      if (t < t_end) Scale<DT>(a.v_layout, a.v_scales, bh[u], c0, vp[u], x);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         if (m[r] == -INFINITY) continue;
@@ -465,7 +499,7 @@ AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace
   const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
   const int64_t base = int64_t{plan.row_tiles} * a.num_kv_heads * a.num_seqs;
   const int64_t target =
-      int64_t{std::max(num_sms, 1)} * (min_blocks_per_sm > 0 ? min_blocks_per_sm : 32);
+      int64_t{std::max(num_sms, 1)} * (min_blocks_per_sm > 0 ? min_blocks_per_sm : 8);
   int splits = static_cast<int>(std::clamp<int64_t>((target + base - 1) / base, 1, chunks));
   const int64_t rows = int64_t{a.num_seqs} * a.max_query_len * a.num_heads;
   const int64_t per_split = rows * (a.head_dim + 2);
