@@ -119,8 +119,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return Respond(200, front_->metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
     }
     if (method == "GET" && target == "/ready") {
-      return front_->core->ready() ? Respond(200, "ready\n", "text/plain")
-                                   : Respond(503, "no worker is ready\n", "text/plain");
+      const std::string counts = absl::StrCat(front_->core->eligible_workers(), "/",
+                                              front_->core->known_workers(), " workers\n");
+      return front_->core->ready() ? Respond(200, "ready: " + counts, "text/plain")
+                                   : Respond(503, "no worker is ready: " + counts, "text/plain");
     }
     if (method == "GET" && target == "/v1/models") {
       return Respond(200, Dump({{"object", "list"},

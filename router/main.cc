@@ -29,6 +29,13 @@ ABSL_FLAG(int32_t, max_unavailable, 1,
           "Recycle coordinator: most workers draining or recycling at once");
 ABSL_FLAG(std::string, api_keys, "",
           "Comma-separated keys; when set, /v1/* needs Authorization: Bearer KEY");
+ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
+ABSL_FLAG(double, w_load, 0.25, "prefix policy: cost weight of each block of load");
+ABSL_FLAG(int64_t, balance_abs_threshold, 512,
+          "prefix policy: load spread in blocks past which (with the relative threshold) the "
+          "least-loaded worker is chosen");
+ABSL_FLAG(double, balance_rel_threshold, 1.5,
+          "prefix policy: ...when also the busiest worker's load exceeds this × the idlest's");
 ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
@@ -47,6 +54,16 @@ absl::Status Serve() {
   ASSIGN_OR_RETURN(ModelConfig config, LoadHfConfig(model));
   RouterOptions o;
   ASSIGN_OR_RETURN(o.routing.policy, ParsePolicy(absl::GetFlag(FLAGS_policy)));
+  o.routing.w_prefill = absl::GetFlag(FLAGS_w_prefill);
+  o.routing.w_load = absl::GetFlag(FLAGS_w_load);
+  o.routing.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
+  o.routing.balance_rel_threshold = absl::GetFlag(FLAGS_balance_rel_threshold);
+  if (o.routing.w_prefill < 0 || o.routing.w_load < 0 || o.routing.balance_abs_threshold < 0 ||
+      o.routing.balance_rel_threshold < 1) {
+    return absl::InvalidArgumentError(
+        "--w-prefill, --w-load and --balance-abs-threshold must be >= 0, "
+        "--balance-rel-threshold >= 1");
+  }
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(w, ':');

@@ -1,6 +1,7 @@
 #include "router/router_core.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -156,7 +157,13 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
                                    std::string(d.status().message())));
     return;
   }
-  if (options_.metrics != nullptr) options_.metrics->CountDecision(d->reason);
+  if (options_.metrics != nullptr) {
+    std::string name;
+    for (const WorkerView& v : views) {
+      if (v.id == d->worker) name = v.name;
+    }
+    options_.metrics->CountDecision(d->reason, name);
+  }
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, pool_->status(d->worker)->block_size()));
   if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
@@ -227,9 +234,15 @@ void RouterCore::Loop() {
     }
     // A worker whose heartbeat stopped: its requests end with an error.
     const std::vector<WorkerView> views = pool_->Views();
-    bool any = false;
-    for (const WorkerView& v : views) any = any || v.eligible;
-    ready_ = any;
+    int eligible = 0;
+    for (const WorkerView& v : views) eligible += v.eligible ? 1 : 0;
+    if (eligible != eligible_.load() || static_cast<int>(views.size()) != known_.load()) {
+      // Launchers (kvserve-cluster) and operators read this line.
+      std::cout << "kvserve-router: " << eligible << "/" << views.size() << " workers ready"
+                << std::endl;
+    }
+    known_ = static_cast<int>(views.size());
+    eligible_ = eligible;
     if (auto now = std::chrono::steady_clock::now();
         now - last_info_ > std::chrono::milliseconds(50)) {
       PublishInfo(views);

@@ -70,7 +70,10 @@ class RouterCore {
   // Abort a submitted request (client gone). Any thread.
   void Abort(const std::string& request_id);
   // True when at least one worker is eligible (for /ready). Any thread.
-  [[nodiscard]] bool ready() const { return ready_.load(); }
+  [[nodiscard]] bool ready() const { return eligible_.load() > 0; }
+  // Workers eligible for routing, and known. Any thread.
+  [[nodiscard]] int eligible_workers() const { return eligible_.load(); }
+  [[nodiscard]] int known_workers() const { return known_.load(); }
   // Admin: a snapshot of the workers (any thread), and control actions (DRAIN, UNDRAIN,
   // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
   [[nodiscard]] std::vector<WorkerInfo> Workers() const;
@@ -90,7 +93,8 @@ class RouterCore {
   PrefixIndex index_;
   std::unique_ptr<WorkerPool> pool_;
   std::thread thread_;
-  std::atomic<bool> stop_{false}, ready_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> eligible_{0}, known_{0};
   std::atomic<int64_t> moved_{0}, grants_{0};
   std::chrono::steady_clock::time_point last_info_;
   mutable std::mutex info_mu_;

@@ -26,12 +26,18 @@ void RouterMetrics::CountRequest(const std::string& endpoint, int status) {
       .Increment();
 }
 
-void RouterMetrics::CountDecision(const std::string& reason) {
+void RouterMetrics::CountDecision(const std::string& reason, const std::string& worker) {
   prometheus::BuildCounter()
       .Name("kvserve_router_decisions_total")
       .Help("Routing decisions by reason")
       .Register(*registry_)
       .Add({{"reason", reason}})
+      .Increment();
+  prometheus::BuildCounter()
+      .Name("kvserve_router_routed_total")
+      .Help("Requests sent to each worker")
+      .Register(*registry_)
+      .Add({{"worker", worker}})
       .Increment();
 }
 

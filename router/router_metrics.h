@@ -15,7 +15,8 @@ class RouterMetrics {
  public:
   RouterMetrics();
   void CountRequest(const std::string& endpoint, int status);
-  void CountDecision(const std::string& reason);
+  // One routed request: why, and to which worker (by its name).
+  void CountDecision(const std::string& reason, const std::string& worker);
   void CountCached(int64_t predicted_tokens, int64_t reported_tokens);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);

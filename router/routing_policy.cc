@@ -1,5 +1,6 @@
 #include "router/routing_policy.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -75,9 +76,31 @@ absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerVi
       static_cast<double>(max_load) > c.balance_rel_threshold * static_cast<double>(min_load)) {
     return finish(least_loaded(), "balance");
   }
+  // A prompt that no worker caches well (best match under spread_below of its blocks) goes to
+  // the worker that caches the least (SGLang's smallest tree), so that new prefixes spread
+  // their groups, and with them the load, over the workers; lower load, then round robin,
+  // break ties.
+  const size_t first = (*round_robin)++ % eligible.size();
+  int best_match = 0;
+  for (const WorkerView* w : eligible)
+    best_match = std::max(best_match, index.LongestPrefix(w->id, hashes).total());
+  if (!hashes.empty() && best_match < c.spread_below * static_cast<double>(hashes.size())) {
+    const WorkerView* pick = nullptr;
+    for (size_t k = 0; k < eligible.size(); ++k) {
+      const WorkerView* w = eligible[(first + k) % eligible.size()];
+      if (pick == nullptr || index.num_blocks(w->id) < index.num_blocks(pick->id) ||
+          (index.num_blocks(w->id) == index.num_blocks(pick->id) &&
+           LoadBlocks(c, *w) < LoadBlocks(c, *pick))) {
+        pick = w;
+      }
+    }
+    return finish(pick, "spread");
+  }
+  // Scanned from a rotating start, so that equal costs go round robin.
   const WorkerView* best = nullptr;
   double best_cost = 0;
-  for (const WorkerView* w : eligible) {
+  for (size_t k = 0; k < eligible.size(); ++k) {
+    const WorkerView* w = eligible[(first + k) % eligible.size()];
     const PrefixIndex::Match m = index.LongestPrefix(w->id, hashes);
     const double to_prefill =
         static_cast<double>(hashes.size()) - m.device_blocks - c.host_weight * m.host_blocks;

@@ -2,7 +2,9 @@
 //   prefix      (default) cost = w_prefill · blocks still to prefill + w_load · load blocks,
 //               where cached device blocks count fully and host blocks by host_weight
 //               (Dynamo-style), falling back to least-loaded when the load spread passes both
-//               an absolute and a relative threshold (SGLang-style);
+//               an absolute and a relative threshold (SGLang-style); a prompt no worker
+//               caches well (under spread_below of its blocks) goes to the worker caching
+//               the least (SGLang's smallest tree), so new prefixes spread over the workers;
 //   round_robin, least_load, and session (rendezvous hashing of a session key, sticky while
 //               its worker stays eligible).
 // Draining, recycling, starting and unhealthy workers are never picked.
@@ -36,17 +38,21 @@ struct WorkerView {
 
 struct RoutingConfig {
   Policy policy = Policy::kPrefix;
+  // A prompt's blocks mostly cost prefill compute; load blocks (what in-flight requests hold)
+  // mostly cost a share of decode steps, hence the lower weight: a worker that caches a
+  // 32-block prefix keeps the prompt until it carries ~4 more such requests than an idle one.
   double w_prefill = 1.0;
-  double w_load = 1.0;
-  double host_weight = 0.5;            // a host-tier block saves this fraction of a device block
-  int64_t balance_abs_threshold = 64;  // load spread in blocks that triggers the fallback...
-  double balance_rel_threshold = 1.5;  // ...when also max > rel × min
-  int64_t waiting_blocks = 16;         // load blocks a queued request counts for
+  double w_load = 0.25;
+  double host_weight = 0.5;             // a host-tier block saves this fraction of a device block
+  int64_t balance_abs_threshold = 512;  // load spread in blocks that triggers the fallback...
+  double balance_rel_threshold = 1.5;   // ...when also max > rel × min
+  int64_t waiting_blocks = 16;          // load blocks a queued request counts for
+  double spread_below = 0.5;            // best cached fraction under which a prompt is "new"
 };
 
 struct Decision {
   int worker = -1;
-  std::string reason;  // "prefix", "balance", "round_robin", "least_load", "session"
+  std::string reason;  // "prefix", "spread", "balance", "round_robin", "least_load", "session"
   int predicted_cached_blocks = 0;
 };
 

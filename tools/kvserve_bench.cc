@@ -1,15 +1,25 @@
-// kvserve-bench: benchmarks. `kvserve-bench quality` is the KV-quantization quality harness
-// (tools/bench/kv_quality.h); the serving load generator joins it with the router.
+// kvserve-bench: benchmarks. `quality` is the KV-quantization quality harness
+// (tools/bench/kv_quality.h); `serve` is the serving load generator against a running router
+// (tools/bench/serving.h), with vLLM's metrics and SGLang's shared-prefix dataset.
 //
 //   kvserve-bench quality --model DIR [--tokens 2048] [--json]
+//   kvserve-bench serve --url http://127.0.0.1:8000 --dataset shared-prefix
+//       --gsp-num-groups 16 --gsp-prompts-per-group 4 --gsp-system-prompt-len 512
+//       --gsp-question-len 32 --gsp-output-len 16 [--request-rate inf]
+//       [--max-concurrency 4] [--json-out FILE]
+#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/hf_config.h"
 #include "common/init.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/kv_quality.h"
+#include "tools/bench/serving.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory");
 ABSL_FLAG(int32_t, tokens, 2048, "quality: teacher-forced stream length");
@@ -19,7 +29,30 @@ ABSL_FLAG(int32_t, group_size, 32,
 ABSL_FLAG(int32_t, decode_batch, 8, "quality: sequences in the decode timing");
 ABSL_FLAG(int32_t, decode_context, 512, "quality: context per sequence in the decode timing");
 ABSL_FLAG(int32_t, decode_steps, 32, "quality: timed decode steps (0: skip)");
-ABSL_FLAG(bool, json, false, "Print JSON instead of the table");
+ABSL_FLAG(bool, json, false, "quality: print JSON instead of the table");
+
+ABSL_FLAG(std::string, url, "http://127.0.0.1:8000", "serve: the router");
+ABSL_FLAG(std::string, served_model, "", "serve: the model name to send (default: the router's)");
+ABSL_FLAG(std::string, dataset, "random", "serve: random, shared-prefix or multi-turn");
+ABSL_FLAG(int32_t, num_prompts, 64, "serve: requests of the random dataset");
+ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (Poisson) or inf");
+ABSL_FLAG(int32_t, max_concurrency, 0, "serve: requests in flight at most (0: no cap)");
+ABSL_FLAG(int32_t, vocab_size, 32000, "serve: prompt token ids are drawn below this");
+ABSL_FLAG(int32_t, block_size, 16, "serve: the workers' block size (for the ideal hit rate)");
+ABSL_FLAG(int32_t, random_input_len, 256, "serve: random dataset prompt tokens");
+ABSL_FLAG(int32_t, random_output_len, 32, "serve: random dataset output tokens");
+ABSL_FLAG(int32_t, gsp_num_groups, 16, "serve: shared-prefix groups");
+ABSL_FLAG(int32_t, gsp_prompts_per_group, 4, "serve: shared-prefix prompts per group");
+ABSL_FLAG(int32_t, gsp_system_prompt_len, 512, "serve: shared-prefix system prompt tokens");
+ABSL_FLAG(int32_t, gsp_question_len, 32, "serve: shared-prefix question tokens");
+ABSL_FLAG(int32_t, gsp_output_len, 16, "serve: shared-prefix output tokens");
+ABSL_FLAG(int32_t, multi_turn_conversations, 8, "serve: multi-turn conversations");
+ABSL_FLAG(int32_t, multi_turn_turns, 4, "serve: turns per conversation");
+ABSL_FLAG(int32_t, multi_turn_input_len, 64, "serve: new prompt tokens per turn");
+ABSL_FLAG(int32_t, multi_turn_output_len, 16, "serve: output tokens per turn");
+ABSL_FLAG(std::string, goodput, "",
+          "serve: SLOs for goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (milliseconds)");
+ABSL_FLAG(std::string, json_out, "", "serve: also write the report as JSON to this file");
 
 namespace kvserve {
 namespace {
@@ -70,16 +103,87 @@ int Quality() {
   return 0;
 }
 
+absl::Status ParseGoodput(const std::string& spec, bench::ServingOptions* o) {
+  for (absl::string_view item : absl::StrSplit(spec, ' ', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    double ms = 0;
+    if (!absl::SimpleAtod(kv.second, &ms) || ms <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--goodput '", item, "' is not NAME:MILLISECONDS (> 0)"));
+    }
+    if (kv.first == "ttft") {
+      o->slo_ttft_ms = ms;
+    } else if (kv.first == "tpot") {
+      o->slo_tpot_ms = ms;
+    } else if (kv.first == "e2el") {
+      o->slo_e2e_ms = ms;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--goodput names '", kv.first, "'; use ttft, tpot or e2el"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Serve() {
+  bench::ServingOptions o;
+  o.url = absl::GetFlag(FLAGS_url);
+  o.model = absl::GetFlag(FLAGS_served_model);
+  o.dataset = absl::GetFlag(FLAGS_dataset);
+  o.num_prompts = absl::GetFlag(FLAGS_num_prompts);
+  const std::string rate = absl::GetFlag(FLAGS_request_rate);
+  if (rate != "inf" && !absl::SimpleAtod(rate, &o.request_rate)) {
+    std::cerr << "kvserve-bench serve: --request-rate '" << rate << "' is not a number or inf\n";
+    return 2;
+  }
+  o.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.random_input_len = absl::GetFlag(FLAGS_random_input_len);
+  o.random_output_len = absl::GetFlag(FLAGS_random_output_len);
+  o.gsp_num_groups = absl::GetFlag(FLAGS_gsp_num_groups);
+  o.gsp_prompts_per_group = absl::GetFlag(FLAGS_gsp_prompts_per_group);
+  o.gsp_system_prompt_len = absl::GetFlag(FLAGS_gsp_system_prompt_len);
+  o.gsp_question_len = absl::GetFlag(FLAGS_gsp_question_len);
+  o.gsp_output_len = absl::GetFlag(FLAGS_gsp_output_len);
+  o.multi_turn_conversations = absl::GetFlag(FLAGS_multi_turn_conversations);
+  o.multi_turn_turns = absl::GetFlag(FLAGS_multi_turn_turns);
+  o.multi_turn_input_len = absl::GetFlag(FLAGS_multi_turn_input_len);
+  o.multi_turn_output_len = absl::GetFlag(FLAGS_multi_turn_output_len);
+  if (absl::Status s = ParseGoodput(absl::GetFlag(FLAGS_goodput), &o); !s.ok()) {
+    std::cerr << "kvserve-bench serve: " << s.message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<nlohmann::json> report = bench::RunServing(o);
+  if (!report.ok()) {
+    std::cerr << "kvserve-bench serve: " << report.status().message() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << bench::FormatServingReport(*report);
+  if (const std::string path = absl::GetFlag(FLAGS_json_out); !path.empty()) {
+    std::ofstream f(path);
+    f << report->dump(2) << "\n";
+    if (!f) {
+      std::cerr << "kvserve-bench serve: cannot write " << path << "\n";
+      return 1;
+    }
+  }
+  return (*report)["failed"].get<int>() == 0 ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace kvserve
 
 int main(int argc, char** argv) {
   std::vector<char*> args = kvserve::InitProgram(
       argc, argv,
-      "kvserve-bench quality --model DIR [--tokens N] [--json]: KV quantization quality");
-  if (args.size() < 2 || std::string(args[1]) != "quality") {
-    std::cerr << "kvserve-bench: give a command: quality\n";
-    return 2;
-  }
-  return kvserve::Quality();
+      "kvserve-bench quality --model DIR [--tokens N] [--json]: KV quantization quality\n"
+      "kvserve-bench serve --url URL [--dataset random|shared-prefix|multi-turn] ...: serving "
+      "load against a router");
+  const std::string command = args.size() >= 2 ? args[1] : "";
+  if (command == "quality") return kvserve::Quality();
+  if (command == "serve") return kvserve::Serve();
+  std::cerr << "kvserve-bench: give a command: quality or serve\n";
+  return 2;
 }

@@ -144,7 +144,10 @@ int main(int argc, char** argv) {
          std::to_string(absl::GetFlag(FLAGS_port)), "--workers", absl::StrJoin(endpoints, ","),
          "--policy", absl::GetFlag(FLAGS_policy), "--max-model-len", max_len},
         router_log);
-    if (WaitForLine(router_log, "kvserve-router ready", 60)) {
+    // Ready once the router routes to every worker (their first heartbeats reached it).
+    if (WaitForLine(router_log, "kvserve-router ready", 60) &&
+        WaitForLine(router_log, absl::StrCat("kvserve-router: ", n, "/", n, " workers ready"),
+                    60)) {
       std::cout << "kvserve-cluster ready: http://127.0.0.1:" << absl::GetFlag(FLAGS_port) << " ("
                 << n << " workers, logs in " << logs << ")" << std::endl;
     } else {

@@ -1,6 +1,7 @@
 #include "router/routing_policy.h"
 
 #include <map>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -42,13 +43,61 @@ TEST(RoutingPolicyTest, FallsBackToLeastLoadedWhenImbalanced) {
   const auto chain = Chain(10, 2);
   index.RecordRouted(0, chain);
   auto workers = Workers(3);
-  workers[0].active_blocks = 500;
+  workers[0].active_blocks = 1500;  // spread 1400 > 512 blocks and 1500 > 1.5 × 100
   workers[1].active_blocks = 100;
-  workers[2].active_blocks = 300;
+  workers[2].active_blocks = 800;
   uint64_t rr = 0;
   ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, chain, "", &rr));
   EXPECT_EQ(d.worker, 1);
   EXPECT_EQ(d.reason, "balance");
+}
+
+TEST(RoutingPolicyTest, NewPrefixesSpreadToTheWorkerCachingLeast) {
+  PrefixIndex index;
+  index.RecordRouted(0, Chain(10, 1));
+  index.RecordRouted(1, Chain(3, 2));
+  const auto workers = Workers(3);
+  uint64_t rr = 0;
+  // Nobody caches this prompt: the worker caching least (2, with nothing) gets it.
+  ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, Chain(8, 50), "", &rr));
+  EXPECT_EQ(d.worker, 2);
+  EXPECT_EQ(d.reason, "spread");
+  // Three empty workers and three new prompts, each recorded as routed: one each.
+  PrefixIndex empty;
+  std::set<int> picked;
+  for (int i = 0; i < 3; ++i) {
+    const auto prompt = Chain(8, 100 + i);
+    ASSERT_OK_AND_ASSIGN(Decision e, Route({}, workers, empty, prompt, "", &rr));
+    empty.RecordRouted(e.worker, prompt);
+    picked.insert(e.worker);
+  }
+  EXPECT_EQ(picked.size(), 3u);
+  // A prompt half cached somewhere is routed by cost, not spread.
+  auto half = Chain(10, 1);
+  half.resize(5);
+  const auto rest = Chain(5, 77);
+  half.insert(half.end(), rest.begin(), rest.end());
+  ASSERT_OK_AND_ASSIGN(Decision f, Route({}, workers, index, half, "", &rr));
+  EXPECT_EQ(f.worker, 0);
+  EXPECT_EQ(f.reason, "prefix");
+}
+
+TEST(RoutingPolicyTest, CachedPrefixOutweighsModestLoad) {
+  // 34-block prompts sharing 32 blocks: the worker holding them keeps the next prompt while it
+  // carries up to three such requests more than an idle worker (default weights).
+  PrefixIndex index;
+  const auto shared = Chain(32, 7);
+  index.RecordRouted(1, shared);
+  auto prompt = shared;
+  const auto question = Chain(2, 99);
+  prompt.insert(prompt.end(), question.begin(), question.end());
+  auto workers = Workers(2);
+  uint64_t rr = 0;
+  for (int in_flight = 0; in_flight <= 4; ++in_flight) {
+    workers[1].active_blocks = 35 * in_flight;
+    ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, prompt, "", &rr));
+    EXPECT_EQ(d.worker, in_flight <= 3 ? 1 : 0) << in_flight << " requests in flight";
+  }
 }
 
 TEST(RoutingPolicyTest, NeverPicksIneligibleWorkers) {

@@ -1,0 +1,484 @@
+#include "tools/bench/serving.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+
+namespace kvserve::bench {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+};
+
+absl::StatusOr<Endpoint> ParseUrl(const std::string& url) {
+  static const std::regex re(R"(^http://([^/:]+):(\d+)/?$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, re)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--url '", url, "' is not http://HOST:PORT (no path, no TLS)"));
+  }
+  return Endpoint{m[1], m[2]};
+}
+
+// One HTTP exchange on a fresh connection; `on_body` sees the body as it arrives.
+absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::string& target,
+                             const std::string& body,
+                             const std::function<void(std::string_view)>& on_body) {
+  try {
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    beast::tcp_stream stream(ioc);
+    stream.connect(resolver.resolve(ep.host, ep.port));
+    http::request<http::string_body> req{verb, target, 11};
+    req.set(http::field::host, ep.host);
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    http::read_header(stream, buffer, parser);
+    const int status = parser.get().result_int();
+    char chunk[16384];
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = sizeof(chunk);
+      beast::error_code ec;
+      http::read(stream, buffer, parser, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec && ec != http::error::end_of_stream) throw beast::system_error(ec);
+      on_body(std::string_view(chunk, sizeof(chunk) - parser.get().body().size));
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return status;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(ep.host, ":", ep.port, target, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> Fetch(const Endpoint& ep, http::verb verb, const std::string& target,
+                                  const std::string& body = "") {
+  std::string out;
+  absl::StatusOr<int> status =
+      Exchange(ep, verb, target, body, [&](std::string_view s) { out.append(s); });
+  if (!status.ok()) return status.status();
+  if (*status != 200) {
+    return absl::UnavailableError(absl::StrCat(target, " answered ", *status, ": ", out));
+  }
+  return out;
+}
+
+// One request of the workload. A session's requests are sent one after the other (multi-turn);
+// every other dataset has one request per session.
+struct Turn {
+  std::vector<int> new_ids;  // appended to the session's history
+  int max_tokens = 16;
+};
+using Session = std::vector<Turn>;
+
+struct Result {
+  bool ok = false;
+  std::string error;
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+std::vector<int> RandomIds(int n, int vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> d(100, vocab - 1);
+  std::vector<int> ids(n);
+  for (int& id : ids) id = d(rng);
+  return ids;
+}
+
+// Sessions in sending order, and for shared-prefix the ideal hit tokens.
+std::vector<Session> MakeWorkload(const ServingOptions& o, int64_t* ideal_hit,
+                                  int64_t* ideal_prompt) {
+  std::mt19937_64 rng(o.seed);
+  std::vector<Session> sessions;
+  *ideal_hit = *ideal_prompt = 0;
+  if (o.dataset == "random") {
+    for (int i = 0; i < o.num_prompts; ++i) {
+      sessions.push_back({{RandomIds(o.random_input_len, o.vocab_size, rng), o.random_output_len}});
+    }
+  } else if (o.dataset == "shared-prefix") {
+    std::vector<std::vector<int>> prompts;
+    for (int g = 0; g < o.gsp_num_groups; ++g) {
+      const std::vector<int> system = RandomIds(o.gsp_system_prompt_len, o.vocab_size, rng);
+      for (int q = 0; q < o.gsp_prompts_per_group; ++q) {
+        std::vector<int> p = system;
+        const std::vector<int> question = RandomIds(o.gsp_question_len, o.vocab_size, rng);
+        p.insert(p.end(), question.begin(), question.end());
+        prompts.push_back(std::move(p));
+      }
+    }
+    std::shuffle(prompts.begin(), prompts.end(), rng);
+    // One worker, unlimited cache, requests in this order: each prompt hits the full blocks of
+    // its longest common prefix with any earlier prompt (never its last token).
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      size_t best = 0;
+      for (size_t j = 0; j < i; ++j) {
+        size_t n = 0;
+        while (n < prompts[i].size() && n < prompts[j].size() && prompts[i][n] == prompts[j][n])
+          ++n;
+        best = std::max(best, n);
+      }
+      best = std::min(best, prompts[i].size() - 1);
+      *ideal_hit += static_cast<int64_t>(best / o.block_size * o.block_size);
+      *ideal_prompt += static_cast<int64_t>(prompts[i].size());
+      sessions.push_back({{prompts[i], o.gsp_output_len}});
+    }
+  } else {  // multi-turn
+    for (int c = 0; c < o.multi_turn_conversations; ++c) {
+      Session s;
+      for (int t = 0; t < o.multi_turn_turns; ++t) {
+        s.push_back(
+            {RandomIds(o.multi_turn_input_len, o.vocab_size, rng), o.multi_turn_output_len});
+      }
+      sessions.push_back(std::move(s));
+    }
+  }
+  return sessions;
+}
+
+// A counting gate for --max-concurrency.
+class Gate {
+ public:
+  explicit Gate(int limit) : limit_(limit) {}
+  void Enter() {
+    if (limit_ <= 0) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return inside_ < limit_; });
+    ++inside_;
+  }
+  void Leave() {
+    if (limit_ <= 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    --inside_;
+    cv_.notify_one();
+  }
+
+ private:
+  int limit_;
+  int inside_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// Sends one streamed completion and times it from the server-sent events.
+Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<int>& prompt,
+               int max_tokens, std::string* answer) {
+  Result r;
+  const json body = {{"model", model},
+                     {"prompt", prompt},
+                     {"max_tokens", max_tokens},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  const auto start = Clock::now();
+  auto last = start;
+  bool first = true;
+  std::string pending, error_body;
+  auto on_event = [&](const std::string& data) {
+    if (data == "[DONE]") return;
+    const json j = json::parse(data, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      r.error = j["error"].value("message", "error event");
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) {
+      const json& u = j["usage"];
+      r.prompt_tokens = u.value("prompt_tokens", 0);
+      r.completion_tokens = u.value("completion_tokens", 0);
+      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
+        r.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0);
+      }
+    }
+    if (!j.contains("choices") || j["choices"].empty()) return;
+    const std::string text = j["choices"][0].value("text", "");
+    if (text.empty()) return;
+    const auto now = Clock::now();
+    if (first) {
+      r.ttft = std::chrono::duration<double>(now - start).count();
+      first = false;
+    } else {
+      r.itl.push_back(std::chrono::duration<double>(now - last).count());
+    }
+    last = now;
+    if (answer != nullptr) answer->append(text);
+  };
+  absl::StatusOr<int> status =
+      Exchange(ep, http::verb::post, "/v1/completions", body.dump(), [&](std::string_view s) {
+        pending.append(s);
+        size_t end;
+        while ((end = pending.find("\n\n")) != std::string::npos) {
+          const std::string event = pending.substr(0, end);
+          pending.erase(0, end + 2);
+          if (event.rfind("data: ", 0) == 0) on_event(event.substr(6));
+        }
+      });
+  r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!status.ok()) {
+    r.error = std::string(status.status().message());
+  } else if (*status != 200) {
+    r.error = absl::StrCat("HTTP ", *status, ": ", pending.substr(0, 300));
+  } else if (r.error.empty() && first) {
+    r.error = "no token streamed";
+  }
+  r.ok = r.error.empty();
+  return r;
+}
+
+// Requests per worker from the router's Prometheus text (kvserve_router_routed_total).
+std::map<std::string, double> RoutedPerWorker(const Endpoint& ep) {
+  std::map<std::string, double> out;
+  absl::StatusOr<std::string> text = Fetch(ep, http::verb::get, "/metrics");
+  if (!text.ok()) return out;
+  static const std::regex re(R"re(kvserve_router_routed_total\{worker="([^"]*)"\} ([0-9.e+]+))re");
+  for (std::sregex_iterator it(text->begin(), text->end(), re), end; it != end; ++it) {
+    out[(*it)[1]] = std::stod((*it)[2]);
+  }
+  return out;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank)), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - lo);
+}
+
+void AddStats(json& report, const std::string& name, const std::vector<double>& seconds) {
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  report["mean_" + name + "_ms"] = seconds.empty() ? 0.0 : 1e3 * sum / seconds.size();
+  report["median_" + name + "_ms"] = 1e3 * Percentile(seconds, 50);
+  report["p90_" + name + "_ms"] = 1e3 * Percentile(seconds, 90);
+  report["p99_" + name + "_ms"] = 1e3 * Percentile(seconds, 99);
+}
+
+absl::Status Validate(const ServingOptions& o) {
+  if (o.dataset != "random" && o.dataset != "shared-prefix" && o.dataset != "multi-turn") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset '", o.dataset, "' is not one of random, shared-prefix, multi-turn"));
+  }
+  if (!(o.request_rate > 0))
+    return absl::InvalidArgumentError("--request-rate must be > 0 (inf: all at once)");
+  if (o.max_concurrency < 0) return absl::InvalidArgumentError("--max-concurrency must be >= 0");
+  if (o.vocab_size <= 100) return absl::InvalidArgumentError("--vocab-size must be > 100");
+  if (o.block_size <= 0) return absl::InvalidArgumentError("--block-size must be > 0");
+  for (auto [name, v] : {std::pair{"--num-prompts", o.num_prompts},
+                         {"--random-input-len", o.random_input_len},
+                         {"--random-output-len", o.random_output_len},
+                         {"--gsp-num-groups", o.gsp_num_groups},
+                         {"--gsp-prompts-per-group", o.gsp_prompts_per_group},
+                         {"--gsp-system-prompt-len", o.gsp_system_prompt_len},
+                         {"--gsp-question-len", o.gsp_question_len},
+                         {"--gsp-output-len", o.gsp_output_len},
+                         {"--multi-turn-conversations", o.multi_turn_conversations},
+                         {"--multi-turn-turns", o.multi_turn_turns},
+                         {"--multi-turn-input-len", o.multi_turn_input_len},
+                         {"--multi-turn-output-len", o.multi_turn_output_len}}) {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be > 0, got ", v));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<json> RunServing(const ServingOptions& o) {
+  if (absl::Status s = Validate(o); !s.ok()) return s;
+  absl::StatusOr<Endpoint> ep = ParseUrl(o.url);
+  if (!ep.ok()) return ep.status();
+  std::string model = o.model;
+  if (model.empty()) {
+    absl::StatusOr<std::string> models = Fetch(*ep, http::verb::get, "/v1/models");
+    if (!models.ok()) return models.status();
+    const json j = json::parse(*models, nullptr, false);
+    if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
+      return absl::UnavailableError("GET /v1/models listed no model");
+    }
+    model = j["data"][0].value("id", "");
+  }
+  // Multi-turn answers are tokenized back into the history; learn what /tokenize prepends.
+  size_t tokenize_prefix = 0;
+  if (o.dataset == "multi-turn") {
+    absl::StatusOr<std::string> t =
+        Fetch(*ep, http::verb::post, "/tokenize", json{{"model", model}, {"prompt", ""}}.dump());
+    if (!t.ok()) return t.status();
+    tokenize_prefix = json::parse(*t, nullptr, false).value("count", 0);
+  }
+  int64_t ideal_hit = 0, ideal_prompt = 0;
+  const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
+  const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
+
+  std::mutex mu;
+  std::vector<Result> results;
+  Gate gate(o.max_concurrency);
+  std::vector<std::thread> threads;
+  std::mt19937_64 arrivals(o.seed ^ 0x5eedULL);
+  std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
+  const auto start = Clock::now();
+  auto next = start;
+  for (const Session& session : sessions) {
+    if (!std::isinf(o.request_rate)) {
+      next +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
+      std::this_thread::sleep_until(next);
+    }
+    threads.emplace_back([&, session] {
+      std::vector<int> history;
+      for (const Turn& turn : session) {
+        history.insert(history.end(), turn.new_ids.begin(), turn.new_ids.end());
+        std::string answer;
+        gate.Enter();
+        Result r =
+            SendOne(*ep, model, history, turn.max_tokens, session.size() > 1 ? &answer : nullptr);
+        gate.Leave();
+        const bool ok = r.ok;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          results.push_back(std::move(r));
+        }
+        if (!ok) break;
+        if (session.size() > 1) {
+          absl::StatusOr<std::string> t = Fetch(*ep, http::verb::post, "/tokenize",
+                                                json{{"model", model}, {"prompt", answer}}.dump());
+          if (!t.ok()) break;
+          const json ids = json::parse(*t, nullptr, false).value("tokens", json::array());
+          for (size_t i = tokenize_prefix; i < ids.size(); ++i)
+            history.push_back(ids[i].get<int>());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double duration = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::map<std::string, double> routed_after = RoutedPerWorker(*ep);
+
+  json report;
+  std::vector<double> ttft, tpot, itl, e2e;
+  int64_t input = 0, output = 0, cached = 0, good = 0;
+  json errors = json::array();
+  int completed = 0;
+  for (const Result& r : results) {
+    if (!r.ok) {
+      if (errors.size() < 5) errors.push_back(r.error);
+      continue;
+    }
+    ++completed;
+    input += r.prompt_tokens;
+    output += r.completion_tokens;
+    cached += r.cached_tokens;
+    ttft.push_back(r.ttft);
+    e2e.push_back(r.e2e);
+    itl.insert(itl.end(), r.itl.begin(), r.itl.end());
+    const double t = r.completion_tokens > 1 ? (r.e2e - r.ttft) / (r.completion_tokens - 1) : 0.0;
+    if (r.completion_tokens > 1) tpot.push_back(t);
+    const bool meets = (o.slo_ttft_ms <= 0 || 1e3 * r.ttft <= o.slo_ttft_ms) &&
+                       (o.slo_tpot_ms <= 0 || 1e3 * t <= o.slo_tpot_ms) &&
+                       (o.slo_e2e_ms <= 0 || 1e3 * r.e2e <= o.slo_e2e_ms);
+    if (meets) ++good;
+  }
+  report["dataset"] = o.dataset;
+  report["model"] = model;
+  report["url"] = o.url;
+  report["request_rate"] = std::isinf(o.request_rate) ? json("inf") : json(o.request_rate);
+  report["max_concurrency"] = o.max_concurrency;
+  report["duration"] = duration;
+  report["completed"] = completed;
+  report["failed"] = static_cast<int>(results.size()) - completed;
+  report["errors"] = errors;
+  report["total_input_tokens"] = input;
+  report["total_output_tokens"] = output;
+  report["request_throughput"] = completed / duration;
+  report["request_goodput"] = good / duration;
+  report["output_throughput"] = output / duration;
+  report["total_token_throughput"] = (input + output) / duration;
+  AddStats(report, "ttft", ttft);
+  AddStats(report, "tpot", tpot);
+  AddStats(report, "itl", itl);
+  AddStats(report, "e2el", e2e);
+  report["cached_prompt_tokens"] = cached;
+  report["prefix_cache_hit_rate"] = input > 0 ? static_cast<double>(cached) / input : 0.0;
+  if (o.dataset == "shared-prefix") {
+    report["ideal_prefix_cache_hit_rate"] =
+        ideal_prompt > 0 ? static_cast<double>(ideal_hit) / ideal_prompt : 0.0;
+  }
+  json per_worker = json::object();
+  for (const auto& [name, n] : routed_after) {
+    const auto it = routed_before.find(name);
+    per_worker[name] = static_cast<int64_t>(n - (it == routed_before.end() ? 0.0 : it->second));
+  }
+  report["requests_per_worker"] = per_worker;
+  return report;
+}
+
+std::string FormatServingReport(const json& r) {
+  std::ostringstream out;
+  auto line = [&](const std::string& name, const std::string& value) {
+    out << absl::StrFormat("%-40s %s\n", name, value);
+  };
+  auto num = [&](const char* key, int digits = 2) {
+    return r.contains(key) ? absl::StrFormat("%.*f", digits, r[key].get<double>()) : "-";
+  };
+  out << "============ Serving Benchmark Result ============\n";
+  line("Dataset:", r["dataset"].get<std::string>());
+  line("Successful requests:", std::to_string(r["completed"].get<int>()));
+  line("Failed requests:", std::to_string(r["failed"].get<int>()));
+  line("Benchmark duration (s):", num("duration"));
+  line("Total input tokens:", std::to_string(r["total_input_tokens"].get<int64_t>()));
+  line("Total generated tokens:", std::to_string(r["total_output_tokens"].get<int64_t>()));
+  line("Request throughput (req/s):", num("request_throughput"));
+  line("Request goodput (req/s):", num("request_goodput"));
+  line("Output token throughput (tok/s):", num("output_throughput"));
+  line("Total token throughput (tok/s):", num("total_token_throughput"));
+  line("Prefix cache hit rate:", num("prefix_cache_hit_rate", 4));
+  if (r.contains("ideal_prefix_cache_hit_rate")) {
+    line("Ideal hit rate (one unlimited cache):", num("ideal_prefix_cache_hit_rate", 4));
+  }
+  for (const char* m : {"ttft", "tpot", "itl", "e2el"}) {
+    out << absl::StrFormat("---------------- %s ----------------\n", m);
+    for (const char* stat : {"mean", "median", "p90", "p99"}) {
+      const std::string key = absl::StrCat(stat, "_", m, "_ms");
+      line(absl::StrCat(stat, " ", m, " (ms):"), num(key.c_str()));
+    }
+  }
+  out << "---------------- requests per worker ----------------\n";
+  for (const auto& [name, n] : r["requests_per_worker"].items()) line(name, n.dump());
+  for (const auto& e : r["errors"]) out << "error: " << e.get<std::string>() << "\n";
+  out << "==================================================\n";
+  return out.str();
+}
+
+}  // namespace kvserve::bench
