@@ -237,7 +237,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!enc.ok()) return enc.status();
       ids = *enc;
     } else if (r.prompt_text) {
-      absl::StatusOr<std::vector<int>> enc = tok.Encode(*r.prompt_text, true);
+      absl::StatusOr<std::vector<int>> enc = tok.Encode(*r.prompt_text, r.add_special_tokens);
       if (!enc.ok()) return enc.status();
       ids = *enc;
     } else {
@@ -557,6 +557,12 @@ class Session : public std::enable_shared_from_this<Session> {
       r = *p;
     } else if (j.contains("prompt") && j["prompt"].is_string()) {
       r.prompt_text = j["prompt"].get<std::string>();
+      if (j.contains("add_special_tokens")) {
+        if (!j["add_special_tokens"].is_boolean()) {
+          return Error(absl::InvalidArgumentError("add_special_tokens: must be a boolean"));
+        }
+        r.add_special_tokens = j["add_special_tokens"].get<bool>();
+      }
     } else {
       return Error(absl::InvalidArgumentError("prompt: give 'prompt' (a string) or 'messages'"));
     }

@@ -166,6 +166,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
     }
   } else {
     RETURN_IF_ERROR(ParsePrompt(o, &r));
+    ASSIGN_OR_RETURN(r.add_special_tokens, Bool(o, "add_special_tokens", true));
   }
   const char* max_key =
       chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";

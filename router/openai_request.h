@@ -27,6 +27,7 @@ struct ParsedRequest {
   std::vector<int32_t> prompt_ids;
   std::vector<tokenizer::ChatMessage> messages;
   bool add_generation_prompt = true;
+  bool add_special_tokens = true;  // text prompts: BOS and the like, as vLLM's extra parameter
   std::optional<bool> enable_thinking;
 
   int max_tokens = 16;  // completions default (OpenAI); chat: until the model's limit

@@ -157,6 +157,21 @@ test('bad HTTP bodies get the right status and an OpenAI error body', async () =
   assert.equal(missing.status, 404);
 });
 
+test('tokenize and detokenize, with and without special tokens', async () => {
+  const post = async (endpoint, body) =>
+    fetch(`${base}${endpoint}`, { method: 'POST', body: JSON.stringify(body) });
+  const withBos = await (await post('/tokenize', { prompt: 'Hello there' })).json();
+  const without = await (await post('/tokenize', { prompt: 'Hello there', add_special_tokens: false })).json();
+  // Without special tokens: the same ids, less whatever the tokenizer's post-processor adds.
+  assert.ok(without.count >= 1 && without.count <= withBos.count);
+  assert.deepEqual(withBos.tokens.slice(withBos.count - without.count), without.tokens);
+  const back = await (await post('/detokenize', { tokens: without.tokens })).json();
+  assert.equal(back.prompt, 'Hello there');
+  const bad = await post('/tokenize', { prompt: 'x', add_special_tokens: 'no' });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).error.param, 'add_special_tokens');
+});
+
 test('router metrics count requests and routing decisions', async () => {
   const text = await (await fetch(`${base}/metrics`)).text();
   assert.match(text, /kvserve_router_requests_total\{endpoint="\/v1\/completions",status="200"\} [1-9]/);

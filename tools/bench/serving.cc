@@ -330,14 +330,6 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
     }
     model = j["data"][0].value("id", "");
   }
-  // Multi-turn answers are tokenized back into the history; learn what /tokenize prepends.
-  size_t tokenize_prefix = 0;
-  if (o.dataset == "multi-turn") {
-    absl::StatusOr<std::string> t =
-        Fetch(*ep, http::verb::post, "/tokenize", json{{"model", model}, {"prompt", ""}}.dump());
-    if (!t.ok()) return t.status();
-    tokenize_prefix = json::parse(*t, nullptr, false).value("count", 0);
-  }
   int64_t ideal_hit = 0, ideal_prompt = 0;
   const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
   const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
@@ -371,13 +363,20 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
           results.push_back(std::move(r));
         }
         if (!ok) break;
-        if (session.size() > 1) {
-          absl::StatusOr<std::string> t = Fetch(*ep, http::verb::post, "/tokenize",
-                                                json{{"model", model}, {"prompt", answer}}.dump());
-          if (!t.ok()) break;
+        if (session.size() > 1 && !answer.empty()) {
+          // The answer joins the history as the router tokenizes it (no BOS).
+          absl::StatusOr<std::string> t = Fetch(
+              *ep, http::verb::post, "/tokenize",
+              json{{"model", model}, {"prompt", answer}, {"add_special_tokens", false}}.dump());
+          if (!t.ok()) {
+            Result failed;
+            failed.error = std::string(t.status().message());
+            std::lock_guard<std::mutex> lock(mu);
+            results.push_back(std::move(failed));
+            break;
+          }
           const json ids = json::parse(*t, nullptr, false).value("tokens", json::array());
-          for (size_t i = tokenize_prefix; i < ids.size(); ++i)
-            history.push_back(ids[i].get<int>());
+          for (const json& id : ids) history.push_back(id.get<int>());
         }
       }
     });
