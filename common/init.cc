@@ -35,6 +35,13 @@ std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage) {
       continue;
     }
     size_t end = std::min(a.find('='), a.size());
+    // Only a flag name: a value that merely starts with "--" (kvserve-cluster --worker-args
+    // "--max-num-seqs 1 --num-blocks 64") is left as it is.
+    bool name = true;
+    for (size_t k = 2; k < end && name; ++k) {
+      name = std::isalnum(static_cast<unsigned char>(a[k])) || a[k] == '-' || a[k] == '_';
+    }
+    if (!name) continue;
     for (size_t k = 2; k < end; ++k) {
       if (a[k] == '-') a[k] = '_';
     }

@@ -515,7 +515,13 @@ class Session : public std::enable_shared_from_this<Session> {
                         {"device_blocks",
                          {{"total", w.device_blocks_total},
                           {"active", w.device_blocks_active},
-                          {"cached_evictable", w.device_blocks_cached}}}});
+                          {"cached_evictable", w.device_blocks_cached}}},
+                        {"router",
+                         {{"load_blocks", w.load_blocks},
+                          {"index_blocks", w.index_blocks},
+                          {"kv_event_batches", w.event_batches},
+                          {"kv_event_gaps", w.event_gaps},
+                          {"kv_snapshots", w.snapshots}}}});
       }
       return Respond(200, Dump({{"workers", list}, {"recycle_grants", front_->core->grants()}}));
     }

@@ -70,6 +70,17 @@ void PrefixIndex::ApplySnapshot(int w, const pb::KvSnapshot& snapshot) {
   for (const pb::CachedBlock& b : snapshot.blocks()) Set(worker, b.block_hash(), b.medium(), true);
 }
 
+bool PrefixIndex::SeeInstance(int w, uint64_t instance_id) {
+  Worker& worker = Get(w);
+  if (worker.instance_id == 0 || instance_id == 0 || instance_id == worker.instance_id)
+    return false;
+  worker.blocks.clear();
+  worker.instance_id = instance_id;
+  worker.seq = 0;
+  worker.synced = false;
+  return true;
+}
+
 void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes) {
   Worker& worker = Get(w);
   for (const BlockHash& h : hashes) worker.blocks[h] |= 1;

@@ -39,6 +39,10 @@ class PrefixIndex {
   Apply ApplyEvents(int w, const kvserve::v1::KvEventBatch& batch);
   // Replaces worker `w`'s entries; batches after snapshot.seq apply normally.
   void ApplySnapshot(int w, const kvserve::v1::KvSnapshot& snapshot);
+  // A heartbeat named `instance_id`. True when it is a new process (a restart or recycle) of a
+  // worker we knew: its entries are dropped and the caller asks it for a snapshot, so a worker
+  // that restarted idle (publishing no event yet) is not credited with its old cache.
+  bool SeeInstance(int w, uint64_t instance_id);
   // The router sent a request with these block hashes to `w`: assume the worker now holds them
   // on the device (approximate; replaced by the next snapshot).
   void RecordRouted(int w, absl::Span<const BlockHash> hashes);

@@ -66,13 +66,40 @@ absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlActi
   return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
 }
 
+absl::flat_hash_map<int, int64_t> RouterCore::InflightBlocks() const {
+  // Each request in flight counts for the blocks it will hold.
+  absl::flat_hash_map<int, int64_t> blocks;
+  for (const auto& [id, placed] : inflight_) {
+    const pb::GenerateRequest& r = placed.job->request;
+    const pb::WorkerStatus* st = pool_->status(placed.worker);
+    const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
+    blocks[placed.worker] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
+  }
+  return blocks;
+}
+
 void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
   std::vector<WorkerInfo> info;
+  absl::flat_hash_map<int, int64_t> inflight = InflightBlocks();
   for (const WorkerView& v : views) {
     WorkerInfo w;
     w.id = v.id;
     w.name = v.name;
     w.eligible = v.eligible;
+    const WorkerPool::Counters c = pool_->counters(v.id);
+    w.load_blocks = inflight[v.id];
+    w.index_blocks = static_cast<int64_t>(index_.num_blocks(v.id));
+    w.event_batches = c.event_batches;
+    w.event_gaps = c.gaps;
+    w.snapshots = c.snapshots;
+    if (options_.metrics != nullptr) {
+      options_.metrics->SetWorker(v.name, {.load_blocks = w.load_blocks,
+                                           .index_blocks = w.index_blocks,
+                                           .event_batches = c.event_batches,
+                                           .gaps = c.gaps,
+                                           .snapshots = c.snapshots,
+                                           .event_lag_s = c.last_event_lag_s});
+    }
     if (const pb::WorkerStatus* st = pool_->status(v.id)) {
       w.state = pb::WorkerState_Name(st->state());
       w.load = st->load();
@@ -130,14 +157,8 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
     if (v.id == exclude) v.eligible = false;  // the worker that just failed this request
   }
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
-  // a request would look busy. Each request in flight counts for the blocks it will hold.
-  absl::flat_hash_map<int, int64_t> inflight_blocks;
-  for (const auto& [id, placed] : inflight_) {
-    const pb::GenerateRequest& r = placed.job->request;
-    const pb::WorkerStatus* st = pool_->status(placed.worker);
-    const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
-    inflight_blocks[placed.worker] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
-  }
+  // a request would look busy.
+  absl::flat_hash_map<int, int64_t> inflight_blocks = InflightBlocks();
   for (WorkerView& v : views) v.active_blocks = inflight_blocks[v.id];
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
   std::vector<BlockHash> hashes;
@@ -172,7 +193,9 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
     return;
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
-  inflight_[job->request.request_id()] = Placed{d->worker, job, false, attempts};
+  const pb::WorkerStatus* st = pool_->status(d->worker);
+  inflight_[job->request.request_id()] =
+      Placed{d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0};
 }
 
 void RouterCore::Loop() {
@@ -263,6 +286,9 @@ void RouterCore::Loop() {
         // Eligible, or draining on purpose (it finishes what it has): not lost.
         if (v.id == p.worker && (v.eligible || st->state() != pb::WORKER_STATE_READY)) lost = false;
       }
+      // Restarted (killed and brought back before its heartbeat went stale): the new process
+      // never heard of the request.
+      if (p.instance_id != 0 && st->instance_id() != p.instance_id) lost = true;
       if (!lost) {
         ++it;
         continue;

@@ -49,6 +49,8 @@ struct WorkerInfo {
   int64_t device_blocks_total = 0, device_blocks_active = 0, device_blocks_cached = 0;
   int num_running = 0, num_waiting = 0;
   uint64_t instance_id = 0;
+  // The router's side: its in-flight load, its index, the KV-event stream's health.
+  int64_t load_blocks = 0, index_blocks = 0, event_batches = 0, event_gaps = 0, snapshots = 0;
 };
 
 struct Job {
@@ -102,6 +104,8 @@ class RouterCore {
   std::vector<std::pair<int, kvserve::v1::ControlAction>> controls_;  // guarded by mu_
   void Coordinate(const std::vector<WorkerView>& views);
   void PublishInfo(const std::vector<WorkerView>& views);
+  // Blocks each worker's in-flight requests will hold, from the router's own books.
+  absl::flat_hash_map<int, int64_t> InflightBlocks() const;
   std::mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
   std::vector<std::string> aborts_;         // guarded by mu_
@@ -110,6 +114,7 @@ class RouterCore {
     std::shared_ptr<Job> job;
     bool started = false;  // a response arrived: the request can no longer move
     int attempts = 1;
+    uint64_t instance_id = 0;  // the worker process it went to (0: not known yet)
   };
   absl::flat_hash_map<std::string, Placed> inflight_;  // core thread
   uint64_t round_robin_ = 0;

@@ -1,6 +1,7 @@
 #include "router/router_metrics.h"
 
 #include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/text_serializer.h"
 
@@ -48,6 +49,44 @@ void RouterMetrics::CountCached(int64_t predicted, int64_t reported) {
                   .Register(*registry_);
   fam.Add({{"kind", "predicted"}}).Increment(static_cast<double>(predicted));
   fam.Add({{"kind", "reported"}}).Increment(static_cast<double>(reported));
+}
+
+void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen) {
+  auto gauge = [&](const char* name, const char* help, double v) {
+    prometheus::BuildGauge()
+        .Name(name)
+        .Help(help)
+        .Register(*registry_)
+        .Add({{"worker", worker}})
+        .Set(v);
+  };
+  gauge("kvserve_router_worker_load_blocks", "Blocks of the requests in flight on the worker",
+        static_cast<double>(seen.load_blocks));
+  gauge("kvserve_router_index_blocks", "Blocks the prefix index holds for the worker",
+        static_cast<double>(seen.index_blocks));
+  gauge("kvserve_router_kv_event_lag_seconds",
+        "Delay of the worker's last KV-event batch (receive time - its timestamp)",
+        seen.event_lag_s);
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerSeen& last = last_[worker];
+  auto counter = [&](const char* name, const char* help, int64_t now, int64_t& before) {
+    if (now > before) {
+      prometheus::BuildCounter()
+          .Name(name)
+          .Help(help)
+          .Register(*registry_)
+          .Add({{"worker", worker}})
+          .Increment(static_cast<double>(now - before));
+    }
+    before = now;
+  };
+  counter("kvserve_router_kv_event_batches_total", "KV-event batches received", seen.event_batches,
+          last.event_batches);
+  counter("kvserve_router_kv_event_gaps_total",
+          "KV-event batches out of sequence (each asks the worker for a snapshot)", seen.gaps,
+          last.gaps);
+  counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)", seen.snapshots,
+          last.snapshots);
 }
 
 void RouterMetrics::ObserveTtft(double s) {

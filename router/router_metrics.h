@@ -4,7 +4,9 @@
 #ifndef KVSERVE_ROUTER_ROUTER_METRICS_H_
 #define KVSERVE_ROUTER_ROUTER_METRICS_H_
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "prometheus/registry.h"
@@ -18,12 +20,22 @@ class RouterMetrics {
   // One routed request: why, and to which worker (by its name).
   void CountDecision(const std::string& reason, const std::string& worker);
   void CountCached(int64_t predicted_tokens, int64_t reported_tokens);
+  // A worker as the router sees it, refreshed by the core: in-flight load (blocks), blocks in
+  // the prefix index, KV-event batches / gaps / snapshots so far (cumulative), last event lag.
+  struct WorkerSeen {
+    int64_t load_blocks = 0, index_blocks = 0;
+    int64_t event_batches = 0, gaps = 0, snapshots = 0;
+    double event_lag_s = 0;
+  };
+  void SetWorker(const std::string& worker, const WorkerSeen& seen);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::mutex mu_;
+  std::map<std::string, WorkerSeen> last_;  // cumulative counts already added, by worker
 };
 
 }  // namespace kvserve::router

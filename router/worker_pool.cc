@@ -1,5 +1,8 @@
 #include "router/worker_pool.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/block_hash.h"
 #include "glog/logging.h"
@@ -49,14 +52,28 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
   if (m.type == "WorkerStatus") {
     pb::WorkerStatus st;
     if (!ParseMessage(m, &st).ok()) return;
+    if (index_->SeeInstance(w, st.instance_id())) {  // restarted: resync from a snapshot
+      pb::Control ask;
+      ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+      Send(w, ask).IgnoreError();
+    }
     worker.status = std::move(st);
     worker.last_heartbeat = Clock::now();
   } else if (m.type == "KvEventBatch") {
     pb::KvEventBatch batch;
     if (!ParseMessage(m, &batch).ok()) return;
     ++counters_.event_batches;
+    ++worker.counters.event_batches;
+    if (batch.timestamp_ms() > 0) {
+      const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+      worker.counters.last_event_lag_s = std::max<int64_t>(0, now_ms - batch.timestamp_ms()) / 1e3;
+      counters_.last_event_lag_s = worker.counters.last_event_lag_s;
+    }
     if (index_->ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) {
       ++counters_.gaps;
+      ++worker.counters.gaps;
       pb::Control ask;
       ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
       Send(w, ask).IgnoreError();
@@ -65,6 +82,7 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
     pb::KvSnapshot snap;
     if (!ParseMessage(m, &snap).ok()) return;
     ++counters_.snapshots;
+    ++worker.counters.snapshots;
     index_->ApplySnapshot(w, snap);
   } else if (m.type == "Control") {
     pb::Control c;
@@ -72,6 +90,11 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
     ++counters_.recycle_asks;
     recycle_asks_.emplace_back(w, c.instance_id(), c.reason());
   }
+}
+
+WorkerPool::Counters WorkerPool::counters(int w) const {
+  if (w < 0 || w >= static_cast<int>(workers_.size())) return {};
+  return workers_[w].counters;
 }
 
 std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {

@@ -43,6 +43,7 @@ class WorkerPool {
     int64_t gaps = 0;
     int64_t snapshots = 0;
     int64_t recycle_asks = 0;
+    double last_event_lag_s = 0;  // receive time − the batch's timestamp, last batch
   };
 
   WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout);
@@ -65,6 +66,8 @@ class WorkerPool {
   // Recycle asks seen since the last call: (worker, instance, reason).
   std::vector<std::tuple<int, uint64_t, std::string>> TakeRecycleAsks();
   [[nodiscard]] const Counters& counters() const { return counters_; }
+  // The same counts for one worker (since the router started; they survive its restarts).
+  [[nodiscard]] Counters counters(int w) const;
 
  private:
   struct Worker {
@@ -73,6 +76,7 @@ class WorkerPool {
     std::optional<kvserve::v1::WorkerStatus> status;
     std::chrono::steady_clock::time_point last_heartbeat;
     bool active = true;
+    Counters counters;
   };
   void HandleSub(int w, const ReceivedMessage& m);
 

@@ -33,6 +33,8 @@ ABSL_FLAG(int32_t, base_port, 5570, "First worker port; each worker takes 3 cons
 ABSL_FLAG(std::string, policy, "prefix", "Router policy: prefix, round_robin, least_load, session");
 ABSL_FLAG(std::string, worker_args, "",
           "Extra flags for every worker, space-separated (e.g. \"--kv-cache-dtype int8\")");
+ABSL_FLAG(std::string, router_args, "",
+          "Extra flags for the router, space-separated (e.g. \"--admin-token T --w-load 0.5\")");
 ABSL_FLAG(int32_t, max_model_len, 2048, "Passed to the workers and the router");
 
 namespace {
@@ -139,11 +141,24 @@ int main(int argc, char** argv) {
   const std::string router_log = logs + "/router.log";
   pid_t router = -1;
   if (!g_stop) {
-    router = Spawn(
-        {bin + "/kvserve-router", "--model", model, "--host", "127.0.0.1", "--port",
-         std::to_string(absl::GetFlag(FLAGS_port)), "--workers", absl::StrJoin(endpoints, ","),
-         "--policy", absl::GetFlag(FLAGS_policy), "--max-model-len", max_len},
-        router_log);
+    std::vector<std::string> router_args = {bin + "/kvserve-router",
+                                            "--model",
+                                            model,
+                                            "--host",
+                                            "127.0.0.1",
+                                            "--port",
+                                            std::to_string(absl::GetFlag(FLAGS_port)),
+                                            "--workers",
+                                            absl::StrJoin(endpoints, ","),
+                                            "--policy",
+                                            absl::GetFlag(FLAGS_policy),
+                                            "--max-model-len",
+                                            max_len};
+    for (absl::string_view a :
+         absl::StrSplit(absl::GetFlag(FLAGS_router_args), ' ', absl::SkipEmpty())) {
+      router_args.emplace_back(a);
+    }
+    router = Spawn(router_args, router_log);
     // Ready once the router routes to every worker (their first heartbeats reached it).
     if (WaitForLine(router_log, "kvserve-router ready", 60) &&
         WaitForLine(router_log, absl::StrCat("kvserve-router: ", n, "/", n, " workers ready"),

@@ -79,6 +79,26 @@ TEST(PrefixIndexTest, GapsNeedASnapshotAndRestartsClear) {
   EXPECT_EQ(index.ApplyEvents(1, Batch(11, 5, {chain[0]})), PrefixIndex::Apply::kGap);
 }
 
+TEST(PrefixIndexTest, AHeartbeatFromANewInstanceDropsTheOldCache) {
+  PrefixIndex index;
+  const auto chain = Chain(3);
+  EXPECT_FALSE(index.SeeInstance(2, 7));  // nothing known yet: nothing to drop
+  index.ApplyEvents(2, Batch(7, 1, chain));
+  EXPECT_FALSE(index.SeeInstance(2, 7));  // same process
+  EXPECT_EQ(index.LongestPrefix(2, chain).total(), 3);
+  // Restarted idle: no event says so, the heartbeat does.
+  EXPECT_TRUE(index.SeeInstance(2, 8));
+  EXPECT_EQ(index.LongestPrefix(2, chain).total(), 0);
+  EXPECT_FALSE(index.synced(2));
+  pb::KvSnapshot snap;  // its (empty) snapshot resyncs it
+  snap.set_instance_id(8);
+  snap.set_seq(0);
+  index.ApplySnapshot(2, snap);
+  EXPECT_TRUE(index.synced(2));
+  EXPECT_EQ(index.ApplyEvents(2, Batch(8, 1, {chain[0]})), PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.LongestPrefix(2, chain).total(), 1);
+}
+
 TEST(PrefixIndexTest, RoutedRequestsApproximateTheIndex) {
   PrefixIndex index;
   const auto chain = Chain(3);

@@ -1,0 +1,189 @@
+// Fault tests on a local cluster (kvserve-cluster: router + 2 CPU workers, supervised): a
+// worker killed with SIGKILL mid-stream ends its stream with an error event (no hang), the
+// request queued behind it on that worker (not started) completes on the other worker, new
+// requests keep succeeding; the supervisor restarts the worker and the router resyncs its
+// index from the new instance (its old cache is dropped, a snapshot applied). A client that
+// disconnects mid-stream aborts its request on the worker.
+//
+//   node cluster_fault_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+
+const [bin, tokenizerDir] = process.argv.slice(2);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-fault-'));
+const model = path.join(tmp, 'tiny');
+const token = 'fault-test-admin';
+let cluster;
+let base;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function portFree(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+// A base port with `n` consecutive free ports after it.
+async function freeRange(n) {
+  for (;;) {
+    const start = 20000 + Math.floor(Math.random() * 30000);
+    let ok = true;
+    for (let p = start; p < start + n && ok; p++) ok = await portFree(p);
+    if (ok) return start;
+  }
+}
+
+async function admin() {
+  const r = await fetch(`${base}/admin/workers`, { headers: { authorization: `Bearer ${token}` } });
+  assert.equal(r.status, 200);
+  return (await r.json()).workers;
+}
+
+async function waitFor(what, fn, ms = 60000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+// The pid of the kvserve-worker listening on `port` (from /proc, no pgrep needed).
+function workerPid(port) {
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    let cmd;
+    try { cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'); } catch { continue; }
+    if (!cmd[0] || !cmd[0].endsWith('kvserve-worker')) continue;
+    const i = cmd.indexOf('--port');
+    if (i >= 0 && cmd[i + 1] === String(port)) return Number(pid);
+  }
+  return null;
+}
+
+// Reads an SSE completion stream to its end; resolves with the events' data strings.
+async function readStream(response, onFirst) {
+  const events = [];
+  const decoder = new TextDecoder();
+  let pending = '';
+  for await (const chunk of response.body) {
+    pending += decoder.decode(chunk, { stream: true });
+    let end;
+    while ((end = pending.indexOf('\n\n')) >= 0) {
+      const event = pending.slice(0, end);
+      pending = pending.slice(end + 2);
+      if (event.startsWith('data: ')) {
+        events.push(event.slice(6));
+        if (events.length === 1 && onFirst) onFirst();
+      }
+    }
+  }
+  return events;
+}
+
+function completion(body, signal) {
+  return fetch(`${base}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal,
+    body: JSON.stringify({ model: 'tiny', ...body }),
+  });
+}
+
+before(async () => {
+  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
+  assert.equal(made.status, 0, String(made.stderr));
+  const [http, workerBase] = [await freeRange(1), await freeRange(6)];
+  cluster = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '2', '--port', String(http),
+    '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
+    '--worker-args', '--max-num-seqs 1 --num-blocks 1024',
+    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  cluster.stderr.on('data', (d) => { out += d; });
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`cluster not ready: ${out}`)), 120000);
+    cluster.stdout.on('data', (d) => {
+      out += d;
+      if (/kvserve-cluster ready/.test(out)) { clearTimeout(timer); resolve(); }
+    });
+    cluster.on('exit', (code) => reject(new Error(`cluster exited ${code}: ${out}`)));
+  });
+  base = `http://127.0.0.1:${http}`;
+});
+
+after(async () => {
+  if (cluster) {
+    cluster.kill('SIGTERM');
+    await new Promise((r) => cluster.once('exit', r));
+  }
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('SIGKILL mid-stream: the stream ends with an error, queued work moves, the worker comes back resynced', async () => {
+  const user = 'victim';
+  // The long stream starts on the session's worker...
+  const controller = new AbortController();
+  const streamed = completion({ prompt: 'Tell me everything', max_tokens: 3000, ignore_eos: true, stream: true, user },
+    controller.signal);
+  const response = await streamed;
+  assert.equal(response.status, 200);
+  let started;
+  const firstToken = new Promise((r) => { started = r; });
+  const events = readStream(response, started);
+  await firstToken;
+  const busy = await waitFor('the busy worker', async () => (await admin()).find((w) => w.num_running === 1));
+  const [, port] = busy.name.split(':');
+  // ...and a second request of the same session queues behind it (one sequence per worker).
+  const queued = completion({ prompt: 'A short one', max_tokens: 5, user });
+  await waitFor('the queued request', async () => (await admin()).find((w) => w.name === busy.name && w.num_waiting === 1), 10000);
+
+  const pid = workerPid(port);
+  assert.ok(pid, `no worker process on port ${port}`);
+  process.kill(pid, 'SIGKILL');
+
+  const t0 = Date.now();
+  const got = await events;  // must end, not hang
+  assert.ok(Date.now() - t0 < 15000, 'the stream took too long to end');
+  const last = got.filter((e) => e !== '[DONE]').map((e) => JSON.parse(e)).pop();
+  assert.ok(last.error, `the stream should end with an error event, got ${JSON.stringify(last)}`);
+  const moved = await queued;
+  assert.equal(moved.status, 200);
+  const body = await moved.json();
+  assert.equal(body.usage.completion_tokens, 5);
+  // New requests succeed while the worker is down.
+  const during = await completion({ prompt: 'Still there?', max_tokens: 3, user });
+  assert.equal(during.status, 200);
+
+  // The supervisor restarts it: a new instance, eligible again, its old cache forgotten by the
+  // router's index and a snapshot applied.
+  const back = await waitFor('the restarted worker', async () =>
+    (await admin()).find((w) => w.name === busy.name && w.eligible && w.instance_id !== busy.instance_id && w.router.kv_snapshots > busy.router.kv_snapshots));
+  assert.equal(back.router.index_blocks, 0);
+  // It caches again: the same long prompt twice (same session, same worker) hits the second time.
+  const prompt = 'word '.repeat(100);
+  const first = await (await completion({ prompt, max_tokens: 2, user })).json();
+  const second = await (await completion({ prompt, max_tokens: 2, user })).json();
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0);
+  const now = (await admin()).find((w) => w.name === busy.name);
+  assert.ok(now.router.index_blocks > 0);
+});
+
+test('a client that disconnects aborts its request on the worker', async () => {
+  const controller = new AbortController();
+  const response = await completion({ prompt: 'Go on and on', max_tokens: 3000, ignore_eos: true, stream: true, user: 'leaver' },
+    controller.signal);
+  assert.equal(response.status, 200);
+  const reader = response.body.getReader();
+  await reader.read();  // the first bytes arrived: it is running
+  const running = await waitFor('the running request', async () => (await admin()).find((w) => w.num_running === 1), 10000);
+  controller.abort();
+  // 3000 tokens would take many seconds; the abort frees the worker almost at once.
+  await waitFor('the abort', async () => (await admin()).find((w) => w.name === running.name && w.num_running === 0), 5000);
+});
