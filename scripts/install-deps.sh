@@ -13,6 +13,7 @@ packages=(
   libboost-dev libsimdjson-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev
   prometheus
+  nginx-light
 )
 
 missing=()
@@ -35,6 +36,12 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# Packages with services (nginx, prometheus) are installed, not started: the tests run their own.
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 log=$(mktemp)
 if ! apt-get update -qq >"$log" 2>&1; then
   cat "$log" >&2
