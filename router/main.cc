@@ -18,6 +18,10 @@ ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.j
 ABSL_FLAG(std::string, served_model_name, "",
           "Model name clients use (default: the directory name)");
 ABSL_FLAG(std::string, workers, "", "Workers as HOST:PORT:EVENTS_PORT, comma-separated");
+ABSL_FLAG(std::string, workers_dns, "",
+          "Discover workers as NAME:PORT:EVENTS_PORT: every address NAME resolves to (a Kubernetes "
+          "headless Service) is a worker; re-resolved every --dns-refresh-seconds");
+ABSL_FLAG(double, dns_refresh_seconds, 10.0, "How often --workers-dns is resolved again");
 ABSL_FLAG(std::string, host, "0.0.0.0", "HTTP address");
 ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
 ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or session");
@@ -77,7 +81,17 @@ absl::Status Serve() {
     e.name = std::string(w);
     o.workers.push_back(e);
   }
-  if (o.workers.empty()) return absl::InvalidArgumentError("--workers lists no worker");
+  if (const std::string dns = absl::GetFlag(FLAGS_workers_dns); !dns.empty()) {
+    ASSIGN_OR_RETURN(DnsTarget target, ParseDnsTarget(dns));
+    o.workers_dns = target;
+    if (!(absl::GetFlag(FLAGS_dns_refresh_seconds) > 0)) {
+      return absl::InvalidArgumentError("--dns-refresh-seconds must be > 0");
+    }
+    o.dns_refresh = absl::Seconds(absl::GetFlag(FLAGS_dns_refresh_seconds));
+  }
+  if (o.workers.empty() && !o.workers_dns) {
+    return absl::InvalidArgumentError("give the workers: --workers or --workers-dns");
+  }
   FrontOptions f;
   f.host = absl::GetFlag(FLAGS_host);
   f.port = absl::GetFlag(FLAGS_port);
@@ -110,7 +124,9 @@ absl::Status Serve() {
 
 int main(int argc, char** argv) {
   kvserve::InitProgram(
-      argc, argv, "kvserve-router --model DIR --workers HOST:PORT:EVENTS_PORT,... [--port 8000]");
+      argc, argv,
+      "kvserve-router --model DIR (--workers HOST:PORT:EVENTS_PORT,... | --workers-dns "
+      "NAME:PORT:EVENTS_PORT) [--port 8000]");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   absl::Status s = kvserve::router::Serve();

@@ -27,6 +27,44 @@ pb::GenerateResponse ErrorResponse(const std::string& id, absl::StatusCode code,
 RouterCore::RouterCore(const RouterOptions& options) : options_(options) {
   pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout);
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
+  if (options.workers_dns) {
+    discovery_ = std::make_unique<DnsDiscovery>(
+        *options.workers_dns, options.dns_refresh,
+        options.dns_resolver ? options.dns_resolver : DnsDiscovery::Resolver(ResolveHost));
+  }
+}
+
+void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
+  absl::flat_hash_map<std::string, int> active;
+  for (const WorkerView& v : pool_->Views()) active[v.name] = v.id;
+  absl::flat_hash_map<std::string, const WorkerEndpoint*> wanted;
+  for (const WorkerEndpoint& e : endpoints) wanted[e.name] = &e;
+  std::vector<std::pair<std::shared_ptr<Job>, std::pair<int, int>>> moves;
+  for (const auto& [name, w] : active) {
+    if (wanted.contains(name)) continue;
+    std::cout << "kvserve-router: worker " << name << " left the discovered set" << std::endl;
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+      if (it->second.worker != w) {
+        ++it;
+        continue;
+      }
+      if (!it->second.started && it->second.attempts < 3) {
+        moves.push_back({it->second.job, {it->second.attempts + 1, w}});
+        ++moved_;
+      } else {
+        it->second.job->on_response(ErrorResponse(it->first, absl::StatusCode::kUnavailable,
+                                                  "the worker serving this request left"));
+      }
+      inflight_.erase(it++);
+    }
+    pool_->Remove(w);
+  }
+  for (const auto& [name, e] : wanted) {
+    if (active.contains(name)) continue;
+    std::cout << "kvserve-router: discovered worker " << name << std::endl;
+    pool_->Add(*e);
+  }
+  for (auto& [job, how] : moves) Place(job, how.first, how.second);
 }
 
 RouterCore::~RouterCore() { Stop(); }
@@ -200,6 +238,11 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
 
 void RouterCore::Loop() {
   while (!stop_) {
+    if (discovery_ != nullptr) {
+      if (std::optional<std::vector<WorkerEndpoint>> found = discovery_->TakeIfChanged()) {
+        SyncWorkers(*found);
+      }
+    }
     std::deque<std::shared_ptr<Job>> jobs;
     std::vector<std::string> aborts;
     std::vector<std::pair<int, pb::ControlAction>> controls;

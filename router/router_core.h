@@ -15,12 +15,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "kvserve/v1/kvserve.pb.h"
+#include "router/discovery.h"
 #include "router/prefix_index.h"
 #include "router/routing_policy.h"
 #include "router/worker_pool.h"
@@ -31,6 +33,11 @@ class RouterMetrics;
 
 struct RouterOptions {
   std::vector<WorkerEndpoint> workers;
+  // Discovery by DNS instead of (or besides) the static list: every address of the name is a
+  // worker at the target's ports; re-resolved every dns_refresh. Tests pass their resolver.
+  std::optional<DnsTarget> workers_dns;
+  absl::Duration dns_refresh = absl::Seconds(10);
+  DnsDiscovery::Resolver dns_resolver;
   RoutingConfig routing;
   absl::Duration heartbeat_timeout = absl::Seconds(2);
   RouterMetrics* metrics = nullptr;  // optional; must outlive the core
@@ -94,6 +101,7 @@ class RouterCore {
   zmq::context_t ctx_;
   PrefixIndex index_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<DnsDiscovery> discovery_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> eligible_{0}, known_{0};
@@ -104,6 +112,9 @@ class RouterCore {
   std::vector<std::pair<int, kvserve::v1::ControlAction>> controls_;  // guarded by mu_
   void Coordinate(const std::vector<WorkerView>& views);
   void PublishInfo(const std::vector<WorkerView>& views);
+  // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
+  // that had not started move to other workers, started ones end with an error).
+  void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
   // Blocks each worker's in-flight requests will hold, from the router's own books.
   absl::flat_hash_map<int, int64_t> InflightBlocks() const;
   std::mutex mu_;

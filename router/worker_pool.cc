@@ -23,9 +23,11 @@ int WorkerPool::Add(const WorkerEndpoint& e) {
   w.endpoint = e;
   w.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   w.dealer->set(zmq::sockopt::linger, 0);
+  w.dealer->set(zmq::sockopt::ipv6, 1);  // discovered workers may have IPv6 addresses
   w.dealer->connect(absl::StrCat("tcp://", e.host, ":", e.port));
   w.sub = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::sub);
   w.sub->set(zmq::sockopt::linger, 0);
+  w.sub->set(zmq::sockopt::ipv6, 1);
   w.sub->set(zmq::sockopt::rcvhwm, 0);
   for (const char* topic : {"kv", "status", "control"}) w.sub->set(zmq::sockopt::subscribe, topic);
   w.sub->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));

@@ -4,9 +4,12 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
@@ -61,6 +64,76 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(tokens.load(), 12);
   EXPECT_GT(core.moved(), 0);
+  core.Stop();
+}
+
+TEST(RouterCoreTest, DnsDiscoveryAddsAndRemovesWorkers) {
+  // Two workers on the same ports at two loopback addresses, as pods behind a headless Service.
+  const int port = kvserve::testing::FreePort(), events = kvserve::testing::FreePort();
+  auto args = [&](const char* host) {
+    return std::vector<std::string>{"--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
+                                    "--max-model-len", "256",
+                                    "--num-blocks",    "64",
+                                    "--host",          host,
+                                    "--port",          std::to_string(port),
+                                    "--events-port",   std::to_string(events)};
+  };
+  ASSERT_OK_AND_ASSIGN(auto a, WorkerProcess::Start(args("127.0.0.1")));
+  ASSERT_OK_AND_ASSIGN(auto b, WorkerProcess::Start(args("127.0.0.2")));
+  std::mutex mu;
+  std::vector<std::string> addresses = {"127.0.0.1"};
+  RouterOptions o;
+  o.workers_dns = DnsTarget{"kvserve-workers", port, events};
+  o.dns_refresh = absl::Milliseconds(50);
+  o.dns_resolver = [&](const std::string&) -> absl::StatusOr<std::vector<std::string>> {
+    std::lock_guard<std::mutex> lock(mu);
+    return addresses;
+  };
+  o.heartbeat_timeout = absl::Seconds(1);
+  RouterCore core(o);
+  core.Start();
+  auto eligible = [&] {
+    std::vector<std::string> names;
+    for (const WorkerInfo& w : core.Workers()) {
+      if (w.eligible) names.push_back(w.name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  auto wait_for = [&](const std::vector<std::string>& want) {
+    for (int i = 0; i < 500 && eligible() != want; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return eligible();
+  };
+  const std::string na = absl::StrCat("127.0.0.1:", port, ":", events);
+  const std::string nb = absl::StrCat("127.0.0.2:", port, ":", events);
+  EXPECT_EQ(wait_for({na}), std::vector<std::string>{na});
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    addresses = {"127.0.0.1", "127.0.0.2"};  // scaled up
+  }
+  EXPECT_EQ(wait_for({na, nb}), (std::vector<std::string>{na, nb}));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    addresses = {"127.0.0.2"};  // the first pod went away
+  }
+  EXPECT_EQ(wait_for({nb}), std::vector<std::string>{nb});
+  // Requests go to the remaining worker and complete.
+  std::atomic<int> tokens{0}, finished{0};
+  for (int i = 0; i < 3; ++i) {
+    auto job = std::make_shared<Job>();
+    job->request = kvserve::testing::MakeRequest("d" + std::to_string(i), {1, 2, 3, 4}, 2);
+    job->on_response = [&](const pb::GenerateResponse& r) {
+      EXPECT_NE(r.finish_reason(), pb::FINISH_REASON_ERROR) << r.error().message();
+      tokens += r.token_ids_size();
+      if (r.has_usage()) ++finished;
+    };
+    core.Submit(job);
+  }
+  for (int i = 0; i < 1000 && finished < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(finished.load(), 3);
+  EXPECT_EQ(tokens.load(), 6);
   core.Stop();
 }
 

@@ -1,0 +1,116 @@
+#include "router/discovery.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+
+namespace kvserve::router {
+
+absl::StatusOr<DnsTarget> ParseDnsTarget(std::string_view spec) {
+  std::vector<std::string> parts = absl::StrSplit(std::string(spec), ':');
+  DnsTarget t;
+  if (parts.size() != 3 || parts[0].empty() || !absl::SimpleAtoi(parts[1], &t.port) ||
+      !absl::SimpleAtoi(parts[2], &t.events_port) || t.port <= 0 || t.port > 65535 ||
+      t.events_port <= 0 || t.events_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers-dns '", std::string(spec), "' is not NAME:PORT:EVENTS_PORT"));
+  }
+  t.name = parts[0];
+  return t;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  if (int rc = getaddrinfo(name.c_str(), nullptr, &hints, &result); rc != 0) {
+    return absl::UnavailableError(absl::StrCat("resolving '", name, "': ", gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* src =
+        a->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (inet_ntop(a->ai_family, src, buf, sizeof(buf)) != nullptr) out.emplace_back(buf);
+  }
+  freeaddrinfo(result);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+DnsDiscovery::DnsDiscovery(DnsTarget target, absl::Duration period, Resolver resolver)
+    : target_(std::move(target)), period_(period), resolver_(std::move(resolver)) {
+  ResolveOnce();
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, absl::ToChronoMilliseconds(period_), [this] { return stop_; });
+      if (stop_) break;
+      lock.unlock();
+      ResolveOnce();
+      lock.lock();
+    }
+  });
+}
+
+DnsDiscovery::~DnsDiscovery() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DnsDiscovery::ResolveOnce() {
+  absl::StatusOr<std::vector<std::string>> addresses = resolver_(target_.name);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!addresses.ok()) {
+    ++failures_;
+    LOG(WARNING) << "worker discovery: " << addresses.status().message()
+                 << "; keeping the last known workers";
+    return;
+  }
+  if (!have_latest_ || *addresses != latest_) {
+    latest_ = *std::move(addresses);
+    have_latest_ = true;
+    changed_ = true;
+  }
+}
+
+std::optional<std::vector<WorkerEndpoint>> DnsDiscovery::TakeIfChanged() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!changed_) return std::nullopt;
+  changed_ = false;
+  std::vector<WorkerEndpoint> out;
+  for (const std::string& a : latest_) {
+    WorkerEndpoint e;
+    e.host = a;
+    e.port = target_.port;
+    e.events_port = target_.events_port;
+    // IPv6 addresses are bracketed in names and ZeroMQ endpoints.
+    const std::string host = a.find(':') != std::string::npos ? absl::StrCat("[", a, "]") : a;
+    e.host = host;
+    e.name = absl::StrCat(host, ":", e.port, ":", e.events_port);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+int64_t DnsDiscovery::failures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failures_;
+}
+
+}  // namespace kvserve::router
