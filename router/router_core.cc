@@ -94,14 +94,22 @@ std::vector<WorkerInfo> RouterCore::Workers() const {
 }
 
 absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlAction action) {
-  for (size_t i = 0; i < options_.workers.size(); ++i) {
-    if (options_.workers[i].name == worker_name) {
-      std::lock_guard<std::mutex> lock(mu_);
-      controls_.emplace_back(static_cast<int>(i), action);
-      return absl::OkStatus();
+  int id = -1;
+  {
+    std::lock_guard<std::mutex> lock(info_mu_);  // static and discovered workers alike
+    for (const WorkerInfo& w : info_) {
+      if (w.name == worker_name) id = w.id;
     }
   }
-  return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
+  if (id < 0) {
+    for (size_t i = 0; i < options_.workers.size(); ++i) {  // before the first publication
+      if (options_.workers[i].name == worker_name) id = static_cast<int>(i);
+    }
+  }
+  if (id < 0) return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
+  std::lock_guard<std::mutex> lock(mu_);
+  controls_.emplace_back(id, action);
+  return absl::OkStatus();
 }
 
 absl::flat_hash_map<int, int64_t> RouterCore::InflightBlocks() const {
@@ -163,11 +171,14 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
 // once, counted from the states the workers themselves publish (so several router replicas
 // see the same picture; docs/ROUTER.md explains how their race is closed).
 void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
+  ResolveGrantConflicts(views);
   auto asks = pool_->TakeRecycleAsks();
   if (asks.empty()) return;
+  absl::flat_hash_map<int, std::string> names;
+  for (const WorkerView& v : views) names[v.id] = v.name;
   // The lowest-named asker first: replicas that see the same asks grant the same worker.
   std::sort(asks.begin(), asks.end(), [&](const auto& a, const auto& b) {
-    return options_.workers[std::get<0>(a)].name < options_.workers[std::get<0>(b)].name;
+    return names[std::get<0>(a)] < names[std::get<0>(b)];
   });
   // Unavailable: any worker out of rotation (draining, recycling, restarting, or silent).
   // --max-unavailable 0 turns this replica's coordinator off (it denies every ask).
@@ -186,6 +197,44 @@ void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
       reply.set_action(pb::CONTROL_ACTION_RECYCLE_DENY);
     }
     pool_->Send(w, reply).IgnoreError();
+  }
+}
+
+void RouterCore::ResolveGrantConflicts(const std::vector<WorkerView>& views) {
+  if (options_.max_unavailable <= 0) return;  // this replica's coordinator is off
+  struct Pending {
+    int64_t grant_ms;
+    std::string name;
+    int id;
+    uint64_t instance;
+  };
+  std::vector<Pending> pending;
+  int committed = 0;  // out of rotation for good: draining, recycling past the hold, silent
+  for (const WorkerView& v : views) {
+    const pb::WorkerStatus* st = pool_->status(v.id);
+    if (st != nullptr && st->recycle_pending()) {
+      pending.push_back({st->recycle_grant_ms(), v.name, v.id, st->instance_id()});
+    } else if (!v.eligible) {
+      ++committed;
+    }
+  }
+  if (pending.empty()) return;
+  // Every replica sees the same heartbeats, so every replica keeps the same grants (earliest
+  // first, then by name) and revokes the same others: concurrent grants by different
+  // replicas never take more than --max-unavailable workers down.
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return std::tie(a.grant_ms, a.name) < std::tie(b.grant_ms, b.name);
+  });
+  const size_t keep = static_cast<size_t>(std::max(0, options_.max_unavailable - committed));
+  for (size_t i = keep; i < pending.size(); ++i) {
+    const std::string key = absl::StrCat(pending[i].instance, "/", pending[i].grant_ms);
+    if (!revoked_.insert(key).second) continue;  // sent already; the worker answers once
+    pb::Control revoke;
+    revoke.set_action(pb::CONTROL_ACTION_RECYCLE_REVOKE);
+    revoke.set_instance_id(pending[i].instance);
+    revoke.set_coordinator_id(options_.coordinator_id);
+    pool_->Send(pending[i].id, revoke).IgnoreError();
+    ++revokes_;
   }
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
 #include "router/prefix_index.h"
@@ -87,8 +88,10 @@ class RouterCore {
   // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
   [[nodiscard]] std::vector<WorkerInfo> Workers() const;
   absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action);
-  // Recycle slots granted so far (the coordinator).
+  // Recycle slots granted so far (the coordinator), and grants revoked because another
+  // replica granted a slot at the same moment.
   [[nodiscard]] int64_t grants() const { return grants_.load(); }
+  [[nodiscard]] int64_t revokes() const { return revokes_.load(); }
 
   // Requests moved to another worker because theirs went silent before they started.
   [[nodiscard]] int64_t moved() const { return moved_.load(); }
@@ -105,7 +108,8 @@ class RouterCore {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> eligible_{0}, known_{0};
-  std::atomic<int64_t> moved_{0}, grants_{0};
+  std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0};
+  absl::flat_hash_set<std::string> revoked_;  // "instance/grant_ms" revokes sent (core thread)
   std::chrono::steady_clock::time_point last_info_;
   mutable std::mutex info_mu_;
   std::vector<WorkerInfo> info_;                                      // guarded by info_mu_
@@ -115,6 +119,8 @@ class RouterCore {
   // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
   // that had not started move to other workers, started ones end with an error).
   void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
+  // Revokes held recycle grants beyond --max-unavailable (docs/ROUTER.md).
+  void ResolveGrantConflicts(const std::vector<WorkerView>& views);
   // Blocks each worker's in-flight requests will hold, from the router's own books.
   absl::flat_hash_map<int, int64_t> InflightBlocks() const;
   std::mutex mu_;

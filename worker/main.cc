@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, worker_id, "",
           "Stable id in events, heartbeats and metrics (default: host:port)");
 ABSL_FLAG(int32_t, heartbeat_ms, 250, "Status heartbeat period");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests may take to finish when draining");
+ABSL_FLAG(int32_t, recycle_grant_hold_ms, 1000,
+          "A recycle grant stays revocable this long before the worker commits to it (several "
+          "router replicas resolve concurrent grants meanwhile); at least 3 heartbeats");
 ABSL_FLAG(int64_t, recycle_after_requests, 0,
           "Ask for a recycle after this many requests (0: off)");
 ABSL_FLAG(double, recycle_after_seconds, 0, "Ask for a recycle after this uptime (0: off)");
@@ -63,6 +66,12 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.heartbeat = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
+  o.recycle_grant_hold = absl::Milliseconds(absl::GetFlag(FLAGS_recycle_grant_hold_ms));
+  if (o.recycle_grant_hold < 3 * o.heartbeat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recycle-grant-hold-ms ", absl::GetFlag(FLAGS_recycle_grant_hold_ms),
+        " must be at least 3 heartbeats (--heartbeat-ms ", absl::GetFlag(FLAGS_heartbeat_ms), ")"));
+  }
   o.recycle = {
       absl::GetFlag(FLAGS_recycle_after_requests), absl::GetFlag(FLAGS_recycle_after_seconds),
       absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};

@@ -137,6 +137,68 @@ TEST(RouterCoreTest, DnsDiscoveryAddsAndRemovesWorkers) {
   core.Stop();
 }
 
+TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
+  // Two other router replicas (played by this test) grant a recycle slot to both workers at
+  // the same moment; with --max-unavailable 1 this replica revokes one of the held grants
+  // (the later one), so exactly one worker recycles and the other returns to service.
+  const std::vector<std::string> args = {"--model",
+                                         kvserve::testing::FixtureModel("tiny-qwen3"),
+                                         "--max-model-len",
+                                         "256",
+                                         "--num-blocks",
+                                         "64",
+                                         "--recycle-grant-hold-ms",
+                                         "1000"};
+  ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
+  RouterOptions o;
+  o.workers = {{"w0", "127.0.0.1", w0->port(), w0->events_port()},
+               {"w1", "127.0.0.1", w1->port(), w1->events_port()}};
+  o.max_unavailable = 1;
+  o.coordinator_id = "replica-c";
+  o.heartbeat_timeout = absl::Seconds(1);
+  RouterCore core(o);
+  core.Start();
+  auto both_ready = [&] {
+    auto w = core.Workers();
+    return w.size() == 2 && w[0].eligible && w[1].eligible;
+  };
+  for (int i = 0; i < 500 && !both_ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(both_ready());
+  const uint64_t i0 = w0->instance_id(), i1 = w1->instance_id();
+  zmq::context_t ctx;
+  kvserve::testing::Client c0(ctx, w0->port()), c1(ctx, w1->port());
+  auto grant = [](uint64_t instance, const char* replica) {
+    pb::Control g;
+    g.set_action(pb::CONTROL_ACTION_RECYCLE_GRANT);
+    g.set_instance_id(instance);
+    g.set_reason("requests");
+    g.set_coordinator_id(replica);
+    return g;
+  };
+  ASSERT_OK(c0.Send(grant(i0, "replica-a")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_OK(c1.Send(grant(i1, "replica-b")));
+  // w1 (the later grant) is revoked and back in rotation well before its hold would end;
+  // w0 commits and comes back as a new instance.
+  bool w1_back = false;
+  for (int i = 0; i < 300 && !w1_back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (const WorkerInfo& w : core.Workers()) {
+      if (w.name == "w1" && w.eligible && w.instance_id == i1 && core.revokes() > 0) w1_back = true;
+    }
+  }
+  EXPECT_TRUE(w1_back);
+  EXPECT_EQ(core.revokes(), 1);
+  ASSERT_OK_AND_ASSIGN(uint64_t n0, w0->WaitForNewInstance(i0, 60));
+  EXPECT_NE(n0, i0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past w1's hold
+  ASSERT_OK_AND_ASSIGN(uint64_t n1, w1->WaitForNewInstance(0, 5));
+  EXPECT_EQ(n1, i1) << "the revoked worker must not have recycled";
+  core.Stop();
+}
+
 TEST(RouterCoreTest, CoordinatorRecyclesOneWorkerAtATimeUnderLoad) {
   const std::vector<std::string> args = {"--model",
                                          kvserve::testing::FixtureModel("tiny-qwen3"),

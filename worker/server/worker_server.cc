@@ -271,7 +271,27 @@ void WorkerServer::HandleControl(const std::string& identity, const pb::Control&
         r.mutable_error()->set_message("the grant is for an earlier instance of this worker");
         break;
       }
+      if (draining_) break;  // a second replica's grant for the same slot: already held
+      grant_pending_ = true;
+      grant_ms_ = NowMs();
+      granted_by_ = c.coordinator_id();
+      grant_commit_ = Clock::now() + std::chrono::milliseconds(
+                                         absl::ToInt64Milliseconds(options_.recycle_grant_hold));
       StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
+      break;
+    case pb::CONTROL_ACTION_RECYCLE_REVOKE:
+      if (!grant_pending_ || Clock::now() >= grant_commit_) {
+        r.set_ok(false);
+        r.mutable_error()->set_message("no revocable recycle grant (none, or already committed)");
+        break;
+      }
+      LOG(INFO) << "recycle grant revoked by " << c.coordinator_id();
+      grant_pending_ = false;
+      draining_ = false;
+      recycle_after_drain_ = false;
+      recycle_requested_ = false;  // ask again later
+      state_ = pb::WORKER_STATE_READY;
+      PublishStatus();
       break;
     case pb::CONTROL_ACTION_RECYCLE:
       StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
@@ -416,6 +436,11 @@ void WorkerServer::PublishStatus() {
   st.set_worker_id(options_.worker_id);
   st.set_instance_id(instance_id_);
   st.set_state(static_cast<pb::WorkerState>(state_.load()));
+  if (grant_pending_ && Clock::now() < grant_commit_) {
+    st.set_recycle_pending(true);
+    st.set_recycle_grant_ms(grant_ms_);
+    st.set_recycle_granted_by(granted_by_);
+  }
   for (bool host : {false, true}) {
     pb::BlockCounts* b = st.add_blocks();
     b->set_medium(host ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE);
@@ -551,7 +576,10 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       if (engine_->HasWork()) idle_since_ = Clock::time_point();
       // Idle: keep answering "draining" for a short grace period, so that a request already on
       // the wire gets a retryable error instead of vanishing with the process.
-      if (!engine_->HasWork() && now - idle_since_ >= std::chrono::milliseconds(200)) {
+      if (grant_pending_ && now >= grant_commit_) grant_pending_ = false;  // committed
+      // A held grant is never acted on: it may still be revoked.
+      if (!grant_pending_ && !engine_->HasWork() &&
+          now - idle_since_ >= std::chrono::milliseconds(200)) {
         if (recycle_after_drain_) metrics_->CountRecycle(drain_reason_);
         state_ = pb::WORKER_STATE_STOPPING;
         UpdateMetrics();

@@ -51,6 +51,9 @@ struct WorkerServerOptions {
   int metrics_port = 0;
   absl::Duration heartbeat = absl::Milliseconds(250);
   absl::Duration drain_timeout = absl::Seconds(30);
+  // A recycle grant is held this long (revocable, no new requests) before the worker commits to
+  // it: long enough for every router replica to see it in a heartbeat and revoke a conflict.
+  absl::Duration recycle_grant_hold = absl::Seconds(1);
   RecyclePolicy recycle;
   bool vllm_metric_names = true;
 };
@@ -112,6 +115,11 @@ class WorkerServer {
   std::chrono::steady_clock::time_point started_, next_heartbeat_, drain_deadline_, idle_since_;
   bool draining_ = false, recycle_after_drain_ = false, stop_after_drain_ = false;
   bool recycle_requested_ = false;
+  // The grant in its hold (revocable until grant_commit_).
+  bool grant_pending_ = false;
+  int64_t grant_ms_ = 0;
+  std::string granted_by_;
+  std::chrono::steady_clock::time_point grant_commit_;
   std::string drain_reason_;
   int64_t served_requests_ = 0;
   double start_rss_mb_ = 0;
