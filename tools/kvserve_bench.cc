@@ -6,7 +6,7 @@
 //   kvserve-bench serve --url http://127.0.0.1:8000 --dataset shared-prefix
 //       --gsp-num-groups 16 --gsp-prompts-per-group 4 --gsp-system-prompt-len 512
 //       --gsp-question-len 32 --gsp-output-len 16 [--request-rate inf]
-//       [--max-concurrency 4] [--json-out FILE]
+//       [--max-concurrency 4] [--json] [--json-out FILE]
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -29,7 +29,8 @@ ABSL_FLAG(int32_t, group_size, 32,
 ABSL_FLAG(int32_t, decode_batch, 8, "quality: sequences in the decode timing");
 ABSL_FLAG(int32_t, decode_context, 512, "quality: context per sequence in the decode timing");
 ABSL_FLAG(int32_t, decode_steps, 32, "quality: timed decode steps (0: skip)");
-ABSL_FLAG(bool, json, false, "quality: print JSON instead of the table");
+ABSL_FLAG(bool, json, false,
+          "quality: print JSON instead of the table; serve: print the JSON report after the table");
 
 ABSL_FLAG(std::string, url, "http://127.0.0.1:8000", "serve: the router");
 ABSL_FLAG(std::string, served_model, "", "serve: the model name to send (default: the router's)");
@@ -161,6 +162,7 @@ int Serve() {
     return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << bench::FormatServingReport(*report);
+  if (absl::GetFlag(FLAGS_json)) std::cout << report->dump(2) << "\n";
   if (const std::string path = absl::GetFlag(FLAGS_json_out); !path.empty()) {
     std::ofstream f(path);
     f << report->dump(2) << "\n";

@@ -105,9 +105,13 @@ test('shared-prefix, one at a time: the ideal hit rate, groups split evenly', ()
 
 test('random at a Poisson rate, and goodput under SLOs', () => {
   const loose = bench(['--dataset', 'random', '--num-prompts', '6', '--random-input-len', '32',
-    '--random-output-len', '3', '--request-rate', '20', '--goodput', 'e2el:600000']);
+    '--random-output-len', '3', '--request-rate', '20', '--goodput', 'e2el:600000', '--json']);
   assert.equal(loose.status, 0, loose.stderr);
   assert.equal(loose.report.completed, 6);
+  // --json prints the same report after the table.
+  const printed = JSON.parse(loose.stdout.slice(loose.stdout.indexOf('{')));
+  assert.equal(printed.completed, 6);
+  assert.equal(printed.total_output_tokens, loose.report.total_output_tokens);
   assert.equal(loose.report.request_goodput, loose.report.request_throughput);
   const tight = bench(['--dataset', 'random', '--num-prompts', '4', '--random-input-len', '32',
     '--random-output-len', '3', '--goodput', 'ttft:0.000001']);
