@@ -7,12 +7,14 @@
 //
 //   node cluster_fault_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+
+import { makeModel } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-fault-'));
@@ -97,8 +99,7 @@ function completion(body, signal) {
 }
 
 before(async () => {
-  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
-  assert.equal(made.status, 0, String(made.stderr));
+  makeModel(bin, tokenizerDir, model);
   const [http, workerBase] = [await freeRange(1), await freeRange(6)];
   cluster = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',

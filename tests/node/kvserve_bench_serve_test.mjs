@@ -6,12 +6,13 @@
 //
 //   node kvserve_bench_serve_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+
+import { freePort, makeModel, startAndWait as start } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-bench-'));
@@ -19,34 +20,7 @@ const model = path.join(tmp, 'tiny');
 const children = [];
 let url;
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
-function startAndWait(cmd, args, readyPattern) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`${cmd} not ready: ${out}`)), 60000);
-    const onData = (d) => {
-      out += d;
-      if (readyPattern.test(out)) {
-        clearTimeout(timer);
-        resolve(child);
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', (d) => { out += d; });
-    child.on('exit', (code) => reject(new Error(`${cmd} exited ${code}: ${out}`)));
-  });
-}
 
 function bench(args) {
   const json = path.join(tmp, `report-${Math.random().toString(36).slice(2)}.json`);
@@ -56,18 +30,17 @@ function bench(args) {
 }
 
 before(async () => {
-  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
-  assert.equal(made.status, 0, String(made.stderr));
+  makeModel(bin, tokenizerDir, model);
   const workers = [];
   for (let i = 0; i < 2; i++) {
     const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
-    await startAndWait(path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
+    await start(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
       '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024',
       '--num-blocks', '1024', '--worker-id', `w${i}`], /kvserve-worker ready/);
     workers.push(`127.0.0.1:${port}:${events}`);
   }
   const http = await freePort();
-  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workers.join(','), '--max-model-len', '1024'], /kvserve-router: 2\/2 workers ready/);
   url = `http://127.0.0.1:${http}`;
 });

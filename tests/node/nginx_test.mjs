@@ -6,13 +6,13 @@
 //
 //   node nginx_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
+
+import { freePort, makeModel, startAndWait as start } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));
@@ -22,34 +22,7 @@ const children = [];
 const routers = [];
 let client;
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
-function startAndWait(cmd, args, readyPattern) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`${cmd} not ready: ${out}`)), 60000);
-    const onData = (d) => {
-      out += d;
-      if (readyPattern.test(out)) {
-        clearTimeout(timer);
-        resolve(child);
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`${cmd} exited ${code}: ${out}`)));
-  });
-}
 
 async function routerRequests(port) {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -60,15 +33,14 @@ async function routerRequests(port) {
 
 before(async () => {
   if (!nginx) return;
-  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
-  assert.equal(made.status, 0, String(made.stderr));
+  makeModel(bin, tokenizerDir, model);
   const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
-  await startAndWait(path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
+  await start(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'],
   /kvserve-worker ready/);
   for (let i = 0; i < 2; i++) {
     const http = await freePort();
-    await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+    await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
       '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router: 1\/1 workers ready/);
     routers.push(http);
   }
@@ -107,7 +79,7 @@ http {
   }
 }
 `);
-  await startAndWait(nginx, ['-p', temp, '-c', conf], /start worker process/);
+  await start(children, nginx, ['-p', temp, '-c', conf], /start worker process/);
   client = new OpenAI({ baseURL: `http://127.0.0.1:${listen}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
 

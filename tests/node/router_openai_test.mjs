@@ -5,13 +5,13 @@
 //
 //   node router_openai_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
+
+import { freePort, makeModel, startAndWait as start } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-router-'));
@@ -21,43 +21,15 @@ let client;
 let base;
 let workerArg;
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
-function startAndWait(cmd, args, readyPattern) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`${cmd} not ready: ${out}`)), 60000);
-    const onData = (d) => {
-      out += d;
-      if (readyPattern.test(out)) {
-        clearTimeout(timer);
-        resolve(child);
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', (d) => { out += d; });
-    child.on('exit', (code) => reject(new Error(`${cmd} exited ${code}: ${out}`)));
-  });
-}
 
 before(async () => {
-  const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', model]);
-  assert.equal(made.status, 0, String(made.stderr));
+  makeModel(bin, tokenizerDir, model);
   const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  await startAndWait(path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
+  await start(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
   workerArg = `127.0.0.1:${port}:${events}`;
-  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workerArg, '--max-model-len', '1024'], /kvserve-router ready/);
   base = `http://127.0.0.1:${http}`;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -183,7 +155,7 @@ test('router metrics count requests and routing decisions', async () => {
 
 test('API keys and prompt normalization (a second router replica on the same worker)', async () => {
   const http = await freePort();
-  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workerArg, '--max-model-len', '1024', '--api-keys', 'k1,k2', '--normalize-prompts'], /kvserve-router ready/);
   const other = `http://127.0.0.1:${http}`;
   const denied = await fetch(`${other}/v1/models`);
@@ -201,7 +173,7 @@ test('API keys and prompt normalization (a second router replica on the same wor
 
 test('admin API: list, drain (503 with Retry-After), undrain', async () => {
   const http = await freePort();
-  await startAndWait(path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workerArg, '--max-model-len', '1024', '--admin-token', 'secret'], /kvserve-router ready/);
   const admin = `http://127.0.0.1:${http}/admin`;
   const auth = { authorization: 'Bearer secret' };

@@ -21,6 +21,18 @@ namespace {
 namespace pb = ::kvserve::v1;
 using kvserve::testing::WorkerProcess;
 
+// Waits up to 5 s until the core sees `n` workers, all eligible.
+bool WaitAllEligible(const RouterCore& core, size_t n) {
+  for (int i = 0; i < 500; ++i) {
+    const std::vector<WorkerInfo> w = core.Workers();
+    if (w.size() == n &&
+        std::all_of(w.begin(), w.end(), [](const WorkerInfo& x) { return x.eligible; }))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
   const std::vector<std::string> args = {
       "--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
@@ -159,13 +171,7 @@ TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
   o.heartbeat_timeout = absl::Seconds(1);
   RouterCore core(o);
   core.Start();
-  auto both_ready = [&] {
-    auto w = core.Workers();
-    return w.size() == 2 && w[0].eligible && w[1].eligible;
-  };
-  for (int i = 0; i < 500 && !both_ready(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(both_ready());
+  ASSERT_TRUE(WaitAllEligible(core, 2));
   const uint64_t i0 = w0->instance_id(), i1 = w1->instance_id();
   zmq::context_t ctx;
   kvserve::testing::Client c0(ctx, w0->port()), c1(ctx, w1->port());
@@ -217,13 +223,7 @@ TEST(RouterCoreTest, CoordinatorRecyclesOneWorkerAtATimeUnderLoad) {
   o.heartbeat_timeout = absl::Seconds(1);
   RouterCore core(o);
   core.Start();
-  auto both_ready = [&] {
-    auto w = core.Workers();
-    return w.size() == 2 && w[0].eligible && w[1].eligible;
-  };
-  for (int i = 0; i < 500 && !both_ready(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(both_ready());
+  ASSERT_TRUE(WaitAllEligible(core, 2));
   int completed = 0, failed = 0, max_unavailable_seen = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   int i = 0;
