@@ -96,7 +96,6 @@ std::optional<std::vector<WorkerEndpoint>> DnsDiscovery::TakeIfChanged() {
   std::vector<WorkerEndpoint> out;
   for (const std::string& a : latest_) {
     WorkerEndpoint e;
-    e.host = a;
     e.port = target_.port;
     e.events_port = target_.events_port;
     // IPv6 addresses are bracketed in names and ZeroMQ endpoints.

@@ -287,10 +287,14 @@ void WorkerServer::HandleControl(const std::string& identity, const pb::Control&
       }
       LOG(INFO) << "recycle grant revoked by " << c.coordinator_id();
       grant_pending_ = false;
-      draining_ = false;
       recycle_after_drain_ = false;
       recycle_requested_ = false;  // ask again later
-      state_ = pb::WORKER_STATE_READY;
+      if (stop_after_drain_) {
+        state_ = pb::WORKER_STATE_DRAINING;  // a SIGTERM came meanwhile: keep stopping
+      } else {
+        draining_ = false;
+        state_ = pb::WORKER_STATE_READY;
+      }
       PublishStatus();
       break;
     case pb::CONTROL_ACTION_RECYCLE:
@@ -580,12 +584,13 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       // A held grant is never acted on: it may still be revoked.
       if (!grant_pending_ && !engine_->HasWork() &&
           now - idle_since_ >= std::chrono::milliseconds(200)) {
-        if (recycle_after_drain_) metrics_->CountRecycle(drain_reason_);
+        if (recycle_after_drain_ && !stop_after_drain_) metrics_->CountRecycle(drain_reason_);
         state_ = pb::WORKER_STATE_STOPPING;
         UpdateMetrics();
         PublishAllCleared();
         PublishStatus();
-        return recycle_after_drain_ ? Exit::kRecycle : Exit::kStopped;
+        // A SIGTERM during a recycle drain wins: the process is being stopped, not replaced.
+        return recycle_after_drain_ && !stop_after_drain_ ? Exit::kRecycle : Exit::kStopped;
       }
     }
   }
