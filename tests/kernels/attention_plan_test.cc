@@ -1,0 +1,95 @@
+// The host side of the CUDA paged-attention launcher, which runs without a GPU: how a launch
+// is cut (rows per thread block, split-KV factor, workspace) and which shapes are refused.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace kvserve::kernels::cuda {
+namespace {
+
+AttnArgs Decode(int seqs, int context, int heads = 32, int kv_heads = 8) {
+  AttnArgs a;
+  a.num_seqs = seqs;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = 128;
+  a.block_size = 16;
+  a.max_query_len = 1;
+  a.max_context_len = context;
+  a.k_layout.dtype = a.v_layout.dtype = KvDType::kBf16;
+  return a;
+}
+
+TEST(AttentionPlanTest, DecodeSplitsUntilTheGpuIsFull) {
+  const size_t big = size_t{1} << 30;
+  // One sequence of 64K tokens, 8 KV heads: 8 blocks alone would leave 132 SMs idle.
+  AttnPlan p = PlanPagedAttention(Decode(1, 65536), 132, big);
+  EXPECT_EQ(p.rows_per_block, 4);  // a GQA group of 4 query heads per block
+  EXPECT_EQ(p.row_tiles, 1);
+  // Aiming at 8 blocks per SM (1,056) asks for 132 splits; splits get whole chunks of 256
+  // tokens, equal in number: 2 chunks each, 128 splits, 1,024 blocks.
+  EXPECT_EQ(p.chunks_per_split, 2);
+  EXPECT_EQ(p.num_splits, 128);
+  EXPECT_GE(p.num_splits * p.chunks_per_split * kChunkTokens, 65536);  // covers the context
+  EXPECT_EQ(p.workspace_floats, size_t{32} * p.num_splits * (128 + 2));
+  // A big batch fills the GPU on its own: no split, no workspace.
+  AttnPlan q = PlanPagedAttention(Decode(256, 1024), 132, big);
+  EXPECT_EQ(q.num_splits, 1);
+  EXPECT_EQ(q.workspace_floats, 0u);
+  // More blocks per SM asked for: more splits.
+  AttnPlan r = PlanPagedAttention(Decode(16, 4096), 132, big, 32);
+  AttnPlan s = PlanPagedAttention(Decode(16, 4096), 132, big, 8);
+  EXPECT_GT(r.num_splits, s.num_splits);
+}
+
+TEST(AttentionPlanTest, WorkspaceCapTradesSplitsForLongerBlocks) {
+  AttnPlan p = PlanPagedAttention(Decode(1, 65536), 132, /*max_workspace_floats=*/32 * 130 * 4);
+  EXPECT_EQ(p.num_splits, 4);
+  EXPECT_EQ(p.chunks_per_split, 64);  // 4 × 64 chunks of 256 tokens = 64K
+  EXPECT_LE(p.workspace_floats, size_t{32} * 130 * 4);
+  AttnPlan none = PlanPagedAttention(Decode(1, 65536), 132, 0);
+  EXPECT_EQ(none.num_splits, 1);
+  EXPECT_EQ(none.chunks_per_split, 256);
+}
+
+TEST(AttentionPlanTest, PrefillAndWideGroupsUseEightRows) {
+  AttnArgs a = Decode(2, 1000);
+  a.max_query_len = 100;  // a prefill chunk: 100 tokens × 4 heads = 400 rows
+  AttnPlan p = PlanPagedAttention(a, 132, size_t{1} << 30);
+  EXPECT_EQ(p.rows_per_block, 8);
+  EXPECT_EQ(p.row_tiles, 50);
+  AttnPlan g = PlanPagedAttention(Decode(4, 1000, 64, 8), 132, size_t{1} << 30);  // GQA 8:1
+  EXPECT_EQ(g.rows_per_block, 8);
+  EXPECT_EQ(g.row_tiles, 1);
+}
+
+TEST(AttentionPlanTest, UnsupportedShapesAreNamed) {
+  EXPECT_STREQ(CheckAttentionShape(Decode(1, 10)), "");
+  auto problem = [](AttnArgs a) { return std::string(CheckAttentionShape(a)); };
+  AttnArgs a = Decode(1, 10);
+  a.head_dim = 96;
+  EXPECT_NE(problem(a).find("head_dim"), std::string::npos);
+  a = Decode(1, 10, 30, 8);
+  EXPECT_NE(problem(a).find("multiple of num_kv_heads"), std::string::npos);
+  a = Decode(1, 10);
+  a.block_size = 24;
+  EXPECT_NE(problem(a).find("block_size"), std::string::npos);
+  a = Decode(1, 10);
+  a.v_layout.dtype = KvDType::kInt8;
+  EXPECT_NE(problem(a).find("element type"), std::string::npos);
+  a = Decode(1, 10);
+  a.k_layout.dtype = a.v_layout.dtype = KvDType::kInt4;
+  a.k_layout.granularity = KvGranularity::kPerGroup;
+  a.k_layout.group_size = 4;
+  a.k_layout.group_shift = 2;
+  EXPECT_NE(problem(a).find("per-group"), std::string::npos);
+  a = Decode(1, 10);
+  a.max_context_len = 0;
+  EXPECT_NE(problem(a).find("max_context_len"), std::string::npos);
+  a = Decode(70000, 10);
+  EXPECT_NE(problem(a).find("65535"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvserve::kernels::cuda
