@@ -73,7 +73,9 @@ bool WaitForLine(const std::string& log, const std::string& needle, int timeout_
 }  // namespace
 
 int main(int argc, char** argv) {
-  kvserve::InitProgram(argc, argv, "kvserve-cluster [--model DIR] [--workers N] [--port 8000]");
+  // Arguments after "--" are worker flags, passed through to every worker as they are.
+  const std::vector<char*> positional = kvserve::InitProgram(
+      argc, argv, "kvserve-cluster [--model DIR] [--workers N] [--port 8000] [-- worker flags...]");
   namespace fs = std::filesystem;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
   std::string model = absl::GetFlag(FLAGS_model);
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   const int n = absl::GetFlag(FLAGS_workers);
   const int base = absl::GetFlag(FLAGS_base_port);
   const std::string max_len = std::to_string(absl::GetFlag(FLAGS_max_model_len));
-  std::vector<std::string> extra;
+  std::vector<std::string> extra(positional.begin() + 1, positional.end());
   for (absl::string_view a :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty()))
     extra.emplace_back(a);

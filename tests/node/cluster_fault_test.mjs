@@ -103,8 +103,8 @@ before(async () => {
   const [http, workerBase] = [await freeRange(1), await freeRange(6)];
   cluster = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
-    '--worker-args', '--max-num-seqs 1 --num-blocks 1024',
-    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`,
+    '--', '--max-num-seqs', '1', '--num-blocks', '1024'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   cluster.stderr.on('data', (d) => { out += d; });
   await new Promise((resolve, reject) => {
