@@ -10,6 +10,7 @@
 #ifndef KVSERVE_KERNELS_BACKEND_H_
 #define KVSERVE_KERNELS_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -132,6 +133,21 @@ class Backend {
  public:
   virtual ~Backend() = default;
   [[nodiscard]] virtual std::string_view name() const = 0;
+
+  // Memory the ops read and write: device memory on a device backend, ordinary memory on the
+  // CPU. Zero-filled. Allocate / Free are not for every step (they may synchronize).
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  // Host memory that CopyBlocks can move blocks to and from (the swap pool): pinned and mapped
+  // on CUDA.
+  virtual void* AllocateHost(size_t bytes) = 0;
+  virtual void FreeHost(void* p) = 0;
+  // Copies between host memory and backend memory, ordered after the ops issued before them;
+  // both return once `src` may be reused (Download: once `dst` holds the data).
+  virtual void Upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Download(void* dst, const void* src, size_t bytes) = 0;
+  // Backend memory to backend memory, in op order.
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
 
   virtual void Gemm(const GemmParams& p) = 0;
   virtual void Embedding(const EmbeddingParams& p) = 0;

@@ -26,10 +26,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
                                              TpShard{r, n}, rank.comm.get()));
     rank.device = std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads,
-                                              config.block_size, config.model.head_dim);
+                                              config.block_size, config.model.head_dim,
+                                              rank.backend.get());
     if (config.num_host_blocks > 0) {
       rank.host = std::make_unique<KvStorage>(config.kv_spec, config.num_host_blocks, kv_heads,
-                                              config.block_size, config.model.head_dim);
+                                              config.block_size, config.model.head_dim,
+                                              rank.backend.get(), /*host_tier=*/true);
     }
   }
   runner->done_.assign(n, 0);

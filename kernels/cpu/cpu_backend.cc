@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -35,6 +36,24 @@ class CpuBackend final : public Backend {
   }
 
   std::string_view name() const override { return "cpu"; }
+
+  void* Allocate(size_t bytes) override {
+    void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+    CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+    return p;
+  }
+  void Free(void* p) override { std::free(p); }
+  void* AllocateHost(size_t bytes) override { return Allocate(bytes); }
+  void FreeHost(void* p) override { Free(p); }
+  void Upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void Download(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
 
   void Gemm(const GemmParams& p) override {
     if (p.m == 0 || p.n == 0) return;

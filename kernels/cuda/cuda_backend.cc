@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,42 @@ class CudaBackend final : public Backend {
   }
 
   std::string_view name() const override { return "cuda"; }
+
+  void* Allocate(size_t bytes) override {
+    void* p = nullptr;
+    KVSERVE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+    KVSERVE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return p;
+  }
+  void Free(void* p) override {
+    Synchronize();
+    KVSERVE_CUDA_CHECK(cudaFree(p));
+  }
+  void* AllocateHost(size_t bytes) override {
+    void* p = nullptr;
+    KVSERVE_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped));
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void FreeHost(void* p) override {
+    Synchronize();
+    KVSERVE_CUDA_CHECK(cudaFreeHost(p));
+  }
+  void Upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be reused at once
+  }
+  void Download(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
 
   cudaStream_t stream() const { return stream_; }
 

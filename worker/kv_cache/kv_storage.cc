@@ -3,7 +3,7 @@
 namespace kvserve::worker {
 
 KvStorage::KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, int block_size,
-                     int head_dim)
+                     int head_dim, kernels::Backend* backend, bool host_tier)
     : spec_(spec),
       num_blocks_(num_blocks),
       num_kv_heads_(num_kv_heads),
@@ -14,10 +14,13 @@ KvStorage::KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, 
   for (size_t l = 0; l < layers_.size(); ++l) {
     const KvFormat& kf = spec.k[l];
     const KvFormat& vf = spec.v[l];
-    layers_[l].k.assign(units * kf.RowBytes(head_dim) * block_size, 0);
-    layers_[l].v.assign(units * vf.RowBytes(head_dim) * block_size, 0);
-    layers_[l].k_scales.assign(units * kf.ScaleEntries(block_size, head_dim), 0);
-    layers_[l].v_scales.assign(units * vf.ScaleEntries(block_size, head_dim), 0);
+    Layer& L = layers_[l];
+    L.k = kernels::Buffer<uint8_t>(backend, units * kf.RowBytes(head_dim) * block_size, host_tier);
+    L.v = kernels::Buffer<uint8_t>(backend, units * vf.RowBytes(head_dim) * block_size, host_tier);
+    L.k_scales =
+        kernels::Buffer<uint16_t>(backend, units * kf.ScaleEntries(block_size, head_dim), host_tier);
+    L.v_scales =
+        kernels::Buffer<uint16_t>(backend, units * vf.ScaleEntries(block_size, head_dim), host_tier);
   }
 }
 

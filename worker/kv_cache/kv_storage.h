@@ -1,9 +1,11 @@
 // The memory of a KV block pool: per layer, K and V data in their formats plus fp16 scales,
 // laid out as kernels/kv_quant.h describes. The device pool and the host (swap / host prefix
 // cache) pool are two KvStorage objects with the same spec, so a block copies between them as
-// whole byte ranges. On the CPU backend both live in ordinary memory.
+// whole byte ranges. The memory comes from the rank's backend: device memory for the device
+// pool and the backend's host memory (pinned on CUDA) for the host pool; on the CPU backend both
+// are ordinary memory.
 //
-//   KvStorage device(spec, num_blocks, kv_heads, block_size, head_dim);
+//   KvStorage device(spec, num_blocks, kv_heads, block_size, head_dim, backend);
 //   model->Forward(batch, device);
 //
 // Owned by the engine thread.
@@ -15,13 +17,14 @@
 
 #include "common/kv_format.h"
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 
 namespace kvserve::worker {
 
 class KvStorage {
  public:
   KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, int block_size,
-            int head_dim);
+            int head_dim, kernels::Backend* backend, bool host_tier = false);
 
   [[nodiscard]] kernels::KvCacheView View(int layer);
   [[nodiscard]] std::vector<kernels::KvCacheView> Views();
@@ -33,8 +36,8 @@ class KvStorage {
 
  private:
   struct Layer {
-    std::vector<uint8_t> k, v;
-    std::vector<uint16_t> k_scales, v_scales;
+    kernels::Buffer<uint8_t> k, v;
+    kernels::Buffer<uint16_t> k_scales, v_scales;
   };
   KvCacheSpec spec_;
   int num_blocks_, num_kv_heads_, block_size_, head_dim_;

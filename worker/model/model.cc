@@ -12,6 +12,15 @@
 namespace kvserve::worker {
 namespace {
 
+// A layer's weights as read from the checkpoint, before they go to the backend.
+struct HostLayer {
+  std::vector<float> input_norm, post_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, gate_up,
+      gate_up_bias, down, down_bias;
+};
+
+// Null for an empty (absent) tensor.
+const float* OrNull(const kernels::Buffer<float>& b) { return b.empty() ? nullptr : b.data(); }
+
 // Loads rows [r0, r1) of a 2-D (or 1-D) tensor as float32, appending to `out`.
 absl::Status AppendRows(const Checkpoint& ckpt, const std::string& name, int64_t r0, int64_t r1,
                         std::vector<float>* out) {
@@ -87,18 +96,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   const int v0 = std::min(config.vocab_size, r * m->vocab_shard_);
   const int v1 = std::min(config.vocab_size, v0 + m->vocab_shard_);
 
-  RETURN_IF_ERROR(Append(*ckpt, "model.embed_tokens.weight", &m->embed_));
-  RETURN_IF_ERROR(Append(*ckpt, "model.norm.weight", &m->final_norm_));
+  std::vector<float> embed, final_norm, lm_head;
+  RETURN_IF_ERROR(Append(*ckpt, "model.embed_tokens.weight", &embed));
+  RETURN_IF_ERROR(Append(*ckpt, "model.norm.weight", &final_norm));
   if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
     const std::string head =
         config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    RETURN_IF_ERROR(AppendRows(*ckpt, head, v0, v1, &m->lm_head_));
-    m->lm_head_.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size, 0.0f);  // pad
+    RETURN_IF_ERROR(AppendRows(*ckpt, head, v0, v1, &lm_head));
+    lm_head.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size, 0.0f);  // pad
   }
-  m->layers_.resize(config.num_layers);
+  std::vector<HostLayer> host(config.num_layers);
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    Layer& L = m->layers_[l];
+    HostLayer& L = host[l];
     RETURN_IF_ERROR(Append(*ckpt, p + "input_layernorm.weight", &L.input_norm));
     RETURN_IF_ERROR(Append(*ckpt, p + "post_attention_layernorm.weight", &L.post_norm));
     const struct {
@@ -132,18 +142,47 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       if (r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
     }
   }
-  auto bytes = [](const std::vector<float>& v) {
-    return static_cast<int64_t>(v.size() * sizeof(float));
+  // Into the backend's memory.
+  auto up = [&](const std::vector<float>& v) {
+    m->weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
+    return kernels::Buffer<float>::FromHost(backend, v);
   };
-  m->weight_bytes_ = bytes(m->embed_) + bytes(m->final_norm_) + bytes(m->lm_head_);
-  for (const Layer& L : m->layers_) {
-    for (const auto* v : {&L.input_norm, &L.post_norm, &L.qkv, &L.qkv_bias, &L.q_norm, &L.k_norm,
-                          &L.o, &L.o_bias, &L.gate_up, &L.gate_up_bias, &L.down, &L.down_bias}) {
-      m->weight_bytes_ += bytes(*v);
-    }
+  m->embed_ = up(embed);
+  m->final_norm_ = up(final_norm);
+  m->lm_head_ = up(lm_head);
+  m->layers_.resize(config.num_layers);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const HostLayer& H = host[l];
+    Layer& L = m->layers_[l];
+    L.input_norm = up(H.input_norm);
+    L.post_norm = up(H.post_norm);
+    L.qkv = up(H.qkv);
+    L.qkv_bias = up(H.qkv_bias);
+    L.q_norm = up(H.q_norm);
+    L.k_norm = up(H.k_norm);
+    L.o = up(H.o);
+    L.o_bias = up(H.o_bias);
+    L.gate_up = up(H.gate_up);
+    L.gate_up_bias = up(H.gate_up_bias);
+    L.down = up(H.down);
+    L.down_bias = up(H.down_bias);
   }
-  m->inv_freq_ = kernels::RopeInvFreq(config.rope, config.head_dim);
+  m->inv_freq_ =
+      kernels::Buffer<float>::FromHost(backend, kernels::RopeInvFreq(config.rope, config.head_dim));
   return m;
+}
+
+template <typename T>
+T* Model::Stage(kernels::Buffer<T>& buf, const std::vector<T>& host) {
+  T* p = Reserve(buf, host.size());
+  backend_->Upload(p, host.data(), host.size() * sizeof(T));
+  return p;
+}
+
+template <typename T>
+T* Model::Reserve(kernels::Buffer<T>& buf, size_t n) {
+  if (buf.size() < n) buf = kernels::Buffer<T>(backend_, std::max(n, 2 * buf.size()));
+  return buf.data();
 }
 
 absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
@@ -153,41 +192,57 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   const int64_t q_dim = int64_t{heads_} * D, kv_dim = int64_t{kv_heads_} * D;
   const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = inter_;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  std::vector<float> delta(T * H), residual(T * H, 0.0f), h(T * H), qkv(T * qkv_dim),
-      attn(T * q_dim), gate_up(T * 2 * inter), act(T * inter);
-
+  Scratch& s = scratch_;
+  // The batch and the activations, in the backend's memory.
+  const int32_t* token_ids = Stage(s.token_ids, b.token_ids);
+  const int32_t* positions = Stage(s.positions, b.positions);
+  const int64_t* slots = Stage(s.slot_mapping, b.slot_mapping);
+  const int32_t* query_start = Stage(s.query_start, b.query_start);
+  const int32_t* query_len = Stage(s.query_len, b.query_len);
+  const int32_t* context_len = Stage(s.context_len, b.context_len);
+  const int32_t* block_tables = Stage(s.block_tables, b.block_tables);
+  float* delta = Reserve(s.delta, T * H);
+  float* residual = Reserve(s.residual, T * H);
+  float* h = Reserve(s.h, T * H);
+  float* qkv = Reserve(s.qkv, T * qkv_dim);
+  float* attn = Reserve(s.attn, T * q_dim);
+  float* gate_up = Reserve(s.gate_up, T * 2 * inter);
+  float* act = Reserve(s.act, T * inter);
   const int64_t max_query_len =
       b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
   const int64_t max_context_len =
       b.context_len.empty() ? 0 : *std::max_element(b.context_len.begin(), b.context_len.end());
-  backend_->Embedding({b.token_ids.data(), embed_.data(), delta.data(), T, H});
+
+  backend_->Embedding({token_ids, embed_.data(), delta, T, H});
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
-    backend_->RmsNorm({delta.data(), residual.data(), L.input_norm.data(), h.data(), T, H, eps});
-    backend_->Gemm({h.data(), L.qkv.data(), L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(),
-                    qkv.data(), T, qkv_dim, H});
+    if (l == 0) {  // the residual stream starts as the embeddings
+      backend_->Copy(residual, delta, sizeof(float) * T * H);
+      backend_->RmsNorm({residual, nullptr, L.input_norm.data(), h, T, H, eps});
+    } else {
+      backend_->RmsNorm({delta, residual, L.input_norm.data(), h, T, H, eps});
+    }
+    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H});
     if (c.qk_norm) {
       for (int64_t t = 0; t < T; ++t) {
-        float* row = qkv.data() + t * qkv_dim;
+        float* row = qkv + t * qkv_dim;
         backend_->RmsNorm({row, nullptr, L.q_norm.data(), row, heads_, D, eps});
         backend_->RmsNorm({row + q_dim, nullptr, L.k_norm.data(), row + q_dim, kv_heads_, D, eps});
       }
     }
-    backend_->Rope({qkv.data(), b.positions.data(), inv_freq_.data(), T, heads_, D, qkv_dim});
-    backend_->Rope(
-        {qkv.data() + q_dim, b.positions.data(), inv_freq_.data(), T, kv_heads_, D, qkv_dim});
+    backend_->Rope({qkv, positions, inv_freq_.data(), T, heads_, D, qkv_dim});
+    backend_->Rope({qkv + q_dim, positions, inv_freq_.data(), T, kv_heads_, D, qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
-    backend_->WriteKv({qkv.data() + q_dim, qkv.data() + q_dim + kv_dim, qkv_dim,
-                       b.slot_mapping.data(), T, cache});
+    backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, T, cache});
     kernels::PagedAttentionParams ap;
-    ap.q = qkv.data();
+    ap.q = qkv;
     ap.q_stride = qkv_dim;
-    ap.out = attn.data();
+    ap.out = attn;
     ap.cache = cache;
-    ap.query_start = b.query_start.data();
-    ap.query_len = b.query_len.data();
-    ap.context_len = b.context_len.data();
-    ap.block_tables = b.block_tables.data();
+    ap.query_start = query_start;
+    ap.query_len = query_len;
+    ap.context_len = context_len;
+    ap.block_tables = block_tables;
     ap.num_seqs = static_cast<int64_t>(b.query_start.size());
     ap.max_blocks_per_seq = b.max_blocks_per_seq;
     ap.num_heads = heads_;
@@ -195,36 +250,35 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
     ap.max_query_len = max_query_len;
     ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
-    backend_->Gemm({attn.data(), L.o.data(), L.o_bias.empty() ? nullptr : L.o_bias.data(),
-                    delta.data(), T, H, q_dim});
-    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), delta.size()));
-    backend_->RmsNorm({delta.data(), residual.data(), L.post_norm.data(), h.data(), T, H, eps});
-    backend_->Gemm({h.data(), L.gate_up.data(),
-                    L.gate_up_bias.empty() ? nullptr : L.gate_up_bias.data(), gate_up.data(), T,
-                    2 * inter, H});
-    backend_->SiluMul({gate_up.data(), act.data(), T, inter});
-    backend_->Gemm({act.data(), L.down.data(), L.down_bias.empty() ? nullptr : L.down_bias.data(),
-                    delta.data(), T, H, inter});
-    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), delta.size()));
+    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim});
+    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
+    backend_->RmsNorm({delta, residual, L.post_norm.data(), h, T, H, eps});
+    backend_->Gemm({h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H});
+    backend_->SiluMul({gate_up, act, T, inter});
+    backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter});
+    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
   }
-  backend_->RmsNorm({delta.data(), residual.data(), final_norm_.data(), h.data(), T, H, eps});
+  backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
 
   const int64_t R = static_cast<int64_t>(b.logit_rows.size());
-  std::vector<float> selected(R * H);
+  float* selected = Reserve(s.selected, R * H);
   for (int64_t r = 0; r < R; ++r) {
-    std::copy_n(h.data() + int64_t{b.logit_rows[r]} * H, H, selected.data() + r * H);
+    backend_->Copy(selected + r * H, h + int64_t{b.logit_rows[r]} * H, sizeof(float) * H);
   }
   const int64_t vs = vocab_shard_;
-  std::vector<float> local(R * vs);
+  float* local = Reserve(s.local, R * vs);
   const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  backend_->Gemm({selected.data(), head, nullptr, local.data(), R, vs, H});
+  backend_->Gemm({selected, head, nullptr, local, R, vs, H});
   if (comm_ == nullptr) {
-    local.resize(R * c.vocab_size);
-    return local;
+    std::vector<float> logits(R * c.vocab_size);
+    backend_->Download(logits.data(), local, sizeof(float) * logits.size());
+    return logits;
   }
   // Vocab-parallel LM head: gather every rank's [R, vs] slice, then lay rows out [R, vocab].
-  std::vector<float> gathered(local.size() * shard_.size);
-  RETURN_IF_ERROR(comm_->AllGather(local.data(), local.size(), gathered.data()));
+  float* gathered_dev = Reserve(s.gathered, R * vs * shard_.size);
+  RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered_dev));
+  std::vector<float> gathered(R * vs * shard_.size);
+  backend_->Download(gathered.data(), gathered_dev, sizeof(float) * gathered.size());
   std::vector<float> logits(R * c.vocab_size);
   for (int rank = 0; rank < shard_.size; ++rank) {
     const int64_t v0 = rank * vs, n = std::min<int64_t>(vs, c.vocab_size - v0);

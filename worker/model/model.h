@@ -1,6 +1,7 @@
 // A Llama-family decoder (llama, mistral, qwen2, qwen3) executed through a kernels::Backend
-// over a paged KV cache. Loads Hugging Face checkpoints (F32/F16/BF16, converted to float32
-// for the CPU backend), fusing q/k/v and gate/up projections into one GEMM each.
+// over a paged KV cache. Loads Hugging Face checkpoints (F32/F16/BF16, converted to float32),
+// fusing q/k/v and gate/up projections into one GEMM each; weights, activations and the batch
+// live in the backend's memory (the GPU's for the CUDA backend), only the logits come back.
 //
 //   ASSIGN_OR_RETURN(auto model, Model::Load(dir, config, backend.get()));
 //   std::vector<float> logits = model->Forward(batch, kv);  // [batch.logit_rows.size(), vocab]
@@ -19,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/hf_config.h"
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "kernels/communicator.h"
 #include "worker/kv_cache/kv_storage.h"
 
@@ -69,14 +71,26 @@ class Model {
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
+  // A layer's weights in the backend's memory (float32).
   struct Layer {
-    std::vector<float> input_norm, post_norm;
-    std::vector<float> qkv, qkv_bias;   // [(q + 2 kv) × hidden], bias empty when absent
-    std::vector<float> q_norm, k_norm;  // qwen3
-    std::vector<float> o, o_bias;
-    std::vector<float> gate_up, gate_up_bias;  // [2 inter × hidden]
-    std::vector<float> down, down_bias;
+    kernels::Buffer<float> input_norm, post_norm;
+    kernels::Buffer<float> qkv, qkv_bias;   // [(q + 2 kv) × hidden], bias empty when absent
+    kernels::Buffer<float> q_norm, k_norm;  // qwen3
+    kernels::Buffer<float> o, o_bias;
+    kernels::Buffer<float> gate_up, gate_up_bias;  // [2 inter × hidden]
+    kernels::Buffer<float> down, down_bias;
   };
+  // Per-step buffers in backend memory, grown as batches grow (never shrunk).
+  struct Scratch {
+    kernels::Buffer<int32_t> token_ids, positions, query_start, query_len, context_len,
+        block_tables;
+    kernels::Buffer<int64_t> slot_mapping;
+    kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
+  };
+  template <typename T>
+  T* Stage(kernels::Buffer<T>& buf, const std::vector<T>& host);
+  template <typename T>
+  T* Reserve(kernels::Buffer<T>& buf, size_t n);
 
   Model(const ModelConfig& config, kernels::Backend* backend, TpShard shard,
         kernels::Communicator* comm)
@@ -88,9 +102,10 @@ class Model {
   kernels::Communicator* comm_;
   int heads_ = 0, kv_heads_ = 0, inter_ = 0;         // this rank's share
   int vocab_shard_ = 0;                              // LM-head rows per rank (padded)
-  std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  kernels::Buffer<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;
+  kernels::Buffer<float> inv_freq_;
+  Scratch scratch_;
   int64_t weight_bytes_ = 0;
 };
 
