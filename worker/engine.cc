@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.block_size = config.block_size;
   rc.tensor_parallel_size = tp;
   rc.cpu_threads = config.cpu_threads;
+  rc.device = config.device;
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));

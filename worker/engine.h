@@ -45,7 +45,8 @@ struct EngineConfig {
   int num_host_blocks = 0;           // overrides swap_space_gib when > 0
   bool host_prefix_cache = false;
   int cpu_threads = 1;
-  int tensor_parallel_size = 1;                   // ranks as threads, Gloo between them
+  std::string device = "cpu";                     // cpu | cuda (rank r on GPU r)
+  int tensor_parallel_size = 1;                   // ranks as threads, Gloo / NCCL between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
   RankFault tp_fault;                             // test aid
   SchedulerConfig scheduler;

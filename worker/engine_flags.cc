@@ -10,7 +10,6 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, hf_config, "", "config.json to use instead of MODEL/config.json");
 ABSL_FLAG(std::string, served_model_name, "",
           "Model id in the block-hash key (default: the directory name)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu (cuda arrives with the CUDA backend)");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV block: 8, 16 or 32");
 ABSL_FLAG(int32_t, max_num_seqs, 256, "Most sequences in one batch");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Token budget of one engine step");
@@ -23,6 +22,8 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9,
           "CPU backend sizes its pool with --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda (tensor-parallel rank r on GPU r, NCCL between ranks; needs a CUDA build)");
 ABSL_FLAG(
     std::string, kv_cache_dtype, "auto",
     "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
@@ -55,11 +56,6 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   EngineConfig c;
   c.model_dir = absl::GetFlag(FLAGS_model);
   if (c.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device ", device, " is not available in this build (cpu)"));
-  }
   c.config_path = absl::GetFlag(FLAGS_hf_config);
   c.model_id = absl::GetFlag(FLAGS_served_model_name);
   c.block_size = absl::GetFlag(FLAGS_block_size);
@@ -72,6 +68,11 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   }
   c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  c.device = absl::GetFlag(FLAGS_device);
+  if (c.device != "cpu" && c.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device '", c.device, "' is not one of cpu, cuda"));
+  }
   c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);

@@ -6,6 +6,10 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu/gloo_communicator.h"
+#ifdef KVSERVE_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 namespace kvserve::worker {
 
@@ -15,19 +19,43 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   runner->config_ = config;
   runner->ranks_.resize(n);
+  const bool cuda = config.device == "cuda";
+#ifndef KVSERVE_WITH_CUDA
+  if (cuda) {
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA backend (configure with KVSERVE_CUDA=ON)");
+  }
+#endif
   if (n > 1) {
-    ASSIGN_OR_RETURN(auto comms, kernels::CreateGlooGroup(n, config.collective_timeout));
+    std::vector<std::unique_ptr<kernels::Communicator>> comms;
+#ifdef KVSERVE_WITH_CUDA
+    if (cuda) {
+      std::vector<int> devices(n);
+      for (int r = 0; r < n; ++r) devices[r] = r;
+      ASSIGN_OR_RETURN(comms, kernels::CreateNcclGroup(devices, config.collective_timeout));
+    }
+#endif
+    if (!cuda) {
+      ASSIGN_OR_RETURN(comms, kernels::CreateGlooGroup(n, config.collective_timeout));
+    }
     for (int r = 0; r < n; ++r) runner->ranks_[r].comm = std::move(comms[r]);
   }
   const int kv_heads = Model::LocalKvHeads(config.model, n);
   for (int r = 0; r < n; ++r) {
     Rank& rank = runner->ranks_[r];
-    rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+#ifdef KVSERVE_WITH_CUDA
+    if (cuda) {
+      RETURN_IF_ERROR(
+          kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
+      ASSIGN_OR_RETURN(rank.backend, kernels::CreateCudaBackend({.device = r}));
+    }
+#endif
+    if (!cuda) rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
                                              TpShard{r, n}, rank.comm.get()));
-    rank.device = std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads,
-                                              config.block_size, config.model.head_dim,
-                                              rank.backend.get());
+    rank.device =
+        std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads, config.block_size,
+                                    config.model.head_dim, rank.backend.get());
     if (config.num_host_blocks > 0) {
       rank.host = std::make_unique<KvStorage>(config.kv_spec, config.num_host_blocks, kv_heads,
                                               config.block_size, config.model.head_dim,

@@ -47,6 +47,7 @@ struct RunnerConfig {
   int block_size = 16;
   int tensor_parallel_size = 1;
   int cpu_threads = 1;
+  std::string device = "cpu";  // cpu | cuda
   absl::Duration collective_timeout = absl::Seconds(60);
   RankFault fault;
 };

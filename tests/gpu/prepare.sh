@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds the GPU checks here (CUDA on, sm_90) in BUILD_DIR (default build) and gathers what the
 # GPU machine needs into build-gpu/carry (git ignores it): stripped binaries in bin/, their
-# non-system libraries in libs/. Carry build-gpu/carry and run tests/gpu/run.sh there.
+# non-system libraries in libs/, the fixtures in fixtures/. Carry build-gpu/carry and run
+# tests/gpu/run.sh there.
 #
 #   bash tests/gpu/prepare.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
-targets=(cuda_backend_test nccl_communicator_test decode_attention_bench)
+targets=(cuda_backend_test nccl_communicator_test engine_cuda_test decode_attention_bench)
 KVSERVE_BUILD_DIR=$build KVSERVE_CUDA=ON KVSERVE_CUDA_ARCHS=90 bash scripts/build.sh --target "${targets[@]}"
 rm -rf build-gpu/carry
 mkdir -p build-gpu/carry/bin
 for b in "${targets[@]}"; do strip -o "build-gpu/carry/bin/$b" "$build/bin/$b"; done
 bash ../shared/gpu/bundle-libs.sh build-gpu/carry/libs build-gpu/carry/bin/*
+mkdir -p build-gpu/carry/fixtures  # ../shared does not travel to the GPU machine
+cp -r ../shared/fixtures/models build-gpu/carry/fixtures/
 du -sh build-gpu/carry

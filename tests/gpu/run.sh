@@ -10,14 +10,15 @@
 #   bash tests/gpu/run.sh build-gpu/carry [--quick]
 #
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
-# the NCCL communicator with one rank, then the decode-attention benchmark and PyTorch SDPA on
-# the same shapes. Outputs land in $OUT (or /tmp) as well.
+# the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
+# then the decode-attention benchmark and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu/carry}
 quick=${2:-}
 out=${OUT:-/tmp}
 export KVSERVE_SOURCE_DIR=$PWD
+export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/$build/fixtures/models}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 results=()
 run_check() {  # name, timeout, command...
@@ -33,7 +34,7 @@ run_check() {  # name, timeout, command...
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
   results+=("$name|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
 }
-for t in cuda_backend_test nccl_communicator_test; do
+for t in cuda_backend_test nccl_communicator_test engine_cuda_test; do
   if [[ -x $build/bin/$t ]]; then run_check "$t" 180 "$build/bin/$t"; else results+=("$t|missing"); fi
 done
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" 2>/dev/null

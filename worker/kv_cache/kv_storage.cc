@@ -17,10 +17,10 @@ KvStorage::KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, 
     Layer& L = layers_[l];
     L.k = kernels::Buffer<uint8_t>(backend, units * kf.RowBytes(head_dim) * block_size, host_tier);
     L.v = kernels::Buffer<uint8_t>(backend, units * vf.RowBytes(head_dim) * block_size, host_tier);
-    L.k_scales =
-        kernels::Buffer<uint16_t>(backend, units * kf.ScaleEntries(block_size, head_dim), host_tier);
-    L.v_scales =
-        kernels::Buffer<uint16_t>(backend, units * vf.ScaleEntries(block_size, head_dim), host_tier);
+    L.k_scales = kernels::Buffer<uint16_t>(backend, units * kf.ScaleEntries(block_size, head_dim),
+                                           host_tier);
+    L.v_scales = kernels::Buffer<uint16_t>(backend, units * vf.ScaleEntries(block_size, head_dim),
+                                           host_tier);
   }
 }
 

@@ -23,8 +23,8 @@ namespace kvserve::worker {
 
 class KvStorage {
  public:
-  KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, int block_size,
-            int head_dim, kernels::Backend* backend, bool host_tier = false);
+  KvStorage(const KvCacheSpec& spec, int num_blocks, int num_kv_heads, int block_size, int head_dim,
+            kernels::Backend* backend, bool host_tier = false);
 
   [[nodiscard]] kernels::KvCacheView View(int layer);
   [[nodiscard]] std::vector<kernels::KvCacheView> Views();

@@ -100,8 +100,8 @@ class Model {
   kernels::Backend* backend_;
   TpShard shard_;
   kernels::Communicator* comm_;
-  int heads_ = 0, kv_heads_ = 0, inter_ = 0;         // this rank's share
-  int vocab_shard_ = 0;                              // LM-head rows per rank (padded)
+  int heads_ = 0, kv_heads_ = 0, inter_ = 0;             // this rank's share
+  int vocab_shard_ = 0;                                  // LM-head rows per rank (padded)
   kernels::Buffer<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
   kernels::Buffer<float> inv_freq_;

@@ -1,0 +1,118 @@
+// The engine on the CUDA backend (--device cuda) against transformers' reference logits and
+// greedy continuations for every fixture (float32 weights and KV cache: relative error
+// < 1e-4), with and without chunked prefill; and an int8 KV cache on the GPU against the same
+// cache on the CPU. Skipped without a CUDA device. Label: gpu.
+#include "common/file_util.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/nccl_communicator.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/engine_test_util.h"
+
+namespace kvserve::worker {
+namespace {
+
+using testing::FixtureConfig;
+using testing::GreedyAgreement;
+using testing::GreedyRequest;
+using testing::MakeEngine;
+using testing::Results;
+using testing::RunToCompletion;
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  std::vector<std::vector<float>> logits;
+};
+
+Reference LoadReference(const std::string& model) {
+  Reference ref;
+  const std::string dir = kvserve::testing::FixtureModel(model);
+  auto text = ReadFileToString(dir + "/reference.json");
+  EXPECT_OK(text);
+  auto j = nlohmann::json::parse(text.value_or("{}"));
+  ref.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
+  ref.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
+  auto file = SafetensorsFile::Open(dir + "/reference_logits.safetensors");
+  EXPECT_OK(file);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    ref.logits.push_back((*file)->tensors().at("logits_" + std::to_string(i)).ToFloat32());
+  }
+  return ref;
+}
+
+// Prompt logits of every reference prompt through an engine with `config`.
+std::vector<std::vector<float>> PromptLogits(const EngineConfig& config, const Reference& ref) {
+  auto engine = MakeEngine(config);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return {};
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    RequestInput in =
+        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
+    in.return_prompt_logits = true;
+    EXPECT_OK(engine->AddRequest(in));
+  }
+  Results results = RunToCompletion(*engine, /*check_invariants=*/true);
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    out.push_back(results[std::to_string(i)][0].prompt_logits);
+  }
+  return out;
+}
+
+class EngineCudaTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  void SetUp() override {
+    if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(EngineCudaTest, LogitsAndGreedyMatchTransformers) {
+  const auto& [model, chunk] = GetParam();
+  const Reference ref = LoadReference(model);
+  EngineConfig config = FixtureConfig(model);
+  config.device = "cuda";
+  if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
+  auto engine = MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    RequestInput in =
+        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
+    in.return_prompt_logits = true;
+    ASSERT_OK(engine->AddRequest(in));
+  }
+  Results results = RunToCompletion(*engine, /*check_invariants=*/true);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    const testing::SampleResult& r = results[std::to_string(i)][0];
+    ASSERT_EQ(r.prompt_logits.size(), ref.logits[i].size());
+    EXPECT_LT(testing::RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
+    auto [agreed, near_tie] = GreedyAgreement(r, ref.greedy[i]);
+    EXPECT_TRUE(agreed == static_cast<int>(ref.greedy[i].size()) || near_tie)
+        << "greedy diverges at " << agreed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFixtures, EngineCudaTest,
+                         ::testing::Combine(::testing::Values("tiny-llama3", "tiny-qwen2",
+                                                              "tiny-qwen3"),
+                                            ::testing::Values(0, 7)));
+
+TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.kv_quant.dtype = "int8";
+  config.kv_quant.granularity = "k:per_channel,v:per_token";
+  const auto cpu = PromptLogits(config, ref);
+  config.device = "cuda";
+  const auto gpu = PromptLogits(config, ref);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_LT(testing::RelativeError(gpu[i], cpu[i]), 1e-4) << "prompt " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::worker
