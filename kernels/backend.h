@@ -148,6 +148,9 @@ class Backend {
   virtual void Download(void* dst, const void* src, size_t bytes) = 0;
   // Backend memory to backend memory, in op order.
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Returns when every op issued so far is done (a no-op on the CPU). Needed before handing
+  // buffers to a communicator that runs on its own stream (NCCL).
+  virtual void Synchronize() = 0;
 
   virtual void Gemm(const GemmParams& p) = 0;
   virtual void Embedding(const EmbeddingParams& p) = 0;

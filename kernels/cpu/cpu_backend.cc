@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memmove(dst, src, bytes);
   }
+  void Synchronize() override {}  // every op has finished when it returns
 
   void Gemm(const GemmParams& p) override {
     if (p.m == 0 || p.n == 0) return;

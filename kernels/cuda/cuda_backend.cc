@@ -98,7 +98,12 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
 
+  // Ranks of one process share threads (the engine thread creates every rank's backend): each
+  // op makes its own device current first.
+  void Current() const { KVSERVE_CUDA_CHECK(cudaSetDevice(options_.device)); }
+
   void* Allocate(size_t bytes) override {
+    Current();
     void* p = nullptr;
     KVSERVE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
     KVSERVE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
@@ -106,42 +111,50 @@ class CudaBackend final : public Backend {
     return p;
   }
   void Free(void* p) override {
+    Current();
     Synchronize();
     KVSERVE_CUDA_CHECK(cudaFree(p));
   }
   void* AllocateHost(size_t bytes) override {
+    Current();
     void* p = nullptr;
     KVSERVE_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped));
     std::memset(p, 0, bytes);
     return p;
   }
   void FreeHost(void* p) override {
+    Current();
     Synchronize();
     KVSERVE_CUDA_CHECK(cudaFreeHost(p));
   }
   void Upload(void* dst, const void* src, size_t bytes) override {
+    Current();
     if (bytes == 0) return;
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be reused at once
   }
   void Download(void* dst, const void* src, size_t bytes) override {
+    Current();
     if (bytes == 0) return;
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void Copy(void* dst, const void* src, size_t bytes) override {
+    Current();
     if (bytes == 0) return;
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
   cudaStream_t stream() const { return stream_; }
 
-  void Synchronize() {
+  void Synchronize() override {
+    Current();
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   void Gemm(const GemmParams& p) override {
+    Current();
     if (p.m == 0 || p.n == 0) return;
     const float alpha = 1.0f, beta = 0.0f;
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
@@ -164,23 +177,28 @@ class CudaBackend final : public Backend {
   }
 
   void Embedding(const EmbeddingParams& p) override {
+    Current();
     cuda::LaunchEmbedding(p.ids, p.table, p.out, p.num_tokens, p.hidden, stream_);
   }
 
   void RmsNorm(const RmsNormParams& p) override {
+    Current();
     cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.rows, p.hidden, p.eps, stream_);
   }
 
   void Rope(const RopeParams& p) override {
+    Current();
     cuda::LaunchRope(p.x, p.positions, p.inv_freq, p.num_tokens, p.num_heads, p.head_dim,
                      p.row_stride, stream_);
   }
 
   void SiluMul(const SiluMulParams& p) override {
+    Current();
     cuda::LaunchSiluMul(p.gate_up, p.out, p.num_tokens, p.inter, stream_);
   }
 
   void WriteKv(const WriteKvParams& p) override {
+    Current();
     const KvCacheView& c = p.cache;
     cuda::KvWriteArgs a;
     a.k = p.k;
@@ -201,6 +219,7 @@ class CudaBackend final : public Backend {
   }
 
   void PagedAttention(const PagedAttentionParams& p) override {
+    Current();
     const KvCacheView& c = p.cache;
     cuda::AttnArgs a;
     a.q = p.q;
@@ -238,6 +257,7 @@ class CudaBackend final : public Backend {
   }
 
   void CopyBlocks(const CopyBlocksParams& p) override {
+    Current();
     if (p.num_pairs == 0 || p.num_layers == 0) return;
     // The previous step's copies must be done before their segment list is overwritten.
     KVSERVE_CUDA_CHECK(cudaEventSynchronize(copies_done_));
@@ -306,10 +326,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   return backend;
 }
 
-void CudaSynchronize(Backend& backend) {
-  CHECK_EQ(backend.name(), "cuda");
-  static_cast<CudaBackend&>(backend).Synchronize();
-}
+void CudaSynchronize(Backend& backend) { backend.Synchronize(); }
 
 void* CudaComputeStream(Backend& backend) {
   CHECK_EQ(backend.name(), "cuda");

@@ -251,12 +251,18 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
     ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
     backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim});
-    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
+    if (comm_ != nullptr) {
+      backend_->Synchronize();  // the collective runs on its own stream
+      RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
+    }
     backend_->RmsNorm({delta, residual, L.post_norm.data(), h, T, H, eps});
     backend_->Gemm({h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H});
     backend_->SiluMul({gate_up, act, T, inter});
     backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter});
-    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
+    if (comm_ != nullptr) {
+      backend_->Synchronize();  // the collective runs on its own stream
+      RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
+    }
   }
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
 
@@ -276,6 +282,7 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   }
   // Vocab-parallel LM head: gather every rank's [R, vs] slice, then lay rows out [R, vocab].
   float* gathered_dev = Reserve(s.gathered, R * vs * shard_.size);
+  backend_->Synchronize();
   RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered_dev));
   std::vector<float> gathered(R * vs * shard_.size);
   backend_->Download(gathered.data(), gathered_dev, sizeof(float) * gathered.size());
