@@ -5,6 +5,7 @@
 //
 //   node router_openai_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -151,6 +152,23 @@ test('router metrics count requests and routing decisions', async () => {
   assert.match(text, /kvserve_router_decisions_total\{reason="prefix"\} [1-9]/);
   assert.match(text, /kvserve_router_prefix_tokens_total\{kind="reported"\}/);
   assert.match(text, /kvserve_router_time_to_first_token_seconds_count [1-9]/);
+});
+
+test('a replica that discovers its worker by DNS (--workers-dns localhost:PORT:EVENTS)', async () => {
+  const [, port, events] = workerArg.split(':');
+  const http = await freePort();
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+    '--workers-dns', `localhost:${port}:${events}`, '--dns-refresh-seconds', '1', '--max-model-len', '1024'],
+  /kvserve-router: 1\/\d+ workers ready/);  // localhost may also resolve to ::1 (no worker there)
+  const other = new OpenAI({ baseURL: `http://127.0.0.1:${http}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const c = await other.completions.create({ model: 'tiny', prompt: 'Found by DNS', max_tokens: 3 });
+  assert.equal(c.usage.completion_tokens, 3);
+  const text = await (await fetch(`http://127.0.0.1:${http}/metrics`)).text();
+  assert.match(text, new RegExp(`kvserve_router_routed_total\\{worker="127\\.0\\.0\\.1:${port}:${events}"\\} 1`));
+  // A bad target is refused with the flag's name.
+  const bad = spawnSync(path.join(bin, 'kvserve-router'), ['--model', model, '--workers-dns', 'localhost:x:1'], { encoding: 'utf8' });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--workers-dns 'localhost:x:1'/);
 });
 
 test('API keys and prompt normalization (a second router replica on the same worker)', async () => {
