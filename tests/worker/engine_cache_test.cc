@@ -62,6 +62,29 @@ TEST(PrefixCacheTest, SharedPrefixComputesOnlyNewTokensAndAnswersTheSame) {
   }
 }
 
+TEST(PrefixCacheTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
+  // Four prompts of one group (a 300-token system prompt and their own questions) arrive in
+  // the same step. The first computes the shared blocks; the others wait a step for them
+  // instead of computing them again, then hit them.
+  const std::vector<int32_t> system = RandomTokens(300, 3);
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  auto engine = MakeEngine(config);
+  int64_t total = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> prompt = system;
+    for (int32_t t : RandomTokens(20, 10 + i)) prompt.push_back(t);
+    total += static_cast<int64_t>(prompt.size());
+    ASSERT_OK(engine->AddRequest(GreedyRequest("q" + std::to_string(i), prompt, 4)));
+  }
+  Results results = RunToCompletion(*engine, true);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(results["q" + std::to_string(i)][0].num_cached_prompt_tokens, 288) << i;
+  }
+  EXPECT_EQ(results["q0"][0].num_cached_prompt_tokens, 0);
+  // 18 shared blocks (288 tokens) are computed once, not four times.
+  EXPECT_EQ(engine->stats().computed_prompt_tokens, total - 3 * 288);
+}
+
 TEST(PrefixCacheTest, CacheSaltIsolatesTenants) {
   const std::vector<int32_t> prompt = RandomTokens(100, 3);
   auto engine = MakeEngine(FixtureConfig("tiny-qwen3"));

@@ -107,6 +107,7 @@ class KvCacheManager {
   [[nodiscard]] const BlockPool& pool() const { return device_; }
   [[nodiscard]] const BlockPool* host_pool() const { return host_ ? &*host_ : nullptr; }
   [[nodiscard]] int block_size() const { return options_.block_size; }
+  [[nodiscard]] bool prefix_caching() const { return options_.enable_prefix_caching; }
   [[nodiscard]] const KvCacheCounters& counters() const { return counters_; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
 
 namespace kvserve::worker {
@@ -132,6 +133,20 @@ Scheduler::Output Scheduler::Schedule() {
   if (!swapped_.empty()) return out;
 
   std::sort(waiting_.begin(), waiting_.end(), Before);
+  // Full blocks that running prefills have yet to compute (they become cached as they are).
+  // A waiting prompt whose next uncached block is one of them waits for it instead of
+  // computing it a second time: prompts of one prefix group that arrive together share it.
+  absl::flat_hash_set<BlockHash> being_computed;
+  auto add_uncomputed = [&](const Sequence& s) {
+    for (size_t i = s.num_computed_tokens / kv_->block_size(); i < s.block_hashes.size(); ++i) {
+      being_computed.insert(s.block_hashes[i]);
+    }
+  };
+  if (kv_->prefix_caching()) {
+    for (const Sequence* r : running_) {
+      if (Prefilling(*r)) add_uncomputed(*r);
+    }
+  }
   std::vector<Sequence*> admitted;
   for (Sequence* seq : waiting_) {
     if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
@@ -139,6 +154,12 @@ Scheduler::Output Scheduler::Schedule() {
     const bool want_logits = seq->request->input.return_prompt_logits;
     std::vector<CachedBlock> cached =
         want_logits ? std::vector<CachedBlock>() : kv_->FindCachedBlocks(*seq);
+    const size_t usable = static_cast<size_t>((seq->num_tokens() - 1) / kv_->block_size());
+    if (!want_logits && cached.size() < std::min(usable, seq->block_hashes.size()) &&
+        being_computed.contains(seq->block_hashes[cached.size()])) {
+      ++counters_.prefix_waits;
+      continue;  // its next block is being computed by a running request: take it next step
+    }
     const int cached_tokens = static_cast<int>(cached.size()) * kv_->block_size();
     const int n = std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget);
     if (!kv_->Allocate(*seq, n, cached)) break;
@@ -150,6 +171,7 @@ Scheduler::Output Scheduler::Schedule() {
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);
     admitted.push_back(seq);
+    if (kv_->prefix_caching() && !want_logits) add_uncomputed(*seq);
     out.scheduled.push_back({seq, n});
     budget -= n;
   }

@@ -56,6 +56,7 @@ class Scheduler {
     int64_t recompute_preemptions = 0;
     int64_t prefix_queried_tokens = 0;
     int64_t prefix_hit_tokens = 0;
+    int64_t prefix_waits = 0;  // admissions put off a step for a block a running prefill computes
   };
 
   Scheduler(const SchedulerConfig& config, KvCacheManager* kv) : config_(config), kv_(kv) {}
