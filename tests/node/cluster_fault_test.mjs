@@ -172,8 +172,9 @@ test('SIGKILL mid-stream: the stream ends with an error, queued work moves, the 
   const second = await (await completion({ prompt, max_tokens: 2, user })).json();
   assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
   assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0);
-  const now = (await admin()).find((w) => w.name === busy.name);
-  assert.ok(now.router.index_blocks > 0);
+  // The router's index learns the new instance's blocks (the admin view refreshes every 50 ms).
+  await waitFor('the resynced index', async () =>
+    (await admin()).find((w) => w.name === busy.name && w.router.index_blocks > 0), 10000);
 });
 
 test('a client that disconnects aborts its request on the worker', async () => {
