@@ -2,12 +2,8 @@
 // greedy continuations for every fixture (float32 weights and KV cache: relative error
 // < 1e-4), with and without chunked prefill; and an int8 KV cache on the GPU against the same
 // cache on the CPU. Skipped without a CUDA device. Label: gpu.
-#include "common/file_util.h"
-#include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
-#include "nlohmann/json.hpp"
-#include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"
 
@@ -17,30 +13,11 @@ namespace {
 using testing::FixtureConfig;
 using testing::GreedyAgreement;
 using testing::GreedyRequest;
+using testing::LoadReference;
 using testing::MakeEngine;
+using testing::Reference;
 using testing::Results;
 using testing::RunToCompletion;
-
-struct Reference {
-  std::vector<std::vector<int32_t>> prompts, greedy;
-  std::vector<std::vector<float>> logits;
-};
-
-Reference LoadReference(const std::string& model) {
-  Reference ref;
-  const std::string dir = kvserve::testing::FixtureModel(model);
-  auto text = ReadFileToString(dir + "/reference.json");
-  EXPECT_OK(text);
-  auto j = nlohmann::json::parse(text.value_or("{}"));
-  ref.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
-  ref.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
-  auto file = SafetensorsFile::Open(dir + "/reference_logits.safetensors");
-  EXPECT_OK(file);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    ref.logits.push_back((*file)->tensors().at("logits_" + std::to_string(i)).ToFloat32());
-  }
-  return ref;
-}
 
 // Prompt logits of every reference prompt through an engine with `config`.
 std::vector<std::vector<float>> PromptLogits(const EngineConfig& config, const Reference& ref) {

@@ -6,10 +6,7 @@
 #include <random>
 #include <tuple>
 
-#include "common/file_util.h"
-#include "common/safetensors.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"
@@ -20,30 +17,11 @@ namespace {
 using testing::FixtureConfig;
 using testing::GreedyAgreement;
 using testing::GreedyRequest;
+using testing::LoadReference;
 using testing::MakeEngine;
+using testing::Reference;
 using testing::Results;
 using testing::RunToCompletion;
-
-struct Reference {
-  std::vector<std::vector<int32_t>> prompts, greedy;
-  std::vector<std::vector<float>> logits;
-};
-
-Reference LoadReference(const std::string& model) {
-  Reference ref;
-  const std::string dir = kvserve::testing::FixtureModel(model);
-  auto text = ReadFileToString(dir + "/reference.json");
-  EXPECT_OK(text);
-  auto j = nlohmann::json::parse(text.value_or("{}"));
-  ref.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
-  ref.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
-  auto file = SafetensorsFile::Open(dir + "/reference_logits.safetensors");
-  EXPECT_OK(file);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    ref.logits.push_back((*file)->tensors().at("logits_" + std::to_string(i)).ToFloat32());
-  }
-  return ref;
-}
 
 using Param = std::tuple<std::string, std::string, int, int>;  // model, config file, block, chunk
 

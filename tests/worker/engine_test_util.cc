@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/file_util.h"
+#include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 
@@ -79,6 +82,22 @@ double RelativeError(const std::vector<float>& ours, const std::vector<float>& r
     max_err = std::max(max_err, std::fabs(double{ours[i]} - ref[i]));
   }
   return max_err / max_ref;
+}
+
+Reference LoadReference(const std::string& model) {
+  Reference ref;
+  const std::string dir = kvserve::testing::FixtureModel(model);
+  auto text = ReadFileToString(dir + "/reference.json");
+  EXPECT_OK(text);
+  auto j = nlohmann::json::parse(text.value_or("{}"));
+  ref.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
+  ref.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
+  auto file = SafetensorsFile::Open(dir + "/reference_logits.safetensors");
+  EXPECT_OK(file);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    ref.logits.push_back((*file)->tensors().at("logits_" + std::to_string(i)).ToFloat32());
+  }
+  return ref;
 }
 
 }  // namespace kvserve::worker::testing

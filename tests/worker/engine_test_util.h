@@ -43,6 +43,13 @@ std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<in
 // max |ours - ref| / max |ref|: the fixtures README's logit comparison.
 double RelativeError(const std::vector<float>& ours, const std::vector<float>& ref);
 
+// A fixture's transformers reference: prompts, greedy continuations, prompt logits.
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  std::vector<std::vector<float>> logits;
+};
+Reference LoadReference(const std::string& model);
+
 }  // namespace kvserve::worker::testing
 
 #endif  // KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_
