@@ -22,7 +22,6 @@
 
 namespace kvserve {
 
-
 std::string_view KvDTypeName(KvDType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "int8", "int4"
 absl::StatusOr<KvDType> ParseKvDType(std::string_view name);  // not "auto"
 std::string_view KvGranularityName(KvGranularity g);

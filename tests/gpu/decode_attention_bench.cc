@@ -173,8 +173,8 @@ int Main(int argc, char** argv) {
   if (!only.empty()) {
     std::vector<Config> picked;
     for (const Config& c : configs) {
-      const std::string name = c.fmt->name + ":" + std::to_string(c.batch) + ":" +
-                               std::to_string(c.context);
+      const std::string name =
+          c.fmt->name + ":" + std::to_string(c.batch) + ":" + std::to_string(c.context);
       if (name == only && c.block_size == 16 && c.blocks_per_sm == 0) picked.push_back(c);
     }
     if (picked.empty()) {
