@@ -326,8 +326,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   return backend;
 }
 
-void CudaSynchronize(Backend& backend) { backend.Synchronize(); }
-
 void* CudaComputeStream(Backend& backend) {
   CHECK_EQ(backend.name(), "cuda");
   return static_cast<CudaBackend&>(backend).stream();

@@ -37,9 +37,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
 // or block size the attention kernel does not cover.
 absl::Status CheckCudaKvSupport(const KvCacheSpec& spec, int head_dim, int block_size, int device);
 
-// Waits for every op issued on the backend's streams.
-void CudaSynchronize(Backend& backend);
-
 // The backend's compute stream as a cudaStream_t (benchmarks record their events on it; the
 // streams are non-blocking, so work on the legacy default stream is not ordered with them).
 void* CudaComputeStream(Backend& backend);

@@ -85,7 +85,7 @@ class CudaBackendTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(gpu_, CreateCudaBackend({}));
     cpu_ = CreateCpuBackend({});
   }
-  void Sync() { CudaSynchronize(*gpu_); }
+  void Sync() { gpu_->Synchronize(); }
 
   std::unique_ptr<Backend> gpu_, cpu_;
   std::mt19937 rng_{7};

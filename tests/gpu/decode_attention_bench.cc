@@ -247,7 +247,7 @@ int Main(int argc, char** argv) {
     p.max_query_len = 1;
     p.max_context_len = cfg.context;
     be.PagedAttention(p);  // warm-up (and workspace growth)
-    CudaSynchronize(be);
+    be.Synchronize();
     CHECK_CUDA(cudaEventRecord(start, stream));
     be.PagedAttention(p);
     CHECK_CUDA(cudaEventRecord(stop, stream));

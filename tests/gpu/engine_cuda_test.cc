@@ -10,27 +10,16 @@
 namespace kvserve::worker {
 namespace {
 
+using testing::ExpectMatchesReference;
 using testing::FixtureConfig;
-using testing::GreedyAgreement;
-using testing::GreedyRequest;
 using testing::LoadReference;
-using testing::MakeEngine;
 using testing::Reference;
 using testing::Results;
-using testing::RunToCompletion;
+using testing::RunReference;
 
 // Prompt logits of every reference prompt through an engine with `config`.
 std::vector<std::vector<float>> PromptLogits(const EngineConfig& config, const Reference& ref) {
-  auto engine = MakeEngine(config);
-  EXPECT_NE(engine, nullptr);
-  if (engine == nullptr) return {};
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    RequestInput in =
-        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
-    in.return_prompt_logits = true;
-    EXPECT_OK(engine->AddRequest(in));
-  }
-  Results results = RunToCompletion(*engine, /*check_invariants=*/true);
+  Results results = RunReference(config, ref);
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
     out.push_back(results[std::to_string(i)][0].prompt_logits);
@@ -51,24 +40,8 @@ TEST_P(EngineCudaTest, LogitsAndGreedyMatchTransformers) {
   EngineConfig config = FixtureConfig(model);
   config.device = "cuda";
   if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
-  auto engine = MakeEngine(config);
-  ASSERT_NE(engine, nullptr);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    RequestInput in =
-        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
-    in.return_prompt_logits = true;
-    ASSERT_OK(engine->AddRequest(in));
-  }
-  Results results = RunToCompletion(*engine, /*check_invariants=*/true);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    SCOPED_TRACE("prompt " + std::to_string(i));
-    const testing::SampleResult& r = results[std::to_string(i)][0];
-    ASSERT_EQ(r.prompt_logits.size(), ref.logits[i].size());
-    EXPECT_LT(testing::RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
-    auto [agreed, near_tie] = GreedyAgreement(r, ref.greedy[i]);
-    EXPECT_TRUE(agreed == static_cast<int>(ref.greedy[i].size()) || near_tie)
-        << "greedy diverges at " << agreed;
-  }
+  Results results = RunReference(config, ref);
+  ExpectMatchesReference(results, ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFixtures, EngineCudaTest,

@@ -14,6 +14,7 @@
 namespace kvserve::worker {
 namespace {
 
+using testing::ExpectMatchesReference;
 using testing::FixtureConfig;
 using testing::GreedyAgreement;
 using testing::GreedyRequest;
@@ -21,6 +22,7 @@ using testing::LoadReference;
 using testing::MakeEngine;
 using testing::Reference;
 using testing::Results;
+using testing::RunReference;
 using testing::RunToCompletion;
 
 using Param = std::tuple<std::string, std::string, int, int>;  // model, config file, block, chunk
@@ -34,24 +36,8 @@ TEST_P(EngineNumericsTest, LogitsAndGreedyMatchTransformers) {
   config.config_path = kvserve::testing::FixtureModel(model) + "/" + config_file;
   config.block_size = block_size;
   if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
-  auto engine = MakeEngine(config);
-  ASSERT_NE(engine, nullptr);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    RequestInput in =
-        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
-    in.return_prompt_logits = true;
-    ASSERT_OK(engine->AddRequest(in));
-  }
-  Results results = RunToCompletion(*engine, /*check_invariants=*/true);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    SCOPED_TRACE("prompt " + std::to_string(i));
-    const testing::SampleResult& r = results[std::to_string(i)][0];
-    ASSERT_EQ(r.prompt_logits.size(), ref.logits[i].size());
-    EXPECT_LT(testing::RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
-    auto [agreed, near_tie] = GreedyAgreement(r, ref.greedy[i]);
-    EXPECT_TRUE(agreed == static_cast<int>(ref.greedy[i].size()) || near_tie)
-        << "greedy diverges at " << agreed;
-  }
+  Results results = RunReference(config, ref);
+  ExpectMatchesReference(results, ref);
 }
 
 std::string Name(const ::testing::TestParamInfo<Param>& info) {

@@ -100,4 +100,29 @@ Reference LoadReference(const std::string& model) {
   return ref;
 }
 
+Results RunReference(const EngineConfig& config, const Reference& ref) {
+  auto engine = MakeEngine(config);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return {};
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    RequestInput in =
+        GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
+    in.return_prompt_logits = true;
+    EXPECT_OK(engine->AddRequest(in));
+  }
+  return RunToCompletion(*engine, /*check_invariants=*/true);
+}
+
+void ExpectMatchesReference(Results& results, const Reference& ref) {
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    const SampleResult& r = results[std::to_string(i)][0];
+    ASSERT_EQ(r.prompt_logits.size(), ref.logits[i].size());
+    EXPECT_LT(RelativeError(r.prompt_logits, ref.logits[i]), 1e-4);
+    auto [agreed, near_tie] = GreedyAgreement(r, ref.greedy[i]);
+    EXPECT_TRUE(agreed == static_cast<int>(ref.greedy[i].size()) || near_tie)
+        << "greedy diverges at " << agreed;
+  }
+}
+
 }  // namespace kvserve::worker::testing

@@ -49,6 +49,12 @@ struct Reference {
   std::vector<std::vector<float>> logits;
 };
 Reference LoadReference(const std::string& model);
+// Every reference prompt through an engine made from `config` (greedy, as long as the reference
+// continuation, prompt logits returned); results keyed by the prompt's index.
+Results RunReference(const EngineConfig& config, const Reference& ref);
+// Each prompt's logits within 1e-4 (relative) of the reference and its greedy continuation
+// equal to the reference's (or diverging only at a near tie).
+void ExpectMatchesReference(Results& results, const Reference& ref);
 
 }  // namespace kvserve::worker::testing
 
