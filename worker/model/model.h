@@ -82,13 +82,12 @@ class Model {
   };
   // Per-step buffers in backend memory, grown as batches grow (never shrunk).
   struct Scratch {
-    kernels::Buffer<int32_t> token_ids, positions, query_start, query_len, context_len,
-        block_tables;
-    kernels::Buffer<int64_t> slot_mapping;
+    // The step's batch (token ids, positions, slots, sequence lengths, block tables) packed
+    // into one array, so it crosses to the backend in a single copy.
+    std::vector<uint8_t> batch_host;
+    kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
   };
-  template <typename T>
-  T* Stage(kernels::Buffer<T>& buf, const std::vector<T>& host);
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
 
