@@ -21,6 +21,15 @@ namespace {
 namespace pb = ::kvserve::v1;
 using kvserve::testing::WorkerProcess;
 
+// Flags for a small kvserve-worker on the tiny Qwen3 fixture, plus `extra`.
+std::vector<std::string> TinyWorkerArgs(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
+                                   "--max-model-len", "256",
+                                   "--num-blocks",    "64"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 // Waits up to 5 s until the core sees `n` workers, all eligible.
 bool WaitAllEligible(const RouterCore& core, size_t n) {
   for (int i = 0; i < 500; ++i) {
@@ -34,10 +43,7 @@ bool WaitAllEligible(const RouterCore& core, size_t n) {
 }
 
 TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
-  const std::vector<std::string> args = {
-      "--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
-      "--max-model-len", "256",
-      "--num-blocks",    "64"};
+  const std::vector<std::string> args = TinyWorkerArgs();
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
   ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
   RouterOptions o;
@@ -83,12 +89,8 @@ TEST(RouterCoreTest, DnsDiscoveryAddsAndRemovesWorkers) {
   // Two workers on the same ports at two loopback addresses, as pods behind a headless Service.
   const int port = kvserve::testing::FreePort(), events = kvserve::testing::FreePort();
   auto args = [&](const char* host) {
-    return std::vector<std::string>{"--model",         kvserve::testing::FixtureModel("tiny-qwen3"),
-                                    "--max-model-len", "256",
-                                    "--num-blocks",    "64",
-                                    "--host",          host,
-                                    "--port",          std::to_string(port),
-                                    "--events-port",   std::to_string(events)};
+    return TinyWorkerArgs(
+        {"--host", host, "--port", std::to_string(port), "--events-port", std::to_string(events)});
   };
   ASSERT_OK_AND_ASSIGN(auto a, WorkerProcess::Start(args("127.0.0.1")));
   ASSERT_OK_AND_ASSIGN(auto b, WorkerProcess::Start(args("127.0.0.2")));
@@ -153,14 +155,7 @@ TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
   // Two other router replicas (played by this test) grant a recycle slot to both workers at
   // the same moment; with --max-unavailable 1 this replica revokes one of the held grants
   // (the later one), so exactly one worker recycles and the other returns to service.
-  const std::vector<std::string> args = {"--model",
-                                         kvserve::testing::FixtureModel("tiny-qwen3"),
-                                         "--max-model-len",
-                                         "256",
-                                         "--num-blocks",
-                                         "64",
-                                         "--recycle-grant-hold-ms",
-                                         "1000"};
+  const std::vector<std::string> args = TinyWorkerArgs({"--recycle-grant-hold-ms", "1000"});
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
   ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
   RouterOptions o;
@@ -206,14 +201,7 @@ TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
 }
 
 TEST(RouterCoreTest, CoordinatorRecyclesOneWorkerAtATimeUnderLoad) {
-  const std::vector<std::string> args = {"--model",
-                                         kvserve::testing::FixtureModel("tiny-qwen3"),
-                                         "--max-model-len",
-                                         "256",
-                                         "--num-blocks",
-                                         "64",
-                                         "--recycle-after-requests",
-                                         "4"};
+  const std::vector<std::string> args = TinyWorkerArgs({"--recycle-after-requests", "4"});
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
   ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
   RouterOptions o;
