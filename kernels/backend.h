@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "common/kv_format.h"
+#include "kernels/sampling.h"
 
 namespace kvserve::kernels {
 
@@ -160,6 +161,8 @@ class Backend {
   virtual void WriteKv(const WriteKvParams& p) = 0;
   virtual void PagedAttention(const PagedAttentionParams& p) = 0;
   virtual void CopyBlocks(const CopyBlocksParams& p) = 0;
+  // Draws tokens by the rule of kernels/sampling.h (the same tokens on every backend).
+  virtual void Sample(const SampleParams& p) = 0;
 };
 
 struct CpuBackendOptions {

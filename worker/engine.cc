@@ -284,7 +284,7 @@ void Engine::AppendToken(Sequence& seq, int32_t token, absl::Span<const float> l
   }
 }
 
-void Engine::Fork(Request& req, absl::Span<const float> logits) {
+void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, absl::Span<const float> logits) {
   Sequence& first = *req.sequences[0];
   for (int i = 1; i < req.input.sampling.n; ++i) {
     auto child = std::make_unique<Sequence>();
@@ -300,8 +300,8 @@ void Engine::Fork(Request& req, absl::Span<const float> logits) {
     req.sequences.push_back(std::move(child));
   }
   req.forked = true;
-  for (auto& seq : req.sequences) {
-    AppendToken(*seq, SampleToken(logits, req.input.sampling, seq->rng_seed, 0), logits);
+  for (size_t i = 0; i < req.sequences.size(); ++i) {
+    AppendToken(*req.sequences[i], tokens[i], logits);
   }
 }
 
@@ -329,7 +329,10 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   batch.max_blocks_per_seq = max_blocks;
   struct RowUse {
     Sequence* seq;
-    int position;  // token position whose logits this row holds
+    int position;          // token position whose logits this row holds
+    int host_row = -1;     // its index in the output's logits, when they come back
+    int first_sample = 0;  // its draws: output tokens [first_sample, first_sample + num_samples)
+    int num_samples = 0;
   };
   std::vector<RowUse> rows;
   for (const auto& [seq, n] : plan.scheduled) {
@@ -347,20 +350,38 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
                                        config_.block_size +
                                    pos % config_.block_size);
       const bool last = pos + 1 == seq->num_tokens();
-      if (last || (prompt_logits && pos < seq->num_prompt_tokens)) {
-        batch.logit_rows.push_back(row);
-        rows.push_back({seq, pos});
+      const bool prompt_row = prompt_logits && pos < seq->num_prompt_tokens;
+      if (!last && !prompt_row) continue;
+      const Request& req = *seq->request;
+      RowUse use{seq, pos};
+      const auto logit_row = static_cast<int32_t>(batch.logit_rows.size());
+      batch.logit_rows.push_back(row);
+      if (prompt_row || (last && req.input.sampling.logprobs)) {
+        use.host_row = static_cast<int>(batch.host_logit_rows.size());
+        batch.host_logit_rows.push_back(logit_row);
       }
+      if (last) {
+        // A request's first token is drawn for each of its n samples (seeds rng_seed + i).
+        const bool fork = !req.forked && req.input.sampling.n > 1;
+        use.first_sample = static_cast<int>(batch.samples.size());
+        use.num_samples = fork ? req.input.sampling.n : 1;
+        for (int i = 0; i < use.num_samples; ++i) {
+          batch.samples.push_back(MakeSampleRequest(req.input.sampling, seq->rng_seed + i,
+                                                    fork ? 0 : seq->num_output_tokens(),
+                                                    logit_row));
+        }
+      }
+      rows.push_back(use);
     }
     for (int i = 0; i < max_blocks; ++i) {
       batch.block_tables.push_back(
           i < static_cast<int>(seq->block_table.size()) ? seq->block_table[i] : 0);
     }
   }
-  absl::StatusOr<std::vector<float>> run = runner_->Execute(copies, batch);
+  absl::StatusOr<ForwardOutput> run = runner_->Execute(copies, batch);
   kv_->FinishCopies();
   if (!run.ok()) return run.status();
-  const std::vector<float>& logits = *run;
+  const ForwardOutput& out = *run;
   const int vocab = model_config_.vocab_size;
 
   for (const auto& [seq, n] : plan.scheduled) {
@@ -371,23 +392,23 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
     seq->num_computed_tokens += n;
     kv_->CacheComputedBlocks(*seq);
   }
-  for (size_t r = 0; r < rows.size(); ++r) {
-    Sequence& seq = *rows[r].seq;
+  for (const RowUse& use : rows) {
+    Sequence& seq = *use.seq;
     Request& req = *seq.request;
-    absl::Span<const float> row(logits.data() + r * vocab, vocab);
+    absl::Span<const float> row;
+    if (use.host_row >= 0) row = {out.logits.data() + int64_t{use.host_row} * vocab, size_t(vocab)};
     if (req.input.return_prompt_logits && seq.sample_index == 0 &&
-        rows[r].position < seq.num_prompt_tokens) {
+        use.position < seq.num_prompt_tokens) {
       req.prompt_logits.resize(static_cast<size_t>(seq.num_prompt_tokens) * vocab);
-      std::copy(row.begin(), row.end(),
-                req.prompt_logits.begin() + int64_t{rows[r].position} * vocab);
+      std::copy(row.begin(), row.end(), req.prompt_logits.begin() + int64_t{use.position} * vocab);
     }
-    if (rows[r].position + 1 != seq.num_tokens()) continue;
-    if (!req.forked && req.input.sampling.n > 1) {
-      Fork(req, row);
+    if (use.num_samples == 0) continue;
+    absl::Span<const int32_t> tokens(out.tokens.data() + use.first_sample, use.num_samples);
+    if (use.num_samples > 1) {
+      Fork(req, tokens, row);
     } else {
-      if (!req.forked) req.forked = true;
-      AppendToken(seq, SampleToken(row, req.input.sampling, seq.rng_seed, seq.num_output_tokens()),
-                  row);
+      req.forked = true;
+      AppendToken(seq, tokens[0], row);
     }
   }
 

@@ -82,8 +82,8 @@ std::string_view ModelRunner::communicator() const {
   return ranks_[0].comm ? ranks_[0].comm->name() : std::string_view("none");
 }
 
-absl::StatusOr<std::vector<float>> ModelRunner::RunRank(int r, const BlockCopies& copies,
-                                                        const ForwardBatch& batch, int64_t step) {
+absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& copies,
+                                                   const ForwardBatch& batch, int64_t step) {
   if (config_.fault.rank == r && config_.fault.step == step) {
     if (!config_.fault.stall) return absl::InternalError("injected fault");
     std::this_thread::sleep_for(
@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::RunRank(int r, const BlockCopies
     run(device, device, copies.device_to_device);
     run(host, device, copies.host_to_device);
   }
-  if (batch.token_ids.empty()) return std::vector<float>();
+  if (batch.token_ids.empty()) return ForwardOutput();
   return rank.model->Forward(batch, *rank.device);
 }
 
@@ -136,8 +136,8 @@ void ModelRunner::WorkerLoop(int r) {
   }
 }
 
-absl::StatusOr<std::vector<float>> ModelRunner::Execute(const BlockCopies& copies,
-                                                        const ForwardBatch& batch) {
+absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,
+                                                   const ForwardBatch& batch) {
   if (!failed_.ok()) return failed_;
   const int n = size();
   int64_t step;
@@ -148,8 +148,8 @@ absl::StatusOr<std::vector<float>> ModelRunner::Execute(const BlockCopies& copie
     step = ++step_;
   }
   cv_.notify_all();
-  absl::StatusOr<std::vector<float>> logits = RunRank(0, copies_, batch_, step);
-  absl::Status first = logits.status();
+  absl::StatusOr<ForwardOutput> out = RunRank(0, copies_, batch_, step);
+  absl::Status first = out.status();
   if (!first.ok()) first = Annotate(first, "tensor-parallel rank 0");
   // Wait for the other ranks, bounded: a stalled rank has already made our collectives fail.
   const auto deadline =
@@ -171,7 +171,7 @@ absl::StatusOr<std::vector<float>> ModelRunner::Execute(const BlockCopies& copie
     LOG(ERROR) << "model runner failed: " << first;
     return first;
   }
-  return logits;
+  return out;
 }
 
 }  // namespace kvserve::worker

@@ -6,7 +6,7 @@
 // within the collective timeout; the runner then stays failed and the worker stops.
 //
 //   ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(config));
-//   ASSIGN_OR_RETURN(std::vector<float> logits, runner->Execute(copies, batch));
+//   ASSIGN_OR_RETURN(ForwardOutput out, runner->Execute(copies, batch));
 //
 // Execute is called from the engine thread only.
 #ifndef KVSERVE_WORKER_MODEL_RUNNER_H_
@@ -58,9 +58,9 @@ class ModelRunner {
   ~ModelRunner();
 
   // Applies the block copies (device→host, device→device, host→device, in that order) and
-  // runs the batch on every rank; returns rank 0's logits. After a rank fails, every call
-  // returns the first failure.
-  absl::StatusOr<std::vector<float>> Execute(const BlockCopies& copies, const ForwardBatch& batch);
+  // runs the batch on every rank; returns rank 0's output (the sampled tokens and the logits rows
+  // asked for). After a rank fails, every call returns the first failure.
+  absl::StatusOr<ForwardOutput> Execute(const BlockCopies& copies, const ForwardBatch& batch);
 
   [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
@@ -77,8 +77,8 @@ class ModelRunner {
   };
 
   ModelRunner() = default;
-  absl::StatusOr<std::vector<float>> RunRank(int rank, const BlockCopies& copies,
-                                             const ForwardBatch& batch, int64_t step);
+  absl::StatusOr<ForwardOutput> RunRank(int rank, const BlockCopies& copies,
+                                        const ForwardBatch& batch, int64_t step);
   void WorkerLoop(int rank);
 
   RunnerConfig config_;

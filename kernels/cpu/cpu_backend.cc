@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/kv_ops.h"
+#include "kernels/cpu/sampling.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -235,6 +236,8 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  void Sample(const SampleParams& p) override { cpu::Sample(p); }
 
  private:
   std::vector<float> widened_;  // 16-bit weights widened for one Gemm call

@@ -13,6 +13,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/sampling.h"
 
 #define KVSERVE_CUBLAS_CHECK(call)                                        \
   do {                                                                    \
@@ -254,6 +255,11 @@ class CudaBackend final : public Backend {
                            : static_cast<float*>(attention_workspace_.Get(
                                  sizeof(float) * plan.workspace_floats, stream_));
     cuda::LaunchPagedAttention(a, plan, workspace, stream_);
+  }
+
+  void Sample(const SampleParams& p) override {
+    Current();
+    cuda::LaunchSample(p, stream_);
   }
 
   void CopyBlocks(const CopyBlocksParams& p) override {

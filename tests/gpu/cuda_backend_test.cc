@@ -3,8 +3,9 @@
 // bf16 weights), embedding, RMSNorm with and without the fused residual, RoPE, SiLU-gated
 // activation, the KV write in every format (bit-identical codes and scales), paged attention
 // for every format over mixed prefill / decode batches, GQA groups, split-KV lengths, block
-// sizes and head sizes, and block copies (device ↔ device ↔ pinned host). Skipped without a
-// CUDA device. Label: gpu.
+// sizes and head sizes, block copies (device ↔ device ↔ pinned host), and sampling (the same
+// token as the CPU twin, for every parameter mix, on tie-heavy and vocabulary-sliced rows).
+// Skipped without a CUDA device. Label: gpu.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -432,6 +433,67 @@ TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
     EXPECT_EQ(dev_pools[l]->vs.Host(), p.vs);
   }
   for (void* mem : pinned) cudaFreeHost(mem);
+}
+
+// Sampling draws exactly the CPU twin's token: the rule is integer arithmetic over weights
+// computed with explicitly rounded float steps (kernels/sampling.h).
+TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
+  struct Case {
+    int64_t rows, vocab, shard;
+    bool ties;
+  };
+  for (const Case& c : {Case{3, 1, 1, false}, Case{5, 7, 7, true}, Case{8, 1000, 1000, true},
+                        Case{8, 32000, 32000, false}, Case{6, 151936, 151936, false},
+                        Case{4, 151936, 37984, false}, Case{4, 1000, 256, true}}) {
+    SCOPED_TRACE("vocab " + std::to_string(c.vocab) + " slice " + std::to_string(c.shard));
+    const int64_t slices = (c.vocab + c.shard - 1) / c.shard;
+    std::vector<float> logits(slices * c.rows * c.shard, 0.0f);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    std::uniform_int_distribution<int> level(0, 5);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t i = 0; i < c.vocab; ++i) {
+        logits[(i / c.shard) * c.rows * c.shard + r * c.shard + i % c.shard] =
+            c.ties ? 0.5f * static_cast<float>(level(rng_)) : normal(rng_);
+      }
+    }
+    std::vector<SampleRequest> requests;
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (int k = 0; k < 96; ++k) {
+      SampleRequest q;
+      q.row = static_cast<int32_t>(k % c.rows);
+      q.temperature = k % 8 == 0 ? 0.0f : 0.05f + 2.0f * unit(rng_);
+      q.top_k = k % 4 == 1 ? 1 + static_cast<int32_t>(rng_() % 64) : k % 4 == 2 ? 1 : 0;
+      q.top_p = k % 3 == 0 ? 1.0f : 0.001f + 0.998f * unit(rng_);
+      q.min_p = k % 5 < 2 ? 0.0f : unit(rng_);
+      q.seed = rng_();
+      q.step = k;
+      requests.push_back(q);
+    }
+    Dev<float> d_logits(logits);
+    Dev<SampleRequest> d_requests(requests);
+    Dev<int32_t> d_tokens(requests.size());
+    SampleParams p;
+    p.num_rows = c.rows;
+    p.vocab = c.vocab;
+    p.shard_vocab = c.shard;
+    p.num_requests = static_cast<int64_t>(requests.size());
+    p.logits = d_logits.get();
+    p.requests = d_requests.get();
+    p.tokens = d_tokens.get();
+    gpu_->Sample(p);
+    Sync();
+    std::vector<int32_t> expected(requests.size(), -1);
+    p.logits = logits.data();
+    p.requests = requests.data();
+    p.tokens = expected.data();
+    cpu_->Sample(p);
+    const std::vector<int32_t> got = d_tokens.Host();
+    for (size_t k = 0; k < requests.size(); ++k) {
+      EXPECT_EQ(got[k], expected[k])
+          << "request " << k << " T " << requests[k].temperature << " top_k " << requests[k].top_k
+          << " top_p " << requests[k].top_p << " min_p " << requests[k].min_p;
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, KvSupportCheckNamesWhatIsMissing) {

@@ -4,11 +4,18 @@
 #include <map>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/sampling.h"
 
 namespace kvserve::worker {
 namespace {
 
 const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f};
+
+int32_t SampleToken(const std::vector<float>& logits, const SamplingParams& p, uint64_t seed,
+                    int64_t step) {
+  return kernels::cpu::SampleRow(logits.data(), static_cast<int64_t>(logits.size()),
+                                 MakeSampleRequest(p, seed, step, 0));
+}
 
 TEST(SamplerTest, GreedyIsArgmaxWithFirstIndexOnTies) {
   SamplingParams p;

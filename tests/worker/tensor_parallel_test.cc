@@ -1,6 +1,7 @@
 // Tensor parallelism on the CPU backend (ranks as threads, Gloo): the same logits as TP=1 on
 // every fixture (relative error < 1e-5) and the same greedy outputs, under continuous batching,
-// chunked prefill, prefix-cache hits and a quantized KV cache; KV bytes per rank are 1/N of
+// chunked prefill, prefix-cache hits and a quantized KV cache; the same seeded samples (drawn
+// by rank 0 from the gathered vocabulary slices) and logprobs; KV bytes per rank are 1/N of
 // TP=1 (or one replicated head); a failing or stalled rank gives a clean error in bounded time.
 #include <chrono>
 #include <cmath>
@@ -31,9 +32,10 @@ std::vector<std::vector<int32_t>> Prompts(const std::string& model) {
 
 struct Variant {
   const char* name;
-  int chunk;         // max_num_batched_tokens (0: default)
-  bool quantized;    // int8 per-token KV
-  double tolerance;  // on the prompt logits' relative error vs TP=1
+  int chunk;             // max_num_batched_tokens (0: default)
+  bool quantized;        // int8 per-token KV
+  double tolerance;      // on the prompt logits' relative error vs TP=1
+  bool sampled = false;  // seeded temperature / top-k / top-p draws with logprobs
 };
 
 // Why a quantized cache gets a looser logit tolerance: the row-parallel all-reduce sums
@@ -57,6 +59,14 @@ Results RunAll(const std::string& model, int tp, const Variant& v, EngineStats* 
   for (size_t i = 0; i < prompts.size(); ++i) {
     RequestInput in = GreedyRequest("p" + std::to_string(i), prompts[i], 16);
     in.return_prompt_logits = true;
+    if (v.sampled) {
+      in.sampling.temperature = 0.8f;
+      in.sampling.top_k = 40;
+      in.sampling.top_p = 0.9f;
+      in.sampling.seed = 100 + i;
+      in.sampling.logprobs = 2;
+      in.sampling.n = i == 0 ? 3 : 1;
+    }
     EXPECT_OK(engine->AddRequest(in));
   }
   Results r = RunToCompletion(*engine, true);
@@ -74,8 +84,9 @@ class TensorParallelTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(TensorParallelTest, SameLogitsAndGreedyOutputsAsOneRank) {
   const auto& [model, tp] = GetParam();
-  for (const Variant& v : {Variant{"batched", 0, false, 1e-5}, Variant{"chunked", 64, false, 1e-5},
-                           Variant{"int8-kv", 0, true, 5e-3}}) {
+  for (const Variant& v :
+       {Variant{"batched", 0, false, 1e-5}, Variant{"chunked", 64, false, 1e-5},
+        Variant{"int8-kv", 0, true, 5e-3}, Variant{"sampled", 0, false, 1e-5, true}}) {
     SCOPED_TRACE(v.name);
     EngineStats s1, sn;
     Results one = RunAll(model, 1, v, &s1);
@@ -87,6 +98,18 @@ TEST_P(TensorParallelTest, SameLogitsAndGreedyOutputsAsOneRank) {
       if (!a.prompt_logits.empty()) {
         ASSERT_EQ(a.prompt_logits.size(), b.prompt_logits.size());
         EXPECT_LT(testing::RelativeError(b.prompt_logits, a.prompt_logits), v.tolerance) << id;
+      }
+      if (v.sampled && id[0] == 'p') {
+        ASSERT_EQ(samples.size(), many[id].size()) << id;
+        for (auto& [index, sample] : samples) {
+          const testing::SampleResult& c = many[id][index];
+          EXPECT_EQ(sample.tokens, c.tokens) << id << " sample " << index;
+          ASSERT_EQ(sample.logprobs.size(), c.logprobs.size()) << id;
+          for (size_t k = 0; k < c.logprobs.size(); ++k) {
+            EXPECT_NEAR(sample.logprobs[k].logprob, c.logprobs[k].logprob, 1e-3) << id << " " << k;
+          }
+        }
+        continue;
       }
       auto [agreed, near_tie] = testing::GreedyAgreement(a, b.tokens);
       EXPECT_TRUE(agreed == 16 || near_tie) << id << " diverges at " << agreed;

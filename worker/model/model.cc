@@ -179,7 +179,7 @@ T* Model::Reserve(kernels::Buffer<T>& buf, size_t n) {
   return buf.data();
 }
 
-absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
+absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
   const int64_t H = c.hidden_size, D = c.head_dim;
@@ -200,7 +200,7 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   const size_t token_ids_at = pack(b.token_ids), positions_at = pack(b.positions),
                slots_at = pack(b.slot_mapping), query_start_at = pack(b.query_start),
                query_len_at = pack(b.query_len), context_len_at = pack(b.context_len),
-               block_tables_at = pack(b.block_tables);
+               block_tables_at = pack(b.block_tables), samples_at = pack(b.samples);
   uint8_t* batch = Reserve(s.batch, s.batch_host.size());
   backend_->Upload(batch, s.batch_host.data(), s.batch_host.size());
   const auto* token_ids = reinterpret_cast<const int32_t*>(batch + token_ids_at);
@@ -210,6 +210,7 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   const auto* query_len = reinterpret_cast<const int32_t*>(batch + query_len_at);
   const auto* context_len = reinterpret_cast<const int32_t*>(batch + context_len_at);
   const auto* block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
+  const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
   float* delta = Reserve(s.delta, T * H);
   float* residual = Reserve(s.residual, T * H);
   float* h = Reserve(s.h, T * H);
@@ -284,26 +285,45 @@ absl::StatusOr<std::vector<float>> Model::Forward(const ForwardBatch& b, KvStora
   float* local = Reserve(s.local, R * vs);
   const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
   backend_->Gemm({selected, head, nullptr, local, R, vs, H});
-  if (comm_ == nullptr) {
-    std::vector<float> logits(R * c.vocab_size);
-    backend_->Download(logits.data(), local, sizeof(float) * logits.size());
-    return logits;
+  // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
+  const float* logits = local;
+  if (comm_ != nullptr) {
+    float* gathered = Reserve(s.gathered, R * vs * shard_.size);
+    backend_->Synchronize();
+    RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered));
+    logits = gathered;
   }
-  // Vocab-parallel LM head: gather every rank's [R, vs] slice, then lay rows out [R, vocab].
-  float* gathered_dev = Reserve(s.gathered, R * vs * shard_.size);
-  backend_->Synchronize();
-  RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered_dev));
-  std::vector<float> gathered(R * vs * shard_.size);
-  backend_->Download(gathered.data(), gathered_dev, sizeof(float) * gathered.size());
-  std::vector<float> logits(R * c.vocab_size);
-  for (int rank = 0; rank < shard_.size; ++rank) {
-    const int64_t v0 = rank * vs, n = std::min<int64_t>(vs, c.vocab_size - v0);
-    if (n <= 0) continue;
-    for (int64_t r = 0; r < R; ++r) {
-      std::copy_n(gathered.data() + (rank * R + r) * vs, n, logits.data() + r * c.vocab_size + v0);
+  ForwardOutput out;
+  if (shard_.rank != 0) return out;
+  const int64_t vocab = c.vocab_size;
+  if (!b.samples.empty()) {
+    const auto n = static_cast<int64_t>(b.samples.size());
+    kernels::SampleParams sp;
+    sp.logits = logits;
+    sp.num_rows = R;
+    sp.vocab = vocab;
+    sp.shard_vocab = vs;
+    sp.requests = samples;
+    sp.num_requests = n;
+    sp.tokens = Reserve(s.tokens, n);
+    backend_->Sample(sp);
+    out.tokens.resize(n);
+    backend_->Download(out.tokens.data(), sp.tokens, sizeof(int32_t) * n);
+  }
+  if (!b.host_logit_rows.empty()) {
+    const auto n = static_cast<int64_t>(b.host_logit_rows.size());
+    float* rows = Reserve(s.host_rows, n * vocab);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t r = b.host_logit_rows[k];
+      for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
+        backend_->Copy(rows + k * vocab + v0, logits + (v0 / vs) * R * vs + r * vs,
+                       sizeof(float) * std::min(vs, vocab - v0));
+      }
     }
+    out.logits.resize(n * vocab);
+    backend_->Download(out.logits.data(), rows, sizeof(float) * out.logits.size());
   }
-  return logits;
+  return out;
 }
 
 }  // namespace kvserve::worker

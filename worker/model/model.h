@@ -1,10 +1,11 @@
 // A Llama-family decoder (llama, mistral, qwen2, qwen3) executed through a kernels::Backend
 // over a paged KV cache. Loads Hugging Face checkpoints (F32/F16/BF16, converted to float32),
 // fusing q/k/v and gate/up projections into one GEMM each; weights, activations and the batch
-// live in the backend's memory (the GPU's for the CUDA backend), only the logits come back.
+// live in the backend's memory (the GPU's for the CUDA backend); tokens are drawn there too, and
+// only they (and the logits rows asked for) come back.
 //
 //   ASSIGN_OR_RETURN(auto model, Model::Load(dir, config, backend.get()));
-//   std::vector<float> logits = model->Forward(batch, kv);  // [batch.logit_rows.size(), vocab]
+//   ASSIGN_OR_RETURN(ForwardOutput out, model->Forward(batch, kv));  // out.tokens[i]: samples[i]
 //
 // Used by the engine thread only.
 #ifndef KVSERVE_WORKER_MODEL_MODEL_H_
@@ -36,7 +37,16 @@ struct ForwardBatch {
   std::vector<int32_t> context_len;   // [S]: tokens in the cache after this pass
   std::vector<int32_t> block_tables;  // [S, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
-  std::vector<int32_t> logit_rows;  // token rows whose logits are wanted
+  std::vector<int32_t> logit_rows;  // token rows whose logits are computed
+  // Tokens to draw on the backend; each request's `row` indexes logit_rows.
+  std::vector<kernels::SampleRequest> samples;
+  // Indexes into logit_rows of the rows whose logits come back (logprobs, prompt logits).
+  std::vector<int32_t> host_logit_rows;
+};
+
+struct ForwardOutput {
+  std::vector<int32_t> tokens;  // one per ForwardBatch::samples entry
+  std::vector<float> logits;    // [host_logit_rows.size(), vocab]
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -62,9 +72,10 @@ class Model {
   static int LocalKvHeads(const ModelConfig& config, int size);
 
   // Runs the batch, writing its K/V into (and reading context from) `kv`, which holds this
-  // rank's KV heads. Every rank of a group calls it with the same batch; rank 0 gets the full
-  // logits. Fails only when a collective does (a peer errored or stalled).
-  absl::StatusOr<std::vector<float>> Forward(const ForwardBatch& batch, KvStorage& kv);
+  // rank's KV heads, and draws its samples. Every rank of a group calls it with the same batch;
+  // rank 0 gets the output (the others an empty one). Fails only when a collective does (a peer
+  // errored or stalled).
+  absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // Bytes of the weights as loaded (float32 on the CPU backend).
@@ -87,6 +98,8 @@ class Model {
     std::vector<uint8_t> batch_host;
     kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
+    kernels::Buffer<float> host_rows;  // the logits rows that come back, gathered
+    kernels::Buffer<int32_t> tokens;
   };
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);

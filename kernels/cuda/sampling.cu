@@ -1,0 +1,228 @@
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/sampling.h"
+
+namespace kvserve::kernels::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 512;
+
+// One request's logits row, possibly in vocabulary slices (SampleParams).
+struct Row {
+  const float* base;  // the row's first slice
+  int64_t vocab, shard, shard_stride;
+  __device__ float At(int64_t i) const {
+    if (shard == vocab) return base[i];
+    const int64_t s = static_cast<int32_t>(i) / static_cast<int32_t>(shard);
+    return base[s * shard_stride + (i - s * shard)];
+  }
+};
+
+struct ArgMax {
+  float value;
+  int64_t id;  // INT64_MAX: none yet
+};
+
+// Larger value first, then the lower id (a total order on non-NaN values, so any reduction
+// order gives the CPU's answer).
+struct BetterOf {
+  __device__ ArgMax operator()(const ArgMax& a, const ArgMax& b) const {
+    if (a.id == INT64_MAX) return b;
+    if (b.id == INT64_MAX) return a;
+    if (a.value != b.value) return a.value > b.value ? a : b;
+    return a.id < b.id ? a : b;
+  }
+};
+
+struct Shared {
+  union {
+    cub::BlockReduce<ArgMax, kThreads>::TempStorage argmax;
+    cub::BlockReduce<uint64_t, kThreads>::TempStorage sum;
+    cub::BlockScan<uint64_t, kThreads>::TempStorage scan;
+  } cub;
+  uint32_t counts[kRadixBuckets];
+  uint64_t sums[kRadixBuckets];
+  RadixSelect select;
+  int64_t found;
+  float max_logit;
+  uint64_t total;
+};
+
+// Each thread's contiguous share of the ids, for the passes that walk ids in order.
+struct Chunk {
+  int64_t begin, end;
+  __device__ explicit Chunk(int64_t vocab) {
+    const int64_t size = (vocab + kThreads - 1) / kThreads;
+    begin = min(vocab, threadIdx.x * size);
+    end = min(vocab, begin + size);
+  }
+};
+
+__device__ uint64_t BlockSum(uint64_t x, Shared& sh) {
+  __syncthreads();  // the union may still be in use
+  const uint64_t total = cub::BlockReduce<uint64_t, kThreads>(sh.cub.sum).Sum(x);
+  if (threadIdx.x == 0) sh.total = total;
+  __syncthreads();
+  return sh.total;
+}
+
+// The id of the `nth` (1-based) token weighing exactly `value`, in id order.
+__device__ int64_t NthTie(const Row& row, float max, float inv_t, uint64_t value, uint64_t nth,
+                          Shared& sh) {
+  const Chunk c(row.vocab);
+  uint64_t count = 0;
+  for (int64_t i = c.begin; i < c.end; ++i) count += TokenWeight(row.At(i), max, inv_t) == value;
+  uint64_t before = 0;
+  __syncthreads();
+  cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(count, before);
+  if (before < nth && nth <= before + count) {
+    uint64_t seen = before;
+    for (int64_t i = c.begin; i < c.end; ++i) {
+      if (TokenWeight(row.At(i), max, inv_t) == value && ++seen == nth) {
+        sh.found = i;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return sh.found;
+}
+
+// Runs `sel` to the end over the row's weights (one histogram pass per digit).
+__device__ SampleCut Select(const Row& row, float max, float inv_t, RadixSelect sel, Shared& sh) {
+  while (!sel.done()) {
+    for (int b = threadIdx.x; b < kRadixBuckets; b += kThreads) {
+      sh.counts[b] = 0;
+      sh.sums[b] = 0;
+    }
+    __syncthreads();
+    // Every lane runs every iteration, so the warp is converged for the partition.
+    for (int64_t base = 0; base < row.vocab; base += kThreads) {
+      const int64_t i = base + threadIdx.x;
+      const uint64_t w = i < row.vocab ? TokenWeight(row.At(i), max, inv_t) : 0;
+      const bool take = i < row.vocab && sel.Matches(w);
+      const int digit = take ? sel.Digit(w) : -1;
+      // Lanes with the same digit add up first: most of a vocabulary shares a few buckets.
+      const cg::coalesced_group peers = cg::labeled_partition(cg::coalesced_threads(), digit);
+      const uint64_t sum = cg::reduce(peers, take ? w : uint64_t{0}, cg::plus<uint64_t>());
+      if (take && peers.thread_rank() == 0) {
+        atomicAdd(&sh.counts[digit], peers.size());
+        atomicAdd(reinterpret_cast<unsigned long long*>(&sh.sums[digit]),
+                  static_cast<unsigned long long>(sum));
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      sel.Choose(sh.counts, sh.sums);
+      sh.select = sel;
+    }
+    __syncthreads();
+    sel = sh.select;
+  }
+  SampleCut cut;
+  cut.value = sel.value();
+  cut.mass = sel.mass();
+  cut.last_tie = row.vocab - 1;
+  if (sel.ties() < sel.tie_count())
+    cut.last_tie = NthTie(row, max, inv_t, cut.value, sel.ties(), sh);
+  return cut;
+}
+
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
+  __shared__ Shared sh;
+  const SampleRequest r = p.requests[blockIdx.x];
+  const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
+  const Row row{p.logits + r.row * shard, p.vocab, shard, p.num_rows * shard};
+
+  ArgMax mine{0.0f, INT64_MAX};
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    const float l = row.At(i);
+    if (!isnan(l) && (mine.id == INT64_MAX || l > mine.value)) mine = {l, i};
+  }
+  const ArgMax best = cub::BlockReduce<ArgMax, kThreads>(sh.cub.argmax).Reduce(mine, BetterOf());
+  if (threadIdx.x == 0) {
+    sh.found = best.id == INT64_MAX ? 0 : best.id;
+    sh.max_logit = best.id == INT64_MAX ? -INFINITY : best.value;
+  }
+  __syncthreads();
+  const int64_t argmax = sh.found;
+  const float max = sh.max_logit;
+  if (!(r.temperature >= kGreedyTemperature)) {
+    if (threadIdx.x == 0) p.tokens[blockIdx.x] = static_cast<int32_t>(argmax);
+    return;
+  }
+  const float inv_t = InverseTemperature(r.temperature);
+
+  const uint64_t min_w = MinPWeight(r.min_p);
+  uint64_t count = 0, mass = 0;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    const uint64_t w = TokenWeight(row.At(i), max, inv_t);
+    if (w >= min_w) {
+      ++count;
+      mass += w;
+    }
+  }
+  const uint64_t num_min_p = BlockSum(count, sh);
+  SampleCut cut;
+  cut.value = min_w == 0 ? 0 : min_w - 1;
+  cut.last_tie = min_w == 0 ? row.vocab - 1 : -1;
+  cut.mass = BlockSum(mass, sh);
+  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
+    RadixSelect sel;
+    sel.goal = RadixSelect::kCount;
+    sel.target = static_cast<uint64_t>(r.top_k);
+    cut = Select(row, max, inv_t, sel, sh);
+  }
+  if (r.top_p < 1.0f && cut.mass > 0) {
+    RadixSelect sel;
+    sel.goal = RadixSelect::kMass;
+    sel.target = TopPTarget(r.top_p, cut.mass);
+    cut = Select(row, max, inv_t, sel, sh);
+  }
+  if (cut.mass == 0) {
+    if (threadIdx.x == 0) p.tokens[blockIdx.x] = static_cast<int32_t>(argmax);
+    return;
+  }
+
+  // The draw: the first kept id at which the running sum of kept weights exceeds the target.
+  const uint64_t target = DrawTarget(DrawBits(r.seed, r.step), cut.mass);
+  const Chunk c(row.vocab);
+  uint64_t kept = 0;
+  for (int64_t i = c.begin; i < c.end; ++i) {
+    const uint64_t w = TokenWeight(row.At(i), max, inv_t);
+    if (cut.Keeps(w, i)) kept += w;
+  }
+  uint64_t before = 0;
+  __syncthreads();
+  cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(kept, before);
+  if (before <= target && target < before + kept) {
+    uint64_t sum = before;
+    for (int64_t i = c.begin; i < c.end; ++i) {
+      const uint64_t w = TokenWeight(row.At(i), max, inv_t);
+      if (!cut.Keeps(w, i)) continue;
+      sum += w;
+      if (sum > target) {
+        p.tokens[blockIdx.x] = static_cast<int32_t>(i);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void LaunchSample(const SampleParams& p, cudaStream_t stream) {
+  if (p.num_requests == 0) return;
+  SampleKernel<<<static_cast<unsigned>(p.num_requests), kThreads, 0, stream>>>(p);
+  KVSERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvserve::kernels::cuda
