@@ -11,7 +11,8 @@
 #
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
-# then the decode-attention benchmark and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
+# GPU sampling against the CPU twin (time and token equality), then the decode-attention
+# benchmark and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu/carry}
@@ -38,6 +39,8 @@ for t in cuda_backend_test nccl_communicator_test engine_cuda_test; do
   if [[ -x $build/bin/$t ]]; then run_check "$t" 180 "$build/bin/$t"; else results+=("$t|missing"); fi
 done
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" 2>/dev/null
+run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
+cat "$out/sampling_bench.log"
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
 cat "$out/decode_attention_bench.log"
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
