@@ -23,8 +23,8 @@
 namespace kvserve::kernels {
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]), accumulated in float32. w is float32, fp16 or
-// bf16 (w_type); with 16-bit weights the CUDA backend rounds x to the same type for the tensor
-// cores, the CPU backend widens w (the model converts weights to float32 at load on the CPU).
+// bf16 (w_type); with 16-bit weights x is rounded to the same type first (tensor cores on
+// CUDA; the CPU backend widens both to float32 per call, slowly, as the twin).
 struct GemmParams {
   const float* x = nullptr;
   const void* w = nullptr;
@@ -34,12 +34,13 @@ struct GemmParams {
   DType w_type = DType::kF32;  // kF32 | kF16 | kBF16
 };
 
-// out[t, :] = table[ids[t], :].
+// out[t, :] = table[ids[t], :], widened to float32 from the table's type (kF32 | kF16 | kBF16).
 struct EmbeddingParams {
   const int32_t* ids = nullptr;
-  const float* table = nullptr;
+  const void* table = nullptr;
   float* out = nullptr;
   int64_t num_tokens = 0, hidden = 0;
+  DType table_type = DType::kF32;
 };
 
 // With `residual`: residual += x, then out = rmsnorm(residual) · weight. Without: out =

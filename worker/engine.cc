@@ -33,6 +33,24 @@ std::vector<int> GenerationEos(const std::string& dir) {
   return out;
 }
 
+// --dtype: the weights' type on `device` for a checkpoint declaring `checkpoint` (may be "").
+absl::StatusOr<DType> WeightType(const std::string& dtype, const std::string& device,
+                                 const std::string& checkpoint) {
+  if (dtype == "float32" || dtype == "float") return DType::kF32;
+  if (dtype == "bfloat16") return DType::kBF16;
+  if (dtype == "float16" || dtype == "half") return DType::kF16;
+  if (dtype != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype '", dtype, "' is not one of auto, float32, bfloat16, float16"));
+  }
+  if (device != "cuda") return DType::kF32;  // the CPU backend computes in float32
+  return checkpoint == "float16" ? DType::kF16 : DType::kBF16;
+}
+
+std::string WeightTypeName(DType t) {
+  return t == DType::kBF16 ? "bfloat16" : t == DType::kF16 ? "float16" : "float32";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
@@ -114,7 +132,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size,
         "); lower it or give the pool more memory (--kv-cache-memory-gib / --num-blocks)"));
   }
+  ASSIGN_OR_RETURN(const DType weight_type,
+                   WeightType(config.dtype, config.device, model_config.dtype));
   RunnerConfig rc;
+  rc.weight_type = weight_type;
   rc.model_dir = config.model_dir;
   rc.model = model_config;
   rc.kv_spec = e->kv_spec_;
@@ -148,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   e->preflight_ = absl::StrFormat(
       "kvserve preflight: model %s (%s, %d layers, %d heads, %d KV heads x %d head_dim)\n"
       "  tensor parallel     %d rank(s) (%s), %d KV head(s) per rank%s\n"
-      "  weights             %s per rank (float32 on the CPU backend)\n"
+      "  weights             %s per rank (%s)\n"
       "  KV cache            K %s, V %s (layers: %s)\n"
       "  KV bytes per token  %.2f per rank (%d per block of %d tokens, data and scales)\n"
       "  KV pool             %d blocks x %d tokens = %d tokens, %s per rank\n"
@@ -158,7 +179,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, tp,
       e->runner_->communicator(), rank_kv_heads,
       c.num_kv_heads < tp ? " (replicated: fewer KV heads than ranks)" : "",
-      Mib(e->runner_->weight_bytes(0)), k0.Describe(), v0.Describe(), e->kv_spec_.CacheKeyQuant(),
+      Mib(e->runner_->weight_bytes(0)), WeightTypeName(weight_type), k0.Describe(), v0.Describe(),
+      e->kv_spec_.CacheKeyQuant(),
       e->kv_spec_.BytesPerToken(rank_kv_heads, config.block_size, c.head_dim), block_bytes,
       config.block_size, e->num_blocks_, config.block_size, pool_tokens,
       Mib(e->runner_->device_kv(0).bytes()), host_blocks,

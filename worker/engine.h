@@ -46,6 +46,9 @@ struct EngineConfig {
   bool host_prefix_cache = false;
   int cpu_threads = 1;
   std::string device = "cpu";                     // cpu | cuda (rank r on GPU r)
+  // Weights: auto (float32 on the CPU; on CUDA the checkpoint's 16-bit type, bfloat16 for a
+  // float32 checkpoint), float32, bfloat16, float16.
+  std::string dtype = "auto";
   int tensor_parallel_size = 1;                   // ranks as threads, Gloo / NCCL between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
   RankFault tp_fault;                             // test aid

@@ -24,6 +24,9 @@ ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, or cuda (tensor-parallel rank r on GPU r, NCCL between ranks; needs a CUDA build)");
+ABSL_FLAG(std::string, dtype, "auto",
+          "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
+          "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");
 ABSL_FLAG(
     std::string, kv_cache_dtype, "auto",
     "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
@@ -73,6 +76,7 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--device '", c.device, "' is not one of cpu, cuda"));
   }
+  c.dtype = absl::GetFlag(FLAGS_dtype);
   c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);

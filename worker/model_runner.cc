@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
 #endif
     if (!cuda) rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
-                                             TpShard{r, n}, rank.comm.get()));
+                                             {TpShard{r, n}, rank.comm.get(), config.weight_type}));
     rank.device =
         std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads, config.block_size,
                                     config.model.head_dim, rank.backend.get());

@@ -48,6 +48,7 @@ struct RunnerConfig {
   int tensor_parallel_size = 1;
   int cpu_threads = 1;
   std::string device = "cpu";  // cpu | cuda
+  DType weight_type = DType::kF32;
   absl::Duration collective_timeout = absl::Seconds(60);
   RankFault fault;
 };

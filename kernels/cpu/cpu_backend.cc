@@ -60,18 +60,26 @@ class CpuBackend final : public Backend {
   void Gemm(const GemmParams& p) override {
     if (p.m == 0 || p.n == 0) return;
     const float* w = static_cast<const float*>(p.w);
+    const float* x = p.x;
     if (p.w_type != DType::kF32) {
+      // As the CUDA backend does: x rounded to the weights' type, products exact, float32 sums.
       CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
           << "Gemm: unsupported weight type " << DTypeName(p.w_type);
+      const bool bf16 = p.w_type == DType::kBF16;
       const auto* h = static_cast<const uint16_t*>(p.w);
       widened_.resize(p.n * p.k);
       for (int64_t i = 0; i < p.n * p.k; ++i) {
-        widened_[i] = p.w_type == DType::kF16 ? F16ToFloat(h[i]) : Bf16ToFloat(h[i]);
+        widened_[i] = bf16 ? Bf16ToFloat(h[i]) : F16ToFloat(h[i]);
+      }
+      rounded_x_.resize(p.m * p.k);
+      for (int64_t i = 0; i < p.m * p.k; ++i) {
+        rounded_x_[i] = bf16 ? Bf16ToFloat(FloatToBf16(p.x[i])) : F16ToFloat(FloatToF16(p.x[i]));
       }
       w = widened_.data();
+      x = rounded_x_.data();
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, p.x, static_cast<int>(p.k), w,
+                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, x, static_cast<int>(p.k), w,
                 static_cast<int>(p.k), 0.0f, p.y, static_cast<int>(p.n));
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < p.m; ++r) {
@@ -83,8 +91,16 @@ class CpuBackend final : public Backend {
 
   void Embedding(const EmbeddingParams& p) override {
     for (int64_t t = 0; t < p.num_tokens; ++t) {
-      std::memcpy(p.out + t * p.hidden, p.table + int64_t{p.ids[t]} * p.hidden,
-                  sizeof(float) * p.hidden);
+      const int64_t row = int64_t{p.ids[t]} * p.hidden;
+      float* out = p.out + t * p.hidden;
+      if (p.table_type == DType::kF32) {
+        std::memcpy(out, static_cast<const float*>(p.table) + row, sizeof(float) * p.hidden);
+        continue;
+      }
+      const uint16_t* src = static_cast<const uint16_t*>(p.table) + row;
+      for (int64_t i = 0; i < p.hidden; ++i) {
+        out[i] = p.table_type == DType::kBF16 ? Bf16ToFloat(src[i]) : F16ToFloat(src[i]);
+      }
     }
   }
 
@@ -240,7 +256,8 @@ class CpuBackend final : public Backend {
   void Sample(const SampleParams& p) override { cpu::Sample(p); }
 
  private:
-  std::vector<float> widened_;  // 16-bit weights widened for one Gemm call
+  std::vector<float> widened_;    // 16-bit weights widened for one Gemm call
+  std::vector<float> rounded_x_;  // its input rounded to the weights' type
 };
 
 }  // namespace

@@ -179,7 +179,11 @@ class CudaBackend final : public Backend {
 
   void Embedding(const EmbeddingParams& p) override {
     Current();
-    cuda::LaunchEmbedding(p.ids, p.table, p.out, p.num_tokens, p.hidden, stream_);
+    CHECK(p.table_type == DType::kF32 || p.table_type == DType::kF16 ||
+          p.table_type == DType::kBF16)
+        << "embedding table type " << DTypeName(p.table_type);
+    cuda::LaunchEmbedding(p.ids, p.table, p.table_type == DType::kF32 ? 32 : 16,
+                          p.table_type == DType::kBF16, p.out, p.num_tokens, p.hidden, stream_);
   }
 
   void RmsNorm(const RmsNormParams& p) override {

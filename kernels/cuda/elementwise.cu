@@ -9,12 +9,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void EmbeddingKernel(const int32_t* ids, const float* table, float* out,
-                                int64_t hidden) {
+__device__ inline float Widen(float x) { return x; }
+__device__ inline float Widen(__half x) { return __half2float(x); }
+__device__ inline float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, int64_t hidden) {
   const int64_t t = blockIdx.x;
-  const float* src = table + static_cast<int64_t>(ids[t]) * hidden;
+  const T* src = table + static_cast<int64_t>(ids[t]) * hidden;
   float* dst = out + t * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = Widen(src[i]);
 }
 
 // Sum over the block; every thread gets the result. `scratch` holds one float per warp.
@@ -92,10 +96,19 @@ __global__ void RoundTo16Kernel(const float* x, uint16_t* out, int64_t n, bool b
 
 }  // namespace
 
-void LaunchEmbedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens,
-                     int64_t hidden, cudaStream_t stream) {
+void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool bf16, float* out,
+                     int64_t num_tokens, int64_t hidden, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(ids, table, out, hidden);
+  if (table_bits == 32) {
+    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(ids, static_cast<const float*>(table), out,
+                                                         hidden);
+  } else if (bf16) {
+    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(
+        ids, static_cast<const __nv_bfloat16*>(table), out, hidden);
+  } else {
+    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(ids, static_cast<const __half*>(table),
+                                                         out, hidden);
+  }
   KVSERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,8 +10,9 @@
 
 namespace kvserve::kernels::cuda {
 
-void LaunchEmbedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens,
-                     int64_t hidden, cudaStream_t stream);
+// `table` holds float32 (table_bits 32), bf16 (16, bf16) or fp16 (16, !bf16) rows.
+void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool bf16, float* out,
+                     int64_t num_tokens, int64_t hidden, cudaStream_t stream);
 
 void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
                    int64_t hidden, float eps, cudaStream_t stream);

@@ -1,7 +1,12 @@
 // The engine on the CUDA backend (--device cuda) against transformers' reference logits and
 // greedy continuations for every fixture (float32 weights and KV cache: relative error
-// < 1e-4), with and without chunked prefill; and an int8 KV cache on the GPU against the same
-// cache on the CPU. Skipped without a CUDA device. Label: gpu.
+// < 1e-4), with and without chunked prefill; bf16 weights (top-1 agreement and KL against
+// transformers, printed; logits against the CPU backend's bf16 twin); an int8 KV cache on the
+// GPU against the same cache on the CPU; seeded sampling (top-k / top-p, n = 2, logprobs) giving
+// the CPU's tokens. Skipped without a CUDA device. Label: gpu.
+#include <algorithm>
+#include <cstdio>
+
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
@@ -39,6 +44,7 @@ TEST_P(EngineCudaTest, LogitsAndGreedyMatchTransformers) {
   const Reference ref = LoadReference(model);
   EngineConfig config = FixtureConfig(model);
   config.device = "cuda";
+  config.dtype = "float32";  // auto would be bf16 on CUDA
   if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
   Results results = RunReference(config, ref);
   ExpectMatchesReference(results, ref);
@@ -49,12 +55,72 @@ INSTANTIATE_TEST_SUITE_P(AllFixtures, EngineCudaTest,
                                                               "tiny-qwen3"),
                                             ::testing::Values(0, 7)));
 
+TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const char* model : {"tiny-llama3", "tiny-qwen2", "tiny-qwen3"}) {
+    const Reference ref = LoadReference(model);
+    EngineConfig config = FixtureConfig(model);
+    config.dtype = "bfloat16";
+    const auto cpu = PromptLogits(config, ref);
+    config.device = "cuda";
+    config.dtype = "auto";  // bf16 for a float32 checkpoint on CUDA
+    Results results = RunReference(config, ref);
+    const testing::DistributionMatch m = testing::CompareDistributions(results, ref);
+    double worst = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      worst = std::max(worst,
+                       testing::RelativeError(results[std::to_string(i)][0].prompt_logits, cpu[i]));
+    }
+    std::printf(
+        "%s bf16 weights on the GPU: top-1 agreement %.4f over %ld positions, KL mean "
+        "%.2e max %.2e; vs the CPU twin: relative error %.2e\n",
+        model, m.top1, static_cast<long>(m.positions), m.mean_kl, m.max_kl, worst);
+    EXPECT_GE(m.top1, 0.95) << model;
+    EXPECT_LT(m.mean_kl, 1e-3) << model;
+    EXPECT_LT(worst, 2e-2) << model;
+  }
+}
+
+TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  auto run = [&](const std::string& device) {
+    EngineConfig config = FixtureConfig("tiny-llama3");
+    config.device = device;
+    config.dtype = "float32";
+    auto engine = testing::MakeEngine(config);
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
+      in.sampling.temperature = 0.8f;
+      in.sampling.top_k = 40;
+      in.sampling.top_p = 0.9f;
+      in.sampling.min_p = 0.01f;
+      in.sampling.seed = 7 + i;
+      in.sampling.n = 2;
+      EXPECT_OK(engine->AddRequest(in));
+    }
+    return testing::RunToCompletion(*engine);
+  };
+  Results cpu = run("cpu"), gpu = run("cuda");
+  for (auto& [id, samples] : cpu) {
+    ASSERT_EQ(samples.size(), 2u) << id;
+    for (auto& [index, sample] : samples) {
+      EXPECT_EQ(gpu[id][index].tokens, sample.tokens) << id << " sample " << index;
+      ASSERT_EQ(gpu[id][index].logprobs.size(), sample.logprobs.size());
+      for (size_t k = 0; k < sample.logprobs.size(); ++k) {
+        EXPECT_NEAR(gpu[id][index].logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3);
+      }
+    }
+  }
+}
+
 TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
   EngineConfig config = FixtureConfig("tiny-llama3");
   config.kv_quant.dtype = "int8";
   config.kv_quant.granularity = "k:per_channel,v:per_token";
+  config.dtype = "float32";
   const auto cpu = PromptLogits(config, ref);
   config.device = "cuda";
   const auto gpu = PromptLogits(config, ref);

@@ -84,6 +84,42 @@ double RelativeError(const std::vector<float>& ours, const std::vector<float>& r
   return max_err / max_ref;
 }
 
+DistributionMatch CompareDistributions(const Results& results, const Reference& ref) {
+  DistributionMatch m;
+  int64_t agree = 0;
+  double kl_sum = 0;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    const std::vector<float>& ours = results.at(std::to_string(i)).at(0).prompt_logits;
+    const std::vector<float>& want = ref.logits[i];
+    const size_t n = ref.prompts[i].size(), vocab = want.size() / n;
+    EXPECT_EQ(ours.size(), want.size());
+    if (ours.size() != want.size()) return m;
+    for (size_t p = 0; p < n; ++p) {
+      const float* a = want.data() + p * vocab;
+      const float* b = ours.data() + p * vocab;
+      const auto log_softmax = [vocab](const float* x, std::vector<double>& out) {
+        const double max = *std::max_element(x, x + vocab);
+        double sum = 0;
+        for (size_t v = 0; v < vocab; ++v) sum += std::exp(x[v] - max);
+        out.resize(vocab);
+        for (size_t v = 0; v < vocab; ++v) out[v] = x[v] - max - std::log(sum);
+      };
+      std::vector<double> la, lb;
+      log_softmax(a, la);
+      log_softmax(b, lb);
+      double kl = 0;
+      for (size_t v = 0; v < vocab; ++v) kl += std::exp(la[v]) * (la[v] - lb[v]);
+      kl_sum += kl;
+      m.max_kl = std::max(m.max_kl, kl);
+      agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+      ++m.positions;
+    }
+  }
+  m.top1 = static_cast<double>(agree) / static_cast<double>(m.positions);
+  m.mean_kl = kl_sum / static_cast<double>(m.positions);
+  return m;
+}
+
 Reference LoadReference(const std::string& model) {
   Reference ref;
   const std::string dir = kvserve::testing::FixtureModel(model);

@@ -56,6 +56,14 @@ Results RunReference(const EngineConfig& config, const Reference& ref);
 // equal to the reference's (or diverging only at a near tie).
 void ExpectMatchesReference(Results& results, const Reference& ref);
 
+// How closely reduced-precision weights track the reference over every prompt position: the
+// share of positions whose top-1 token agrees, and KL(reference ‖ ours) of the softmaxes.
+struct DistributionMatch {
+  int64_t positions = 0;
+  double top1 = 0, mean_kl = 0, max_kl = 0;
+};
+DistributionMatch CompareDistributions(const Results& results, const Reference& ref);
+
 }  // namespace kvserve::worker::testing
 
 #endif  // KVSERVE_TESTS_WORKER_ENGINE_TEST_UTIL_H_

@@ -1,5 +1,7 @@
 // Bad requests are rejected with InvalidArgument and leave the engine as it was; impossible
 // settings are refused at start-up naming the setting and its limit.
+#include <cstdio>
+
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"
@@ -112,6 +114,11 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-num-seqs")));
   c = testing::FixtureConfig("tiny-llama3");
+  c.dtype = "int8";
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--dtype 'int8' is not one of auto, float32, bfloat16, float16")));
+  c = testing::FixtureConfig("tiny-llama3");
   c.model_dir = "/nonexistent";
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
 }
@@ -123,6 +130,26 @@ TEST(EngineValidationTest, PreflightReportsTheBudget) {
   EXPECT_THAT(r, HasSubstr("K fp32, V fp32"));
   EXPECT_THAT(r, HasSubstr("100 blocks x 16 tokens = 1600 tokens"));
   EXPECT_THAT(r, HasSubstr("1 sequences at --max-model-len=1024 (64 blocks each)"));
+}
+
+// The weights' line names their type; bf16 matrices take half the bytes (norms stay float32).
+TEST(EngineValidationTest, PreflightReportsTheWeightType) {
+  auto weight_mib = [](const std::string& report) {
+    const size_t at = report.find("weights");
+    double mib = 0;
+    EXPECT_NE(at, std::string::npos);
+    if (at != std::string::npos) std::sscanf(report.c_str() + at, "weights %lf MiB", &mib);
+    return mib;
+  };
+  EngineConfig c = testing::FixtureConfig("tiny-llama3", 100);
+  auto f32 = testing::MakeEngine(c);
+  c.dtype = "bfloat16";
+  auto bf16 = testing::MakeEngine(c);
+  EXPECT_THAT(f32->preflight_report(), HasSubstr("per rank (float32)"));
+  EXPECT_THAT(bf16->preflight_report(), HasSubstr("per rank (bfloat16)"));
+  const double ratio = weight_mib(bf16->preflight_report()) / weight_mib(f32->preflight_report());
+  EXPECT_GT(ratio, 0.49);
+  EXPECT_LT(ratio, 0.51);
 }
 
 TEST(EngineStopTest, StopTokensEosAndLength) {

@@ -8,6 +8,7 @@
 #include "common/model_weights.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/string_util.h"
 #include "kernels/rope.h"
 
 namespace kvserve::worker {
@@ -77,15 +78,21 @@ absl::Status Model::CheckShardable(const ModelConfig& c, int size) {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const ModelConfig& config,
-                                                   kernels::Backend* backend, TpShard shard,
-                                                   kernels::Communicator* comm) {
+                                                   kernels::Backend* backend,
+                                                   const ModelLoadOptions& options) {
+  const TpShard shard = options.shard;
   RETURN_IF_ERROR(CheckShardable(config, shard.size));
-  if (shard.size > 1 && comm == nullptr) {
+  if (shard.size > 1 && options.comm == nullptr) {
     return absl::InvalidArgumentError("a tensor-parallel shard needs a communicator");
+  }
+  const DType wt = options.weight_type;
+  if (wt != DType::kF32 && wt != DType::kBF16 && wt != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights cannot be stored as ", Sv(DTypeName(wt)), " (F32, BF16 or F16)"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
   RETURN_IF_ERROR(CheckWeights(config, *ckpt));
-  std::unique_ptr<Model> m(new Model(config, backend, shard, comm));
+  std::unique_ptr<Model> m(new Model(config, backend, options));
   const int r = shard.rank, n = shard.size, d = config.head_dim;
   m->heads_ = config.num_heads / n;
   m->kv_heads_ = LocalKvHeads(config, n);
@@ -143,29 +150,42 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       if (r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
     }
   }
-  // Into the backend's memory.
+  // Into the backend's memory: vectors as float32, matrices in the weight type.
   auto up = [&](const std::vector<float>& v) {
     m->weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
     return kernels::Buffer<float>::FromHost(backend, v);
   };
-  m->embed_ = up(embed);
+  auto up_matrix = [&](const std::vector<float>& v) {
+    std::vector<uint8_t> bytes(v.size() * DTypeSize(wt));
+    if (wt == DType::kF32) {
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < v.size(); ++i) {
+        h[i] = wt == DType::kBF16 ? FloatToBf16(v[i]) : FloatToF16(v[i]);
+      }
+    }
+    m->weight_bytes_ += static_cast<int64_t>(bytes.size());
+    return Matrix::FromHost(backend, bytes);
+  };
+  m->embed_ = up_matrix(embed);
   m->final_norm_ = up(final_norm);
-  m->lm_head_ = up(lm_head);
+  m->lm_head_ = up_matrix(lm_head);
   m->layers_.resize(config.num_layers);
   for (int l = 0; l < config.num_layers; ++l) {
     const HostLayer& H = host[l];
     Layer& L = m->layers_[l];
     L.input_norm = up(H.input_norm);
     L.post_norm = up(H.post_norm);
-    L.qkv = up(H.qkv);
+    L.qkv = up_matrix(H.qkv);
     L.qkv_bias = up(H.qkv_bias);
     L.q_norm = up(H.q_norm);
     L.k_norm = up(H.k_norm);
-    L.o = up(H.o);
+    L.o = up_matrix(H.o);
     L.o_bias = up(H.o_bias);
-    L.gate_up = up(H.gate_up);
+    L.gate_up = up_matrix(H.gate_up);
     L.gate_up_bias = up(H.gate_up_bias);
-    L.down = up(H.down);
+    L.down = up_matrix(H.down);
     L.down_bias = up(H.down_bias);
   }
   m->inv_freq_ =
@@ -223,7 +243,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const int64_t max_context_len =
       b.context_len.empty() ? 0 : *std::max_element(b.context_len.begin(), b.context_len.end());
 
-  backend_->Embedding({token_ids, embed_.data(), delta, T, H});
+  backend_->Embedding({token_ids, embed_.data(), delta, T, H, weight_type_});
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
     if (l == 0) {  // the residual stream starts as the embeddings
@@ -232,7 +252,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     } else {
       backend_->RmsNorm({delta, residual, L.input_norm.data(), h, T, H, eps});
     }
-    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H});
+    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H, weight_type_});
     if (c.qk_norm) {
       for (int64_t t = 0; t < T; ++t) {
         float* row = qkv + t * qkv_dim;
@@ -260,15 +280,16 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     ap.max_query_len = max_query_len;
     ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
-    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim});
+    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_});
     if (comm_ != nullptr) {
       backend_->Synchronize();  // the collective runs on its own stream
       RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
     }
     backend_->RmsNorm({delta, residual, L.post_norm.data(), h, T, H, eps});
-    backend_->Gemm({h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H});
+    backend_->Gemm(
+        {h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H, weight_type_});
     backend_->SiluMul({gate_up, act, T, inter});
-    backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter});
+    backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter, weight_type_});
     if (comm_ != nullptr) {
       backend_->Synchronize();  // the collective runs on its own stream
       RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
@@ -283,8 +304,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   }
   const int64_t vs = vocab_shard_;
   float* local = Reserve(s.local, R * vs);
-  const float* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  backend_->Gemm({selected, head, nullptr, local, R, vs, H});
+  const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
+  backend_->Gemm({selected, head, nullptr, local, R, vs, H, weight_type_});
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
   const float* logits = local;
   if (comm_ != nullptr) {

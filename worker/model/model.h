@@ -1,8 +1,9 @@
 // A Llama-family decoder (llama, mistral, qwen2, qwen3) executed through a kernels::Backend
-// over a paged KV cache. Loads Hugging Face checkpoints (F32/F16/BF16, converted to float32),
-// fusing q/k/v and gate/up projections into one GEMM each; weights, activations and the batch
-// live in the backend's memory (the GPU's for the CUDA backend); tokens are drawn there too, and
-// only they (and the logits rows asked for) come back.
+// over a paged KV cache. Loads Hugging Face checkpoints (F32/F16/BF16), keeping the matrices
+// (projections, embedding, LM head) in the weight type asked for (float32, bf16 or fp16; norms
+// and biases stay float32), fusing q/k/v and gate/up projections into one GEMM each; weights,
+// activations and the batch live in the backend's memory (the GPU's for the CUDA backend); tokens
+// are drawn there too, and only they (and the logits rows asked for) come back.
 //
 //   ASSIGN_OR_RETURN(auto model, Model::Load(dir, config, backend.get()));
 //   ASSIGN_OR_RETURN(ForwardOutput out, model->Forward(batch, kv));  // out.tokens[i]: samples[i]
@@ -58,14 +59,20 @@ struct TpShard {
   int size = 1;
 };
 
+struct ModelLoadOptions {
+  TpShard shard;
+  kernels::Communicator* comm = nullptr;  // required when shard.size > 1
+  DType weight_type = DType::kF32;        // of the matrices: kF32, kBF16 or kF16
+};
+
 class Model {
  public:
   // InvalidArgument naming the tensor when the checkpoint does not fit the config, or naming
-  // --tensor-parallel-size when the shapes do not split. `comm` is required when size > 1.
+  // --tensor-parallel-size when the shapes do not split.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const ModelConfig& config,
-                                                     kernels::Backend* backend, TpShard shard = {},
-                                                     kernels::Communicator* comm = nullptr);
+                                                     kernels::Backend* backend,
+                                                     const ModelLoadOptions& options = {});
   // InvalidArgument when `config` cannot be split `size` ways.
   static absl::Status CheckShardable(const ModelConfig& config, int size);
   // KV heads a rank stores: kv_heads / size, or 1 when the heads are replicated.
@@ -78,18 +85,25 @@ class Model {
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
-  // Bytes of the weights as loaded (float32 on the CPU backend).
+  // Bytes of the weights as loaded.
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
+  [[nodiscard]] DType weight_type() const { return weight_type_; }
 
  private:
-  // A layer's weights in the backend's memory (float32).
+  // A matrix in weight_type_, in the backend's memory.
+  using Matrix = kernels::Buffer<uint8_t>;
+  // A layer's weights in the backend's memory (vectors in float32).
   struct Layer {
     kernels::Buffer<float> input_norm, post_norm;
-    kernels::Buffer<float> qkv, qkv_bias;   // [(q + 2 kv) × hidden], bias empty when absent
+    Matrix qkv;                             // [(q + 2 kv) × hidden]
+    kernels::Buffer<float> qkv_bias;        // empty when absent
     kernels::Buffer<float> q_norm, k_norm;  // qwen3
-    kernels::Buffer<float> o, o_bias;
-    kernels::Buffer<float> gate_up, gate_up_bias;  // [2 inter × hidden]
-    kernels::Buffer<float> down, down_bias;
+    Matrix o;
+    kernels::Buffer<float> o_bias;
+    Matrix gate_up;  // [2 inter × hidden]
+    kernels::Buffer<float> gate_up_bias;
+    Matrix down;
+    kernels::Buffer<float> down_bias;
   };
   // Per-step buffers in backend memory, grown as batches grow (never shrunk).
   struct Scratch {
@@ -104,17 +118,22 @@ class Model {
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
 
-  Model(const ModelConfig& config, kernels::Backend* backend, TpShard shard,
-        kernels::Communicator* comm)
-      : config_(config), backend_(backend), shard_(shard), comm_(comm) {}
+  Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
+      : config_(config),
+        backend_(backend),
+        shard_(options.shard),
+        comm_(options.comm),
+        weight_type_(options.weight_type) {}
 
   ModelConfig config_;
   kernels::Backend* backend_;
   TpShard shard_;
   kernels::Communicator* comm_;
-  int heads_ = 0, kv_heads_ = 0, inter_ = 0;             // this rank's share
-  int vocab_shard_ = 0;                                  // LM-head rows per rank (padded)
-  kernels::Buffer<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  DType weight_type_;
+  int heads_ = 0, kv_heads_ = 0, inter_ = 0;  // this rank's share
+  int vocab_shard_ = 0;                       // LM-head rows per rank (padded)
+  Matrix embed_, lm_head_;                    // lm_head_ empty when tied
+  kernels::Buffer<float> final_norm_;
   std::vector<Layer> layers_;
   kernels::Buffer<float> inv_freq_;
   Scratch scratch_;
