@@ -153,6 +153,12 @@ class Backend {
   // Returns when every op issued so far is done (a no-op on the CPU). Needed before handing
   // buffers to a communicator that runs on its own stream (NCCL).
   virtual void Synchronize() = 0;
+  // The device's free and total memory in bytes; false where the backend has no device memory
+  // of its own (the CPU).
+  virtual bool MemoryInfo(size_t* free, size_t* total) {
+    *free = *total = 0;
+    return false;
+  }
 
   virtual void Gemm(const GemmParams& p) = 0;
   virtual void Embedding(const EmbeddingParams& p) = 0;

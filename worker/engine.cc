@@ -100,8 +100,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   // The pools are sized per rank: each rank stores only its KV heads.
   const int64_t block_bytes =
       e->kv_spec_.BytesPerBlock(rank_kv_heads, config.block_size, model_config.head_dim);
+  const bool size_from_gpu = config.device == "cuda" && config.num_blocks <= 0;
+  if (!(config.gpu_memory_utilization > 0 && config.gpu_memory_utilization <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu-memory-utilization must be in (0, 1], got ", config.gpu_memory_utilization));
+  }
   if (config.num_blocks > 0) {
     e->num_blocks_ = config.num_blocks;
+  } else if (size_from_gpu) {
+    e->num_blocks_ = 0;  // the runner measures what fits once the weights are loaded
   } else {
     const double pool = config.kv_cache_memory_gib * 1073741824.0;
     e->num_blocks_ = static_cast<int>(std::min<double>(pool / block_bytes, 1 << 30));
@@ -125,13 +132,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   if (config.scheduler.preemption_mode == PreemptionMode::kSwap && host_blocks == 0) {
     return absl::InvalidArgumentError("--preemption-mode swap needs a host tier: set --swap-space");
   }
-  const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
-  if (e->max_model_len_ > pool_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-model-len (", e->max_model_len_, ") is larger than the KV pool can hold (",
-        pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size,
-        "); lower it or give the pool more memory (--kv-cache-memory-gib / --num-blocks)"));
-  }
   ASSIGN_OR_RETURN(const DType weight_type,
                    WeightType(config.dtype, config.device, model_config.dtype));
   RunnerConfig rc;
@@ -140,6 +140,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.model = model_config;
   rc.kv_spec = e->kv_spec_;
   rc.num_blocks = e->num_blocks_;
+  rc.gpu_memory_utilization = config.gpu_memory_utilization;
+  rc.max_step_tokens = config.scheduler.max_num_batched_tokens;
+  rc.max_logit_rows = config.scheduler.max_num_seqs;
   rc.num_host_blocks = host_blocks;
   rc.block_size = config.block_size;
   rc.tensor_parallel_size = tp;
@@ -148,6 +151,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));
+  e->num_blocks_ = e->runner_->num_blocks();
+  const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
+  if (e->max_model_len_ > pool_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len (", e->max_model_len_, ") is larger than the KV pool can hold (",
+        pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size, "); ",
+        size_from_gpu ? "lower it or raise --gpu-memory-utilization"
+                      : "lower it or give the pool more memory (--kv-cache-memory-gib / "
+                        "--num-blocks)"));
+  }
   e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,
                                                           config.enable_prefix_caching, host_blocks,
                                                           config.host_prefix_cache});

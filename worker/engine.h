@@ -38,14 +38,15 @@ struct EngineConfig {
   int block_size = 16;      // 8, 16 or 32
   int max_model_len = 0;    // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
-  double kv_cache_memory_gib = 0.5;  // KV pool size (CPU backend)
-  int num_blocks = 0;                // overrides kv_cache_memory_gib when > 0
-  KvQuantOptions kv_quant;           // --kv-cache-dtype, granularity, group size, fp layers
-  double swap_space_gib = 0.0;       // host tier for swapping and the host prefix cache
-  int num_host_blocks = 0;           // overrides swap_space_gib when > 0
+  double kv_cache_memory_gib = 0.5;     // KV pool size (CPU backend)
+  double gpu_memory_utilization = 0.9;  // KV pool size (CUDA): this share of each GPU, all told
+  int num_blocks = 0;                   // overrides both when > 0
+  KvQuantOptions kv_quant;              // --kv-cache-dtype, granularity, group size, fp layers
+  double swap_space_gib = 0.0;          // host tier for swapping and the host prefix cache
+  int num_host_blocks = 0;              // overrides swap_space_gib when > 0
   bool host_prefix_cache = false;
   int cpu_threads = 1;
-  std::string device = "cpu";                     // cpu | cuda (rank r on GPU r)
+  std::string device = "cpu";  // cpu | cuda (rank r on GPU r)
   // Weights: auto (float32 on the CPU; on CUDA the checkpoint's 16-bit type, bfloat16 for a
   // float32 checkpoint), float32, bfloat16, float16.
   std::string dtype = "auto";

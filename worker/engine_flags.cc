@@ -65,10 +65,7 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
-  if (const double u = absl::GetFlag(FLAGS_gpu_memory_utilization); !(u > 0 && u <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", u));
-  }
+  c.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.device = absl::GetFlag(FLAGS_device);

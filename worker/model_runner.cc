@@ -53,9 +53,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     if (!cuda) rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
                                              {TpShard{r, n}, rank.comm.get(), config.weight_type}));
+    rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
+                               2 * config.max_logit_rows);
+  }
+  runner->num_blocks_ = config.num_blocks;
+  if (runner->num_blocks_ == 0) {
+    if (!cuda) return absl::InvalidArgumentError("the CPU backend needs a KV pool size in blocks");
+    ASSIGN_OR_RETURN(runner->num_blocks_, runner->BlocksThatFit());
+  }
+  for (int r = 0; r < n; ++r) {
+    Rank& rank = runner->ranks_[r];
     rank.device =
-        std::make_unique<KvStorage>(config.kv_spec, config.num_blocks, kv_heads, config.block_size,
-                                    config.model.head_dim, rank.backend.get());
+        std::make_unique<KvStorage>(config.kv_spec, runner->num_blocks_, kv_heads,
+                                    config.block_size, config.model.head_dim, rank.backend.get());
     if (config.num_host_blocks > 0) {
       rank.host = std::make_unique<KvStorage>(config.kv_spec, config.num_host_blocks, kv_heads,
                                               config.block_size, config.model.head_dim,
@@ -67,6 +77,38 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   for (int r = 1; r < n; ++r)
     runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
   return runner;
+}
+
+absl::StatusOr<int> ModelRunner::BlocksThatFit() const {
+  const RunnerConfig& c = config_;
+  const int kv_heads = Model::LocalKvHeads(c.model, size());
+  const int64_t block_bytes = c.kv_spec.BytesPerBlock(kv_heads, c.block_size, c.model.head_dim);
+  // cuBLAS workspaces and allocator slack, not yet allocated when memory is measured.
+  constexpr double kHeadroom = 256.0 * 1048576.0;
+  int64_t blocks = int64_t{1} << 30;
+  for (int r = 0; r < size(); ++r) {
+    size_t free = 0, total = 0;
+    if (!ranks_[r].backend->MemoryInfo(&free, &total)) {
+      return absl::FailedPreconditionError("the backend cannot report its memory");
+    }
+    const double used = static_cast<double>(total - free);
+    const double budget = c.gpu_memory_utilization * static_cast<double>(total) - used - kHeadroom;
+    const auto fit = static_cast<int64_t>(budget / static_cast<double>(block_bytes));
+    LOG(INFO) << "GPU " << r << ": " << total / 1048576 << " MiB, " << used / 1048576.0
+              << " MiB in use after loading (weights, step buffers, CUDA context): " << fit
+              << " KV blocks of " << block_bytes << " bytes fit in --gpu-memory-utilization "
+              << c.gpu_memory_utilization;
+    if (fit < 1) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "--gpu-memory-utilization ", c.gpu_memory_utilization,
+          " leaves no room for the KV cache on GPU ", r, ": ",
+          static_cast<int64_t>(used / 1048576.0), " MiB of ", total / 1048576,
+          " MiB are in use after loading the weights and the step buffers (raise it, lower "
+          "--max-num-batched-tokens, or use more tensor-parallel ranks)"));
+    }
+    blocks = std::min(blocks, fit);
+  }
+  return static_cast<int>(blocks);
 }
 
 ModelRunner::~ModelRunner() {

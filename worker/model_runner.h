@@ -42,7 +42,13 @@ struct RunnerConfig {
   std::string model_dir;
   ModelConfig model;
   KvCacheSpec kv_spec;
+  // Device pool blocks per rank. 0 (CUDA only): as many as fit in gpu_memory_utilization of
+  // each GPU's memory once the weights and the largest step's buffers are allocated, the same
+  // count on every rank (the smallest).
   int num_blocks = 0;
+  double gpu_memory_utilization = 0.9;
+  int64_t max_step_tokens = 0;  // the largest step (tokens, logits rows) the buffers are sized for
+  int64_t max_logit_rows = 0;
   int num_host_blocks = 0;
   int block_size = 16;
   int tensor_parallel_size = 1;
@@ -64,6 +70,7 @@ class ModelRunner {
   absl::StatusOr<ForwardOutput> Execute(const BlockCopies& copies, const ForwardBatch& batch);
 
   [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
+  [[nodiscard]] int num_blocks() const { return num_blocks_; }
   [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
   [[nodiscard]] KvStorage& device_kv(int rank) { return *ranks_[rank].device; }
   [[nodiscard]] const KvStorage* host_kv(int rank) const { return ranks_[rank].host.get(); }
@@ -82,8 +89,12 @@ class ModelRunner {
                                         const ForwardBatch& batch, int64_t step);
   void WorkerLoop(int rank);
 
+  // Blocks of the device pools that fit in --gpu-memory-utilization (see RunnerConfig).
+  absl::StatusOr<int> BlocksThatFit() const;
+
   RunnerConfig config_;
   std::vector<Rank> ranks_;
+  int num_blocks_ = 0;
   std::vector<std::thread> workers_;
 
   // The step handed to ranks 1..N-1, guarded by mu_.

@@ -261,6 +261,12 @@ class CudaBackend final : public Backend {
     cuda::LaunchPagedAttention(a, plan, workspace, stream_);
   }
 
+  bool MemoryInfo(size_t* free, size_t* total) override {
+    Current();
+    KVSERVE_CUDA_CHECK(cudaMemGetInfo(free, total));
+    return true;
+  }
+
   void Sample(const SampleParams& p) override {
     Current();
     cuda::LaunchSample(p, stream_);

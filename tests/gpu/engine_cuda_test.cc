@@ -3,10 +3,14 @@
 // < 1e-4), with and without chunked prefill; bf16 weights (top-1 agreement and KL against
 // transformers, printed; logits against the CPU backend's bf16 twin); an int8 KV cache on the
 // GPU against the same cache on the CPU; seeded sampling (top-k / top-p, n = 2, logprobs) giving
-// the CPU's tokens. Skipped without a CUDA device. Label: gpu.
+// the CPU's tokens; the KV pool sized by --gpu-memory-utilization. Skipped without a CUDA
+// device. Label: gpu.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdio>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
@@ -112,6 +116,34 @@ TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
       }
     }
   }
+}
+
+// Without --num-blocks the pool takes what --gpu-memory-utilization leaves once the weights and
+// the step buffers are allocated; too small a share is refused naming the flag.
+TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = "cuda";
+  config.num_blocks = 0;
+  config.gpu_memory_utilization = 0.3;
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  {
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    size_t free_after = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    const double used = static_cast<double>(total - free_after) / static_cast<double>(total);
+    std::printf("pool: %ld blocks; GPU memory in use %.3f of %.1f GiB (asked 0.3)\n",
+                static_cast<long>(engine->stats().blocks_total), used, total / 1073741824.0);
+    EXPECT_GT(engine->stats().blocks_total, 1000);
+    EXPECT_LE(used, 0.3);
+    EXPECT_GT(used, 0.25);  // the 256 MiB headroom is all that stays unused
+  }
+  config.gpu_memory_utilization = 0.001;
+  EXPECT_THAT(Engine::Create(config).status(),
+              kvserve::testing::StatusIs(absl::StatusCode::kResourceExhausted,
+                                         ::testing::HasSubstr("--gpu-memory-utilization 0.001")));
 }
 
 TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {

@@ -199,6 +199,30 @@ T* Model::Reserve(kernels::Buffer<T>& buf, size_t n) {
   return buf.data();
 }
 
+Model::Activations Model::ReserveActivations(int64_t tokens) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, q_dim = int64_t{heads_} * c.head_dim;
+  const int64_t qkv_dim = q_dim + 2 * int64_t{kv_heads_} * c.head_dim;
+  Scratch& s = scratch_;
+  return {Reserve(s.delta, tokens * H),    Reserve(s.residual, tokens * H),
+          Reserve(s.h, tokens * H),        Reserve(s.qkv, tokens * qkv_dim),
+          Reserve(s.attn, tokens * q_dim), Reserve(s.gate_up, tokens * 2 * inter_),
+          Reserve(s.act, tokens * inter_)};
+}
+
+Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
+  const int64_t vs = vocab_shard_;
+  Scratch& s = scratch_;
+  return {Reserve(s.selected, rows * config_.hidden_size), Reserve(s.local, rows * vs),
+          comm_ != nullptr ? Reserve(s.gathered, rows * vs * shard_.size) : nullptr};
+}
+
+void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) {
+  ReserveActivations(tokens);
+  ReserveLogits(logit_rows);
+  Reserve(scratch_.tokens, samples);
+}
+
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
@@ -207,7 +231,6 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = inter_;
   const float eps = static_cast<float>(c.rms_norm_eps);
   Scratch& s = scratch_;
-  // The batch and the activations, in the backend's memory.
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.
   s.batch_host.clear();
   auto pack = [&](const auto& v) {
@@ -231,13 +254,9 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const auto* context_len = reinterpret_cast<const int32_t*>(batch + context_len_at);
   const auto* block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
-  float* delta = Reserve(s.delta, T * H);
-  float* residual = Reserve(s.residual, T * H);
-  float* h = Reserve(s.h, T * H);
-  float* qkv = Reserve(s.qkv, T * qkv_dim);
-  float* attn = Reserve(s.attn, T * q_dim);
-  float* gate_up = Reserve(s.gate_up, T * 2 * inter);
-  float* act = Reserve(s.act, T * inter);
+  const Activations a = ReserveActivations(T);
+  float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
+        *gate_up = a.gate_up, *act = a.act;
   const int64_t max_query_len =
       b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
   const int64_t max_context_len =
@@ -298,18 +317,19 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
 
   const int64_t R = static_cast<int64_t>(b.logit_rows.size());
-  float* selected = Reserve(s.selected, R * H);
+  const LogitBuffers lb = ReserveLogits(R);
+  float* selected = lb.selected;
   for (int64_t r = 0; r < R; ++r) {
     backend_->Copy(selected + r * H, h + int64_t{b.logit_rows[r]} * H, sizeof(float) * H);
   }
   const int64_t vs = vocab_shard_;
-  float* local = Reserve(s.local, R * vs);
+  float* local = lb.local;
   const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
   backend_->Gemm({selected, head, nullptr, local, R, vs, H, weight_type_});
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
   const float* logits = local;
   if (comm_ != nullptr) {
-    float* gathered = Reserve(s.gathered, R * vs * shard_.size);
+    float* gathered = lb.gathered;
     backend_->Synchronize();
     RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered));
     logits = gathered;

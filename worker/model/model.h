@@ -84,6 +84,11 @@ class Model {
   // errored or stalled).
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
+  // Allocates the per-step buffers for the largest step up front (`tokens` in the batch,
+  // `logit_rows` rows of logits, `samples` draws), so that the memory left for the KV pool can be
+  // measured after it; later steps within these bounds allocate nothing.
+  void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples);
+
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // Bytes of the weights as loaded.
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
@@ -117,6 +122,14 @@ class Model {
   };
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
+  struct Activations {
+    float *delta, *residual, *h, *qkv, *attn, *gate_up, *act;
+  };
+  Activations ReserveActivations(int64_t tokens);
+  struct LogitBuffers {
+    float *selected, *local, *gathered;  // gathered: null without a communicator
+  };
+  LogitBuffers ReserveLogits(int64_t rows);
 
   Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
       : config_(config),
