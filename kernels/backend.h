@@ -44,7 +44,11 @@ struct EmbeddingParams {
 };
 
 // With `residual`: residual += x, then out = rmsnorm(residual) · weight. Without: out =
-// rmsnorm(x) · weight. Rows of `hidden` values; in-place (out == x) is allowed.
+// rmsnorm(x) · weight. Rows of `hidden` values; in-place (out == x) is allowed. Rows are
+// contiguous, or (group_rows > 0, no residual) come in groups of group_rows contiguous rows,
+// group g starting g · group_stride floats in (x and out alike): row r at
+// (r / group_rows) · group_stride + (r % group_rows) · hidden, e.g. the per-head q / k norms
+// over the heads of every token's qkv row.
 struct RmsNormParams {
   const float* x = nullptr;
   float* residual = nullptr;  // optional
@@ -52,6 +56,11 @@ struct RmsNormParams {
   float* out = nullptr;
   int64_t rows = 0, hidden = 0;
   float eps = 1e-6f;
+  int64_t group_rows = 0, group_stride = 0;
+
+  [[nodiscard]] int64_t RowOffset(int64_t r) const {
+    return group_rows > 0 ? r / group_rows * group_stride + r % group_rows * hidden : r * hidden;
+  }
 };
 
 // Rotary embedding (Hugging Face's rotate_half layout) applied in place to `num_heads` heads

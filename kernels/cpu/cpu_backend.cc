@@ -105,9 +105,10 @@ class CpuBackend final : public Backend {
   }
 
   void RmsNorm(const RmsNormParams& p) override {
+    CHECK(p.group_rows == 0 || p.residual == nullptr) << "RmsNorm: groups take no residual";
     for (int64_t r = 0; r < p.rows; ++r) {
-      const float* x = p.x + r * p.hidden;
-      float* out = p.out + r * p.hidden;
+      const float* x = p.x + p.RowOffset(r);
+      float* out = p.out + p.RowOffset(r);
       const float* src = x;
       if (p.residual != nullptr) {
         float* res = p.residual + r * p.hidden;

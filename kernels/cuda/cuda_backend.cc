@@ -188,7 +188,9 @@ class CudaBackend final : public Backend {
 
   void RmsNorm(const RmsNormParams& p) override {
     Current();
-    cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.rows, p.hidden, p.eps, stream_);
+    CHECK(p.group_rows == 0 || p.residual == nullptr) << "RmsNorm: groups take no residual";
+    cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.rows, p.hidden, p.eps, p.group_rows,
+                        p.group_stride, stream_);
   }
 
   void Rope(const RopeParams& p) override {

@@ -34,11 +34,13 @@ __device__ float BlockSum(float v, float* scratch) {
 }
 
 __global__ void RmsNormKernel(const float* x, float* residual, const float* weight, float* out,
-                              int64_t hidden, float eps) {
+                              int64_t hidden, float eps, int64_t group_rows, int64_t group_stride) {
   __shared__ float scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * hidden;
-  float* res = residual == nullptr ? nullptr : residual + r * hidden;
+  const int64_t offset =
+      group_rows > 0 ? r / group_rows * group_stride + r % group_rows * hidden : r * hidden;
+  const float* xr = x + offset;
+  float* res = residual == nullptr ? nullptr : residual + offset;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     float v = xr[i];
@@ -51,7 +53,7 @@ __global__ void RmsNormKernel(const float* x, float* residual, const float* weig
   sum = BlockSum(sum, scratch);
   const float inv = rsqrtf(sum / static_cast<float>(hidden) + eps);
   const float* src = res != nullptr ? res : xr;
-  float* o = out + r * hidden;
+  float* o = out + offset;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = weight[i] * (src[i] * inv);
 }
 
@@ -113,9 +115,11 @@ void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool
 }
 
 void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
-                   int64_t hidden, float eps, cudaStream_t stream) {
+                   int64_t hidden, float eps, int64_t group_rows, int64_t group_stride,
+                   cudaStream_t stream) {
   if (rows == 0) return;
-  RmsNormKernel<<<rows, kThreads, 0, stream>>>(x, residual, weight, out, hidden, eps);
+  RmsNormKernel<<<rows, kThreads, 0, stream>>>(x, residual, weight, out, hidden, eps, group_rows,
+                                               group_stride);
   KVSERVE_CUDA_CHECK_LAUNCH();
 }
 

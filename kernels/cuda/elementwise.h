@@ -15,7 +15,8 @@ void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool
                      int64_t num_tokens, int64_t hidden, cudaStream_t stream);
 
 void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
-                   int64_t hidden, float eps, cudaStream_t stream);
+                   int64_t hidden, float eps, int64_t group_rows, int64_t group_stride,
+                   cudaStream_t stream);
 
 void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64_t num_tokens,
                 int64_t num_heads, int64_t head_dim, int64_t row_stride, cudaStream_t stream);

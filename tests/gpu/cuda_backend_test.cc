@@ -142,6 +142,23 @@ TEST_F(CudaBackendTest, RowOpsMatchCpu) {
   EXPECT_LE(WorstRatio(dx.Host(), x2, 1e-5, 1e-5), 1.0);
   EXPECT_LE(WorstRatio(dres.Host(), res2, 1e-6, 1e-6), 1.0);
 
+  // Embedding from a bf16 table; RMSNorm over groups of rows (Qwen3's per-head q norm).
+  std::vector<uint16_t> table16(table.size());
+  for (size_t i = 0; i < table.size(); ++i) table16[i] = FloatToBf16(table[i]);
+  cpu_->Embedding({ids.data(), table16.data(), emb.data(), tokens, hidden, DType::kBF16});
+  Dev<uint16_t> dtable16(table16);
+  gpu_->Embedding({dids.get(), dtable16.get(), demb.get(), tokens, hidden, DType::kBF16});
+  EXPECT_EQ(demb.Host(), emb);
+  const int64_t group_stride = heads * d + 2 * d;
+  std::vector<float> qkv = Random(tokens * group_stride, rng_), qw = Random(d, rng_);
+  std::vector<float> qkv_cpu = qkv;
+  cpu_->RmsNorm({qkv_cpu.data(), nullptr, qw.data(), qkv_cpu.data(), tokens * heads, d, 1e-6f,
+                 heads, group_stride});
+  Dev<float> dqkv(qkv), dqw(qw);
+  gpu_->RmsNorm(
+      {dqkv.get(), nullptr, dqw.get(), dqkv.get(), tokens * heads, d, 1e-6f, heads, group_stride});
+  EXPECT_LE(WorstRatio(dqkv.Host(), qkv_cpu, 1e-5, 1e-5), 1.0);
+
   // RoPE on a strided row (q heads of a qkv row), llama3-scaled frequencies included.
   const int64_t stride = heads * d + 2 * d;
   std::vector<float> rows = Random(tokens * stride, rng_), inv_freq(d / 2);

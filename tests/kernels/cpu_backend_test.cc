@@ -85,6 +85,39 @@ TEST(CpuBackendTest, RmsNormWithFusedResidual) {
   EXPECT_NEAR(out[3], 2 * 5 / rms, 1e-6);
 }
 
+// Grouped rows (the per-head q / k norms of Qwen3 over whole qkv rows) equal row-by-row norms
+// at the same offsets, and leave everything between the groups alone.
+TEST(CpuBackendTest, RmsNormOverGroupsOfRows) {
+  auto be = CreateCpuBackend({});
+  std::mt19937 rng(9);
+  const int64_t tokens = 5, heads = 3, d = 8, stride = heads * d + 16;
+  std::vector<float> x = Random(tokens * stride, rng), w = Random(d, rng);
+  std::vector<float> grouped = x, each = x;
+  be->RmsNorm(
+      {grouped.data(), nullptr, w.data(), grouped.data(), tokens * heads, d, 1e-5f, heads, stride});
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* row = each.data() + t * stride;
+    be->RmsNorm({row, nullptr, w.data(), row, heads, d, 1e-5f});
+  }
+  EXPECT_EQ(grouped, each);
+  for (int64_t t = 0; t < tokens; ++t)
+    EXPECT_EQ(grouped[t * stride + heads * d], x[t * stride + heads * d]);
+}
+
+TEST(CpuBackendTest, EmbeddingWidens16BitTables) {
+  auto be = CreateCpuBackend({});
+  const std::vector<uint16_t> bf16 = {FloatToBf16(1.5f), FloatToBf16(-2.0f), FloatToBf16(0.25f),
+                                      FloatToBf16(3.0f)};
+  const std::vector<uint16_t> f16 = {FloatToF16(1.5f), FloatToF16(-2.0f), FloatToF16(0.25f),
+                                     FloatToF16(3.0f)};
+  const std::vector<int32_t> ids = {1, 0};
+  std::vector<float> out(4);
+  be->Embedding({ids.data(), bf16.data(), out.data(), 2, 2, DType::kBF16});
+  EXPECT_EQ(out, (std::vector<float>{0.25f, 3.0f, 1.5f, -2.0f}));
+  be->Embedding({ids.data(), f16.data(), out.data(), 2, 2, DType::kF16});
+  EXPECT_EQ(out, (std::vector<float>{0.25f, 3.0f, 1.5f, -2.0f}));
+}
+
 TEST(CpuBackendTest, RopeRotatesHalfPairs) {
   auto be = CreateCpuBackend({});
   std::vector<float> x = {1, 0, 0, 1};  // head_dim 4: pairs (x0, x2), (x1, x3)

@@ -272,12 +272,10 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
       backend_->RmsNorm({delta, residual, L.input_norm.data(), h, T, H, eps});
     }
     backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H, weight_type_});
-    if (c.qk_norm) {
-      for (int64_t t = 0; t < T; ++t) {
-        float* row = qkv + t * qkv_dim;
-        backend_->RmsNorm({row, nullptr, L.q_norm.data(), row, heads_, D, eps});
-        backend_->RmsNorm({row + q_dim, nullptr, L.k_norm.data(), row + q_dim, kv_heads_, D, eps});
-      }
+    if (c.qk_norm) {  // per head, over every token's q heads and then its k heads
+      backend_->RmsNorm({qkv, nullptr, L.q_norm.data(), qkv, T * heads_, D, eps, heads_, qkv_dim});
+      backend_->RmsNorm({qkv + q_dim, nullptr, L.k_norm.data(), qkv + q_dim, T * kv_heads_, D, eps,
+                         kv_heads_, qkv_dim});
     }
     backend_->Rope({qkv, positions, inv_freq_.data(), T, heads_, D, qkv_dim});
     backend_->Rope({qkv + q_dim, positions, inv_freq_.data(), T, kv_heads_, D, qkv_dim});
