@@ -255,7 +255,7 @@ class CudaBackend final : public Backend {
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
     const cuda::AttnPlan plan = cuda::PlanPagedAttention(
         a, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
-        options_.attention_blocks_per_sm);
+        options_.attention_blocks_per_sm, options_.attention_tensor_cores);
     float* workspace = plan.workspace_floats == 0
                            ? nullptr
                            : static_cast<float*>(attention_workspace_.Get(

@@ -27,6 +27,9 @@ struct CudaBackendOptions {
   size_t max_attention_workspace_bytes = size_t{256} << 20;
   // Thread blocks per SM that split-KV aims for (0: the kernel's default).
   int attention_blocks_per_sm = 0;
+  // Paged attention on tensor cores where that kernel covers the cache (paged_attention.h).
+  // Off by default until it has passed conformance on a GPU.
+  bool attention_tensor_cores = false;
 };
 
 // Unavailable without a usable device; the backend makes `device` current on this thread.

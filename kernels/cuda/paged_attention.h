@@ -43,17 +43,20 @@ struct AttnArgs {
 
 // How a launch is cut: set by PlanPagedAttention.
 struct AttnPlan {
-  int rows_per_block = 0;  // ROWS: 4 or 8
-  int row_tiles = 0;       // thread blocks per (sequence, KV head, split) along the rows
-  int num_splits = 1;      // split-KV factor
+  bool tensor_cores = false;  // the mma.sync kernel (paged_attention_mma.cu) instead of SIMT
+  int rows_per_block = 0;     // ROWS: 4 or 8 (SIMT), 16 (tensor cores)
+  int row_tiles = 0;          // thread blocks per (sequence, KV head, split) along the rows
+  int num_splits = 1;         // split-KV factor
   int chunks_per_split = 0;
   size_t workspace_floats = 0;  // partial outputs, maxima and sums when num_splits > 1
 };
 
 // `num_sms` sizes the split; the workspace never exceeds `max_workspace_floats` (fewer splits
 // are used instead). `min_blocks_per_sm` is the target of thread blocks per SM (0: default).
+// `tensor_cores` picks the tensor-core kernel where it covers the cache (fp16, bf16 and the
+// quantized formats at head_dim 64 or 128; float32 caches and head_dim 256 stay SIMT).
 AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_workspace_floats,
-                            int min_blocks_per_sm = 0);
+                            int min_blocks_per_sm = 0, bool tensor_cores = false);
 
 // Requires head_dim in {64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).

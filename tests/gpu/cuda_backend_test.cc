@@ -261,7 +261,7 @@ struct Shape {
 // Writes every sequence's whole context through the CPU backend and the GPU backend (prefix
 // tokens first as one write, then the query tokens), then runs attention on both.
 void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const Shape& s,
-                        std::mt19937& rng) {
+                        std::mt19937& rng, double atol = 2e-5, double rtol = 2e-4) {
   SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
                " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs));
   const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
@@ -360,7 +360,7 @@ void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const 
     p.context_len = dctx.get();
     p.block_tables = dtab.get();
     gpu.PagedAttention(p);
-    EXPECT_LE(WorstRatio(dout.Host(), want, 2e-5, 2e-4), 1.0) << "attention output differs";
+    EXPECT_LE(WorstRatio(dout.Host(), want, atol, rtol), 1.0) << "attention output differs";
   }
 }
 
@@ -379,6 +379,29 @@ TEST_F(CudaBackendTest, KvWriteAndPagedAttentionMatchCpuForEveryFormat) {
     for (const Shape& s : shapes) {
       CheckFormatOnShape(*cpu_, *gpu_, fc, s, rng_);
       CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_);
+    }
+  }
+}
+
+// The tensor-core kernel (fp16 / bf16 / quantized caches at head_dim 64 and 128; the rest
+// stays SIMT): queries and probabilities are rounded to 16 bits for the tensor cores (bf16 for
+// a bf16 cache, else fp16), hence the looser tolerances; a wrong fragment mapping would be off
+// by the size of the outputs themselves.
+TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
+  const std::vector<Shape> shapes = {
+      {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},
+      {16, 2, 64, 8, {{0, 37}, {300, 100}, {1000, 1}, {5, 3}}},
+      {64, 8, 128, 32, {{3000, 2}, {17, 1}, {255, 9}}},  // GQA 8:1, two query tokens: 16 rows
+  };
+  ASSERT_OK_AND_ASSIGN(auto split, CreateCudaBackend({.attention_tensor_cores = true}));
+  ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,
+                                                        .attention_tensor_cores = true}));
+  for (const FormatCase& fc : Formats()) {
+    const bool bf16 = fc.k.dtype == KvDType::kBf16;
+    const double atol = bf16 ? 5e-3 : 1e-3, rtol = bf16 ? 2e-2 : 5e-3;
+    for (const Shape& s : shapes) {
+      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, atol, rtol);
+      CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, atol, rtol);
     }
   }
 }

@@ -5,7 +5,9 @@
 // Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
 // blocks as a paged cache would.
 //
-//   decode_attention_bench [--json FILE] [--quick] [--only FORMAT:BATCH:CONTEXT]
+// --tensor-cores times the tensor-core kernel (paged_attention_mma.cu) instead of the SIMT one.
+//
+//   decode_attention_bench [--json FILE] [--quick] [--tensor-cores] [--only FORMAT:BATCH:CONTEXT]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,7 +74,7 @@ double CopyBandwidth(uint8_t* buf, size_t bytes) {
 
 int Main(int argc, char** argv) {
   const char* json_path = nullptr;
-  bool quick = false;
+  bool quick = false, tensor_cores = false;
   std::string only;  // one configuration, e.g. bf16:64:4096 (for a profiler)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
@@ -81,8 +83,12 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (std::strcmp(argv[i], "--tensor-cores") == 0) {
+      tensor_cores = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--only FORMAT:BATCH:CONTEXT]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--json FILE] [--quick] [--tensor-cores] "
+                   "[--only FORMAT:BATCH:CONTEXT]\n",
                    argv[0]);
       return 2;
     }
@@ -92,7 +98,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
   }
-  auto backend_or = CreateCudaBackend({});
+  auto backend_or = CreateCudaBackend({.attention_tensor_cores = tensor_cores});
   if (!backend_or.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend_or.status().message()).c_str());
     return 1;
@@ -187,7 +193,8 @@ int Main(int argc, char** argv) {
   auto backend_for = [&](int per_sm) -> Backend& {
     if (per_sm == 0) return gpu;
     if (tuned[per_sm] == nullptr) {
-      auto b = CreateCudaBackend({.attention_blocks_per_sm = per_sm});
+      auto b = CreateCudaBackend(
+          {.attention_blocks_per_sm = per_sm, .attention_tensor_cores = tensor_cores});
       if (!b.ok()) std::exit(1);
       tuned[per_sm] = *std::move(b);
     }
@@ -283,7 +290,8 @@ int Main(int argc, char** argv) {
       std::perror(json_path);
       return 1;
     }
-    std::fprintf(f, "{\"copy_gbps\": %.1f, \"rows\": [\n", copy_gbps);
+    std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"rows\": [\n", copy_gbps,
+                 tensor_cores ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(f,

@@ -12,7 +12,7 @@
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # GPU sampling against the CPU twin (time and token equality), then the decode-attention
-# benchmark and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
+# benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu/carry}
@@ -43,6 +43,8 @@ run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log"
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
 cat "$out/decode_attention_bench.log"
+run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
+  --json "$out/bench_tc.json" $quick
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   run_check sdpa_bench 180 python3 tests/gpu/sdpa_bench.py "$out/sdpa.json" $quick
 else
@@ -63,4 +65,4 @@ echo
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
-[[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json"
+[[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json" "$out/bench_tc.json"

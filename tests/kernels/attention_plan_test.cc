@@ -64,6 +64,28 @@ TEST(AttentionPlanTest, PrefillAndWideGroupsUseEightRows) {
   EXPECT_EQ(g.row_tiles, 1);
 }
 
+TEST(AttentionPlanTest, TensorCoresTakeSixteenRowsWhereTheyCoverTheCache) {
+  const size_t big = size_t{1} << 30;
+  AttnArgs a = Decode(2, 1000);
+  a.max_query_len = 100;
+  AttnPlan p = PlanPagedAttention(a, 132, big, 0, /*tensor_cores=*/true);
+  EXPECT_TRUE(p.tensor_cores);
+  EXPECT_EQ(p.rows_per_block, 16);
+  EXPECT_EQ(p.row_tiles, 25);  // 400 rows
+  for (KvDType t : {KvDType::kFp16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
+    a.k_layout.dtype = a.v_layout.dtype = t;
+    EXPECT_TRUE(PlanPagedAttention(a, 132, big, 0, true).tensor_cores);
+  }
+  a.k_layout.dtype = a.v_layout.dtype = KvDType::kFp32;  // stays SIMT
+  EXPECT_FALSE(PlanPagedAttention(a, 132, big, 0, true).tensor_cores);
+  a = Decode(2, 1000);
+  a.head_dim = 256;  // stays SIMT
+  AttnPlan wide = PlanPagedAttention(a, 132, big, 0, true);
+  EXPECT_FALSE(wide.tensor_cores);
+  EXPECT_EQ(wide.rows_per_block, 4);
+  EXPECT_FALSE(PlanPagedAttention(Decode(2, 1000), 132, big).tensor_cores);  // off by default
+}
+
 TEST(AttentionPlanTest, UnsupportedShapesAreNamed) {
   EXPECT_STREQ(CheckAttentionShape(Decode(1, 10)), "");
   auto problem = [](AttnArgs a) { return std::string(CheckAttentionShape(a)); };

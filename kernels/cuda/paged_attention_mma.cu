@@ -1,0 +1,320 @@
+// Paged attention on tensor cores (mma.sync m16n8k16, float32 accumulation) for fp16 / bf16 and
+// quantized caches (dequantized to fp16 in registers), head_dim 64 or 128. One thread block
+// serves 16 query rows of one sequence that read the same KV head (a GQA group's heads, then
+// the group's next query tokens); each warp walks its own 16-token steps of the context with
+// its own online softmax, merged at the end like the SIMT kernel's.
+//
+// No shared memory in the loop: a thread loads 8 consecutive channels (16 bytes of fp16 /
+// bf16) of token g = lane / 4 for every 32-channel chunk, at channel 32·chunk + 8·t
+// (t = lane % 4). Because a dot product may take its terms in any order, those 8 channels
+// serve directly as the K operand (B fragment) of two m16n8k16 steps, as long as the query (A
+// fragment) uses the same channel order. For P·V the tokens are the reduction dimension: each
+// of the thread's four 32-bit words (channel pairs) of token g is one element pair of an 8×8
+// tile whose rows are the tile's 8 tokens, and movmatrix transposes it in registers into the
+// B fragment (rows: channels, pairs: consecutive tokens). The output columns then come back
+// to each thread as its own 8 channels. The scores' accumulator fragment is the probabilities'
+// A fragment, as in FlashAttention 2.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace kvserve::kernels::cuda {
+namespace {
+
+using namespace attention;  // NOLINT: the kernels' shared pieces
+
+constexpr int kMmaRows = 16;
+constexpr int kStepTokens = 16;  // tokens per warp step: two 8-token n-tiles of the scores
+
+// Two floats as the 16-bit pair an mma operand register holds (the first in the low half).
+template <bool BF16>
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  if constexpr (BF16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// c += a · b for one m16n8k16 tile: a holds (row g, k 2t..2t+1), (row g+8, same k),
+// (row g, k 2t+8..2t+9), (row g+8, same k); b holds (k 2t..2t+1, n g), (k 2t+8..2t+9, n g);
+// c holds (row g, n 2t..2t+1), (row g+8, n 2t..2t+1).
+template <bool BF16>
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// movmatrix: the warp's 8×8 16-bit matrix whose row g = lane / 4 holds lane 4g + t's pair `x`
+// at columns 2t and 2t + 1, transposed: lane 4g + t gets row g of the transpose, i.e. the
+// original's rows 2t and 2t + 1 of column g.
+__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Channels c0..c0+7 of a token row as four 16-bit pairs in the mma's type: fp16 / bf16 as
+// stored, quantized formats dequantized (and scaled) to fp16.
+template <KvDType DT>
+__device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout& l,
+                                          const uint16_t* scales, int64_t bh, int off, int d,
+                                          int c0, uint32_t (&w)[4]) {
+  Raw<DT> r;
+  LoadRaw<DT>(row, c0, r);
+  if constexpr (DT == KvDType::kFp16 || DT == KvDType::kBf16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = r.w[i];
+  } else {
+    const uint32_t params = LoadTokenParams<DT>(l, scales, bh, off, d, c0);
+    float x[kVec];
+    Unpack<DT>(r, x);
+    Scale<DT>(l, scales, bh, c0, params, x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = Pack<false>(x[2 * i], x[2 * i + 1]);
+  }
+}
+
+template <KvDType DT, int HD>
+__global__ void __launch_bounds__(kThreads)
+    PagedAttentionMmaKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
+  extern __shared__ float red[];  // [kWarps][kMmaRows][HD]
+  __shared__ float red_m[kWarps][kMmaRows], red_l[kWarps][kMmaRows];
+  constexpr bool kBf16 = DT == KvDType::kBf16;
+  constexpr int kChunks = HD / 32;  // 32-channel chunks: 8 channels of each per thread
+  const int seq = blockIdx.z;
+  const int kvh = blockIdx.y / plan.num_splits, split = blockIdx.y % plan.num_splits;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int qlen = a.query_len[seq], ctx = a.context_len[seq], q0 = a.query_start[seq];
+  const int r0 = blockIdx.x * kMmaRows;
+  if (r0 >= qlen * group) return;
+  const int nrows = min(kMmaRows, qlen * group - r0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // The query rows g and g + 8 (scaled), as A fragments: for chunk j and half h, k positions
+  // 2t, 2t+1, 2t+8, 2t+9 are channels 32j + 8t + 4h + 0, 1, 2, 3.
+  uint32_t qa[kChunks][2][4];
+  int visible[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = g + 8 * rr;
+    const float* qr = nullptr;
+    visible[rr] = 0;
+    if (r < nrows) {
+      const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
+      qr = a.q + static_cast<int64_t>(q0 + j) * a.q_stride + head * HD;
+      visible[rr] = ctx - qlen + j + 1;
+    }
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = 32 * j + 8 * t + 4 * h;
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (qr != nullptr) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) x[i] = qr[c + i] * a.scale;
+        }
+        qa[j][h][rr] = Pack<kBf16>(x[0], x[1]);
+        qa[j][h][2 + rr] = Pack<kBf16>(x[2], x[3]);
+      }
+    }
+  }
+  const int last_visible = ctx - qlen + (r0 + nrows - 1) / group + 1;
+  const int t_begin = split * plan.chunks_per_split * kChunkTokens;
+  const int t_end = min(last_visible, t_begin + plan.chunks_per_split * kChunkTokens);
+  const int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  const int bs_shift = __ffs(a.block_size) - 1, bs_mask = a.block_size - 1;
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8
+  float o[kChunks][4][4];  // [chunk][pair i][c0..c3]: channels 32j + 8t + 2i + {0, 1}
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][i][e] = 0.0f;
+    }
+  }
+  // The loop bound is the same for the whole warp: mma, movmatrix and shuffles see it all.
+  for (int base = t_begin + warp * kStepTokens; base < t_end; base += kWarps * kStepTokens) {
+    uint32_t kw[2][kChunks][4], vw[2][kChunks][4];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int tok = base + 8 * u + g;
+      if (tok < t_end) {
+        const int64_t bh =
+            static_cast<int64_t>(__ldg(table + (tok >> bs_shift))) * a.num_kv_heads + kvh;
+        const int off = tok & bs_mask;
+        const int64_t row = (bh << bs_shift) + off;
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+          LoadPairs<DT>(a.k + row * a.k_layout.row_bytes, a.k_layout, a.k_scales, bh, off, HD,
+                        32 * j + 8 * t, kw[u][j]);
+          LoadPairs<DT>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off, HD,
+                        32 * j + 8 * t, vw[u][j]);
+        }
+      } else {  // past the end: zeros, never NaN (masked scores weigh 0)
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) kw[u][j][i] = vw[u][j][i] = 0u;
+        }
+      }
+    }
+    // Scores of rows g, g + 8 for tokens base + 8u + 2t + {0, 1}.
+    float s[2][4];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[u][e] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          Mma<kBf16>(s[u], qa[j][h], kw[u][j][2 * h], kw[u][j][2 * h + 1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = base + 8 * u + 2 * t + (e & 1);
+        if (!(tok < visible[e >> 1])) s[u][e] = -INFINITY;  // tokens past t_end included
+      }
+    }
+    // Online softmax per row; the four lanes of a row group (same g) share its maximum.
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx =
+          fmaxf(fmaxf(s[0][2 * rr], s[0][2 * rr + 1]), fmaxf(s[1][2 * rr], s[1][2 * rr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[rr], mx);
+      if (m_new == -INFINITY) {  // nothing visible yet for this row
+#pragma unroll
+        for (int u = 0; u < 2; ++u) s[u][2 * rr] = s[u][2 * rr + 1] = 0.0f;
+        continue;
+      }
+      const float alpha = __expf(m[rr] - m_new);  // 0 when m[rr] is -inf
+      l[rr] *= alpha;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o[j][i][2 * rr] *= alpha;
+          o[j][i][2 * rr + 1] *= alpha;
+        }
+      }
+      m[rr] = m_new;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int e = 2 * rr; e < 2 * rr + 2; ++e) {
+          s[u][e] = __expf(s[u][e] - m_new);  // 0 for masked tokens
+          l[rr] += s[u][e];
+        }
+      }
+    }
+    // P (rows × the step's 16 tokens) as an A fragment: the scores' accumulator layout.
+    const uint32_t pa[4] = {Pack<kBf16>(s[0][0], s[0][1]), Pack<kBf16>(s[0][2], s[0][3]),
+                            Pack<kBf16>(s[1][0], s[1][1]), Pack<kBf16>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        Mma<kBf16>(o[j][i], pa, Transpose8x8(vw[0][j][i]), Transpose8x8(vw[1][j][i]));
+      }
+    }
+  }
+
+  // Each row's sum is split over the four lanes of its group.
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = g + 8 * rr;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float* dst = red + (warp * kMmaRows + r) * HD + 32 * j + 8 * t + 2 * i;
+        dst[0] = o[j][i][2 * rr];
+        dst[1] = o[j][i][2 * rr + 1];
+      }
+    }
+    if (t == 0) {
+      red_m[warp][r] = m[rr];
+      red_l[warp][r] = l[rr];
+    }
+  }
+  __syncthreads();
+  CombineWarps<kMmaRows, HD>(a, plan, red, red_m, red_l, nrows, r0, tmp_out, tmp_ms);
+}
+
+template <KvDType DT, int HD>
+void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
+            cudaStream_t stream) {
+  const size_t smem = sizeof(float) * kWarps * kMmaRows * HD;  // 32 KiB at head_dim 128
+  const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
+  PagedAttentionMmaKernel<DT, HD><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
+  KVSERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <KvDType DT>
+void LaunchHeadDim(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
+                   cudaStream_t stream) {
+  if (a.head_dim == 64) {
+    Launch<DT, 64>(a, plan, tmp_out, tmp_ms, stream);
+  } else {
+    Launch<DT, 128>(a, plan, tmp_out, tmp_ms, stream);
+  }
+}
+
+}  // namespace
+
+bool TensorCoreAttentionCovers(const AttnArgs& a) {
+  const KvDType t = a.k_layout.dtype;
+  return t != KvDType::kFp32 && (a.head_dim == 64 || a.head_dim == 128);
+}
+
+void LaunchTensorCoreAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
+                               float* tmp_ms, cudaStream_t stream) {
+  switch (a.k_layout.dtype) {
+    case KvDType::kFp16:
+      LaunchHeadDim<KvDType::kFp16>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case KvDType::kBf16:
+      LaunchHeadDim<KvDType::kBf16>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case KvDType::kFp8E4M3:
+      LaunchHeadDim<KvDType::kFp8E4M3>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case KvDType::kInt8:
+      LaunchHeadDim<KvDType::kInt8>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case KvDType::kInt4:
+      LaunchHeadDim<KvDType::kInt4>(a, plan, tmp_out, tmp_ms, stream);
+      break;
+    case KvDType::kFp32:
+      CHECK(false) << "tensor-core attention does not take float32 caches";
+  }
+}
+
+}  // namespace kvserve::kernels::cuda
