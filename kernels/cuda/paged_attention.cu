@@ -308,7 +308,11 @@ AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace
   AttnPlan plan;
   const int group = a.num_heads / a.num_kv_heads;
   plan.tensor_cores = tensor_cores && TensorCoreAttentionCovers(a);
-  plan.rows_per_block = plan.tensor_cores ? 16 : a.max_query_len == 1 && group <= 4 ? 4 : 8;
+  if (plan.tensor_cores) {  // 16 rows per warp; 64 per block once a sequence has more than 16
+    plan.rows_per_block = a.max_query_len * group > 16 ? 64 : 16;
+  } else {
+    plan.rows_per_block = a.max_query_len == 1 && group <= 4 ? 4 : 8;
+  }
   plan.row_tiles = (a.max_query_len * group + plan.rows_per_block - 1) / plan.rows_per_block;
   const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
   const int64_t base = int64_t{plan.row_tiles} * a.num_kv_heads * a.num_seqs;

@@ -44,7 +44,7 @@ struct AttnArgs {
 // How a launch is cut: set by PlanPagedAttention.
 struct AttnPlan {
   bool tensor_cores = false;  // the mma.sync kernel (paged_attention_mma.cu) instead of SIMT
-  int rows_per_block = 0;     // ROWS: 4 or 8 (SIMT), 16 (tensor cores)
+  int rows_per_block = 0;     // 4 or 8 (SIMT); 16, or 64 with prefill chunks (tensor cores)
   int row_tiles = 0;          // thread blocks per (sequence, KV head, split) along the rows
   int num_splits = 1;         // split-KV factor
   int chunks_per_split = 0;

@@ -1,8 +1,13 @@
 // Paged attention on tensor cores (mma.sync m16n8k16, float32 accumulation) for fp16 / bf16 and
-// quantized caches (dequantized to fp16 in registers), head_dim 64 or 128. One thread block
-// serves 16 query rows of one sequence that read the same KV head (a GQA group's heads, then
-// the group's next query tokens); each warp walks its own 16-token steps of the context with
-// its own online softmax, merged at the end like the SIMT kernel's.
+// quantized caches (dequantized to fp16 in registers), head_dim 64 or 128. A warp computes 16
+// query rows of one sequence that read the same KV head (a GQA group's heads, then the group's
+// next query tokens) over 16-token steps of the context, with an online softmax. A sequence
+// with at most 16 rows (decode): the block's four warps share them and split the steps, their
+// states merged at the end like the SIMT kernel's. A longer one (a prefill chunk; the plan then
+// gives blocks 64 rows): each warp has its own 16 rows and walks every step up to its last
+// visible token; the four warps read the same K / V rows at about the same time, so most of
+// those reads hit the L1 cache. The choice is per sequence, so a batch mixing prefill chunks
+// and decodes keeps the decodes' token split.
 //
 // No shared memory in the loop: a thread loads 8 consecutive channels (16 bytes of fp16 /
 // bf16) of token g = lane / 4 for every 32-channel chunk, at channel 32·chunk + 8·t
@@ -94,7 +99,7 @@ __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout&
 template <KvDType DT, int HD>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionMmaKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
-  extern __shared__ float red[];  // [kWarps][kMmaRows][HD]
+  extern __shared__ float red[];  // decode: [kWarps][kMmaRows][HD]
   __shared__ float red_m[kWarps][kMmaRows], red_l[kWarps][kMmaRows];
   constexpr bool kBf16 = DT == KvDType::kBf16;
   constexpr int kChunks = HD / 32;  // 32-channel chunks: 8 channels of each per thread
@@ -102,10 +107,14 @@ __global__ void __launch_bounds__(kThreads)
   const int kvh = blockIdx.y / plan.num_splits, split = blockIdx.y % plan.num_splits;
   const int group = a.num_heads / a.num_kv_heads;
   const int qlen = a.query_len[seq], ctx = a.context_len[seq], q0 = a.query_start[seq];
-  const int r0 = blockIdx.x * kMmaRows;
-  if (r0 >= qlen * group) return;
-  const int nrows = min(kMmaRows, qlen * group - r0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Rows per warp or per block; the same for the whole block.
+  const bool prefill = qlen * group > kMmaRows;
+  // This warp's rows [r0, r0 + nrows).
+  const int r0 = blockIdx.x * plan.rows_per_block + (prefill ? warp * kMmaRows : 0);
+  if (!prefill && blockIdx.x > 0) return;
+  if (r0 >= qlen * group) return;  // decode: the whole block; prefill: this warp (no barrier)
+  const int nrows = min(kMmaRows, qlen * group - r0);
 
   // The query rows g and g + 8 (scaled), as A fragments: for chunk j and half h, k positions
   // 2t, 2t+1, 2t+8, 2t+9 are channels 32j + 8t + 4h + 0, 1, 2, 3.
@@ -153,7 +162,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   // The loop bound is the same for the whole warp: mma, movmatrix and shuffles see it all.
-  for (int base = t_begin + warp * kStepTokens; base < t_end; base += kWarps * kStepTokens) {
+  const int first = prefill ? t_begin : t_begin + warp * kStepTokens;
+  const int stride = prefill ? kStepTokens : kWarps * kStepTokens;
+  for (int base = first; base < t_end; base += stride) {
     uint32_t kw[2][kChunks][4], vw[2][kChunks][4];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -247,6 +258,38 @@ __global__ void __launch_bounds__(kThreads)
     l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
     l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
   }
+  if (prefill) {  // the warp's rows are complete: write them
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = g + 8 * rr;
+      if (r >= nrows) continue;
+      const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
+      float* dst;
+      const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+      if (plan.num_splits == 1) {
+        dst = a.out + (static_cast<int64_t>(q0 + j) * a.num_heads + head) * HD;
+      } else {
+        const int64_t idx =
+            ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) *
+                plan.num_splits +
+            split;
+        dst = tmp_out + idx * HD;
+        if (t == 0) {
+          tmp_ms[2 * idx] = m[rr];
+          tmp_ms[2 * idx + 1] = l[rr];
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kChunks; ++jj) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          dst[32 * jj + 8 * t + 2 * i] = o[jj][i][2 * rr] * inv;
+          dst[32 * jj + 8 * t + 2 * i + 1] = o[jj][i][2 * rr + 1] * inv;
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int r = g + 8 * rr;
@@ -271,8 +314,8 @@ __global__ void __launch_bounds__(kThreads)
 template <KvDType DT, int HD>
 void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_ms,
             cudaStream_t stream) {
-  const size_t smem = sizeof(float) * kWarps * kMmaRows * HD;  // 32 KiB at head_dim 128
   const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
+  const size_t smem = sizeof(float) * kWarps * kMmaRows * HD;  // 32 KiB at head_dim 128
   PagedAttentionMmaKernel<DT, HD><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
   KVSERVE_CUDA_CHECK_LAUNCH();
 }

@@ -391,7 +391,9 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   const std::vector<Shape> shapes = {
       {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},
       {16, 2, 64, 8, {{0, 37}, {300, 100}, {1000, 1}, {5, 3}}},
-      {64, 8, 128, 32, {{3000, 2}, {17, 1}, {255, 9}}},  // GQA 8:1, two query tokens: 16 rows
+      // GQA 8:1: 16 rows (one warp-tile, decode style) next to 72 (prefill style) in one launch.
+      {64, 8, 128, 32, {{3000, 2}, {17, 1}, {255, 9}}},
+      {32, 8, 128, 16, {{2000, 300}, {0, 64}}},  // prefill chunks: 1,200 and 256 rows
   };
   ASSERT_OK_AND_ASSIGN(auto split, CreateCudaBackend({.attention_tensor_cores = true}));
   ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,

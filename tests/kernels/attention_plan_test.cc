@@ -70,8 +70,11 @@ TEST(AttentionPlanTest, TensorCoresTakeSixteenRowsWhereTheyCoverTheCache) {
   a.max_query_len = 100;
   AttnPlan p = PlanPagedAttention(a, 132, big, 0, /*tensor_cores=*/true);
   EXPECT_TRUE(p.tensor_cores);
-  EXPECT_EQ(p.rows_per_block, 16);
-  EXPECT_EQ(p.row_tiles, 25);  // 400 rows
+  EXPECT_EQ(p.rows_per_block, 64);  // a prefill chunk: 16 rows per warp
+  EXPECT_EQ(p.row_tiles, 7);        // 400 rows
+  AttnPlan d = PlanPagedAttention(Decode(64, 4096, 64, 8), 132, big, 0, true);  // GQA 8:1
+  EXPECT_EQ(d.rows_per_block, 16);  // decode: the four warps share 8 rows, split the tokens
+  EXPECT_EQ(d.row_tiles, 1);
   for (KvDType t : {KvDType::kFp16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
     a.k_layout.dtype = a.v_layout.dtype = t;
     EXPECT_TRUE(PlanPagedAttention(a, 132, big, 0, true).tensor_cores);
