@@ -1,7 +1,8 @@
 // Decode paged attention on the GPU: time, achieved bandwidth and its fraction of the
 // device-to-device copy bandwidth measured in the same run, for bf16 / fp8 / int8 / int4
 // caches (per-token scales) at batch 1/16/64/256 × context 1K/4K/16K/64K, 32 query / 8 KV
-// heads, head_dim 128, block 16; plus block sizes 8 and 32 at 16 × 4K and 64 × 4K (bf16).
+// heads, head_dim 128, block 16; plus block sizes 8 and 32 at 16 × 4K and 64 × 4K (bf16), and
+// prefill chunks (query tokens over a cached prefix; bf16 and int8) timed alone.
 // Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
 // blocks as a paged cache would.
 //
@@ -18,6 +19,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/kv_format.h"
@@ -53,7 +55,10 @@ struct Row {
   std::string format;
   int batch, context, block_size, blocks_per_sm;
   double us, gbps, fraction;
+  int query = 1;  // query tokens per sequence (prefill rows: more than 1)
 };
+
+constexpr int kMaxPrefillTokens = 2048;
 
 double CopyBandwidth(uint8_t* buf, size_t bytes) {
   cudaEvent_t a, b;
@@ -135,9 +140,10 @@ int Main(int argc, char** argv) {
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbps);
 
   float *q = nullptr, *out = nullptr;
-  CHECK_CUDA(cudaMalloc(&q, sizeof(float) * batches.back() * heads * d));
-  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * batches.back() * heads * d));
-  std::vector<float> q_host(size_t(batches.back()) * heads * d);
+  const size_t q_rows = std::max(batches.back(), kMaxPrefillTokens);
+  CHECK_CUDA(cudaMalloc(&q, sizeof(float) * q_rows * heads * d));
+  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * q_rows * heads * d));
+  std::vector<float> q_host(q_rows * heads * d);
   for (float& x : q_host) x = std::normal_distribution<float>()(fill_rng);
   CHECK_CUDA(cudaMemcpy(q, q_host.data(), q_host.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -156,6 +162,7 @@ int Main(int argc, char** argv) {
     const Fmt* fmt;
     int batch, context, block_size;
     int blocks_per_sm = 0;  // split-KV target (0: the backend's default)
+    int query = 1;          // query tokens per sequence, the last of `context`
   };
   std::vector<Config> configs;
   for (const Fmt& f : formats) {
@@ -176,12 +183,20 @@ int Main(int argc, char** argv) {
       configs.push_back({&formats[3], b, c, 16, per_sm});
     }
   }
+  // Prefill chunks: (batch, query tokens, context including them).
+  for (auto [b, qn, c] : {std::tuple{1, 2048, 2048}, {1, 512, 8192}, {4, 256, 4096}}) {
+    if (quick && c > 4096) continue;
+    configs.push_back({&formats[0], b, c, 16, 0, qn});
+    configs.push_back({&formats[2], b, c, 16, 0, qn});
+  }
   if (!only.empty()) {
     std::vector<Config> picked;
     for (const Config& c : configs) {
       const std::string name =
           c.fmt->name + ":" + std::to_string(c.batch) + ":" + std::to_string(c.context);
-      if (name == only && c.block_size == 16 && c.blocks_per_sm == 0) picked.push_back(c);
+      if (name == only && c.block_size == 16 && c.blocks_per_sm == 0 && c.query == 1) {
+        picked.push_back(c);
+      }
     }
     if (picked.empty()) {
       std::fprintf(stderr, "--only %s matches no configuration\n", only.c_str());
@@ -225,8 +240,8 @@ int Main(int argc, char** argv) {
     std::vector<int32_t> table(num_blocks);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
-    std::vector<int32_t> qs(cfg.batch), ql(cfg.batch, 1), cl(cfg.batch, cfg.context);
-    std::iota(qs.begin(), qs.end(), 0);
+    std::vector<int32_t> qs(cfg.batch), ql(cfg.batch, cfg.query), cl(cfg.batch, cfg.context);
+    for (int i = 0; i < cfg.batch; ++i) qs[i] = i * cfg.query;
     int32_t *dtable, *dqs, *dql, *dcl;
     CHECK_CUDA(cudaMalloc(&dtable, table.size() * 4));
     CHECK_CUDA(cudaMalloc(&dqs, cfg.batch * 4));
@@ -251,7 +266,7 @@ int Main(int argc, char** argv) {
     p.max_blocks_per_seq = blocks_per_seq;
     p.num_heads = heads;
     p.scale = 0.088f;
-    p.max_query_len = 1;
+    p.max_query_len = cfg.query;
     p.max_context_len = cfg.context;
     be.PagedAttention(p);  // warm-up (and workspace growth)
     be.Synchronize();
@@ -272,17 +287,17 @@ int Main(int argc, char** argv) {
     // Bytes the kernel must read: K and V data and scales of every token, the queries and the
     // output written.
     const double bytes =
-        2.0 * k_bytes + 2.0 * 2 * s_count + 2.0 * sizeof(float) * cfg.batch * heads * d;
+        2.0 * k_bytes + 2.0 * 2 * s_count + 2.0 * sizeof(float) * cfg.batch * cfg.query * heads * d;
     const double gbps = bytes / (us * 1e-6) / 1e9;
-    rows.push_back(
-        {cfg.fmt->name, cfg.batch, cfg.context, bs, cfg.blocks_per_sm, us, gbps, gbps / copy_gbps});
+    rows.push_back({cfg.fmt->name, cfg.batch, cfg.context, bs, cfg.blocks_per_sm, us, gbps,
+                    gbps / copy_gbps, cfg.query});
     for (int32_t* ptr : {dtable, dqs, dql, dcl}) CHECK_CUDA(cudaFree(ptr));
   }
-  std::printf("%-6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "context", "block",
-              "per_sm", "time_us", "GB/s", "of_copy");
+  std::printf("%-6s %6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "query", "context",
+              "block", "per_sm", "time_us", "GB/s", "of_copy");
   for (const Row& r : rows) {
-    std::printf("%-6s %6d %7d %5d %6d %11.1f %9.0f %7.1f%%\n", r.format.c_str(), r.batch, r.context,
-                r.block_size, r.blocks_per_sm, r.us, r.gbps, 100 * r.fraction);
+    std::printf("%-6s %6d %6d %7d %5d %6d %11.1f %9.0f %7.1f%%\n", r.format.c_str(), r.batch,
+                r.query, r.context, r.block_size, r.blocks_per_sm, r.us, r.gbps, 100 * r.fraction);
   }
   if (json_path != nullptr) {
     FILE* f = std::fopen(json_path, "w");
@@ -296,9 +311,10 @@ int Main(int argc, char** argv) {
       const Row& r = rows[i];
       std::fprintf(f,
                    "  {\"format\": \"%s\", \"batch\": %d, \"context\": %d, \"block_size\": %d, "
-                   "\"blocks_per_sm\": %d, \"us\": %.2f, \"gbps\": %.1f, \"fraction\": %.4f}%s\n",
-                   r.format.c_str(), r.batch, r.context, r.block_size, r.blocks_per_sm, r.us,
-                   r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
+                   "\"blocks_per_sm\": %d, \"query\": %d, \"us\": %.2f, \"gbps\": %.1f, "
+                   "\"fraction\": %.4f}%s\n",
+                   r.format.c_str(), r.batch, r.context, r.block_size, r.blocks_per_sm, r.query,
+                   r.us, r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

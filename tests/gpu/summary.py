@@ -14,11 +14,13 @@ def main():
     except (OSError, ValueError):
         sdpa = {}
     try:
-        tc = {(r["format"], r["batch"], r["context"], r["block_size"]): r
+        tc = {(r["format"], r["batch"], r["context"], r["block_size"], r.get("query", 1)): r
               for r in json.load(open(sys.argv[3]))["rows"] if r.get("blocks_per_sm", 0) == 0}
     except (IndexError, OSError, ValueError):
         tc = {}
-    rows = [r for r in bench["rows"] if r.get("blocks_per_sm", 0) == 0]
+    prefill = [r for r in bench["rows"] if r.get("query", 1) > 1]
+    rows = [r for r in bench["rows"]
+            if r.get("blocks_per_sm", 0) == 0 and r.get("query", 1) == 1]
     bf16 = {(r["batch"], r["context"]): r for r in rows
             if r["format"] == "bf16" and r["block_size"] == 16}
     print(f"decode attention, 32 q / 8 kv heads, head_dim 128; copy bandwidth "
@@ -30,7 +32,7 @@ def main():
         ref = bf16.get(key)
         vs_bf16 = ref["us"] / r["us"] if ref else float("nan")
         s = sdpa.get(key, {})
-        t = tc.get((r["format"], r["batch"], r["context"], r["block_size"]))
+        t = tc.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
         sdpa_us = s.get("us")
         vs_sdpa = sdpa_us / r["us"] if sdpa_us else float("nan")
         print(f"{r['format']:6} {r['batch']:5d} {r['context']:6d} {r['block_size']:3d} "
@@ -38,6 +40,14 @@ def main():
               f"{sdpa_us if sdpa_us else float('nan'):9.1f} {vs_sdpa:6.2f} "
               f"{t['us'] if t else float('nan'):9.1f} "
               f"{100 * t['fraction'] if t else float('nan'):6.1f}% "
+              f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
+    if prefill:
+        print("prefill chunks (query tokens over a cached prefix): SIMT vs tensor cores")
+        print(f"{'format':6} {'batch':>5} {'query':>5} {'ctx':>6} {'us':>9} {'tc_us':>9} {'tc_x':>5}")
+    for r in prefill:
+        t = tc.get((r["format"], r["batch"], r["context"], r["block_size"], r["query"]))
+        print(f"{r['format']:6} {r['batch']:5d} {r['query']:5d} {r['context']:6d} {r['us']:9.1f} "
+              f"{t['us'] if t else float('nan'):9.1f} "
               f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
 
 
