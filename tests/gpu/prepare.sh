@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the GPU checks here (CUDA on, sm_90) in BUILD_DIR (default build) and gathers what the
 # GPU machine needs into build-gpu/carry (git ignores it): stripped binaries in bin/, their
-# non-system libraries in libs/, the fixtures in fixtures/. Carry build-gpu/carry and run
-# tests/gpu/run.sh there.
+# non-system libraries in libs/, the fixtures in fixtures/; then packs it as
+# build-gpu/carry.tar.xz (about 16 MiB; the directory is over the 64 MiB a run may carry).
+# Carry build-gpu/carry.tar.xz, unpack it there and run tests/gpu/run.sh (see its header).
 #
 #   bash tests/gpu/prepare.sh [BUILD_DIR]
 set -euo pipefail
@@ -17,3 +18,5 @@ bash ../shared/gpu/bundle-libs.sh build-gpu/carry/libs build-gpu/carry/bin/*
 mkdir -p build-gpu/carry/fixtures  # ../shared does not travel to the GPU machine
 cp -r ../shared/fixtures/models build-gpu/carry/fixtures/
 du -sh build-gpu/carry
+tar -C build-gpu -cf - carry | xz -T2 -6 >build-gpu/carry.tar.xz
+ls -la build-gpu/carry.tar.xz

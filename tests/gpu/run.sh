@@ -2,10 +2,11 @@
 # Runs every GPU check on a lent GPU machine from binaries built elsewhere (nothing heavy is
 # built there) and prints a summary table last. Build and bundle on the development machine:
 #
-#   bash tests/gpu/prepare.sh          # → build-gpu/carry/{bin,libs}
+#   bash tests/gpu/prepare.sh          # → build-gpu/carry/{bin,libs,fixtures}, carry.tar.xz
 #
-# then on the GPU machine (carry build-gpu/carry):
+# then on the GPU machine (carry build-gpu/carry.tar.xz):
 #
+#   tar -C build-gpu -xJf build-gpu/carry.tar.xz
 #   export LD_LIBRARY_PATH=$PWD/build-gpu/carry/libs:/usr/local/cuda/lib64
 #   bash tests/gpu/run.sh build-gpu/carry [--quick]
 #
