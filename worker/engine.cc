@@ -93,8 +93,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         absl::StrCat("--max-model-len (", e->max_model_len_,
                      ") exceeds the model's max_position_embeddings (", max_pos, ")"));
   }
+  ASSIGN_OR_RETURN(const DType weight_type,
+                   WeightType(config.dtype, config.device, model_config.dtype));
+  // The cache's "auto" type (and that of full-precision layers) is the weights' type.
+  const KvDType auto_kv = weight_type == DType::kBF16  ? KvDType::kBf16
+                          : weight_type == DType::kF16 ? KvDType::kFp16
+                                                       : KvDType::kFp32;
   ASSIGN_OR_RETURN(e->kv_spec_, MakeKvCacheSpec(config.kv_quant, model_config.num_layers,
-                                                model_config.head_dim, KvDType::kFp32));
+                                                model_config.head_dim, auto_kv));
   const int tp = config.tensor_parallel_size;
   const int rank_kv_heads = Model::LocalKvHeads(model_config, tp);
   // The pools are sized per rank: each rank stores only its KV heads.
@@ -132,8 +138,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   if (config.scheduler.preemption_mode == PreemptionMode::kSwap && host_blocks == 0) {
     return absl::InvalidArgumentError("--preemption-mode swap needs a host tier: set --swap-space");
   }
-  ASSIGN_OR_RETURN(const DType weight_type,
-                   WeightType(config.dtype, config.device, model_config.dtype));
   RunnerConfig rc;
   rc.weight_type = weight_type;
   rc.model_dir = config.model_dir;

@@ -27,9 +27,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
           "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");
-ABSL_FLAG(
-    std::string, kv_cache_dtype, "auto",
-    "KV cache element type: auto (fp32 on the CPU backend), fp16, bf16, fp8_e4m3, int8, int4");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache element type: auto (the weights' type: fp32 on the CPU backend, bf16 / fp16 on "
+          "CUDA), fp16, bf16, fp8_e4m3, int8, int4");
 ABSL_FLAG(std::string, kv_quant_granularity, "per_token",
           "Scale granularity of fp8/int8/int4: per_token, per_group, per_channel, or "
           "k:GRAN,v:GRAN (e.g. k:per_channel,v:per_token, the known-good 4-bit recipe)");

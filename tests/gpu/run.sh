@@ -63,6 +63,8 @@ else
   results+=("ncu_profile|no ncu")
 fi
 echo
+# The engine's bf16-weight fidelity and pool sizing, as engine_cuda_test printed them.
+grep -hE "weights on the GPU|^pool:" "$out/engine_cuda_test.log" 2>/dev/null
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
