@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int tok = base + 8 * u + 2 * t + (e & 1);
-        if (!(tok < visible[e >> 1])) s[u][e] = -INFINITY;  // tokens past t_end included
+        if (tok >= t_end || tok >= visible[e >> 1]) s[u][e] = -INFINITY;
       }
     }
     // Online softmax per row; the four lanes of a row group (same g) share its maximum.
