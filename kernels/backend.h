@@ -35,6 +35,7 @@ struct GemmParams {
 };
 
 // out[t, :] = table[ids[t], :], widened to float32 from the table's type (kF32 | kF16 | kBF16).
+// Also the model's row gather (the rows whose logits are wanted).
 struct EmbeddingParams {
   const int32_t* ids = nullptr;
   const void* table = nullptr;

@@ -243,7 +243,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const size_t token_ids_at = pack(b.token_ids), positions_at = pack(b.positions),
                slots_at = pack(b.slot_mapping), query_start_at = pack(b.query_start),
                query_len_at = pack(b.query_len), context_len_at = pack(b.context_len),
-               block_tables_at = pack(b.block_tables), samples_at = pack(b.samples);
+               block_tables_at = pack(b.block_tables), samples_at = pack(b.samples),
+               logit_rows_at = pack(b.logit_rows);
   uint8_t* batch = Reserve(s.batch, s.batch_host.size());
   backend_->Upload(batch, s.batch_host.data(), s.batch_host.size());
   const auto* token_ids = reinterpret_cast<const int32_t*>(batch + token_ids_at);
@@ -254,6 +255,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const auto* context_len = reinterpret_cast<const int32_t*>(batch + context_len_at);
   const auto* block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
+  const auto* logit_rows = reinterpret_cast<const int32_t*>(batch + logit_rows_at);
   const Activations a = ReserveActivations(T);
   float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
         *gate_up = a.gate_up, *act = a.act;
@@ -317,9 +319,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const int64_t R = static_cast<int64_t>(b.logit_rows.size());
   const LogitBuffers lb = ReserveLogits(R);
   float* selected = lb.selected;
-  for (int64_t r = 0; r < R; ++r) {
-    backend_->Copy(selected + r * H, h + int64_t{b.logit_rows[r]} * H, sizeof(float) * H);
-  }
+  backend_->Embedding({logit_rows, h, selected, R, H});  // a row gather: one launch, not R copies
   const int64_t vs = vocab_shard_;
   float* local = lb.local;
   const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
