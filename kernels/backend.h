@@ -180,6 +180,8 @@ class Backend {
   virtual void CopyBlocks(const CopyBlocksParams& p) = 0;
   // Draws tokens by the rule of kernels/sampling.h (the same tokens on every backend).
   virtual void Sample(const SampleParams& p) = 0;
+  // Log-probabilities of drawn tokens and the top alternatives (kernels/sampling.h).
+  virtual void Logprobs(const LogprobsParams& p) = 0;
 };
 
 struct CpuBackendOptions {

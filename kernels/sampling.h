@@ -59,6 +59,31 @@ struct SampleParams {
   int32_t* tokens = nullptr;  // backend memory: one per request
 };
 
+// Log-probabilities of drawn tokens, from the raw logits (before temperature and filters, as
+// vLLM reports them): for request k, the token that sample `sample` drew (SampleParams::tokens),
+// its log-softmax value over logits row `row`, and the row's `top_n` most likely ids with
+// theirs, best first (the lower id first among equal logits; NaN logits last).
+struct LogprobRequest {
+  int32_t row = 0;
+  int32_t sample = 0;
+  int32_t top_n = 0;  // at most kMaxTopLogprobs
+};
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct LogprobsParams {
+  const float* logits = nullptr;  // laid out as in SampleParams
+  int64_t num_rows = 0, vocab = 0, shard_vocab = 0;
+  const int32_t* tokens = nullptr;  // the drawn tokens (backend memory)
+  const LogprobRequest* requests = nullptr;
+  int64_t num_requests = 0;
+  // Outputs (backend memory): [num_requests], and [num_requests][kMaxTopLogprobs] of which the
+  // first top_n entries of each request are written.
+  float* logprob = nullptr;
+  int32_t* top_ids = nullptr;
+  float* top_logprobs = nullptr;
+};
+
 inline constexpr float kGreedyTemperature = 1e-5f;
 // Weights are below 2^kWeightBits (the top token weighs 2^40; rounding can add a little).
 inline constexpr int kWeightBits = 41;
@@ -162,6 +187,21 @@ KVSERVE_HD inline uint64_t DrawTarget(uint64_t bits, uint64_t mass) {
   return (hi << 11) | (lo >> 53);
 }
 
+// A float as an unsigned key in the same order (-0 as +0; NaN lowest), for selecting the
+// largest logits with RadixSelect (starting at bit 32).
+KVSERVE_HD inline uint32_t OrderedKey(float x) {
+  if (x != x) return 0;
+  if (x == 0.0f) x = 0.0f;
+#if defined(__CUDA_ARCH__)
+  const uint32_t bits = __float_as_uint(x);
+#else
+  uint32_t bits;
+  static_assert(sizeof(bits) == sizeof(x));
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+#endif
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
 // Where a kept set ends in the order (w descending, id ascending): token i is kept iff
 // w > value, or w == value and i <= last_tie. `mass` is the kept weights' sum.
 struct SampleCut {
@@ -184,7 +224,7 @@ struct RadixSelect {
   enum Goal { kCount, kMass };
   Goal goal = kCount;
   uint64_t target = 1;
-  int hi = kWeightBits;  // bits [hi, 64) of the selected value are fixed
+  int hi = kWeightBits;  // bits [hi, 64) of the selected value are fixed (32 for OrderedKey)
   uint64_t prefix = 0;
   uint64_t above_count = 0, above_sum = 0;  // tokens weighing more than the selected value
   uint64_t last_count = 0;                  // tokens in the last pass's chosen bucket

@@ -305,12 +305,11 @@ void Engine::UpdateHashes(Sequence& seq) {
   }
 }
 
-void Engine::AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits) {
+void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs) {
   const RequestInput& in = seq.request->input;
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
-  if (in.sampling.logprobs)
-    seq.logprobs.push_back(ComputeLogprobs(logits, token, *in.sampling.logprobs));
+  if (logprobs != nullptr) seq.logprobs.push_back(*logprobs);
   UpdateHashes(seq);
   if (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) !=
           in.stop_token_ids.end() ||
@@ -323,7 +322,7 @@ void Engine::AppendToken(Sequence& seq, int32_t token, absl::Span<const float> l
   }
 }
 
-void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, absl::Span<const float> logits) {
+void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs) {
   Sequence& first = *req.sequences[0];
   for (int i = 1; i < req.input.sampling.n; ++i) {
     auto child = std::make_unique<Sequence>();
@@ -340,7 +339,7 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, absl::Span<con
   }
   req.forked = true;
   for (size_t i = 0; i < req.sequences.size(); ++i) {
-    AppendToken(*req.sequences[i], tokens[i], logits);
+    AppendToken(*req.sequences[i], tokens[i], logprobs == nullptr ? nullptr : logprobs + i);
   }
 }
 
@@ -369,9 +368,10 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   struct RowUse {
     Sequence* seq;
     int position;          // token position whose logits this row holds
-    int host_row = -1;     // its index in the output's logits, when they come back
+    int host_row = -1;     // its index in the output's logits (prompt logits)
     int first_sample = 0;  // its draws: output tokens [first_sample, first_sample + num_samples)
     int num_samples = 0;
+    int first_logprobs = -1;  // the draws' logprobs from here in the output's, when asked for
   };
   std::vector<RowUse> rows;
   for (const auto& [seq, n] : plan.scheduled) {
@@ -395,7 +395,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
       RowUse use{seq, pos};
       const auto logit_row = static_cast<int32_t>(batch.logit_rows.size());
       batch.logit_rows.push_back(row);
-      if (prompt_row || (last && req.input.sampling.logprobs)) {
+      if (prompt_row) {
         use.host_row = static_cast<int>(batch.host_logit_rows.size());
         batch.host_logit_rows.push_back(logit_row);
       }
@@ -404,7 +404,13 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
         const bool fork = !req.forked && req.input.sampling.n > 1;
         use.first_sample = static_cast<int>(batch.samples.size());
         use.num_samples = fork ? req.input.sampling.n : 1;
+        if (req.input.sampling.logprobs)
+          use.first_logprobs = static_cast<int>(batch.logprobs.size());
         for (int i = 0; i < use.num_samples; ++i) {
+          if (req.input.sampling.logprobs) {
+            batch.logprobs.push_back({logit_row, static_cast<int32_t>(batch.samples.size()),
+                                      *req.input.sampling.logprobs});
+          }
           batch.samples.push_back(MakeSampleRequest(req.input.sampling, seq->rng_seed + i,
                                                     fork ? 0 : seq->num_output_tokens(),
                                                     logit_row));
@@ -443,11 +449,13 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
     }
     if (use.num_samples == 0) continue;
     absl::Span<const int32_t> tokens(out.tokens.data() + use.first_sample, use.num_samples);
+    const TokenLogprobs* logprobs =
+        use.first_logprobs >= 0 ? out.logprobs.data() + use.first_logprobs : nullptr;
     if (use.num_samples > 1) {
-      Fork(req, tokens, row);
+      Fork(req, tokens, logprobs);
     } else {
       req.forked = true;
-      AppendToken(seq, tokens[0], row);
+      AppendToken(seq, tokens[0], logprobs);
     }
   }
 

@@ -144,11 +144,11 @@ class Engine {
   absl::Status Validate(const RequestInput& in) const;
   void UpdateHashes(Sequence& seq);
   void FinishSequence(Sequence& seq, FinishReason reason, std::vector<SequenceOutput>* outs);
-  // `logits`: the row the token was drawn from, when the request wants logprobs.
-  void AppendToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
+  // `logprobs`: the token's, when the request wants them (else null).
+  void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs);
   // Makes the request's n - 1 further samples and appends the first token to each;
-  // tokens[i] is sample i's (drawn with seed rng_seed + i).
-  void Fork(Request& req, absl::Span<const int32_t> tokens, absl::Span<const float> logits);
+  // tokens[i] is sample i's (drawn with seed rng_seed + i), logprobs[i] its logprobs (or null).
+  void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs);
 
   EngineConfig config_;
   ModelConfig model_config_;

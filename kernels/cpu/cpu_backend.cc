@@ -255,6 +255,7 @@ class CpuBackend final : public Backend {
   }
 
   void Sample(const SampleParams& p) override { cpu::Sample(p); }
+  void Logprobs(const LogprobsParams& p) override { cpu::Logprobs(p); }
 
  private:
   std::vector<float> widened_;    // 16-bit weights widened for one Gemm call

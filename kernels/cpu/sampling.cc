@@ -118,21 +118,64 @@ int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& r) {
   return best;  // not reached: target < mass
 }
 
+namespace {
+
+// Row `r` of logits laid out as SampleParams describes, contiguous: in place, or gathered from
+// its vocabulary slices into `scratch`.
+const float* RowOf(const float* logits, int64_t num_rows, int64_t vocab, int64_t shard_vocab,
+                   int64_t r, std::vector<float>& scratch) {
+  const int64_t shard = shard_vocab > 0 ? shard_vocab : vocab;
+  if (shard >= vocab) return logits + r * vocab;
+  scratch.resize(vocab);
+  for (int64_t v0 = 0; v0 < vocab; v0 += shard) {
+    const float* slice = logits + (v0 / shard) * num_rows * shard + r * shard;
+    std::copy_n(slice, std::min(shard, vocab - v0), scratch.data() + v0);
+  }
+  return scratch.data();
+}
+
+}  // namespace
+
 void Sample(const SampleParams& p) {
-  const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
   std::vector<float> row;
   for (int64_t k = 0; k < p.num_requests; ++k) {
     const SampleRequest& r = p.requests[k];
-    const float* logits = p.logits + r.row * shard;
-    if (shard < p.vocab) {  // gather the row's slices
-      row.resize(p.vocab);
-      for (int64_t v0 = 0; v0 < p.vocab; v0 += shard) {
-        const float* slice = p.logits + (v0 / shard) * p.num_rows * shard + r.row * shard;
-        std::copy_n(slice, std::min(shard, p.vocab - v0), row.data() + v0);
-      }
-      logits = row.data();
-    }
-    p.tokens[k] = SampleRow(logits, p.vocab, r);
+    p.tokens[k] =
+        SampleRow(RowOf(p.logits, p.num_rows, p.vocab, p.shard_vocab, r.row, row), p.vocab, r);
+  }
+}
+
+void TopLogprobs(const float* logits, int64_t vocab, int32_t token, int top_n, float* logprob,
+                 int32_t* ids, float* values) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!std::isnan(logits[i])) max = std::max(max, static_cast<double>(logits[i]));
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double log_z = max + std::log(sum);
+  *logprob = static_cast<float>(logits[token] - log_z);
+  const int n = static_cast<int>(std::min<int64_t>(top_n, vocab));
+  if (n <= 0) return;
+  std::vector<int32_t> order(vocab);
+  for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+    const uint32_t ka = OrderedKey(logits[a]), kb = OrderedKey(logits[b]);
+    return ka != kb ? ka > kb : a < b;
+  });
+  for (int i = 0; i < n; ++i) {
+    ids[i] = order[i];
+    values[i] = static_cast<float>(logits[order[i]] - log_z);
+  }
+}
+
+void Logprobs(const LogprobsParams& p) {
+  std::vector<float> row;
+  for (int64_t k = 0; k < p.num_requests; ++k) {
+    const LogprobRequest& q = p.requests[k];
+    TopLogprobs(RowOf(p.logits, p.num_rows, p.vocab, p.shard_vocab, q.row, row), p.vocab,
+                p.tokens[q.sample], q.top_n, p.logprob + k, p.top_ids + k * kMaxTopLogprobs,
+                p.top_logprobs + k * kMaxTopLogprobs);
   }
 }
 

@@ -1,5 +1,6 @@
 // The CPU twin of the sampling rule (kernels/sampling.h): the same radix selection as the CUDA
-// kernel, run serially. The CPU backend's Sample and the worker's SampleToken use it.
+// kernel, run serially; and of the logprobs of drawn tokens. The CPU backend's Sample and
+// Logprobs use them.
 #ifndef KVSERVE_KERNELS_CPU_SAMPLING_H_
 #define KVSERVE_KERNELS_CPU_SAMPLING_H_
 
@@ -14,6 +15,14 @@ int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& reque
 
 // Every request of `p` (host pointers).
 void Sample(const SampleParams& p);
+
+// The log-softmax of `vocab` contiguous logits at `token` (*logprob) and the `top_n` most likely
+// ids with their values into ids[0..top_n) / values[0..top_n) (LogprobRequest's order).
+void TopLogprobs(const float* logits, int64_t vocab, int32_t token, int top_n, float* logprob,
+                 int32_t* ids, float* values);
+
+// Every request of `p` (host pointers).
+void Logprobs(const LogprobsParams& p);
 
 }  // namespace kvserve::kernels::cpu
 

@@ -274,6 +274,11 @@ class CudaBackend final : public Backend {
     cuda::LaunchSample(p, stream_);
   }
 
+  void Logprobs(const LogprobsParams& p) override {
+    Current();
+    cuda::LaunchLogprobs(p, stream_);
+  }
+
   void CopyBlocks(const CopyBlocksParams& p) override {
     Current();
     if (p.num_pairs == 0 || p.num_layers == 0) return;

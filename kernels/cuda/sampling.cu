@@ -42,10 +42,16 @@ struct BetterOf {
   }
 };
 
+struct MaxOf {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
 struct Shared {
   union {
     cub::BlockReduce<ArgMax, kThreads>::TempStorage argmax;
     cub::BlockReduce<uint64_t, kThreads>::TempStorage sum;
+    cub::BlockReduce<float, kThreads>::TempStorage max;
+    cub::BlockReduce<double, kThreads>::TempStorage dsum;
     cub::BlockScan<uint64_t, kThreads>::TempStorage scan;
   } cub;
   uint32_t counts[kRadixBuckets];
@@ -54,6 +60,9 @@ struct Shared {
   int64_t found;
   float max_logit;
   uint64_t total;
+  double dtotal;
+  int top_count;
+  int32_t top_ids[kMaxTopLogprobs];
 };
 
 // Each thread's contiguous share of the ids, for the passes that walk ids in order.
@@ -74,19 +83,20 @@ __device__ uint64_t BlockSum(uint64_t x, Shared& sh) {
   return sh.total;
 }
 
-// The id of the `nth` (1-based) token weighing exactly `value`, in id order.
-__device__ int64_t NthTie(const Row& row, float max, float inv_t, uint64_t value, uint64_t nth,
+// The id of the `nth` (1-based) token whose key(id) is exactly `value`, in id order.
+template <typename Key>
+__device__ int64_t NthTie(const Row& row, const Key& key, uint64_t value, uint64_t nth,
                           Shared& sh) {
   const Chunk c(row.vocab);
   uint64_t count = 0;
-  for (int64_t i = c.begin; i < c.end; ++i) count += TokenWeight(row.At(i), max, inv_t) == value;
+  for (int64_t i = c.begin; i < c.end; ++i) count += key(i) == value;
   uint64_t before = 0;
   __syncthreads();
   cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(count, before);
   if (before < nth && nth <= before + count) {
     uint64_t seen = before;
     for (int64_t i = c.begin; i < c.end; ++i) {
-      if (TokenWeight(row.At(i), max, inv_t) == value && ++seen == nth) {
+      if (key(i) == value && ++seen == nth) {
         sh.found = i;
         break;
       }
@@ -96,8 +106,10 @@ __device__ int64_t NthTie(const Row& row, float max, float inv_t, uint64_t value
   return sh.found;
 }
 
-// Runs `sel` to the end over the row's weights (one histogram pass per digit).
-__device__ SampleCut Select(const Row& row, float max, float inv_t, RadixSelect sel, Shared& sh) {
+// Runs `sel` to the end over the row's keys (one histogram pass per digit): the tokens'
+// weights for sampling, their logits' OrderedKey for the top logprobs.
+template <typename Key>
+__device__ SampleCut Select(const Row& row, const Key& key, RadixSelect sel, Shared& sh) {
   while (!sel.done()) {
     for (int b = threadIdx.x; b < kRadixBuckets; b += kThreads) {
       sh.counts[b] = 0;
@@ -107,7 +119,7 @@ __device__ SampleCut Select(const Row& row, float max, float inv_t, RadixSelect 
     // Every lane runs every iteration, so the warp is converged for the partition.
     for (int64_t base = 0; base < row.vocab; base += kThreads) {
       const int64_t i = base + threadIdx.x;
-      const uint64_t w = i < row.vocab ? TokenWeight(row.At(i), max, inv_t) : 0;
+      const uint64_t w = i < row.vocab ? key(i) : 0;
       const bool take = i < row.vocab && sel.Matches(w);
       const int digit = take ? sel.Digit(w) : -1;
       // Lanes with the same digit add up first: most of a vocabulary shares a few buckets.
@@ -131,13 +143,13 @@ __device__ SampleCut Select(const Row& row, float max, float inv_t, RadixSelect 
   cut.value = sel.value();
   cut.mass = sel.mass();
   cut.last_tie = row.vocab - 1;
-  if (sel.ties() < sel.tie_count())
-    cut.last_tie = NthTie(row, max, inv_t, cut.value, sel.ties(), sh);
+  if (sel.ties() < sel.tie_count()) cut.last_tie = NthTie(row, key, cut.value, sel.ties(), sh);
   return cut;
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
-  __shared__ Shared sh;
+  __shared__ alignas(Shared) unsigned char sh_bytes[sizeof(Shared)];  // no constructor runs
+  Shared& sh = *reinterpret_cast<Shared*>(sh_bytes);
   const SampleRequest r = p.requests[blockIdx.x];
   const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
   const Row row{p.logits + r.row * shard, p.vocab, shard, p.num_rows * shard};
@@ -160,6 +172,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
     return;
   }
   const float inv_t = InverseTemperature(r.temperature);
+  const auto weight = [&](int64_t i) { return TokenWeight(row.At(i), max, inv_t); };
 
   const uint64_t min_w = MinPWeight(r.min_p);
   uint64_t count = 0, mass = 0;
@@ -179,13 +192,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
     RadixSelect sel;
     sel.goal = RadixSelect::kCount;
     sel.target = static_cast<uint64_t>(r.top_k);
-    cut = Select(row, max, inv_t, sel, sh);
+    cut = Select(row, weight, sel, sh);
   }
   if (r.top_p < 1.0f && cut.mass > 0) {
     RadixSelect sel;
     sel.goal = RadixSelect::kMass;
     sel.target = TopPTarget(r.top_p, cut.mass);
-    cut = Select(row, max, inv_t, sel, sh);
+    cut = Select(row, weight, sel, sh);
   }
   if (cut.mass == 0) {
     if (threadIdx.x == 0) p.tokens[blockIdx.x] = static_cast<int32_t>(argmax);
@@ -217,7 +230,76 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   }
 }
 
+// One block per request: log-sum-exp of the row (in double, as the CPU twin), the drawn
+// token's log-probability, and the top_n ids by radix selection on OrderedKey(logit), sorted.
+__global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
+  __shared__ alignas(Shared) unsigned char sh_bytes[sizeof(Shared)];  // no constructor runs
+  Shared& sh = *reinterpret_cast<Shared*>(sh_bytes);
+  const LogprobRequest q = p.requests[blockIdx.x];
+  const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
+  const Row row{p.logits + q.row * shard, p.vocab, shard, p.num_rows * shard};
+  float mine = -INFINITY;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    const float l = row.At(i);
+    if (!isnan(l)) mine = fmaxf(mine, l);
+  }
+  const float block_max = cub::BlockReduce<float, kThreads>(sh.cub.max).Reduce(mine, MaxOf());
+  if (threadIdx.x == 0) sh.max_logit = block_max;
+  __syncthreads();
+  const double max = sh.max_logit;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    sum += exp(static_cast<double>(row.At(i)) - max);
+  }
+  __syncthreads();  // the union held the float reduction
+  const double block_sum = cub::BlockReduce<double, kThreads>(sh.cub.dsum).Sum(sum);
+  if (threadIdx.x == 0) sh.dtotal = block_sum;
+  __syncthreads();
+  const double log_z = max + log(sh.dtotal);
+  if (threadIdx.x == 0) {
+    p.logprob[blockIdx.x] = static_cast<float>(row.At(p.tokens[q.sample]) - log_z);
+  }
+  const int n = static_cast<int>(min(static_cast<int64_t>(q.top_n), row.vocab));
+  if (n <= 0) return;
+  const auto key = [&](int64_t i) -> uint64_t { return OrderedKey(row.At(i)); };
+  RadixSelect sel;
+  sel.goal = RadixSelect::kCount;
+  sel.target = static_cast<uint64_t>(n);
+  sel.hi = 32;
+  const SampleCut cut = Select(row, key, sel, sh);
+  if (threadIdx.x == 0) sh.top_count = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
+    if (!cut.Keeps(key(i), i)) continue;
+    const int slot = atomicAdd(&sh.top_count, 1);  // exactly n take a slot
+    if (slot < kMaxTopLogprobs) sh.top_ids[slot] = static_cast<int32_t>(i);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // Best first: larger key, then lower id (insertion sort of at most 20).
+  int32_t* ids = sh.top_ids;
+  for (int a = 1; a < n; ++a) {
+    const int32_t id = ids[a];
+    const uint64_t k = key(id);
+    int b = a;
+    for (; b > 0 && (key(ids[b - 1]) < k || (key(ids[b - 1]) == k && ids[b - 1] > id)); --b) {
+      ids[b] = ids[b - 1];
+    }
+    ids[b] = id;
+  }
+  for (int a = 0; a < n; ++a) {
+    p.top_ids[blockIdx.x * kMaxTopLogprobs + a] = ids[a];
+    p.top_logprobs[blockIdx.x * kMaxTopLogprobs + a] = static_cast<float>(row.At(ids[a]) - log_z);
+  }
+}
+
 }  // namespace
+
+void LaunchLogprobs(const LogprobsParams& p, cudaStream_t stream) {
+  if (p.num_requests == 0) return;
+  LogprobsKernel<<<static_cast<unsigned>(p.num_requests), kThreads, 0, stream>>>(p);
+  KVSERVE_CUDA_CHECK_LAUNCH();
+}
 
 void LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.num_requests == 0) return;

@@ -12,6 +12,9 @@ namespace kvserve::kernels::cuda {
 
 void LaunchSample(const SampleParams& p, cudaStream_t stream);
 
+// Logprobs of drawn tokens, one thread block per request (the CPU twin: cpu::Logprobs).
+void LaunchLogprobs(const LogprobsParams& p, cudaStream_t stream);
+
 }  // namespace kvserve::kernels::cuda
 
 #endif  // KVSERVE_KERNELS_CUDA_SAMPLING_H_

@@ -192,5 +192,64 @@ TEST(SamplingTest, SlicedRowsDrawLikeContiguousOnes) {
   }
 }
 
+TEST(SamplingTest, LogprobsAreLogSoftmaxOfRawLogits) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f, 3.0f};
+  float logprob = 0;
+  int32_t ids[3];
+  float values[3];
+  cpu::TopLogprobs(logits.data(), 6, 2, 3, &logprob, ids, values);
+  double z = 0;
+  for (float l : logits) z += std::exp(l);
+  EXPECT_NEAR(logprob, 2.0 - std::log(z), 1e-6);
+  EXPECT_EQ(ids[0], 1);  // 3.0 twice: the lower id first
+  EXPECT_EQ(ids[1], 5);
+  EXPECT_EQ(ids[2], 4);
+  EXPECT_NEAR(values[0], 3.0 - std::log(z), 1e-6);
+  EXPECT_NEAR(values[1] - values[2], 0.1, 1e-6);
+}
+
+// Logprobs read the tokens the draws produced and the same sliced layout as sampling.
+TEST(SamplingTest, LogprobsFollowTheDrawsOverSlicedRows) {
+  std::mt19937 rng(4);
+  const int64_t rows = 2, vocab = 700, shard = 256;
+  const int64_t slices = (vocab + shard - 1) / shard;
+  std::vector<std::vector<float>> logits;
+  std::vector<float> sliced(slices * rows * shard, NAN);
+  for (int64_t r = 0; r < rows; ++r) {
+    logits.push_back(RandomLogits(rng, vocab, r == 1));
+    for (int64_t i = 0; i < vocab; ++i)
+      sliced[(i / shard) * rows * shard + r * shard + i % shard] = logits[r][i];
+  }
+  const std::vector<int32_t> tokens = {17, 650, 3};
+  const std::vector<LogprobRequest> requests = {{0, 1, 5}, {1, 0, 20}, {1, 2, 0}};
+  std::vector<float> logprob(3), top_values(3 * kMaxTopLogprobs);
+  std::vector<int32_t> top_ids(3 * kMaxTopLogprobs, -1);
+  LogprobsParams p;
+  p.logits = sliced.data();
+  p.num_rows = rows;
+  p.vocab = vocab;
+  p.shard_vocab = shard;
+  p.tokens = tokens.data();
+  p.requests = requests.data();
+  p.num_requests = 3;
+  p.logprob = logprob.data();
+  p.top_ids = top_ids.data();
+  p.top_logprobs = top_values.data();
+  cpu::Logprobs(p);
+  for (int k = 0; k < 3; ++k) {
+    const LogprobRequest& q = requests[k];
+    float want = 0;
+    int32_t ids[kMaxTopLogprobs];
+    float values[kMaxTopLogprobs];
+    cpu::TopLogprobs(logits[q.row].data(), vocab, tokens[q.sample], q.top_n, &want, ids, values);
+    EXPECT_EQ(logprob[k], want) << k;
+    for (int i = 0; i < q.top_n; ++i) {
+      EXPECT_EQ(top_ids[k * kMaxTopLogprobs + i], ids[i]) << k << " " << i;
+      EXPECT_EQ(top_values[k * kMaxTopLogprobs + i], values[i]) << k << " " << i;
+    }
+  }
+  EXPECT_EQ(top_ids[2 * kMaxTopLogprobs], -1);  // top_n 0 writes nothing
+}
+
 }  // namespace
 }  // namespace kvserve::kernels

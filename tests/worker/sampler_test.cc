@@ -74,16 +74,5 @@ TEST(SamplerTest, FrequenciesFollowTheSoftmax) {
   }
 }
 
-TEST(SamplerTest, LogprobsAreLogSoftmaxOfRawLogits) {
-  TokenLogprobs lp = ComputeLogprobs(kLogits, 2, 2);
-  double z = 0;
-  for (float l : kLogits) z += std::exp(l);
-  EXPECT_NEAR(lp.logprob, 2.0 - std::log(z), 1e-6);
-  ASSERT_EQ(lp.top.size(), 2u);
-  EXPECT_EQ(lp.top[0].first, 1);
-  EXPECT_EQ(lp.top[1].first, 4);
-  EXPECT_NEAR(lp.top[0].second - lp.top[1].second, 0.1, 1e-6);
-}
-
 }  // namespace
 }  // namespace kvserve::worker

@@ -244,7 +244,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
                slots_at = pack(b.slot_mapping), query_start_at = pack(b.query_start),
                query_len_at = pack(b.query_len), context_len_at = pack(b.context_len),
                block_tables_at = pack(b.block_tables), samples_at = pack(b.samples),
-               logit_rows_at = pack(b.logit_rows);
+               logit_rows_at = pack(b.logit_rows), logprobs_at = pack(b.logprobs);
   uint8_t* batch = Reserve(s.batch, s.batch_host.size());
   backend_->Upload(batch, s.batch_host.data(), s.batch_host.size());
   const auto* token_ids = reinterpret_cast<const int32_t*>(batch + token_ids_at);
@@ -256,6 +256,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const auto* block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
   const auto* logit_rows = reinterpret_cast<const int32_t*>(batch + logit_rows_at);
+  const auto* logprob_requests =
+      reinterpret_cast<const kernels::LogprobRequest*>(batch + logprobs_at);
   const Activations a = ReserveActivations(T);
   float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
         *gate_up = a.gate_up, *act = a.act;
@@ -346,8 +348,44 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     sp.num_requests = n;
     sp.tokens = Reserve(s.tokens, n);
     backend_->Sample(sp);
+    if (!b.logprobs.empty()) {
+      const auto num = static_cast<int64_t>(b.logprobs.size());
+      constexpr int kTop = kernels::kMaxTopLogprobs;
+      uint32_t* words = Reserve(s.logprobs, num * (1 + 2 * kTop));
+      kernels::LogprobsParams lp;
+      lp.logits = logits;
+      lp.num_rows = R;
+      lp.vocab = vocab;
+      lp.shard_vocab = vs;
+      lp.tokens = sp.tokens;
+      lp.requests = logprob_requests;
+      lp.num_requests = num;
+      lp.logprob = reinterpret_cast<float*>(words);
+      lp.top_ids = reinterpret_cast<int32_t*>(words + num);
+      lp.top_logprobs = reinterpret_cast<float*>(words + num * (1 + kTop));
+      backend_->Logprobs(lp);
+      s.logprobs_host.resize(num * (1 + 2 * kTop));
+      backend_->Download(s.logprobs_host.data(), words, sizeof(uint32_t) * s.logprobs_host.size());
+    }
     out.tokens.resize(n);
     backend_->Download(out.tokens.data(), sp.tokens, sizeof(int32_t) * n);
+    for (size_t k = 0; k < b.logprobs.size(); ++k) {  // after the tokens: they name the token
+      const kernels::LogprobRequest& q = b.logprobs[k];
+      const auto num = static_cast<int64_t>(b.logprobs.size());
+      constexpr int kTop = kernels::kMaxTopLogprobs;
+      const uint32_t* words = s.logprobs_host.data();
+      TokenLogprobs t;
+      t.token = out.tokens[q.sample];
+      std::memcpy(&t.logprob, words + k, sizeof(float));
+      for (int i = 0; i < std::min<int64_t>(q.top_n, vocab); ++i) {
+        int32_t id;
+        float value;
+        std::memcpy(&id, words + num + k * kTop + i, sizeof(id));
+        std::memcpy(&value, words + num * (1 + kTop) + k * kTop + i, sizeof(value));
+        t.top.emplace_back(id, value);
+      }
+      out.logprobs.push_back(std::move(t));
+    }
   }
   if (!b.host_logit_rows.empty()) {
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());

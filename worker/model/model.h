@@ -25,6 +25,7 @@
 #include "kernels/buffer.h"
 #include "kernels/communicator.h"
 #include "worker/kv_cache/kv_storage.h"
+#include "worker/request.h"
 
 namespace kvserve::worker {
 
@@ -41,13 +42,16 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // token rows whose logits are computed
   // Tokens to draw on the backend; each request's `row` indexes logit_rows.
   std::vector<kernels::SampleRequest> samples;
-  // Indexes into logit_rows of the rows whose logits come back (logprobs, prompt logits).
+  // Logprobs of drawn tokens, computed on the backend; each `sample` indexes samples.
+  std::vector<kernels::LogprobRequest> logprobs;
+  // Indexes into logit_rows of the rows whose logits come back (prompt logits).
   std::vector<int32_t> host_logit_rows;
 };
 
 struct ForwardOutput {
-  std::vector<int32_t> tokens;  // one per ForwardBatch::samples entry
-  std::vector<float> logits;    // [host_logit_rows.size(), vocab]
+  std::vector<int32_t> tokens;          // one per ForwardBatch::samples entry
+  std::vector<TokenLogprobs> logprobs;  // one per ForwardBatch::logprobs entry
+  std::vector<float> logits;            // [host_logit_rows.size(), vocab]
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -119,6 +123,10 @@ class Model {
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
     kernels::Buffer<float> host_rows;  // the logits rows that come back, gathered
     kernels::Buffer<int32_t> tokens;
+    // Logprobs outputs, one array so they come back in one copy: per request a logprob, then
+    // kMaxTopLogprobs ids and kMaxTopLogprobs values.
+    kernels::Buffer<uint32_t> logprobs;
+    std::vector<uint32_t> logprobs_host;
   };
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
