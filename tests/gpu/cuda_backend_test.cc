@@ -478,7 +478,8 @@ TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
 }
 
 // Sampling draws exactly the CPU twin's token: the rule is integer arithmetic over weights
-// computed with explicitly rounded float steps (kernels/sampling.h).
+// computed with explicitly rounded float steps (kernels/sampling.h). Logprobs of the draws
+// name the same top ids.
 TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
   struct Case {
     int64_t rows, vocab, shard;
@@ -534,6 +535,48 @@ TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
       EXPECT_EQ(got[k], expected[k])
           << "request " << k << " T " << requests[k].temperature << " top_k " << requests[k].top_k
           << " top_p " << requests[k].top_p << " min_p " << requests[k].min_p;
+    }
+
+    // Logprobs of those draws: the same top ids (ties by id), values within float rounding.
+    std::vector<LogprobRequest> lq;
+    for (int k = 0; k < static_cast<int>(requests.size()); k += 3) {
+      lq.push_back({requests[k].row, k, k % 21});
+    }
+    const size_t nl = lq.size(), top = nl * kMaxTopLogprobs;
+    Dev<LogprobRequest> d_lq(lq);
+    Dev<float> d_logprob(nl), d_top_values(top);
+    Dev<int32_t> d_top_ids(std::vector<int32_t>(top, -1));
+    LogprobsParams lp;
+    lp.num_rows = c.rows;
+    lp.vocab = c.vocab;
+    lp.shard_vocab = c.shard;
+    lp.num_requests = static_cast<int64_t>(nl);
+    lp.logits = d_logits.get();
+    lp.tokens = d_tokens.get();
+    lp.requests = d_lq.get();
+    lp.logprob = d_logprob.get();
+    lp.top_ids = d_top_ids.get();
+    lp.top_logprobs = d_top_values.get();
+    gpu_->Logprobs(lp);
+    Sync();
+    std::vector<float> want_logprob(nl), want_values(top);
+    std::vector<int32_t> want_ids(top, -1);
+    lp.logits = logits.data();
+    lp.tokens = expected.data();
+    lp.requests = lq.data();
+    lp.logprob = want_logprob.data();
+    lp.top_ids = want_ids.data();
+    lp.top_logprobs = want_values.data();
+    cpu_->Logprobs(lp);
+    EXPECT_LE(WorstRatio(d_logprob.Host(), want_logprob, 1e-5, 1e-6), 1.0) << "logprobs differ";
+    const std::vector<int32_t> ids = d_top_ids.Host();
+    const std::vector<float> values = d_top_values.Host();
+    for (size_t k = 0; k < nl; ++k) {
+      for (int i = 0; i < std::min<int64_t>(lq[k].top_n, c.vocab); ++i) {
+        const size_t at = k * kMaxTopLogprobs + i;
+        EXPECT_EQ(ids[at], want_ids[at]) << "logprob request " << k << " rank " << i;
+        EXPECT_NEAR(values[at], want_values[at], 1e-5) << "logprob request " << k << " rank " << i;
+      }
     }
   }
 }
