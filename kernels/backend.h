@@ -131,7 +131,11 @@ struct PagedAttentionParams {
 
 // Copies whole blocks (data and scales of K and V, every layer) from block src[i] of
 // src_layers to block dst[i] of dst_layers: copy-on-write within a pool (same views) or swap
-// between the device pool and the host pool (same formats).
+// between the device pool and the host pool (same formats). On a device backend the copies
+// run on their own stream after the ops issued before, and may still run when CopyBlocks
+// returns: WriteKv and PagedAttention on a copied layer wait for that layer's copies (so they
+// overlap the layers before it); anything else that reads or writes the pools must Synchronize
+// first.
 struct CopyBlocksParams {
   const KvCacheView* src_layers = nullptr;
   const KvCacheView* dst_layers = nullptr;

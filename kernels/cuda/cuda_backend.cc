@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -73,7 +74,9 @@ class CudaBackend final : public Backend {
     KVSERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     KVSERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
-    KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
+    for (SegmentBuffer& b : segment_buffers_) {
+      KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
+    }
     if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
@@ -87,11 +90,13 @@ class CudaBackend final : public Backend {
     if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     attention_workspace_.Release();
     rounded_x_.Release();
-    if (segments_ != nullptr) cudaFreeHost(segments_);
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
-    for (cudaEvent_t e : {compute_done_, copies_done_}) {
-      if (e != nullptr) cudaEventDestroy(e);
+    for (SegmentBuffer& b : segment_buffers_) {
+      if (b.segments != nullptr) cudaFreeHost(b.segments);
+      if (b.done != nullptr) cudaEventDestroy(b.done);
     }
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
+    for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
     for (cudaStream_t s : {stream_, copy_stream_}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
@@ -102,6 +107,20 @@ class CudaBackend final : public Backend {
   // Ranks of one process share threads (the engine thread creates every rank's backend): each
   // op makes its own device current first.
   void Current() const { KVSERVE_CUDA_CHECK(cudaSetDevice(options_.device)); }
+
+  // Makes the compute stream wait for the block copies that touch the cache `c` (one layer of
+  // a pool, named by its K array), once.
+  void AwaitCopies(const KvCacheView& c) {
+    for (size_t i = 0; i < pending_.size();) {
+      if (pending_[i].cache == c.k) {
+        KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(stream_, pending_[i].done, 0));
+        pending_[i] = pending_.back();
+        pending_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
 
   void* Allocate(size_t bytes) override {
     Current();
@@ -152,6 +171,7 @@ class CudaBackend final : public Backend {
     Current();
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    pending_.clear();  // every copy is done
   }
 
   void Gemm(const GemmParams& p) override {
@@ -206,6 +226,7 @@ class CudaBackend final : public Backend {
 
   void WriteKv(const WriteKvParams& p) override {
     Current();
+    AwaitCopies(p.cache);
     const KvCacheView& c = p.cache;
     cuda::KvWriteArgs a;
     a.k = p.k;
@@ -227,6 +248,7 @@ class CudaBackend final : public Backend {
 
   void PagedAttention(const PagedAttentionParams& p) override {
     Current();
+    AwaitCopies(p.cache);
     const KvCacheView& c = p.cache;
     cuda::AttnArgs a;
     a.q = p.q;
@@ -282,17 +304,23 @@ class CudaBackend final : public Backend {
   void CopyBlocks(const CopyBlocksParams& p) override {
     Current();
     if (p.num_pairs == 0 || p.num_layers == 0) return;
-    // The previous step's copies must be done before their segment list is overwritten.
-    KVSERVE_CUDA_CHECK(cudaEventSynchronize(copies_done_));
+    // A ring of segment lists, so that the step's three calls (swap-out, copy-on-write,
+    // swap-in) do not wait for one another on the host; a list is reused once the copies that
+    // read it are done.
+    SegmentBuffer& buf = segment_buffers_[next_segment_buffer_];
+    next_segment_buffer_ = (next_segment_buffer_ + 1) % segment_buffers_.size();
+    KVSERVE_CUDA_CHECK(cudaEventSynchronize(buf.done));
     const size_t count = static_cast<size_t>(p.num_layers * p.num_pairs * 4);
-    if (count > segment_capacity_) {
-      if (segments_ != nullptr) KVSERVE_CUDA_CHECK(cudaFreeHost(segments_));
-      segment_capacity_ = std::max(count, 2 * segment_capacity_);
-      KVSERVE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&segments_),
-                                       segment_capacity_ * sizeof(cuda::CopySegment),
+    if (count > buf.capacity) {
+      if (buf.segments != nullptr) KVSERVE_CUDA_CHECK(cudaFreeHost(buf.segments));
+      buf.capacity = std::max(count, 2 * buf.capacity);
+      KVSERVE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&buf.segments),
+                                       buf.capacity * sizeof(cuda::CopySegment),
                                        cudaHostAllocMapped));
     }
+    cuda::CopySegment* segments = buf.segments;
     size_t n = 0;
+    std::vector<size_t> layer_end(p.num_layers);
     for (int64_t l = 0; l < p.num_layers; ++l) {
       const KvCacheView& src = p.src_layers[l];
       const KvCacheView& dst = p.dst_layers[l];
@@ -305,40 +333,71 @@ class CudaBackend final : public Backend {
           2 * heads * src.v_format.ScaleEntries(static_cast<int>(bs), static_cast<int>(d));
       for (int64_t i = 0; i < p.num_pairs; ++i) {
         const int64_t s = p.src[i], t = p.dst[i];
-        segments_[n++] = {src.k + s * k_bytes, dst.k + t * k_bytes, k_bytes};
-        segments_[n++] = {src.v + s * v_bytes, dst.v + t * v_bytes, v_bytes};
+        segments[n++] = {src.k + s * k_bytes, dst.k + t * k_bytes, k_bytes};
+        segments[n++] = {src.v + s * v_bytes, dst.v + t * v_bytes, v_bytes};
         if (k_scale_bytes > 0) {
-          segments_[n++] = {reinterpret_cast<const uint8_t*>(src.k_scales) + s * k_scale_bytes,
-                            reinterpret_cast<uint8_t*>(dst.k_scales) + t * k_scale_bytes,
-                            k_scale_bytes};
+          segments[n++] = {reinterpret_cast<const uint8_t*>(src.k_scales) + s * k_scale_bytes,
+                           reinterpret_cast<uint8_t*>(dst.k_scales) + t * k_scale_bytes,
+                           k_scale_bytes};
         }
         if (v_scale_bytes > 0) {
-          segments_[n++] = {reinterpret_cast<const uint8_t*>(src.v_scales) + s * v_scale_bytes,
-                            reinterpret_cast<uint8_t*>(dst.v_scales) + t * v_scale_bytes,
-                            v_scale_bytes};
+          segments[n++] = {reinterpret_cast<const uint8_t*>(src.v_scales) + s * v_scale_bytes,
+                           reinterpret_cast<uint8_t*>(dst.v_scales) + t * v_scale_bytes,
+                           v_scale_bytes};
         }
       }
+      layer_end[l] = n;
     }
     cuda::CopySegment* device_view = nullptr;
     KVSERVE_CUDA_CHECK(
-        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_view), segments_, 0));
-    // Copies start after the compute issued so far, and compute issued later waits for them.
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_view), segments, 0));
+    // Copies start after the compute issued so far. They go layer by layer, each layer's done
+    // event recorded for the caches it touches: the compute issued later waits only where it
+    // touches those caches (AwaitCopies in WriteKv and PagedAttention), so layer l's copies
+    // overlap the layers before l.
     KVSERVE_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
-    cuda::LaunchCopySegments(device_view, static_cast<int64_t>(n), copy_stream_);
-    KVSERVE_CUDA_CHECK(cudaEventRecord(copies_done_, copy_stream_));
-    KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(stream_, copies_done_, 0));
+    while (layer_events_.size() < static_cast<size_t>(p.num_layers)) {
+      cudaEvent_t e = nullptr;
+      KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      layer_events_.push_back(e);
+    }
+    size_t begin = 0;
+    for (int64_t l = 0; l < p.num_layers; ++l) {
+      cuda::LaunchCopySegments(device_view + begin, static_cast<int64_t>(layer_end[l] - begin),
+                               copy_stream_);
+      begin = layer_end[l];
+      // Re-recording an event that is still pending from an earlier call only makes its wait
+      // later (the copy stream is in order); a wait already enqueued keeps the old record.
+      const cudaEvent_t e = layer_events_[l];
+      KVSERVE_CUDA_CHECK(cudaEventRecord(e, copy_stream_));
+      pending_.push_back({p.src_layers[l].k, e});
+      pending_.push_back({p.dst_layers[l].k, e});
+    }
+    KVSERVE_CUDA_CHECK(cudaEventRecord(buf.done, copy_stream_));
   }
 
  private:
   CudaBackendOptions options_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
-  cudaEvent_t compute_done_ = nullptr, copies_done_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  // Per-layer copy events, and the caches whose next use must wait for one.
+  struct PendingCopy {
+    const uint8_t* cache;
+    cudaEvent_t done;
+  };
+  std::vector<cudaEvent_t> layer_events_;
+  std::vector<PendingCopy> pending_;
   cublasHandle_t cublas_ = nullptr;
   DeviceScratch attention_workspace_, rounded_x_;
-  cuda::CopySegment* segments_ = nullptr;  // mapped pinned host memory
-  size_t segment_capacity_ = 0;
+  struct SegmentBuffer {
+    cuda::CopySegment* segments = nullptr;  // mapped pinned host memory
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;  // the copies that read it
+  };
+  std::array<SegmentBuffer, 4> segment_buffers_;
+  size_t next_segment_buffer_ = 0;
 };
 
 }  // namespace
