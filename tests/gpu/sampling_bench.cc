@@ -1,8 +1,8 @@
 // GPU sampling (kernels/cuda/sampling.cu) against the CPU twin on the same rows: time per step
 // for batch 1 / 64 / 256 × vocabulary 128,256 (Llama 3) and 151,936 (Qwen 2/3) with the
 // parameter mixes a server sees (greedy, temperature alone, top-p, top-k + top-p + min-p),
-// and whether every GPU token equals the CPU's. Logits are N(0, 3²) with a few spikes, like a
-// language model's. Prints a table; exits 1 on a mismatch.
+// and whether every GPU token equals the CPU's; plus the logprobs (top 5) of those draws. Logits
+// are N(0, 3²) with a few spikes, like a language model's. Prints a table; exits 1 on a mismatch.
 //
 //   sampling_bench [--quick]
 #include <cuda_runtime.h>
@@ -51,8 +51,8 @@ int Main(int argc, char** argv) {
                        {"T0.7,p0.9", 0.7f, 0.9f, 0.0f, 0},
                        {"T0.7,k50,p0.9,minp0.05", 0.7f, 0.9f, 0.05f, 50}};
   std::mt19937 rng(3);
-  std::printf("%-24s %5s %7s %10s %10s %8s %s\n", "mix", "batch", "vocab", "gpu_us", "cpu_us",
-              "x_cpu", "tokens");
+  std::printf("%-24s %5s %7s %10s %10s %8s %10s %s\n", "mix", "batch", "vocab", "gpu_us", "cpu_us",
+              "x_cpu", "logprob_us", "tokens");
   bool all_match = true;
   for (int64_t vocab : vocabs) {
     const int max_batch = batches.back();
@@ -68,6 +68,13 @@ int Main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&d_logits, logits.size() * sizeof(float)));
     CHECK_CUDA(cudaMalloc(&d_requests, max_batch * sizeof(SampleRequest)));
     CHECK_CUDA(cudaMalloc(&d_tokens, max_batch * sizeof(int32_t)));
+    LogprobRequest* d_lq = nullptr;
+    float *d_lp = nullptr, *d_top_lp = nullptr;
+    int32_t* d_top_ids = nullptr;
+    CHECK_CUDA(cudaMalloc(&d_lq, max_batch * sizeof(LogprobRequest)));
+    CHECK_CUDA(cudaMalloc(&d_lp, max_batch * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&d_top_lp, max_batch * kMaxTopLogprobs * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&d_top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
     CHECK_CUDA(
         cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
     for (int batch : batches) {
@@ -116,11 +123,41 @@ int Main(int argc, char** argv) {
                 .count();
         const bool match = got == want;
         all_match = all_match && match;
-        std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %s\n", m.name, batch, long(vocab), gpu_us,
-                    cpu_us, cpu_us / gpu_us, match ? "same" : "DIFFER");
+        // Logprobs of these draws with the top 5 (what an OpenAI `logprobs: 5` request costs).
+        std::vector<LogprobRequest> lq(batch);
+        for (int r = 0; r < batch; ++r) lq[r] = {r, r, 5};
+        CHECK_CUDA(
+            cudaMemcpy(d_lq, lq.data(), batch * sizeof(LogprobRequest), cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        LogprobsParams lp;
+        lp.logits = d_logits;
+        lp.num_rows = batch;
+        lp.vocab = vocab;
+        lp.shard_vocab = vocab;
+        lp.tokens = d_tokens;
+        lp.requests = d_lq;
+        lp.num_requests = batch;
+        lp.logprob = d_lp;
+        lp.top_ids = d_top_ids;
+        lp.top_logprobs = d_top_lp;
+        gpu.Logprobs(lp);
+        gpu.Synchronize();
+        const auto l0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) gpu.Logprobs(lp);
+        gpu.Synchronize();
+        const double lp_us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - l0)
+                .count() /
+            iters;
+        std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %10.1f %s\n", m.name, batch, long(vocab),
+                    gpu_us, cpu_us, cpu_us / gpu_us, lp_us, match ? "same" : "DIFFER");
       }
     }
     cudaFree(d_logits);
+    for (void* ptr : {static_cast<void*>(d_lq), static_cast<void*>(d_lp),
+                      static_cast<void*>(d_top_lp), static_cast<void*>(d_top_ids)}) {
+      cudaFree(ptr);
+    }
     cudaFree(d_requests);
     cudaFree(d_tokens);
   }
