@@ -220,7 +220,63 @@ Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
 void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) {
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
-  Reserve(scratch_.tokens, samples);
+  Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));
+}
+
+void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
+                 const kernels::SampleRequest* samples,
+                 const kernels::LogprobRequest* logprob_requests, ForwardOutput* out) {
+  // The results in one backend array, so they come back in one copy: the tokens, then per
+  // logprobs request its logprob, kMaxTopLogprobs ids and kMaxTopLogprobs values.
+  constexpr int kTop = kernels::kMaxTopLogprobs;
+  const auto n = static_cast<int64_t>(b.samples.size());
+  const auto num = static_cast<int64_t>(b.logprobs.size());
+  const int64_t words = n + num * (1 + 2 * kTop);
+  uint32_t* results = Reserve(scratch_.results, words);
+  kernels::SampleParams sp;
+  sp.logits = logits;
+  sp.num_rows = rows;
+  sp.vocab = config_.vocab_size;
+  sp.shard_vocab = vocab_shard_;
+  sp.requests = samples;
+  sp.num_requests = n;
+  sp.tokens = reinterpret_cast<int32_t*>(results);
+  backend_->Sample(sp);
+  uint32_t* lp_words = results + n;
+  if (num > 0) {
+    kernels::LogprobsParams lp;
+    lp.logits = logits;
+    lp.num_rows = rows;
+    lp.vocab = config_.vocab_size;
+    lp.shard_vocab = vocab_shard_;
+    lp.tokens = sp.tokens;
+    lp.requests = logprob_requests;
+    lp.num_requests = num;
+    lp.logprob = reinterpret_cast<float*>(lp_words);
+    lp.top_ids = reinterpret_cast<int32_t*>(lp_words + num);
+    lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (1 + kTop));
+    backend_->Logprobs(lp);
+  }
+  std::vector<uint32_t>& host = scratch_.results_host;
+  host.resize(words);
+  backend_->Download(host.data(), results, sizeof(uint32_t) * words);
+  out->tokens.resize(n);
+  std::memcpy(out->tokens.data(), host.data(), sizeof(int32_t) * n);
+  const uint32_t* h = host.data() + n;
+  for (int64_t k = 0; k < num; ++k) {
+    const kernels::LogprobRequest& q = b.logprobs[k];
+    TokenLogprobs t;
+    t.token = out->tokens[q.sample];
+    std::memcpy(&t.logprob, h + k, sizeof(float));
+    for (int i = 0; i < std::min<int64_t>(q.top_n, config_.vocab_size); ++i) {
+      int32_t id;
+      float value;
+      std::memcpy(&id, h + num + k * kTop + i, sizeof(id));
+      std::memcpy(&value, h + num * (1 + kTop) + k * kTop + i, sizeof(value));
+      t.top.emplace_back(id, value);
+    }
+    out->logprobs.push_back(std::move(t));
+  }
 }
 
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
@@ -337,56 +393,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   ForwardOutput out;
   if (shard_.rank != 0) return out;
   const int64_t vocab = c.vocab_size;
-  if (!b.samples.empty()) {
-    const auto n = static_cast<int64_t>(b.samples.size());
-    kernels::SampleParams sp;
-    sp.logits = logits;
-    sp.num_rows = R;
-    sp.vocab = vocab;
-    sp.shard_vocab = vs;
-    sp.requests = samples;
-    sp.num_requests = n;
-    sp.tokens = Reserve(s.tokens, n);
-    backend_->Sample(sp);
-    if (!b.logprobs.empty()) {
-      const auto num = static_cast<int64_t>(b.logprobs.size());
-      constexpr int kTop = kernels::kMaxTopLogprobs;
-      uint32_t* words = Reserve(s.logprobs, num * (1 + 2 * kTop));
-      kernels::LogprobsParams lp;
-      lp.logits = logits;
-      lp.num_rows = R;
-      lp.vocab = vocab;
-      lp.shard_vocab = vs;
-      lp.tokens = sp.tokens;
-      lp.requests = logprob_requests;
-      lp.num_requests = num;
-      lp.logprob = reinterpret_cast<float*>(words);
-      lp.top_ids = reinterpret_cast<int32_t*>(words + num);
-      lp.top_logprobs = reinterpret_cast<float*>(words + num * (1 + kTop));
-      backend_->Logprobs(lp);
-      s.logprobs_host.resize(num * (1 + 2 * kTop));
-      backend_->Download(s.logprobs_host.data(), words, sizeof(uint32_t) * s.logprobs_host.size());
-    }
-    out.tokens.resize(n);
-    backend_->Download(out.tokens.data(), sp.tokens, sizeof(int32_t) * n);
-    for (size_t k = 0; k < b.logprobs.size(); ++k) {  // after the tokens: they name the token
-      const kernels::LogprobRequest& q = b.logprobs[k];
-      const auto num = static_cast<int64_t>(b.logprobs.size());
-      constexpr int kTop = kernels::kMaxTopLogprobs;
-      const uint32_t* words = s.logprobs_host.data();
-      TokenLogprobs t;
-      t.token = out.tokens[q.sample];
-      std::memcpy(&t.logprob, words + k, sizeof(float));
-      for (int i = 0; i < std::min<int64_t>(q.top_n, vocab); ++i) {
-        int32_t id;
-        float value;
-        std::memcpy(&id, words + num + k * kTop + i, sizeof(id));
-        std::memcpy(&value, words + num * (1 + kTop) + k * kTop + i, sizeof(value));
-        t.top.emplace_back(id, value);
-      }
-      out.logprobs.push_back(std::move(t));
-    }
-  }
+  if (!b.samples.empty()) Draw(b, logits, R, samples, logprob_requests, &out);
   if (!b.host_logit_rows.empty()) {
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());
     float* rows = Reserve(s.host_rows, n * vocab);

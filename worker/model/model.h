@@ -121,12 +121,9 @@ class Model {
     std::vector<uint8_t> batch_host;
     kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
-    kernels::Buffer<float> host_rows;  // the logits rows that come back, gathered
-    kernels::Buffer<int32_t> tokens;
-    // Logprobs outputs, one array so they come back in one copy: per request a logprob, then
-    // kMaxTopLogprobs ids and kMaxTopLogprobs values.
-    kernels::Buffer<uint32_t> logprobs;
-    std::vector<uint32_t> logprobs_host;
+    kernels::Buffer<float> host_rows;   // the logits rows that come back, gathered
+    kernels::Buffer<uint32_t> results;  // drawn tokens and logprobs (Draw)
+    std::vector<uint32_t> results_host;
   };
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
@@ -138,6 +135,11 @@ class Model {
     float *selected, *local, *gathered;  // gathered: null without a communicator
   };
   LogitBuffers ReserveLogits(int64_t rows);
+  // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
+  // computes the logprobs asked for, into out->tokens and out->logprobs.
+  void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
+            const kernels::SampleRequest* samples, const kernels::LogprobRequest* logprob_requests,
+            ForwardOutput* out);
 
   Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
       : config_(config),
