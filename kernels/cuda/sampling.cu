@@ -19,6 +19,12 @@ constexpr int kThreads = 512;
 struct Row {
   const float* base;  // the row's first slice
   int64_t vocab, shard, shard_stride;
+  __device__ Row(const float* logits, int64_t num_rows, int64_t vocab_size, int64_t shard_vocab,
+                 int64_t r)
+      : vocab(vocab_size), shard(shard_vocab > 0 ? shard_vocab : vocab_size) {
+    base = logits + r * shard;
+    shard_stride = num_rows * shard;
+  }
   __device__ float At(int64_t i) const {
     if (shard == vocab) return base[i];
     const int64_t s = static_cast<int32_t>(i) / static_cast<int32_t>(shard);
@@ -151,8 +157,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   __shared__ alignas(Shared) unsigned char sh_bytes[sizeof(Shared)];  // no constructor runs
   Shared& sh = *reinterpret_cast<Shared*>(sh_bytes);
   const SampleRequest r = p.requests[blockIdx.x];
-  const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
-  const Row row{p.logits + r.row * shard, p.vocab, shard, p.num_rows * shard};
+  const Row row(p.logits, p.num_rows, p.vocab, p.shard_vocab, r.row);
 
   ArgMax mine{0.0f, INT64_MAX};
   for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
@@ -236,8 +241,7 @@ __global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
   __shared__ alignas(Shared) unsigned char sh_bytes[sizeof(Shared)];  // no constructor runs
   Shared& sh = *reinterpret_cast<Shared*>(sh_bytes);
   const LogprobRequest q = p.requests[blockIdx.x];
-  const int64_t shard = p.shard_vocab > 0 ? p.shard_vocab : p.vocab;
-  const Row row{p.logits + q.row * shard, p.vocab, shard, p.num_rows * shard};
+  const Row row(p.logits, p.num_rows, p.vocab, p.shard_vocab, q.row);
   float mine = -INFINITY;
   for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
     const float l = row.At(i);

@@ -25,30 +25,22 @@
 #include "common/kv_format.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace kvserve::kernels {
 namespace {
-
-#define CHECK_CUDA(call)                                              \
-  do {                                                                \
-    const cudaError_t e = (call);                                     \
-    if (e != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                   \
-    }                                                                 \
-  } while (0)
 
 // Fills `bytes` of device memory with `pattern` (host, `pattern_bytes` long) repeated.
 void FillRepeated(void* dst, size_t bytes, const std::vector<uint8_t>& pattern) {
   auto* d = static_cast<uint8_t*>(dst);
   const size_t first = std::min(bytes, pattern.size());
-  CHECK_CUDA(cudaMemcpy(d, pattern.data(), first, cudaMemcpyHostToDevice));
+  KVSERVE_CUDA_CHECK(cudaMemcpy(d, pattern.data(), first, cudaMemcpyHostToDevice));
   for (size_t done = first; done < bytes;) {  // doubling device-to-device copies
     const size_t n = std::min(done, bytes - done);
-    CHECK_CUDA(cudaMemcpy(d + done, d, n, cudaMemcpyDeviceToDevice));
+    KVSERVE_CUDA_CHECK(cudaMemcpy(d + done, d, n, cudaMemcpyDeviceToDevice));
     done += n;
   }
-  CHECK_CUDA(cudaDeviceSynchronize());  // the backend's streams do not wait for this one
+  KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());  // the backend's streams do not wait for this one
 }
 
 struct Row {
@@ -62,18 +54,18 @@ constexpr int kMaxPrefillTokens = 2048;
 
 double CopyBandwidth(uint8_t* buf, size_t bytes) {
   cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  CHECK_CUDA(cudaMemcpy(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
+  KVSERVE_CUDA_CHECK(cudaEventCreate(&a));
+  KVSERVE_CUDA_CHECK(cudaEventCreate(&b));
+  KVSERVE_CUDA_CHECK(cudaMemcpy(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
   const int iters = 10;
-  CHECK_CUDA(cudaEventRecord(a));
+  KVSERVE_CUDA_CHECK(cudaEventRecord(a));
   for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaMemcpyAsync(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
+    KVSERVE_CUDA_CHECK(cudaMemcpyAsync(buf + bytes, buf, bytes, cudaMemcpyDeviceToDevice));
   }
-  CHECK_CUDA(cudaEventRecord(b));
-  CHECK_CUDA(cudaEventSynchronize(b));
+  KVSERVE_CUDA_CHECK(cudaEventRecord(b));
+  KVSERVE_CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+  KVSERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   return 2.0 * bytes * iters / (ms * 1e-3) / 1e9;  // read + write
 }
 
@@ -120,8 +112,8 @@ int Main(int argc, char** argv) {
   const size_t scale_count = size_t(max_tokens) * kv_heads * 2 * 2;  // int4: scale + minimum
   uint8_t* arena = nullptr;
   uint16_t* scales = nullptr;
-  CHECK_CUDA(cudaMalloc(&arena, data_bytes));
-  CHECK_CUDA(cudaMalloc(&scales, scale_count * 2));
+  KVSERVE_CUDA_CHECK(cudaMalloc(&arena, data_bytes));
+  KVSERVE_CUDA_CHECK(cudaMalloc(&scales, scale_count * 2));
   // Random bytes with bit 6 cleared: bf16 values below 2 in magnitude, fp8 codes that are never
   // NaN, any int8 / int4 code. Scales are fp16 0.01. (The pattern repeats every 64 MiB.)
   std::vector<uint8_t> pattern(size_t{64} << 20);
@@ -141,12 +133,13 @@ int Main(int argc, char** argv) {
 
   float *q = nullptr, *out = nullptr;
   const size_t q_rows = std::max(batches.back(), kMaxPrefillTokens);
-  CHECK_CUDA(cudaMalloc(&q, sizeof(float) * q_rows * heads * d));
-  CHECK_CUDA(cudaMalloc(&out, sizeof(float) * q_rows * heads * d));
+  KVSERVE_CUDA_CHECK(cudaMalloc(&q, sizeof(float) * q_rows * heads * d));
+  KVSERVE_CUDA_CHECK(cudaMalloc(&out, sizeof(float) * q_rows * heads * d));
   std::vector<float> q_host(q_rows * heads * d);
   for (float& x : q_host) x = std::normal_distribution<float>()(fill_rng);
-  CHECK_CUDA(cudaMemcpy(q, q_host.data(), q_host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaDeviceSynchronize());
+  KVSERVE_CUDA_CHECK(
+      cudaMemcpy(q, q_host.data(), q_host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<Row> rows;
   struct Fmt {
     std::string name;
@@ -217,8 +210,8 @@ int Main(int argc, char** argv) {
   };
   std::mt19937 rng(1);
   cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
+  KVSERVE_CUDA_CHECK(cudaEventCreate(&start));
+  KVSERVE_CUDA_CHECK(cudaEventCreate(&stop));
   for (const Config& cfg : configs) {
     Backend& be = backend_for(cfg.blocks_per_sm);
     const KvFormat& f = cfg.fmt->f;
@@ -243,15 +236,15 @@ int Main(int argc, char** argv) {
     std::vector<int32_t> qs(cfg.batch), ql(cfg.batch, cfg.query), cl(cfg.batch, cfg.context);
     for (int i = 0; i < cfg.batch; ++i) qs[i] = i * cfg.query;
     int32_t *dtable, *dqs, *dql, *dcl;
-    CHECK_CUDA(cudaMalloc(&dtable, table.size() * 4));
-    CHECK_CUDA(cudaMalloc(&dqs, cfg.batch * 4));
-    CHECK_CUDA(cudaMalloc(&dql, cfg.batch * 4));
-    CHECK_CUDA(cudaMalloc(&dcl, cfg.batch * 4));
-    CHECK_CUDA(cudaMemcpy(dtable, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dqs, qs.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dql, ql.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dcl, cl.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaDeviceSynchronize());
+    KVSERVE_CUDA_CHECK(cudaMalloc(&dtable, table.size() * 4));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&dqs, cfg.batch * 4));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&dql, cfg.batch * 4));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&dcl, cfg.batch * 4));
+    KVSERVE_CUDA_CHECK(cudaMemcpy(dtable, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    KVSERVE_CUDA_CHECK(cudaMemcpy(dqs, qs.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    KVSERVE_CUDA_CHECK(cudaMemcpy(dql, ql.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    KVSERVE_CUDA_CHECK(cudaMemcpy(dcl, cl.data(), cfg.batch * 4, cudaMemcpyHostToDevice));
+    KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
     auto stream = static_cast<cudaStream_t>(CudaComputeStream(be));
     PagedAttentionParams p;
     p.q = q;
@@ -270,19 +263,19 @@ int Main(int argc, char** argv) {
     p.max_context_len = cfg.context;
     be.PagedAttention(p);  // warm-up (and workspace growth)
     be.Synchronize();
-    CHECK_CUDA(cudaEventRecord(start, stream));
+    KVSERVE_CUDA_CHECK(cudaEventRecord(start, stream));
     be.PagedAttention(p);
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
+    KVSERVE_CUDA_CHECK(cudaEventRecord(stop, stream));
+    KVSERVE_CUDA_CHECK(cudaEventSynchronize(stop));
     float one_ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
+    KVSERVE_CUDA_CHECK(cudaEventElapsedTime(&one_ms, start, stop));
     const int iters = std::clamp(static_cast<int>(25.0f / std::max(one_ms, 1e-3f)), 3, 200);
-    CHECK_CUDA(cudaEventRecord(start, stream));
+    KVSERVE_CUDA_CHECK(cudaEventRecord(start, stream));
     for (int i = 0; i < iters; ++i) be.PagedAttention(p);
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
+    KVSERVE_CUDA_CHECK(cudaEventRecord(stop, stream));
+    KVSERVE_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    KVSERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     const double us = 1e3 * ms / iters;
     // Bytes the kernel must read: K and V data and scales of every token, the queries and the
     // output written.
@@ -291,7 +284,7 @@ int Main(int argc, char** argv) {
     const double gbps = bytes / (us * 1e-6) / 1e9;
     rows.push_back({cfg.fmt->name, cfg.batch, cfg.context, bs, cfg.blocks_per_sm, us, gbps,
                     gbps / copy_gbps, cfg.query});
-    for (int32_t* ptr : {dtable, dqs, dql, dcl}) CHECK_CUDA(cudaFree(ptr));
+    for (int32_t* ptr : {dtable, dqs, dql, dcl}) KVSERVE_CUDA_CHECK(cudaFree(ptr));
   }
   std::printf("%-6s %6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "query", "context",
               "block", "per_sm", "time_us", "GB/s", "of_copy");
@@ -319,8 +312,8 @@ int Main(int argc, char** argv) {
     std::fprintf(f, "]}\n");
     std::fclose(f);
   }
-  CHECK_CUDA(cudaFree(arena));
-  CHECK_CUDA(cudaFree(scales));
+  KVSERVE_CUDA_CHECK(cudaFree(arena));
+  KVSERVE_CUDA_CHECK(cudaFree(scales));
   return 0;
 }
 

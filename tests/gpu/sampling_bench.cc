@@ -16,18 +16,24 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace kvserve::kernels {
 namespace {
 
-#define CHECK_CUDA(call)                                              \
-  do {                                                                \
-    const cudaError_t e = (call);                                     \
-    if (e != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                   \
-    }                                                                 \
-  } while (0)
+// Mean time of `op` on the backend over 20 runs after a warm-up, in microseconds.
+template <typename Op>
+double MeanMicros(Backend& backend, const Op& op) {
+  op();
+  backend.Synchronize();
+  const int iters = 20;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  backend.Synchronize();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+             .count() /
+         iters;
+}
 
 struct Mix {
   const char* name;
@@ -65,17 +71,17 @@ int Main(int argc, char** argv) {
     float* d_logits = nullptr;
     SampleRequest* d_requests = nullptr;
     int32_t* d_tokens = nullptr;
-    CHECK_CUDA(cudaMalloc(&d_logits, logits.size() * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&d_requests, max_batch * sizeof(SampleRequest)));
-    CHECK_CUDA(cudaMalloc(&d_tokens, max_batch * sizeof(int32_t)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_logits, logits.size() * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_requests, max_batch * sizeof(SampleRequest)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_tokens, max_batch * sizeof(int32_t)));
     LogprobRequest* d_lq = nullptr;
     float *d_lp = nullptr, *d_top_lp = nullptr;
     int32_t* d_top_ids = nullptr;
-    CHECK_CUDA(cudaMalloc(&d_lq, max_batch * sizeof(LogprobRequest)));
-    CHECK_CUDA(cudaMalloc(&d_lp, max_batch * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&d_top_lp, max_batch * kMaxTopLogprobs * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&d_top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
-    CHECK_CUDA(
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_lq, max_batch * sizeof(LogprobRequest)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_lp, max_batch * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_top_lp, max_batch * kMaxTopLogprobs * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&d_top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
+    KVSERVE_CUDA_CHECK(
         cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
     for (int batch : batches) {
       for (const Mix& m : mixes) {
@@ -89,9 +95,9 @@ int Main(int argc, char** argv) {
           requests[r].seed = 1000 + r;
           requests[r].step = 7;
         }
-        CHECK_CUDA(cudaMemcpy(d_requests, requests.data(), batch * sizeof(SampleRequest),
-                              cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaDeviceSynchronize());
+        KVSERVE_CUDA_CHECK(cudaMemcpy(d_requests, requests.data(), batch * sizeof(SampleRequest),
+                                      cudaMemcpyHostToDevice));
+        KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
         SampleParams p;
         p.logits = d_logits;
         p.num_rows = batch;
@@ -100,18 +106,9 @@ int Main(int argc, char** argv) {
         p.requests = d_requests;
         p.num_requests = batch;
         p.tokens = d_tokens;
-        gpu.Sample(p);  // warm-up
-        gpu.Synchronize();
-        const int iters = 20;
-        const auto g0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) gpu.Sample(p);
-        gpu.Synchronize();
-        const double gpu_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g0)
-                .count() /
-            iters;
+        const double gpu_us = MeanMicros(gpu, [&] { gpu.Sample(p); });
         std::vector<int32_t> got(batch), want(batch);
-        CHECK_CUDA(
+        KVSERVE_CUDA_CHECK(
             cudaMemcpy(got.data(), d_tokens, batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
         p.logits = logits.data();
         p.requests = requests.data();
@@ -126,9 +123,9 @@ int Main(int argc, char** argv) {
         // Logprobs of these draws with the top 5 (what an OpenAI `logprobs: 5` request costs).
         std::vector<LogprobRequest> lq(batch);
         for (int r = 0; r < batch; ++r) lq[r] = {r, r, 5};
-        CHECK_CUDA(
+        KVSERVE_CUDA_CHECK(
             cudaMemcpy(d_lq, lq.data(), batch * sizeof(LogprobRequest), cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaDeviceSynchronize());
+        KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
         LogprobsParams lp;
         lp.logits = d_logits;
         lp.num_rows = batch;
@@ -140,15 +137,7 @@ int Main(int argc, char** argv) {
         lp.logprob = d_lp;
         lp.top_ids = d_top_ids;
         lp.top_logprobs = d_top_lp;
-        gpu.Logprobs(lp);
-        gpu.Synchronize();
-        const auto l0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) gpu.Logprobs(lp);
-        gpu.Synchronize();
-        const double lp_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - l0)
-                .count() /
-            iters;
+        const double lp_us = MeanMicros(gpu, [&] { gpu.Logprobs(lp); });
         std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %10.1f %s\n", m.name, batch, long(vocab),
                     gpu_us, cpu_us, cpu_us / gpu_us, lp_us, match ? "same" : "DIFFER");
       }

@@ -88,6 +88,25 @@ std::vector<float> RandomLogits(std::mt19937& rng, int64_t vocab, bool ties) {
   return l;
 }
 
+// `rows` rows of random logits, and the same laid out in vocabulary slices of `shard` ids as a
+// tensor-parallel LM head gathers them ([slice][row][shard], NaN padding).
+struct SlicedRows {
+  std::vector<std::vector<float>> rows;
+  std::vector<float> sliced;
+};
+SlicedRows MakeSlicedRows(std::mt19937& rng, int64_t rows, int64_t vocab, int64_t shard) {
+  SlicedRows out;
+  const int64_t slices = (vocab + shard - 1) / shard;
+  out.sliced.assign(slices * rows * shard, NAN);
+  for (int64_t r = 0; r < rows; ++r) {
+    out.rows.push_back(RandomLogits(rng, vocab, r == 1));
+    for (int64_t i = 0; i < vocab; ++i) {
+      out.sliced[(i / shard) * rows * shard + r * shard + i % shard] = out.rows[r][i];
+    }
+  }
+  return out;
+}
+
 TEST(SamplingTest, TwinMatchesTheSortedDefinition) {
   std::mt19937 rng(11);
   int sampled = 0;
@@ -164,14 +183,7 @@ TEST(SamplingTest, FrequenciesFollowTheFilteredSoftmax) {
 TEST(SamplingTest, SlicedRowsDrawLikeContiguousOnes) {
   std::mt19937 rng(5);
   const int64_t rows = 3, vocab = 1000, shard = 256;  // 4 slices, the last one short
-  const int64_t slices = (vocab + shard - 1) / shard;
-  std::vector<std::vector<float>> logits;
-  std::vector<float> sliced(slices * rows * shard, NAN);
-  for (int64_t r = 0; r < rows; ++r) {
-    logits.push_back(RandomLogits(rng, vocab, r == 1));
-    for (int64_t i = 0; i < vocab; ++i)
-      sliced[(i / shard) * rows * shard + r * shard + i % shard] = logits[r][i];
-  }
+  auto [logits, sliced] = MakeSlicedRows(rng, rows, vocab, shard);
   std::vector<SampleRequest> requests;
   for (int k = 0; k < 60; ++k) {
     requests.push_back(RandomRequest(rng, vocab));
@@ -212,14 +224,7 @@ TEST(SamplingTest, LogprobsAreLogSoftmaxOfRawLogits) {
 TEST(SamplingTest, LogprobsFollowTheDrawsOverSlicedRows) {
   std::mt19937 rng(4);
   const int64_t rows = 2, vocab = 700, shard = 256;
-  const int64_t slices = (vocab + shard - 1) / shard;
-  std::vector<std::vector<float>> logits;
-  std::vector<float> sliced(slices * rows * shard, NAN);
-  for (int64_t r = 0; r < rows; ++r) {
-    logits.push_back(RandomLogits(rng, vocab, r == 1));
-    for (int64_t i = 0; i < vocab; ++i)
-      sliced[(i / shard) * rows * shard + r * shard + i % shard] = logits[r][i];
-  }
+  auto [logits, sliced] = MakeSlicedRows(rng, rows, vocab, shard);
   const std::vector<int32_t> tokens = {17, 650, 3};
   const std::vector<LogprobRequest> requests = {{0, 1, 5}, {1, 0, 20}, {1, 2, 0}};
   std::vector<float> logprob(3), top_values(3 * kMaxTopLogprobs);
