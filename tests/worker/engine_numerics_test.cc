@@ -4,9 +4,12 @@
 // against the same requests run one at a time.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <tuple>
 
+#include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
@@ -71,6 +74,53 @@ TEST(EngineHalfWeightsTest, DistributionsTrackTransformers) {
       // 0.994-0.997 and 1e-6-4e-6 for fp16.
       EXPECT_GE(m.top1, 0.95) << model << " " << dtype;
       EXPECT_LT(m.mean_kl, 1e-3) << model << " " << dtype;
+    }
+  }
+}
+
+// A bf16 checkpoint served in bf16 is copied as stored (weight_reader.cc): its logits are
+// bit for bit those of the float32 checkpoint rounded to bf16 at load, on one rank and on two
+// (row and column slices of the raw bytes).
+TEST(EngineHalfWeightsTest, Bf16CheckpointLoadsAsStored) {
+  const std::string src = kvserve::testing::FixtureModel("tiny-llama3");
+  const std::string dir = kvserve::testing::MakeTempDir();
+  std::filesystem::copy_file(src + "/config.json", dir + "/config.json");
+  ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpoint::Open(src));
+  std::vector<std::string> bytes;
+  std::vector<TensorToWrite> tensors;
+  // The matrices in bf16; the norms stay float32 (the model keeps vectors in float32 anyway).
+  for (const auto& [name, t] : ckpt->tensors()) {
+    const std::vector<float> values = t->ToFloat32();
+    std::string b(values.size() * 4, '\0');
+    if (t->shape.size() == 2) {
+      b.resize(values.size() * 2);
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t h = FloatToBf16(values[i]);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+    } else {
+      std::memcpy(b.data(), values.data(), b.size());
+    }
+    bytes.push_back(std::move(b));
+  }
+  size_t k = 0;
+  for (const auto& [name, t] : ckpt->tensors()) {
+    tensors.push_back(
+        {name, t->shape.size() == 2 ? DType::kBF16 : DType::kF32, t->shape, bytes[k++]});
+  }
+  ASSERT_OK(WriteSafetensors(dir + "/model.safetensors", tensors));
+  const Reference ref = LoadReference("tiny-llama3");
+  for (int tp : {1, 2}) {
+    EngineConfig from_f32 = FixtureConfig("tiny-llama3");
+    from_f32.dtype = "bfloat16";
+    from_f32.tensor_parallel_size = tp;
+    EngineConfig from_bf16 = from_f32;
+    from_bf16.model_dir = dir;
+    from_bf16.config_path = "";
+    Results a = RunReference(from_f32, ref), b = RunReference(from_bf16, ref);
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      EXPECT_EQ(a[std::to_string(i)][0].prompt_logits, b[std::to_string(i)][0].prompt_logits)
+          << "tp " << tp << " prompt " << i;
     }
   }
 }

@@ -10,45 +10,13 @@
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "kernels/rope.h"
+#include "worker/model/weight_reader.h"
 
 namespace kvserve::worker {
 namespace {
 
-// A layer's weights as read from the checkpoint, before they go to the backend.
-struct HostLayer {
-  std::vector<float> input_norm, post_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, gate_up,
-      gate_up_bias, down, down_bias;
-};
-
 // Null for an empty (absent) tensor.
 const float* OrNull(const kernels::Buffer<float>& b) { return b.empty() ? nullptr : b.data(); }
-
-// Loads rows [r0, r1) of a 2-D (or 1-D) tensor as float32, appending to `out`.
-absl::Status AppendRows(const Checkpoint& ckpt, const std::string& name, int64_t r0, int64_t r1,
-                        std::vector<float>* out) {
-  ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
-  std::vector<float> v = t->ToFloat32();
-  const int64_t cols = t->shape.size() == 2 ? t->shape[1] : 1;
-  out->insert(out->end(), v.begin() + r0 * cols, v.begin() + r1 * cols);
-  return absl::OkStatus();
-}
-
-absl::Status Append(const Checkpoint& ckpt, const std::string& name, std::vector<float>* out) {
-  ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
-  return AppendRows(ckpt, name, 0, t->shape[0], out);
-}
-
-// Columns [c0, c1) of a 2-D tensor, row by row.
-absl::Status AppendColumns(const Checkpoint& ckpt, const std::string& name, int64_t c0, int64_t c1,
-                           std::vector<float>* out) {
-  ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.Find(name));
-  std::vector<float> v = t->ToFloat32();
-  const int64_t cols = t->shape[1];
-  for (int64_t r = 0; r < t->shape[0]; ++r) {
-    out->insert(out->end(), v.begin() + r * cols + c0, v.begin() + r * cols + c1);
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -104,21 +72,42 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   const int v0 = std::min(config.vocab_size, r * m->vocab_shard_);
   const int v1 = std::min(config.vocab_size, v0 + m->vocab_shard_);
 
-  std::vector<float> embed, final_norm, lm_head;
-  RETURN_IF_ERROR(Append(*ckpt, "model.embed_tokens.weight", &embed));
-  RETURN_IF_ERROR(Append(*ckpt, "model.norm.weight", &final_norm));
-  if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
-    const std::string head =
-        config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    RETURN_IF_ERROR(AppendRows(*ckpt, head, v0, v1, &lm_head));
-    lm_head.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size, 0.0f);  // pad
+  // Into the backend's memory, one tensor group at a time (host memory holds at most a layer):
+  // vectors as float32, matrices in the weight type.
+  const WeightReader read(*ckpt, wt);
+  auto up = [&](const std::vector<float>& v) {
+    m->weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
+    return kernels::Buffer<float>::FromHost(backend, v);
+  };
+  auto up_matrix = [&](const std::vector<uint8_t>& bytes) {
+    m->weight_bytes_ += static_cast<int64_t>(bytes.size());
+    return Matrix::FromHost(backend, bytes);
+  };
+  {
+    std::vector<uint8_t> embed, lm_head;
+    std::vector<float> final_norm;
+    RETURN_IF_ERROR(read.Matrix("model.embed_tokens.weight", &embed));
+    RETURN_IF_ERROR(read.Vector("model.norm.weight", &final_norm));
+    m->embed_ = up_matrix(embed);
+    m->final_norm_ = up(final_norm);
+    if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
+      const std::string head =
+          config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+      RETURN_IF_ERROR(read.MatrixRows(head, v0, v1, &lm_head));
+      lm_head.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size * DTypeSize(wt),
+                     0);  // pad the last rank's slice
+      m->lm_head_ = up_matrix(lm_head);
+    }
   }
-  std::vector<HostLayer> host(config.num_layers);
+  m->layers_.resize(config.num_layers);
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    HostLayer& L = host[l];
-    RETURN_IF_ERROR(Append(*ckpt, p + "input_layernorm.weight", &L.input_norm));
-    RETURN_IF_ERROR(Append(*ckpt, p + "post_attention_layernorm.weight", &L.post_norm));
+    Layer& L = m->layers_[l];
+    std::vector<float> input_norm, post_norm, qkv_bias, q_norm, k_norm, o_bias, gate_up_bias,
+        down_bias;
+    std::vector<uint8_t> qkv, o, gate_up, down;
+    RETURN_IF_ERROR(read.Vector(p + "input_layernorm.weight", &input_norm));
+    RETURN_IF_ERROR(read.Vector(p + "post_attention_layernorm.weight", &post_norm));
     const struct {
       const char* proj;
       int first, count;
@@ -127,66 +116,39 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     for (const auto& part : parts) {
       const std::string name = absl::StrCat(p, "self_attn.", part.proj);
       const int64_t r0 = int64_t{part.first} * d, r1 = int64_t{part.first + part.count} * d;
-      RETURN_IF_ERROR(AppendRows(*ckpt, name + ".weight", r0, r1, &L.qkv));
-      if (config.qkv_bias) RETURN_IF_ERROR(AppendRows(*ckpt, name + ".bias", r0, r1, &L.qkv_bias));
+      RETURN_IF_ERROR(read.MatrixRows(name + ".weight", r0, r1, &qkv));
+      if (config.qkv_bias) RETURN_IF_ERROR(read.VectorRows(name + ".bias", r0, r1, &qkv_bias));
     }
     if (config.qk_norm) {
-      RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.q_norm.weight", &L.q_norm));
-      RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.k_norm.weight", &L.k_norm));
+      RETURN_IF_ERROR(read.Vector(p + "self_attn.q_norm.weight", &q_norm));
+      RETURN_IF_ERROR(read.Vector(p + "self_attn.k_norm.weight", &k_norm));
     }
-    RETURN_IF_ERROR(AppendColumns(*ckpt, p + "self_attn.o_proj.weight", int64_t{q0} * d,
-                                  int64_t{q0 + m->heads_} * d, &L.o));
+    RETURN_IF_ERROR(read.MatrixColumns(p + "self_attn.o_proj.weight", int64_t{q0} * d,
+                                       int64_t{q0 + m->heads_} * d, &o));
     // Row-parallel biases are added once, by rank 0, before the all-reduce.
-    if (config.o_bias && r == 0)
-      RETURN_IF_ERROR(Append(*ckpt, p + "self_attn.o_proj.bias", &L.o_bias));
-    RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.gate_proj.weight", i0, i0 + m->inter_, &L.gate_up));
-    RETURN_IF_ERROR(AppendRows(*ckpt, p + "mlp.up_proj.weight", i0, i0 + m->inter_, &L.gate_up));
-    RETURN_IF_ERROR(AppendColumns(*ckpt, p + "mlp.down_proj.weight", i0, i0 + m->inter_, &L.down));
+    if (config.o_bias && r == 0) {
+      RETURN_IF_ERROR(read.Vector(p + "self_attn.o_proj.bias", &o_bias));
+    }
+    RETURN_IF_ERROR(read.MatrixRows(p + "mlp.gate_proj.weight", i0, i0 + m->inter_, &gate_up));
+    RETURN_IF_ERROR(read.MatrixRows(p + "mlp.up_proj.weight", i0, i0 + m->inter_, &gate_up));
+    RETURN_IF_ERROR(read.MatrixColumns(p + "mlp.down_proj.weight", i0, i0 + m->inter_, &down));
     if (config.mlp_bias) {
-      RETURN_IF_ERROR(
-          AppendRows(*ckpt, p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
-      RETURN_IF_ERROR(
-          AppendRows(*ckpt, p + "mlp.up_proj.bias", i0, i0 + m->inter_, &L.gate_up_bias));
-      if (r == 0) RETURN_IF_ERROR(Append(*ckpt, p + "mlp.down_proj.bias", &L.down_bias));
+      RETURN_IF_ERROR(read.VectorRows(p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &gate_up_bias));
+      RETURN_IF_ERROR(read.VectorRows(p + "mlp.up_proj.bias", i0, i0 + m->inter_, &gate_up_bias));
+      if (r == 0) RETURN_IF_ERROR(read.Vector(p + "mlp.down_proj.bias", &down_bias));
     }
-  }
-  // Into the backend's memory: vectors as float32, matrices in the weight type.
-  auto up = [&](const std::vector<float>& v) {
-    m->weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
-    return kernels::Buffer<float>::FromHost(backend, v);
-  };
-  auto up_matrix = [&](const std::vector<float>& v) {
-    std::vector<uint8_t> bytes(v.size() * DTypeSize(wt));
-    if (wt == DType::kF32) {
-      std::memcpy(bytes.data(), v.data(), bytes.size());
-    } else {
-      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < v.size(); ++i) {
-        h[i] = wt == DType::kBF16 ? FloatToBf16(v[i]) : FloatToF16(v[i]);
-      }
-    }
-    m->weight_bytes_ += static_cast<int64_t>(bytes.size());
-    return Matrix::FromHost(backend, bytes);
-  };
-  m->embed_ = up_matrix(embed);
-  m->final_norm_ = up(final_norm);
-  m->lm_head_ = up_matrix(lm_head);
-  m->layers_.resize(config.num_layers);
-  for (int l = 0; l < config.num_layers; ++l) {
-    const HostLayer& H = host[l];
-    Layer& L = m->layers_[l];
-    L.input_norm = up(H.input_norm);
-    L.post_norm = up(H.post_norm);
-    L.qkv = up_matrix(H.qkv);
-    L.qkv_bias = up(H.qkv_bias);
-    L.q_norm = up(H.q_norm);
-    L.k_norm = up(H.k_norm);
-    L.o = up_matrix(H.o);
-    L.o_bias = up(H.o_bias);
-    L.gate_up = up_matrix(H.gate_up);
-    L.gate_up_bias = up(H.gate_up_bias);
-    L.down = up_matrix(H.down);
-    L.down_bias = up(H.down_bias);
+    L.input_norm = up(input_norm);
+    L.post_norm = up(post_norm);
+    L.qkv = up_matrix(qkv);
+    L.qkv_bias = up(qkv_bias);
+    L.q_norm = up(q_norm);
+    L.k_norm = up(k_norm);
+    L.o = up_matrix(o);
+    L.o_bias = up(o_bias);
+    L.gate_up = up_matrix(gate_up);
+    L.gate_up_bias = up(gate_up_bias);
+    L.down = up_matrix(down);
+    L.down_bias = up(down_bias);
   }
   m->inv_freq_ =
       kernels::Buffer<float>::FromHost(backend, kernels::RopeInvFreq(config.rope, config.head_dim));
