@@ -26,11 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KVSERVE_HD __host__ __device__
-#else
-#define KVSERVE_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace kvserve::kernels {
 

@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma_layout.h"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int c = 32 * j + 8 * t + 4 * h;
+        const int c = mma::QueryChannel(t, j, h);
         float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (qr != nullptr) {
 #pragma unroll
@@ -177,9 +178,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < kChunks; ++j) {
           LoadPairs<DT>(a.k + row * a.k_layout.row_bytes, a.k_layout, a.k_scales, bh, off, HD,
-                        32 * j + 8 * t, kw[u][j]);
+                        mma::LoadedChannel(t, j, 0), kw[u][j]);
           LoadPairs<DT>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off, HD,
-                        32 * j + 8 * t, vw[u][j]);
+                        mma::LoadedChannel(t, j, 0), vw[u][j]);
         }
       } else {  // past the end: zeros, never NaN (masked scores weigh 0)
 #pragma unroll
@@ -283,8 +284,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int jj = 0; jj < kChunks; ++jj) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          dst[32 * jj + 8 * t + 2 * i] = o[jj][i][2 * rr] * inv;
-          dst[32 * jj + 8 * t + 2 * i + 1] = o[jj][i][2 * rr + 1] * inv;
+          dst[mma::OutputChannel(t, jj, i)] = o[jj][i][2 * rr] * inv;
+          dst[mma::OutputChannel(t, jj, i) + 1] = o[jj][i][2 * rr + 1] * inv;
         }
       }
     }
@@ -297,7 +298,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        float* dst = red + (warp * kMmaRows + r) * HD + 32 * j + 8 * t + 2 * i;
+        float* dst = red + (warp * kMmaRows + r) * HD + mma::OutputChannel(t, j, i);
         dst[0] = o[j][i][2 * rr];
         dst[1] = o[j][i][2 * rr + 1];
       }
