@@ -108,6 +108,16 @@ class CudaBackend final : public Backend {
   // op makes its own device current first.
   void Current() const { KVSERVE_CUDA_CHECK(cudaSetDevice(options_.device)); }
 
+  // A cache (one layer of a pool, named by its K array) whose next use waits for `done`. One
+  // entry per cache: its layer's event, re-recorded, covers every copy so far; so the list
+  // stays bounded though host-pool entries are never awaited by compute.
+  void AddPending(const uint8_t* cache, cudaEvent_t done) {
+    for (const PendingCopy& c : pending_) {
+      if (c.cache == cache) return;
+    }
+    pending_.push_back({cache, done});
+  }
+
   // Makes the compute stream wait for the block copies that touch the cache `c` (one layer of
   // a pool, named by its K array), once.
   void AwaitCopies(const KvCacheView& c) {
@@ -371,8 +381,8 @@ class CudaBackend final : public Backend {
       // later (the copy stream is in order); a wait already enqueued keeps the old record.
       const cudaEvent_t e = layer_events_[l];
       KVSERVE_CUDA_CHECK(cudaEventRecord(e, copy_stream_));
-      pending_.push_back({p.src_layers[l].k, e});
-      pending_.push_back({p.dst_layers[l].k, e});
+      AddPending(p.src_layers[l].k, e);
+      AddPending(p.dst_layers[l].k, e);
     }
     KVSERVE_CUDA_CHECK(cudaEventRecord(buf.done, copy_stream_));
   }
