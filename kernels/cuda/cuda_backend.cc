@@ -108,12 +108,16 @@ class CudaBackend final : public Backend {
   // op makes its own device current first.
   void Current() const { KVSERVE_CUDA_CHECK(cudaSetDevice(options_.device)); }
 
-  // A cache (one layer of a pool, named by its K array) whose next use waits for `done`. One
-  // entry per cache: its layer's event, re-recorded, covers every copy so far; so the list
-  // stays bounded though host-pool entries are never awaited by compute.
+  // A cache (one layer of a pool, named by its K array) whose next use waits for `done`, just
+  // recorded: one entry per cache, holding the latest event, which (the copy stream being in
+  // order) covers every earlier copy too; so the list stays bounded though host-pool entries
+  // are never awaited by compute.
   void AddPending(const uint8_t* cache, cudaEvent_t done) {
-    for (const PendingCopy& c : pending_) {
-      if (c.cache == cache) return;
+    for (PendingCopy& c : pending_) {
+      if (c.cache == cache) {
+        c.done = done;
+        return;
+      }
     }
     pending_.push_back({cache, done});
   }
