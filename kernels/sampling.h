@@ -166,6 +166,28 @@ KVSERVE_HD inline uint64_t TopPTarget(float top_p, uint64_t kept) {
   return t > kept ? kept : t;
 }
 
+// Candidates: the tokens weighing at least CandidateFloor(min_w) — within about 13.9·T nats of
+// the top token, and past min-p — are a prefix of the order. When the kept set lies inside them
+// (CandidatesSuffice), a backend may select and draw among them only: the same token as a scan
+// of the whole vocabulary, with the selection passes over at most kMaxCandidates tokens.
+inline constexpr uint64_t kCandidateWeight = uint64_t{1} << 20;
+inline constexpr int kMaxCandidates = 2048;
+
+KVSERVE_HD inline uint64_t CandidateFloor(uint64_t min_w) {
+  return min_w > kCandidateWeight ? min_w : kCandidateWeight;
+}
+
+// `count` / `mass`: the candidates'; `num_min_p` / `mass_min_p`: the tokens past min-p.
+KVSERVE_HD inline bool CandidatesSuffice(const SampleRequest& r, uint64_t min_w, uint64_t count,
+                                         uint64_t mass, uint64_t num_min_p, uint64_t mass_min_p) {
+  if (count > static_cast<uint64_t>(kMaxCandidates)) return false;
+  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
+    return static_cast<uint64_t>(r.top_k) <= count;  // top-k's set inside, so top-p's too
+  }
+  if (r.top_p < 1.0f && mass_min_p > 0) return mass >= TopPTarget(r.top_p, mass_min_p);
+  return CandidateFloor(min_w) == min_w;  // min-p alone: its set is the candidates
+}
+
 // 53 uniform random bits for draw `step` of stream `seed`.
 KVSERVE_HD inline uint64_t DrawBits(uint64_t seed, int64_t step) {
   using sampling_internal::SplitMix64;

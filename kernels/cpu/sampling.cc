@@ -53,7 +53,9 @@ SampleCut Select(const Tokens& tokens, RadixSelect sel) {
   cut.value = sel.value();
   cut.mass = sel.mass();
   cut.last_tie = std::numeric_limits<int64_t>::max();  // every tie
-  if (sel.ties() < sel.tie_count()) {
+  // Over gathered tokens "every tie" means every tie gathered: name the last one, so that the
+  // cut also holds over the whole vocabulary.
+  if (sel.ties() < sel.tie_count() || tokens.ids != nullptr) {
     uint64_t seen = 0;
     for (size_t i = 0; i < tokens.n; ++i) {
       if (tokens.w[i] == cut.value && ++seen == sel.ties()) {
@@ -67,14 +69,14 @@ SampleCut Select(const Tokens& tokens, RadixSelect sel) {
 
 }  // namespace
 
-int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& r) {
+int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& r, SampleCut* kept_set) {
   float max_logit = 0.0f;
   const auto best = static_cast<int32_t>(Argmax(logits, vocab, &max_logit));
   if (!(r.temperature >= kGreedyTemperature)) return best;
   const float inv_t = InverseTemperature(r.temperature);
-  const uint64_t min_w = MinPWeight(r.min_p);
+  const uint64_t min_w = MinPWeight(r.min_p), floor = CandidateFloor(min_w);
   std::vector<uint64_t> w(vocab);
-  uint64_t num_min_p = 0, mass_min_p = 0;
+  uint64_t num_min_p = 0, mass_min_p = 0, num_candidates = 0, mass_candidates = 0;
   for (int64_t i = 0; i < vocab; ++i) {
     w[i] = TokenWeight(logits[i], max_logit, inv_t);
     if (w[i] >= min_w) {
@@ -82,31 +84,49 @@ int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& r) {
       mass_min_p += w[i];
     }
   }
+  // Only a selection (or a min-p above the floor) can confine the draw to the candidates.
+  const bool may_confine = r.top_k > 0 || r.top_p < 1.0f || min_w == floor;
+  for (int64_t i = 0; may_confine && i < vocab; ++i) {
+    if (w[i] >= floor) {
+      ++num_candidates;
+      mass_candidates += w[i];
+    }
+  }
   SampleCut cut;  // min-p alone: w >= min_w (everything when min_w is 0)
   cut.value = min_w == 0 ? 0 : min_w - 1;
   cut.last_tie = min_w == 0 ? vocab - 1 : -1;
   cut.mass = mass_min_p;
-  Tokens all{w.data(), nullptr, w.size()};
-  bool narrowed = min_w > 0;
-  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
-    cut = Select(all, {RadixSelect::kCount, static_cast<uint64_t>(r.top_k)});
-    narrowed = true;
-  }
-  // Once min-p or top-k has narrowed the field, top-p and the draw look at the kept tokens only.
+  // The tokens the selections and the draw look at: all, or (gathered) the ones a cut keeps.
   std::vector<int32_t> kept_ids;
   std::vector<uint64_t> kept_w;
-  Tokens kept = all;
-  if (narrowed && cut.mass > 0) {
+  Tokens kept{w.data(), nullptr, w.size()};
+  auto gather = [&](const SampleCut& c) {
     for (int64_t i = 0; i < vocab; ++i) {
-      if (!cut.Keeps(w[i], i)) continue;
+      if (!c.Keeps(w[i], i)) continue;
       kept_ids.push_back(static_cast<int32_t>(i));
       kept_w.push_back(w[i]);
     }
     kept = {kept_w.data(), kept_ids.data(), kept_w.size()};
+  };
+  // As the GPU does: the candidates when they hold the answer.
+  if (may_confine &&
+      CandidatesSuffice(r, min_w, num_candidates, mass_candidates, num_min_p, mass_min_p)) {
+    SampleCut candidates;  // w >= floor
+    candidates.value = floor - 1;
+    candidates.last_tie = -1;
+    gather(candidates);
   }
+  bool narrowed = min_w > 0;
+  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
+    cut = Select(kept, {RadixSelect::kCount, static_cast<uint64_t>(r.top_k)});
+    narrowed = true;
+  }
+  // Once min-p or top-k has narrowed the field, top-p and the draw look at the kept tokens only.
+  if (kept.ids == nullptr && narrowed && cut.mass > 0) gather(cut);
   if (r.top_p < 1.0f && cut.mass > 0) {
     cut = Select(kept, {RadixSelect::kMass, TopPTarget(r.top_p, cut.mass)});
   }
+  if (kept_set != nullptr) *kept_set = cut;
   if (cut.mass == 0) return best;
   const uint64_t target = DrawTarget(DrawBits(r.seed, r.step), cut.mass);
   uint64_t sum = 0;

@@ -10,8 +10,10 @@
 
 namespace kvserve::kernels::cpu {
 
-// The token `request` draws from `vocab` contiguous logits.
-int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& request);
+// The token `request` draws from `vocab` contiguous logits. `kept`, when given, receives the
+// set the draw was made from (tests compare it with the rule's; unset for greedy draws).
+int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& request,
+                  SampleCut* kept = nullptr);
 
 // Every request of `p` (host pointers).
 void Sample(const SampleParams& p);

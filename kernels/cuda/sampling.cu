@@ -69,15 +69,45 @@ struct Shared {
   double dtotal;
   int top_count;
   int32_t top_ids[kMaxTopLogprobs];
+  // The candidates (kernels/sampling.h), compacted in id order.
+  int32_t candidate_ids[kMaxCandidates];
+  uint64_t candidate_w[kMaxCandidates];
 };
 
-// Each thread's contiguous share of the ids, for the passes that walk ids in order.
+// What the selection and draw passes walk: `count` tokens in id order, the i-th with id(i) and
+// key(i). The whole row (weights for sampling, OrderedKey for the top logprobs) or the
+// compacted candidates.
+struct RowWeights {
+  const Row* row;
+  float max, inv_t;
+  __device__ int64_t count() const { return row->vocab; }
+  __device__ uint64_t key(int64_t i) const { return TokenWeight(row->At(i), max, inv_t); }
+  __device__ int64_t id(int64_t i) const { return i; }
+};
+
+struct RowLogitKeys {
+  const Row* row;
+  __device__ int64_t count() const { return row->vocab; }
+  __device__ uint64_t key(int64_t i) const { return OrderedKey(row->At(i)); }
+  __device__ int64_t id(int64_t i) const { return i; }
+};
+
+struct Candidates {
+  const int32_t* ids;
+  const uint64_t* w;
+  int64_t n;
+  __device__ int64_t count() const { return n; }
+  __device__ uint64_t key(int64_t i) const { return w[i]; }
+  __device__ int64_t id(int64_t i) const { return ids[i]; }
+};
+
+// Each thread's contiguous share of [0, count), for the passes that walk ids in order.
 struct Chunk {
   int64_t begin, end;
-  __device__ explicit Chunk(int64_t vocab) {
-    const int64_t size = (vocab + kThreads - 1) / kThreads;
-    begin = min(vocab, threadIdx.x * size);
-    end = min(vocab, begin + size);
+  __device__ explicit Chunk(int64_t count) {
+    const int64_t size = (count + kThreads - 1) / kThreads;
+    begin = min(count, threadIdx.x * size);
+    end = min(count, begin + size);
   }
 };
 
@@ -89,21 +119,20 @@ __device__ uint64_t BlockSum(uint64_t x, Shared& sh) {
   return sh.total;
 }
 
-// The id of the `nth` (1-based) token whose key(id) is exactly `value`, in id order.
-template <typename Key>
-__device__ int64_t NthTie(const Row& row, const Key& key, uint64_t value, uint64_t nth,
-                          Shared& sh) {
-  const Chunk c(row.vocab);
+// The id of the `nth` (1-based) token of `src` whose key is exactly `value`, in id order.
+template <typename Source>
+__device__ int64_t NthTie(const Source& src, uint64_t value, uint64_t nth, Shared& sh) {
+  const Chunk c(src.count());
   uint64_t count = 0;
-  for (int64_t i = c.begin; i < c.end; ++i) count += key(i) == value;
+  for (int64_t i = c.begin; i < c.end; ++i) count += src.key(i) == value;
   uint64_t before = 0;
   __syncthreads();
   cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(count, before);
   if (before < nth && nth <= before + count) {
     uint64_t seen = before;
     for (int64_t i = c.begin; i < c.end; ++i) {
-      if (key(i) == value && ++seen == nth) {
-        sh.found = i;
+      if (src.key(i) == value && ++seen == nth) {
+        sh.found = src.id(i);
         break;
       }
     }
@@ -112,10 +141,10 @@ __device__ int64_t NthTie(const Row& row, const Key& key, uint64_t value, uint64
   return sh.found;
 }
 
-// Runs `sel` to the end over the row's keys (one histogram pass per digit): the tokens'
-// weights for sampling, their logits' OrderedKey for the top logprobs.
-template <typename Key>
-__device__ SampleCut Select(const Row& row, const Key& key, RadixSelect sel, Shared& sh) {
+// Runs `sel` to the end over the keys of `src` (one histogram pass per digit).
+template <typename Source>
+__device__ SampleCut Select(const Source& src, RadixSelect sel, Shared& sh) {
+  const int64_t count = src.count();
   while (!sel.done()) {
     for (int b = threadIdx.x; b < kRadixBuckets; b += kThreads) {
       sh.counts[b] = 0;
@@ -123,10 +152,10 @@ __device__ SampleCut Select(const Row& row, const Key& key, RadixSelect sel, Sha
     }
     __syncthreads();
     // Every lane runs every iteration, so the warp is converged for the partition.
-    for (int64_t base = 0; base < row.vocab; base += kThreads) {
+    for (int64_t base = 0; base < count; base += kThreads) {
       const int64_t i = base + threadIdx.x;
-      const uint64_t w = i < row.vocab ? key(i) : 0;
-      const bool take = i < row.vocab && sel.Matches(w);
+      const uint64_t w = i < count ? src.key(i) : 0;
+      const bool take = i < count && sel.Matches(w);
       const int digit = take ? sel.Digit(w) : -1;
       // Lanes with the same digit add up first: most of a vocabulary shares a few buckets.
       const cg::coalesced_group peers = cg::labeled_partition(cg::coalesced_threads(), digit);
@@ -148,9 +177,54 @@ __device__ SampleCut Select(const Row& row, const Key& key, RadixSelect sel, Sha
   SampleCut cut;
   cut.value = sel.value();
   cut.mass = sel.mass();
-  cut.last_tie = row.vocab - 1;
-  if (sel.ties() < sel.tie_count()) cut.last_tie = NthTie(row, key, cut.value, sel.ties(), sh);
+  cut.last_tie = INT64_MAX;  // every tie (of `src`; the draw walks `src` too)
+  if (sel.ties() < sel.tie_count()) cut.last_tie = NthTie(src, cut.value, sel.ties(), sh);
   return cut;
+}
+
+// The rule's steps after min-p, over `src` (which holds the answer): top-k, top-p, the draw —
+// the first kept token, in id order, at which the running sum of kept weights passes the
+// target. Returns the token (every thread), or -1 when nothing weighs anything.
+template <typename Source>
+__device__ int64_t SelectAndDraw(const Source& src, const SampleRequest& r, SampleCut cut,
+                                 uint64_t num_min_p, Shared& sh) {
+  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
+    RadixSelect sel;
+    sel.goal = RadixSelect::kCount;
+    sel.target = static_cast<uint64_t>(r.top_k);
+    cut = Select(src, sel, sh);
+  }
+  if (r.top_p < 1.0f && cut.mass > 0) {
+    RadixSelect sel;
+    sel.goal = RadixSelect::kMass;
+    sel.target = TopPTarget(r.top_p, cut.mass);
+    cut = Select(src, sel, sh);
+  }
+  if (cut.mass == 0) return -1;
+  const uint64_t target = DrawTarget(DrawBits(r.seed, r.step), cut.mass);
+  const Chunk c(src.count());
+  uint64_t kept = 0;
+  for (int64_t i = c.begin; i < c.end; ++i) {
+    const uint64_t w = src.key(i);
+    if (cut.Keeps(w, src.id(i))) kept += w;
+  }
+  uint64_t before = 0;
+  __syncthreads();
+  cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(kept, before);
+  if (before <= target && target < before + kept) {
+    uint64_t sum = before;
+    for (int64_t i = c.begin; i < c.end; ++i) {
+      const uint64_t w = src.key(i);
+      if (!cut.Keeps(w, src.id(i))) continue;
+      sum += w;
+      if (sum > target) {
+        sh.found = src.id(i);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return sh.found;
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
@@ -177,15 +251,21 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
     return;
   }
   const float inv_t = InverseTemperature(r.temperature);
-  const auto weight = [&](int64_t i) { return TokenWeight(row.At(i), max, inv_t); };
+  const RowWeights all{&row, max, inv_t};
 
-  const uint64_t min_w = MinPWeight(r.min_p);
-  uint64_t count = 0, mass = 0;
+  // Min-p, and the candidates when a selection might be confined to them.
+  const uint64_t min_w = MinPWeight(r.min_p), floor = CandidateFloor(min_w);
+  const bool may_confine = r.top_k > 0 || r.top_p < 1.0f || min_w == floor;
+  uint64_t count = 0, mass = 0, cand_count = 0, cand_mass = 0;
   for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const uint64_t w = TokenWeight(row.At(i), max, inv_t);
+    const uint64_t w = all.key(i);
     if (w >= min_w) {
       ++count;
       mass += w;
+    }
+    if (w >= floor) {
+      ++cand_count;
+      cand_mass += w;
     }
   }
   const uint64_t num_min_p = BlockSum(count, sh);
@@ -193,46 +273,37 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
   cut.value = min_w == 0 ? 0 : min_w - 1;
   cut.last_tie = min_w == 0 ? row.vocab - 1 : -1;
   cut.mass = BlockSum(mass, sh);
-  if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < num_min_p) {
-    RadixSelect sel;
-    sel.goal = RadixSelect::kCount;
-    sel.target = static_cast<uint64_t>(r.top_k);
-    cut = Select(row, weight, sel, sh);
+  bool confine = false;
+  int64_t num_candidates = 0;
+  if (may_confine) {
+    num_candidates = static_cast<int64_t>(BlockSum(cand_count, sh));
+    const uint64_t candidates_mass = BlockSum(cand_mass, sh);
+    confine = CandidatesSuffice(r, min_w, static_cast<uint64_t>(num_candidates), candidates_mass,
+                                num_min_p, cut.mass);
   }
-  if (r.top_p < 1.0f && cut.mass > 0) {
-    RadixSelect sel;
-    sel.goal = RadixSelect::kMass;
-    sel.target = TopPTarget(r.top_p, cut.mass);
-    cut = Select(row, weight, sel, sh);
-  }
-  if (cut.mass == 0) {
-    if (threadIdx.x == 0) p.tokens[blockIdx.x] = static_cast<int32_t>(argmax);
-    return;
-  }
-
-  // The draw: the first kept id at which the running sum of kept weights exceeds the target.
-  const uint64_t target = DrawTarget(DrawBits(r.seed, r.step), cut.mass);
-  const Chunk c(row.vocab);
-  uint64_t kept = 0;
-  for (int64_t i = c.begin; i < c.end; ++i) {
-    const uint64_t w = TokenWeight(row.At(i), max, inv_t);
-    if (cut.Keeps(w, i)) kept += w;
-  }
-  uint64_t before = 0;
-  __syncthreads();
-  cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(kept, before);
-  if (before <= target && target < before + kept) {
-    uint64_t sum = before;
+  int64_t token;
+  if (confine) {
+    // Compact the candidates in id order: each thread's contiguous share, placed by a scan.
+    const Chunk c(row.vocab);
+    uint64_t mine_count = 0;
+    for (int64_t i = c.begin; i < c.end; ++i) mine_count += all.key(i) >= floor;
+    uint64_t at = 0;
+    __syncthreads();
+    cub::BlockScan<uint64_t, kThreads>(sh.cub.scan).ExclusiveSum(mine_count, at);
     for (int64_t i = c.begin; i < c.end; ++i) {
-      const uint64_t w = TokenWeight(row.At(i), max, inv_t);
-      if (!cut.Keeps(w, i)) continue;
-      sum += w;
-      if (sum > target) {
-        p.tokens[blockIdx.x] = static_cast<int32_t>(i);
-        break;
-      }
+      const uint64_t w = all.key(i);
+      if (w < floor) continue;
+      sh.candidate_ids[at] = static_cast<int32_t>(i);
+      sh.candidate_w[at] = w;
+      ++at;
     }
+    __syncthreads();
+    token = SelectAndDraw(Candidates{sh.candidate_ids, sh.candidate_w, num_candidates}, r, cut,
+                          num_min_p, sh);
+  } else {
+    token = SelectAndDraw(all, r, cut, num_min_p, sh);
   }
+  if (threadIdx.x == 0) p.tokens[blockIdx.x] = static_cast<int32_t>(token < 0 ? argmax : token);
 }
 
 // One block per request: log-sum-exp of the row (in double, as the CPU twin), the drawn
@@ -265,12 +336,13 @@ __global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
   }
   const int n = static_cast<int>(min(static_cast<int64_t>(q.top_n), row.vocab));
   if (n <= 0) return;
-  const auto key = [&](int64_t i) -> uint64_t { return OrderedKey(row.At(i)); };
+  const RowLogitKeys keys{&row};
+  const auto key = [&](int64_t i) -> uint64_t { return keys.key(i); };
   RadixSelect sel;
   sel.goal = RadixSelect::kCount;
   sel.target = static_cast<uint64_t>(n);
   sel.hi = 32;
-  const SampleCut cut = Select(row, key, sel, sh);
+  const SampleCut cut = Select(keys, sel, sh);
   if (threadIdx.x == 0) sh.top_count = 0;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {

@@ -15,8 +15,10 @@
 namespace kvserve::kernels {
 namespace {
 
-// The rule as kernels/sampling.h states it, by sorting.
-int32_t SortedReference(const std::vector<float>& logits, const SampleRequest& r) {
+// The rule as kernels/sampling.h states it, by sorting. `kept` receives the kept ids' mask and
+// `mass` their weight.
+int32_t SortedReference(const std::vector<float>& logits, const SampleRequest& r,
+                        std::vector<bool>* kept = nullptr, uint64_t* kept_mass = nullptr) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   int64_t best = -1;
   for (int64_t i = 0; i < vocab; ++i) {
@@ -44,12 +46,17 @@ int32_t SortedReference(const std::vector<float>& logits, const SampleRequest& r
     while (mass < target) mass += w[order[m++]];
     n = m;
   }
+  if (kept != nullptr) {
+    kept->assign(vocab, false);
+    for (int64_t i = 0; i < n; ++i) (*kept)[order[i]] = true;
+    *kept_mass = mass;
+  }
   if (mass == 0) return static_cast<int32_t>(best);
-  std::vector<int64_t> kept(order.begin(), order.begin() + n);
-  std::sort(kept.begin(), kept.end());
+  std::vector<int64_t> ids(order.begin(), order.begin() + n);
+  std::sort(ids.begin(), ids.end());
   const uint64_t target = DrawTarget(DrawBits(r.seed, r.step), mass);
   uint64_t sum = 0;
-  for (int64_t id : kept) {
+  for (int64_t id : ids) {
     sum += w[id];
     if (sum > target) return static_cast<int32_t>(id);
   }
@@ -121,6 +128,44 @@ TEST(SamplingTest, TwinMatchesTheSortedDefinition) {
     }
   }
   EXPECT_GT(sampled, 1000);
+}
+
+// The kept set itself, not only the drawn token (a wrong set rarely changes the token when the
+// tokens it adds or drops weigh little): on rows built so that the top few tokens stand far
+// above a long tail — the candidates then hold some answers and not others (a top-k reaching
+// into the tail, a min-p below the candidate floor) — and on the random rows.
+TEST(SamplingTest, TwinKeepsTheSetTheRuleKeeps) {
+  std::mt19937 rng(17);
+  int with_tail = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int64_t vocab = trial % 3 == 0 ? 3000 : 400;
+    std::vector<float> logits = RandomLogits(rng, vocab, trial % 5 == 0);
+    if (trial % 2 == 1) {  // a few tokens far above a tail ~15-25 nats down
+      std::uniform_real_distribution<float> tail(-25.0f, -12.0f);
+      for (float& x : logits) x = tail(rng);
+      for (int k = 0; k < 1 + trial % 7; ++k) logits[rng() % vocab] = 0.5f * static_cast<float>(k);
+    }
+    SampleRequest r = RandomRequest(rng, vocab);
+    if (r.temperature == 0.0f) r.temperature = 1.0f;
+    if (trial % 4 == 1) r.top_k = 5 + static_cast<int32_t>(rng() % 40);  // into the tail
+    if (trial % 8 == 3) r.min_p = 1e-9f;                                 // below the floor
+    std::vector<bool> want;
+    uint64_t want_mass = 0;
+    SortedReference(logits, r, &want, &want_mass);
+    SampleCut cut;
+    cpu::SampleRow(logits.data(), vocab, r, &cut);
+    ASSERT_EQ(cut.mass, want_mass) << "trial " << trial;
+    const float inv_t = InverseTemperature(r.temperature);
+    const float max = *std::max_element(logits.begin(), logits.end());
+    for (int64_t i = 0; i < vocab; ++i) {
+      ASSERT_EQ(cut.Keeps(TokenWeight(logits[i], max, inv_t), i), want[i])
+          << "trial " << trial << " token " << i << " w " << TokenWeight(logits[i], max, inv_t)
+          << " cut " << cut.value << "/" << cut.last_tie << " T " << r.temperature << " k "
+          << r.top_k << " p " << r.top_p << " min_p " << r.min_p;
+    }
+    with_tail += trial % 2 == 1;
+  }
+  EXPECT_GT(with_tail, 250);
 }
 
 TEST(SamplingTest, GreedyIsTheLowestIdAmongMaxima) {
