@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
       ++count;
       mass += w;
     }
-    if (w >= floor) {
+    if (may_confine && w >= floor) {
       ++cand_count;
       cand_mass += w;
     }
