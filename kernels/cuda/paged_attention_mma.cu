@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/half_pairs.h"
 #include "kernels/cuda/mma_layout.h"
 
 namespace kvserve::kernels::cuda {
@@ -76,8 +77,38 @@ __device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
   return y;
 }
 
+__device__ __forceinline__ __half2 AsHalf2(uint32_t bits) {
+  return *reinterpret_cast<const __half2*>(&bits);
+}
+
+__device__ __forceinline__ uint32_t Bits(__half2 h) {
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The eight codes of a quantized row's load as four exact fp16 pairs (half_pairs.h; fp8 by the
+// hardware's e4m3x2 → f16x2 conversion).
+template <KvDType DT>
+__device__ __forceinline__ void CodePairs(const Raw<DT>& r, __half2 (&c)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (DT == KvDType::kInt8) {
+      c[i] = __hsub2(AsHalf2(half_pairs::Int8PairBiased(r.w[i / 2], i % 2)),
+                     AsHalf2(half_pairs::kInt8Offset));
+    } else if constexpr (DT == KvDType::kFp8E4M3) {
+      c[i] = __half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(r.w[i / 2] >> (16 * (i % 2))), __NV_E4M3));
+    } else {
+      c[i] = __hfma2(AsHalf2(half_pairs::Int4PairBiased(r.w[0], i)), AsHalf2(half_pairs::kInt4Mul),
+                     AsHalf2(half_pairs::kInt4Add));
+    }
+  }
+}
+
 // Channels c0..c0+7 of a token row as four 16-bit pairs in the mma's type: fp16 / bf16 as
-// stored, quantized formats dequantized (and scaled) to fp16.
+// stored; quantized codes as fp16 pairs, then scaled (and offset, int4) in fp16x2 arithmetic —
+// one rounding of code·scale (+ min), no float conversions. The parameters are fp16 already:
+// per token or group one (scale, min) word broadcast to both halves; per channel the pairs'
+// own, read as 32-bit words (even channel indices, so aligned).
 template <KvDType DT>
 __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout& l,
                                           const uint16_t* scales, int64_t bh, int off, int d,
@@ -88,12 +119,34 @@ __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout&
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = r.w[i];
   } else {
-    const uint32_t params = LoadTokenParams<DT>(l, scales, bh, off, d, c0);
-    float x[kVec];
-    Unpack<DT>(r, x);
-    Scale<DT>(l, scales, bh, c0, params, x);
+    __half2 c[4];
+    CodePairs<DT>(r, c);
+    constexpr bool kMin = DT == KvDType::kInt4;
+    if (l.granularity == KvGranularity::kPerChannel) {
+      const uint32_t* p =
+          reinterpret_cast<const uint32_t*>(scales + bh * l.scale_entries + c0 * l.params);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = Pack<false>(x[2 * i], x[2 * i + 1]);
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kMin) {  // (scale, min) of channels c0 + 2i and c0 + 2i + 1
+          const uint32_t a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
+          w[i] = Bits(__hfma2(c[i], AsHalf2(half_pairs::LowHalves(a, b)),
+                              AsHalf2(half_pairs::HighHalves(a, b))));
+        } else {
+          w[i] = Bits(__hmul2(c[i], AsHalf2(__ldg(p + i))));
+        }
+      }
+    } else {
+      const uint32_t params = LoadTokenParams<DT>(l, scales, bh, off, d, c0);
+      const __half2 scale = AsHalf2(half_pairs::Broadcast(params, false));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kMin) {
+          w[i] = Bits(__hfma2(c[i], scale, AsHalf2(half_pairs::Broadcast(params, true))));
+        } else {
+          w[i] = Bits(__hmul2(c[i], scale));
+        }
+      }
+    }
   }
 }
 
