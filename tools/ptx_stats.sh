@@ -25,7 +25,7 @@ else
 fi
 if ((per_token)); then
   sed -i 's/l\.granularity == KvGranularity::kPer\(Channel\|Group\)/false/g' \
-    "$work/src/kernels/cuda/paged_attention_mma.cu" "$work/src/kernels/cuda/attention_common.cuh"
+    "$work"/src/kernels/cuda/paged_attention_mma.cu* "$work/src/kernels/cuda/attention_common.cuh"
 fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
 "$cuda/bin/nvcc" -I"$work/src" -O2 -DNDEBUG -std=c++17 -arch=sm_90 -ptx -x cu \

@@ -1,7 +1,8 @@
 // Device pieces shared by the paged-attention kernels (paged_attention.cu: SIMT;
-// paged_attention_mma.cu: tensor cores): loading a token row's eight channels in storage form,
-// widening and scaling them, online-softmax merging, and the final merge of the warps' states.
-// Included by those .cu files only.
+// paged_attention_mma.cuh: tensor cores): loading a token row's eight channels in storage form,
+// widening and scaling them, online-softmax merging, the final merge of the warps' states, and
+// the kernel merging the splits of a split-KV launch.
+// Included by those .cu files (and by the CPU emulation test).
 #ifndef KVSERVE_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 #define KVSERVE_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 
@@ -10,6 +11,13 @@
 
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/paged_attention.h"
+
+// The kernel's dynamic shared memory (a macro: the CPU emulation in the tests provides it).
+#if defined(KVSERVE_CUDA_EMULATION)
+#define KVSERVE_DYNAMIC_SHARED(T, name) T* name = ::kvserve::emulation::DynamicShared<T>()
+#else
+#define KVSERVE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 namespace kvserve::kernels::cuda {
 namespace attention {
@@ -239,6 +247,33 @@ __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& 
         tmp_ms[2 * idx + 1] = sum;
       }
     }
+  }
+}
+
+// The body of the split-merging kernel (CombineSplitsKernel in paged_attention.cu), grid
+// (num_heads, max_query_len, num_seqs): merges a row's splits by their softmax weights.
+__device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
+                                              const float* tmp_out, const float* tmp_ms) {
+  const int head = blockIdx.x, j = blockIdx.y, seq = blockIdx.z;
+  if (j >= a.query_len[seq]) return;
+  const int64_t base =
+      ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) * num_splits;
+  float m = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, tmp_ms[2 * (base + s)]);
+  float total = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float sum = tmp_ms[2 * (base + s) + 1];
+    if (sum > 0.0f) total += __expf(tmp_ms[2 * (base + s)] - m) * sum;
+  }
+  const int d = a.head_dim;
+  float* out = a.out + (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float sum = tmp_ms[2 * (base + s) + 1];
+      if (sum > 0.0f) v += __expf(tmp_ms[2 * (base + s)] - m) * sum * tmp_out[(base + s) * d + c];
+    }
+    out[c] = v / total;
   }
 }
 

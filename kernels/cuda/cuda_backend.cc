@@ -23,11 +23,10 @@
         << #call << ": " << cublasGetStatusString(kvserve_cublas_status); \
   } while (0)
 
-namespace kvserve::kernels {
-namespace {
+namespace kvserve::kernels::cuda {
 
-cuda::DevKvLayout Layout(const KvFormat& f, int64_t block_size, int64_t head_dim) {
-  cuda::DevKvLayout l;
+DevKvLayout MakeDevKvLayout(const KvFormat& f, int64_t block_size, int64_t head_dim) {
+  DevKvLayout l;
   l.dtype = f.dtype;
   l.granularity = f.quantized() ? f.granularity : KvGranularity::kNone;
   l.group_size = f.group_size;
@@ -37,6 +36,11 @@ cuda::DevKvLayout Layout(const KvFormat& f, int64_t block_size, int64_t head_dim
   l.scale_entries = f.ScaleEntries(static_cast<int>(block_size), static_cast<int>(head_dim));
   return l;
 }
+
+}  // namespace kvserve::kernels::cuda
+
+namespace kvserve::kernels {
+namespace {
 
 // A device buffer that only grows (stream-ordered allocation, so growing never syncs).
 class DeviceScratch {
@@ -252,8 +256,8 @@ class CudaBackend final : public Backend {
     a.v_cache = c.v;
     a.k_scales = c.k_scales;
     a.v_scales = c.v_scales;
-    a.k_layout = Layout(c.k_format, c.block_size, c.head_dim);
-    a.v_layout = Layout(c.v_format, c.block_size, c.head_dim);
+    a.k_layout = cuda::MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
+    a.v_layout = cuda::MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
     a.num_kv_heads = c.num_kv_heads;
     a.block_size = c.block_size;
     a.head_dim = c.head_dim;
@@ -272,8 +276,8 @@ class CudaBackend final : public Backend {
     a.v = c.v;
     a.k_scales = c.k_scales;
     a.v_scales = c.v_scales;
-    a.k_layout = Layout(c.k_format, c.block_size, c.head_dim);
-    a.v_layout = Layout(c.v_format, c.block_size, c.head_dim);
+    a.k_layout = cuda::MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
+    a.v_layout = cuda::MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
     a.query_start = p.query_start;
     a.query_len = p.query_len;
     a.context_len = p.context_len;

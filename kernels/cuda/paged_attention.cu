@@ -189,30 +189,9 @@ __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 
   CombineWarps<ROWS, HD>(a, plan, red, red_m, red_l, nrows, r0, tmp_out, tmp_ms);
 }
 
-// grid (num_heads, max_query_len, num_seqs): merges a row's splits by their softmax weights.
 __global__ void CombineSplitsKernel(AttnArgs a, int num_splits, const float* tmp_out,
                                     const float* tmp_ms) {
-  const int head = blockIdx.x, j = blockIdx.y, seq = blockIdx.z;
-  if (j >= a.query_len[seq]) return;
-  const int64_t base =
-      ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) * num_splits;
-  float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, tmp_ms[2 * (base + s)]);
-  float total = 0.0f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float sum = tmp_ms[2 * (base + s) + 1];
-    if (sum > 0.0f) total += __expf(tmp_ms[2 * (base + s)] - m) * sum;
-  }
-  const int d = a.head_dim;
-  float* out = a.out + (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float sum = tmp_ms[2 * (base + s) + 1];
-      if (sum > 0.0f) v += __expf(tmp_ms[2 * (base + s)] - m) * sum * tmp_out[(base + s) * d + c];
-    }
-    out[c] = v / total;
-  }
+  CombineSplits(a, num_splits, tmp_out, tmp_ms);
 }
 
 template <KvDType DT, int ROWS, int HD>

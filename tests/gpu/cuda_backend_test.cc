@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl_communicator.h"
+#include "tests/kernels/attention_cases.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve::kernels {
@@ -59,25 +60,6 @@ class Dev {
   T* ptr_ = nullptr;
   size_t n_;
 };
-
-std::vector<float> Random(size_t n, std::mt19937& rng, float stddev = 1.0f) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// Max over elements of |a − b| / (atol + rtol·|b|); <= 1 passes.
-double WorstRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
-                  double rtol) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
-  }
-  return worst;
-}
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -180,33 +162,7 @@ TEST_F(CudaBackendTest, RowOpsMatchCpu) {
   EXPECT_LE(WorstRatio(dact.Host(), act, 1e-6, 1e-5), 1.0);
 }
 
-// A KV cache pool in host memory and its device twin.
-struct Pool {
-  Pool(const KvFormat& kf, const KvFormat& vf, int64_t blocks, int64_t heads, int64_t bs, int64_t d)
-      : k(blocks * heads * bs * kf.RowBytes(d)),
-        v(blocks * heads * bs * vf.RowBytes(d)),
-        ks(std::max<int64_t>(1, blocks * heads * kf.ScaleEntries(bs, d))),
-        vs(std::max<int64_t>(1, blocks * heads * vf.ScaleEntries(bs, d))) {
-    view.k_format = kf;
-    view.v_format = vf;
-    view.num_blocks = blocks;
-    view.num_kv_heads = heads;
-    view.block_size = bs;
-    view.head_dim = d;
-  }
-  KvCacheView Host() {
-    KvCacheView c = view;
-    c.k = k.data();
-    c.v = v.data();
-    c.k_scales = view.k_format.quantized() ? ks.data() : nullptr;
-    c.v_scales = view.v_format.quantized() ? vs.data() : nullptr;
-    return c;
-  }
-  std::vector<uint8_t> k, v;
-  std::vector<uint16_t> ks, vs;
-  KvCacheView view;
-};
-
+// The device twin of a Pool.
 struct DevPool {
   explicit DevPool(const Pool& p) : k(p.k), v(p.v), ks(p.ks), vs(p.vs), view(p.view) {
     view.k = k.get();
@@ -217,45 +173,6 @@ struct DevPool {
   Dev<uint8_t> k, v;
   Dev<uint16_t> ks, vs;
   KvCacheView view;
-};
-
-struct FormatCase {
-  std::string name;
-  KvFormat k, v;
-};
-
-std::vector<FormatCase> Formats() {
-  auto f = [](KvDType t, KvGranularity g = KvGranularity::kNone, int group = 0) {
-    return KvFormat{t, g, group};
-  };
-  using G = KvGranularity;
-  return {
-      {"fp32", f(KvDType::kFp32), f(KvDType::kFp32)},
-      {"fp16", f(KvDType::kFp16), f(KvDType::kFp16)},
-      {"bf16", f(KvDType::kBf16), f(KvDType::kBf16)},
-      {"fp8/per_token", f(KvDType::kFp8E4M3, G::kPerToken), f(KvDType::kFp8E4M3, G::kPerToken)},
-      {"fp8/per_channel", f(KvDType::kFp8E4M3, G::kPerChannel),
-       f(KvDType::kFp8E4M3, G::kPerChannel)},
-      {"int8/per_token", f(KvDType::kInt8, G::kPerToken), f(KvDType::kInt8, G::kPerToken)},
-      {"int8/per_group:32", f(KvDType::kInt8, G::kPerGroup, 32),
-       f(KvDType::kInt8, G::kPerGroup, 32)},
-      {"int8/k:per_channel,v:per_token", f(KvDType::kInt8, G::kPerChannel),
-       f(KvDType::kInt8, G::kPerToken)},
-      {"int4/per_token", f(KvDType::kInt4, G::kPerToken), f(KvDType::kInt4, G::kPerToken)},
-      {"int4/per_group:16", f(KvDType::kInt4, G::kPerGroup, 16),
-       f(KvDType::kInt4, G::kPerGroup, 16)},
-      {"int4/per_channel", f(KvDType::kInt4, G::kPerChannel), f(KvDType::kInt4, G::kPerChannel)},
-  };
-}
-
-// A batch: per sequence its cached prefix length and its new (query) tokens.
-struct SeqSpec {
-  int prefix, query;
-};
-
-struct Shape {
-  int heads, kv_heads, d, bs;
-  std::vector<SeqSpec> seqs;
 };
 
 // Writes every sequence's whole context through the CPU backend and the GPU backend (prefix
@@ -384,9 +301,8 @@ TEST_F(CudaBackendTest, KvWriteAndPagedAttentionMatchCpuForEveryFormat) {
 }
 
 // The tensor-core kernel (fp16 / bf16 / quantized caches at head_dim 64 and 128; the rest
-// stays SIMT): queries and probabilities are rounded to 16 bits for the tensor cores (bf16 for
-// a bf16 cache, else fp16), hence the looser tolerances; a wrong fragment mapping would be off
-// by the size of the outputs themselves.
+// stays SIMT), with the looser tolerances of its 16-bit operands (TensorCoreTolerance). The
+// CPU emulation (tests/kernels/attention_mma_emulation_test.cc) runs smaller cases in CI.
 TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   const std::vector<Shape> shapes = {
       {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},
@@ -399,11 +315,10 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,
                                                         .attention_tensor_cores = true}));
   for (const FormatCase& fc : Formats()) {
-    const bool bf16 = fc.k.dtype == KvDType::kBf16;
-    const double atol = bf16 ? 5e-3 : 1e-3, rtol = bf16 ? 2e-2 : 5e-3;
+    const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
     for (const Shape& s : shapes) {
-      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, atol, rtol);
-      CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, atol, rtol);
+      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, tol.atol, tol.rtol);
+      CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, tol.atol, tol.rtol);
     }
   }
 }

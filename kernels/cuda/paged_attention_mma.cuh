@@ -1,0 +1,386 @@
+// Paged attention on tensor cores (mma.sync m16n8k16, float32 accumulation) for fp16 / bf16 and
+// quantized caches (dequantized to fp16 in registers), head_dim 64 or 128. A warp computes 16
+// query rows of one sequence that read the same KV head (a GQA group's heads, then the group's
+// next query tokens) over 16-token steps of the context, with an online softmax. A sequence
+// with at most 16 rows (decode): the block's four warps share them and split the steps, their
+// states merged at the end like the SIMT kernel's. A longer one (a prefill chunk; the plan then
+// gives blocks 64 rows): each warp has its own 16 rows and walks every step up to its last
+// visible token; the four warps read the same K / V rows at about the same time, so most of
+// those reads hit the L1 cache. The choice is per sequence, so a batch mixing prefill chunks
+// and decodes keeps the decodes' token split.
+//
+// No shared memory in the loop: a thread loads 8 consecutive channels (16 bytes of fp16 /
+// bf16) of token g = lane / 4 for every 32-channel chunk, at channel 32·chunk + 8·t
+// (t = lane % 4). Because a dot product may take its terms in any order, those 8 channels
+// serve directly as the K operand (B fragment) of two m16n8k16 steps, as long as the query (A
+// fragment) uses the same channel order. For P·V the tokens are the reduction dimension: each
+// of the thread's four 32-bit words (channel pairs) of token g is one element pair of an 8×8
+// tile whose rows are the tile's 8 tokens, and movmatrix transposes it in registers into the
+// B fragment (rows: channels, pairs: consecutive tokens). The output columns then come back
+// to each thread as its own 8 channels. The scores' accumulator fragment is the probabilities'
+// A fragment, as in FlashAttention 2.
+//
+// Device code only (the launchers are in paged_attention_mma.cu); the tests also run it on the
+// CPU under tests/kernels/cuda_emulation.h, which stands in for mma.sync and movmatrix.
+#ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
+#define KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/half_pairs.h"
+#include "kernels/cuda/mma_layout.h"
+
+namespace kvserve::kernels::cuda::attention {
+
+constexpr int kMmaRows = 16;
+constexpr int kStepTokens = 16;  // tokens per warp step: two 8-token n-tiles of the scores
+
+// The bits of `x` as a `To` of the same size (memcpy: no aliasing questions on the host, a
+// register move on the device).
+template <typename To, typename From>
+__device__ __forceinline__ To BitCast(const From& x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To y;
+  memcpy(static_cast<void*>(&y), &x, sizeof(To));
+  return y;
+}
+
+// Two floats as the 16-bit pair an mma operand register holds (the first in the low half).
+template <bool BF16>
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  if constexpr (BF16) {
+    return BitCast<uint32_t>(__floats2bfloat162_rn(lo, hi));
+  } else {
+    return BitCast<uint32_t>(__floats2half2_rn(lo, hi));
+  }
+}
+
+// c += a · b for one m16n8k16 tile: a holds (row g, k 2t..2t+1), (row g+8, same k),
+// (row g, k 2t+8..2t+9), (row g+8, same k); b holds (k 2t..2t+1, n g), (k 2t+8..2t+9, n g);
+// c holds (row g, n 2t..2t+1), (row g+8, n 2t..2t+1).
+template <bool BF16>
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+#if defined(KVSERVE_CUDA_EMULATION)
+  ::kvserve::emulation::Mma16816<BF16>(c, a, b0, b1);
+#else
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// movmatrix: the warp's 8×8 16-bit matrix whose row g = lane / 4 holds lane 4g + t's pair `x`
+// at columns 2t and 2t + 1, transposed: lane 4g + t gets row g of the transpose, i.e. the
+// original's rows 2t and 2t + 1 of column g.
+__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
+#if defined(KVSERVE_CUDA_EMULATION)
+  return ::kvserve::emulation::MovMatrixTrans(x);
+#else
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+#endif
+}
+
+__device__ __forceinline__ __half2 AsHalf2(uint32_t bits) { return BitCast<__half2>(bits); }
+
+__device__ __forceinline__ uint32_t Bits(__half2 h) { return BitCast<uint32_t>(h); }
+
+// The eight codes of a quantized row's load as four exact fp16 pairs (half_pairs.h; fp8 by the
+// hardware's e4m3x2 → f16x2 conversion).
+template <KvDType DT>
+__device__ __forceinline__ void CodePairs(const Raw<DT>& r, __half2 (&c)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (DT == KvDType::kInt8) {
+      c[i] = __hsub2(AsHalf2(half_pairs::Int8PairBiased(r.w[i / 2], i % 2)),
+                     AsHalf2(half_pairs::kInt8Offset));
+    } else if constexpr (DT == KvDType::kFp8E4M3) {
+      c[i] = __half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(r.w[i / 2] >> (16 * (i % 2))), __NV_E4M3));
+    } else {
+      c[i] = __hfma2(AsHalf2(half_pairs::Int4PairBiased(r.w[0], i)), AsHalf2(half_pairs::kInt4Mul),
+                     AsHalf2(half_pairs::kInt4Add));
+    }
+  }
+}
+
+// Channels c0..c0+7 of a token row as four 16-bit pairs in the mma's type: fp16 / bf16 as
+// stored; quantized codes as fp16 pairs, then scaled (and offset, int4) in fp16x2 arithmetic —
+// one rounding of code·scale (+ min), no float conversions. The parameters are fp16 already:
+// per token or group one (scale, min) word broadcast to both halves; per channel the pairs'
+// own, read as 32-bit words (even channel indices, so aligned).
+template <KvDType DT>
+__device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout& l,
+                                          const uint16_t* scales, int64_t bh, int off, int d,
+                                          int c0, uint32_t (&w)[4]) {
+  Raw<DT> r;
+  LoadRaw<DT>(row, c0, r);
+  if constexpr (DT == KvDType::kFp16 || DT == KvDType::kBf16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = r.w[i];
+  } else {
+    __half2 c[4];
+    CodePairs<DT>(r, c);
+    constexpr bool kMin = DT == KvDType::kInt4;
+    if (l.granularity == KvGranularity::kPerChannel) {
+      const uint32_t* p =
+          reinterpret_cast<const uint32_t*>(scales + bh * l.scale_entries + c0 * l.params);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kMin) {  // (scale, min) of channels c0 + 2i and c0 + 2i + 1
+          const uint32_t a = __ldg(p + 2 * i), b = __ldg(p + 2 * i + 1);
+          w[i] = Bits(__hfma2(c[i], AsHalf2(half_pairs::LowHalves(a, b)),
+                              AsHalf2(half_pairs::HighHalves(a, b))));
+        } else {
+          w[i] = Bits(__hmul2(c[i], AsHalf2(__ldg(p + i))));
+        }
+      }
+    } else {
+      const uint32_t params = LoadTokenParams<DT>(l, scales, bh, off, d, c0);
+      const __half2 scale = AsHalf2(half_pairs::Broadcast(params, false));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kMin) {
+          w[i] = Bits(__hfma2(c[i], scale, AsHalf2(half_pairs::Broadcast(params, true))));
+        } else {
+          w[i] = Bits(__hmul2(c[i], scale));
+        }
+      }
+    }
+  }
+}
+
+template <KvDType DT, int HD>
+__global__ void __launch_bounds__(kThreads)
+    PagedAttentionMmaKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
+  KVSERVE_DYNAMIC_SHARED(float, red);  // decode: [kWarps][kMmaRows][HD]
+  __shared__ float red_m[kWarps][kMmaRows], red_l[kWarps][kMmaRows];
+  constexpr bool kBf16 = DT == KvDType::kBf16;
+  constexpr int kChunks = HD / 32;  // 32-channel chunks: 8 channels of each per thread
+  const int seq = blockIdx.z;
+  const int kvh = blockIdx.y / plan.num_splits, split = blockIdx.y % plan.num_splits;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int qlen = a.query_len[seq], ctx = a.context_len[seq], q0 = a.query_start[seq];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Rows per warp or per block; the same for the whole block.
+  const bool prefill = qlen * group > kMmaRows;
+  // This warp's rows [r0, r0 + nrows).
+  const int r0 = blockIdx.x * plan.rows_per_block + (prefill ? warp * kMmaRows : 0);
+  if (!prefill && blockIdx.x > 0) return;
+  if (r0 >= qlen * group) return;  // decode: the whole block; prefill: this warp (no barrier)
+  const int nrows = min(kMmaRows, qlen * group - r0);
+
+  // The query rows g and g + 8 (scaled), as A fragments: for chunk j and half h, k positions
+  // 2t, 2t+1, 2t+8, 2t+9 are channels 32j + 8t + 4h + 0, 1, 2, 3.
+  uint32_t qa[kChunks][2][4];
+  int visible[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = g + 8 * rr;
+    const float* qr = nullptr;
+    visible[rr] = 0;
+    if (r < nrows) {
+      const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
+      qr = a.q + static_cast<int64_t>(q0 + j) * a.q_stride + head * HD;
+      visible[rr] = ctx - qlen + j + 1;
+    }
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = mma::QueryChannel(t, j, h);
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (qr != nullptr) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) x[i] = qr[c + i] * a.scale;
+        }
+        qa[j][h][rr] = Pack<kBf16>(x[0], x[1]);
+        qa[j][h][2 + rr] = Pack<kBf16>(x[2], x[3]);
+      }
+    }
+  }
+  const int last_visible = ctx - qlen + (r0 + nrows - 1) / group + 1;
+  const int t_begin = split * plan.chunks_per_split * kChunkTokens;
+  const int t_end = min(last_visible, t_begin + plan.chunks_per_split * kChunkTokens);
+  const int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
+  const int bs_shift = __ffs(a.block_size) - 1, bs_mask = a.block_size - 1;
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8
+  float o[kChunks][4][4];  // [chunk][pair i][c0..c3]: channels 32j + 8t + 2i + {0, 1}
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][i][e] = 0.0f;
+    }
+  }
+  // The loop bound is the same for the whole warp: mma, movmatrix and shuffles see it all.
+  const int first = prefill ? t_begin : t_begin + warp * kStepTokens;
+  const int stride = prefill ? kStepTokens : kWarps * kStepTokens;
+  for (int base = first; base < t_end; base += stride) {
+    uint32_t kw[2][kChunks][4], vw[2][kChunks][4];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int tok = base + 8 * u + g;
+      if (tok < t_end) {
+        const int64_t bh =
+            static_cast<int64_t>(__ldg(table + (tok >> bs_shift))) * a.num_kv_heads + kvh;
+        const int off = tok & bs_mask;
+        const int64_t row = (bh << bs_shift) + off;
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+          LoadPairs<DT>(a.k + row * a.k_layout.row_bytes, a.k_layout, a.k_scales, bh, off, HD,
+                        mma::LoadedChannel(t, j, 0), kw[u][j]);
+          LoadPairs<DT>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off, HD,
+                        mma::LoadedChannel(t, j, 0), vw[u][j]);
+        }
+      } else {  // past the end: zeros, never NaN (masked scores weigh 0)
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) kw[u][j][i] = vw[u][j][i] = 0u;
+        }
+      }
+    }
+    // Scores of rows g, g + 8 for tokens base + 8u + 2t + {0, 1}.
+    float s[2][4];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[u][e] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          Mma<kBf16>(s[u], qa[j][h], kw[u][j][2 * h], kw[u][j][2 * h + 1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = base + 8 * u + 2 * t + (e & 1);
+        if (tok >= t_end || tok >= visible[e >> 1]) s[u][e] = -INFINITY;
+      }
+    }
+    // Online softmax per row; the four lanes of a row group (same g) share its maximum.
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx =
+          fmaxf(fmaxf(s[0][2 * rr], s[0][2 * rr + 1]), fmaxf(s[1][2 * rr], s[1][2 * rr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[rr], mx);
+      if (m_new == -INFINITY) {  // nothing visible yet for this row
+#pragma unroll
+        for (int u = 0; u < 2; ++u) s[u][2 * rr] = s[u][2 * rr + 1] = 0.0f;
+        continue;
+      }
+      const float alpha = __expf(m[rr] - m_new);  // 0 when m[rr] is -inf
+      l[rr] *= alpha;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o[j][i][2 * rr] *= alpha;
+          o[j][i][2 * rr + 1] *= alpha;
+        }
+      }
+      m[rr] = m_new;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int e = 2 * rr; e < 2 * rr + 2; ++e) {
+          s[u][e] = __expf(s[u][e] - m_new);  // 0 for masked tokens
+          l[rr] += s[u][e];
+        }
+      }
+    }
+    // P (rows × the step's 16 tokens) as an A fragment: the scores' accumulator layout.
+    const uint32_t pa[4] = {Pack<kBf16>(s[0][0], s[0][1]), Pack<kBf16>(s[0][2], s[0][3]),
+                            Pack<kBf16>(s[1][0], s[1][1]), Pack<kBf16>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        Mma<kBf16>(o[j][i], pa, Transpose8x8(vw[0][j][i]), Transpose8x8(vw[1][j][i]));
+      }
+    }
+  }
+
+  // Each row's sum is split over the four lanes of its group.
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+  }
+  if (prefill) {  // the warp's rows are complete: write them
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = g + 8 * rr;
+      if (r >= nrows) continue;
+      const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
+      float* dst;
+      const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+      if (plan.num_splits == 1) {
+        dst = a.out + (static_cast<int64_t>(q0 + j) * a.num_heads + head) * HD;
+      } else {
+        const int64_t idx =
+            ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) *
+                plan.num_splits +
+            split;
+        dst = tmp_out + idx * HD;
+        if (t == 0) {
+          tmp_ms[2 * idx] = m[rr];
+          tmp_ms[2 * idx + 1] = l[rr];
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kChunks; ++jj) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          dst[mma::OutputChannel(t, jj, i)] = o[jj][i][2 * rr] * inv;
+          dst[mma::OutputChannel(t, jj, i) + 1] = o[jj][i][2 * rr + 1] * inv;
+        }
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = g + 8 * rr;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float* dst = red + (warp * kMmaRows + r) * HD + mma::OutputChannel(t, j, i);
+        dst[0] = o[j][i][2 * rr];
+        dst[1] = o[j][i][2 * rr + 1];
+      }
+    }
+    if (t == 0) {
+      red_m[warp][r] = m[rr];
+      red_l[warp][r] = l[rr];
+    }
+  }
+  __syncthreads();
+  CombineWarps<kMmaRows, HD>(a, plan, red, red_m, red_l, nrows, r0, tmp_out, tmp_ms);
+}
+
+}  // namespace kvserve::kernels::cuda::attention
+
+#endif  // KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_

@@ -1,0 +1,123 @@
+// The paged-attention test cases that the CUDA conformance test (tests/gpu/cuda_backend_test.cc)
+// and the CPU emulation of the tensor-core kernel (attention_mma_emulation_test.cc) share:
+// every KV format, batch shapes, a host KV pool, random inputs and the tolerance check.
+#ifndef KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_
+#define KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kv_format.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+
+namespace kvserve::kernels {
+
+// Normal(0, stddev) values.
+inline std::vector<float> Random(size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Max over elements of |a − b| / (atol + rtol·|b|); <= 1 passes.
+inline double WorstRatio(const std::vector<float>& a, const std::vector<float>& b, double atol,
+                         double rtol) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i])));
+  }
+  return worst;
+}
+
+// The tensor-core attention kernel against the float32 CPU reference: it rounds queries,
+// probabilities and dequantized K / V to 16 bits (bf16 for a bf16 cache: 8 significant bits;
+// fp16 otherwise: 11), so outputs made of values up to ~4.5 (normal inputs) are off by up to
+// about half a unit in the last place of such values: the CPU emulation measured 1.8e-3 (fp16)
+// and 5.8e-3 (bf16) at most. A wrong index, mask or scale is off by the outputs' own size.
+struct Tolerance {
+  double atol, rtol;
+};
+inline Tolerance TensorCoreTolerance(KvDType cache) {
+  return cache == KvDType::kBf16 ? Tolerance{1.2e-2, 2e-2} : Tolerance{4e-3, 5e-3};
+}
+
+// A KV cache pool (one layer) in host memory.
+struct Pool {
+  Pool(const KvFormat& kf, const KvFormat& vf, int64_t blocks, int64_t heads, int64_t bs, int64_t d)
+      : k(blocks * heads * bs * kf.RowBytes(d)),
+        v(blocks * heads * bs * vf.RowBytes(d)),
+        ks(std::max<int64_t>(1, blocks * heads * kf.ScaleEntries(bs, d))),
+        vs(std::max<int64_t>(1, blocks * heads * vf.ScaleEntries(bs, d))) {
+    view.k_format = kf;
+    view.v_format = vf;
+    view.num_blocks = blocks;
+    view.num_kv_heads = heads;
+    view.block_size = bs;
+    view.head_dim = d;
+  }
+  KvCacheView Host() {
+    KvCacheView c = view;
+    c.k = k.data();
+    c.v = v.data();
+    c.k_scales = view.k_format.quantized() ? ks.data() : nullptr;
+    c.v_scales = view.v_format.quantized() ? vs.data() : nullptr;
+    return c;
+  }
+  std::vector<uint8_t> k, v;
+  std::vector<uint16_t> ks, vs;
+  KvCacheView view;
+};
+
+// A KV format pair under test, named for the test output.
+struct FormatCase {
+  std::string name;
+  KvFormat k, v;
+};
+
+// Every dtype and granularity, mixed K / V granularities included.
+inline std::vector<FormatCase> Formats() {
+  auto f = [](KvDType t, KvGranularity g = KvGranularity::kNone, int group = 0) {
+    return KvFormat{t, g, group};
+  };
+  using G = KvGranularity;
+  return {
+      {"fp32", f(KvDType::kFp32), f(KvDType::kFp32)},
+      {"fp16", f(KvDType::kFp16), f(KvDType::kFp16)},
+      {"bf16", f(KvDType::kBf16), f(KvDType::kBf16)},
+      {"fp8/per_token", f(KvDType::kFp8E4M3, G::kPerToken), f(KvDType::kFp8E4M3, G::kPerToken)},
+      {"fp8/per_channel", f(KvDType::kFp8E4M3, G::kPerChannel),
+       f(KvDType::kFp8E4M3, G::kPerChannel)},
+      {"int8/per_token", f(KvDType::kInt8, G::kPerToken), f(KvDType::kInt8, G::kPerToken)},
+      {"int8/per_group:32", f(KvDType::kInt8, G::kPerGroup, 32),
+       f(KvDType::kInt8, G::kPerGroup, 32)},
+      {"int8/k:per_channel,v:per_token", f(KvDType::kInt8, G::kPerChannel),
+       f(KvDType::kInt8, G::kPerToken)},
+      {"int4/per_token", f(KvDType::kInt4, G::kPerToken), f(KvDType::kInt4, G::kPerToken)},
+      {"int4/per_group:16", f(KvDType::kInt4, G::kPerGroup, 16),
+       f(KvDType::kInt4, G::kPerGroup, 16)},
+      {"int4/per_channel", f(KvDType::kInt4, G::kPerChannel), f(KvDType::kInt4, G::kPerChannel)},
+  };
+}
+
+// A batch: per sequence its cached prefix length and its new (query) tokens.
+struct SeqSpec {
+  int prefix, query;
+};
+
+// Attention geometry: query heads, KV heads, head_dim, block size, and the batch.
+struct Shape {
+  int heads, kv_heads, d, bs;
+  std::vector<SeqSpec> seqs;
+};
+
+}  // namespace kvserve::kernels
+
+#endif  // KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_

@@ -1,0 +1,192 @@
+// The tensor-core paged-attention kernel (kernels/cuda/paged_attention_mma.cuh), run on the CPU
+// by tests/kernels/cuda_emulation.h, against the CPU backend's paged attention: every KV
+// format, decode batches split over the block's warps, prefill chunks over cached prefixes
+// (64 rows per block), GQA 4:1 and 8:1, head_dim 64 and 128, with and without split-KV (the
+// real split-merging kernel, emulated too). The kernel's code is compiled as it is for the GPU
+// except for mma.sync and movmatrix, which the emulation performs by PTX's fragment layouts,
+// so this catches wrong indices, masks, softmax, barriers and quantized-code handling before
+// a GPU runs it. It cannot catch what only hardware shows (memory-model races, speed);
+// tests/gpu/cuda_backend_test.cc runs the same cases on a GPU.
+#include "tests/kernels/cuda_emulation.h"
+// The emulation must come first: it redefines the CUDA keywords the kernel sources use.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/paged_attention_mma.cuh"
+#include "tests/kernels/attention_cases.h"
+
+namespace kvserve::kernels {
+namespace {
+
+using cuda::AttnArgs;
+using cuda::AttnPlan;
+
+// The tensor-core kernel's launch (paged_attention_mma.cu and LaunchPagedAttention), emulated.
+template <KvDType DT, int HD>
+void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& workspace) {
+  float* tmp_out = workspace.data();
+  float* tmp_ms = plan.num_splits > 1 ? workspace.data() + int64_t{a.num_seqs} * a.max_query_len *
+                                                               a.num_heads * plan.num_splits * HD
+                                      : nullptr;
+  const size_t smem = sizeof(float) * cuda::attention::kWarps * 16 * HD;
+  emulation::Launch(
+      {plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs}, cuda::attention::kThreads,
+      smem, [&] { cuda::attention::PagedAttentionMmaKernel<DT, HD>(a, plan, tmp_out, tmp_ms); });
+  if (plan.num_splits > 1) {
+    emulation::Launch({a.num_heads, a.max_query_len, a.num_seqs}, cuda::attention::kThreads, 0,
+                      [&] { cuda::attention::CombineSplits(a, plan.num_splits, tmp_out, tmp_ms); });
+  }
+}
+
+template <int HD>
+void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
+                    std::vector<float>& workspace) {
+  switch (dt) {
+    case KvDType::kFp16:
+      return RunEmulated<KvDType::kFp16, HD>(a, plan, workspace);
+    case KvDType::kBf16:
+      return RunEmulated<KvDType::kBf16, HD>(a, plan, workspace);
+    case KvDType::kFp8E4M3:
+      return RunEmulated<KvDType::kFp8E4M3, HD>(a, plan, workspace);
+    case KvDType::kInt8:
+      return RunEmulated<KvDType::kInt8, HD>(a, plan, workspace);
+    case KvDType::kInt4:
+      return RunEmulated<KvDType::kInt4, HD>(a, plan, workspace);
+    case KvDType::kFp32:
+      break;
+  }
+  FAIL() << "the tensor-core kernel does not take float32 caches";
+}
+
+// Writes every sequence's context through the CPU backend, runs the CPU's attention of the
+// query tokens and the emulated kernel on the same pool (split as `num_sms` SMs would ask, or
+// not at all), and compares.
+void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, int num_sms,
+                        std::mt19937& rng) {
+  SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
+               " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs) + " sms " +
+               std::to_string(num_sms));
+  const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
+  int64_t max_blocks = 0, total_blocks = 0, max_q = 0, max_ctx = 0, tokens = 0;
+  for (const SeqSpec& q : s.seqs) {
+    const int64_t blocks = (q.prefix + q.query + s.bs - 1) / s.bs;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    max_q = std::max<int64_t>(max_q, q.query);
+    max_ctx = std::max<int64_t>(max_ctx, q.prefix + q.query);
+    tokens += q.query;
+  }
+  const int64_t pool_blocks = total_blocks + 3;
+  Pool pool(fc.k, fc.v, pool_blocks, s.kv_heads, s.bs, s.d);
+  std::vector<int32_t> order(pool_blocks);
+  for (int64_t i = 0; i < pool_blocks; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
+  int64_t next = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t blocks = (s.seqs[i].prefix + s.seqs[i].query + s.bs - 1) / s.bs;
+    for (int64_t b = 0; b < blocks; ++b) tables[i * max_blocks + b] = order[next++];
+  }
+  // Every context token's q | k | v row; the query tokens' rows are the last of each sequence.
+  const int64_t q_dim = s.heads * s.d, kv_dim = s.kv_heads * s.d, row = q_dim + 2 * kv_dim;
+  std::vector<float> queries;
+  std::vector<int32_t> qstart, qlen, ctx;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t n = s.seqs[i].prefix + s.seqs[i].query;
+    std::vector<float> rows = Random(n * row, rng);
+    std::vector<int64_t> slots;
+    for (int64_t t = 0; t < n; ++t) {
+      slots.push_back(int64_t{tables[i * max_blocks + t / s.bs]} * s.bs + t % s.bs);
+    }
+    cpu.WriteKv(
+        {rows.data() + q_dim, rows.data() + q_dim + kv_dim, row, slots.data(), n, pool.Host()});
+    qstart.push_back(static_cast<int32_t>(queries.size() / row));
+    qlen.push_back(s.seqs[i].query);
+    ctx.push_back(static_cast<int32_t>(n));
+    queries.insert(queries.end(), rows.end() - s.seqs[i].query * row, rows.end());
+  }
+  PagedAttentionParams p;
+  p.q = queries.data();
+  p.q_stride = row;
+  p.cache = pool.Host();
+  p.query_start = qstart.data();
+  p.query_len = qlen.data();
+  p.context_len = ctx.data();
+  p.block_tables = tables.data();
+  p.num_seqs = num_seqs;
+  p.max_blocks_per_seq = max_blocks;
+  p.num_heads = s.heads;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+  p.max_query_len = max_q;
+  p.max_context_len = max_ctx;
+  std::vector<float> want(tokens * q_dim);
+  p.out = want.data();
+  cpu.PagedAttention(p);
+
+  const KvCacheView c = pool.Host();
+  AttnArgs a;
+  a.q = queries.data();
+  a.q_stride = row;
+  a.k = static_cast<const uint8_t*>(c.k);
+  a.v = static_cast<const uint8_t*>(c.v);
+  a.k_scales = c.k_scales;
+  a.v_scales = c.v_scales;
+  a.k_layout = cuda::MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
+  a.v_layout = cuda::MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
+  a.query_start = qstart.data();
+  a.query_len = qlen.data();
+  a.context_len = ctx.data();
+  a.block_tables = tables.data();
+  a.max_blocks_per_seq = max_blocks;
+  a.num_seqs = static_cast<int>(num_seqs);
+  a.num_heads = s.heads;
+  a.num_kv_heads = s.kv_heads;
+  a.head_dim = s.d;
+  a.block_size = s.bs;
+  a.max_query_len = static_cast<int>(max_q);
+  a.max_context_len = static_cast<int>(max_ctx);
+  a.scale = p.scale;
+  ASSERT_STREQ(cuda::CheckAttentionShape(a), "");
+  const size_t max_workspace = num_sms > 0 ? size_t{1} << 28 : 0;
+  const AttnPlan plan = cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, true);
+  ASSERT_TRUE(plan.tensor_cores);
+  if (num_sms == 0) {
+    EXPECT_EQ(plan.num_splits, 1);
+  }
+  std::vector<float> got(tokens * q_dim, std::nanf("")), workspace(plan.workspace_floats);
+  a.out = got.data();
+  if (s.d == 64) {
+    RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
+  } else {
+    RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
+  }
+  const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
+  EXPECT_LE(WorstRatio(got, want, tol.atol, tol.rtol), 1.0)
+      << "splits " << plan.num_splits << ", rows per block " << plan.rows_per_block;
+}
+
+TEST(AttentionMmaEmulationTest, MatchesCpuForEveryFormat) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(7);
+  const std::vector<Shape> shapes = {
+      // Decode (GQA 4:1): an empty prefix, one of several chunks, one inside a block.
+      {8, 2, 128, 16, {{0, 1}, {700, 1}, {15, 1}}},
+      // Prefill chunks over cached prefixes next to decodes, GQA 8:1, head_dim 64, block 8.
+      {16, 2, 64, 8, {{0, 37}, {300, 20}, {5, 3}, {90, 1}}},
+      // GQA 8:1 at head_dim 128, block 32: 16 rows (decode style) next to 72 (prefill style).
+      {16, 2, 128, 32, {{300, 2}, {17, 1}, {40, 9}}},
+  };
+  for (const FormatCase& fc : Formats()) {
+    if (fc.k.dtype == KvDType::kFp32) continue;  // the SIMT kernel's
+    for (const Shape& s : shapes) {
+      CheckFormatOnShape(*cpu, fc, s, 0, rng);   // one block walks a whole context
+      CheckFormatOnShape(*cpu, fc, s, 16, rng);  // split-KV
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::kernels
