@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/kernels/attention_cases.h"
+#include "tests/kernels/sampling_cases.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve::kernels {
@@ -396,37 +397,14 @@ TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
 // computed with explicitly rounded float steps (kernels/sampling.h). Logprobs of the draws
 // name the same top ids.
 TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
-  struct Case {
-    int64_t rows, vocab, shard;
-    bool ties;
-  };
-  for (const Case& c : {Case{3, 1, 1, false}, Case{5, 7, 7, true}, Case{8, 1000, 1000, true},
-                        Case{8, 32000, 32000, false}, Case{6, 151936, 151936, false},
-                        Case{4, 151936, 37984, false}, Case{4, 1000, 256, true}}) {
-    SCOPED_TRACE("vocab " + std::to_string(c.vocab) + " slice " + std::to_string(c.shard));
-    const int64_t slices = (c.vocab + c.shard - 1) / c.shard;
-    std::vector<float> logits(slices * c.rows * c.shard, 0.0f);
-    std::normal_distribution<float> normal(0.0f, 4.0f);
-    std::uniform_int_distribution<int> level(0, 5);
-    for (int64_t r = 0; r < c.rows; ++r) {
-      for (int64_t i = 0; i < c.vocab; ++i) {
-        logits[(i / c.shard) * c.rows * c.shard + r * c.shard + i % c.shard] =
-            c.ties ? 0.5f * static_cast<float>(level(rng_)) : normal(rng_);
-      }
-    }
-    std::vector<SampleRequest> requests;
-    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-    for (int k = 0; k < 96; ++k) {
-      SampleRequest q;
-      q.row = static_cast<int32_t>(k % c.rows);
-      q.temperature = k % 8 == 0 ? 0.0f : 0.05f + 2.0f * unit(rng_);
-      q.top_k = k % 4 == 1 ? 1 + static_cast<int32_t>(rng_() % 64) : k % 4 == 2 ? 1 : 0;
-      q.top_p = k % 3 == 0 ? 1.0f : 0.001f + 0.998f * unit(rng_);
-      q.min_p = k % 5 < 2 ? 0.0f : unit(rng_);
-      q.seed = rng_();
-      q.step = k;
-      requests.push_back(q);
-    }
+  for (const SamplingCase& c :
+       {SamplingCase{3, 1, 1, false}, SamplingCase{5, 7, 7, true},
+        SamplingCase{8, 1000, 1000, true}, SamplingCase{8, 32000, 32000, false},
+        SamplingCase{6, 151936, 151936, false}, SamplingCase{4, 151936, 37984, false},
+        SamplingCase{4, 1000, 256, true}}) {
+    SCOPED_TRACE(c.Name());
+    const std::vector<float> logits = SamplingLogits(c, rng_);
+    const std::vector<SampleRequest> requests = SamplingRequests(c, 96, rng_);
     Dev<float> d_logits(logits);
     Dev<SampleRequest> d_requests(requests);
     Dev<int32_t> d_tokens(requests.size());
@@ -453,10 +431,7 @@ TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
     }
 
     // Logprobs of those draws: the same top ids (ties by id), values within float rounding.
-    std::vector<LogprobRequest> lq;
-    for (int k = 0; k < static_cast<int>(requests.size()); k += 3) {
-      lq.push_back({requests[k].row, k, k % 21});
-    }
+    const std::vector<LogprobRequest> lq = LogprobRequestsFor(requests);
     const size_t nl = lq.size(), top = nl * kMaxTopLogprobs;
     Dev<LogprobRequest> d_lq(lq);
     Dev<float> d_logprob(nl), d_top_values(top);

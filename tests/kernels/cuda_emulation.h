@@ -10,6 +10,10 @@
 // warp (full masks). Memory is the host's: pass host pointers. mma accumulates in float in
 // order k = 0..15, which may round differently from the hardware (tests use tolerances).
 //
+// CUB's block reductions and scans and the cooperative-groups calls the sampling kernels make
+// are provided the same way (kernels/cuda/sampling.cuh leaves the real headers out under
+// KVSERVE_CUDA_EMULATION).
+//
 // Include it before any kernel source, in one translation unit:
 //   #include "tests/kernels/cuda_emulation.h"
 //   #include "kernels/cuda/paged_attention_mma.cuh"
@@ -273,6 +277,7 @@ T __ldg(const T* p) {
   return *p;
 }
 
+using std::isnan;
 inline float __expf(float x) { return std::exp(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline float __uint_as_float(uint32_t x) { return std::bit_cast<float>(x); }
@@ -294,5 +299,114 @@ inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   return __floats2half2_rn(std::fma(__low2float(a), __low2float(b), __low2float(c)),
                            std::fma(__high2float(a), __high2float(b), __high2float(c)));
 }
+
+template <typename T, typename U>
+T atomicAdd(T* p, U v) {  // fibers never interleave within a call
+  const T old = *p;
+  *p = old + static_cast<T>(v);
+  return old;
+}
+
+// The CUB block collectives the kernels use (the real ones are PTX), by shared memory and
+// barriers: the same results, with a fixed order of combination (thread 0 first).
+namespace cub {
+
+template <typename T, int N>
+class BlockReduce {
+ public:
+  struct TempStorage {
+    T values[N];
+  };
+  explicit BlockReduce(TempStorage& storage) : s_(storage) {}
+  // The aggregate, valid in thread 0.
+  template <typename Op>
+  T Reduce(T x, Op op) {
+    s_.values[threadIdx.x] = x;
+    __syncthreads();
+    T r = s_.values[0];
+    if (threadIdx.x == 0) {
+      for (int i = 1; i < N; ++i) r = op(r, s_.values[i]);
+    }
+    __syncthreads();
+    return r;
+  }
+  T Sum(T x) {
+    return Reduce(x, [](T a, T b) { return a + b; });
+  }
+
+ private:
+  TempStorage& s_;
+};
+
+template <typename T, int N>
+class BlockScan {
+ public:
+  struct TempStorage {
+    T values[N];
+  };
+  explicit BlockScan(TempStorage& storage) : s_(storage) {}
+  void ExclusiveSum(T x, T& out) {
+    s_.values[threadIdx.x] = x;
+    __syncthreads();
+    T sum{};
+    for (int i = 0; i < threadIdx.x; ++i) sum = sum + s_.values[i];
+    out = sum;
+    __syncthreads();
+  }
+
+ private:
+  TempStorage& s_;
+};
+
+}  // namespace cub
+
+// The cooperative-groups pieces the kernels use, for converged warps (every lane calls).
+namespace cooperative_groups {
+
+class coalesced_group {
+ public:
+  explicit coalesced_group(uint32_t lanes) : lanes_(lanes) {}
+  uint32_t lanes() const { return lanes_; }
+  unsigned thread_rank() const {
+    return std::popcount(lanes_ & ((1u << ::kvserve::emulation::Lane()) - 1u));
+  }
+  unsigned long long size() const { return std::popcount(lanes_); }
+  unsigned long long num_threads() const { return size(); }
+
+ private:
+  uint32_t lanes_;
+};
+
+inline coalesced_group coalesced_threads() { return coalesced_group(0xffffffffu); }
+
+template <typename Label>
+coalesced_group labeled_partition(const coalesced_group& g, Label label) {
+  const Label* all = ::kvserve::emulation::Block::Get().Exchange(label);
+  uint32_t lanes = 0;
+  for (int l = 0; l < 32; ++l) {
+    if (((g.lanes() >> l) & 1u) != 0 && all[l] == label) lanes |= 1u << l;
+  }
+  return coalesced_group(lanes);
+}
+
+template <typename T>
+struct plus {
+  T operator()(T a, T b) const { return a + b; }
+};
+
+template <typename T, typename Op>
+T reduce(const coalesced_group& g, T value, Op op) {
+  const T* all = ::kvserve::emulation::Block::Get().Exchange(value);
+  bool first = true;
+  T r{};
+  for (int l = 0; l < 32; ++l) {
+    if (((g.lanes() >> l) & 1u) == 0) continue;
+    r = first ? all[l] : op(r, all[l]);
+    first = false;
+  }
+  return r;
+}
+
+}  // namespace cooperative_groups
 
 #endif  // KVSERVE_TESTS_KERNELS_CUDA_EMULATION_H_
