@@ -10,7 +10,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libpcre2-dev libutf8proc-dev
-  libboost-dev libsimdjson-dev nlohmann-json3-dev
+  libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev
   prometheus
   nginx-light

@@ -303,7 +303,7 @@ TEST_F(CudaBackendTest, KvWriteAndPagedAttentionMatchCpuForEveryFormat) {
 
 // The tensor-core kernel (fp16 / bf16 / quantized caches at head_dim 64 and 128; the rest
 // stays SIMT), with the looser tolerances of its 16-bit operands (TensorCoreTolerance). The
-// CPU emulation (tests/kernels/attention_mma_emulation_test.cc) runs smaller cases in CI.
+// CPU emulation (tests/kernels/attention_emulation_test.cc) runs smaller cases in CI.
 TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   const std::vector<Shape> shapes = {
       {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},

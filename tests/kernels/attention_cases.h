@@ -1,5 +1,5 @@
 // The paged-attention test cases that the CUDA conformance test (tests/gpu/cuda_backend_test.cc)
-// and the CPU emulation of the tensor-core kernel (attention_mma_emulation_test.cc) share:
+// and the CPU emulation of the tensor-core kernel (attention_emulation_test.cc) share:
 // every KV format, batch shapes, a host KV pool, random inputs and the tolerance check.
 #ifndef KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_
 #define KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_

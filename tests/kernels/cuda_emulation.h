@@ -1,5 +1,5 @@
 // Runs CUDA kernels on the CPU, for tests of device code that cannot run here. Each thread of
-// a block is a fiber (ucontext) with its own stack; one fiber runs at a time, switching at
+// a block is a fiber (Boost.Context) with its own stack; one fiber runs at a time, switching at
 // barriers: __syncthreads, and the warp-wide operations, which exchange values through a
 // per-warp buffer (shuffles, and the stand-ins for mma.sync m16n8k16 and movmatrix that
 // kernels call under KVSERVE_CUDA_EMULATION). Blocks run one after another, so a kernel's
@@ -26,14 +26,15 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
-#include <ucontext.h>
 
 #include <array>
 #include <bit>
+#include <boost/context/fiber.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "glog/logging.h"
@@ -68,7 +69,7 @@ inline Index thread_idx, block_idx, block_dim, grid_dim;
 // The fibers of the block being run and their barriers.
 class Block {
  public:
-  static constexpr size_t kStackBytes = 256 * 1024;
+  static constexpr size_t kStackBytes = 64 * 1024;
   static constexpr int kSlotBytes = 64;  // the largest value one lane puts in an exchange
 
   static Block& Get() {
@@ -76,24 +77,23 @@ class Block {
     return block;
   }
 
-  // Runs `body` as every thread of block `b` (threads 0..n-1 along x).
+  // Runs `body` as every thread of the current block (threads 0..n-1 along x).
   void Run(int n, const std::function<void()>& body) {
     CHECK_EQ(n % 32, 0) << "the emulation runs whole warps";
-    body_ = &body;
-    if (static_cast<int>(fibers_.size()) < n) fibers_.resize(n);
+    fibers_.clear();
+    fibers_.resize(n);
     warps_.assign(n / 32, Warp{});
     live_ = n;
     block_arrived_ = 0;
     block_gen_ = 0;
     for (int i = 0; i < n; ++i) {
-      Fiber& f = fibers_[i];
-      f.stack.resize(kStackBytes);
-      f.done = false;
-      CHECK_EQ(getcontext(&f.ctx), 0);
-      f.ctx.uc_stack.ss_sp = f.stack.data();
-      f.ctx.uc_stack.ss_size = f.stack.size();
-      f.ctx.uc_link = &scheduler_;
-      makecontext(&f.ctx, &Block::Entry, 0);
+      fibers_[i].self = boost::context::fiber(std::allocator_arg, StackPool{&free_stacks_},
+                                              [this, &body](boost::context::fiber&& scheduler) {
+                                                fibers_[current_].scheduler = std::move(scheduler);
+                                                body();
+                                                Exit();
+                                                return std::move(fibers_[current_].scheduler);
+                                              });
     }
     while (live_ > 0) {
       progress_ = false;
@@ -101,7 +101,7 @@ class Block {
         if (fibers_[i].done) continue;
         current_ = i;
         thread_idx = {i, 0, 0};
-        CHECK_EQ(swapcontext(&scheduler_, &fibers_[i].ctx), 0);
+        fibers_[i].self = std::move(fibers_[i].self).resume();
       }
       CHECK(progress_ || live_ == 0) << "deadlock: every live thread waits at a barrier";
     }
@@ -141,9 +141,30 @@ class Block {
   }
 
  private:
+  // Fiber stacks, kept for the next block (each block starts blockDim fibers).
+  struct StackPool {
+    std::vector<std::unique_ptr<char[]>>* free;
+    boost::context::stack_context allocate() {
+      std::unique_ptr<char[]> stack;
+      if (free->empty()) {
+        stack = std::make_unique<char[]>(kStackBytes);
+      } else {
+        stack = std::move(free->back());
+        free->pop_back();
+      }
+      boost::context::stack_context c;
+      c.size = kStackBytes;
+      c.sp = stack.release() + kStackBytes;  // stacks grow down from sp
+      return c;
+    }
+    void deallocate(boost::context::stack_context& c) {
+      free->emplace_back(static_cast<char*>(c.sp) - c.size);
+    }
+  };
+
   struct Fiber {
-    ucontext_t ctx{};
-    std::vector<char> stack;
+    boost::context::fiber self;       // the thread, while it is suspended
+    boost::context::fiber scheduler;  // the scheduler, while the thread runs
     bool done = false;
     std::array<std::byte, 32 * kSlotBytes> lanes{};  // this fiber's copy of an exchange
   };
@@ -159,17 +180,15 @@ class Block {
     return reinterpret_cast<T*>(fibers_[current_].lanes.data());
   }
 
-  static void Entry() {
-    Block& b = Get();
-    (*b.body_)();
-    b.fibers_[b.current_].done = true;
-    --b.live_;
-    Warp& w = b.warps_[b.current_ / 32];
+  void Exit() {
+    fibers_[current_].done = true;
+    --live_;
+    Warp& w = warps_[current_ / 32];
     ++w.exited;
-    b.progress_ = true;
-    b.ReleaseWarpIfComplete(w);
-    b.ReleaseBlockIfComplete();
-  }  // returns to the scheduler through uc_link
+    progress_ = true;
+    ReleaseWarpIfComplete(w);
+    ReleaseBlockIfComplete();
+  }
 
   void ReleaseWarpIfComplete(Warp& w) {
     if (w.arrived > 0 && w.arrived + w.exited == 32) {
@@ -183,12 +202,14 @@ class Block {
       ++block_gen_;
     }
   }
-  void Yield() { CHECK_EQ(swapcontext(&fibers_[current_].ctx, &scheduler_), 0); }
+  void Yield() {
+    Fiber& f = fibers_[current_];
+    f.scheduler = std::move(f.scheduler).resume();
+  }
 
+  std::vector<std::unique_ptr<char[]>> free_stacks_;
   std::vector<Fiber> fibers_;
   std::vector<Warp> warps_;
-  ucontext_t scheduler_{};
-  const std::function<void()>* body_ = nullptr;
   int current_ = 0, live_ = 0, block_arrived_ = 0;
   uint64_t block_gen_ = 0;
   bool progress_ = false;
@@ -270,6 +291,12 @@ template <typename T>
 T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
   const T* all = ::kvserve::emulation::Block::Get().Exchange(v);
   return all[::kvserve::emulation::Lane() ^ lane_mask];
+}
+
+template <typename T>
+T __shfl_sync(unsigned /*mask*/, T v, int src_lane) {
+  const T* all = ::kvserve::emulation::Block::Get().Exchange(v);
+  return all[src_lane & 31];
 }
 
 template <typename T>

@@ -1,12 +1,13 @@
-// The tensor-core paged-attention kernel (kernels/cuda/paged_attention_mma.cuh), run on the CPU
-// by tests/kernels/cuda_emulation.h, against the CPU backend's paged attention: every KV
-// format, decode batches split over the block's warps, prefill chunks over cached prefixes
-// (64 rows per block), GQA 4:1 and 8:1, head_dim 64 and 128, with and without split-KV (the
-// real split-merging kernel, emulated too). The kernel's code is compiled as it is for the GPU
-// except for mma.sync and movmatrix, which the emulation performs by PTX's fragment layouts,
-// so this catches wrong indices, masks, softmax, barriers and quantized-code handling before
-// a GPU runs it. It cannot catch what only hardware shows (memory-model races, speed);
-// tests/gpu/cuda_backend_test.cc runs the same cases on a GPU.
+// The CUDA paged-attention kernels, run on the CPU by tests/kernels/cuda_emulation.h, against
+// the CPU backend's paged attention: the tensor-core kernel (paged_attention_mma.cuh) and the
+// SIMT kernel (paged_attention_simt.cuh), every KV format, decode batches, prefill chunks over
+// cached prefixes, GQA 4:1 and 8:1, head_dim 64 / 128 (and 256, SIMT), with and without
+// split-KV (the real split-merging kernel, emulated too), each launch cut by the real planner.
+// The kernels are compiled as for the GPU except for mma.sync and movmatrix, which the
+// emulation performs by PTX's fragment layouts, so this catches wrong indices, masks, softmax,
+// barriers and quantized-code handling before a GPU runs them. It cannot catch what only
+// hardware shows (memory-model races, speed); tests/gpu/cuda_backend_test.cc runs the same
+// cases on a GPU.
 #include "tests/kernels/cuda_emulation.h"
 // The emulation must come first: it redefines the CUDA keywords the kernel sources use.
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/paged_attention_mma.cuh"
+#include "kernels/cuda/paged_attention_simt.cuh"
 #include "tests/kernels/attention_cases.h"
 
 namespace kvserve::kernels {
@@ -24,20 +26,32 @@ namespace {
 using cuda::AttnArgs;
 using cuda::AttnPlan;
 
-// The tensor-core kernel's launch (paged_attention_mma.cu and LaunchPagedAttention), emulated.
+// The launch of LaunchPagedAttention, emulated: the plan's kernel, then the split merge.
 template <KvDType DT, int HD>
 void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& workspace) {
+  namespace at = cuda::attention;
   float* tmp_out = workspace.data();
   float* tmp_ms = plan.num_splits > 1 ? workspace.data() + int64_t{a.num_seqs} * a.max_query_len *
                                                                a.num_heads * plan.num_splits * HD
                                       : nullptr;
-  const size_t smem = sizeof(float) * cuda::attention::kWarps * 16 * HD;
-  emulation::Launch(
-      {plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs}, cuda::attention::kThreads,
-      smem, [&] { cuda::attention::PagedAttentionMmaKernel<DT, HD>(a, plan, tmp_out, tmp_ms); });
+  const emulation::Index grid{plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs};
+  if (plan.tensor_cores) {
+    if constexpr (DT != KvDType::kFp32 && HD <= 128) {
+      emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD,
+                        [&] { at::PagedAttentionMmaKernel<DT, HD>(a, plan, tmp_out, tmp_ms); });
+    } else {
+      FAIL() << "the tensor-core kernel does not take this format or head_dim";
+    }
+  } else if (plan.rows_per_block == 4) {
+    emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 4 * HD,
+                      [&] { at::PagedAttentionKernel<DT, 4, HD>(a, plan, tmp_out, tmp_ms); });
+  } else {
+    emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 8 * HD,
+                      [&] { at::PagedAttentionKernel<DT, 8, HD>(a, plan, tmp_out, tmp_ms); });
+  }
   if (plan.num_splits > 1) {
-    emulation::Launch({a.num_heads, a.max_query_len, a.num_seqs}, cuda::attention::kThreads, 0,
-                      [&] { cuda::attention::CombineSplits(a, plan.num_splits, tmp_out, tmp_ms); });
+    emulation::Launch({a.num_heads, a.max_query_len, a.num_seqs}, at::kThreads, 0,
+                      [&] { at::CombineSplits(a, plan.num_splits, tmp_out, tmp_ms); });
   }
 }
 
@@ -45,6 +59,8 @@ template <int HD>
 void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
                     std::vector<float>& workspace) {
   switch (dt) {
+    case KvDType::kFp32:
+      return RunEmulated<KvDType::kFp32, HD>(a, plan, workspace);
     case KvDType::kFp16:
       return RunEmulated<KvDType::kFp16, HD>(a, plan, workspace);
     case KvDType::kBf16:
@@ -55,20 +71,17 @@ void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
       return RunEmulated<KvDType::kInt8, HD>(a, plan, workspace);
     case KvDType::kInt4:
       return RunEmulated<KvDType::kInt4, HD>(a, plan, workspace);
-    case KvDType::kFp32:
-      break;
   }
-  FAIL() << "the tensor-core kernel does not take float32 caches";
 }
 
 // Writes every sequence's context through the CPU backend, runs the CPU's attention of the
-// query tokens and the emulated kernel on the same pool (split as `num_sms` SMs would ask, or
-// not at all), and compares.
-void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, int num_sms,
-                        std::mt19937& rng) {
+// query tokens and the emulated kernel (tensor-core or SIMT) on the same pool, split as
+// `num_sms` SMs would ask (0: not at all), and compares.
+void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool tensor_cores,
+                        int num_sms, std::mt19937& rng) {
   SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
                " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs) + " sms " +
-               std::to_string(num_sms));
+               std::to_string(num_sms) + (tensor_cores ? " tensor cores" : " SIMT"));
   const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
   int64_t max_blocks = 0, total_blocks = 0, max_q = 0, max_ctx = 0, tokens = 0;
   for (const SeqSpec& q : s.seqs) {
@@ -151,8 +164,9 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, int 
   a.scale = p.scale;
   ASSERT_STREQ(cuda::CheckAttentionShape(a), "");
   const size_t max_workspace = num_sms > 0 ? size_t{1} << 28 : 0;
-  const AttnPlan plan = cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, true);
-  ASSERT_TRUE(plan.tensor_cores);
+  const AttnPlan plan =
+      cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, tensor_cores);
+  ASSERT_EQ(plan.tensor_cores, tensor_cores);
   if (num_sms == 0) {
     EXPECT_EQ(plan.num_splits, 1);
   }
@@ -160,30 +174,53 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, int 
   a.out = got.data();
   if (s.d == 64) {
     RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
-  } else {
+  } else if (s.d == 128) {
     RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
+  } else {
+    RunEmulatedFor<256>(fc.k.dtype, a, plan, workspace);
   }
-  const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
+  // SIMT: float32 arithmetic throughout, the GPU test's tolerances.
+  const Tolerance tol = tensor_cores ? TensorCoreTolerance(fc.k.dtype) : Tolerance{2e-5, 2e-4};
   EXPECT_LE(WorstRatio(got, want, tol.atol, tol.rtol), 1.0)
       << "splits " << plan.num_splits << ", rows per block " << plan.rows_per_block;
 }
 
-TEST(AttentionMmaEmulationTest, MatchesCpuForEveryFormat) {
-  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
-  std::mt19937 rng(7);
-  const std::vector<Shape> shapes = {
-      // Decode (GQA 4:1): an empty prefix, one of several chunks, one inside a block.
-      {8, 2, 128, 16, {{0, 1}, {700, 1}, {15, 1}}},
+const std::vector<Shape>& Shapes() {
+  static const std::vector<Shape> shapes = {
+      // Decode (GQA 4:1): an empty prefix, contexts of several chunks (split-KV), one inside a
+      // block.
+      {8, 2, 128, 16, {{0, 1}, {700, 1}, {1500, 1}, {15, 1}}},
+      // Prefill chunks of 200 and 160 rows, over a cached prefix and over none.
+      {8, 2, 128, 16, {{500, 50}, {0, 40}}},
       // Prefill chunks over cached prefixes next to decodes, GQA 8:1, head_dim 64, block 8.
       {16, 2, 64, 8, {{0, 37}, {300, 20}, {5, 3}, {90, 1}}},
       // GQA 8:1 at head_dim 128, block 32: 16 rows (decode style) next to 72 (prefill style).
       {16, 2, 128, 32, {{300, 2}, {17, 1}, {40, 9}}},
   };
+  return shapes;
+}
+
+TEST(AttentionEmulationTest, TensorCoreKernelMatchesCpuForEveryFormat) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(7);
   for (const FormatCase& fc : Formats()) {
     if (fc.k.dtype == KvDType::kFp32) continue;  // the SIMT kernel's
+    for (const Shape& s : Shapes()) {
+      CheckFormatOnShape(*cpu, fc, s, true, 0, rng);   // one block walks a whole context
+      CheckFormatOnShape(*cpu, fc, s, true, 16, rng);  // split-KV
+    }
+  }
+}
+
+TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(11);
+  std::vector<Shape> shapes = Shapes();
+  shapes.push_back({4, 4, 256, 32, {{90, 17}, {300, 1}}});  // MHA, head_dim 256
+  for (const FormatCase& fc : Formats()) {
     for (const Shape& s : shapes) {
-      CheckFormatOnShape(*cpu, fc, s, 0, rng);   // one block walks a whole context
-      CheckFormatOnShape(*cpu, fc, s, 16, rng);  // split-KV
+      CheckFormatOnShape(*cpu, fc, s, false, 0, rng);
+      CheckFormatOnShape(*cpu, fc, s, false, 16, rng);
     }
   }
 }
