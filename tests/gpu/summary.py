@@ -1,5 +1,6 @@
 """Merges the decode benchmark (kvserve's SIMT kernel, and its tensor-core kernel when given)
-and the SDPA reference into the summary table that tests/gpu/run.sh prints last.
+and the SDPA reference into the summary table that tests/gpu/run.sh prints last, then checks
+the issue's bandwidth goals for each kernel.
 
     python3 tests/gpu/summary.py BENCH.json SDPA.json [BENCH_TC.json]
 """
@@ -49,6 +50,62 @@ def main():
         print(f"{r['format']:6} {r['batch']:5d} {r['query']:5d} {r['context']:6d} {r['us']:9.1f} "
               f"{t['us'] if t else float('nan'):9.1f} "
               f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
+    print_goals(bench["rows"], tc, sdpa)
+
+
+def goal_rows(rows, name):
+    """The issue's goals for one kernel's decode rows (block 16 unless noted): measured
+    value, target, met."""
+    dec = {(r["format"], r["batch"], r["context"], r["block_size"]): r for r in rows
+           if r.get("query", 1) == 1 and r.get("blocks_per_sm", 0) == 0}
+
+    def frac(fmt, pred):
+        v = [100 * r["fraction"] for (f, b, c, bs), r in dec.items() if f == fmt and bs == 16
+             and pred(b, c)]
+        return min(v) if v else None
+
+    def speedup(fmt, pred):
+        v = [dec[("bf16", b, c, 16)]["us"] / r["us"] for (f, b, c, bs), r in dec.items()
+             if f == fmt and bs == 16 and pred(b, c) and ("bf16", b, c, 16) in dec]
+        return min(v) if v else None
+
+    big = lambda b, c: b >= 16 and c >= 4096  # noqa: E731
+    huge = lambda b, c: b >= 64 and c >= 4096  # noqa: E731
+    out = [(f"{name}: bf16 %copy, batch >= 16, ctx >= 4K (min)", frac("bf16", big), 85, ">="),
+           (f"{name}: bf16 %copy, GQA 4:1 at 64 x 4K", frac("bf16", lambda b, c: (b, c) ==
+                                                          (64, 4096)), 80, ">="),
+           (f"{name}: bf16 %copy, 1 x 64K (split-KV)", frac("bf16", lambda b, c: (b, c) ==
+                                                          (1, 65536)), 80, ">="),
+           (f"{name}: int8 speed / bf16, >= 64 x 4K (min)", speedup("int8", huge), 1.6, ">="),
+           (f"{name}: fp8 speed / bf16, >= 64 x 4K (min)", speedup("fp8", huge), 1.6, ">="),
+           (f"{name}: int4 speed / bf16, >= 64 x 4K (min)", speedup("int4", huge), 2.5, ">=")]
+    spreads = []
+    for b, c in {(b, c) for (f, b, c, bs) in dec if f == "bf16" and bs != 16}:
+        us = [dec[k]["us"] for k in dec if k[0] == "bf16" and k[1:3] == (b, c)]
+        spreads.append(100 * (max(us) / min(us) - 1))
+    out.append((f"{name}: page sizes 8-32, spread %", max(spreads) if spreads else None, 5, "<="))
+    return out
+
+
+def print_goals(rows, tc, sdpa):
+    goals = goal_rows(rows, "SIMT")
+    if tc:
+        goals += goal_rows(list(tc.values()), "tensor cores")
+    for name, r in (("SIMT", rows), ("tensor cores", list(tc.values()))):
+        v = [s["us"] / r0["us"] for r0 in r for key, s in sdpa.items()
+             if r0["format"] == "bf16" and r0.get("query", 1) == 1 and r0["block_size"] == 16
+             and r0.get("blocks_per_sm", 0) == 0 and (r0["batch"], r0["context"]) == key
+             and key[0] >= 16 and key[1] >= 4096]
+        if v:
+            goals.append((f"{name}: speed / SDPA (bf16), >= 16 x 4K (min)", min(v), 1.0, ">"))
+    print("goals (issue 8)")
+    print(f"{"goal":56} {'measured':>9} {'target':>7} met")
+    for name, value, target, op in goals:
+        if value is None:
+            print(f"{name:56} {'-':>9} {op}{target:<6} -")
+            continue
+        met = value >= target if op == ">=" else value > target if op == ">" else value <= target
+        print(f"{name:56} {value:9.2f} {op}{target:<6} {'yes' if met else 'no'}")
 
 
 if __name__ == "__main__":

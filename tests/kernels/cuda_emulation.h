@@ -166,7 +166,7 @@ class Block {
     boost::context::fiber self;       // the thread, while it is suspended
     boost::context::fiber scheduler;  // the scheduler, while the thread runs
     bool done = false;
-    std::array<std::byte, 32 * kSlotBytes> lanes{};  // this fiber's copy of an exchange
+    alignas(16) std::array<std::byte, 32 * kSlotBytes> lanes{};  // its copy of an exchange
   };
   struct Warp {
     uint64_t gen = 0;
