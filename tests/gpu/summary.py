@@ -99,7 +99,7 @@ def print_goals(rows, tc, sdpa):
         if v:
             goals.append((f"{name}: speed / SDPA (bf16), >= 16 x 4K (min)", min(v), 1.0, ">"))
     print("goals (issue 8)")
-    print(f"{"goal":56} {'measured':>9} {'target':>7} met")
+    print(f"{'goal':56} {'measured':>9} {'target':>7} met")
     for name, value, target, op in goals:
         if value is None:
             print(f"{name:56} {'-':>9} {op}{target:<6} -")
