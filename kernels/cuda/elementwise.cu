@@ -1,102 +1,13 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Launchers of the CUDA backend's row-wise ops (the kernels: elementwise.cuh).
+#include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/elementwise.h"
 
 namespace kvserve::kernels::cuda {
-namespace {
 
-constexpr int kThreads = 256;
-
-__device__ inline float Widen(float x) { return x; }
-__device__ inline float Widen(__half x) { return __half2float(x); }
-__device__ inline float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, int64_t hidden) {
-  const int64_t t = blockIdx.x;
-  const T* src = table + static_cast<int64_t>(ids[t]) * hidden;
-  float* dst = out + t * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = Widen(src[i]);
-}
-
-// Sum over the block; every thread gets the result. `scratch` holds one float per warp.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < blockDim.x / 32; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
-
-__global__ void RmsNormKernel(const float* x, float* residual, const float* weight, float* out,
-                              int64_t hidden, float eps, int64_t group_rows, int64_t group_stride) {
-  __shared__ float scratch[kThreads / 32];
-  const int64_t r = blockIdx.x;
-  const int64_t offset =
-      group_rows > 0 ? r / group_rows * group_stride + r % group_rows * hidden : r * hidden;
-  const float* xr = x + offset;
-  float* res = residual == nullptr ? nullptr : residual + offset;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float v = xr[i];
-    if (res != nullptr) {
-      v += res[i];
-      res[i] = v;
-    }
-    sum += v * v;
-  }
-  sum = BlockSum(sum, scratch);
-  const float inv = rsqrtf(sum / static_cast<float>(hidden) + eps);
-  const float* src = res != nullptr ? res : xr;
-  float* o = out + offset;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = weight[i] * (src[i] * inv);
-}
-
-// One block per token; threads cover (head, i < head_dim / 2) pairs.
-__global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_freq,
-                           int64_t num_heads, int64_t head_dim, int64_t row_stride) {
-  const int64_t t = blockIdx.x, half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
-  for (int64_t k = threadIdx.x; k < num_heads * half; k += blockDim.x) {
-    const int64_t h = k / half, i = k % half;
-    float s, c;
-    sincosf(pos * inv_freq[i], &s, &c);
-    float* row = x + t * row_stride + h * head_dim;
-    const float x1 = row[i], x2 = row[i + half];
-    row[i] = x1 * c - x2 * s;
-    row[i + half] = x2 * c + x1 * s;
-  }
-}
-
-__global__ void SiluMulKernel(const float* gate_up, float* out, int64_t inter) {
-  const int64_t t = blockIdx.x;
-  const float* gate = gate_up + t * 2 * inter;
-  const float* up = gate + inter;
-  for (int64_t i = threadIdx.x; i < inter; i += blockDim.x) {
-    const float g = gate[i];
-    out[t * inter + i] = g / (1.0f + expf(-g)) * up[i];
-  }
-}
-
-__global__ void AddBiasKernel(float* y, const float* bias, int64_t cols) {
-  float* row = y + static_cast<int64_t>(blockIdx.x) * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] += bias[c];
-}
-
-__global__ void RoundTo16Kernel(const float* x, uint16_t* out, int64_t n, bool bf16) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i]))
-                  : __half_as_ushort(__float2half_rn(x[i]));
-  }
-}
-
-}  // namespace
+using namespace elementwise;  // NOLINT: the kernels
 
 void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool bf16, float* out,
                      int64_t num_tokens, int64_t hidden, cudaStream_t stream) {

@@ -306,6 +306,7 @@ T __ldg(const T* p) {
 
 using std::isnan;
 inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline float __uint_as_float(uint32_t x) { return std::bit_cast<float>(x); }
 inline uint32_t __float_as_uint(float x) { return std::bit_cast<uint32_t>(x); }
