@@ -438,9 +438,9 @@ absl::Status CheckCudaKvSupport(const KvCacheSpec& spec, int head_dim, int block
     cudaGetLastError();
     return absl::UnavailableError(absl::StrCat("CUDA device ", device, " is not usable"));
   }
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the CUDA attention kernel covers head_dim 64, 128 and 256, not ", head_dim));
+  if (head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CUDA attention kernel covers head_dim 16, 32, 64, 128 and 256, not ", head_dim));
   }
   if (block_size <= 0 || cuda::kChunkTokens % block_size != 0) {
     return absl::FailedPreconditionError(absl::StrCat("--block-size ", block_size, " must divide ",

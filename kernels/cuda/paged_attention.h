@@ -58,7 +58,7 @@ struct AttnPlan {
 AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_workspace_floats,
                             int min_blocks_per_sm = 0, bool tensor_cores = false);
 
-// Requires head_dim in {64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
+// Requires head_dim in {16, 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).
 void LaunchPagedAttention(const AttnArgs& args, const AttnPlan& plan, float* workspace,
                           cudaStream_t stream);

@@ -36,7 +36,7 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
                                       : nullptr;
   const emulation::Index grid{plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs};
   if (plan.tensor_cores) {
-    if constexpr (DT != KvDType::kFp32 && HD <= 128) {
+    if constexpr (DT != KvDType::kFp32 && (HD == 64 || HD == 128)) {
       emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD,
                         [&] { at::PagedAttentionMmaKernel<DT, HD>(a, plan, tmp_out, tmp_ms); });
     } else {
@@ -172,7 +172,11 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool
   }
   std::vector<float> got(tokens * q_dim, std::nanf("")), workspace(plan.workspace_floats);
   a.out = got.data();
-  if (s.d == 64) {
+  if (s.d == 16) {
+    RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace);
+  } else if (s.d == 32) {
+    RunEmulatedFor<32>(fc.k.dtype, a, plan, workspace);
+  } else if (s.d == 64) {
     RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
   } else if (s.d == 128) {
     RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
@@ -217,8 +221,12 @@ TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
   std::mt19937 rng(11);
   std::vector<Shape> shapes = Shapes();
   shapes.push_back({4, 4, 256, 32, {{90, 17}, {300, 1}}});  // MHA, head_dim 256
+  // The test fixtures' small heads: head_dim 16 (GQA 4:1) and 32 (4:1, one KV head).
+  shapes.push_back({8, 2, 16, 16, {{0, 1}, {300, 1}, {40, 9}}});
+  shapes.push_back({4, 1, 32, 8, {{700, 1}, {0, 20}}});
   for (const FormatCase& fc : Formats()) {
     for (const Shape& s : shapes) {
+      if (fc.k.group_size > s.d) continue;  // groups wider than the head
       CheckFormatOnShape(*cpu, fc, s, false, 0, rng);
       CheckFormatOnShape(*cpu, fc, s, false, 16, rng);
     }

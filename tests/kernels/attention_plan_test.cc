@@ -62,6 +62,15 @@ TEST(AttentionPlanTest, PrefillAndWideGroupsUseEightRows) {
   AttnPlan g = PlanPagedAttention(Decode(4, 1000, 64, 8), 132, size_t{1} << 30);  // GQA 8:1
   EXPECT_EQ(g.rows_per_block, 8);
   EXPECT_EQ(g.row_tiles, 1);
+  // Small heads (16 / 32 channels: small models) always take 8 rows: the launcher has no
+  // 4-row kernel for them.
+  for (int d : {16, 32}) {
+    AttnArgs small = Decode(4, 1000);
+    small.head_dim = d;
+    EXPECT_STREQ(CheckAttentionShape(small), "");
+    EXPECT_EQ(PlanPagedAttention(small, 132, size_t{1} << 30).rows_per_block, 8);
+    EXPECT_FALSE(PlanPagedAttention(small, 132, size_t{1} << 30, 0, true).tensor_cores);
+  }
 }
 
 TEST(AttentionPlanTest, TensorCoresTakeSixteenRowsWhereTheyCoverTheCache) {
