@@ -75,6 +75,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
         "--long-prefill-token-threshold and --max-num-partial-prefills must be >= 0 and "
         "--max-long-partial-prefills >= 1");
   }
+  if (config.attention_kernel != "simt" && config.attention_kernel != "tensor-cores") {
+    return absl::InvalidArgumentError(absl::StrCat("--attention-kernel '", config.attention_kernel,
+                                                   "' is not one of simt, tensor-cores"));
+  }
+  if (config.attention_kernel == "tensor-cores" && config.device != "cuda") {
+    return absl::InvalidArgumentError("--attention-kernel tensor-cores needs --device cuda");
+  }
   const std::string config_path =
       config.config_path.empty() ? config.model_dir + "/config.json" : config.config_path;
   ASSIGN_OR_RETURN(ModelConfig model_config, LoadHfConfig(config_path));
@@ -152,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.tensor_parallel_size = tp;
   rc.cpu_threads = config.cpu_threads;
   rc.device = config.device;
+  rc.attention_tensor_cores = config.attention_kernel == "tensor-cores";
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));

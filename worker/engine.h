@@ -50,6 +50,9 @@ struct EngineConfig {
   // Weights: auto (float32 on the CPU; on CUDA the checkpoint's 16-bit type, bfloat16 for a
   // float32 checkpoint), float32, bfloat16, float16.
   std::string dtype = "auto";
+  // Paged attention on CUDA: simt (the measured default) or tensor-cores (mma.sync; fp16 /
+  // bf16 / quantized caches at head_dim 64 or 128, else SIMT).
+  std::string attention_kernel = "simt";
   int tensor_parallel_size = 1;                   // ranks as threads, Gloo / NCCL between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
   RankFault tp_fault;                             // test aid

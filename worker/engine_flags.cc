@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
           "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");
+ABSL_FLAG(std::string, attention_kernel, "simt",
+          "CUDA paged attention: simt, or tensor-cores (mma.sync for fp16 / bf16 / fp8 / int8 / "
+          "int4 caches at head_dim 64 or 128; other shapes stay SIMT)");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache element type: auto (the weights' type: fp32 on the CPU backend, bf16 / fp16 on "
           "CUDA), fp16, bf16, fp8_e4m3, int8, int4");
@@ -74,6 +77,7 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
         absl::StrCat("--device '", c.device, "' is not one of cpu, cuda"));
   }
   c.dtype = absl::GetFlag(FLAGS_dtype);
+  c.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
   c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);

@@ -47,7 +47,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     if (cuda) {
       RETURN_IF_ERROR(
           kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
-      ASSIGN_OR_RETURN(rank.backend, kernels::CreateCudaBackend({.device = r}));
+      ASSIGN_OR_RETURN(rank.backend,
+                       kernels::CreateCudaBackend(
+                           {.device = r, .attention_tensor_cores = config.attention_tensor_cores}));
     }
 #endif
     if (!cuda) rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});

@@ -53,7 +53,8 @@ struct RunnerConfig {
   int block_size = 16;
   int tensor_parallel_size = 1;
   int cpu_threads = 1;
-  std::string device = "cpu";  // cpu | cuda
+  std::string device = "cpu";           // cpu | cuda
+  bool attention_tensor_cores = false;  // CUDA: the mma.sync attention kernel
   DType weight_type = DType::kF32;
   absl::Duration collective_timeout = absl::Seconds(60);
   RankFault fault;

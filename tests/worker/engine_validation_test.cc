@@ -119,6 +119,15 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--dtype 'int8' is not one of auto, float32, bfloat16, float16")));
   c = testing::FixtureConfig("tiny-llama3");
+  c.attention_kernel = "flash";
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--attention-kernel 'flash' is not one of simt, tensor-cores")));
+  c.attention_kernel = "tensor-cores";  // the CPU backend has one attention kernel
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--attention-kernel tensor-cores needs --device cuda")));
+  c = testing::FixtureConfig("tiny-llama3");
   c.model_dir = "/nonexistent";
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
 }
