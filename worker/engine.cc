@@ -162,6 +162,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.attention_tensor_cores = config.attention_kernel == "tensor-cores";
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
+  rc.make_backend = config.make_backend;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));
   e->num_blocks_ = e->runner_->num_blocks();
   const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;

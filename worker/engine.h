@@ -56,6 +56,8 @@ struct EngineConfig {
   int tensor_parallel_size = 1;                   // ranks as threads, Gloo / NCCL between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
   RankFault tp_fault;                             // test aid
+  // Test aid: each rank's backend instead of the CPU backend (RunnerConfig::make_backend).
+  std::function<std::unique_ptr<kernels::Backend>()> make_backend;
   SchedulerConfig scheduler;
 };
 

@@ -52,7 +52,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                            {.device = r, .attention_tensor_cores = config.attention_tensor_cores}));
     }
 #endif
-    if (!cuda) rank.backend = kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+    if (!cuda) {
+      rank.backend = config.make_backend
+                         ? config.make_backend()
+                         : kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+    }
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
                                              {TpShard{r, n}, rank.comm.get(), config.weight_type}));
     rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,

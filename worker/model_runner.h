@@ -13,6 +13,7 @@
 #define KVSERVE_WORKER_MODEL_RUNNER_H_
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,6 +59,8 @@ struct RunnerConfig {
   DType weight_type = DType::kF32;
   absl::Duration collective_timeout = absl::Seconds(60);
   RankFault fault;
+  // Test aid: makes each rank's backend instead of the CPU backend (device "cpu" only).
+  std::function<std::unique_ptr<kernels::Backend>()> make_backend;
 };
 
 class ModelRunner {
