@@ -180,35 +180,17 @@ struct DevPool {
 // tokens first as one write, then the query tokens), then runs attention on both.
 void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const Shape& s,
                         std::mt19937& rng, double atol = 2e-5, double rtol = 2e-4) {
-  SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
-               " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs));
-  const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
-  int64_t max_blocks = 0, total_blocks = 0, max_q = 0, max_ctx = 0;
-  for (const SeqSpec& q : s.seqs) {
-    const int64_t blocks = (q.prefix + q.query + s.bs - 1) / s.bs;
-    max_blocks = std::max(max_blocks, blocks);
-    total_blocks += blocks;
-    max_q = std::max<int64_t>(max_q, q.query);
-    max_ctx = std::max<int64_t>(max_ctx, q.prefix + q.query);
-  }
-  const int64_t pool_blocks = total_blocks + 3;
-  Pool pool(fc.k, fc.v, pool_blocks, s.kv_heads, s.bs, s.d);
+  SCOPED_TRACE(Describe(fc, s));
   // Scattered blocks: a shuffled pool, so no sequence reads consecutive blocks.
-  std::vector<int32_t> order(pool_blocks);
-  for (int64_t i = 0; i < pool_blocks; ++i) order[i] = static_cast<int32_t>(i);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
-  int64_t next = 0;
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const int64_t blocks = (s.seqs[i].prefix + s.seqs[i].query + s.bs - 1) / s.bs;
-    for (int64_t b = 0; b < blocks; ++b) tables[i * max_blocks + b] = order[next++];
-  }
+  const BatchLayout layout = LayOut(s, rng);
+  const int64_t num_seqs = layout.num_seqs, max_blocks = layout.max_blocks,
+                max_q = layout.max_query, max_ctx = layout.max_context;
+  const std::vector<int32_t>& tables = layout.tables;
+  Pool pool(fc.k, fc.v, layout.pool_blocks, s.kv_heads, s.bs, s.d);
   const int64_t kv_dim = s.kv_heads * s.d, row = (s.heads + 2 * s.kv_heads) * s.d;
   auto slots_of = [&](int64_t i, int64_t from, int64_t to) {
     std::vector<int64_t> slots;
-    for (int64_t t = from; t < to; ++t) {
-      slots.push_back(int64_t{tables[i * max_blocks + t / s.bs]} * s.bs + t % s.bs);
-    }
+    for (int64_t t = from; t < to; ++t) slots.push_back(layout.Slot(s, i, t));
     return slots;
   };
   // Phase 1: prefixes (one write per sequence, all of them on both backends).

@@ -118,6 +118,49 @@ struct Shape {
   std::vector<SeqSpec> seqs;
 };
 
+inline std::string Describe(const FormatCase& fc, const Shape& s) {
+  return fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " d " +
+         std::to_string(s.d) + " bs " + std::to_string(s.bs);
+}
+
+// A batch's sizes and block tables over a shuffled pool of a few spare blocks more than it
+// needs, so that no sequence reads consecutive blocks.
+struct BatchLayout {
+  int64_t num_seqs = 0, max_blocks = 0, pool_blocks = 0;
+  int64_t max_query = 0, max_context = 0, query_tokens = 0;
+  std::vector<int32_t> tables;  // [num_seqs][max_blocks]
+
+  // The pool slot of context token t of sequence i.
+  int64_t Slot(const Shape& s, int64_t i, int64_t t) const {
+    return int64_t{tables[i * max_blocks + t / s.bs]} * s.bs + t % s.bs;
+  }
+};
+
+inline BatchLayout LayOut(const Shape& s, std::mt19937& rng) {
+  BatchLayout b;
+  b.num_seqs = static_cast<int64_t>(s.seqs.size());
+  int64_t total_blocks = 0;
+  for (const SeqSpec& q : s.seqs) {
+    const int64_t blocks = (q.prefix + q.query + s.bs - 1) / s.bs;
+    b.max_blocks = std::max(b.max_blocks, blocks);
+    total_blocks += blocks;
+    b.max_query = std::max<int64_t>(b.max_query, q.query);
+    b.max_context = std::max<int64_t>(b.max_context, q.prefix + q.query);
+    b.query_tokens += q.query;
+  }
+  b.pool_blocks = total_blocks + 3;
+  std::vector<int32_t> order(b.pool_blocks);
+  for (int64_t i = 0; i < b.pool_blocks; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  b.tables.assign(b.num_seqs * b.max_blocks, 0);
+  int64_t next = 0;
+  for (int64_t i = 0; i < b.num_seqs; ++i) {
+    const int64_t blocks = (s.seqs[i].prefix + s.seqs[i].query + s.bs - 1) / s.bs;
+    for (int64_t k = 0; k < blocks; ++k) b.tables[i * b.max_blocks + k] = order[next++];
+  }
+  return b;
+}
+
 }  // namespace kvserve::kernels
 
 #endif  // KVSERVE_TESTS_KERNELS_ATTENTION_CASES_H_

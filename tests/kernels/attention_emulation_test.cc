@@ -79,30 +79,13 @@ void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
 // `num_sms` SMs would ask (0: not at all), and compares.
 void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool tensor_cores,
                         int num_sms, std::mt19937& rng) {
-  SCOPED_TRACE(fc.name + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
-               " d " + std::to_string(s.d) + " bs " + std::to_string(s.bs) + " sms " +
-               std::to_string(num_sms) + (tensor_cores ? " tensor cores" : " SIMT"));
-  const int64_t num_seqs = static_cast<int64_t>(s.seqs.size());
-  int64_t max_blocks = 0, total_blocks = 0, max_q = 0, max_ctx = 0, tokens = 0;
-  for (const SeqSpec& q : s.seqs) {
-    const int64_t blocks = (q.prefix + q.query + s.bs - 1) / s.bs;
-    max_blocks = std::max(max_blocks, blocks);
-    total_blocks += blocks;
-    max_q = std::max<int64_t>(max_q, q.query);
-    max_ctx = std::max<int64_t>(max_ctx, q.prefix + q.query);
-    tokens += q.query;
-  }
-  const int64_t pool_blocks = total_blocks + 3;
-  Pool pool(fc.k, fc.v, pool_blocks, s.kv_heads, s.bs, s.d);
-  std::vector<int32_t> order(pool_blocks);
-  for (int64_t i = 0; i < pool_blocks; ++i) order[i] = static_cast<int32_t>(i);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> tables(num_seqs * max_blocks, 0);
-  int64_t next = 0;
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const int64_t blocks = (s.seqs[i].prefix + s.seqs[i].query + s.bs - 1) / s.bs;
-    for (int64_t b = 0; b < blocks; ++b) tables[i * max_blocks + b] = order[next++];
-  }
+  SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) +
+               (tensor_cores ? " tensor cores" : " SIMT"));
+  const BatchLayout b = LayOut(s, rng);
+  const int64_t num_seqs = b.num_seqs, max_blocks = b.max_blocks, max_q = b.max_query,
+                max_ctx = b.max_context, tokens = b.query_tokens;
+  const std::vector<int32_t>& tables = b.tables;
+  Pool pool(fc.k, fc.v, b.pool_blocks, s.kv_heads, s.bs, s.d);
   // Every context token's q | k | v row; the query tokens' rows are the last of each sequence.
   const int64_t q_dim = s.heads * s.d, kv_dim = s.kv_heads * s.d, row = q_dim + 2 * kv_dim;
   std::vector<float> queries;
@@ -111,9 +94,7 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool
     const int64_t n = s.seqs[i].prefix + s.seqs[i].query;
     std::vector<float> rows = Random(n * row, rng);
     std::vector<int64_t> slots;
-    for (int64_t t = 0; t < n; ++t) {
-      slots.push_back(int64_t{tables[i * max_blocks + t / s.bs]} * s.bs + t % s.bs);
-    }
+    for (int64_t t = 0; t < n; ++t) slots.push_back(b.Slot(s, i, t));
     cpu.WriteKv(
         {rows.data() + q_dim, rows.data() + q_dim + kv_dim, row, slots.data(), n, pool.Host()});
     qstart.push_back(static_cast<int32_t>(queries.size() / row));
