@@ -73,8 +73,9 @@ else
   results+=("ncu_profile|no ncu")
 fi
 echo
-# The engine's bf16-weight fidelity and pool sizing, as engine_cuda_test printed them.
-grep -hE "weights on the GPU|^pool:" "$out/engine_cuda_test.log" 2>/dev/null
+# The engine's bf16-weight fidelity, pool sizing and tensor-core vs SIMT logits, as
+# engine_cuda_test printed them.
+grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT" "$out/engine_cuda_test.log" 2>/dev/null
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
