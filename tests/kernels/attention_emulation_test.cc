@@ -1,15 +1,19 @@
 // The CUDA paged-attention kernels, run on the CPU by tests/kernels/cuda_emulation.h, against
 // the CPU backend's paged attention: the tensor-core kernel (paged_attention_mma.cuh) and the
 // SIMT kernel (paged_attention_simt.cuh), every KV format, decode batches, prefill chunks over
-// cached prefixes, GQA 4:1 and 8:1, head_dim 64 / 128 (and 256, SIMT), with and without
-// split-KV (the real split-merging kernel, emulated too), each launch cut by the real planner.
+// cached prefixes, GQA 4:1 and 8:1, head_dim 64 / 128 (and 16 / 32 / 256, SIMT), with and
+// without split-KV (the real split-merging kernel, emulated too), each launch cut by the real
+// planner.
 // The kernels are compiled as for the GPU except for mma.sync and movmatrix, which the
 // emulation performs by PTX's fragment layouts, so this catches wrong indices, masks, softmax,
 // barriers and quantized-code handling before a GPU runs them. It cannot catch what only
 // hardware shows (memory-model races, speed); tests/gpu/cuda_backend_test.cc runs the same
 // cases on a GPU.
+// The emulation comes first: it redefines the CUDA keywords the kernel sources use.
+// clang-format off
 #include "tests/kernels/cuda_emulation.h"
-// The emulation must come first: it redefines the CUDA keywords the kernel sources use.
+// clang-format on
+
 #include <cmath>
 #include <random>
 #include <vector>

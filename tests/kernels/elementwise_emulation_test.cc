@@ -4,8 +4,11 @@
 // and over row groups (Qwen3's per-head norms inside qkv rows), RoPE on strided rows, SiLU·mul,
 // bias add and float32 → fp16 / bf16 rounding. tests/gpu/cuda_backend_test.cc runs the same
 // on a GPU.
+// The emulation comes first: it redefines the CUDA keywords the kernel sources use.
+// clang-format off
 #include "tests/kernels/cuda_emulation.h"
-// The emulation must come first: it redefines the CUDA keywords the kernel sources use.
+// clang-format on
+
 #include <cmath>
 #include <random>
 #include <vector>

@@ -5,8 +5,11 @@
 // with the same top ids. The kernels are compiled as for the GPU; CUB's block collectives and
 // the cooperative-groups partition are the emulation's. tests/gpu/cuda_backend_test.cc runs
 // the same cases, with more requests, on a GPU.
+// The emulation comes first: it redefines the CUDA keywords the kernel sources use.
+// clang-format off
 #include "tests/kernels/cuda_emulation.h"
-// The emulation must come first: it redefines the CUDA keywords the kernel sources use.
+// clang-format on
+
 #include <random>
 #include <vector>
 
