@@ -24,6 +24,7 @@
   } while (0)
 
 namespace kvserve::kernels::cuda {
+namespace {
 
 DevKvLayout MakeDevKvLayout(const KvFormat& f, int64_t block_size, int64_t head_dim) {
   DevKvLayout l;
@@ -35,6 +36,36 @@ DevKvLayout MakeDevKvLayout(const KvFormat& f, int64_t block_size, int64_t head_
   l.row_bytes = f.RowBytes(static_cast<int>(head_dim));
   l.scale_entries = f.ScaleEntries(static_cast<int>(block_size), static_cast<int>(head_dim));
   return l;
+}
+
+}  // namespace
+
+AttnArgs MakeAttnArgs(const PagedAttentionParams& p) {
+  const KvCacheView& c = p.cache;
+  AttnArgs a;
+  a.q = p.q;
+  a.q_stride = p.q_stride;
+  a.out = p.out;
+  a.k = c.k;
+  a.v = c.v;
+  a.k_scales = c.k_scales;
+  a.v_scales = c.v_scales;
+  a.k_layout = MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
+  a.v_layout = MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
+  a.query_start = p.query_start;
+  a.query_len = p.query_len;
+  a.context_len = p.context_len;
+  a.block_tables = p.block_tables;
+  a.max_blocks_per_seq = p.max_blocks_per_seq;
+  a.num_seqs = static_cast<int>(p.num_seqs);
+  a.num_heads = static_cast<int>(p.num_heads);
+  a.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  a.head_dim = static_cast<int>(c.head_dim);
+  a.block_size = static_cast<int>(c.block_size);
+  a.max_query_len = static_cast<int>(p.max_query_len);
+  a.max_context_len = static_cast<int>(p.max_context_len);
+  a.scale = p.scale;
+  return a;
 }
 
 }  // namespace kvserve::kernels::cuda
@@ -267,30 +298,7 @@ class CudaBackend final : public Backend {
   void PagedAttention(const PagedAttentionParams& p) override {
     Current();
     AwaitCopies(p.cache);
-    const KvCacheView& c = p.cache;
-    cuda::AttnArgs a;
-    a.q = p.q;
-    a.q_stride = p.q_stride;
-    a.out = p.out;
-    a.k = c.k;
-    a.v = c.v;
-    a.k_scales = c.k_scales;
-    a.v_scales = c.v_scales;
-    a.k_layout = cuda::MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
-    a.v_layout = cuda::MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
-    a.query_start = p.query_start;
-    a.query_len = p.query_len;
-    a.context_len = p.context_len;
-    a.block_tables = p.block_tables;
-    a.max_blocks_per_seq = p.max_blocks_per_seq;
-    a.num_seqs = static_cast<int>(p.num_seqs);
-    a.num_heads = static_cast<int>(p.num_heads);
-    a.num_kv_heads = static_cast<int>(c.num_kv_heads);
-    a.head_dim = static_cast<int>(c.head_dim);
-    a.block_size = static_cast<int>(c.block_size);
-    a.max_query_len = static_cast<int>(p.max_query_len);
-    a.max_context_len = static_cast<int>(p.max_context_len);
-    a.scale = p.scale;
+    const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
     const char* problem = cuda::CheckAttentionShape(a);
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
     const cuda::AttnPlan plan = cuda::PlanPagedAttention(

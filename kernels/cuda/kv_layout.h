@@ -1,15 +1,11 @@
 // The geometry of one layer's K or V as the CUDA kernels need it, computed on the host from a
-// KvFormat by MakeDevKvLayout. Plain C++ without Abseil: launchers and kernels share it.
+// KvFormat (in cuda_backend.cc). Plain C++ without Abseil: launchers and kernels share it.
 #ifndef KVSERVE_KERNELS_CUDA_KV_LAYOUT_H_
 #define KVSERVE_KERNELS_CUDA_KV_LAYOUT_H_
 
 #include <cstdint>
 
 #include "common/kv_types.h"
-
-namespace kvserve {
-struct KvFormat;
-}  // namespace kvserve
 
 namespace kvserve::kernels::cuda {
 
@@ -22,10 +18,6 @@ struct DevKvLayout {
   int64_t row_bytes = 0;      // bytes per token row of one head
   int64_t scale_entries = 0;  // fp16 entries per (block, head)
 };
-
-// The layout of format `f` in a cache of `block_size` tokens per block and `head_dim` channels
-// (defined in cuda_backend.cc).
-DevKvLayout MakeDevKvLayout(const KvFormat& f, int64_t block_size, int64_t head_dim);
 
 }  // namespace kvserve::kernels::cuda
 

@@ -18,6 +18,10 @@
 
 #include "kernels/cuda/kv_layout.h"
 
+namespace kvserve::kernels {
+struct PagedAttentionParams;
+}  // namespace kvserve::kernels
+
 namespace kvserve::kernels::cuda {
 
 inline constexpr int kChunkTokens = 256;
@@ -62,6 +66,10 @@ AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_worksp
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).
 void LaunchPagedAttention(const AttnArgs& args, const AttnPlan& plan, float* workspace,
                           cudaStream_t stream);
+
+// The kernels' arguments for backend.h's PagedAttention call `p` (the cache's layouts
+// included); `p`'s pointers as they are. Defined in cuda_backend.cc.
+AttnArgs MakeAttnArgs(const PagedAttentionParams& p);
 
 // Empty when the shape is supported, else what is not.
 const char* CheckAttentionShape(const AttnArgs& args);

@@ -124,29 +124,7 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool
   p.out = want.data();
   cpu.PagedAttention(p);
 
-  const KvCacheView c = pool.Host();
-  AttnArgs a;
-  a.q = queries.data();
-  a.q_stride = row;
-  a.k = static_cast<const uint8_t*>(c.k);
-  a.v = static_cast<const uint8_t*>(c.v);
-  a.k_scales = c.k_scales;
-  a.v_scales = c.v_scales;
-  a.k_layout = cuda::MakeDevKvLayout(c.k_format, c.block_size, c.head_dim);
-  a.v_layout = cuda::MakeDevKvLayout(c.v_format, c.block_size, c.head_dim);
-  a.query_start = qstart.data();
-  a.query_len = qlen.data();
-  a.context_len = ctx.data();
-  a.block_tables = tables.data();
-  a.max_blocks_per_seq = max_blocks;
-  a.num_seqs = static_cast<int>(num_seqs);
-  a.num_heads = s.heads;
-  a.num_kv_heads = s.kv_heads;
-  a.head_dim = s.d;
-  a.block_size = s.bs;
-  a.max_query_len = static_cast<int>(max_q);
-  a.max_context_len = static_cast<int>(max_ctx);
-  a.scale = p.scale;
+  AttnArgs a = cuda::MakeAttnArgs(p);  // the CUDA backend's own mapping
   ASSERT_STREQ(cuda::CheckAttentionShape(a), "");
   const size_t max_workspace = num_sms > 0 ? size_t{1} << 28 : 0;
   const AttnPlan plan =
