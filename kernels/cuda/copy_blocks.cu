@@ -1,5 +1,6 @@
 #include "kernels/cuda/copy_blocks.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -25,8 +26,7 @@ __global__ void CopySegmentsKernel(const CopySegment* segments) {
 
 void LaunchCopySegments(const CopySegment* segments, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  CopySegmentsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(segments);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(CopySegmentsKernel, static_cast<unsigned>(count), kThreads, 0, stream, segments);
 }
 
 }  // namespace kvserve::kernels::cuda

@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace kvserve::kernels::cuda {
 
@@ -13,53 +14,47 @@ void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool
                      int64_t num_tokens, int64_t hidden, cudaStream_t stream) {
   if (num_tokens == 0) return;
   if (table_bits == 32) {
-    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(ids, static_cast<const float*>(table), out,
-                                                         hidden);
+    LaunchKernel(EmbeddingKernel<float>, num_tokens, kThreads, 0, stream, ids,
+                 static_cast<const float*>(table), out, hidden);
   } else if (bf16) {
-    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(
-        ids, static_cast<const __nv_bfloat16*>(table), out, hidden);
+    LaunchKernel(EmbeddingKernel<__nv_bfloat16>, num_tokens, kThreads, 0, stream, ids,
+                 static_cast<const __nv_bfloat16*>(table), out, hidden);
   } else {
-    EmbeddingKernel<<<num_tokens, kThreads, 0, stream>>>(ids, static_cast<const __half*>(table),
-                                                         out, hidden);
+    LaunchKernel(EmbeddingKernel<__half>, num_tokens, kThreads, 0, stream, ids,
+                 static_cast<const __half*>(table), out, hidden);
   }
-  KVSERVE_CUDA_CHECK_LAUNCH();
 }
 
 void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
                    int64_t hidden, float eps, int64_t group_rows, int64_t group_stride,
                    cudaStream_t stream) {
   if (rows == 0) return;
-  RmsNormKernel<<<rows, kThreads, 0, stream>>>(x, residual, weight, out, hidden, eps, group_rows,
-                                               group_stride);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(RmsNormKernel, rows, kThreads, 0, stream, x, residual, weight, out, hidden, eps,
+               group_rows, group_stride);
 }
 
 void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64_t num_tokens,
                 int64_t num_heads, int64_t head_dim, int64_t row_stride, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  RopeKernel<<<num_tokens, kThreads, 0, stream>>>(x, positions, inv_freq, num_heads, head_dim,
-                                                  row_stride);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(RopeKernel, num_tokens, kThreads, 0, stream, x, positions, inv_freq, num_heads,
+               head_dim, row_stride);
 }
 
 void LaunchSiluMul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter,
                    cudaStream_t stream) {
   if (num_tokens == 0) return;
-  SiluMulKernel<<<num_tokens, kThreads, 0, stream>>>(gate_up, out, inter);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(SiluMulKernel, num_tokens, kThreads, 0, stream, gate_up, out, inter);
 }
 
 void LaunchAddBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0) return;
-  AddBiasKernel<<<rows, kThreads, 0, stream>>>(y, bias, cols);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(AddBiasKernel, rows, kThreads, 0, stream, y, bias, cols);
 }
 
 void LaunchRoundTo16(const float* x, uint16_t* out, int64_t n, bool bf16, cudaStream_t stream) {
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
-  RoundTo16Kernel<<<blocks, kThreads, 0, stream>>>(x, out, n, bf16);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(RoundTo16Kernel, blocks, kThreads, 0, stream, x, out, n, bf16);
 }
 
 }  // namespace kvserve::kernels::cuda

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -166,8 +167,7 @@ void LaunchKvWrite(const KvWriteArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(args.num_kv_heads),
                   2);
   const int threads = static_cast<int>((args.head_dim + 31) / 32 * 32);
-  KvWriteKernel<<<grid, threads, 0, stream>>>(args);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(KvWriteKernel, grid, threads, 0, stream, args);
 }
 
 }  // namespace kvserve::kernels::cuda

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/paged_attention_simt.cuh"
 
@@ -22,8 +23,8 @@ void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_
   const size_t smem = sizeof(float) * kWarps * ROWS * a.head_dim;
   // At most 32 KiB (ROWS 8, head_dim 256): within the default limit, no opt-in needed.
   const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
-  PagedAttentionKernel<DT, ROWS, HD><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(PagedAttentionKernel<DT, ROWS, HD>, grid, kThreads, smem, stream, a, plan, tmp_out,
+               tmp_ms);
 }
 
 // head_dim 16 and 32 (small models, the test fixtures) only with 8 rows per block: the plan
@@ -157,8 +158,8 @@ void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* worksp
   }
   if (plan.num_splits > 1) {
     const dim3 grid(a.num_heads, a.max_query_len, a.num_seqs);
-    CombineSplitsKernel<<<grid, kThreads, 0, stream>>>(a, plan.num_splits, tmp_out, tmp_ms);
-    KVSERVE_CUDA_CHECK_LAUNCH();
+    LaunchKernel(CombineSplitsKernel, grid, kThreads, 0, stream, a, plan.num_splits, tmp_out,
+                 tmp_ms);
   }
 }
 

@@ -1,5 +1,6 @@
 // Launchers of the tensor-core paged attention (the kernel: paged_attention_mma.cuh).
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/paged_attention_mma.cuh"
 
 namespace kvserve::kernels::cuda {
@@ -12,8 +13,8 @@ void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_
             cudaStream_t stream) {
   const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
   const size_t smem = sizeof(float) * kWarps * kMmaRows * HD;  // 32 KiB at head_dim 128
-  PagedAttentionMmaKernel<DT, HD><<<grid, kThreads, smem, stream>>>(a, plan, tmp_out, tmp_ms);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(PagedAttentionMmaKernel<DT, HD>, grid, kThreads, smem, stream, a, plan, tmp_out,
+               tmp_ms);
 }
 
 template <KvDType DT>

@@ -21,7 +21,7 @@
 // A fragment, as in FlashAttention 2.
 //
 // Device code only (the launchers are in paged_attention_mma.cu); the tests also run it on the
-// CPU under tests/kernels/cuda_emulation.h, which stands in for mma.sync and movmatrix.
+// CPU under kernels/cuda/emulation/emulator.h, which stands in for mma.sync and movmatrix.
 #ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
 #define KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
 

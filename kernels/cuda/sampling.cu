@@ -1,5 +1,6 @@
 // Launchers of GPU sampling and logprobs (the kernels: sampling.cuh).
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "kernels/cuda/sampling.h"
 
@@ -11,14 +12,12 @@ using sampling::SampleKernel;
 
 void LaunchLogprobs(const LogprobsParams& p, cudaStream_t stream) {
   if (p.num_requests == 0) return;
-  LogprobsKernel<<<static_cast<unsigned>(p.num_requests), kThreads, 0, stream>>>(p);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(LogprobsKernel, static_cast<unsigned>(p.num_requests), kThreads, 0, stream, p);
 }
 
 void LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.num_requests == 0) return;
-  SampleKernel<<<static_cast<unsigned>(p.num_requests), kThreads, 0, stream>>>(p);
-  KVSERVE_CUDA_CHECK_LAUNCH();
+  LaunchKernel(SampleKernel, static_cast<unsigned>(p.num_requests), kThreads, 0, stream, p);
 }
 
 }  // namespace kvserve::kernels::cuda

@@ -5,7 +5,8 @@
 // transformers, printed; logits against the CPU backend's bf16 twin); an int8 KV cache on the
 // GPU against the same cache on the CPU; seeded sampling (top-k / top-p, n = 2, logprobs) giving
 // the CPU's tokens; the KV pool sized by --gpu-memory-utilization; swap preemption with the
-// copies overlapping compute. Skipped without a CUDA device. Label: gpu.
+// copies overlapping compute. Skipped without a CUDA device. Label: gpu. CI runs it on the CPU
+// too, in the KVSERVE_CUDA=EMULATED build (kernels/cuda/emulation).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,20 +129,26 @@ TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
   EngineConfig config = FixtureConfig("tiny-llama3");
   config.device = "cuda";
   config.num_blocks = 0;
-  config.gpu_memory_utilization = 0.05;  // ~7 GiB of an H200: a million small fixture blocks
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  // 5% of an H200 is ~7 GiB (a million small fixture blocks); a small device (the emulated
+  // build's 4 GiB) gets enough for the 256 MiB headroom and as much again for blocks.
+  constexpr double kMiB = 1048576.0;
+  const double size = static_cast<double>(total);
+  const double share = std::max(0.05, (size - free_before + 512 * kMiB) / size);
+  config.gpu_memory_utilization = share;
   {
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
     size_t free_after = 0;
     ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-    const double used = static_cast<double>(total - free_after) / static_cast<double>(total);
-    std::printf("pool: %ld blocks; GPU memory in use %.4f of %.1f GiB (asked 0.05)\n",
-                static_cast<long>(engine->stats().blocks_total), used, total / 1073741824.0);
+    const double used = (size - static_cast<double>(free_after)) / size;
+    std::printf("pool: %ld blocks; GPU memory in use %.4f of %.1f GiB (asked %.4f)\n",
+                static_cast<long>(engine->stats().blocks_total), used, size / (1024 * kMiB), share);
     EXPECT_GT(engine->stats().blocks_total, 1000);
-    EXPECT_LE(used, 0.05);
-    EXPECT_GT(used, 0.04);  // the 256 MiB headroom is all that stays unused
+    EXPECT_LE(used, share);
+    // The 256 MiB headroom is all that stays unused, give or take 1% of the share.
+    EXPECT_GT(used, share - 256 * kMiB / size - 0.01 * share);
   }
   config.gpu_memory_utilization = 0.001;
   EXPECT_THAT(Engine::Create(config).status(),
@@ -187,6 +194,13 @@ TEST(EngineCudaSwapTest, SwappedSequencesContinueAsIfNeverPreempted) {
   }
 }
 
+// An int8 cache (per-channel K, per-token V) on the GPU is as accurate as on the CPU against
+// transformers' float32 logits, and the two differ by far less than the quantization error.
+// Not bit-exact: cuBLAS sums in another order than OpenBLAS, so K and V differ by ~1e-7
+// before quantization, and a value on a rounding boundary takes the neighbouring code (the same
+// effect as in tensor_parallel_test). Measured in emulation (KVSERVE_CUDA=EMULATED): up to
+// 1.7e-3 on the 300-token prompt against a quantization error of 4.1e-2; identical codes for
+// identical inputs are cuda_backend_test's check.
 TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
@@ -199,7 +213,14 @@ TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {
   const auto gpu = PromptLogits(config, ref);
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_LT(testing::RelativeError(gpu[i], cpu[i]), 1e-4) << "prompt " << i;
+    const double twins = testing::RelativeError(gpu[i], cpu[i]);
+    const double cpu_error = testing::RelativeError(cpu[i], ref.logits[i]);
+    const double gpu_error = testing::RelativeError(gpu[i], ref.logits[i]);
+    std::printf("int8 cache, prompt %zu: GPU vs CPU %.2e; vs transformers: CPU %.2e, GPU %.2e\n", i,
+                twins, cpu_error, gpu_error);
+    EXPECT_LT(twins, 5e-3) << "prompt " << i;
+    EXPECT_LT(twins, 0.25 * cpu_error) << "prompt " << i;
+    EXPECT_LE(gpu_error, 1.1 * cpu_error) << "prompt " << i;
   }
 }
 

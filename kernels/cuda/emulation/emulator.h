@@ -15,11 +15,11 @@
 // KVSERVE_CUDA_EMULATION).
 //
 // Include it before any kernel source, in one translation unit:
-//   #include "tests/kernels/cuda_emulation.h"
+//   #include "kernels/cuda/emulation/emulator.h"
 //   #include "kernels/cuda/paged_attention_mma.cuh"
 //   emulation::Launch(grid, 128, smem_bytes, [&] { Kernel<...>(args...); });
-#ifndef KVSERVE_TESTS_KERNELS_CUDA_EMULATION_H_
-#define KVSERVE_TESTS_KERNELS_CUDA_EMULATION_H_
+#ifndef KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_
+#define KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_
 
 // The CUDA headers first, with their own meaning of the keywords.
 #include <cuda_bf16.h>
@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "glog/logging.h"
@@ -218,8 +219,11 @@ class Block {
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
 // `threads`-thread blocks, block by block.
+// Launches from several host threads (tensor-parallel ranks) run one at a time.
 inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
                    const std::function<void()>& body) {
+  static std::mutex one_at_a_time;
+  std::lock_guard<std::mutex> lock(one_at_a_time);
   Block& b = Block::Get();
   grid_dim = grid;
   block_dim = {threads, 1, 1};
@@ -437,4 +441,4 @@ T reduce(const coalesced_group& g, T value, Op op) {
 
 }  // namespace cooperative_groups
 
-#endif  // KVSERVE_TESTS_KERNELS_CUDA_EMULATION_H_
+#endif  // KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_

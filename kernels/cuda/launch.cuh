@@ -1,0 +1,31 @@
+// The launchers' one way to start a kernel: the triple-chevron launch, checked at the launch
+// site; or, when the kernels are built by the host compiler for the CPU emulation
+// (kernels/cuda/emulation/emulator.h defines KVSERVE_CUDA_EMULATION), a run on the emulator.
+#ifndef KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
+#define KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace kvserve::kernels::cuda {
+
+// kernel<<<grid, threads, shared_bytes, stream>>>(args...); aborts on a bad launch.
+template <typename... Params, typename... Args>
+void LaunchKernel(void (*kernel)(Params...), dim3 grid, int threads, size_t shared_bytes,
+                  cudaStream_t stream, const Args&... args) {
+#ifdef KVSERVE_CUDA_EMULATION
+  ::kvserve::emulation::Launch(
+      {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,
+      shared_bytes, [&] { kernel(args...); });
+#else
+  kernel<<<grid, threads, shared_bytes, stream> > >(args...);
+#endif
+  KVSERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvserve::kernels::cuda
+
+#endif  // KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
