@@ -21,7 +21,10 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, int threads, size_t shar
       {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,
       shared_bytes, [&] { kernel(args...); });
 #else
-  kernel<<<grid, threads, shared_bytes, stream> > >(args...);
+  // clang-format would split the chevrons.
+  // clang-format off
+  kernel<<<grid, threads, shared_bytes, stream>>>(args...);
+  // clang-format on
 #endif
   KVSERVE_CUDA_CHECK_LAUNCH();
 }
