@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model_weights.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu/gloo_communicator.h"
@@ -12,6 +14,49 @@
 #endif
 
 namespace kvserve::worker {
+namespace {
+
+std::string Mib(double bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
+
+// Rank r's weights must fit in what its GPU has free: a clear error up front, not a failed
+// cudaMalloc halfway through loading. The need is a lower bound (every tensor but the
+// embedding split evenly over the ranks), so a model that fits is never refused.
+absl::Status CheckWeightsFit(const RunnerConfig& c, kernels::Backend& backend, int r, int ranks) {
+  size_t free = 0, total = 0;
+  if (!backend.MemoryInfo(&free, &total)) return absl::OkStatus();
+  double need = 0;
+  for (const WeightSpec& w : ExpectedWeights(c.model)) {
+    double n = 1;
+    for (int64_t d : w.shape) n *= static_cast<double>(d);
+    const double bytes = n * (w.shape.size() == 2 ? DTypeSize(c.weight_type) : sizeof(float));
+    need += w.name == "model.embed_tokens.weight" ? bytes : bytes / ranks;
+  }
+  if (need <= static_cast<double>(free)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the weights need at least ", Mib(need), " MiB on each GPU as ",
+                   std::string(DTypeName(c.weight_type)), ", but GPU ", r, " has ",
+                   Mib(static_cast<double>(free)), " of ", Mib(static_cast<double>(total)),
+                   " MiB free (use more tensor-parallel ranks",
+                   c.weight_type == DType::kF32 ? ", or --dtype bfloat16)" : ")"));
+}
+
+// An explicit --num-blocks must fit next to the weights and step buffers.
+absl::Status CheckPoolFits(const RunnerConfig& c, kernels::Backend& backend, int r, int kv_heads,
+                           int num_blocks) {
+  size_t free = 0, total = 0;
+  if (!backend.MemoryInfo(&free, &total)) return absl::OkStatus();
+  const double need =
+      static_cast<double>(num_blocks) *
+      static_cast<double>(c.kv_spec.BytesPerBlock(kv_heads, c.block_size, c.model.head_dim));
+  if (need <= static_cast<double>(free)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--num-blocks ", num_blocks, " needs ", Mib(need), " MiB of KV cache on each GPU, but GPU ",
+      r, " has ", Mib(static_cast<double>(free)), " of ", Mib(static_cast<double>(total)),
+      " MiB free after loading the weights (lower --num-blocks, or leave it out to size the pool "
+      "by --gpu-memory-utilization)"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerConfig& config) {
   const int n = config.tensor_parallel_size;
@@ -57,6 +102,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                          ? config.make_backend()
                          : kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
     }
+    if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, n));
     ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
                                              {TpShard{r, n}, rank.comm.get(), config.weight_type}));
     rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
@@ -66,6 +112,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   if (runner->num_blocks_ == 0) {
     if (!cuda) return absl::InvalidArgumentError("the CPU backend needs a KV pool size in blocks");
     ASSIGN_OR_RETURN(runner->num_blocks_, runner->BlocksThatFit());
+  } else if (cuda) {
+    for (int r = 0; r < n; ++r) {
+      RETURN_IF_ERROR(
+          CheckPoolFits(config, *runner->ranks_[r].backend, r, kv_heads, runner->num_blocks_));
+    }
   }
   for (int r = 0; r < n; ++r) {
     Rank& rank = runner->ranks_[r];

@@ -156,6 +156,22 @@ TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
                                          ::testing::HasSubstr("--gpu-memory-utilization 0.001")));
 }
 
+// An explicit --num-blocks beyond the GPU's memory is refused up front, naming the flag, where a
+// failed cudaMalloc would abort the process.
+TEST(EngineCudaPoolTest, TooManyBlocksAreRefusedNamingTheFlag) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = "cuda";
+  // The fixture's blocks take several KiB each: six times the device at least.
+  config.num_blocks = static_cast<int>(std::min<size_t>(total / 1024, 2'000'000'000));
+  EXPECT_THAT(Engine::Create(config).status(),
+              kvserve::testing::StatusIs(
+                  absl::StatusCode::kResourceExhausted,
+                  ::testing::HasSubstr("--num-blocks " + std::to_string(config.num_blocks))));
+}
+
 // Swap preemption on the GPU: block copies run on the copy stream layer by layer and the
 // compute waits only where it touches a copied layer (cuda_backend.cc); greedy outputs must be
 // those of an unconstrained CPU run with the same int8 cache.
