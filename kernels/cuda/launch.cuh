@@ -1,6 +1,7 @@
 // The launchers' one way to start a kernel: the triple-chevron launch, checked at the launch
 // site; or, when the kernels are built by the host compiler for the CPU emulation
-// (kernels/cuda/emulation/emulator.h defines KVSERVE_CUDA_EMULATION), a run on the emulator.
+// (kernels/cuda/emulation/emulator.h defines KVSERVE_CUDA_EMULATION), a run on the emulator,
+// queued on the stream (emulation/streams.h).
 #ifndef KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
 #define KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
 
@@ -9,6 +10,9 @@
 #include <cstddef>
 
 #include "kernels/cuda/cuda_check.h"
+#ifdef KVSERVE_CUDA_EMULATION
+#include "kernels/cuda/emulation/streams.h"
+#endif
 
 namespace kvserve::kernels::cuda {
 
@@ -17,9 +21,11 @@ template <typename... Params, typename... Args>
 void LaunchKernel(void (*kernel)(Params...), dim3 grid, int threads, size_t shared_bytes,
                   cudaStream_t stream, const Args&... args) {
 #ifdef KVSERVE_CUDA_EMULATION
-  ::kvserve::emulation::Launch(
-      {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,
-      shared_bytes, [&] { kernel(args...); });
+  ::kvserve::emulation::Enqueue(stream, [=] {
+    ::kvserve::emulation::Launch(
+        {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,
+        shared_bytes, [&] { kernel(args...); });
+  });
 #else
   // clang-format would split the chevrons.
   // clang-format off

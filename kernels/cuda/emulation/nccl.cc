@@ -1,9 +1,9 @@
 // NCCL's calls that kvserve makes, for the emulated build (runtime.cc): the ranks of a
-// communicator are threads of this process, and each collective is a rendezvous where the
-// last rank to arrive computes the result for all (float32 sums, gathers and broadcasts, the
-// only ones kvserve uses). Several ranks in one process is what lets the tests run tensor
-// parallelism on the CUDA path, which the one-GPU machine cannot (NCCL refuses two ranks on one
-// device). A rank that never arrives blocks the others, where real NCCL's watchdog would time
+// communicator are threads of this process, and each collective, queued on its stream, is a
+// rendezvous where the last rank to arrive computes the result for all (float32 sums, gathers and
+// broadcasts, the only ones kvserve uses). Several ranks in one process is what lets the tests run
+// tensor parallelism on the CUDA path, which the one-GPU machine cannot (NCCL refuses two ranks on
+// one device). A rank that never arrives blocks the others, where real NCCL's watchdog would time
 // out.
 #include <nccl.h>
 
@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "kernels/cuda/emulation/streams.h"
 
 namespace {
 
@@ -115,45 +117,54 @@ const char* ncclGetErrorString(ncclResult_t result) {
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32 || op != ncclSum) return ncclInvalidUsage;
-  comm->clique->Rendezvous(comm->rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
-                           [count](std::vector<Call>& calls) {
-                             std::vector<float> sum(count, 0.0f);
-                             for (const Call& c : calls) {
-                               for (size_t i = 0; i < count; ++i) sum[i] += c.send[i];
-                             }
-                             for (const Call& c : calls)
-                               std::memcpy(c.recv, sum.data(), count * sizeof(float));
-                           });
+  kvserve::emulation::Enqueue(stream, [=] {
+    comm->clique->Rendezvous(comm->rank,
+                             {static_cast<const float*>(send), static_cast<float*>(recv)},
+                             [count](std::vector<Call>& calls) {
+                               std::vector<float> sum(count, 0.0f);
+                               for (const Call& c : calls) {
+                                 for (size_t i = 0; i < count; ++i) sum[i] += c.send[i];
+                               }
+                               for (const Call& c : calls)
+                                 std::memcpy(c.recv, sum.data(), count * sizeof(float));
+                             });
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32) return ncclInvalidUsage;
-  comm->clique->Rendezvous(comm->rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
-                           [count](std::vector<Call>& calls) {
-                             const size_t n = calls.size();
-                             std::vector<float> all(n * count);
-                             for (size_t r = 0; r < n; ++r) {
-                               std::memcpy(&all[r * count], calls[r].send, count * sizeof(float));
-                             }
-                             for (const Call& c : calls)
-                               std::memcpy(c.recv, all.data(), all.size() * sizeof(float));
-                           });
+  kvserve::emulation::Enqueue(stream, [=] {
+    comm->clique->Rendezvous(comm->rank,
+                             {static_cast<const float*>(send), static_cast<float*>(recv)},
+                             [count](std::vector<Call>& calls) {
+                               const size_t n = calls.size();
+                               std::vector<float> all(n * count);
+                               for (size_t r = 0; r < n; ++r) {
+                                 std::memcpy(&all[r * count], calls[r].send, count * sizeof(float));
+                               }
+                               for (const Call& c : calls)
+                                 std::memcpy(c.recv, all.data(), all.size() * sizeof(float));
+                             });
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
-                           int root, ncclComm_t comm, cudaStream_t) {
+                           int root, ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32 || root < 0 || root >= comm->clique->size) return ncclInvalidUsage;
-  comm->clique->Rendezvous(comm->rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
-                           [count, root](std::vector<Call>& calls) {
-                             std::vector<float> data(calls[root].send, calls[root].send + count);
-                             for (const Call& c : calls)
-                               std::memcpy(c.recv, data.data(), count * sizeof(float));
-                           });
+  kvserve::emulation::Enqueue(stream, [=] {
+    comm->clique->Rendezvous(comm->rank,
+                             {static_cast<const float*>(send), static_cast<float*>(recv)},
+                             [count, root](std::vector<Call>& calls) {
+                               std::vector<float> data(calls[root].send, calls[root].send + count);
+                               for (const Call& c : calls)
+                                 std::memcpy(c.recv, data.data(), count * sizeof(float));
+                             });
+  });
   return ncclSuccess;
 }
 

@@ -1,78 +1,36 @@
-// The CUDA runtime and cuBLAS calls of the CUDA backend, on the CPU, for the emulated build
+// The CUDA runtime calls of the CUDA backend, on the CPU, for the emulated build
 // (KVSERVE_CUDA=EMULATED): kernels_cuda compiled by the host compiler runs its kernels on the
-// emulator (emulator.h) and links these definitions instead of libcudart and libcublas.
+// emulator (emulator.h) and links these definitions (and cublas.cc, nccl.cc) instead of
+// libcudart, libcublas and libnccl.
 //
 // The emulated machine has kDevices devices of KVSERVE_EMULATED_GPU_MIB MiB each (default
-// 4096), 132 SMs and compute capability 9.0. Device and pinned memory are host memory. Work runs
-// when it is enqueued, so every stream is always idle and every event complete: one valid
-// order of a correctly synchronised program (missing synchronisation goes unseen here).
-#include <cblas.h>
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// 4096), 132 SMs and compute capability 9.0. Device and pinned memory are host memory. Work on
+// a stream (kernels, async copies and memsets, GEMMs, collectives, stream-ordered frees) is
+// queued and runs as late as CUDA's rules allow (streams.h): when the host synchronizes a
+// stream or an event, when a stream reaches a wait on an event of another, at copies to
+// pageable host memory, which CUDA completes before returning, and at cudaFree / cudaFreeHost,
+// which synchronize the device. Queries run the work and report it done. Copies from pageable
+// host memory read it at the call, as CUDA stages them.
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <vector>
+
+#include "glog/logging.h"
+#include "kernels/cuda/emulation/streams.h"
 
 namespace {
 
 constexpr int kDevices = 8;
-
-struct Allocation {
-  int device;
-  size_t bytes;
-};
-
-class Devices {
- public:
-  static Devices& Get() {
-    static Devices devices;
-    return devices;
-  }
-
-  cudaError_t Allocate(void** p, size_t bytes, int device) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
-    *p = ::operator new (std::max<size_t>(bytes, 1), std::align_val_t{256}, std::nothrow);
-    if (*p == nullptr) return cudaErrorMemoryAllocation;
-    used_[device] += bytes;
-    live_[*p] = {device, bytes};
-    return cudaSuccess;
-  }
-
-  cudaError_t Free(void* p) {
-    if (p == nullptr) return cudaSuccess;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = live_.find(p);
-    if (it == live_.end()) return cudaErrorInvalidValue;
-    used_[it->second.device] -= it->second.bytes;
-    live_.erase(it);
-    ::operator delete (p, std::align_val_t{256});
-    return cudaSuccess;
-  }
-
-  void Info(int device, size_t* free, size_t* total) {
-    std::lock_guard<std::mutex> lock(mu_);
-    *total = capacity_;
-    *free = capacity_ - used_[device];
-  }
-
- private:
-  Devices() {
-    const char* mib = std::getenv("KVSERVE_EMULATED_GPU_MIB");
-    capacity_ = size_t{1048576} * (mib != nullptr ? std::strtoull(mib, nullptr, 10) : 4096);
-  }
-
-  std::mutex mu_;
-  size_t capacity_;
-  size_t used_[kDevices] = {};
-  std::map<void*, Allocation> live_;
-};
+constexpr std::align_val_t kAlign{256};
 
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -82,17 +40,197 @@ cudaError_t Fail(cudaError_t e) {
   return e;
 }
 
-// Streams and events only need distinct non-null handles.
-template <typename Handle>
-Handle NewHandle() {
-  return reinterpret_cast<Handle>(new char);
-}
-template <typename Handle>
-void DeleteHandle(Handle h) {
-  delete reinterpret_cast<char*>(h);
-}
+// Device memory (accounted per device against its capacity) and pinned host memory.
+class Memory {
+ public:
+  static Memory& Get() {
+    static Memory memory;
+    return memory;
+  }
+
+  cudaError_t AllocateDevice(void** p, size_t bytes, int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
+    *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
+    if (*p == nullptr) return cudaErrorMemoryAllocation;
+    used_[device] += bytes;
+    device_[*p] = {device, bytes};
+    return cudaSuccess;
+  }
+
+  cudaError_t FreeDevice(void* p) {
+    if (p == nullptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = device_.find(p);
+    if (it == device_.end()) return cudaErrorInvalidValue;
+    used_[it->second.device] -= it->second.bytes;
+    device_.erase(it);
+    ::operator delete(p, kAlign);
+    return cudaSuccess;
+  }
+
+  cudaError_t AllocatePinned(void** p, size_t bytes) {
+    *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
+    if (*p == nullptr) return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_[*p] = {-1, bytes};
+    return cudaSuccess;
+  }
+
+  cudaError_t FreePinned(void* p) {
+    if (p == nullptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pinned_.erase(p) == 0) return cudaErrorInvalidValue;
+    ::operator delete(p, kAlign);
+    return cudaSuccess;
+  }
+
+  // Neither device memory nor pinned host memory.
+  bool Pageable(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !Within(device_, p) && !Within(pinned_, p);
+  }
+
+  void Info(int device, size_t* free, size_t* total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *total = capacity_;
+    *free = capacity_ - used_[device];
+  }
+
+ private:
+  struct Allocation {
+    int device;
+    size_t bytes;
+  };
+  using Allocations = std::map<const void*, Allocation>;
+
+  Memory() {
+    const char* mib = std::getenv("KVSERVE_EMULATED_GPU_MIB");
+    capacity_ = size_t{1048576} * (mib != nullptr ? std::strtoull(mib, nullptr, 10) : 4096);
+  }
+
+  static bool Within(const Allocations& m, const void* p) {
+    auto it = m.upper_bound(p);
+    if (it == m.begin()) return false;
+    --it;
+    return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second.bytes;
+  }
+
+  std::mutex mu_;
+  size_t capacity_;
+  size_t used_[kDevices] = {};
+  Allocations device_, pinned_;
+};
+
+// A stream's queue: its work runs in order, on whichever host thread first waits for it.
+struct Stream {
+  explicit Stream(int d) : device(d) {}
+  const int device;
+  std::recursive_mutex running;  // held while running queued work
+  std::mutex mu;                 // guards work and enqueued
+  std::deque<std::function<void()>> work;
+  uint64_t enqueued = 0;
+  uint64_t done = 0;  // guarded by running
+};
+
+// An event: the stream and the point in it (work items before the record) it stands for.
+struct Event {
+  Stream* stream = nullptr;
+  uint64_t position = 0;
+};
+
+class Streams {
+ public:
+  static Streams& Get() {
+    static Streams streams;
+    return streams;
+  }
+
+  Stream* Create() {
+    auto* s = new Stream(current_device);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(s);
+    return s;
+  }
+
+  void Destroy(Stream* s) {
+    RunAll(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(s);
+    delete s;
+  }
+
+  // The handle's stream: null and the legacy / per-thread handles are the device's legacy one.
+  Stream* Of(cudaStream_t handle) {
+    if (handle != nullptr && handle != cudaStreamLegacy && handle != cudaStreamPerThread) {
+      return reinterpret_cast<Stream*>(handle);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<Stream>& s = legacy_[current_device];
+    if (s == nullptr) {
+      s = std::make_unique<Stream>(current_device);
+      live_.insert(s.get());
+    }
+    return s.get();
+  }
+
+  void Enqueue(Stream* s, std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->work.push_back(std::move(work));
+    ++s->enqueued;
+  }
+
+  uint64_t Position(Stream* s) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    return s->enqueued;
+  }
+
+  // Runs the stream's work until `position` items are done.
+  void RunUpTo(Stream* s, uint64_t position) {
+    std::lock_guard<std::recursive_mutex> running(s->running);
+    while (s->done < position) {
+      std::function<void()> next;
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        next = std::move(s->work.front());
+        s->work.pop_front();
+      }
+      next();
+      ++s->done;
+    }
+  }
+
+  void RunAll(Stream* s) { RunUpTo(s, Position(s)); }
+
+  // What cudaDeviceSynchronize waits for: every stream of the current device.
+  void SynchronizeDevice() {
+    std::vector<Stream*> streams;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Stream* s : live_) {
+        if (s->device == current_device) streams.push_back(s);
+      }
+    }
+    for (Stream* s : streams) RunAll(s);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<Stream*> live_;
+  std::unique_ptr<Stream> legacy_[kDevices];
+};
+
+Stream* StreamOf(cudaStream_t handle) { return Streams::Get().Of(handle); }
 
 }  // namespace
+
+namespace kvserve::emulation {
+
+void Enqueue(cudaStream_t stream, std::function<void()> work) {
+  Streams::Get().Enqueue(StreamOf(stream), std::move(work));
+}
+
+}  // namespace kvserve::emulation
 
 extern "C" {
 
@@ -129,37 +267,46 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   }
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  Streams::Get().SynchronizeDevice();
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  Devices::Get().Info(current_device, free, total);
+  Memory::Get().Info(current_device, free, total);
   return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  const cudaError_t e = Devices::Get().Allocate(p, bytes, current_device);
+  const cudaError_t e = Memory::Get().AllocateDevice(p, bytes, current_device);
   return e == cudaSuccess ? e : Fail(e);
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
 
 cudaError_t cudaFree(void* p) {
-  const cudaError_t e = Devices::Get().Free(p);
+  Streams::Get().SynchronizeDevice();
+  const cudaError_t e = Memory::Get().FreeDevice(p);
   return e == cudaSuccess ? e : Fail(e);
 }
 
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  kvserve::emulation::Enqueue(
+      stream, [p] { CHECK_EQ(Memory::Get().FreeDevice(p), cudaSuccess) << "cudaFreeAsync"; });
+  return cudaSuccess;
+}
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
-  *p = ::operator new (std::max<size_t>(bytes, 1), std::align_val_t{256}, std::nothrow);
-  return *p != nullptr ? cudaSuccess : Fail(cudaErrorMemoryAllocation);
+  const cudaError_t e = Memory::Get().AllocatePinned(p, bytes);
+  return e == cudaSuccess ? e : Fail(e);
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 
 cudaError_t cudaFreeHost(void* p) {
-  ::operator delete (p, std::align_val_t{256});
-  return cudaSuccess;
+  Streams::Get().SynchronizeDevice();
+  const cudaError_t e = Memory::Get().FreePinned(p);
+  return e == cudaSuccess ? e : Fail(e);
 }
 
 cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
@@ -167,56 +314,93 @@ cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if (bytes > 0) std::memmove(dst, src, bytes);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                            cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  Memory& memory = Memory::Get();
+  Stream* s = StreamOf(stream);
+  if (memory.Pageable(src)) {  // staged at the call: the source may change right after
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    Streams::Get().Enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  } else {
+    Streams::Get().Enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+  if (memory.Pageable(dst)) Streams::Get().RunAll(s);  // returns once the copy is done
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+// On the legacy stream, which the backend's non-blocking streams do not wait for or make wait.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  Streams::Get().RunAll(StreamOf(nullptr));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  kvserve::emulation::Enqueue(stream, [p, value, bytes] { std::memset(p, value, bytes); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  std::memset(p, value, bytes);
+  cudaMemsetAsync(p, value, bytes, nullptr);
+  Streams::Get().RunAll(StreamOf(nullptr));
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(p, value, bytes);
-}
-
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = NewHandle<cudaStream_t>();
+  *s = reinterpret_cast<cudaStream_t>(Streams::Get().Create());
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  DeleteHandle(s);
+  Streams::Get().Destroy(reinterpret_cast<Stream*>(s));
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  Streams::Get().RunAll(StreamOf(s));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
-  *e = NewHandle<cudaEvent_t>();
+  *e = reinterpret_cast<cudaEvent_t>(new Event);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  DeleteHandle(e);
+  delete reinterpret_cast<Event*>(e);
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
+  Stream* s = StreamOf(stream);
+  *reinterpret_cast<Event*>(e) = {s, Streams::Get().Position(s)};
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  const Event ev = *reinterpret_cast<Event*>(e);
+  if (ev.stream != nullptr) Streams::Get().RunUpTo(ev.stream, ev.position);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+
+// Waits for the event as recorded now: a later record does not move it.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int) {
+  const Event ev = *reinterpret_cast<Event*>(e);
+  if (ev.stream != nullptr) {
+    kvserve::emulation::Enqueue(stream, [ev] { Streams::Get().RunUpTo(ev.stream, ev.position); });
+  }
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = last_error;
@@ -237,87 +421,6 @@ const char* cudaGetErrorString(cudaError_t e) {
     default:
       return "unknown error (emulated device)";
   }
-}
-
-// cuBLAS: the column-major GEMMs the backend calls, as OpenBLAS sgemm on float copies of
-// 16-bit operands (exact), accumulating in float like CUBLAS_COMPUTE_32F.
-
-struct cublasContext {};
-
-cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
-  *handle = new cublasContext;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
-
-const char* cublasGetStatusString(cublasStatus_t status) {
-  return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS"
-                                         : "not supported by the emulated cuBLAS";
-}
-
-}  // extern "C"
-
-namespace {
-
-CBLAS_TRANSPOSE Op(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
-
-// An m×n operand stored column-major with leading dimension ld, as floats.
-bool ToFloat(const void* x, cudaDataType type, int ld, int rows, int cols,
-             std::vector<float>* out) {
-  const size_t n = cols == 0 ? 0 : static_cast<size_t>(ld) * (cols - 1) + rows;
-  out->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    switch (type) {
-      case CUDA_R_32F:
-        (*out)[i] = static_cast<const float*>(x)[i];
-        break;
-      case CUDA_R_16F:
-        (*out)[i] = __half2float(static_cast<const __half*>(x)[i]);
-        break;
-      case CUDA_R_16BF:
-        (*out)[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-extern "C" {
-
-cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb,
-                              int m, int n, int k, const float* alpha, const float* A, int lda,
-                              const float* B, int ldb, const float* beta, float* C, int ldc) {
-  cblas_sgemm(CblasColMajor, Op(transa), Op(transb), m, n, k, *alpha, A, lda, B, ldb, *beta, C,
-              ldc);
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb,
-                            int m, int n, int k, const void* alpha, const void* A,
-                            cudaDataType Atype, int lda, const void* B, cudaDataType Btype, int ldb,
-                            const void* beta, void* C, cudaDataType Ctype, int ldc,
-                            cublasComputeType_t compute, cublasGemmAlgo_t) {
-  if (Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-  std::vector<float> a, b;
-  const bool an = transa == CUBLAS_OP_N, bn = transb == CUBLAS_OP_N;
-  if (!ToFloat(A, Atype, lda, an ? m : k, an ? k : m, &a) ||
-      !ToFloat(B, Btype, ldb, bn ? k : n, bn ? n : k, &b)) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  cblas_sgemm(CblasColMajor, Op(transa), Op(transb), m, n, k, *static_cast<const float*>(alpha),
-              a.data(), lda, b.data(), ldb, *static_cast<const float*>(beta),
-              static_cast<float*>(C), ldc);
-  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // extern "C"

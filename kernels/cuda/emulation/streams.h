@@ -1,0 +1,21 @@
+// Streams of the emulated CUDA runtime (runtime.cc): work is queued on its stream and runs as
+// late as the program allows, when something waits for it (a stream or event synchronize, a
+// stream waiting on an event whose work is still queued, a copy to pageable host memory, a
+// cudaFree). Host code that reads results, reuses a buffer or lets one stream use another's
+// output without the synchronisation CUDA requires then sees stale data in the tests, as it
+// could on a GPU.
+#ifndef KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
+#define KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+namespace kvserve::emulation {
+
+// Queues `work` on `stream` (null: the current device's legacy stream).
+void Enqueue(cudaStream_t stream, std::function<void()> work);
+
+}  // namespace kvserve::emulation
+
+#endif  // KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
