@@ -1,0 +1,82 @@
+// The emulated CUDA runtime's stream rules (kernels/cuda/emulation/streams.h), which the
+// emulated build's tests rely on to expose missing synchronisation: queued work waits until
+// something waits for it, event waits order streams, copies to pageable memory complete before
+// returning and copies from it read the source at the call. Emulated build only.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+class EmulatedRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_), kBytes), cudaSuccess);
+    ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&pinned_), kBytes, cudaHostAllocMapped),
+              cudaSuccess);
+    for (cudaStream_t* s : {&a_, &b_}) {
+      ASSERT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
+    }
+    ASSERT_EQ(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), cudaSuccess);
+  }
+  void TearDown() override {
+    cudaEventDestroy(event_);
+    cudaStreamDestroy(a_);
+    cudaStreamDestroy(b_);
+    cudaFreeHost(pinned_);
+    cudaFree(device_);
+  }
+
+  static constexpr size_t kBytes = 64;
+  unsigned char* device_ = nullptr;
+  unsigned char* pinned_ = nullptr;
+  cudaStream_t a_ = nullptr, b_ = nullptr;
+  cudaEvent_t event_ = nullptr;
+};
+
+TEST_F(EmulatedRuntimeTest, QueuedWorkRunsWhenTheStreamIsSynchronized) {
+  pinned_[0] = 0;
+  ASSERT_EQ(cudaMemsetAsync(device_, 7, kBytes, a_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned_, device_, kBytes, cudaMemcpyDeviceToHost, a_), cudaSuccess);
+  EXPECT_EQ(pinned_[0], 0) << "ran before anything waited for it";
+  ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
+  EXPECT_EQ(pinned_[kBytes - 1], 7);
+}
+
+TEST_F(EmulatedRuntimeTest, AnEventWaitRunsTheOtherStreamUpToTheRecord) {
+  ASSERT_EQ(cudaMemsetAsync(device_, 5, kBytes, a_), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event_, a_), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(device_, 9, kBytes, a_), cudaSuccess);  // after the record
+  ASSERT_EQ(cudaStreamWaitEvent(b_, event_, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned_, device_, kBytes, cudaMemcpyDeviceToHost, b_), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event_, a_), cudaSuccess);  // a later record: the wait keeps the old
+  ASSERT_EQ(cudaStreamSynchronize(b_), cudaSuccess);
+  EXPECT_EQ(pinned_[0], 5);
+  ASSERT_EQ(cudaEventSynchronize(event_), cudaSuccess);
+  std::vector<unsigned char> back(kBytes);
+  ASSERT_EQ(cudaMemcpy(back.data(), device_, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back[0], 9);
+}
+
+TEST_F(EmulatedRuntimeTest, PageableCopiesCompleteOrStageAtTheCall) {
+  std::vector<unsigned char> source(kBytes, 3), back(kBytes, 0);
+  ASSERT_EQ(cudaMemcpyAsync(device_, source.data(), kBytes, cudaMemcpyHostToDevice, a_),
+            cudaSuccess);
+  source.assign(kBytes, 4);  // staged already: the copy keeps the 3s
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), device_, kBytes, cudaMemcpyDeviceToHost, a_), cudaSuccess);
+  EXPECT_EQ(back[0], 3) << "a copy to pageable memory returns once done";
+}
+
+TEST_F(EmulatedRuntimeTest, CudaFreeSynchronizesTheDevice) {
+  unsigned char* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scratch), kBytes), cudaSuccess);
+  pinned_[0] = 0;
+  ASSERT_EQ(cudaMemsetAsync(device_, 6, kBytes, b_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned_, device_, kBytes, cudaMemcpyDeviceToHost, b_), cudaSuccess);
+  ASSERT_EQ(cudaFree(scratch), cudaSuccess);
+  EXPECT_EQ(pinned_[0], 6);
+}
+
+}  // namespace
