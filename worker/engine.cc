@@ -1,5 +1,7 @@
 #include "worker/engine.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <random>
 
@@ -10,6 +12,9 @@
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "worker/sampler.h"
+#ifdef KVSERVE_WITH_CUDA
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 namespace kvserve::worker {
 namespace {
@@ -91,6 +96,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                    ") is not supported yet"));
   }
   e->model_config_ = model_config;
+#ifdef KVSERVE_WITH_CUDA
+  if (config.device == "cuda" && config.tensor_parallel_size > kernels::CudaDeviceCount()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--tensor-parallel-size ", config.tensor_parallel_size,
+                     " puts rank r on GPU r, but this machine has ", kernels::CudaDeviceCount(),
+                     " CUDA device(s)"));
+  }
+#endif
   RETURN_IF_ERROR(Model::CheckShardable(model_config, config.tensor_parallel_size));
 
   const int64_t max_pos = model_config.max_position_embeddings;
@@ -138,6 +151,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   }
   if (config.swap_space_gib < 0 || host_blocks < 0) {
     return absl::InvalidArgumentError("--swap-space must be >= 0");
+  }
+  // Like vLLM: a host tier beyond 70% of the machine's memory would take the host down with it
+  // (the CPU backend's allocation, or a CUDA pinned allocation, fails or the OOM killer comes).
+  const double host_tier = static_cast<double>(host_blocks) * block_bytes * tp;
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (memory > 0 && host_tier > 0.7 * memory) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--swap-space: a host tier of %.1f GiB (%d blocks of %d bytes on each of %d ranks) is more "
+        "than 70%% of this machine's %.1f GiB of memory",
+        host_tier / 1073741824.0, host_blocks, block_bytes, tp, memory / 1073741824.0));
   }
   if (config.host_prefix_cache && host_blocks == 0) {
     return absl::InvalidArgumentError("--host-prefix-cache needs a host tier: set --swap-space");

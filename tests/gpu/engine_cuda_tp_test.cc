@@ -6,6 +6,7 @@
 // ranks (NCCL refuses two ranks on one device), so it skips on the one-GPU machine; CI runs it
 // in the KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
 // Label: gpu.
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
@@ -51,6 +52,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCudaTpTest,
                                   std::to_string(info.param.tp) +
                                   (info.param.chunk > 0 ? "_chunked" : "");
                          });
+
+TEST(EngineCudaTpDevicesTest, MoreRanksThanGpusAreRefused) {
+  const int gpus = kernels::CudaDeviceCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device";
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = "cuda";
+  config.tensor_parallel_size = gpus + 1;
+  EXPECT_THAT(Engine::Create(config).status(),
+              kvserve::testing::StatusIs(
+                  absl::StatusCode::kFailedPrecondition,
+                  ::testing::HasSubstr("--tensor-parallel-size " + std::to_string(gpus + 1) +
+                                       " puts rank r on GPU r, but this machine has " +
+                                       std::to_string(gpus) + " CUDA device(s)")));
+}
 
 // Rank 0 draws from the vocabulary slices gathered over NCCL: the CPU's tokens at TP=1.
 TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {

@@ -128,6 +128,11 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel tensor-cores needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
+  c.swap_space_gib = 1e6;
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("--swap-space: a host tier of"),
+                                                HasSubstr("than 70% of this machine's"))));
+  c = testing::FixtureConfig("tiny-llama3");
   c.model_dir = "/nonexistent";
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent")));
 }
