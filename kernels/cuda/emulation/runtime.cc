@@ -13,6 +13,8 @@
 // host memory read it at the call, as CUDA stages them.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -133,10 +135,12 @@ struct Stream {
   uint64_t done = 0;  // guarded by running
 };
 
-// An event: the stream and the point in it (work items before the record) it stands for.
+// An event: the stream and the point in it (work items up to the record) it stands for, and
+// the host time at which the stream passed that point (for cudaEventElapsedTime).
 struct Event {
   Stream* stream = nullptr;
   uint64_t position = 0;
+  std::shared_ptr<std::atomic<int64_t>> passed_ns;  // -1 until passed
 };
 
 class Streams {
@@ -381,7 +385,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   Stream* s = StreamOf(stream);
-  *reinterpret_cast<Event*>(e) = {s, Streams::Get().Position(s)};
+  auto passed = std::make_shared<std::atomic<int64_t>>(-1);
+  Streams::Get().Enqueue(s, [passed] {
+    *passed = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+  });
+  *reinterpret_cast<Event*>(e) = {s, Streams::Get().Position(s), std::move(passed)};
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const Event& a = *reinterpret_cast<Event*>(start);
+  const Event& b = *reinterpret_cast<Event*>(end);
+  if (a.passed_ns == nullptr || b.passed_ns == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (*a.passed_ns < 0 || *b.passed_ns < 0) return Fail(cudaErrorNotReady);
+  *ms = static_cast<float>(static_cast<double>(*b.passed_ns - *a.passed_ns) / 1e6);
   return cudaSuccess;
 }
 
