@@ -210,33 +210,49 @@ TEST(EngineCudaSwapTest, SwappedSequencesContinueAsIfNeverPreempted) {
   }
 }
 
-// An int8 cache (per-channel K, per-token V) on the GPU is as accurate as on the CPU against
-// transformers' float32 logits, and the two differ by far less than the quantization error.
-// Not bit-exact: cuBLAS sums in another order than OpenBLAS, so K and V differ by ~1e-7
-// before quantization, and a value on a rounding boundary takes the neighbouring code (the same
-// effect as in tensor_parallel_test). Measured in emulation (KVSERVE_CUDA=EMULATED): up to
-// 1.7e-3 on the 300-token prompt against a quantization error of 4.1e-2; identical codes for
-// identical inputs are cuda_backend_test's check.
-TEST(EngineCudaQuantTest, Int8CacheOnTheGpuMatchesTheCpu) {
+// A quantized cache on the GPU is as accurate as on the CPU against transformers' float32
+// logits, and the two differ by far less than the quantization error, for every dtype and
+// granularity, with full-precision layers mixed in. Not bit-exact: cuBLAS sums in another
+// order than OpenBLAS, so K and V differ by ~1e-7 before quantization, and a value on a
+// rounding boundary takes the neighbouring code (the same effect as in tensor_parallel_test).
+// Measured in emulation (KVSERVE_CUDA=EMULATED), where OpenBLAS stands in for cuBLAS: the twins
+// differ by at most 0.22 of the quantization error (int8 per-group on the 300-token prompt:
+// 1.3e-3 against 5.7e-3), and the GPU's error is within 0.98-1.0 of the CPU's; the bounds leave
+// room for cuBLAS's other rounding. Identical codes for identical inputs are
+// cuda_backend_test's check.
+TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
-  EngineConfig config = FixtureConfig("tiny-llama3");
-  config.kv_quant.dtype = "int8";
-  config.kv_quant.granularity = "k:per_channel,v:per_token";
-  config.dtype = "float32";
-  const auto cpu = PromptLogits(config, ref);
-  config.device = "cuda";
-  const auto gpu = PromptLogits(config, ref);
-  ASSERT_EQ(cpu.size(), gpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const double twins = testing::RelativeError(gpu[i], cpu[i]);
-    const double cpu_error = testing::RelativeError(cpu[i], ref.logits[i]);
-    const double gpu_error = testing::RelativeError(gpu[i], ref.logits[i]);
-    std::printf("int8 cache, prompt %zu: GPU vs CPU %.2e; vs transformers: CPU %.2e, GPU %.2e\n", i,
-                twins, cpu_error, gpu_error);
-    EXPECT_LT(twins, 5e-3) << "prompt " << i;
-    EXPECT_LT(twins, 0.25 * cpu_error) << "prompt " << i;
-    EXPECT_LE(gpu_error, 1.1 * cpu_error) << "prompt " << i;
+  for (const KvQuantOptions& q :
+       {KvQuantOptions{.dtype = "int8", .granularity = "k:per_channel,v:per_token"},
+        KvQuantOptions{.dtype = "fp8_e4m3", .granularity = "per_token"},
+        KvQuantOptions{.dtype = "int8",
+        .granularity = "per_group",
+        .group_size = 8,
+        .full_precision_layers = "first:1"},
+        KvQuantOptions{.dtype = "int4", .granularity = "per_channel"},
+        KvQuantOptions{.dtype = "int4",
+        .granularity = "per_group",
+        .group_size = 8,
+        .full_precision_layers = "last:1"}}) {
+    const std::string name = q.dtype + "/" + q.granularity + " " + q.full_precision_layers;
+    SCOPED_TRACE(name);
+    EngineConfig config = FixtureConfig("tiny-llama3");
+    config.kv_quant = q;
+    config.dtype = "float32";
+    const auto cpu = PromptLogits(config, ref);
+    config.device = "cuda";
+    const auto gpu = PromptLogits(config, ref);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const double twins = testing::RelativeError(gpu[i], cpu[i]);
+      const double cpu_error = testing::RelativeError(cpu[i], ref.logits[i]);
+      const double gpu_error = testing::RelativeError(gpu[i], ref.logits[i]);
+      std::printf("%s cache, prompt %zu: GPU vs CPU %.2e; vs transformers: CPU %.2e, GPU %.2e\n",
+                  name.c_str(), i, twins, cpu_error, gpu_error);
+      EXPECT_LT(twins, 0.5 * cpu_error) << "prompt " << i;
+      EXPECT_LE(gpu_error, 1.25 * cpu_error) << "prompt " << i;
+    }
   }
 }
 
