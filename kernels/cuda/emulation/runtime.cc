@@ -4,13 +4,13 @@
 // libcudart, libcublas and libnccl.
 //
 // The emulated machine has kDevices devices of KVSERVE_EMULATED_GPU_MIB MiB each (default
-// 4096), 132 SMs and compute capability 9.0. Device and pinned memory are host memory. Work on
-// a stream (kernels, async copies and memsets, GEMMs, collectives, stream-ordered frees) is
-// queued and runs as late as CUDA's rules allow (streams.h): when the host synchronizes a
-// stream or an event, when a stream reaches a wait on an event of another, at copies to
-// pageable host memory, which CUDA completes before returning, and at cudaFree / cudaFreeHost,
-// which synchronize the device. Queries run the work and report it done. Copies from pageable
-// host memory read it at the call, as CUDA stages them.
+// 4096), 132 SMs and compute capability 9.0. Device and pinned memory are host memory, poisoned
+// when allocated. Work on a stream (kernels, async copies and memsets, GEMMs, collectives,
+// stream-ordered frees) is queued and runs as late as CUDA's rules allow (streams.h): when the
+// host synchronizes a stream or an event, when a stream reaches a wait on an event of another,
+// at copies to pageable host memory, which CUDA completes before returning, and at cudaFree /
+// cudaFreeHost, which synchronize the device. Queries run the work and report it done. Copies
+// from pageable host memory read it at the call, as CUDA stages them.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -33,6 +33,9 @@ namespace {
 
 constexpr int kDevices = 8;
 constexpr std::align_val_t kAlign{256};
+// New device and pinned memory holds this byte (NaN as float or bf16, -1 as an integer), not
+// the zeros fresh host pages would: reads of memory nothing wrote show in the results.
+constexpr int kPoison = 0xff;
 
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -55,6 +58,7 @@ class Memory {
     if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
     *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
+    std::memset(*p, kPoison, bytes);
     used_[device] += bytes;
     device_[*p] = {device, bytes};
     return cudaSuccess;
@@ -74,6 +78,7 @@ class Memory {
   cudaError_t AllocatePinned(void** p, size_t bytes) {
     *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
+    std::memset(*p, kPoison, bytes);
     std::lock_guard<std::mutex> lock(mu_);
     pinned_[*p] = {-1, bytes};
     return cudaSuccess;
