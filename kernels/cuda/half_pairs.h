@@ -36,9 +36,11 @@ KVSERVE_HD inline uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
 }
 
 // fp16x2 bit patterns (low half first).
-inline constexpr uint32_t kInt8Offset = 0x64806480u;  // (1152, 1152)
-inline constexpr uint32_t kInt4Mul = 0x2c003c00u;     // (1, 1/16)
-inline constexpr uint32_t kInt4Add = 0xd400e400u;     // (−1024, −64)
+inline constexpr uint32_t kInt8Offset = 0x64806480u;   // (1152, 1152)
+inline constexpr uint32_t kInt4Mul = 0x2c003c00u;      // (1, 1/16)
+inline constexpr uint32_t kInt4Add = 0xd400e400u;      // (−1024, −64)
+inline constexpr uint32_t kInt4Bias = 0x64006400u;     // (1024, 1024): Int4PairBiased of code 0
+inline constexpr uint32_t kInt4Unscale = 0x4c003c00u;  // (1, 16)
 
 // Elements 2p and 2p + 1 (p = 0, 1) of a word of four int8 codes, as fp16 (1024 + 128 + code);
 // subtract kInt8Offset.

@@ -120,20 +120,42 @@ __device__ __forceinline__ void CodePairs(const Raw<DT>& r, __half2 (&c)[4]) {
   }
 }
 
+// The eight codes of a quantized row's load as four fp16 pairs that the K operand takes
+// unscaled when K has per-token parameters (the scale is applied to the scores instead): int8
+// as 1152 + code, int4 as (1024 + lo, 1024 + 16·hi), fp8 exactly. The query's fragment and
+// the scores' starting values absorb the offsets and the 1/16 (see the kernel).
+template <KvDType DT>
+__device__ __forceinline__ void BiasedCodePairs(const Raw<DT>& r, uint32_t (&w)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (DT == KvDType::kInt8) {
+      w[i] = half_pairs::Int8PairBiased(r.w[i / 2], i % 2);
+    } else if constexpr (DT == KvDType::kFp8E4M3) {
+      w[i] = Bits(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(r.w[i / 2] >> (16 * (i % 2))), __NV_E4M3)));
+    } else {
+      w[i] = half_pairs::Int4PairBiased(r.w[0], i);
+    }
+  }
+}
+
 // Channels c0..c0+7 of a token row as four 16-bit pairs in the mma's type: fp16 / bf16 as
 // stored; quantized codes as fp16 pairs, then scaled (and offset, int4) in fp16x2 arithmetic —
 // one rounding of code·scale (+ min), no float conversions. The parameters are fp16 already:
-// per token or group one (scale, min) word broadcast to both halves; per channel the pairs'
-// own, read as 32-bit words (even channel indices, so aligned).
-template <KvDType DT>
+// per token `token_params` (LoadTokenParams, loaded once per token by the caller), per group
+// one (scale, min) word broadcast to both halves; per channel the pairs' own, read as 32-bit
+// words (even channel indices, so aligned). kCodes: the biased codes alone (BiasedCodePairs).
+template <KvDType DT, bool kCodes>
 __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout& l,
                                           const uint16_t* scales, int64_t bh, int off, int d,
-                                          int c0, uint32_t (&w)[4]) {
+                                          int c0, uint32_t token_params, uint32_t (&w)[4]) {
   Raw<DT> r;
   LoadRaw<DT>(row, c0, r);
   if constexpr (DT == KvDType::kFp16 || DT == KvDType::kBf16) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) w[i] = r.w[i];
+  } else if constexpr (kCodes) {
+    BiasedCodePairs<DT>(r, w);
   } else {
     __half2 c[4];
     CodePairs<DT>(r, c);
@@ -152,7 +174,9 @@ __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout&
         }
       }
     } else {
-      const uint32_t params = LoadTokenParams<DT>(l, scales, bh, off, d, c0);
+      const uint32_t params = l.granularity == KvGranularity::kPerGroup
+                                  ? LoadTokenParams<DT>(l, scales, bh, off, d, c0)
+                                  : token_params;
       const __half2 scale = AsHalf2(half_pairs::Broadcast(params, false));
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -185,6 +209,11 @@ __global__ void __launch_bounds__(kThreads)
   if (!prefill && blockIdx.x > 0) return;
   if (r0 >= qlen * group) return;  // decode: the whole block; prefill: this warp (no barrier)
   const int nrows = min(kMmaRows, qlen * group - r0);
+  // Quantized K with per-token parameters: QK runs on the (biased) codes and the scores take
+  // the token's scale, s·(q·code) + min·Σq, instead of dequantizing every element of K.
+  const bool fold_k = IsQuantized(DT) && a.k_layout.granularity == KvGranularity::kPerToken;
+  // int4's high nibbles arrive as 16·code: their query channels (the odd ones) take 1/16.
+  const float odd_factor = DT == KvDType::kInt4 && fold_k ? 0.0625f : 1.0f;
 
   // The query rows g and g + 8 (scaled), as A fragments: for chunk j and half h, k positions
   // 2t, 2t+1, 2t+8, 2t+9 are channels 32j + 8t + 4h + 0, 1, 2, 3.
@@ -210,10 +239,31 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int i = 0; i < 4; ++i) x[i] = qr[c + i] * a.scale;
         }
-        qa[j][h][rr] = Pack<kBf16>(x[0], x[1]);
-        qa[j][h][2 + rr] = Pack<kBf16>(x[2], x[3]);
+        qa[j][h][rr] = Pack<kBf16>(x[0], x[1] * odd_factor);
+        qa[j][h][2 + rr] = Pack<kBf16>(x[2], x[3] * odd_factor);
       }
     }
+  }
+  // For fold_k, per row (g, g + 8): `bias`, the query's product with the codes' offsets (the
+  // scores start from −bias), and `qsum`, the sum of its fp16 channels (int4's minimum is
+  // added as min·qsum). Both come from the mma itself on constant K fragments, so they are
+  // what the QK mma adds to the scores, up to float rounding.
+  float bias[2] = {0.0f, 0.0f}, qsum[2] = {0.0f, 0.0f};
+  if (fold_k && DT != KvDType::kFp8E4M3) {
+    constexpr uint32_t kOffsets =
+        DT == KvDType::kInt8 ? half_pairs::kInt8Offset : half_pairs::kInt4Bias;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, n[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        Mma<kBf16>(c, qa[j][h], kOffsets, kOffsets);
+        if constexpr (DT == KvDType::kInt4) {
+          Mma<kBf16>(n, qa[j][h], half_pairs::kInt4Unscale, half_pairs::kInt4Unscale);
+        }
+      }
+    }
+    bias[0] = c[0], bias[1] = c[2], qsum[0] = n[0], qsum[1] = n[2];
   }
   const int last_visible = ctx - qlen + (r0 + nrows - 1) / group + 1;
   const int t_begin = split * plan.chunks_per_split * kChunkTokens;
@@ -234,22 +284,45 @@ __global__ void __launch_bounds__(kThreads)
   // The loop bound is the same for the whole warp: mma, movmatrix and shuffles see it all.
   const int first = prefill ? t_begin : t_begin + warp * kStepTokens;
   const int stride = prefill ? kStepTokens : kWarps * kStepTokens;
+  const bool v_per_token = a.v_layout.granularity == KvGranularity::kPerToken;
+  // The block-table entries of this step's tokens g and 8 + g, read a step ahead: the K / V
+  // loads then wait for one memory latency per step, not for the table's and then their own.
+  int32_t blocks[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int tok = first + 8 * u + g;
+    blocks[u] = tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
+  }
   for (int base = first; base < t_end; base += stride) {
     uint32_t kw[2][kChunks][4], vw[2][kChunks][4];
+    int32_t next_blocks[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int tok = base + stride + 8 * u + g;
+      next_blocks[u] = tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
+    }
+    uint32_t kp[2] = {0u, 0u};  // fold_k: token g's K parameters
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int tok = base + 8 * u + g;
       if (tok < t_end) {
-        const int64_t bh =
-            static_cast<int64_t>(__ldg(table + (tok >> bs_shift))) * a.num_kv_heads + kvh;
+        const int64_t bh = static_cast<int64_t>(blocks[u]) * a.num_kv_heads + kvh;
         const int off = tok & bs_mask;
         const int64_t row = (bh << bs_shift) + off;
+        const uint32_t vp =
+            v_per_token ? LoadTokenParams<DT>(a.v_layout, a.v_scales, bh, off, HD, 0) : 0u;
+        if (fold_k) kp[u] = LoadTokenParams<DT>(a.k_layout, a.k_scales, bh, off, HD, 0);
 #pragma unroll
         for (int j = 0; j < kChunks; ++j) {
-          LoadPairs<DT>(a.k + row * a.k_layout.row_bytes, a.k_layout, a.k_scales, bh, off, HD,
-                        mma::LoadedChannel(t, j, 0), kw[u][j]);
-          LoadPairs<DT>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off, HD,
-                        mma::LoadedChannel(t, j, 0), vw[u][j]);
+          const int c0 = mma::LoadedChannel(t, j, 0);
+          const uint8_t* k_row = a.k + row * a.k_layout.row_bytes;
+          if (fold_k) {
+            LoadPairs<DT, true>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, kw[u][j]);
+          } else {
+            LoadPairs<DT, false>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, kw[u][j]);
+          }
+          LoadPairs<DT, false>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off,
+                               HD, c0, vp, vw[u][j]);
         }
       } else {  // past the end: zeros, never NaN (masked scores weigh 0)
 #pragma unroll
@@ -264,12 +337,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[u][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) s[u][e] = -bias[e >> 1];
 #pragma unroll
       for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           Mma<kBf16>(s[u], qa[j][h], kw[u][j][2 * h], kw[u][j][2 * h + 1]);
+      }
+      if (fold_k) {  // token 2t + e's parameters are with the lanes whose g is 2t + e
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const uint32_t p = __shfl_sync(0xffffffffu, kp[u], 8 * t + 4 * e);
+          const float scale = DevF16Value(static_cast<uint16_t>(p & 0xffffu));
+          const float minimum =
+              DT == KvDType::kInt4 ? DevF16Value(static_cast<uint16_t>(p >> 16)) : 0.0f;
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr)
+            s[u][2 * rr + e] = s[u][2 * rr + e] * scale + minimum * qsum[rr];
+        }
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -278,6 +363,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     // Online softmax per row; the four lanes of a row group (same g) share its maximum.
+    float alpha[2] = {1.0f, 1.0f};
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float mx =
@@ -290,16 +376,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < 2; ++u) s[u][2 * rr] = s[u][2 * rr + 1] = 0.0f;
         continue;
       }
-      const float alpha = __expf(m[rr] - m_new);  // 0 when m[rr] is -inf
-      l[rr] *= alpha;
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          o[j][i][2 * rr] *= alpha;
-          o[j][i][2 * rr + 1] *= alpha;
-        }
-      }
+      alpha[rr] = __expf(m[rr] - m_new);  // 0 when m[rr] is -inf, 1 when the maximum stays
+      l[rr] *= alpha[rr];
       m[rr] = m_new;
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -307,6 +385,18 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 2 * rr; e < 2 * rr + 2; ++e) {
           s[u][e] = __expf(s[u][e] - m_new);  // 0 for masked tokens
           l[rr] += s[u][e];
+        }
+      }
+    }
+    // The accumulators follow a row's new maximum. Once the maxima settle (most steps of a long
+    // context) no row of the warp moves and the 4·HD/8 multiplications by 1 are skipped.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[j][i][e] *= alpha[e >> 1];
         }
       }
     }
@@ -320,6 +410,8 @@ __global__ void __launch_bounds__(kThreads)
         Mma<kBf16>(o[j][i], pa, Transpose8x8(vw[0][j][i]), Transpose8x8(vw[1][j][i]));
       }
     }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) blocks[u] = next_blocks[u];
   }
 
   // Each row's sum is split over the four lanes of its group.

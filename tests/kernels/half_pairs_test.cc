@@ -58,6 +58,23 @@ TEST(HalfPairsTest, Int4PairsAreTheCodes) {
   }
 }
 
+// The tensor-core kernel's K operand with per-token parameters takes the biased int4 codes
+// as they are: with the query's high-nibble channel divided by 16, the pair's dot product minus
+// the query's product with kInt4Bias is the product with the codes, and the query's product
+// with kInt4Unscale is the sum of its channels (the minimum's factor).
+TEST(HalfPairsTest, Int4BiasedCodesFoldIntoTheQuery) {
+  const float q_lo = 0.375f, q_hi = -1.25f;  // a pair of query channels (exact in fp16)
+  const float q_hi_folded = q_hi / 16.0f;
+  for (int byte = 0; byte < 256; ++byte) {
+    const uint32_t h = Int4PairBiased(static_cast<uint32_t>(byte), 0);
+    const float dot = q_lo * Low(h) + q_hi_folded * High(h);
+    const float offset = q_lo * Low(kInt4Bias) + q_hi_folded * High(kInt4Bias);
+    EXPECT_EQ(dot - offset, q_lo * (byte & 0xf) + q_hi * (byte >> 4)) << byte;
+  }
+  EXPECT_EQ(Int4PairBiased(0u, 0), kInt4Bias);
+  EXPECT_EQ(q_lo * Low(kInt4Unscale) + q_hi_folded * High(kInt4Unscale), q_lo + q_hi);
+}
+
 TEST(HalfPairsTest, ParameterHalves) {
   const uint32_t a = 0xaaaa1111u, b = 0xbbbb2222u;  // (scale, min) of channels c and c + 1
   EXPECT_EQ(LowHalves(a, b), 0x22221111u);

@@ -303,6 +303,14 @@ T __shfl_sync(unsigned /*mask*/, T v, int src_lane) {
   return all[src_lane & 31];
 }
 
+// vote.any: whether `pred` holds for any lane of the warp.
+inline int __any_sync(unsigned /*mask*/, int pred) {
+  const int* all = ::kvserve::emulation::Block::Get().Exchange(pred != 0 ? 1 : 0);
+  int any = 0;
+  for (int lane = 0; lane < 32; ++lane) any |= all[lane];
+  return any;
+}
+
 template <typename T>
 T __ldg(const T* p) {
   return *p;
