@@ -1,7 +1,10 @@
 #!/bin/bash
 # Static cost of the tensor-core attention kernels without a GPU: compiles
 # kernels/cuda/paged_attention_mma.cu (as of git revision REV, or the working tree) to sm_90
-# PTX and prints, per instantiation, its PTX instruction count and ptxas's registers / spills.
+# PTX and prints, per instantiation, its PTX instruction count, ptxas's registers / spills,
+# and the token loop's size: `loop` is the PTX between the loop's first label and its backward
+# branch (one 16-token step of a warp, both sides of any branch inside); `step` leaves out the
+# block a warp vote skips on steps where no row's maximum moved (the accumulators' rescale).
 # --per-token cuts the per-group and per-channel branches first, so the count is the path the
 # benchmark's per-token formats take. Needs nvcc and ptxas; a build directory for generated
 # headers is not needed (the kernels include only sources).
@@ -24,7 +27,8 @@ else
   cp -r "$root/kernels" "$root/common" "$work/src/"
 fi
 if ((per_token)); then
-  sed -i 's/l\.granularity == KvGranularity::kPer\(Channel\|Group\)/false/g' \
+  sed -i -e 's/l\.granularity == KvGranularity::kPer\(Channel\|Group\)/false/g' \
+    -e 's/[a-z_.]*granularity == KvGranularity::kPerToken/true/g' \
     "$work"/src/kernels/cuda/paged_attention_mma.cu* "$work/src/kernels/cuda/attention_common.cuh"
 fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
@@ -40,17 +44,39 @@ awk -v ptxas="$work/ptxas.txt" '
       if (match(line, /Used [0-9]+ registers/)) regs[fn] = substr(line, RSTART + 5, RLENGTH - 15)
       if (match(line, /[0-9]+ bytes spill stores/)) spills[fn] = substr(line, RSTART, RLENGTH - 19)
     }
-    printf "%-6s %-5s %8s %6s %7s\n", "format", "hd", "ptx_ins", "regs", "spills"
+    printf "%-6s %-5s %8s %6s %7s %5s %5s\n", "format", "hd", "ptx_ins", "regs", "spills", "loop",
+      "step"
   }
   function flush() {
     if (name ~ /PagedAttentionMma/) {
       match(name, /KvDTypeE[0-9]E/); dt = names[substr(name, RSTART + 8, 1) + 1]
       match(name, /ELi[0-9]+EEE/); hd = substr(name, RSTART + 3, RLENGTH - 6)
-      printf "%-6s %-5s %8d %6s %7s\n", dt, hd, count, regs[name], spills[name]
+      printf "%-6s %-5s %8d %6s %7s %5d %5d\n", dt, hd, count, regs[name], spills[name], loop,
+        loop - skipped
     }
   }
-  /^\.visible \.entry|^\.entry/ { flush(); name = $NF; sub(/\(.*/, "", name); count = 0; next }
+  /^\.visible \.entry|^\.entry/ {
+    flush(); name = $NF; sub(/\(.*/, "", name)
+    count = 0; loop = 0; skipped = 0; skip_to = ""; after_vote = 0; delete label_at
+    next
+  }
   { sub(/^[ \t{]+/, "") }
-  /^[a-z@][^:]*;$/ && $0 !~ /^\/\// { count++ }
+  /^\$L__BB[0-9_]+:$/ {
+    label = $0; sub(/:$/, "", label); label_at[label] = count
+    if (label == skip_to) { skipped += count - skip_from; skip_to = "" }
+    next
+  }
+  /^[a-z@][^:]*;$/ && $0 !~ /^\/\// {
+    count++
+    if ($0 ~ /^vote\./) after_vote = 1
+    if (after_vote && match($0, /bra(\.uni)?[ \t]+\$L__BB[0-9_]+;/)) {  # over the voted block
+      skip_to = substr($0, RSTART, RLENGTH); sub(/.*[ \t]/, "", skip_to); sub(/;/, "", skip_to)
+      skip_from = count; after_vote = 0
+    }
+    if (!loop && match($0, /bra(\.uni)?[ \t]+\$L__BB[0-9_]+;/)) {  # the first backward branch
+      target = substr($0, RSTART, RLENGTH); sub(/.*[ \t]/, "", target); sub(/;/, "", target)
+      if (target in label_at) loop = count - label_at[target]
+    }
+  }
   END { flush() }
 ' "$work/k.ptx"
