@@ -250,29 +250,71 @@ __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& 
   }
 }
 
+constexpr int kCombineThreads = 256;  // the split-merging kernel's block
+constexpr int kCombineWarps = kCombineThreads / 32;
+
+// The reduction of `v` over the split-merging kernel's block with `op`, in every thread
+// (`scratch`: one float per warp; the block must not be reading it from a previous call).
+template <typename Op>
+__device__ __forceinline__ float BlockReduce(float v, float* scratch, Op op) {
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) v = op(v, scratch[w]);
+  return v;
+}
+
 // The body of the split-merging kernel (CombineSplitsKernel in paged_attention.cu), grid
-// (num_heads, max_query_len, num_seqs): merges a row's splits by their softmax weights.
+// (num_heads, max_query_len, num_seqs), kCombineThreads threads: merges a row's splits by their
+// softmax weights. The block first reduces the splits' maxima and weighted sums; then each
+// warp takes every kCombineWarps-th split (its lanes across the channels, so the partial rows
+// are read coalesced and the splits' loads are independent), and the warps' sums are added in
+// shared memory. A split's weight is exp(m_s − m)·sum_s; one that saw no token weighs 0.
 __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
                                               const float* tmp_out, const float* tmp_ms) {
+  __shared__ float scratch[2][kCombineWarps];
+  __shared__ float partial[kCombineWarps][256];  // head_dim ≤ 256
   const int head = blockIdx.x, j = blockIdx.y, seq = blockIdx.z;
   if (j >= a.query_len[seq]) return;
   const int64_t base =
       ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) * num_splits;
-  float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, tmp_ms[2 * (base + s)]);
-  float total = 0.0f;
-  for (int s = 0; s < num_splits; ++s) {
+  const auto weight = [&](int s, float m) {
     const float sum = tmp_ms[2 * (base + s) + 1];
-    if (sum > 0.0f) total += __expf(tmp_ms[2 * (base + s)] - m) * sum;
+    return sum > 0.0f ? __expf(tmp_ms[2 * (base + s)] - m) * sum : 0.0f;
+  };
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < num_splits; s += kCombineThreads) {
+    m = fmaxf(m, tmp_ms[2 * (base + s)]);
   }
-  const int d = a.head_dim;
-  float* out = a.out + (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float sum = tmp_ms[2 * (base + s) + 1];
-      if (sum > 0.0f) v += __expf(tmp_ms[2 * (base + s)] - m) * sum * tmp_out[(base + s) * d + c];
+  m = BlockReduce(m, scratch[0], [](float x, float y) { return fmaxf(x, y); });
+  float total = 0.0f;
+  for (int s = threadIdx.x; s < num_splits; s += kCombineThreads) total += weight(s, m);
+  total = BlockReduce(total, scratch[1], [](float x, float y) { return x + y; });
+
+  const int d = a.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // channels lane + 32k
+  for (int s = warp; s < num_splits; s += kCombineWarps) {
+    const float f = weight(s, m);
+    if (f == 0.0f) continue;  // saw no token (or weighs nothing): skip its row
+    const float* row = tmp_out + (base + s) * d;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (lane + 32 * k < d) acc[k] += f * row[lane + 32 * k];
     }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    if (lane + 32 * k < d) partial[warp][lane + 32 * k] = acc[k];
+  }
+  __syncthreads();
+  float* out = a.out + (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
+  for (int c = threadIdx.x; c < d; c += kCombineThreads) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) v += partial[w][c];
     out[c] = v / total;
   }
 }

@@ -158,7 +158,7 @@ void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* worksp
   }
   if (plan.num_splits > 1) {
     const dim3 grid(a.num_heads, a.max_query_len, a.num_seqs);
-    LaunchKernel(CombineSplitsKernel, grid, kThreads, 0, stream, a, plan.num_splits, tmp_out,
+    LaunchKernel(CombineSplitsKernel, grid, kCombineThreads, 0, stream, a, plan.num_splits, tmp_out,
                  tmp_ms);
   }
 }

@@ -54,7 +54,7 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
                       [&] { at::PagedAttentionKernel<DT, 8, HD>(a, plan, tmp_out, tmp_ms); });
   }
   if (plan.num_splits > 1) {
-    emulation::Launch({a.num_heads, a.max_query_len, a.num_seqs}, at::kThreads, 0,
+    emulation::Launch({a.num_heads, a.max_query_len, a.num_seqs}, at::kCombineThreads, 0,
                       [&] { at::CombineSplits(a, plan.num_splits, tmp_out, tmp_ms); });
   }
 }
@@ -82,7 +82,7 @@ void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
 // query tokens and the emulated kernel (tensor-core or SIMT) on the same pool, split as
 // `num_sms` SMs would ask (0: not at all), and compares.
 void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool tensor_cores,
-                        int num_sms, std::mt19937& rng) {
+                        int num_sms, std::mt19937& rng, int min_splits = 0) {
   SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) +
                (tensor_cores ? " tensor cores" : " SIMT"));
   const BatchLayout b = LayOut(s, rng);
@@ -133,7 +133,12 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool
   if (num_sms == 0) {
     EXPECT_EQ(plan.num_splits, 1);
   }
-  std::vector<float> got(tokens * q_dim, std::nanf("")), workspace(plan.workspace_floats);
+  if (min_splits > 0) {
+    ASSERT_GE(plan.num_splits, min_splits);
+  }
+  // NaN workspace, as a GPU's may hold: a split must not read what no block wrote.
+  std::vector<float> got(tokens * q_dim, std::nanf("")),
+      workspace(plan.workspace_floats, std::nanf(""));
   a.out = got.data();
   if (s.d == 16) {
     RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace);
@@ -193,6 +198,19 @@ TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
       CheckFormatOnShape(*cpu, fc, s, false, 0, rng);
       CheckFormatOnShape(*cpu, fc, s, false, 16, rng);
     }
+  }
+}
+
+// More splits than the merging kernel's warps (it gives each warp every eighth split), next to
+// a sequence whose context ends before most of them start.
+TEST(AttentionEmulationTest, ManySplitsMerge) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(13);
+  const Shape s{8, 2, 128, 16, {{4300, 1}, {300, 1}}};  // 17 chunks
+  for (const FormatCase& fc : Formats()) {
+    if (fc.name != "bf16" && fc.name != "int4/per_token") continue;
+    CheckFormatOnShape(*cpu, fc, s, false, 16, rng, 17);
+    CheckFormatOnShape(*cpu, fc, s, true, 16, rng, 17);
   }
 }
 
