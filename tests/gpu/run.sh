@@ -11,7 +11,7 @@
 #   bash tests/gpu/run.sh build-gpu/carry [--quick]
 #
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
-# the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
+# the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # GPU sampling against the CPU twin (time and token equality), then the decode-attention
 # benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
@@ -36,9 +36,13 @@ run_check() {  # name, timeout, command...
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
   results+=("$name|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
 }
+run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" --gtest_filter=-*TensorCore*
+# The tensor-core kernel's mma.sync / movmatrix against PTX's documented layouts: if the
+# attention test below fails, this says whether the fragment layouts are why.
+run_check mma_probe_test 60 "$build/bin/mma_probe_test"
+grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|lane [0-9]+" "$out/mma_probe_test.log" | head -12
 # The tensor-core attention test runs in its own process: a fault there (it has not run on a
 # GPU before) must not take the other conformance tests down with the CUDA context.
-run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" --gtest_filter=-*TensorCore*
 run_check cuda_backend_test_tc 180 "$build/bin/cuda_backend_test" --gtest_filter=*TensorCore*
 for t in nccl_communicator_test engine_cuda_test; do
   if [[ -x $build/bin/$t ]]; then run_check "$t" 180 "$build/bin/$t"; else results+=("$t|missing"); fi
