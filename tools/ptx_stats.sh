@@ -3,8 +3,9 @@
 # kernels/cuda/paged_attention_mma.cu (as of git revision REV, or the working tree) to sm_90
 # PTX and prints, per instantiation, its PTX instruction count, ptxas's registers / spills,
 # and the token loop's size: `loop` is the PTX between the loop's first label and its backward
-# branch (one 16-token step of a warp, both sides of any branch inside); `step` leaves out the
-# block a warp vote skips on steps where no row's maximum moved (the accumulators' rescale).
+# branch (one 16-token step of a warp, both sides of any branch inside; the K-prefetching
+# variant, pf_k 1, holds two steps and is halved); `step` leaves out the block a warp vote skips
+# on steps where no row's maximum moved (the accumulators' rescale).
 # --per-token cuts the per-group and per-channel branches first, so the count is the path the
 # benchmark's per-token formats take. Needs nvcc and ptxas; a build directory for generated
 # headers is not needed (the kernels include only sources).
@@ -44,15 +45,17 @@ awk -v ptxas="$work/ptxas.txt" '
       if (match(line, /Used [0-9]+ registers/)) regs[fn] = substr(line, RSTART + 5, RLENGTH - 15)
       if (match(line, /[0-9]+ bytes spill stores/)) spills[fn] = substr(line, RSTART, RLENGTH - 19)
     }
-    printf "%-6s %-5s %8s %6s %7s %5s %5s\n", "format", "hd", "ptx_ins", "regs", "spills", "loop",
-      "step"
+    printf "%-6s %-5s %-4s %8s %6s %7s %5s %5s\n", "format", "hd", "pf_k", "ptx_ins", "regs",
+      "spills", "loop", "step"
   }
   function flush() {
     if (name ~ /PagedAttentionMma/) {
       match(name, /KvDTypeE[0-9]E/); dt = names[substr(name, RSTART + 8, 1) + 1]
-      match(name, /ELi[0-9]+EEE/); hd = substr(name, RSTART + 3, RLENGTH - 6)
-      printf "%-6s %-5s %8d %6s %7s %5d %5d\n", dt, hd, count, regs[name], spills[name], loop,
-        loop - skipped
+      match(name, /ELi[0-9]+E/); hd = substr(name, RSTART + 3, RLENGTH - 4)
+      pf = match(name, /ELb[01]E/) ? substr(name, RSTART + 3, 1) : "-"
+      steps = pf == "1" ? 2 : 1  # the K-prefetching loop holds two steps
+      printf "%-6s %-5s %-4s %8d %6s %7s %5d %5d\n", dt, hd, pf, count, regs[name], spills[name],
+        loop / steps, (loop - skipped) / steps
     }
   }
   /^\.visible \.entry|^\.entry/ {

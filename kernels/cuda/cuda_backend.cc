@@ -301,9 +301,10 @@ class CudaBackend final : public Backend {
     const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
     const char* problem = cuda::CheckAttentionShape(a);
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
-    const cuda::AttnPlan plan = cuda::PlanPagedAttention(
+    cuda::AttnPlan plan = cuda::PlanPagedAttention(
         a, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
         options_.attention_blocks_per_sm, options_.attention_tensor_cores);
+    plan.prefetch_k = plan.tensor_cores && options_.attention_prefetch_k;
     float* workspace = plan.workspace_floats == 0
                            ? nullptr
                            : static_cast<float*>(attention_workspace_.Get(

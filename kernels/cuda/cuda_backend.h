@@ -30,6 +30,9 @@ struct CudaBackendOptions {
   // Paged attention on tensor cores where that kernel covers the cache (paged_attention.h).
   // Off by default until it has passed conformance on a GPU.
   bool attention_tensor_cores = false;
+  // With tensor cores: each step's K rows loaded during the step before (AttnPlan::prefetch_k).
+  // Off until a GPU has timed it against the plain loop.
+  bool attention_prefetch_k = false;
 };
 
 // Unavailable without a usable device; the backend makes `device` current on this thread.

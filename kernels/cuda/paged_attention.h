@@ -48,6 +48,7 @@ struct AttnArgs {
 // How a launch is cut: set by PlanPagedAttention.
 struct AttnPlan {
   bool tensor_cores = false;  // the mma.sync kernel (paged_attention_mma.cu) instead of SIMT
+  bool prefetch_k = false;    // tensor cores: each step's K loaded during the step before
   int rows_per_block = 0;     // 4 or 8 (SIMT); 16, or 64 with prefill chunks (tensor cores)
   int row_tiles = 0;          // thread blocks per (sequence, KV head, split) along the rows
   int num_splits = 1;         // split-KV factor

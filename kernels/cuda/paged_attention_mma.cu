@@ -13,8 +13,13 @@ void Launch(const AttnArgs& a, const AttnPlan& plan, float* tmp_out, float* tmp_
             cudaStream_t stream) {
   const dim3 grid(plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs);
   const size_t smem = sizeof(float) * kWarps * kMmaRows * HD;  // 32 KiB at head_dim 128
-  LaunchKernel(PagedAttentionMmaKernel<DT, HD>, grid, kThreads, smem, stream, a, plan, tmp_out,
-               tmp_ms);
+  if (plan.prefetch_k) {
+    LaunchKernel(PagedAttentionMmaKernel<DT, HD, true>, grid, kThreads, smem, stream, a, plan,
+                 tmp_out, tmp_ms);
+  } else {
+    LaunchKernel(PagedAttentionMmaKernel<DT, HD, false>, grid, kThreads, smem, stream, a, plan,
+                 tmp_out, tmp_ms);
+  }
 }
 
 template <KvDType DT>

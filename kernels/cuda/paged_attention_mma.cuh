@@ -190,7 +190,8 @@ __device__ __forceinline__ void LoadPairs(const uint8_t* row, const DevKvLayout&
   }
 }
 
-template <KvDType DT, int HD>
+// kPrefetchK: each step's K rows are loaded during the step before (AttnPlan::prefetch_k).
+template <KvDType DT, int HD, bool kPrefetchK>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionMmaKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
   KVSERVE_DYNAMIC_SHARED(float, red);  // decode: [kWarps][kMmaRows][HD]
@@ -285,53 +286,65 @@ __global__ void __launch_bounds__(kThreads)
   const int first = prefill ? t_begin : t_begin + warp * kStepTokens;
   const int stride = prefill ? kStepTokens : kWarps * kStepTokens;
   const bool v_per_token = a.v_layout.granularity == KvGranularity::kPerToken;
-  // The block-table entries of this step's tokens g and 8 + g, read a step ahead: the K / V
-  // loads then wait for one memory latency per step, not for the table's and then their own.
-  int32_t blocks[2];
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    const int tok = first + 8 * u + g;
-    blocks[u] = tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
-  }
-  for (int base = first; base < t_end; base += stride) {
-    uint32_t kw[2][kChunks][4], vw[2][kChunks][4];
-    int32_t next_blocks[2];
+  using Rows = uint32_t[2][kChunks][4];  // a step's 16 token rows: [tile u][chunk][pair]
+  // The block-table entries of tokens g and 8 + g of the step at `step` (0 past the end).
+  const auto load_blocks = [&](int step, int32_t(&blocks)[2]) {
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      const int tok = base + stride + 8 * u + g;
-      next_blocks[u] = tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
+      const int tok = step + 8 * u + g;
+      blocks[u] = tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
     }
-    uint32_t kp[2] = {0u, 0u};  // fold_k: token g's K parameters
+  };
+  // Tokens g and 8 + g of the step at `step`: their K rows into `kw` (biased codes and the
+  // tokens' parameters into `kp` for fold_k, else dequantized) and their V rows into `vw`,
+  // either may be null; zeros past the end, never NaN (masked scores weigh 0).
+  const auto load_rows = [&](int step, const int32_t(&blocks)[2], Rows* kw, uint32_t* kp,
+                             Rows* vw) {
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      const int tok = base + 8 * u + g;
+      const int tok = step + 8 * u + g;
+      if (kw != nullptr) kp[u] = 0u;
       if (tok < t_end) {
         const int64_t bh = static_cast<int64_t>(blocks[u]) * a.num_kv_heads + kvh;
         const int off = tok & bs_mask;
         const int64_t row = (bh << bs_shift) + off;
-        const uint32_t vp =
-            v_per_token ? LoadTokenParams<DT>(a.v_layout, a.v_scales, bh, off, HD, 0) : 0u;
-        if (fold_k) kp[u] = LoadTokenParams<DT>(a.k_layout, a.k_scales, bh, off, HD, 0);
-#pragma unroll
-        for (int j = 0; j < kChunks; ++j) {
-          const int c0 = mma::LoadedChannel(t, j, 0);
+        if (kw != nullptr) {
           const uint8_t* k_row = a.k + row * a.k_layout.row_bytes;
-          if (fold_k) {
-            LoadPairs<DT, true>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, kw[u][j]);
-          } else {
-            LoadPairs<DT, false>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, kw[u][j]);
+          if (fold_k) kp[u] = LoadTokenParams<DT>(a.k_layout, a.k_scales, bh, off, HD, 0);
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) {
+            const int c0 = mma::LoadedChannel(t, j, 0);
+            if (fold_k) {
+              LoadPairs<DT, true>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, (*kw)[u][j]);
+            } else {
+              LoadPairs<DT, false>(k_row, a.k_layout, a.k_scales, bh, off, HD, c0, 0u, (*kw)[u][j]);
+            }
           }
-          LoadPairs<DT, false>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off,
-                               HD, c0, vp, vw[u][j]);
         }
-      } else {  // past the end: zeros, never NaN (masked scores weigh 0)
+        if (vw != nullptr) {
+          const uint32_t vp =
+              v_per_token ? LoadTokenParams<DT>(a.v_layout, a.v_scales, bh, off, HD, 0) : 0u;
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) {
+            LoadPairs<DT, false>(a.v + row * a.v_layout.row_bytes, a.v_layout, a.v_scales, bh, off,
+                                 HD, mma::LoadedChannel(t, j, 0), vp, (*vw)[u][j]);
+          }
+        }
+      } else {
 #pragma unroll
         for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) kw[u][j][i] = vw[u][j][i] = 0u;
+          for (int i = 0; i < 4; ++i) {
+            if (kw != nullptr) (*kw)[u][j][i] = 0u;
+            if (vw != nullptr) (*vw)[u][j][i] = 0u;
+          }
         }
       }
     }
+  };
+  // One 16-token step at `base` on its K rows (and parameters) and V rows: scores, online
+  // softmax, P·V.
+  const auto compute = [&](int base, const Rows& kw, const uint32_t(&kp)[2], const Rows& vw) {
     // Scores of rows g, g + 8 for tokens base + 8u + 2t + {0, 1}.
     float s[2][4];
 #pragma unroll
@@ -410,8 +423,43 @@ __global__ void __launch_bounds__(kThreads)
         Mma<kBf16>(o[j][i], pa, Transpose8x8(vw[0][j][i]), Transpose8x8(vw[1][j][i]));
       }
     }
+  };
+  // The block-table entries are read a step ahead (two with kPrefetchK), so a step's K / V
+  // loads wait for one memory latency, not for the table's and then their own.
+  int32_t blocks[2], next_blocks[2], after_blocks[2];
+  load_blocks(first, blocks);
+  if constexpr (!kPrefetchK) {
+    for (int base = first; base < t_end; base += stride) {
+      load_blocks(base + stride, next_blocks);
+      Rows kw, vw;
+      uint32_t kp[2];
+      load_rows(base, blocks, &kw, kp, &vw);
+      compute(base, kw, kp, vw);
 #pragma unroll
-    for (int u = 0; u < 2; ++u) blocks[u] = next_blocks[u];
+      for (int u = 0; u < 2; ++u) blocks[u] = next_blocks[u];
+    }
+  } else {
+    // K one step ahead: a step's QK starts on rows loaded during the previous step, while its
+    // V rows (needed only after the softmax) and the next step's K are in flight. Two K
+    // buffers used in turn, so the loop body appears twice.
+    Rows k0, k1, vw;
+    uint32_t p0[2], p1[2];
+    load_blocks(first + stride, next_blocks);
+    load_rows(first, blocks, &k0, p0, nullptr);
+    const auto step = [&](int base, const Rows& k_now, const uint32_t(&p_now)[2], Rows& k_next,
+                          uint32_t(&p_next)[2]) {
+      load_blocks(base + 2 * stride, after_blocks);
+      load_rows(base, blocks, nullptr, nullptr, &vw);
+      load_rows(base + stride, next_blocks, &k_next, p_next, nullptr);
+      compute(base, k_now, p_now, vw);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) blocks[u] = next_blocks[u], next_blocks[u] = after_blocks[u];
+    };
+    for (int base = first; base < t_end; base += 2 * stride) {
+      step(base, k0, p0, k1, p1);
+      if (base + stride >= t_end) break;
+      step(base + stride, k1, p1, k0, p0);
+    }
   }
 
   // Each row's sum is split over the four lanes of its group.

@@ -297,11 +297,15 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   ASSERT_OK_AND_ASSIGN(auto split, CreateCudaBackend({.attention_tensor_cores = true}));
   ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,
                                                         .attention_tensor_cores = true}));
+  // The loop that loads each step's K during the step before.
+  ASSERT_OK_AND_ASSIGN(auto prefetch, CreateCudaBackend({.attention_tensor_cores = true,
+                                                         .attention_prefetch_k = true}));
   for (const FormatCase& fc : Formats()) {
     const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
     for (const Shape& s : shapes) {
       CheckFormatOnShape(*cpu_, *split, fc, s, rng_, tol.atol, tol.rtol);
       CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, tol.atol, tol.rtol);
+      CheckFormatOnShape(*cpu_, *prefetch, fc, s, rng_, tol.atol, tol.rtol);
     }
   }
 }

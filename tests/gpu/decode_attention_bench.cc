@@ -6,9 +6,11 @@
 // Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
 // blocks as a paged cache would.
 //
-// --tensor-cores times the tensor-core kernel (paged_attention_mma.cu) instead of the SIMT one.
+// --tensor-cores times the tensor-core kernel (paged_attention_mma.cu) instead of the SIMT one;
+// --prefetch-k times it with each step's K loaded during the step before.
 //
-//   decode_attention_bench [--json FILE] [--quick] [--tensor-cores] [--only FORMAT:BATCH:CONTEXT]
+//   decode_attention_bench [--json FILE] [--quick] [--tensor-cores | --prefetch-k]
+//                          [--only FORMAT:BATCH:CONTEXT]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -71,7 +73,7 @@ double CopyBandwidth(uint8_t* buf, size_t bytes) {
 
 int Main(int argc, char** argv) {
   const char* json_path = nullptr;
-  bool quick = false, tensor_cores = false;
+  bool quick = false, tensor_cores = false, prefetch_k = false;
   std::string only;  // one configuration, e.g. bf16:64:4096 (for a profiler)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
@@ -82,9 +84,11 @@ int Main(int argc, char** argv) {
       only = argv[++i];
     } else if (std::strcmp(argv[i], "--tensor-cores") == 0) {
       tensor_cores = true;
+    } else if (std::strcmp(argv[i], "--prefetch-k") == 0) {
+      tensor_cores = prefetch_k = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--quick] [--tensor-cores] "
+                   "usage: %s [--json FILE] [--quick] [--tensor-cores | --prefetch-k] "
                    "[--only FORMAT:BATCH:CONTEXT]\n",
                    argv[0]);
       return 2;
@@ -95,7 +99,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
   }
-  auto backend_or = CreateCudaBackend({.attention_tensor_cores = tensor_cores});
+  auto backend_or = CreateCudaBackend(
+      {.attention_tensor_cores = tensor_cores, .attention_prefetch_k = prefetch_k});
   if (!backend_or.ok()) {
     std::fprintf(stderr, "%s\n", std::string(backend_or.status().message()).c_str());
     return 1;
@@ -201,8 +206,9 @@ int Main(int argc, char** argv) {
   auto backend_for = [&](int per_sm) -> Backend& {
     if (per_sm == 0) return gpu;
     if (tuned[per_sm] == nullptr) {
-      auto b = CreateCudaBackend(
-          {.attention_blocks_per_sm = per_sm, .attention_tensor_cores = tensor_cores});
+      auto b = CreateCudaBackend({.attention_blocks_per_sm = per_sm,
+                                  .attention_tensor_cores = tensor_cores,
+                                  .attention_prefetch_k = prefetch_k});
       if (!b.ok()) std::exit(1);
       tuned[per_sm] = *std::move(b);
     }
@@ -298,8 +304,8 @@ int Main(int argc, char** argv) {
       std::perror(json_path);
       return 1;
     }
-    std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"rows\": [\n", copy_gbps,
-                 tensor_cores ? "true" : "false");
+    std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"prefetch_k\": %s, \"rows\": [\n",
+                 copy_gbps, tensor_cores ? "true" : "false", prefetch_k ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(f,

@@ -55,6 +55,8 @@ run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json 
 cat "$out/decode_attention_bench.log"
 run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
   --json "$out/bench_tc.json" $quick
+run_check decode_attention_bench_pf 240 "$build/bin/decode_attention_bench" --prefetch-k \
+  --json "$out/bench_pf.json" $quick
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   run_check sdpa_bench 180 python3 tests/gpu/sdpa_bench.py "$out/sdpa.json" $quick
 else
@@ -83,4 +85,5 @@ grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT" "$out/engine_cuda_test
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
-[[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json" "$out/bench_tc.json"
+[[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json" \
+  "$out/bench_tc.json" "$out/bench_pf.json"

@@ -1,8 +1,8 @@
-"""Merges the decode benchmark (kvserve's SIMT kernel, and its tensor-core kernel when given)
-and the SDPA reference into the summary table that tests/gpu/run.sh prints last, then checks
-the issue's bandwidth goals for each kernel.
+"""Merges the decode benchmark (kvserve's SIMT kernel, and its tensor-core kernel, plain and
+with K prefetched, when given) and the SDPA reference into the summary table that
+tests/gpu/run.sh prints last, then checks the issue's bandwidth goals for each kernel.
 
-    python3 tests/gpu/summary.py BENCH.json SDPA.json [BENCH_TC.json]
+    python3 tests/gpu/summary.py BENCH.json SDPA.json [BENCH_TC.json [BENCH_PF.json]]
 """
 import json
 import sys
@@ -14,11 +14,8 @@ def main():
         sdpa = {(r["batch"], r["context"]): r for r in json.load(open(sys.argv[2]))["rows"]}
     except (OSError, ValueError):
         sdpa = {}
-    try:
-        tc = {(r["format"], r["batch"], r["context"], r["block_size"], r.get("query", 1)): r
-              for r in json.load(open(sys.argv[3]))["rows"] if r.get("blocks_per_sm", 0) == 0}
-    except (IndexError, OSError, ValueError):
-        tc = {}
+    tc = load_kernel_rows(3)
+    pf = load_kernel_rows(4)
     prefill = [r for r in bench["rows"] if r.get("query", 1) > 1]
     rows = [r for r in bench["rows"]
             if r.get("blocks_per_sm", 0) == 0 and r.get("query", 1) == 1]
@@ -27,13 +24,15 @@ def main():
     print(f"decode attention, 32 q / 8 kv heads, head_dim 128; copy bandwidth "
           f"{bench['copy_gbps']:.0f} GB/s (read + write)")
     print(f"{'format':6} {'batch':>5} {'ctx':>6} {'bs':>3} {'us':>9} {'GB/s':>6} {'%copy':>6} "
-          f"{'x_bf16':>6} {'sdpa_us':>9} {'x_sdpa':>6} {'tc_us':>9} {'tc%copy':>7} {'tc_x':>5}")
+          f"{'x_bf16':>6} {'sdpa_us':>9} {'x_sdpa':>6} {'tc_us':>9} {'tc%copy':>7} {'tc_x':>5} "
+          f"{'pf_us':>9} {'pf%copy':>7}")
     for r in rows:
         key = (r["batch"], r["context"])
         ref = bf16.get(key)
         vs_bf16 = ref["us"] / r["us"] if ref else float("nan")
         s = sdpa.get(key, {})
         t = tc.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
+        f = pf.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
         sdpa_us = s.get("us")
         vs_sdpa = sdpa_us / r["us"] if sdpa_us else float("nan")
         print(f"{r['format']:6} {r['batch']:5d} {r['context']:6d} {r['block_size']:3d} "
@@ -41,7 +40,9 @@ def main():
               f"{sdpa_us if sdpa_us else float('nan'):9.1f} {vs_sdpa:6.2f} "
               f"{t['us'] if t else float('nan'):9.1f} "
               f"{100 * t['fraction'] if t else float('nan'):6.1f}% "
-              f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
+              f"{r['us'] / t['us'] if t else float('nan'):5.2f} "
+              f"{f['us'] if f else float('nan'):9.1f} "
+              f"{100 * f['fraction'] if f else float('nan'):6.1f}%")
     if prefill:
         print("prefill chunks (query tokens over a cached prefix): SIMT vs tensor cores")
         print(f"{'format':6} {'batch':>5} {'query':>5} {'ctx':>6} {'us':>9} {'tc_us':>9} {'tc_x':>5}")
@@ -50,7 +51,17 @@ def main():
         print(f"{r['format']:6} {r['batch']:5d} {r['query']:5d} {r['context']:6d} {r['us']:9.1f} "
               f"{t['us'] if t else float('nan'):9.1f} "
               f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
-    print_goals(bench["rows"], tc, sdpa)
+    print_goals(bench["rows"], tc, pf, sdpa)
+
+
+def load_kernel_rows(arg):
+    """The default-split rows of the benchmark JSON in argv[arg], by (format, batch, context,
+    block size, query tokens); empty when not given or unreadable."""
+    try:
+        return {(r["format"], r["batch"], r["context"], r["block_size"], r.get("query", 1)): r
+                for r in json.load(open(sys.argv[arg]))["rows"] if r.get("blocks_per_sm", 0) == 0}
+    except (IndexError, OSError, ValueError):
+        return {}
 
 
 def goal_rows(rows, name):
@@ -87,11 +98,14 @@ def goal_rows(rows, name):
     return out
 
 
-def print_goals(rows, tc, sdpa):
+def print_goals(rows, tc, pf, sdpa):
     goals = goal_rows(rows, "SIMT")
     if tc:
         goals += goal_rows(list(tc.values()), "tensor cores")
-    for name, r in (("SIMT", rows), ("tensor cores", list(tc.values()))):
+    if pf:
+        goals += goal_rows(list(pf.values()), "tc, K prefetched")
+    for name, r in (("SIMT", rows), ("tensor cores", list(tc.values())),
+                    ("tc, K prefetched", list(pf.values()))):
         v = [s["us"] / r0["us"] for r0 in r for key, s in sdpa.items()
              if r0["format"] == "bf16" and r0.get("query", 1) == 1 and r0["block_size"] == 16
              and r0.get("blocks_per_sm", 0) == 0 and (r0["batch"], r0["context"]) == key
@@ -99,13 +113,13 @@ def print_goals(rows, tc, sdpa):
         if v:
             goals.append((f"{name}: speed / SDPA (bf16), >= 16 x 4K (min)", min(v), 1.0, ">"))
     print("goals (issue 8)")
-    print(f"{'goal':56} {'measured':>9} {'target':>7} met")
+    print(f"{'goal':60} {'measured':>9} {'target':>7} met")
     for name, value, target, op in goals:
         if value is None:
-            print(f"{name:56} {'-':>9} {op}{target:<6} -")
+            print(f"{name:60} {'-':>9} {op}{target:<6} -")
             continue
         met = value >= target if op == ">=" else value > target if op == ">" else value <= target
-        print(f"{name:56} {value:9.2f} {op}{target:<6} {'yes' if met else 'no'}")
+        print(f"{name:60} {value:9.2f} {op}{target:<6} {'yes' if met else 'no'}")
 
 
 if __name__ == "__main__":

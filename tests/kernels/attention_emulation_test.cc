@@ -41,8 +41,13 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
   const emulation::Index grid{plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs};
   if (plan.tensor_cores) {
     if constexpr (DT != KvDType::kFp32 && (HD == 64 || HD == 128)) {
-      emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD,
-                        [&] { at::PagedAttentionMmaKernel<DT, HD>(a, plan, tmp_out, tmp_ms); });
+      emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD, [&] {
+        if (plan.prefetch_k) {
+          at::PagedAttentionMmaKernel<DT, HD, true>(a, plan, tmp_out, tmp_ms);
+        } else {
+          at::PagedAttentionMmaKernel<DT, HD, false>(a, plan, tmp_out, tmp_ms);
+        }
+      });
     } else {
       FAIL() << "the tensor-core kernel does not take this format or head_dim";
     }
@@ -78,13 +83,18 @@ void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
   }
 }
 
+enum class Kernel { kSimt, kTensorCores, kTensorCoresPrefetchK };
+
 // Writes every sequence's context through the CPU backend, runs the CPU's attention of the
-// query tokens and the emulated kernel (tensor-core or SIMT) on the same pool, split as
-// `num_sms` SMs would ask (0: not at all), and compares.
-void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool tensor_cores,
+// query tokens and the emulated kernel on the same pool, split as `num_sms` SMs would ask (0:
+// not at all), and compares.
+void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kernel kernel,
                         int num_sms, std::mt19937& rng, int min_splits = 0) {
+  const bool tensor_cores = kernel != Kernel::kSimt;
   SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) +
-               (tensor_cores ? " tensor cores" : " SIMT"));
+               (!tensor_cores                    ? " SIMT"
+                : kernel == Kernel::kTensorCores ? " tensor cores"
+                                                 : " tensor cores, K prefetched"));
   const BatchLayout b = LayOut(s, rng);
   const int64_t num_seqs = b.num_seqs, max_blocks = b.max_blocks, max_q = b.max_query,
                 max_ctx = b.max_context, tokens = b.query_tokens;
@@ -127,9 +137,9 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, bool
   AttnArgs a = cuda::MakeAttnArgs(p);  // the CUDA backend's own mapping
   ASSERT_STREQ(cuda::CheckAttentionShape(a), "");
   const size_t max_workspace = num_sms > 0 ? size_t{1} << 28 : 0;
-  const AttnPlan plan =
-      cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, tensor_cores);
+  AttnPlan plan = cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, tensor_cores);
   ASSERT_EQ(plan.tensor_cores, tensor_cores);
+  plan.prefetch_k = kernel == Kernel::kTensorCoresPrefetchK;
   if (num_sms == 0) {
     EXPECT_EQ(plan.num_splits, 1);
   }
@@ -178,8 +188,10 @@ TEST(AttentionEmulationTest, TensorCoreKernelMatchesCpuForEveryFormat) {
   for (const FormatCase& fc : Formats()) {
     if (fc.k.dtype == KvDType::kFp32) continue;  // the SIMT kernel's
     for (const Shape& s : Shapes()) {
-      CheckFormatOnShape(*cpu, fc, s, true, 0, rng);   // one block walks a whole context
-      CheckFormatOnShape(*cpu, fc, s, true, 16, rng);  // split-KV
+      for (const Kernel k : {Kernel::kTensorCores, Kernel::kTensorCoresPrefetchK}) {
+        CheckFormatOnShape(*cpu, fc, s, k, 0, rng);   // one block walks a whole context
+        CheckFormatOnShape(*cpu, fc, s, k, 16, rng);  // split-KV
+      }
     }
   }
 }
@@ -195,8 +207,8 @@ TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
   for (const FormatCase& fc : Formats()) {
     for (const Shape& s : shapes) {
       if (fc.k.group_size > s.d) continue;  // groups wider than the head
-      CheckFormatOnShape(*cpu, fc, s, false, 0, rng);
-      CheckFormatOnShape(*cpu, fc, s, false, 16, rng);
+      CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 0, rng);
+      CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 16, rng);
     }
   }
 }
@@ -209,8 +221,9 @@ TEST(AttentionEmulationTest, ManySplitsMerge) {
   const Shape s{8, 2, 128, 16, {{4300, 1}, {300, 1}}};  // 17 chunks
   for (const FormatCase& fc : Formats()) {
     if (fc.name != "bf16" && fc.name != "int4/per_token") continue;
-    CheckFormatOnShape(*cpu, fc, s, false, 16, rng, 17);
-    CheckFormatOnShape(*cpu, fc, s, true, 16, rng, 17);
+    for (const Kernel k : {Kernel::kSimt, Kernel::kTensorCores, Kernel::kTensorCoresPrefetchK}) {
+      CheckFormatOnShape(*cpu, fc, s, k, 16, rng, 17);
+    }
   }
 }
 
