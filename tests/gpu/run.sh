@@ -75,6 +75,11 @@ if command -v ncu >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/ncu ]]; then
     "$build/bin/decode_attention_bench" --tensor-cores --only bf16:64:4096 >"$out/ncu_tc.log" 2>&1 \
     && results+=("ncu_profile_tc|passed") || results+=("ncu_profile_tc|FAILED")
   grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu_tc.log" | head -40
+  timeout 120 "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section LaunchStats -k regex:PagedAttentionMmaKernel -c 1 \
+    "$build/bin/decode_attention_bench" --prefetch-k --only bf16:64:4096 >"$out/ncu_pf.log" 2>&1 \
+    && results+=("ncu_profile_pf|passed") || results+=("ncu_profile_pf|FAILED")
+  grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu_pf.log" | head -40
 else
   results+=("ncu_profile|no ncu")
 fi
