@@ -167,6 +167,9 @@ class Backend {
   // Returns when every op issued so far is done (a no-op on the CPU). Needed before handing
   // buffers to a communicator that runs on its own stream (NCCL).
   virtual void Synchronize() = 0;
+  // The stream the ops run on (a cudaStream_t on CUDA), for a communicator that can order its
+  // collectives on it (Communicator::EnqueueAllReduceSum); null on the CPU.
+  virtual void* OpStream() { return nullptr; }
   // The device's free and total memory in bytes; false where the backend has no device memory
   // of its own (the CPU).
   virtual bool MemoryInfo(size_t* free, size_t* total) {

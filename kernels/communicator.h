@@ -8,7 +8,7 @@
 //   ASSIGN_OR_RETURN(auto comms, CreateGlooGroup(2, absl::Seconds(30)));  // one per rank
 //   RETURN_IF_ERROR(comms[rank]->AllReduceSum(partial.data(), partial.size()));
 //
-// Each Communicator is used by its rank's thread only.
+// Each Communicator is used by its rank's thread only (NCCL's watchdog thread aside).
 #ifndef KVSERVE_KERNELS_COMMUNICATOR_H_
 #define KVSERVE_KERNELS_COMMUNICATOR_H_
 
@@ -33,6 +33,18 @@ class Communicator {
   // data = root's data.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Whether EnqueueAllReduceSum works: the communicator can order a collective on the
+  // backend's own stream (NCCL), so a tensor-parallel layer needs no host round trip.
+  [[nodiscard]] virtual bool stream_ordered() const { return false; }
+  // AllReduceSum as a step of `stream` (Backend::OpStream): after the work queued there, before
+  // what is queued later; returns once enqueued, with no wait on the host. A collective that
+  // fails or stalls past the timeout is aborted by a watchdog, and every later call returns
+  // that error.
+  virtual absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) {
+    return absl::UnimplementedError(
+        "a stream-ordered all-reduce needs a communicator on the GPU (NCCL)");
+  }
 };
 
 }  // namespace kvserve::kernels

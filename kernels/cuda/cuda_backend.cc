@@ -215,6 +215,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream() const { return stream_; }
+  void* OpStream() override { return stream_; }
 
   void Synchronize() override {
     Current();

@@ -3,8 +3,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,7 +38,15 @@ class NcclCommunicator final : public Communicator {
         timeout_(timeout) {}
 
   ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     cudaSetDevice(device_);
+    for (const Pending& p : pending_) cudaEventDestroy(p.done);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -41,6 +54,43 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view name() const override { return "nccl"; }
+
+  bool stream_ordered() const override { return true; }
+
+  // On the caller's stream, so the collective is ordered with the kernels around it and the
+  // host does not wait; an event after it goes to the watchdog thread, which aborts the
+  // communicator when the collective fails or outlives the timeout.
+  absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
+    cudaSetDevice(device_);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (absl::Status st = NcclStatus(
+            ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, s), "all-reduce");
+        !st.ok()) {
+      return st;
+    }
+    cudaEvent_t done = nullptr;
+    if (free_events_.empty()) {
+      if (absl::Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                                       "cudaEventCreate");
+          !st.ok()) {
+        return st;
+      }
+    } else {
+      done = free_events_.back();
+      free_events_.pop_back();
+    }
+    if (absl::Status st = CudaStatus(cudaEventRecord(done, s), "cudaEventRecord"); !st.ok()) {
+      free_events_.push_back(done);
+      return st;
+    }
+    pending_.push_back({done, std::chrono::steady_clock::now() + Timeout()});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
+    wake_.notify_all();
+    return absl::OkStatus();
+  }
 
   absl::Status AllReduceSum(float* data, size_t count) override {
     return Run("all-reduce", [&] {
@@ -69,14 +119,73 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  struct Pending {
+    cudaEvent_t done;  // recorded after the collective on the caller's stream
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  std::chrono::microseconds Timeout() const {
+    return std::chrono::microseconds(absl::ToInt64Microseconds(timeout_));
+  }
+
+  // Under mu_: aborts the communicator (which ends its kernels still running) and keeps
+  // `status` for every later call.
+  void Abort(absl::Status status) {
+    failure_ = std::move(status);
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  // The watchdog of stream-ordered collectives: the oldest pending one is done, failed
+  // (NCCL's async error), or aborted past its deadline (the timeout from its enqueue or from
+  // the previous one's end, whichever is later); polled every 100 µs while one is pending.
+  void Watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (pending_.empty() || comm_ == nullptr) {
+        wake_.wait(lock);
+        continue;
+      }
+      const Pending p = pending_.front();
+      const cudaError_t q = cudaEventQuery(p.done);
+      if (q == cudaSuccess) {
+        pending_.pop_front();
+        free_events_.push_back(p.done);
+        // The next one's time counts from here at the earliest: the kernels queued between
+        // two collectives (a layer's half) are not the peers' stall.
+        if (!pending_.empty()) {
+          pending_.front().deadline =
+              std::max(pending_.front().deadline, std::chrono::steady_clock::now() + Timeout());
+        }
+        continue;
+      }
+      if (q != cudaErrorNotReady) {
+        Abort(CudaStatus(q, "all-reduce"));
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        Abort(NcclStatus(async, "all-reduce"));
+      } else if (std::chrono::steady_clock::now() > p.deadline) {
+        Abort(absl::DeadlineExceededError(
+            absl::StrCat("nccl all-reduce timed out after ", absl::FormatDuration(timeout_))));
+      } else {
+        wake_.wait_for(lock, std::chrono::microseconds(100));
+      }
+    }
+  }
+
   template <typename Fn>
   absl::Status Run(const char* what, Fn enqueue) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
     if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
     cudaSetDevice(device_);
     if (absl::Status s = NcclStatus(enqueue(), what); !s.ok()) return s;
     // Watchdog: poll the stream and NCCL's async error until done or past the deadline.
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::microseconds(absl::ToInt64Microseconds(timeout_));
+    const auto deadline = std::chrono::steady_clock::now() + Timeout();
     while (true) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return absl::OkStatus();
@@ -84,25 +193,32 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        return NcclStatus(async, what);
+        Abort(NcclStatus(async, what));
+        return failure_;
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        return absl::DeadlineExceededError(
-            absl::StrCat("nccl ", what, " timed out after ", absl::FormatDuration(timeout_)));
+        Abort(absl::DeadlineExceededError(
+            absl::StrCat("nccl ", what, " timed out after ", absl::FormatDuration(timeout_))));
+        return failure_;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
-  ncclComm_t comm_;
+  ncclComm_t comm_;  // null once aborted
   cudaStream_t stream_;
   int device_, rank_, size_;
   absl::Duration timeout_;
   void* scratch_ = nullptr;
+  // Shared with the watchdog thread: the communicator, the stream-ordered collectives not yet
+  // seen done (oldest first), their events' pool, and the error that aborted it.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  absl::Status failure_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace

@@ -1,8 +1,12 @@
 // NCCL behind kernels::Communicator for the CUDA backend: one communicator per rank (one GPU
-// each), buffers in device memory. Collectives run on the communicator's own stream and are
-// waited for with a watchdog: past the timeout the communicator is aborted and the call
-// returns DeadlineExceeded, so a stalled peer never hangs the worker. (NCCL refuses two ranks
-// on one GPU, so a single machine with one GPU can only test size 1.)
+// each), buffers in device memory. The blocking collectives run on the communicator's own
+// stream and are waited for with a watchdog: past the timeout the communicator is aborted and
+// the call returns DeadlineExceeded, so a stalled peer never hangs the worker. The model's
+// per-layer all-reduce is stream-ordered instead (EnqueueAllReduceSum on the backend's stream:
+// no host round trip per layer); a watchdog thread polls those collectives' events and aborts
+// the same way, the error coming back from the rank's next call. (NCCL refuses two ranks on
+// one GPU, so a single machine with one GPU can only test size 1; the emulated build runs
+// more.)
 //
 //   ASSIGN_OR_RETURN(auto comms, CreateNcclGroup({0, 1}, absl::Seconds(30)));
 //

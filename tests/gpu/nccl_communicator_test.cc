@@ -1,8 +1,13 @@
-// NCCL collectives on the GPU with one rank (NCCL refuses two ranks on one GPU); skipped
-// without a CUDA device. Label: gpu.
+// NCCL collectives on the GPU with one rank (NCCL refuses two ranks on one GPU; the emulated
+// build, with eight emulated devices, runs two); skipped without enough CUDA devices. Label:
+// gpu.
 #include "kernels/cuda/nccl_communicator.h"
 
 #include <cuda_runtime.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -27,6 +32,77 @@ TEST(NcclCommunicatorTest, SingleRankCollectives) {
   ASSERT_EQ(cudaMemcpy(back.data(), dev, 8 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
   cudaFree(dev);
+}
+
+// The stream-ordered all-reduce the model uses between layers: each rank writes its values,
+// enqueues the all-reduce and copies the result back, all on one stream and without waiting;
+// the sums must be there once that stream is synchronized. (Emulated, a collective that did
+// not wait for the writes before it would sum poisoned memory.)
+void StreamOrderedAllReduce(int ranks) {
+  if (CudaDeviceCount() < ranks) GTEST_SKIP() << "fewer CUDA devices than " << ranks;
+  std::vector<int> devices;
+  for (int r = 0; r < ranks; ++r) devices.push_back(r);
+  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup(devices, absl::Seconds(30)));
+  ASSERT_TRUE(comms[0]->stream_ordered());
+  constexpr int kCount = 1000;
+  std::vector<std::vector<float>> results(ranks, std::vector<float>(kCount));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+      cudaStream_t stream = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      float* dev = nullptr;
+      ASSERT_EQ(cudaMalloc(&dev, kCount * sizeof(float)), cudaSuccess);
+      std::vector<float> mine(kCount);
+      for (int i = 0; i < kCount; ++i) mine[i] = static_cast<float>((r + 1) * i);
+      ASSERT_EQ(
+          cudaMemcpyAsync(dev, mine.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, stream),
+          cudaSuccess);
+      for (int round = 0; round < 3; ++round) {
+        ASSERT_OK(comms[r]->EnqueueAllReduceSum(dev, kCount, stream));
+      }
+      ASSERT_EQ(cudaMemcpyAsync(results[r].data(), dev, kCount * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      cudaFree(dev);
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Three rounds: sum over ranks, then times ranks twice.
+  const int factor = ranks * (ranks + 1) / 2 * ranks * ranks;
+  for (int r = 0; r < ranks; ++r) {
+    for (int i = 0; i < kCount; ++i) {
+      ASSERT_EQ(results[r][i], static_cast<float>(factor * i)) << "rank " << r << " element " << i;
+    }
+  }
+}
+
+TEST(NcclCommunicatorTest, StreamOrderedAllReduceOneRank) { StreamOrderedAllReduce(1); }
+TEST(NcclCommunicatorTest, StreamOrderedAllReduceTwoRanks) { StreamOrderedAllReduce(2); }
+
+// A stream-ordered all-reduce whose peer never joins: the watchdog aborts the communicator at
+// the timeout, and the rank's next call says why instead of hanging. (Needs two devices: the
+// emulated build. The stalled collective stays queued on a stream nothing waits for.)
+TEST(NcclCommunicatorTest, StalledStreamOrderedAllReduceTimesOut) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup({0, 1}, absl::Milliseconds(200)));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 4 * sizeof(float)), cudaSuccess);
+  ASSERT_OK(comms[0]->EnqueueAllReduceSum(dev, 4, stream));  // rank 1 never calls
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s;
+  while (s.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s = comms[0]->EnqueueAllReduceSum(dev, 4, stream);  // the watchdog's error once it fired
+  }
+  ASSERT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_EQ(comms[0]->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

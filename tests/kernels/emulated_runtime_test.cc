@@ -1,7 +1,8 @@
 // The emulated CUDA runtime's stream rules (kernels/cuda/emulation/streams.h), which the
 // emulated build's tests rely on to expose missing synchronisation: queued work waits until
-// something waits for it, event waits order streams, copies to pageable memory complete before
-// returning and copies from it read the source at the call. Emulated build only.
+// something waits for it (a query does not wait), event waits order streams, copies to pageable
+// memory complete before returning and copies from it read the source at the call. Emulated
+// build only.
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -43,6 +44,19 @@ TEST_F(EmulatedRuntimeTest, QueuedWorkRunsWhenTheStreamIsSynchronized) {
   EXPECT_EQ(pinned_[0], 0) << "ran before anything waited for it";
   ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
   EXPECT_EQ(pinned_[kBytes - 1], 7);
+}
+
+// A query looks without waiting (NCCL's watchdog polls its events from another thread).
+TEST_F(EmulatedRuntimeTest, AnEventQueryDoesNotRunTheStream) {
+  pinned_[0] = 0;
+  ASSERT_EQ(cudaMemsetAsync(pinned_, 3, kBytes, a_), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event_, a_), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(event_), cudaErrorNotReady);
+  EXPECT_EQ(pinned_[0], 0);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "not-ready is not an error";
+  ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(event_), cudaSuccess);
+  EXPECT_EQ(pinned_[0], 3);
 }
 
 TEST_F(EmulatedRuntimeTest, AnEventWaitRunsTheOtherStreamUpToTheRecord) {

@@ -241,6 +241,14 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   }
 }
 
+absl::Status Model::AllReduce(float* data, size_t count) {
+  if (void* stream = backend_->OpStream(); stream != nullptr && comm_->stream_ordered()) {
+    return comm_->EnqueueAllReduceSum(data, count, stream);
+  }
+  backend_->Synchronize();  // the collective runs on its own stream
+  return comm_->AllReduceSum(data, count);
+}
+
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
@@ -320,19 +328,13 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
     backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_});
-    if (comm_ != nullptr) {
-      backend_->Synchronize();  // the collective runs on its own stream
-      RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
-    }
+    if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
     backend_->RmsNorm({delta, residual, L.post_norm.data(), h, T, H, eps});
     backend_->Gemm(
         {h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H, weight_type_});
     backend_->SiluMul({gate_up, act, T, inter});
     backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter, weight_type_});
-    if (comm_ != nullptr) {
-      backend_->Synchronize();  // the collective runs on its own stream
-      RETURN_IF_ERROR(comm_->AllReduceSum(delta, T * H));
-    }
+    if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
   }
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
 

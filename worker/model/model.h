@@ -135,6 +135,10 @@ class Model {
     float *selected, *local, *gathered;  // gathered: null without a communicator
   };
   LogitBuffers ReserveLogits(int64_t rows);
+  // The tensor-parallel sum of a layer's partial output, in place: on the backend's own stream
+  // where the communicator can order it there (NCCL on the GPU: no host round trip per
+  // layer), else after the backend's queued ops.
+  absl::Status AllReduce(float* data, size_t count);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
