@@ -183,6 +183,15 @@ class NcclCommunicator final : public Communicator {
     if (!failure_.ok()) return failure_;
     if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
     cudaSetDevice(device_);
+    // After the stream-ordered collectives still pending: one communicator's collectives must
+    // run in the order they were issued, whatever their streams.
+    if (!pending_.empty()) {
+      if (absl::Status s = CudaStatus(cudaStreamWaitEvent(stream_, pending_.back().done, 0),
+                                      "cudaStreamWaitEvent");
+          !s.ok()) {
+        return s;
+      }
+    }
     if (absl::Status s = NcclStatus(enqueue(), what); !s.ok()) return s;
     // Watchdog: poll the stream and NCCL's async error until done or past the deadline.
     const auto deadline = std::chrono::steady_clock::now() + Timeout();
