@@ -20,6 +20,11 @@
 // to each thread as its own 8 channels. The scores' accumulator fragment is the probabilities'
 // A fragment, as in FlashAttention 2.
 //
+// Quantized K with per-token parameters is not dequantized: QK runs on the codes and each
+// score takes its token's scale (and int4's minimum times the query's sum). Two loops: the
+// plain one loads a step's K and V and computes; with kPrefetchK the next step's K loads
+// during the current step. Block-table entries are read ahead in both.
+//
 // Device code only (the launchers are in paged_attention_mma.cu); the tests also run it on the
 // CPU under kernels/cuda/emulation/emulator.h, which stands in for mma.sync and movmatrix.
 #ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
@@ -126,15 +131,16 @@ __device__ __forceinline__ void CodePairs(const Raw<DT>& r, __half2 (&c)[4]) {
 // the scores' starting values absorb the offsets and the 1/16 (see the kernel).
 template <KvDType DT>
 __device__ __forceinline__ void BiasedCodePairs(const Raw<DT>& r, uint32_t (&w)[4]) {
+  if constexpr (DT == KvDType::kFp8E4M3) {
+    __half2 c[4];
+    CodePairs<DT>(r, c);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (DT == KvDType::kInt8) {
-      w[i] = half_pairs::Int8PairBiased(r.w[i / 2], i % 2);
-    } else if constexpr (DT == KvDType::kFp8E4M3) {
-      w[i] = Bits(__half2(__nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(r.w[i / 2] >> (16 * (i % 2))), __NV_E4M3)));
-    } else {
-      w[i] = half_pairs::Int4PairBiased(r.w[0], i);
+    for (int i = 0; i < 4; ++i) w[i] = Bits(c[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = DT == KvDType::kInt8 ? half_pairs::Int8PairBiased(r.w[i / 2], i % 2)
+                                  : half_pairs::Int4PairBiased(r.w[0], i);
     }
   }
 }
