@@ -34,16 +34,18 @@ class Communicator {
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
   virtual absl::Status Barrier() = 0;
 
-  // Whether EnqueueAllReduceSum works: the communicator can order a collective on the
-  // backend's own stream (NCCL), so a tensor-parallel layer needs no host round trip.
+  // Whether the Enqueue calls work: the communicator can order a collective on the backend's
+  // own stream (NCCL), so a tensor-parallel step needs no host round trip.
   [[nodiscard]] virtual bool stream_ordered() const { return false; }
-  // AllReduceSum as a step of `stream` (Backend::OpStream): after the work queued there, before
-  // what is queued later; returns once enqueued, with no wait on the host. A collective that
-  // fails or stalls past the timeout is aborted by a watchdog, and every later call returns
-  // that error.
+  // AllReduceSum / AllGather as a step of `stream` (Backend::OpStream): after the work queued
+  // there, before what is queued later; they return once enqueued, with no wait on the host.
+  // A collective that fails or stalls past the timeout is aborted by a watchdog, and every
+  // later call returns that error.
   virtual absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) {
-    return absl::UnimplementedError(
-        "a stream-ordered all-reduce needs a communicator on the GPU (NCCL)");
+    return absl::UnimplementedError("stream-ordered collectives need a GPU communicator (NCCL)");
+  }
+  virtual absl::Status EnqueueAllGather(const float* in, size_t count, float* out, void* stream) {
+    return absl::UnimplementedError("stream-ordered collectives need a GPU communicator (NCCL)");
   }
 };
 

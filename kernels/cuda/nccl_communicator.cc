@@ -57,39 +57,15 @@ class NcclCommunicator final : public Communicator {
 
   bool stream_ordered() const override { return true; }
 
-  // On the caller's stream, so the collective is ordered with the kernels around it and the
-  // host does not wait; an event after it goes to the watchdog thread, which aborts the
-  // communicator when the collective fails or outlives the timeout.
   absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
-    cudaSetDevice(device_);
-    const auto s = static_cast<cudaStream_t>(stream);
-    if (absl::Status st = NcclStatus(
-            ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, s), "all-reduce");
-        !st.ok()) {
-      return st;
-    }
-    cudaEvent_t done = nullptr;
-    if (free_events_.empty()) {
-      if (absl::Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
-                                       "cudaEventCreate");
-          !st.ok()) {
-        return st;
-      }
-    } else {
-      done = free_events_.back();
-      free_events_.pop_back();
-    }
-    if (absl::Status st = CudaStatus(cudaEventRecord(done, s), "cudaEventRecord"); !st.ok()) {
-      free_events_.push_back(done);
-      return st;
-    }
-    pending_.push_back({done, std::chrono::steady_clock::now() + Timeout()});
-    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
-    wake_.notify_all();
-    return absl::OkStatus();
+    return Enqueue("all-reduce", stream, [&](cudaStream_t s) {
+      return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, s);
+    });
+  }
+  absl::Status EnqueueAllGather(const float* in, size_t count, float* out, void* stream) override {
+    return Enqueue("all-gather", stream, [&](cudaStream_t s) {
+      return ncclAllGather(in, out, count, ncclFloat32, comm_, s);
+    });
   }
 
   absl::Status AllReduceSum(float* data, size_t count) override {
@@ -120,6 +96,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   struct Pending {
+    const char* what;
     cudaEvent_t done;  // recorded after the collective on the caller's stream
     std::chrono::steady_clock::time_point deadline;
   };
@@ -161,20 +138,52 @@ class NcclCommunicator final : public Communicator {
         continue;
       }
       if (q != cudaErrorNotReady) {
-        Abort(CudaStatus(q, "all-reduce"));
+        Abort(CudaStatus(q, p.what));
         continue;
       }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        Abort(NcclStatus(async, "all-reduce"));
+        Abort(NcclStatus(async, p.what));
       } else if (std::chrono::steady_clock::now() > p.deadline) {
         Abort(absl::DeadlineExceededError(
-            absl::StrCat("nccl all-reduce timed out after ", absl::FormatDuration(timeout_))));
+            absl::StrCat("nccl ", p.what, " timed out after ", absl::FormatDuration(timeout_))));
       } else {
         wake_.wait_for(lock, std::chrono::microseconds(100));
       }
     }
+  }
+
+  // On the caller's stream, so the collective is ordered with the kernels around it and the
+  // host does not wait; an event after it goes to the watchdog thread, which aborts the
+  // communicator when the collective fails or outlives the timeout.
+  template <typename Fn>
+  absl::Status Enqueue(const char* what, void* stream, Fn launch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
+    cudaSetDevice(device_);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (absl::Status st = NcclStatus(launch(s), what); !st.ok()) return st;
+    cudaEvent_t done = nullptr;
+    if (free_events_.empty()) {
+      if (absl::Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                                       "cudaEventCreate");
+          !st.ok()) {
+        return st;
+      }
+    } else {
+      done = free_events_.back();
+      free_events_.pop_back();
+    }
+    if (absl::Status st = CudaStatus(cudaEventRecord(done, s), "cudaEventRecord"); !st.ok()) {
+      free_events_.push_back(done);
+      return st;
+    }
+    pending_.push_back({what, done, std::chrono::steady_clock::now() + Timeout()});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
+    wake_.notify_all();
+    return absl::OkStatus();
   }
 
   template <typename Fn>

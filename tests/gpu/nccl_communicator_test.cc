@@ -34,26 +34,28 @@ TEST(NcclCommunicatorTest, SingleRankCollectives) {
   cudaFree(dev);
 }
 
-// The stream-ordered all-reduce the model uses between layers: each rank writes its values,
-// enqueues the all-reduce and copies the result back, all on one stream and without waiting;
-// the sums must be there once that stream is synchronized. (Emulated, a collective that did
-// not wait for the writes before it would sum poisoned memory.)
-void StreamOrderedAllReduce(int ranks) {
+// The stream-ordered collectives the model uses (all-reduce between layers, all-gather of the
+// logits): each rank writes its values, enqueues three all-reduces and an all-gather and copies
+// the result back, all on one stream and without waiting; the results must be there once that
+// stream is synchronized. (Emulated, a collective that did not wait for the work before it
+// would read poisoned memory.)
+void StreamOrderedCollectives(int ranks) {
   if (CudaDeviceCount() < ranks) GTEST_SKIP() << "fewer CUDA devices than " << ranks;
   std::vector<int> devices;
   for (int r = 0; r < ranks; ++r) devices.push_back(r);
   ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup(devices, absl::Seconds(30)));
   ASSERT_TRUE(comms[0]->stream_ordered());
   constexpr int kCount = 1000;
-  std::vector<std::vector<float>> results(ranks, std::vector<float>(kCount));
+  std::vector<std::vector<float>> results(ranks, std::vector<float>(kCount * ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
       cudaStream_t stream = nullptr;
       ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-      float* dev = nullptr;
+      float *dev = nullptr, *all = nullptr;
       ASSERT_EQ(cudaMalloc(&dev, kCount * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&all, kCount * ranks * sizeof(float)), cudaSuccess);
       std::vector<float> mine(kCount);
       for (int i = 0; i < kCount; ++i) mine[i] = static_cast<float>((r + 1) * i);
       ASSERT_EQ(
@@ -62,26 +64,29 @@ void StreamOrderedAllReduce(int ranks) {
       for (int round = 0; round < 3; ++round) {
         ASSERT_OK(comms[r]->EnqueueAllReduceSum(dev, kCount, stream));
       }
-      ASSERT_EQ(cudaMemcpyAsync(results[r].data(), dev, kCount * sizeof(float),
+      ASSERT_OK(comms[r]->EnqueueAllGather(dev, kCount, all, stream));
+      ASSERT_EQ(cudaMemcpyAsync(results[r].data(), all, kCount * ranks * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream),
                 cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       cudaFree(dev);
+      cudaFree(all);
       cudaStreamDestroy(stream);
     });
   }
   for (std::thread& t : threads) t.join();
-  // Three rounds: sum over ranks, then times ranks twice.
+  // Three rounds: sum over ranks, then times ranks twice; gathered once per rank.
   const int factor = ranks * (ranks + 1) / 2 * ranks * ranks;
   for (int r = 0; r < ranks; ++r) {
-    for (int i = 0; i < kCount; ++i) {
-      ASSERT_EQ(results[r][i], static_cast<float>(factor * i)) << "rank " << r << " element " << i;
+    for (int i = 0; i < kCount * ranks; ++i) {
+      ASSERT_EQ(results[r][i], static_cast<float>(factor * (i % kCount)))
+          << "rank " << r << " element " << i;
     }
   }
 }
 
-TEST(NcclCommunicatorTest, StreamOrderedAllReduceOneRank) { StreamOrderedAllReduce(1); }
-TEST(NcclCommunicatorTest, StreamOrderedAllReduceTwoRanks) { StreamOrderedAllReduce(2); }
+TEST(NcclCommunicatorTest, StreamOrderedCollectivesOneRank) { StreamOrderedCollectives(1); }
+TEST(NcclCommunicatorTest, StreamOrderedCollectivesTwoRanks) { StreamOrderedCollectives(2); }
 
 // A stream-ordered all-reduce whose peer never joins: the watchdog aborts the communicator at
 // the timeout, and the rank's next call says why instead of hanging. (Needs two devices: the

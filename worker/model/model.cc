@@ -249,6 +249,14 @@ absl::Status Model::AllReduce(float* data, size_t count) {
   return comm_->AllReduceSum(data, count);
 }
 
+absl::Status Model::AllGather(const float* in, size_t count, float* out) {
+  if (void* stream = backend_->OpStream(); stream != nullptr && comm_->stream_ordered()) {
+    return comm_->EnqueueAllGather(in, count, out, stream);
+  }
+  backend_->Synchronize();
+  return comm_->AllGather(in, count, out);
+}
+
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
@@ -349,12 +357,15 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
   const float* logits = local;
   if (comm_ != nullptr) {
-    float* gathered = lb.gathered;
-    backend_->Synchronize();
-    RETURN_IF_ERROR(comm_->AllGather(local, R * vs, gathered));
-    logits = gathered;
+    RETURN_IF_ERROR(AllGather(local, R * vs, lb.gathered));
+    logits = lb.gathered;
   }
   ForwardOutput out;
+  // A tensor-parallel step ends with its collectives done (or failed) on every rank: waited
+  // for here where nothing is downloaded below, by the downloads otherwise. (That also runs an
+  // emulated device, whose queued work runs only when something waits for it.)
+  const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
+  if (comm_ != nullptr && !downloads) backend_->Synchronize();
   if (shard_.rank != 0) return out;
   const int64_t vocab = c.vocab_size;
   if (!b.samples.empty()) Draw(b, logits, R, samples, logprob_requests, &out);

@@ -139,6 +139,8 @@ class Model {
   // where the communicator can order it there (NCCL on the GPU: no host round trip per
   // layer), else after the backend's queued ops.
   absl::Status AllReduce(float* data, size_t count);
+  // The ranks' slices of the logits gathered, the same way.
+  absl::Status AllGather(const float* in, size_t count, float* out);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
