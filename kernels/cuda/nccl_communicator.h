@@ -2,9 +2,9 @@
 // each), buffers in device memory. The blocking collectives run on the communicator's own
 // stream and are waited for with a watchdog: past the timeout the communicator is aborted and
 // the call returns DeadlineExceeded, so a stalled peer never hangs the worker. The model's
-// per-layer all-reduce is stream-ordered instead (EnqueueAllReduceSum on the backend's stream:
-// no host round trip per layer); a watchdog thread polls those collectives' events and aborts
-// the same way, the error coming back from the rank's next call. (NCCL refuses two ranks on
+// per-layer all-reduces and its logits' all-gather are stream-ordered instead (Enqueue* on the
+// backend's stream: no host round trip per layer); a watchdog thread polls those collectives'
+// events and aborts the same way, the error coming back from the rank's next call. (NCCL refuses two ranks on
 // one GPU, so a single machine with one GPU can only test size 1; the emulated build runs
 // more.)
 //
