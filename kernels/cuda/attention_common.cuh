@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/paged_attention.h"
 
@@ -253,20 +254,6 @@ __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& 
 constexpr int kCombineThreads = 256;  // the split-merging kernel's block
 constexpr int kCombineWarps = kCombineThreads / 32;
 
-// The reduction of `v` over the split-merging kernel's block with `op`, in every thread
-// (`scratch`: one float per warp; the block must not be reading it from a previous call).
-template <typename Op>
-__device__ __forceinline__ float BlockReduce(float v, float* scratch, Op op) {
-#pragma unroll
-  for (int o = 16; o >= 1; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = scratch[0];
-#pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) v = op(v, scratch[w]);
-  return v;
-}
-
 // The body of the split-merging kernel (CombineSplitsKernel in paged_attention.cu), grid
 // (num_heads, max_query_len, num_seqs), kCombineThreads threads: merges a row's splits by their
 // softmax weights. The block first reduces the splits' maxima and weighted sums; then each
@@ -275,7 +262,7 @@ __device__ __forceinline__ float BlockReduce(float v, float* scratch, Op op) {
 // shared memory. A split's weight is exp(m_s − m)·sum_s; one that saw no token weighs 0.
 __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
                                               const float* tmp_out, const float* tmp_ms) {
-  __shared__ float scratch[2][kCombineWarps];
+  __shared__ float scratch[kCombineWarps];
   __shared__ float partial[kCombineWarps][256];  // head_dim ≤ 256
   const int head = blockIdx.x, j = blockIdx.y, seq = blockIdx.z;
   if (j >= a.query_len[seq]) return;
@@ -289,10 +276,10 @@ __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
   for (int s = threadIdx.x; s < num_splits; s += kCombineThreads) {
     m = fmaxf(m, tmp_ms[2 * (base + s)]);
   }
-  m = BlockReduce(m, scratch[0], [](float x, float y) { return fmaxf(x, y); });
+  m = BlockReduce(m, scratch, [](float x, float y) { return fmaxf(x, y); });
   float total = 0.0f;
   for (int s = threadIdx.x; s < num_splits; s += kCombineThreads) total += weight(s, m);
-  total = BlockReduce(total, scratch[1], [](float x, float y) { return x + y; });
+  total = BlockSum(total, scratch);
 
   const int d = a.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // channels lane + 32k

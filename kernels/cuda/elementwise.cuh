@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace kvserve::kernels::cuda::elementwise {
 
 constexpr int kThreads = 256;
@@ -24,18 +26,6 @@ __global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, 
   const T* src = table + static_cast<int64_t>(ids[t]) * hidden;
   float* dst = out + t * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = Widen(src[i]);
-}
-
-// Sum over the block; every thread gets the result. `scratch` holds one float per warp.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < blockDim.x / 32; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
 }
 
 __global__ void RmsNormKernel(const float* x, float* residual, const float* weight, float* out,
