@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kThreads)
   };
   // The block-table entries are read a step ahead (two with kPrefetchK), so a step's K / V
   // loads wait for one memory latency, not for the table's and then their own.
-  int32_t blocks[2], next_blocks[2], after_blocks[2];
+  int32_t blocks[2], next_blocks[2];
   load_blocks(first, blocks);
   if constexpr (!kPrefetchK) {
     for (int base = first; base < t_end; base += stride) {
@@ -450,6 +450,7 @@ __global__ void __launch_bounds__(kThreads)
     // buffers used in turn, so the loop body appears twice.
     Rows k0, k1, vw;
     uint32_t p0[2], p1[2];
+    int32_t after_blocks[2];
     load_blocks(first + stride, next_blocks);
     load_rows(first, blocks, &k0, p0, nullptr);
     const auto step = [&](int base, const Rows& k_now, const uint32_t(&p_now)[2], Rows& k_next,
