@@ -7,6 +7,12 @@
 //       --gsp-num-groups 16 --gsp-prompts-per-group 4 --gsp-system-prompt-len 512
 //       --gsp-question-len 32 --gsp-output-len 16 [--request-rate inf]
 //       [--max-concurrency 4] [--json] [--json-out FILE]
+//
+// `engine` is the offline engine benchmark (tools/bench/engine_bench.h): prefill and decode
+// throughput in-process, per KV cache dtype, batch and context, against the memory roofline.
+//
+//   kvserve-bench engine --model DIR [--device cuda] [--kv-cache-dtypes auto,int8,int4]
+//       [--batches 1,16,64] [--contexts 1024,4096] [--decode-steps 16] [--json-out FILE]
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -18,17 +24,19 @@
 #include "common/hf_config.h"
 #include "common/init.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/engine_bench.h"
 #include "tools/bench/kv_quality.h"
 #include "tools/bench/serving.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory");
 ABSL_FLAG(int32_t, tokens, 2048, "quality: teacher-forced stream length");
-ABSL_FLAG(uint64_t, seed, 1, "quality: seed of the sampled stream");
+ABSL_FLAG(uint64_t, seed, 1, "quality: seed of the sampled stream; serve, engine: of the prompts");
 ABSL_FLAG(int32_t, group_size, 32,
           "quality: channels per group for the per-group modes (capped at head_dim / 2)");
 ABSL_FLAG(int32_t, decode_batch, 8, "quality: sequences in the decode timing");
 ABSL_FLAG(int32_t, decode_context, 512, "quality: context per sequence in the decode timing");
-ABSL_FLAG(int32_t, decode_steps, 32, "quality: timed decode steps (0: skip)");
+ABSL_FLAG(int32_t, decode_steps, 32,
+          "quality, engine: timed decode steps (quality: 0 skips the timing)");
 ABSL_FLAG(bool, json, false,
           "quality: print JSON instead of the table; serve: print the JSON report after the table");
 
@@ -39,7 +47,8 @@ ABSL_FLAG(int32_t, num_prompts, 64, "serve: requests of the random dataset");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (Poisson) or inf");
 ABSL_FLAG(int32_t, max_concurrency, 0, "serve: requests in flight at most (0: no cap)");
 ABSL_FLAG(int32_t, vocab_size, 32000, "serve: prompt token ids are drawn below this");
-ABSL_FLAG(int32_t, block_size, 16, "serve: the workers' block size (for the ideal hit rate)");
+ABSL_FLAG(int32_t, block_size, 16,
+          "serve: the workers' block size (for the ideal hit rate); engine: the KV block size");
 ABSL_FLAG(int32_t, random_input_len, 256, "serve: random dataset prompt tokens");
 ABSL_FLAG(int32_t, random_output_len, 32, "serve: random dataset output tokens");
 ABSL_FLAG(int32_t, gsp_num_groups, 16, "serve: shared-prefix groups");
@@ -53,7 +62,18 @@ ABSL_FLAG(int32_t, multi_turn_input_len, 64, "serve: new prompt tokens per turn"
 ABSL_FLAG(int32_t, multi_turn_output_len, 16, "serve: output tokens per turn");
 ABSL_FLAG(std::string, goodput, "",
           "serve: SLOs for goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (milliseconds)");
-ABSL_FLAG(std::string, json_out, "", "serve: also write the report as JSON to this file");
+ABSL_FLAG(std::string, json_out, "", "serve, engine: also write the report as JSON to this file");
+
+ABSL_FLAG(std::string, device, "cpu", "engine: cpu or cuda");
+ABSL_FLAG(std::string, dtype, "auto", "engine: weights (auto, float32, bfloat16, float16)");
+ABSL_FLAG(std::string, attention_kernel, "simt", "engine: CUDA attention (simt, tensor-cores)");
+ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs");
+ABSL_FLAG(std::string, kv_cache_dtypes, "auto",
+          "engine: comma-separated --kv-cache-dtype values, one engine each (per-token scales)");
+ABSL_FLAG(std::string, batches, "1,16", "engine: comma-separated batch sizes");
+ABSL_FLAG(std::string, contexts, "512", "engine: comma-separated prompt lengths");
+ABSL_FLAG(int32_t, warmup_steps, 2, "engine: decode steps before the timed ones");
+ABSL_FLAG(int32_t, max_num_batched_tokens, 8192, "engine: prefill tokens per step");
 
 namespace kvserve {
 namespace {
@@ -100,6 +120,84 @@ int Quality() {
               << " teacher-forced tokens, per-group size " << group << ", decode timing "
               << o.decode_batch << " x " << o.decode_context << " tokens\n"
               << bench::FormatQualityTable(*rows);
+  }
+  return 0;
+}
+
+// "1,16,64" as numbers; InvalidArgument naming `flag` otherwise.
+absl::StatusOr<std::vector<int>> ParseIntList(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " '", text, "' is not a comma-separated list of integers"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const bench::EngineBenchRow& w : r.rows) {
+    rows.push_back({{"kv_cache_dtype", w.kv_cache_dtype},
+                    {"kv_format", w.kv_format},
+                    {"batch", w.batch},
+                    {"context", w.context},
+                    {"prefill_s", w.prefill_s},
+                    {"prefill_tokens_per_s", w.prefill_tokens_per_s},
+                    {"decode_ms_per_step", w.decode_ms_per_step},
+                    {"decode_tokens_per_s", w.decode_tokens_per_s},
+                    {"step_bytes", w.step_bytes},
+                    {"step_kv_bytes", w.step_kv_bytes},
+                    {"gbps", w.gbps},
+                    {"fraction_of_copy", w.fraction_of_copy}});
+  }
+  return {{"device", r.device},
+          {"copy_gbps", r.copy_gbps},
+          {"weight_bytes", r.weight_bytes},
+          {"weight_bytes_read", r.weight_bytes_read},
+          {"rows", rows}};
+}
+
+int EngineBench() {
+  bench::EngineBenchOptions o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
+  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.kv_cache_dtypes = absl::StrSplit(absl::GetFlag(FLAGS_kv_cache_dtypes), ',', absl::SkipEmpty());
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::vector<int>> batches = ParseIntList("batches", absl::GetFlag(FLAGS_batches));
+  absl::StatusOr<std::vector<int>> contexts =
+      ParseIntList("contexts", absl::GetFlag(FLAGS_contexts));
+  for (const absl::Status& s : {batches.status(), contexts.status()}) {
+    if (!s.ok()) {
+      std::cerr << "kvserve-bench engine: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  o.batches = *batches;
+  o.contexts = *contexts;
+  absl::StatusOr<bench::EngineBenchReport> report = bench::RunEngineBench(o);
+  if (!report.ok()) {
+    std::cerr << "kvserve-bench engine: " << report.status().message() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << bench::FormatEngineBench(*report);
+  if (const std::string path = absl::GetFlag(FLAGS_json_out); !path.empty()) {
+    std::ofstream f(path);
+    f << EngineBenchJson(*report).dump(2) << "\n";
+    if (!f) {
+      std::cerr << "kvserve-bench engine: cannot write " << path << "\n";
+      return 1;
+    }
   }
   return 0;
 }
@@ -182,10 +280,13 @@ int main(int argc, char** argv) {
       argc, argv,
       "kvserve-bench quality --model DIR [--tokens N] [--json]: KV quantization quality\n"
       "kvserve-bench serve --url URL [--dataset random|shared-prefix|multi-turn] ...: serving "
-      "load against a router");
+      "load against a router\n"
+      "kvserve-bench engine --model DIR [--device cuda] [--kv-cache-dtypes auto,int8] "
+      "[--batches 1,16] [--contexts 512]: engine prefill and decode throughput");
   const std::string command = args.size() >= 2 ? args[1] : "";
   if (command == "quality") return kvserve::Quality();
   if (command == "serve") return kvserve::Serve();
-  std::cerr << "kvserve-bench: give a command: quality or serve\n";
+  if (command == "engine") return kvserve::EngineBench();
+  std::cerr << "kvserve-bench: give a command: quality, serve or engine\n";
   return 2;
 }

@@ -1,9 +1,12 @@
 #include "tools/random_model.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
@@ -20,6 +23,48 @@ uint16_t ToBf16(float f) {
   std::memcpy(&bits, &f, 4);
   bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
+}
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Fills the bf16 tensors with N(0, 0.02) values (or ones) on every core. Each run of
+// kChunk elements draws from its own generator, seeded by (seed, tensor, chunk), so the
+// weights depend on the seed only, not on the number of threads.
+void FillRandom(uint64_t seed, const std::vector<bool>& ones, std::vector<std::string>* storage) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  struct Work {
+    size_t tensor;
+    int64_t chunk;
+  };
+  std::vector<Work> work;
+  for (size_t t = 0; t < storage->size(); ++t) {
+    const int64_t n = static_cast<int64_t>((*storage)[t].size() / 2);
+    for (int64_t c = 0; c * kChunk < n; ++c) work.push_back({t, c});
+  }
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t w = next++; w < work.size(); w = next++) {
+      const auto [t, c] = work[w];
+      char* bytes = (*storage)[t].data();
+      const int64_t n = static_cast<int64_t>((*storage)[t].size() / 2);
+      std::mt19937_64 rng(SplitMix64(SplitMix64(seed ^ (t << 32)) ^ static_cast<uint64_t>(c)));
+      std::normal_distribution<float> normal(0.0f, 0.02f);
+      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+        const uint16_t v = ToBf16(ones[t] ? 1.0f : normal(rng));
+        bytes[2 * i] = static_cast<char>(v & 0xff);
+        bytes[2 * i + 1] = static_cast<char>(v >> 8);
+      }
+    }
+  };
+  std::vector<std::thread> threads(std::max(1u, std::thread::hardware_concurrency()) - 1);
+  for (auto& th : threads) th = std::thread(run);
+  run();
+  for (auto& th : threads) th.join();
 }
 
 }  // namespace
@@ -63,20 +108,14 @@ absl::Status WriteRandomLlama(const RandomModelOptions& o, const std::string& ou
   std::ofstream(fs::path(out) / "generation_config.json")
       << json{{"bos_token_id", o.bos_id}, {"eos_token_id", o.eos_ids}}.dump(2) << "\n";
 
-  std::mt19937_64 rng(o.seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<std::string> storage;
+  std::vector<bool> ones;
   std::vector<TensorToWrite> tensors;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones) {
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool is_ones) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    std::string bytes(n * 2, '\0');
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t v = ToBf16(ones ? 1.0f : normal(rng));
-      bytes[2 * i] = static_cast<char>(v & 0xff);
-      bytes[2 * i + 1] = static_cast<char>(v >> 8);
-    }
-    storage.push_back(std::move(bytes));
+    storage.emplace_back(n * 2, '\0');
+    ones.push_back(is_ones);
     tensors.push_back({name, DType::kBF16, std::move(shape), {}});
   };
   add("model.embed_tokens.weight", {vocab, h}, false);
@@ -94,6 +133,7 @@ absl::Status WriteRandomLlama(const RandomModelOptions& o, const std::string& ou
   }
   add("model.norm.weight", {h}, true);
   add("lm_head.weight", {vocab, h}, false);
+  FillRandom(o.seed, ones, &storage);
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = storage[i];
   return WriteSafetensors((fs::path(out) / "model.safetensors").string(), tensors,
                           {{"format", "pt"}, {"kvserve", "random weights (kvserve-make-model)"}});

@@ -77,6 +77,7 @@ class ModelRunner {
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
   [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
   [[nodiscard]] KvStorage& device_kv(int rank) { return *ranks_[rank].device; }
+  [[nodiscard]] kernels::Backend& backend(int rank) { return *ranks_[rank].backend; }
   [[nodiscard]] const KvStorage* host_kv(int rank) const { return ranks_[rank].host.get(); }
   [[nodiscard]] std::string_view communicator() const;
 

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 targets=(mma_probe_test cuda_backend_test nccl_communicator_test engine_cuda_test decode_attention_bench
-  sampling_bench)
+  sampling_bench kvserve-bench kvserve-make-model)
 KVSERVE_BUILD_DIR=$build KVSERVE_CUDA=ON KVSERVE_CUDA_ARCHS=90 bash scripts/build.sh --target "${targets[@]}"
 rm -rf build-gpu/carry
 mkdir -p build-gpu/carry/bin

@@ -13,7 +13,8 @@
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # GPU sampling against the CPU twin (time and token equality), then the decode-attention
-# benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes. Outputs land in $OUT (or /tmp) as well.
+# benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes, and the whole
+# engine on a Llama 3.2 1B-shaped model. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu/carry}
@@ -62,6 +63,26 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 else
   results+=("sdpa_bench|no torch")
 fi
+# The whole engine (GEMMs, attention, sampling, host work) on a random-weight model of Llama 3.2
+# 1B's shape, bf16 weights: prefill and decode throughput per KV cache dtype, and how close a
+# decode step comes to reading its weights and KV at copy bandwidth.
+model=/tmp/kvserve-llama-1b
+if [[ -n $quick ]]; then engine_shapes=(--batches 1,16 --contexts 1024); else
+  engine_shapes=(--batches 1,64 --contexts 1024,4096); fi
+run_check make_model 120 "$build/bin/kvserve-make-model" --vocab-size 128256 --hidden-size 2048 \
+  --num-layers 16 --num-heads 32 --num-kv-heads 8 --intermediate-size 8192 --out "$model"
+run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
+  --kv-cache-dtypes auto,int8,int4 "${engine_shapes[@]}" --decode-steps 16 \
+  --json-out "$out/engine_bench.json"
+cat "$out/engine_bench.log"
+# The same on tensor cores, once they have passed conformance above.
+if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
+  run_check engine_bench_tc 180 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
+    --attention-kernel tensor-cores --kv-cache-dtypes auto,int4 --batches 64 --contexts 4096 \
+    --decode-steps 16 --json-out "$out/engine_bench_tc.json"
+  cat "$out/engine_bench_tc.log"
+fi
+rm -rf "$model"
 # A profile of one configuration when Nsight Compute is on the machine.
 if command -v ncu >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/ncu ]]; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

@@ -1,0 +1,220 @@
+#include "tools/bench/engine_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model_weights.h"
+#include "common/status_macros.h"
+#include "kernels/backend.h"
+#include "worker/engine.h"
+
+namespace kvserve::bench {
+namespace {
+
+using worker::Engine;
+using worker::EngineConfig;
+using worker::RequestInput;
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Device-to-device copy bandwidth of `backend` (read + write), on buffers of `bytes`.
+double CopyGbps(kernels::Backend& backend, size_t bytes) {
+  void* a = backend.Allocate(2 * bytes);
+  auto* src = static_cast<uint8_t*>(a);
+  backend.Copy(src + bytes, src, bytes);  // first touch
+  backend.Synchronize();
+  constexpr int kIters = 8;
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < kIters; ++i) backend.Copy(src + bytes, src, bytes);
+  backend.Synchronize();
+  const double s = Seconds(start);
+  backend.Free(a);
+  return 2.0 * static_cast<double>(bytes) * kIters / s / 1e9;
+}
+
+absl::Status CheckOptions(const EngineBenchOptions& o) {
+  if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
+  if (o.kv_cache_dtypes.empty() || o.batches.empty() || o.contexts.empty()) {
+    return absl::InvalidArgumentError(
+        "--kv-cache-dtypes, --batches and --contexts each need at least one value");
+  }
+  for (int b : o.batches) {
+    if (b < 1) return absl::InvalidArgumentError(absl::StrCat("--batches has ", b, "; use >= 1"));
+  }
+  for (int c : o.contexts) {
+    if (c < 1) return absl::InvalidArgumentError(absl::StrCat("--contexts has ", c, "; use >= 1"));
+  }
+  if (o.warmup_steps < 0 || o.decode_steps < 1) {
+    return absl::InvalidArgumentError("--warmup-steps must be >= 0 and --decode-steps >= 1");
+  }
+  return absl::OkStatus();
+}
+
+// Output tokens a request needs so that it never finishes inside the timed window: the
+// decode steps, plus one per prefill step in which it may already decode while others
+// prefill (chunked prefill), plus the prefill's own token.
+int MaxTokens(const EngineBenchOptions& o, int batch, int context) {
+  const int64_t prefill_steps =
+      (int64_t{batch} * context + o.max_num_batched_tokens - 1) / o.max_num_batched_tokens;
+  return static_cast<int>(prefill_steps) + o.warmup_steps + o.decode_steps + 2;
+}
+
+// One batch × context on `engine`: prefill, warm-up, timed decode; the requests are aborted
+// at the end, leaving the pool empty for the next.
+absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& o, int batch,
+                                      int context, int64_t weight_bytes_read,
+                                      std::mt19937_64& rng) {
+  const int vocab = engine.model_config().vocab_size;
+  const int max_tokens = MaxTokens(o, batch, context);
+  for (int i = 0; i < batch; ++i) {
+    RequestInput in;
+    in.request_id = absl::StrCat("bench-", batch, "x", context, "-", i);
+    in.prompt.resize(context);
+    for (int32_t& t : in.prompt) t = static_cast<int32_t>(rng() % vocab);
+    in.max_tokens = max_tokens;
+    in.sampling.temperature = 1.0f;  // vLLM's default sampling
+    in.sampling.seed = rng();
+    in.sampling.ignore_eos = true;
+    RETURN_IF_ERROR(engine.AddRequest(std::move(in)));
+  }
+  EngineBenchRow row;
+  row.batch = batch;
+  row.context = context;
+  const int64_t prompt_tokens = int64_t{batch} * context;
+  const int64_t computed_before = engine.stats().computed_prompt_tokens;
+  Clock::time_point start = Clock::now();
+  while (engine.stats().computed_prompt_tokens - computed_before < prompt_tokens) {
+    RETURN_IF_ERROR(engine.Step().status());
+  }
+  row.prefill_s = Seconds(start);
+  row.prefill_tokens_per_s = static_cast<double>(prompt_tokens) / row.prefill_s;
+
+  // Every step of the warm-up and the timed window must decode the whole batch.
+  auto decode_step = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<worker::SequenceOutput> outs, engine.Step());
+    int64_t tokens = 0;
+    for (const auto& out : outs) tokens += static_cast<int64_t>(out.new_tokens.size());
+    if (tokens != batch) {
+      return absl::InternalError(
+          absl::StrCat("a decode step at batch ", batch, " x ", context, " produced ", tokens,
+                       " tokens, not one per sequence (one finished or was preempted)"));
+    }
+    return absl::OkStatus();
+  };
+  for (int s = 0; s < o.warmup_steps; ++s) RETURN_IF_ERROR(decode_step());
+  const int64_t kv_tokens_before = engine.kv_usage().used_tokens;
+  start = Clock::now();
+  for (int s = 0; s < o.decode_steps; ++s) RETURN_IF_ERROR(decode_step());
+  const double decode_s = Seconds(start);
+  const int64_t kv_tokens_after = engine.kv_usage().used_tokens;
+  engine.AbortAll();
+
+  row.decode_ms_per_step = 1e3 * decode_s / o.decode_steps;
+  row.decode_tokens_per_s = static_cast<double>(batch) * o.decode_steps / decode_s;
+  // Step k of the window reads each sequence's tokens computed before the window, plus k + 1.
+  const worker::EngineStats stats = engine.stats();
+  const double kv_bytes_per_token =
+      static_cast<double>(stats.kv_bytes_per_block) / engine.config().block_size;
+  row.step_kv_bytes =
+      kv_bytes_per_token * 0.5 * static_cast<double>(kv_tokens_before + kv_tokens_after + batch);
+  row.step_bytes = static_cast<double>(weight_bytes_read) + row.step_kv_bytes;
+  row.gbps = row.step_bytes / (1e-3 * row.decode_ms_per_step) / 1e9;
+  return row;
+}
+
+}  // namespace
+
+int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes) {
+  if (config.tie_word_embeddings) return weight_bytes;  // the table is the LM head too
+  int64_t params = 0;
+  for (const WeightSpec& w : ExpectedWeights(config)) {
+    int64_t n = 1;
+    for (int64_t d : w.shape) n *= d;
+    params += n;
+  }
+  const int64_t table = int64_t{config.vocab_size} * config.hidden_size;
+  return static_cast<int64_t>(static_cast<double>(weight_bytes) *
+                              static_cast<double>(params - table) / static_cast<double>(params));
+}
+
+absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
+  int64_t max_blocks = 0;
+  int max_len = 0;
+  for (int b : o.batches) {
+    for (int c : o.contexts) {
+      const int len = c + MaxTokens(o, b, c);
+      max_len = std::max(max_len, len);
+      max_blocks = std::max(max_blocks, int64_t{b} * ((len + o.block_size - 1) / o.block_size));
+    }
+  }
+  EngineBenchReport report;
+  report.device = o.device;
+  std::mt19937_64 rng(o.seed);
+  for (const std::string& kv_dtype : o.kv_cache_dtypes) {
+    EngineConfig c;
+    c.model_dir = o.model_dir;
+    c.device = o.device;
+    c.dtype = o.dtype;
+    c.attention_kernel = o.attention_kernel;
+    c.cpu_threads = o.cpu_threads;
+    c.block_size = o.block_size;
+    c.max_model_len = max_len;
+    c.enable_prefix_caching = false;
+    c.num_blocks = static_cast<int>(max_blocks + 1);
+    c.kv_quant.dtype = kv_dtype;
+    c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
+    c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
+    absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(), absl::StrCat("--kv-cache-dtype ", kv_dtype, ": ",
+                                                             made.status().message()));
+    }
+    std::unique_ptr<Engine> engine = *std::move(made);
+    if (report.copy_gbps == 0) {
+      report.weight_bytes = engine->runner().weight_bytes(0);
+      report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
+      // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
+      report.copy_gbps = CopyGbps(engine->runner().backend(0),
+                                  o.device == "cuda" ? size_t{1} << 30 : size_t{256} << 20);
+    }
+    for (int b : o.batches) {
+      for (int ctx : o.contexts) {
+        ASSIGN_OR_RETURN(EngineBenchRow row,
+                         RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
+        row.kv_cache_dtype = kv_dtype;
+        row.kv_format = engine->kv_spec().k[0].Describe();
+        row.fraction_of_copy = row.gbps / report.copy_gbps;
+        report.rows.push_back(std::move(row));
+      }
+    }
+  }
+  return report;
+}
+
+std::string FormatEngineBench(const EngineBenchReport& r) {
+  std::string s = absl::StrFormat(
+      "device %s: copy %.0f GB/s (read + write); weights %.1f MiB, %.1f MiB read per decode "
+      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s\n",
+      r.device, r.copy_gbps, r.weight_bytes / 1048576.0, r.weight_bytes_read / 1048576.0, "kv",
+      "format", "batch", "context", "prefill_s", "prefill_tok/s", "ms/step", "decode_tok/s",
+      "MiB/step", "GB/s", "of_copy");
+  for (const EngineBenchRow& w : r.rows) {
+    absl::StrAppendFormat(&s,
+                          "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%%\n",
+                          w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s,
+                          w.prefill_tokens_per_s, w.decode_ms_per_step, w.decode_tokens_per_s,
+                          w.step_bytes / 1048576.0, w.gbps, 100 * w.fraction_of_copy);
+  }
+  return s;
+}
+
+}  // namespace kvserve::bench

@@ -1,0 +1,75 @@
+// The offline engine benchmark behind `kvserve-bench engine` (vLLM's `bench throughput` and
+// `bench latency` in one): for each KV cache dtype, one engine on the chosen device; for each
+// batch × context, that many distinct prompts prefilled (tokens/s), then decoded in lock step
+// (ms per step, tokens/s). A decode step must read the weights (bar the embedding table) and
+// every sequence's KV; those bytes over the step's time, set against the device's copy
+// bandwidth measured in the same run, say how close the whole step (GEMMs, attention,
+// sampling, host work) comes to the memory roofline.
+//
+//   ASSIGN_OR_RETURN(EngineBenchReport r, RunEngineBench(options));
+//   std::cout << FormatEngineBench(r);
+#ifndef KVSERVE_TOOLS_BENCH_ENGINE_BENCH_H_
+#define KVSERVE_TOOLS_BENCH_ENGINE_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/hf_config.h"
+
+namespace kvserve::bench {
+
+struct EngineBenchOptions {
+  std::string model_dir;
+  std::string device = "cpu";  // cpu | cuda
+  std::string dtype = "auto";  // weights, as --dtype
+  std::string attention_kernel = "simt";
+  int cpu_threads = 1;
+  int block_size = 16;
+  std::vector<std::string> kv_cache_dtypes = {"auto"};  // as --kv-cache-dtype, per-token scales
+  std::vector<int> batches = {1, 16};
+  std::vector<int> contexts = {512};  // prompt tokens per sequence
+  int warmup_steps = 2;
+  int decode_steps = 16;
+  int max_num_batched_tokens = 8192;  // prefill chunk budget per step
+  uint64_t seed = 1;
+};
+
+struct EngineBenchRow {
+  std::string kv_cache_dtype;
+  std::string kv_format;  // what the engine made of it (KvFormat::Describe of layer 0's K)
+  int batch = 0, context = 0;
+  double prefill_s = 0;  // until every prompt is in the cache
+  double prefill_tokens_per_s = 0;
+  double decode_ms_per_step = 0;
+  double decode_tokens_per_s = 0;
+  double step_bytes = 0;  // read per decode step on rank 0: weights + KV
+  double step_kv_bytes = 0;
+  double gbps = 0;  // step_bytes per step time
+  double fraction_of_copy = 0;
+};
+
+struct EngineBenchReport {
+  std::string device;
+  double copy_gbps = 0;           // rank 0's device-to-device copy, read + write
+  int64_t weight_bytes = 0;       // rank 0
+  int64_t weight_bytes_read = 0;  // per decode step: all but the embedding table
+  std::vector<EngineBenchRow> rows;
+};
+
+// The weights a decode step reads: all of them but the input embedding table (it gathers a row
+// per token), which an untied model stores apart from the LM head. `weight_bytes` is what
+// the rank holds; the table's share is taken by parameter count.
+int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes);
+
+// InvalidArgument for empty or non-positive lists and a context over the model's limit;
+// Internal if a timed step did not decode the whole batch (a preemption: the pool is sized so
+// that none happens).
+absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& options);
+
+std::string FormatEngineBench(const EngineBenchReport& report);
+
+}  // namespace kvserve::bench
+
+#endif  // KVSERVE_TOOLS_BENCH_ENGINE_BENCH_H_
