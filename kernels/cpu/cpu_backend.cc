@@ -87,8 +87,8 @@ class CpuBackend final : public Backend {
       // A few rows (decode at a small batch): one sgemv per row streams the weights once
       // each, where OpenBLAS's sgemm would first copy all of them into its packed panels.
       for (int64_t r = 0; r < p.m; ++r) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(p.n), static_cast<int>(p.k),
-                    1.0f, w, static_cast<int>(p.k), x + r * p.k, 1, 0.0f, p.y + r * p.n, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(p.n), static_cast<int>(p.k), 1.0f,
+                    w, static_cast<int>(p.k), x + r * p.k, 1, 0.0f, p.y + r * p.n, 1);
       }
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(p.m),
