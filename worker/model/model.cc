@@ -315,8 +315,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
       backend_->RmsNorm({qkv + q_dim, nullptr, L.k_norm.data(), qkv + q_dim, T * kv_heads_, D, eps,
                          kv_heads_, qkv_dim});
     }
-    backend_->Rope({qkv, positions, inv_freq_.data(), T, heads_, D, qkv_dim});
-    backend_->Rope({qkv + q_dim, positions, inv_freq_.data(), T, kv_heads_, D, qkv_dim});
+    // Each token's k heads follow its q heads in the row: one rotation covers both.
+    backend_->Rope({qkv, positions, inv_freq_.data(), T, heads_ + kv_heads_, D, qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
     backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, T, cache});
     kernels::PagedAttentionParams ap;
