@@ -185,6 +185,12 @@ int EngineBench() {
   }
   o.batches = *batches;
   o.contexts = *contexts;
+  o.on_row = [](const bench::EngineBenchRow& w) {
+    std::cerr << "kvserve-bench engine: " << w.kv_cache_dtype << " " << w.batch << " x "
+              << w.context << ": prefill " << w.prefill_tokens_per_s << " tokens/s, decode "
+              << w.decode_ms_per_step << " ms/step, " << 100 * w.fraction_of_copy
+              << "% of copy bandwidth\n";
+  };
   absl::StatusOr<bench::EngineBenchReport> report = bench::RunEngineBench(o);
   if (!report.ok()) {
     std::cerr << "kvserve-bench engine: " << report.status().message() << "\n";

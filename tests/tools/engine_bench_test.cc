@@ -36,9 +36,12 @@ TEST(EngineBenchTest, CountsTheKvEachDecodeStepReads) {
   o.contexts = {20, 70};
   o.warmup_steps = 2;
   o.decode_steps = 3;
+  int rows_seen = 0;
+  o.on_row = [&](const EngineBenchRow&) { ++rows_seen; };
   ASSERT_OK_AND_ASSIGN(EngineBenchReport r, RunEngineBench(o));
   std::cout << FormatEngineBench(r);
   ASSERT_EQ(r.rows.size(), 8u);
+  EXPECT_EQ(rows_seen, 8);
   EXPECT_GT(r.copy_gbps, 0);
   EXPECT_EQ(r.weight_bytes, 4 * kParams);  // float32 on the CPU
   EXPECT_EQ(r.weight_bytes_read, 4 * (kParams - kTable));

@@ -193,6 +193,7 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
         row.kv_cache_dtype = kv_dtype;
         row.kv_format = engine->kv_spec().k[0].Describe();
         row.fraction_of_copy = row.gbps / report.copy_gbps;
+        if (o.on_row) o.on_row(row);
         report.rows.push_back(std::move(row));
       }
     }

@@ -12,6 +12,7 @@
 #define KVSERVE_TOOLS_BENCH_ENGINE_BENCH_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,20 @@
 #include "common/hf_config.h"
 
 namespace kvserve::bench {
+
+struct EngineBenchRow {
+  std::string kv_cache_dtype;
+  std::string kv_format;  // what the engine made of it (KvFormat::Describe of layer 0's K)
+  int batch = 0, context = 0;
+  double prefill_s = 0;  // until every prompt is in the cache
+  double prefill_tokens_per_s = 0;
+  double decode_ms_per_step = 0;
+  double decode_tokens_per_s = 0;
+  double step_bytes = 0;  // read per decode step on rank 0: weights + KV
+  double step_kv_bytes = 0;
+  double gbps = 0;  // step_bytes per step time
+  double fraction_of_copy = 0;
+};
 
 struct EngineBenchOptions {
   std::string model_dir;
@@ -34,20 +49,9 @@ struct EngineBenchOptions {
   int decode_steps = 16;
   int max_num_batched_tokens = 8192;  // prefill chunk budget per step
   uint64_t seed = 1;
-};
-
-struct EngineBenchRow {
-  std::string kv_cache_dtype;
-  std::string kv_format;  // what the engine made of it (KvFormat::Describe of layer 0's K)
-  int batch = 0, context = 0;
-  double prefill_s = 0;  // until every prompt is in the cache
-  double prefill_tokens_per_s = 0;
-  double decode_ms_per_step = 0;
-  double decode_tokens_per_s = 0;
-  double step_bytes = 0;  // read per decode step on rank 0: weights + KV
-  double step_kv_bytes = 0;
-  double gbps = 0;  // step_bytes per step time
-  double fraction_of_copy = 0;
+  // Called with each row as it is measured (the CLI prints it at once, so that a run cut short
+  // still shows what it measured).
+  std::function<void(const EngineBenchRow&)> on_row;
 };
 
 struct EngineBenchReport {
