@@ -24,14 +24,16 @@ namespace kvserve::kernels {
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]), accumulated in float32. w is float32, fp16 or
 // bf16 (w_type); with 16-bit weights x is rounded to the same type first (tensor cores on
-// CUDA; the CPU backend widens both to float32 per call, slowly, as the twin).
+// CUDA; the CPU backend widens both to float32 per call, slowly, as the twin), or comes so
+// rounded in x16 (an RmsNorm's or SiluMul's out16), which saves CUDA a rounding launch.
 struct GemmParams {
   const float* x = nullptr;
   const void* w = nullptr;
   const float* bias = nullptr;  // optional
   float* y = nullptr;
   int64_t m = 0, n = 0, k = 0;
-  DType w_type = DType::kF32;  // kF32 | kF16 | kBF16
+  DType w_type = DType::kF32;     // kF32 | kF16 | kBF16
+  const uint16_t* x16 = nullptr;  // 16-bit w_type only: x rounded to w_type, used instead of x
 };
 
 // out[t, :] = table[ids[t], :], widened to float32 from the table's type (kF32 | kF16 | kBF16).
@@ -49,7 +51,8 @@ struct EmbeddingParams {
 // contiguous, or (group_rows > 0, no residual) come in groups of group_rows contiguous rows,
 // group g starting g · group_stride floats in (x and out alike): row r at
 // (r / group_rows) · group_stride + (r % group_rows) · hidden, e.g. the per-head q / k norms
-// over the heads of every token's qkv row.
+// over the heads of every token's qkv row. With out16 (contiguous rows only), the result goes
+// there instead of `out`, rounded to out16_type (kF16 | kBF16): a Gemm's x16.
 struct RmsNormParams {
   const float* x = nullptr;
   float* residual = nullptr;  // optional
@@ -58,6 +61,8 @@ struct RmsNormParams {
   int64_t rows = 0, hidden = 0;
   float eps = 1e-6f;
   int64_t group_rows = 0, group_stride = 0;
+  uint16_t* out16 = nullptr;
+  DType out16_type = DType::kBF16;
 
   [[nodiscard]] int64_t RowOffset(int64_t r) const {
     return group_rows > 0 ? r / group_rows * group_stride + r % group_rows * hidden : r * hidden;
@@ -74,11 +79,14 @@ struct RopeParams {
   int64_t num_tokens = 0, num_heads = 0, head_dim = 0, row_stride = 0;
 };
 
-// out[t, i] = silu(gate_up[t, i]) · gate_up[t, inter + i].
+// out[t, i] = silu(gate_up[t, i]) · gate_up[t, inter + i]; with out16, there instead of `out`,
+// rounded to out16_type (kF16 | kBF16).
 struct SiluMulParams {
   const float* gate_up = nullptr;
   float* out = nullptr;
   int64_t num_tokens = 0, inter = 0;
+  uint16_t* out16 = nullptr;
+  DType out16_type = DType::kBF16;
 };
 
 // A layer's paged KV cache: K and V data of [num_blocks, num_kv_heads, block_size, head_dim]

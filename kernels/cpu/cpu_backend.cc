@@ -30,6 +30,31 @@ inline float Dot(const float* a, const float* b, int64_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+// Where a row-wise op writes the row at `offset`: float32 `out`, or, given `out16`, the 16-bit
+// values there (RmsNormParams / SiluMulParams' out16), rounded to nearest even.
+class Out16 {
+ public:
+  Out16(float* out, uint16_t* out16, DType type, int64_t offset)
+      : out_(out16 == nullptr ? out + offset : nullptr),
+        out16_(out16 == nullptr ? nullptr : out16 + offset),
+        bf16_(type == DType::kBF16) {
+    CHECK(out16 == nullptr || type == DType::kBF16 || type == DType::kF16)
+        << "out16_type must be fp16 or bf16, not " << DTypeName(type);
+  }
+  void Store(int64_t i, float v) {
+    if (out16_ == nullptr) {
+      out_[i] = v;
+    } else {
+      out16_[i] = bf16_ ? FloatToBf16(v) : FloatToF16(v);
+    }
+  }
+
+ private:
+  float* out_;
+  uint16_t* out16_;
+  bool bf16_;
+};
+
 // Up to this many rows, Gemm runs one sgemv per row: 3.0-3.4x / 1.8x / 1.4-1.5x faster than
 // sgemm at 1 / 2 / 3 rows of a 64 MiB weight, even at 4 (tests/bench/cpu_gemm_bench.cc;
 // docs/PERF.md, "The whole engine").
@@ -66,6 +91,7 @@ class CpuBackend final : public Backend {
     if (p.m == 0 || p.n == 0) return;
     const float* w = static_cast<const float*>(p.w);
     const float* x = p.x;
+    CHECK(p.x16 == nullptr || p.w_type != DType::kF32) << "Gemm: x16 needs 16-bit weights";
     if (p.w_type != DType::kF32) {
       // As the CUDA backend does: x rounded to the weights' type, products exact, float32 sums.
       CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
@@ -78,7 +104,11 @@ class CpuBackend final : public Backend {
       }
       rounded_x_.resize(p.m * p.k);
       for (int64_t i = 0; i < p.m * p.k; ++i) {
-        rounded_x_[i] = bf16 ? Bf16ToFloat(FloatToBf16(p.x[i])) : F16ToFloat(FloatToF16(p.x[i]));
+        if (p.x16 != nullptr) {
+          rounded_x_[i] = bf16 ? Bf16ToFloat(p.x16[i]) : F16ToFloat(p.x16[i]);
+        } else {
+          rounded_x_[i] = bf16 ? Bf16ToFloat(FloatToBf16(p.x[i])) : F16ToFloat(FloatToF16(p.x[i]));
+        }
       }
       w = widened_.data();
       x = rounded_x_.data();
@@ -120,9 +150,10 @@ class CpuBackend final : public Backend {
 
   void RmsNorm(const RmsNormParams& p) override {
     CHECK(p.group_rows == 0 || p.residual == nullptr) << "RmsNorm: groups take no residual";
+    CHECK(p.out16 == nullptr || p.group_rows == 0) << "RmsNorm: out16 takes no groups";
     for (int64_t r = 0; r < p.rows; ++r) {
       const float* x = p.x + p.RowOffset(r);
-      float* out = p.out + p.RowOffset(r);
+      Out16 out(p.out, p.out16, p.out16_type, p.RowOffset(r));
       const float* src = x;
       if (p.residual != nullptr) {
         float* res = p.residual + r * p.hidden;
@@ -132,7 +163,7 @@ class CpuBackend final : public Backend {
       float sum = 0.0f;
       for (int64_t i = 0; i < p.hidden; ++i) sum += src[i] * src[i];
       const float inv = 1.0f / std::sqrt(sum / static_cast<float>(p.hidden) + p.eps);
-      for (int64_t i = 0; i < p.hidden; ++i) out[i] = p.weight[i] * (src[i] * inv);
+      for (int64_t i = 0; i < p.hidden; ++i) out.Store(i, p.weight[i] * (src[i] * inv));
     }
   }
 
@@ -161,10 +192,10 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       const float* gate = p.gate_up + t * 2 * p.inter;
       const float* up = gate + p.inter;
-      float* out = p.out + t * p.inter;
+      Out16 out(p.out, p.out16, p.out16_type, t * p.inter);
       for (int64_t i = 0; i < p.inter; ++i) {
         const float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+        out.Store(i, g / (1.0f + std::exp(-g)) * up[i]);
       }
     }
   }

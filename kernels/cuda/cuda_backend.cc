@@ -73,6 +73,11 @@ AttnArgs MakeAttnArgs(const PagedAttentionParams& p) {
 namespace kvserve::kernels {
 namespace {
 
+void CheckOut16Type(const uint16_t* out16, DType type) {
+  CHECK(out16 == nullptr || type == DType::kBF16 || type == DType::kF16)
+      << "out16_type must be fp16 or bf16, not " << DTypeName(type);
+}
+
 // A device buffer that only grows (stream-ordered allocation, so growing never syncs).
 class DeviceScratch {
  public:
@@ -230,6 +235,7 @@ class CudaBackend final : public Backend {
     const float alpha = 1.0f, beta = 0.0f;
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
     // Row-major y = x · wᵀ is column-major yᵀ = w · xᵀ, with w seen as [k, n] and transposed.
+    CHECK(p.x16 == nullptr || p.w_type != DType::kF32) << "Gemm: x16 needs 16-bit weights";
     if (p.w_type == DType::kF32) {
       KVSERVE_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
                                        static_cast<const float*>(p.w), k, p.x, k, &beta, p.y, n));
@@ -237,8 +243,13 @@ class CudaBackend final : public Backend {
       CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
           << "Gemm: unsupported weight type " << DTypeName(p.w_type);
       const bool bf16 = p.w_type == DType::kBF16;
-      auto* x16 = static_cast<uint16_t*>(rounded_x_.Get(sizeof(uint16_t) * p.m * p.k, stream_));
-      cuda::LaunchRoundTo16(p.x, x16, p.m * p.k, bf16, stream_);
+      const uint16_t* x16 = p.x16;
+      if (x16 == nullptr) {
+        auto* rounded =
+            static_cast<uint16_t*>(rounded_x_.Get(sizeof(uint16_t) * p.m * p.k, stream_));
+        cuda::LaunchRoundTo16(p.x, rounded, p.m * p.k, bf16, stream_);
+        x16 = rounded;
+      }
       const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
       KVSERVE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, p.w, t,
                                         k, x16, t, k, &beta, p.y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
@@ -259,8 +270,10 @@ class CudaBackend final : public Backend {
   void RmsNorm(const RmsNormParams& p) override {
     Current();
     CHECK(p.group_rows == 0 || p.residual == nullptr) << "RmsNorm: groups take no residual";
-    cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.rows, p.hidden, p.eps, p.group_rows,
-                        p.group_stride, stream_);
+    CHECK(p.out16 == nullptr || p.group_rows == 0) << "RmsNorm: out16 takes no groups";
+    CheckOut16Type(p.out16, p.out16_type);
+    cuda::LaunchRmsNorm(p.x, p.residual, p.weight, p.out, p.out16, p.out16_type == DType::kBF16,
+                        p.rows, p.hidden, p.eps, p.group_rows, p.group_stride, stream_);
   }
 
   void Rope(const RopeParams& p) override {
@@ -271,7 +284,9 @@ class CudaBackend final : public Backend {
 
   void SiluMul(const SiluMulParams& p) override {
     Current();
-    cuda::LaunchSiluMul(p.gate_up, p.out, p.num_tokens, p.inter, stream_);
+    CheckOut16Type(p.out16, p.out16_type);
+    cuda::LaunchSiluMul(p.gate_up, p.out, p.out16, p.out16_type == DType::kBF16, p.num_tokens,
+                        p.inter, stream_);
   }
 
   void WriteKv(const WriteKvParams& p) override {

@@ -25,12 +25,20 @@ void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool
   }
 }
 
-void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
-                   int64_t hidden, float eps, int64_t group_rows, int64_t group_stride,
-                   cudaStream_t stream) {
+void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out,
+                   uint16_t* out16, bool out16_bf16, int64_t rows, int64_t hidden, float eps,
+                   int64_t group_rows, int64_t group_stride, cudaStream_t stream) {
   if (rows == 0) return;
-  LaunchKernel(RmsNormKernel, rows, kThreads, 0, stream, x, residual, weight, out, hidden, eps,
-               group_rows, group_stride);
+  if (out16 == nullptr) {
+    LaunchKernel(RmsNormKernel<float>, rows, kThreads, 0, stream, x, residual, weight, out, hidden,
+                 eps, group_rows, group_stride);
+  } else if (out16_bf16) {
+    LaunchKernel(RmsNormKernel<__nv_bfloat16>, rows, kThreads, 0, stream, x, residual, weight,
+                 reinterpret_cast<__nv_bfloat16*>(out16), hidden, eps, group_rows, group_stride);
+  } else {
+    LaunchKernel(RmsNormKernel<__half>, rows, kThreads, 0, stream, x, residual, weight,
+                 reinterpret_cast<__half*>(out16), hidden, eps, group_rows, group_stride);
+  }
 }
 
 void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64_t num_tokens,
@@ -40,10 +48,18 @@ void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64
                head_dim, row_stride);
 }
 
-void LaunchSiluMul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter,
-                   cudaStream_t stream) {
+void LaunchSiluMul(const float* gate_up, float* out, uint16_t* out16, bool out16_bf16,
+                   int64_t num_tokens, int64_t inter, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  LaunchKernel(SiluMulKernel, num_tokens, kThreads, 0, stream, gate_up, out, inter);
+  if (out16 == nullptr) {
+    LaunchKernel(SiluMulKernel<float>, num_tokens, kThreads, 0, stream, gate_up, out, inter);
+  } else if (out16_bf16) {
+    LaunchKernel(SiluMulKernel<__nv_bfloat16>, num_tokens, kThreads, 0, stream, gate_up,
+                 reinterpret_cast<__nv_bfloat16*>(out16), inter);
+  } else {
+    LaunchKernel(SiluMulKernel<__half>, num_tokens, kThreads, 0, stream, gate_up,
+                 reinterpret_cast<__half*>(out16), inter);
+  }
 }
 
 void LaunchAddBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/block_reduce.cuh"
 
@@ -20,6 +21,18 @@ __device__ inline float Widen(float x) { return x; }
 __device__ inline float Widen(__half x) { return __half2float(x); }
 __device__ inline float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// float32 as the output type, rounded to nearest even for the 16-bit ones.
+template <typename Out>
+__device__ inline Out Narrow(float x) {
+  if constexpr (std::is_same_v<Out, __half>) {
+    return __float2half_rn(x);
+  } else if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return x;
+  }
+}
+
 template <typename T>
 __global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, int64_t hidden) {
   const int64_t t = blockIdx.x;
@@ -28,7 +41,9 @@ __global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, 
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = Widen(src[i]);
 }
 
-__global__ void RmsNormKernel(const float* x, float* residual, const float* weight, float* out,
+// Out: float, or the 16-bit type a Gemm takes as x16.
+template <typename Out>
+__global__ void RmsNormKernel(const float* x, float* residual, const float* weight, Out* out,
                               int64_t hidden, float eps, int64_t group_rows, int64_t group_stride) {
   __shared__ float scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
@@ -48,8 +63,10 @@ __global__ void RmsNormKernel(const float* x, float* residual, const float* weig
   sum = BlockSum(sum, scratch);
   const float inv = rsqrtf(sum / static_cast<float>(hidden) + eps);
   const float* src = res != nullptr ? res : xr;
-  float* o = out + offset;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = weight[i] * (src[i] * inv);
+  Out* o = out + offset;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    o[i] = Narrow<Out>(weight[i] * (src[i] * inv));
+  }
 }
 
 // One block per token; threads cover (head, i < head_dim / 2) pairs.
@@ -68,13 +85,14 @@ __global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_
   }
 }
 
-__global__ void SiluMulKernel(const float* gate_up, float* out, int64_t inter) {
+template <typename Out>
+__global__ void SiluMulKernel(const float* gate_up, Out* out, int64_t inter) {
   const int64_t t = blockIdx.x;
   const float* gate = gate_up + t * 2 * inter;
   const float* up = gate + inter;
   for (int64_t i = threadIdx.x; i < inter; i += blockDim.x) {
     const float g = gate[i];
-    out[t * inter + i] = g / (1.0f + expf(-g)) * up[i];
+    out[t * inter + i] = Narrow<Out>(g / (1.0f + expf(-g)) * up[i]);
   }
 }
 

@@ -14,15 +14,17 @@ namespace kvserve::kernels::cuda {
 void LaunchEmbedding(const int32_t* ids, const void* table, int table_bits, bool bf16, float* out,
                      int64_t num_tokens, int64_t hidden, cudaStream_t stream);
 
-void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out, int64_t rows,
-                   int64_t hidden, float eps, int64_t group_rows, int64_t group_stride,
-                   cudaStream_t stream);
+// The result goes to `out`, or, given `out16`, there as bf16 (`out16_bf16`) or fp16.
+void LaunchRmsNorm(const float* x, float* residual, const float* weight, float* out,
+                   uint16_t* out16, bool out16_bf16, int64_t rows, int64_t hidden, float eps,
+                   int64_t group_rows, int64_t group_stride, cudaStream_t stream);
 
 void LaunchRope(float* x, const int32_t* positions, const float* inv_freq, int64_t num_tokens,
                 int64_t num_heads, int64_t head_dim, int64_t row_stride, cudaStream_t stream);
 
-void LaunchSiluMul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter,
-                   cudaStream_t stream);
+// As LaunchRmsNorm, `out` or `out16`.
+void LaunchSiluMul(const float* gate_up, float* out, uint16_t* out16, bool out16_bf16,
+                   int64_t num_tokens, int64_t inter, cudaStream_t stream);
 
 // y[r, c] += bias[c] for r < rows, c < cols.
 void LaunchAddBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);

@@ -21,6 +21,7 @@ template <typename... Params, typename... Args>
 void LaunchKernel(void (*kernel)(Params...), dim3 grid, int threads, size_t shared_bytes,
                   cudaStream_t stream, const Args&... args) {
 #ifdef KVSERVE_CUDA_EMULATION
+  ::kvserve::emulation::CountLaunch();
   ::kvserve::emulation::Enqueue(stream, [=] {
     ::kvserve::emulation::Launch(
         {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,

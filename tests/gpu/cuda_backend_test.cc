@@ -163,6 +163,55 @@ TEST_F(CudaBackendTest, RowOpsMatchCpu) {
   EXPECT_LE(WorstRatio(dact.Host(), act, 1e-6, 1e-5), 1.0);
 }
 
+// RMSNorm and SiLU·mul writing fp16 / bf16 (out16) give bit for bit the device's float outputs
+// rounded, and a Gemm given them (x16) gives bit for bit what it gives when it rounds x itself.
+TEST_F(CudaBackendTest, SixteenBitActivationsFeedTheGemmUnchanged) {
+  const int64_t rows = 5, hidden = 2048 + 64, inter = 1000;
+  const std::vector<float> x = Random(rows * hidden, rng_), res = Random(rows * hidden, rng_),
+                           weight = Random(hidden, rng_),
+                           gate_up = Random(rows * 2 * inter, rng_, 3.0f),
+                           w = Random(inter * hidden, rng_, 0.05f);
+  for (const DType type : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(DTypeName(type)));
+    auto round = [&](float v) { return type == DType::kBF16 ? FloatToBf16(v) : FloatToF16(v); };
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w16[i] = round(w[i]);
+    Dev<float> dx(x), dres(res), dres16(res), dweight(weight), dgu(gate_up);
+    Dev<float> dnorm(rows * hidden), dact(rows * inter), dy(rows * inter), dy16(rows * inter);
+    Dev<uint16_t> dnorm16(rows * hidden), dact16(rows * inter), dw16(w16);
+    gpu_->RmsNorm({dx.get(), dres.get(), dweight.get(), dnorm.get(), rows, hidden, 1e-5f});
+    gpu_->RmsNorm({.x = dx.get(),
+                   .residual = dres16.get(),
+                   .weight = dweight.get(),
+                   .rows = rows,
+                   .hidden = hidden,
+                   .eps = 1e-5f,
+                   .out16 = dnorm16.get(),
+                   .out16_type = type});
+    gpu_->SiluMul({dgu.get(), dact.get(), rows, inter});
+    gpu_->SiluMul({.gate_up = dgu.get(),
+                   .num_tokens = rows,
+                   .inter = inter,
+                   .out16 = dact16.get(),
+                   .out16_type = type});
+    gpu_->Gemm({dnorm.get(), dw16.get(), nullptr, dy.get(), rows, inter, hidden, type});
+    gpu_->Gemm({.w = dw16.get(),
+                .y = dy16.get(),
+                .m = rows,
+                .n = inter,
+                .k = hidden,
+                .w_type = type,
+                .x16 = dnorm16.get()});
+    Sync();
+    const std::vector<float> norm = dnorm.Host(), act = dact.Host();
+    const std::vector<uint16_t> norm16 = dnorm16.Host(), act16 = dact16.Host();
+    for (size_t i = 0; i < norm.size(); ++i) ASSERT_EQ(norm16[i], round(norm[i])) << i;
+    for (size_t i = 0; i < act.size(); ++i) ASSERT_EQ(act16[i], round(act[i])) << i;
+    EXPECT_EQ(dres16.Host(), dres.Host());
+    EXPECT_EQ(dy16.Host(), dy.Host());
+  }
+}
+
 // The device twin of a Pool.
 struct DevPool {
   explicit DevPool(const Pool& p) : k(p.k), v(p.v), ks(p.ks), vs(p.vs), view(p.view) {

@@ -104,6 +104,59 @@ TEST(CpuBackendTest, RmsNormOverGroupsOfRows) {
     EXPECT_EQ(grouped[t * stride + heads * d], x[t * stride + heads * d]);
 }
 
+// RMSNorm and SiLU·mul writing fp16 / bf16 (out16) give the float outputs rounded, and a Gemm
+// given those (x16) gives bit for bit what it gives when it rounds x itself: the model's
+// 16-bit path changes no result.
+TEST(CpuBackendTest, SixteenBitActivationsFeedTheGemmUnchanged) {
+  auto be = CreateCpuBackend({});
+  std::mt19937 rng(5);
+  const int64_t rows = 3, hidden = 40, inter = 24;
+  const std::vector<float> x = Random(rows * hidden, rng), res = Random(rows * hidden, rng),
+                           w = Random(hidden, rng), gate_up = Random(rows * 2 * inter, rng);
+  const std::vector<float> wf = Random(inter * hidden, rng);
+  for (const DType type : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(type));
+    auto round = [&](float v) { return type == DType::kBF16 ? FloatToBf16(v) : FloatToF16(v); };
+    std::vector<uint16_t> weight16(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) weight16[i] = round(wf[i]);
+
+    std::vector<float> res_f = res, res_16 = res, norm(rows * hidden);
+    std::vector<uint16_t> norm16(rows * hidden);
+    be->RmsNorm({x.data(), res_f.data(), w.data(), norm.data(), rows, hidden, 1e-5f});
+    be->RmsNorm({.x = x.data(),
+                 .residual = res_16.data(),
+                 .weight = w.data(),
+                 .rows = rows,
+                 .hidden = hidden,
+                 .eps = 1e-5f,
+                 .out16 = norm16.data(),
+                 .out16_type = type});
+    EXPECT_EQ(res_16, res_f);
+    for (size_t i = 0; i < norm.size(); ++i) ASSERT_EQ(norm16[i], round(norm[i])) << i;
+
+    std::vector<float> act(rows * inter);
+    std::vector<uint16_t> act16(rows * inter);
+    be->SiluMul({gate_up.data(), act.data(), rows, inter});
+    be->SiluMul({.gate_up = gate_up.data(),
+                 .num_tokens = rows,
+                 .inter = inter,
+                 .out16 = act16.data(),
+                 .out16_type = type});
+    for (size_t i = 0; i < act.size(); ++i) ASSERT_EQ(act16[i], round(act[i])) << i;
+
+    std::vector<float> y(rows * inter), y16(rows * inter);
+    be->Gemm({norm.data(), weight16.data(), nullptr, y.data(), rows, inter, hidden, type});
+    be->Gemm({.w = weight16.data(),
+              .y = y16.data(),
+              .m = rows,
+              .n = inter,
+              .k = hidden,
+              .w_type = type,
+              .x16 = norm16.data()});
+    EXPECT_EQ(y16, y);
+  }
+}
+
 TEST(CpuBackendTest, EmbeddingWidens16BitTables) {
   auto be = CreateCpuBackend({});
   const std::vector<uint16_t> bf16 = {FloatToBf16(1.5f), FloatToBf16(-2.0f), FloatToBf16(0.25f),

@@ -2,9 +2,9 @@
 // kernels/cuda/emulation/emulator.h with the launchers' grids (elementwise.cu), against the CPU
 // backend: embedding from float32 / bf16 / fp16 tables, RMSNorm plain, with the fused residual
 // and over row groups (Qwen3's per-head norms inside qkv rows), RoPE on strided rows, SiLU·mul,
-// bias add and float32 → fp16 / bf16 rounding. tests/gpu/cuda_backend_test.cc runs the same
-// on a GPU.
-// The emulation comes first: it redefines the CUDA keywords the kernel sources use.
+// bias add and float32 → fp16 / bf16 rounding, and the row ops' 16-bit outputs.
+// tests/gpu/cuda_backend_test.cc runs the same on a GPU. The emulation comes first: it redefines
+// the CUDA keywords the kernel sources use.
 // clang-format off
 #include "kernels/cuda/emulation/emulator.h"
 // clang-format on
@@ -64,14 +64,14 @@ TEST(ElementwiseEmulationTest, RowOpsMatchCpu) {
                            weight = Random(hidden, rng);
   cpu->RmsNorm({x.data(), nullptr, weight.data(), want.data(), tokens, hidden, 1e-5f});
   PerRow(tokens, [&] {
-    ew::RmsNormKernel(x.data(), nullptr, weight.data(), got.data(), hidden, 1e-5f, 0, 0);
+    ew::RmsNormKernel<float>(x.data(), nullptr, weight.data(), got.data(), hidden, 1e-5f, 0, 0);
   });
   EXPECT_LE(WorstRatio(got, want, 1e-5, 1e-5), 1.0);
   std::vector<float> x_cpu = x, res_cpu = res, x_emu = x, res_emu = res;
   cpu->RmsNorm({x_cpu.data(), res_cpu.data(), weight.data(), x_cpu.data(), tokens, hidden, 1e-5f});
   PerRow(tokens, [&] {
-    ew::RmsNormKernel(x_emu.data(), res_emu.data(), weight.data(), x_emu.data(), hidden, 1e-5f, 0,
-                      0);
+    ew::RmsNormKernel<float>(x_emu.data(), res_emu.data(), weight.data(), x_emu.data(), hidden,
+                             1e-5f, 0, 0);
   });
   EXPECT_LE(WorstRatio(x_emu, x_cpu, 1e-5, 1e-5), 1.0);
   EXPECT_LE(WorstRatio(res_emu, res_cpu, 1e-6, 1e-6), 1.0);
@@ -84,7 +84,8 @@ TEST(ElementwiseEmulationTest, RowOpsMatchCpu) {
   cpu->RmsNorm({qkv_cpu.data(), nullptr, qw.data(), qkv_cpu.data(), tokens * heads, d, 1e-6f, heads,
                 stride});
   PerRow(tokens * heads, [&] {
-    ew::RmsNormKernel(qkv_emu.data(), nullptr, qw.data(), qkv_emu.data(), d, 1e-6f, heads, stride);
+    ew::RmsNormKernel<float>(qkv_emu.data(), nullptr, qw.data(), qkv_emu.data(), d, 1e-6f, heads,
+                             stride);
   });
   EXPECT_LE(WorstRatio(qkv_emu, qkv_cpu, 1e-5, 1e-5), 1.0);
 
@@ -104,7 +105,7 @@ TEST(ElementwiseEmulationTest, RowOpsMatchCpu) {
   const std::vector<float> gate_up = Random(tokens * 2 * inter, rng, 3.0f);
   std::vector<float> act_cpu(tokens * inter), act_emu(tokens * inter, std::nanf(""));
   cpu->SiluMul({gate_up.data(), act_cpu.data(), tokens, inter});
-  PerRow(tokens, [&] { ew::SiluMulKernel(gate_up.data(), act_emu.data(), inter); });
+  PerRow(tokens, [&] { ew::SiluMulKernel<float>(gate_up.data(), act_emu.data(), inter); });
   EXPECT_LE(WorstRatio(act_emu, act_cpu, 1e-6, 1e-5), 1.0);
 
   // Bias add, and rounding to fp16 / bf16 bit patterns (grid-stride over 3 blocks).
@@ -122,6 +123,52 @@ TEST(ElementwiseEmulationTest, RowOpsMatchCpu) {
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(bits[i], to_bf16 ? FloatToBf16(x[i]) : FloatToF16(x[i])) << i;
     }
+  }
+}
+
+// RMSNorm (with the fused residual) and SiLU·mul writing fp16 / bf16 for a Gemm's x16: bit for
+// bit the float32 kernels' outputs rounded, as the Gemm's own rounding would make them.
+TEST(ElementwiseEmulationTest, SixteenBitOutputsAreTheFloatOutputsRounded) {
+  std::mt19937 rng(11);
+  const int64_t tokens = 3, hidden = 640, inter = 300;
+  const std::vector<float> x = Random(tokens * hidden, rng), res = Random(tokens * hidden, rng),
+                           weight = Random(hidden, rng);
+  const std::vector<float> gate_up = Random(tokens * 2 * inter, rng, 3.0f);
+  std::vector<float> norm(tokens * hidden), act(tokens * inter);
+  std::vector<float> res_float = res;
+  PerRow(tokens, [&] {
+    ew::RmsNormKernel<float>(x.data(), res_float.data(), weight.data(), norm.data(), hidden, 1e-5f,
+                             0, 0);
+  });
+  PerRow(tokens, [&] { ew::SiluMulKernel<float>(gate_up.data(), act.data(), inter); });
+  auto check = [](const std::vector<uint16_t>& got, const std::vector<float>& want, bool bf16) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i], bf16 ? FloatToBf16(want[i]) : FloatToF16(want[i])) << i;
+    }
+  };
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp16");
+    std::vector<uint16_t> norm16(norm.size(), 0xffff), act16(act.size(), 0xffff);
+    std::vector<float> res16 = res;
+    PerRow(tokens, [&] {
+      if (bf16) {
+        ew::RmsNormKernel(x.data(), res16.data(), weight.data(),
+                          reinterpret_cast<__nv_bfloat16*>(norm16.data()), hidden, 1e-5f, 0, 0);
+      } else {
+        ew::RmsNormKernel(x.data(), res16.data(), weight.data(),
+                          reinterpret_cast<__half*>(norm16.data()), hidden, 1e-5f, 0, 0);
+      }
+    });
+    PerRow(tokens, [&] {
+      if (bf16) {
+        ew::SiluMulKernel(gate_up.data(), reinterpret_cast<__nv_bfloat16*>(act16.data()), inter);
+      } else {
+        ew::SiluMulKernel(gate_up.data(), reinterpret_cast<__half*>(act16.data()), inter);
+      }
+    });
+    check(norm16, norm, bf16);
+    check(act16, act, bf16);
+    EXPECT_EQ(res16, res_float);  // the residual stream is float32 either way
   }
 }
 

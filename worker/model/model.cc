@@ -166,10 +166,16 @@ Model::Activations Model::ReserveActivations(int64_t tokens) {
   const int64_t H = c.hidden_size, q_dim = int64_t{heads_} * c.head_dim;
   const int64_t qkv_dim = q_dim + 2 * int64_t{kv_heads_} * c.head_dim;
   Scratch& s = scratch_;
-  return {Reserve(s.delta, tokens * H),    Reserve(s.residual, tokens * H),
-          Reserve(s.h, tokens * H),        Reserve(s.qkv, tokens * qkv_dim),
-          Reserve(s.attn, tokens * q_dim), Reserve(s.gate_up, tokens * 2 * inter_),
-          Reserve(s.act, tokens * inter_)};
+  const bool x16 = weight_type_ != DType::kF32;
+  return {Reserve(s.delta, tokens * H),
+          Reserve(s.residual, tokens * H),
+          Reserve(s.h, tokens * H),
+          Reserve(s.qkv, tokens * qkv_dim),
+          Reserve(s.attn, tokens * q_dim),
+          Reserve(s.gate_up, tokens * 2 * inter_),
+          x16 ? nullptr : Reserve(s.act, tokens * inter_),
+          x16 ? Reserve(s.h16, tokens * H) : nullptr,
+          x16 ? Reserve(s.act16, tokens * inter_) : nullptr};
 }
 
 Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
@@ -295,6 +301,21 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const Activations a = ReserveActivations(T);
   float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
         *gate_up = a.gate_up, *act = a.act;
+  uint16_t *h16 = a.h16, *act16 = a.act16;
+  // With 16-bit weights, the norms before the projections and the MLP's activation write the
+  // Gemms' inputs already rounded to the weights' type (h16, act16): bit for bit what the Gemm
+  // would round them to, and on CUDA one launch fewer per Gemm.
+  auto norm = [&](const float* x, float* res, const kernels::Buffer<float>& weight) {
+    backend_->RmsNorm({.x = x,
+                       .residual = res,
+                       .weight = weight.data(),
+                       .out = h16 != nullptr ? nullptr : h,
+                       .rows = T,
+                       .hidden = H,
+                       .eps = eps,
+                       .out16 = h16,
+                       .out16_type = weight_type_});
+  };
   const int64_t max_query_len =
       b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
   const int64_t max_context_len =
@@ -305,11 +326,11 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     Layer& L = layers_[l];
     if (l == 0) {  // the residual stream starts as the embeddings
       backend_->Copy(residual, delta, sizeof(float) * T * H);
-      backend_->RmsNorm({residual, nullptr, L.input_norm.data(), h, T, H, eps});
+      norm(residual, nullptr, L.input_norm);
     } else {
-      backend_->RmsNorm({delta, residual, L.input_norm.data(), h, T, H, eps});
+      norm(delta, residual, L.input_norm);
     }
-    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H, weight_type_});
+    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H, weight_type_, h16});
     if (c.qk_norm) {  // per head, over every token's q heads and then its k heads
       backend_->RmsNorm({qkv, nullptr, L.q_norm.data(), qkv, T * heads_, D, eps, heads_, qkv_dim});
       backend_->RmsNorm({qkv + q_dim, nullptr, L.k_norm.data(), qkv + q_dim, T * kv_heads_, D, eps,
@@ -337,11 +358,12 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     backend_->PagedAttention(ap);
     backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_});
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
-    backend_->RmsNorm({delta, residual, L.post_norm.data(), h, T, H, eps});
+    norm(delta, residual, L.post_norm);
     backend_->Gemm(
-        {h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H, weight_type_});
-    backend_->SiluMul({gate_up, act, T, inter});
-    backend_->Gemm({act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter, weight_type_});
+        {h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H, weight_type_, h16});
+    backend_->SiluMul({gate_up, act, T, inter, act16, weight_type_});
+    backend_->Gemm(
+        {act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter, weight_type_, act16});
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
   }
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});

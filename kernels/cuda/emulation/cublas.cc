@@ -71,6 +71,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const float* alpha,
                               const float* A, int lda, const float* B, int ldb, const float* beta,
                               float* C, int ldc) {
+  kvserve::emulation::CountLaunch();
   kvserve::emulation::Enqueue(handle->stream, [=, alpha = *alpha, beta = *beta] {
     cblas_sgemm(CblasColMajor, Op(transa), Op(transb), m, n, k, alpha, A, lda, B, ldb, beta, C,
                 ldc);
@@ -89,6 +90,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  kvserve::emulation::CountLaunch();
   kvserve::emulation::Enqueue(handle->stream, [=] {
     const bool an = transa == CUBLAS_OP_N, bn = transb == CUBLAS_OP_N;
     const std::vector<float> fa = ToFloat(A, Atype, lda, an ? m : k, an ? k : m);

@@ -239,6 +239,13 @@ void Enqueue(cudaStream_t stream, std::function<void()> work) {
   Streams::Get().Enqueue(StreamOf(stream), std::move(work));
 }
 
+namespace {
+std::atomic<int64_t> launches{0};
+}  // namespace
+
+void CountLaunch() { launches.fetch_add(1, std::memory_order_relaxed); }
+int64_t LaunchCount() { return launches.load(std::memory_order_relaxed); }
+
 }  // namespace kvserve::emulation
 
 extern "C" {

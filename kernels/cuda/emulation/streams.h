@@ -9,12 +9,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 
 namespace kvserve::emulation {
 
 // Queues `work` on `stream` (null: the current device's legacy stream).
 void Enqueue(cudaStream_t stream, std::function<void()> work);
+
+// Kernel launches and cuBLAS GEMM calls made so far, on every device: a test counts an engine
+// step's by the difference. LaunchKernel and the emulated cuBLAS call CountLaunch.
+void CountLaunch();
+int64_t LaunchCount();
 
 }  // namespace kvserve::emulation
 

@@ -1,0 +1,61 @@
+// Kernel launches per decode step of the CUDA engine, counted by the emulated runtime (kernels
+// and cuBLAS GEMMs; built with KVSERVE_CUDA=EMULATED only, label gpu). At small batches a
+// decode step's kernels are short, so each launch costs a noticeable share of the step. The
+// count per layer is the difference between a two-layer and a one-layer model of one shape.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/emulation/streams.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/engine_test_util.h"
+#include "tools/random_model.h"
+
+namespace kvserve::worker {
+namespace {
+
+// Launches of the second decode step (the first one allocates what it needs) of one sequence.
+int64_t DecodeStepLaunches(int layers, const std::string& dtype) {
+  const std::string dir = kvserve::testing::MakeTempDir() + "/model";
+  RandomModelOptions o;
+  o.vocab = 512;
+  o.hidden = 256;
+  o.layers = layers;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.intermediate = 512;
+  o.eos_ids = {1};
+  EXPECT_OK(WriteRandomLlama(o, dir));
+  EngineConfig config;
+  config.model_dir = dir;
+  config.device = "cuda";
+  config.dtype = dtype;
+  config.num_blocks = 16;
+  config.max_model_len = 128;
+  auto engine = testing::MakeEngine(config);
+  EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
+  for (int step = 0; step < 2; ++step) EXPECT_OK(engine->Step().status());  // prefill, decode
+  const int64_t before = emulation::LaunchCount();
+  EXPECT_OK(engine->Step().status());
+  return emulation::LaunchCount() - before;
+}
+
+// Per layer with 16-bit weights: RMSNorm (writing the Gemm's bf16 input), QKV Gemm, RoPE over q
+// and k at once, KV write, attention, the attention output's rounding to bf16, O Gemm, RMSNorm,
+// gate-up Gemm, SiLU·mul (writing bf16), down Gemm. Before the norms and the activation wrote
+// bf16 and RoPE covered q and k in one launch, it was 15.
+TEST(EngineLaunchesTest, ElevenKernelsPerLayerWithBf16Weights) {
+  const int64_t one = DecodeStepLaunches(1, "bfloat16"), two = DecodeStepLaunches(2, "bfloat16");
+  std::printf("bf16 weights: %lld launches per decode step with 1 layer, %lld with 2\n",
+              static_cast<long long>(one), static_cast<long long>(two));
+  EXPECT_EQ(two - one, 11);
+}
+
+// float32 weights need no rounding: 10.
+TEST(EngineLaunchesTest, TenKernelsPerLayerWithFloat32Weights) {
+  const int64_t one = DecodeStepLaunches(1, "float32"), two = DecodeStepLaunches(2, "float32");
+  EXPECT_EQ(two - one, 10);
+}
+
+}  // namespace
+}  // namespace kvserve::worker
