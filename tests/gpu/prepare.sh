@@ -2,7 +2,7 @@
 # Builds the GPU checks here (CUDA on, sm_90) in BUILD_DIR (default build) and gathers what the
 # GPU machine needs into build-gpu/carry (git ignores it): stripped binaries in bin/, their
 # non-system libraries in libs/, the fixtures in fixtures/; then packs it as
-# build-gpu/carry.tar.xz (about 16 MiB; the directory is over the 64 MiB a run may carry).
+# build-gpu/carry.tar.xz (about 20 MiB; the directory is over the 64 MiB a run may carry).
 # Carry build-gpu/carry.tar.xz, unpack it there and run tests/gpu/run.sh (see its header).
 #
 #   bash tests/gpu/prepare.sh [BUILD_DIR]
