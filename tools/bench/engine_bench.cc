@@ -146,6 +146,7 @@ int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes) {
 
 absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
   RETURN_IF_ERROR(CheckOptions(o));
+  RETURN_IF_ERROR(LoadHfConfig(o.model_dir).status());  // a bad --model, said as such
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   int64_t max_blocks = 0;
   int max_len = 0;
@@ -175,8 +176,9 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
     c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
     absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
     if (!made.ok()) {
-      return absl::Status(made.status().code(), absl::StrCat("--kv-cache-dtype ", kv_dtype, ": ",
-                                                             made.status().message()));
+      return absl::Status(made.status().code(),
+                          absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
+                                       made.status().message()));
     }
     std::unique_ptr<Engine> engine = *std::move(made);
     if (report.copy_gbps == 0) {
