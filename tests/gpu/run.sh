@@ -117,3 +117,6 @@ for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s
 echo
 [[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json" \
   "$out/bench_tc.json" "$out/bench_pf.json"
+echo
+[[ -f $out/engine_bench.json ]] && python3 tests/gpu/engine_summary.py "$out/engine_bench.json" \
+  "$out/engine_bench_tc.json"
