@@ -135,6 +135,10 @@ struct PagedAttentionParams {
   // Upper bounds of query_len[] and context_len[] (device backends size their grids with them
   // without reading device memory); 0 means unknown, which the CUDA backend rejects.
   int64_t max_query_len = 0, max_context_len = 0;
+  // With out16, the output goes there instead of `out`, rounded to out16_type (kF16 | kBF16):
+  // the O projection's x16.
+  uint16_t* out16 = nullptr;
+  DType out16_type = DType::kBF16;
 };
 
 // Copies whole blocks (data and scales of K and V, every layer) from block src[i] of

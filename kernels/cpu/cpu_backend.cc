@@ -222,7 +222,7 @@ class CpuBackend final : public Backend {
     const int64_t group = p.num_heads / c.num_kv_heads;
     const bool k_direct = c.k_format.dtype == KvDType::kFp32;
     const bool v_direct = c.v_format.dtype == KvDType::kFp32;
-    std::vector<float> scores, k_rows(c.block_size * d), v_rows(c.block_size * d);
+    std::vector<float> scores, k_rows(c.block_size * d), v_rows(c.block_size * d), acc(d);
     for (int64_t s = 0; s < p.num_seqs; ++s) {
       const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
       const int64_t ctx = p.context_len[s];
@@ -256,7 +256,8 @@ class CpuBackend final : public Backend {
             scores[t] = std::exp(scores[t] - max_score);
             sum += scores[t];
           }
-          float* out = p.out + row * p.num_heads * d + h * d;
+          const int64_t out_at = row * p.num_heads * d + h * d;
+          float* out = p.out16 != nullptr ? acc.data() : p.out + out_at;
           std::fill(out, out + d, 0.0f);
           const float inv_sum = 1.0f / sum;
           for (int64_t blk = 0; blk < num_blocks; ++blk) {
@@ -272,6 +273,10 @@ class CpuBackend final : public Backend {
               const float w = scores[first + o] * inv_sum;
               for (int64_t i = 0; i < d; ++i) out[i] += w * v[i];
             }
+          }
+          if (p.out16 != nullptr) {
+            Out16 rounded(nullptr, p.out16, p.out16_type, out_at);
+            for (int64_t i = 0; i < d; ++i) rounded.Store(i, out[i]);
           }
         }
       }

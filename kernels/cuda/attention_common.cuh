@@ -213,6 +213,18 @@ __host__ __device__ constexpr int Log2(int x) { return x <= 1 ? 0 : 1 + Log2(x /
 // The end of both attention kernels: merges the warps' online-softmax states of `nrows` rows
 // (red: [kWarps][ROWS][HD] partial outputs, red_m / red_l: maxima and sums, after a barrier)
 // and writes the rows' outputs, or the split's partial result when the context is split.
+// Output element `i` of a finished row: float32 into a.out, or rounded to bf16 / fp16 into
+// a.out16 (the O projection's input).
+__device__ __forceinline__ void StoreOut(const AttnArgs& a, int64_t i, float v) {
+  if (a.out16 == nullptr) {
+    a.out[i] = v;
+  } else if (a.out16_bf16) {
+    a.out16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    a.out16[i] = __half_as_ushort(__float2half_rn(v));
+  }
+}
+
 template <int ROWS, int HD>
 __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& plan,
                                              const float* red, const float (*red_m)[ROWS],
@@ -237,7 +249,7 @@ __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& 
     }
     const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
     if (plan.num_splits == 1) {
-      a.out[(static_cast<int64_t>(q0 + j) * a.num_heads + head) * d + c] = v / sum;
+      StoreOut(a, (static_cast<int64_t>(q0 + j) * a.num_heads + head) * d + c, v / sum);
     } else {
       const int64_t idx = ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) *
                               plan.num_splits +
@@ -297,12 +309,12 @@ __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
     if (lane + 32 * k < d) partial[warp][lane + 32 * k] = acc[k];
   }
   __syncthreads();
-  float* out = a.out + (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
+  const int64_t out_at = (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * d;
   for (int c = threadIdx.x; c < d; c += kCombineThreads) {
     float v = 0.0f;
 #pragma unroll
     for (int w = 0; w < kCombineWarps; ++w) v += partial[w][c];
-    out[c] = v / total;
+    StoreOut(a, out_at + c, v / total);
   }
 }
 

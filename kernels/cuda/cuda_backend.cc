@@ -46,6 +46,8 @@ AttnArgs MakeAttnArgs(const PagedAttentionParams& p) {
   a.q = p.q;
   a.q_stride = p.q_stride;
   a.out = p.out;
+  a.out16 = p.out16;
+  a.out16_bf16 = p.out16_type == DType::kBF16;
   a.k = c.k;
   a.v = c.v;
   a.k_scales = c.k_scales;
@@ -314,6 +316,7 @@ class CudaBackend final : public Backend {
   void PagedAttention(const PagedAttentionParams& p) override {
     Current();
     AwaitCopies(p.cache);
+    CheckOut16Type(p.out16, p.out16_type);
     const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
     const char* problem = cuda::CheckAttentionShape(a);
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;

@@ -30,6 +30,8 @@ struct AttnArgs {
   const float* q = nullptr;
   int64_t q_stride = 0;
   float* out = nullptr;
+  uint16_t* out16 = nullptr;  // instead of out: bf16 (out16_bf16) or fp16
+  bool out16_bf16 = true;
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
   const uint16_t* k_scales = nullptr;

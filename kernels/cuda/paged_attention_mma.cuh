@@ -481,10 +481,11 @@ __global__ void __launch_bounds__(kThreads)
       const int r = g + 8 * rr;
       if (r >= nrows) continue;
       const int j = (r0 + r) / group, head = kvh * group + (r0 + r) % group;
-      float* dst;
+      float* dst = nullptr;  // a split's partial row; else the output row at out_at
+      int64_t out_at = 0;
       const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
       if (plan.num_splits == 1) {
-        dst = a.out + (static_cast<int64_t>(q0 + j) * a.num_heads + head) * HD;
+        out_at = (static_cast<int64_t>(q0 + j) * a.num_heads + head) * HD;
       } else {
         const int64_t idx =
             ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) *
@@ -500,8 +501,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int jj = 0; jj < kChunks; ++jj) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          dst[mma::OutputChannel(t, jj, i)] = o[jj][i][2 * rr] * inv;
-          dst[mma::OutputChannel(t, jj, i) + 1] = o[jj][i][2 * rr + 1] * inv;
+          const int ch = mma::OutputChannel(t, jj, i);
+          const float v0 = o[jj][i][2 * rr] * inv, v1 = o[jj][i][2 * rr + 1] * inv;
+          if (dst != nullptr) {
+            dst[ch] = v0;
+            dst[ch + 1] = v1;
+          } else {
+            StoreOut(a, out_at + ch, v0);
+            StoreOut(a, out_at + ch + 1, v1);
+          }
         }
       }
     }

@@ -309,7 +309,18 @@ void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const 
     p.context_len = dctx.get();
     p.block_tables = dtab.get();
     gpu.PagedAttention(p);
-    EXPECT_LE(WorstRatio(dout.Host(), want, atol, rtol), 1.0) << "attention output differs";
+    const std::vector<float> got = dout.Host();
+    EXPECT_LE(WorstRatio(got, want, atol, rtol), 1.0) << "attention output differs";
+    // Written as bf16 for the O projection (out16): the float output rounded, bit for bit.
+    Dev<uint16_t> dout16(n * q_dim);
+    p.out = nullptr;
+    p.out16 = dout16.get();
+    p.out16_type = DType::kBF16;
+    gpu.PagedAttention(p);
+    const std::vector<uint16_t> got16 = dout16.Host();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got16[i], FloatToBf16(got[i])) << "bf16 output " << i;
+    }
   }
 }
 

@@ -11,6 +11,16 @@ cd "$(dirname "$0")/../.."
 build=${1:-build}
 targets=(mma_probe_test cuda_backend_test nccl_communicator_test engine_cuda_test decode_attention_bench
   sampling_bench kvserve-bench kvserve-make-model)
+# A CUDA object whose header dependencies ninja never recorded (seen once here: "#deps 0") is
+# not rebuilt when a header changes, and would carry stale kernels: remove such objects first.
+if [[ -f $build/build.ninja ]]; then
+  for o in $(ninja -C "$build" -t query kernels/libkvserve_kernels_cuda.a 2>/dev/null | grep '\.o$'); do
+    if ninja -C "$build" -t deps "$o" | head -1 | grep -q '#deps 0,'; then
+      echo "rebuilding $o (no header dependencies recorded)"
+      rm -f "$build/$o"
+    fi
+  done
+fi
 KVSERVE_BUILD_DIR=$build KVSERVE_CUDA=ON KVSERVE_CUDA_ARCHS=90 bash scripts/build.sh --target "${targets[@]}"
 rm -rf build-gpu/carry
 mkdir -p build-gpu/carry/bin

@@ -88,8 +88,10 @@ enum class Kernel { kSimt, kTensorCores, kTensorCoresPrefetchK };
 // Writes every sequence's context through the CPU backend, runs the CPU's attention of the
 // query tokens and the emulated kernel on the same pool, split as `num_sms` SMs would ask (0:
 // not at all), and compares.
+// With `out16`, the kernel also runs writing bf16 and must give the float output rounded, bit
+// for bit.
 void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kernel kernel,
-                        int num_sms, std::mt19937& rng, int min_splits = 0) {
+                        int num_sms, std::mt19937& rng, int min_splits = 0, bool out16 = false) {
   const bool tensor_cores = kernel != Kernel::kSimt;
   SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) +
                (!tensor_cores                    ? " SIMT"
@@ -150,21 +152,33 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kern
   std::vector<float> got(tokens * q_dim, std::nanf("")),
       workspace(plan.workspace_floats, std::nanf(""));
   a.out = got.data();
-  if (s.d == 16) {
-    RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace);
-  } else if (s.d == 32) {
-    RunEmulatedFor<32>(fc.k.dtype, a, plan, workspace);
-  } else if (s.d == 64) {
-    RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
-  } else if (s.d == 128) {
-    RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
-  } else {
-    RunEmulatedFor<256>(fc.k.dtype, a, plan, workspace);
-  }
+  auto run = [&] {
+    if (s.d == 16) {
+      RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace);
+    } else if (s.d == 32) {
+      RunEmulatedFor<32>(fc.k.dtype, a, plan, workspace);
+    } else if (s.d == 64) {
+      RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
+    } else if (s.d == 128) {
+      RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
+    } else {
+      RunEmulatedFor<256>(fc.k.dtype, a, plan, workspace);
+    }
+  };
+  run();
   // SIMT: float32 arithmetic throughout, the GPU test's tolerances.
   const Tolerance tol = tensor_cores ? TensorCoreTolerance(fc.k.dtype) : Tolerance{2e-5, 2e-4};
   EXPECT_LE(WorstRatio(got, want, tol.atol, tol.rtol), 1.0)
       << "splits " << plan.num_splits << ", rows per block " << plan.rows_per_block;
+  if (out16) {
+    std::vector<uint16_t> got16(got.size(), 0xffff);
+    std::fill(workspace.begin(), workspace.end(), std::nanf(""));
+    a.out = nullptr;
+    a.out16 = got16.data();
+    a.out16_bf16 = true;
+    run();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got16[i], FloatToBf16(got[i])) << i;
+  }
 }
 
 const std::vector<Shape>& Shapes() {
@@ -209,6 +223,22 @@ TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
       if (fc.k.group_size > s.d) continue;  // groups wider than the head
       CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 0, rng);
       CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 16, rng);
+    }
+  }
+}
+
+// Both kernels writing bf16 for the O projection (AttnArgs::out16): whole rows from one block
+// (decode and prefill rows) and from the split merge, bit for bit the float output rounded.
+TEST(AttentionEmulationTest, SixteenBitOutputIsTheFloatOutputRounded) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(17);
+  for (const FormatCase& fc : Formats()) {
+    if (fc.name != "int8/per_token") continue;
+    for (const Shape& s : Shapes()) {
+      for (const Kernel k : {Kernel::kSimt, Kernel::kTensorCores}) {
+        CheckFormatOnShape(*cpu, fc, s, k, 0, rng, 0, true);
+        CheckFormatOnShape(*cpu, fc, s, k, 16, rng, 0, true);
+      }
     }
   }
 }

@@ -73,6 +73,13 @@ TEST(CpuBackendTest, PagedAttentionEqualsDenseCausalAttention) {
       }
     }
   }
+  // Written as fp16 for the O projection (out16): the float output rounded.
+  std::vector<uint16_t> out16(out.size());
+  p.out = nullptr;
+  p.out16 = out16.data();
+  p.out16_type = DType::kF16;
+  be->PagedAttention(p);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out16[i], FloatToF16(out[i])) << i;
 }
 
 TEST(CpuBackendTest, RmsNormWithFusedResidual) {

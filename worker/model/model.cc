@@ -171,10 +171,11 @@ Model::Activations Model::ReserveActivations(int64_t tokens) {
           Reserve(s.residual, tokens * H),
           Reserve(s.h, tokens * H),
           Reserve(s.qkv, tokens * qkv_dim),
-          Reserve(s.attn, tokens * q_dim),
+          x16 ? nullptr : Reserve(s.attn, tokens * q_dim),
           Reserve(s.gate_up, tokens * 2 * inter_),
           x16 ? nullptr : Reserve(s.act, tokens * inter_),
           x16 ? Reserve(s.h16, tokens * H) : nullptr,
+          x16 ? Reserve(s.attn16, tokens * q_dim) : nullptr,
           x16 ? Reserve(s.act16, tokens * inter_) : nullptr};
 }
 
@@ -301,10 +302,10 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const Activations a = ReserveActivations(T);
   float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
         *gate_up = a.gate_up, *act = a.act;
-  uint16_t *h16 = a.h16, *act16 = a.act16;
-  // With 16-bit weights, the norms before the projections and the MLP's activation write the
-  // Gemms' inputs already rounded to the weights' type (h16, act16): bit for bit what the Gemm
-  // would round them to, and on CUDA one launch fewer per Gemm.
+  uint16_t *h16 = a.h16, *attn16 = a.attn16, *act16 = a.act16;
+  // With 16-bit weights, the norms before the projections, attention and the MLP's activation
+  // write the Gemms' inputs already rounded to the weights' type (h16, attn16, act16): bit for
+  // bit what the Gemm would round them to, and on CUDA one launch fewer per Gemm.
   auto norm = [&](const float* x, float* res, const kernels::Buffer<float>& weight) {
     backend_->RmsNorm({.x = x,
                        .residual = res,
@@ -344,6 +345,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     ap.q = qkv;
     ap.q_stride = qkv_dim;
     ap.out = attn;
+    ap.out16 = attn16;
+    ap.out16_type = weight_type_;
     ap.cache = cache;
     ap.query_start = query_start;
     ap.query_len = query_len;
@@ -356,7 +359,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     ap.max_query_len = max_query_len;
     ap.max_context_len = max_context_len;
     backend_->PagedAttention(ap);
-    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_});
+    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_, attn16});
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
     norm(delta, residual, L.post_norm);
     backend_->Gemm(

@@ -121,17 +121,18 @@ class Model {
     std::vector<uint8_t> batch_host;
     kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
-    kernels::Buffer<uint16_t> h16, act16;  // with 16-bit weights: the Gemms' inputs, rounded
-    kernels::Buffer<float> host_rows;      // the logits rows that come back, gathered
-    kernels::Buffer<uint32_t> results;     // drawn tokens and logprobs (Draw)
+    kernels::Buffer<uint16_t> h16, attn16, act16;  // with 16-bit weights: Gemm inputs, rounded
+    kernels::Buffer<float> host_rows;              // the logits rows that come back, gathered
+    kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
   };
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n);
-  // act is null with 16-bit weights (act16 instead); h16 and act16 are null with float32 ones.
+  // attn and act are null with 16-bit weights (attn16 and act16 instead); the 16-bit ones are
+  // null with float32 weights.
   struct Activations {
     float *delta, *residual, *h, *qkv, *attn, *gate_up, *act;
-    uint16_t *h16, *act16;
+    uint16_t *h16, *attn16, *act16;
   };
   Activations ReserveActivations(int64_t tokens);
   struct LogitBuffers {
