@@ -210,9 +210,6 @@ __device__ __forceinline__ int OwnerLane(int code) {
 
 __host__ __device__ constexpr int Log2(int x) { return x <= 1 ? 0 : 1 + Log2(x / 2); }
 
-// The end of both attention kernels: merges the warps' online-softmax states of `nrows` rows
-// (red: [kWarps][ROWS][HD] partial outputs, red_m / red_l: maxima and sums, after a barrier)
-// and writes the rows' outputs, or the split's partial result when the context is split.
 // Output element `i` of a finished row: float32 into a.out, or rounded to bf16 / fp16 into
 // a.out16 (the O projection's input).
 __device__ __forceinline__ void StoreOut(const AttnArgs& a, int64_t i, float v) {
@@ -225,6 +222,9 @@ __device__ __forceinline__ void StoreOut(const AttnArgs& a, int64_t i, float v) 
   }
 }
 
+// The end of both attention kernels: merges the warps' online-softmax states of `nrows` rows
+// (red: [kWarps][ROWS][HD] partial outputs, red_m / red_l: maxima and sums, after a barrier)
+// and writes the rows' outputs, or the split's partial result when the context is split.
 template <int ROWS, int HD>
 __device__ __forceinline__ void CombineWarps(const AttnArgs& a, const AttnPlan& plan,
                                              const float* red, const float (*red_m)[ROWS],
