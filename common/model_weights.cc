@@ -45,6 +45,16 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
   return out;
 }
 
+int64_t NumParams(const ModelConfig& config) {
+  int64_t params = 0;
+  for (const WeightSpec& w : ExpectedWeights(config)) {
+    int64_t n = 1;
+    for (int64_t d : w.shape) n *= d;
+    params += n;
+  }
+  return params;
+}
+
 absl::Status CheckWeights(const ModelConfig& config, const Checkpoint& checkpoint) {
   for (const WeightSpec& w : ExpectedWeights(config)) {
     absl::StatusOr<const TensorInfo*> t = checkpoint.Find(w.name);

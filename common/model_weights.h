@@ -24,6 +24,9 @@ struct WeightSpec {
 // Every tensor, in a stable order (embedding, layers in order, final norm, LM head).
 std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
+// The parameters of all of ExpectedWeights' tensors.
+int64_t NumParams(const ModelConfig& config);
+
 // InvalidArgument naming the first tensor that is missing, has the wrong shape, or has a
 // dtype other than F32/F16/BF16.
 absl::Status CheckWeights(const ModelConfig& config, const Checkpoint& checkpoint);

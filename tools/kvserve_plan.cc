@@ -66,11 +66,7 @@ absl::Status Run() {
     in.num_layers = c.num_layers;
     in.num_kv_heads = c.num_kv_heads;
     in.head_dim = c.head_dim;
-    for (const WeightSpec& w : ExpectedWeights(c)) {
-      int64_t n = 1;
-      for (int64_t d : w.shape) n *= d;
-      in.num_params += n;
-    }
+    in.num_params = NumParams(c);
   } else {
     in.num_layers = absl::GetFlag(FLAGS_num_layers);
     in.num_kv_heads = absl::GetFlag(FLAGS_num_kv_heads);

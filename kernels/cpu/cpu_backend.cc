@@ -104,11 +104,10 @@ class CpuBackend final : public Backend {
       }
       rounded_x_.resize(p.m * p.k);
       for (int64_t i = 0; i < p.m * p.k; ++i) {
-        if (p.x16 != nullptr) {
-          rounded_x_[i] = bf16 ? Bf16ToFloat(p.x16[i]) : F16ToFloat(p.x16[i]);
-        } else {
-          rounded_x_[i] = bf16 ? Bf16ToFloat(FloatToBf16(p.x[i])) : F16ToFloat(FloatToF16(p.x[i]));
-        }
+        const uint16_t bits = p.x16 != nullptr ? p.x16[i]
+                              : bf16           ? FloatToBf16(p.x[i])
+                                               : FloatToF16(p.x[i]);
+        rounded_x_[i] = bf16 ? Bf16ToFloat(bits) : F16ToFloat(bits);
       }
       w = widened_.data();
       x = rounded_x_.data();

@@ -133,12 +133,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
 
 int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes) {
   if (config.tie_word_embeddings) return weight_bytes;  // the table is the LM head too
-  int64_t params = 0;
-  for (const WeightSpec& w : ExpectedWeights(config)) {
-    int64_t n = 1;
-    for (int64_t d : w.shape) n *= d;
-    params += n;
-  }
+  const int64_t params = NumParams(config);
   const int64_t table = int64_t{config.vocab_size} * config.hidden_size;
   return static_cast<int64_t>(static_cast<double>(weight_bytes) *
                               static_cast<double>(params - table) / static_cast<double>(params));
