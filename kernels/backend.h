@@ -189,6 +189,20 @@ class Backend {
     return false;
   }
 
+  // Graphs (CUDA graphs): the ops issued between BeginGraph and EndGraph are recorded, not run,
+  // and ReplayGraph issues them again as one launch: the same pointers and sizes, reading
+  // whatever the memory holds at replay. While recording, nothing that waits for the device or
+  // moves host memory may be issued (Upload, Download, Synchronize, Allocate, Free, CopyBlocks),
+  // and the ops must need no more scratch memory than they needed before (run them once first).
+  // Recording and replay wait for the block copies issued so far. The backend drops every graph
+  // when its own scratch memory moves: ReplayGraph is false for a dropped (or unknown) graph.
+  // Backends without graphs (the CPU) say so in SupportsGraphs and record nothing.
+  [[nodiscard]] virtual bool SupportsGraphs() const { return false; }
+  virtual void BeginGraph() {}
+  virtual int64_t EndGraph() { return -1; }
+  virtual bool ReplayGraph(int64_t /*graph*/) { return false; }
+  virtual void DropGraphs() {}
+
   virtual void Gemm(const GemmParams& p) = 0;
   virtual void Embedding(const EmbeddingParams& p) = 0;
   virtual void RmsNorm(const RmsNormParams& p) = 0;

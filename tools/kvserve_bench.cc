@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, json_out, "", "serve, engine: also write the report as JS
 ABSL_FLAG(std::string, device, "cpu", "engine: cpu or cuda");
 ABSL_FLAG(std::string, dtype, "auto", "engine: weights (auto, float32, bfloat16, float16)");
 ABSL_FLAG(std::string, attention_kernel, "simt", "engine: CUDA attention (simt, tensor-cores)");
+ABSL_FLAG(std::string, cuda_graph_max_batch, "0",
+          "engine: comma-separated --cuda-graph-max-batch values, one engine each (0: no CUDA "
+          "graphs; e.g. 0,16 times decode without and with them)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs");
 ABSL_FLAG(std::string, kv_cache_dtypes, "auto",
           "engine: comma-separated --kv-cache-dtype values, one engine each (per-token scales)");
@@ -152,7 +155,9 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"step_bytes", w.step_bytes},
                     {"step_kv_bytes", w.step_kv_bytes},
                     {"gbps", w.gbps},
-                    {"fraction_of_copy", w.fraction_of_copy}});
+                    {"fraction_of_copy", w.fraction_of_copy},
+                    {"cuda_graph_max_batch", w.cuda_graph_max_batch},
+                    {"graph_steps", w.graph_steps}});
   }
   return {{"device", r.device},
           {"copy_gbps", r.copy_gbps},
@@ -177,7 +182,9 @@ int EngineBench() {
   absl::StatusOr<std::vector<int>> batches = ParseIntList("batches", absl::GetFlag(FLAGS_batches));
   absl::StatusOr<std::vector<int>> contexts =
       ParseIntList("contexts", absl::GetFlag(FLAGS_contexts));
-  for (const absl::Status& s : {batches.status(), contexts.status()}) {
+  absl::StatusOr<std::vector<int>> graphs =
+      ParseIntList("cuda-graph-max-batch", absl::GetFlag(FLAGS_cuda_graph_max_batch));
+  for (const absl::Status& s : {batches.status(), contexts.status(), graphs.status()}) {
     if (!s.ok()) {
       std::cerr << "kvserve-bench engine: " << s.message() << "\n";
       return 2;
@@ -185,6 +192,7 @@ int EngineBench() {
   }
   o.batches = *batches;
   o.contexts = *contexts;
+  o.cuda_graph_max_batches = *graphs;
   o.on_row = [](const bench::EngineBenchRow& w) {
     std::cerr << "kvserve-bench engine: " << w.kv_cache_dtype << " " << w.batch << " x "
               << w.context << ": prefill " << w.prefill_tokens_per_s << " tokens/s, decode "

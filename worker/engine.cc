@@ -87,6 +87,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   if (config.attention_kernel == "tensor-cores" && config.device != "cuda") {
     return absl::InvalidArgumentError("--attention-kernel tensor-cores needs --device cuda");
   }
+  if (config.cuda_graph_max_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-graph-max-batch must be >= 0, got ", config.cuda_graph_max_batch));
+  }
+  if (config.cuda_graph_max_batch > 0 && config.device != "cuda") {
+    return absl::InvalidArgumentError("--cuda-graph-max-batch needs --device cuda");
+  }
   const std::string config_path =
       config.config_path.empty() ? config.model_dir + "/config.json" : config.config_path;
   ASSIGN_OR_RETURN(ModelConfig model_config, LoadHfConfig(config_path));
@@ -183,6 +190,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.cpu_threads = config.cpu_threads;
   rc.device = config.device;
   rc.attention_tensor_cores = config.attention_kernel == "tensor-cores";
+  if (tp == 1) {
+    rc.cuda_graph_max_batch = std::min(config.cuda_graph_max_batch, config.scheduler.max_num_seqs);
+    rc.max_blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
+  }
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   rc.make_backend = config.make_backend;
@@ -224,7 +235,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       "  KV pool             %d blocks x %d tokens = %d tokens, %s per rank\n"
       "  host tier           %d blocks, %s (swap %s, host prefix cache %s)\n"
       "  max concurrency     %d sequences at --max-model-len=%d (%d blocks each)\n"
-      "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s",
+      "  scheduler           --max-num-seqs=%d --max-num-batched-tokens=%d, prefix caching %s%s",
       e->config_.model_id, c.model_type, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, tp,
       e->runner_->communicator(), rank_kv_heads,
       c.num_kv_heads < tp ? " (replicated: fewer KV heads than ranks)" : "",
@@ -238,7 +249,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                                                         : "off",
       config.host_prefix_cache ? "on" : "off", e->num_blocks_ / blocks_per_seq, e->max_model_len_,
       blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
-      config.enable_prefix_caching ? "on" : "off");
+      config.enable_prefix_caching ? "on" : "off",
+      rc.cuda_graph_max_batch > 0 ? absl::StrCat("\n  CUDA graphs         decode batches of up to ",
+                                                 rc.cuda_graph_max_batch)
+                                  : "");
   return e;
 }
 
@@ -460,6 +474,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   if (!run.ok()) return run.status();
   const ForwardOutput& out = *run;
   const int vocab = model_config_.vocab_size;
+  counters_.graph_steps += out.graph ? 1 : 0;
 
   for (const auto& [seq, n] : plan.scheduled) {
     const int start = seq->num_computed_tokens;

@@ -53,6 +53,10 @@ struct EngineConfig {
   // Paged attention on CUDA: simt (the measured default) or tensor-cores (mma.sync; fp16 /
   // bf16 / quantized caches at head_dim 64 or 128, else SIMT).
   std::string attention_kernel = "simt";
+  // CUDA graphs: decode steps of up to this many sequences replay a recorded graph instead of
+  // launching every kernel (one rank only; with tensor parallelism steps run eagerly). 0: off,
+  // the default until a GPU run has timed and checked them.
+  int cuda_graph_max_batch = 0;
   int tensor_parallel_size = 1;                   // ranks as threads, Gloo / NCCL between them
   absl::Duration tp_timeout = absl::Seconds(60);  // bound on every collective
   RankFault tp_fault;                             // test aid
@@ -76,6 +80,7 @@ struct SequenceOutput {
 
 struct EngineStats {
   int64_t steps = 0;
+  int64_t graph_steps = 0;      // steps that replayed a CUDA graph
   int64_t computed_tokens = 0;  // tokens run through the model (prefill, recompute, decode)
   int64_t computed_prompt_tokens = 0;
   int64_t generated_tokens = 0;

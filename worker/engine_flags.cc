@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, dtype, "auto",
 ABSL_FLAG(std::string, attention_kernel, "simt",
           "CUDA paged attention: simt, or tensor-cores (mma.sync for fp16 / bf16 / fp8 / int8 / "
           "int4 caches at head_dim 64 or 128; other shapes stay SIMT)");
+ABSL_FLAG(int32_t, cuda_graph_max_batch, 0,
+          "CUDA graphs: decode steps of up to this many sequences replay a recorded graph (one "
+          "per batch and context bucket) instead of launching each kernel; 0: off. Needs "
+          "--device cuda; with --tensor-parallel-size > 1 steps run without graphs");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache element type: auto (the weights' type: fp32 on the CPU backend, bf16 / fp16 on "
           "CUDA), fp16, bf16, fp8_e4m3, int8, int4");
@@ -78,6 +82,7 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   }
   c.dtype = absl::GetFlag(FLAGS_dtype);
   c.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
+  c.cuda_graph_max_batch = absl::GetFlag(FLAGS_cuda_graph_max_batch);
   c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   c.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);

@@ -103,8 +103,13 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                          : kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
     }
     if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, n));
-    ASSIGN_OR_RETURN(rank.model, Model::Load(config.model_dir, config.model, rank.backend.get(),
-                                             {TpShard{r, n}, rank.comm.get(), config.weight_type}));
+    ASSIGN_OR_RETURN(rank.model,
+                     Model::Load(config.model_dir, config.model, rank.backend.get(),
+                                 {.shard = TpShard{r, n},
+                                  .comm = rank.comm.get(),
+                                  .weight_type = config.weight_type,
+                                  .graph_max_batch = config.cuda_graph_max_batch,
+                                  .graph_max_blocks_per_seq = config.max_blocks_per_seq}));
     rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
                                2 * config.max_logit_rows);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,11 +81,13 @@ void CheckOut16Type(const uint16_t* out16, DType type) {
       << "out16_type must be fp16 or bf16, not " << DTypeName(type);
 }
 
-// A device buffer that only grows (stream-ordered allocation, so growing never syncs).
+// A device buffer that only grows (stream-ordered allocation, so growing never syncs). A graph
+// recorded with the old buffer must not be replayed once it grew: `grew` is set then.
 class DeviceScratch {
  public:
-  void* Get(size_t bytes, cudaStream_t stream) {
+  void* Get(size_t bytes, cudaStream_t stream, bool* grew) {
     if (bytes > bytes_) {
+      *grew = true;
       if (data_ != nullptr) KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
       bytes_ = std::max(bytes, bytes_ * 2);
       KVSERVE_CUDA_CHECK(cudaMallocAsync(&data_, bytes_, stream));
@@ -123,6 +126,10 @@ class CudaBackend final : public Backend {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
     KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // cuBLAS's own workspace, fixed, so that recording a graph allocates nothing (set after the
+    // stream, which resets it).
+    KVSERVE_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+    KVSERVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     return absl::OkStatus();
   }
 
@@ -130,6 +137,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(options_.device);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+    DropGraphs();
     attention_workspace_.Release();
     rounded_x_.Release();
     for (SegmentBuffer& b : segment_buffers_) {
@@ -137,6 +145,7 @@ class CudaBackend final : public Backend {
       if (b.done != nullptr) cudaEventDestroy(b.done);
     }
     if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
     if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
     for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
     for (cudaStream_t s : {stream_, copy_stream_}) {
@@ -178,8 +187,77 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Makes the compute stream wait for every block copy issued so far.
+  void AwaitAllCopies() {
+    for (const PendingCopy& c : pending_) {
+      KVSERVE_CUDA_CHECK(cudaStreamWaitEvent(stream_, c.done, 0));
+    }
+    pending_.clear();
+  }
+
+  // Ops that wait for the device or move host memory cannot be recorded into a graph.
+  void NotRecording(const char* op) const {
+    CHECK(!recording_) << op << " while recording a graph (it would wait for the device)";
+  }
+
+  // The scratch buffer `s`, at least `bytes` long; growing it drops the recorded graphs, which
+  // may read the old one.
+  void* Scratch(DeviceScratch& s, size_t bytes) {
+    bool grew = false;
+    void* p = s.Get(bytes, stream_, &grew);
+    if (grew) {
+      CHECK(!recording_) << "an op recorded into a graph needs more scratch memory than when it "
+                            "last ran: run the same ops once before recording them";
+      DropGraphs();
+    }
+    return p;
+  }
+
+  bool SupportsGraphs() const override { return true; }
+
+  void BeginGraph() override {
+    Current();
+    NotRecording("BeginGraph");
+    AwaitAllCopies();
+    KVSERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    recording_ = true;
+  }
+
+  int64_t EndGraph() override {
+    Current();
+    CHECK(recording_) << "EndGraph without BeginGraph";
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    KVSERVE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    KVSERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    KVSERVE_CUDA_CHECK(cudaGraphDestroy(graph));
+    const int64_t id = next_graph_++;
+    graphs_[id] = exec;
+    return id;
+  }
+
+  bool ReplayGraph(int64_t graph) override {
+    Current();
+    NotRecording("ReplayGraph");
+    auto it = graphs_.find(graph);
+    if (it == graphs_.end()) return false;
+    AwaitAllCopies();
+    KVSERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    return true;
+  }
+
+  void DropGraphs() override {
+    if (graphs_.empty()) return;
+    Current();
+    // A graph may still run: cudaGraphExecDestroy is safe then (its launches complete).
+    for (const auto& [id, exec] : graphs_) KVSERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    graphs_.clear();
+  }
+
   void* Allocate(size_t bytes) override {
     Current();
+    NotRecording("Allocate");
     void* p = nullptr;
     KVSERVE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
     KVSERVE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
@@ -188,11 +266,13 @@ class CudaBackend final : public Backend {
   }
   void Free(void* p) override {
     Current();
+    NotRecording("Free");
     Synchronize();
     KVSERVE_CUDA_CHECK(cudaFree(p));
   }
   void* AllocateHost(size_t bytes) override {
     Current();
+    NotRecording("AllocateHost");
     void* p = nullptr;
     KVSERVE_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped));
     std::memset(p, 0, bytes);
@@ -200,17 +280,20 @@ class CudaBackend final : public Backend {
   }
   void FreeHost(void* p) override {
     Current();
+    NotRecording("FreeHost");
     Synchronize();
     KVSERVE_CUDA_CHECK(cudaFreeHost(p));
   }
   void Upload(void* dst, const void* src, size_t bytes) override {
     Current();
+    NotRecording("Upload");
     if (bytes == 0) return;
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be reused at once
   }
   void Download(void* dst, const void* src, size_t bytes) override {
     Current();
+    NotRecording("Download");
     if (bytes == 0) return;
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -226,6 +309,7 @@ class CudaBackend final : public Backend {
 
   void Synchronize() override {
     Current();
+    NotRecording("Synchronize");
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     pending_.clear();  // every copy is done
@@ -247,8 +331,7 @@ class CudaBackend final : public Backend {
       const bool bf16 = p.w_type == DType::kBF16;
       const uint16_t* x16 = p.x16;
       if (x16 == nullptr) {
-        auto* rounded =
-            static_cast<uint16_t*>(rounded_x_.Get(sizeof(uint16_t) * p.m * p.k, stream_));
+        auto* rounded = static_cast<uint16_t*>(Scratch(rounded_x_, sizeof(uint16_t) * p.m * p.k));
         cuda::LaunchRoundTo16(p.x, rounded, p.m * p.k, bf16, stream_);
         x16 = rounded;
       }
@@ -326,8 +409,8 @@ class CudaBackend final : public Backend {
     plan.prefetch_k = plan.tensor_cores && options_.attention_prefetch_k;
     float* workspace = plan.workspace_floats == 0
                            ? nullptr
-                           : static_cast<float*>(attention_workspace_.Get(
-                                 sizeof(float) * plan.workspace_floats, stream_));
+                           : static_cast<float*>(Scratch(attention_workspace_,
+                                                         sizeof(float) * plan.workspace_floats));
     cuda::LaunchPagedAttention(a, plan, workspace, stream_);
   }
 
@@ -349,6 +432,7 @@ class CudaBackend final : public Backend {
 
   void CopyBlocks(const CopyBlocksParams& p) override {
     Current();
+    NotRecording("CopyBlocks");
     if (p.num_pairs == 0 || p.num_layers == 0) return;
     // A ring of segment lists, so that the step's three calls (swap-out, copy-on-write,
     // swap-in) do not wait for one another on the host; a list is reused once the copies that
@@ -436,6 +520,12 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> layer_events_;
   std::vector<PendingCopy> pending_;
   cublasHandle_t cublas_ = nullptr;
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  void* cublas_workspace_ = nullptr;
+  // Recorded graphs by id (ids are never reused, so a dropped one stays unknown).
+  std::map<int64_t, cudaGraphExec_t> graphs_;
+  int64_t next_graph_ = 0;
+  bool recording_ = false;
   DeviceScratch attention_workspace_, rounded_x_;
   struct SegmentBuffer {
     cuda::CopySegment* segments = nullptr;  // mapped pinned host memory

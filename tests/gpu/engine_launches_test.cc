@@ -2,6 +2,8 @@
 // and cuBLAS GEMMs; built with KVSERVE_CUDA=EMULATED only, label gpu). At small batches a
 // decode step's kernels are short, so each launch costs a noticeable share of the step. The
 // count per layer is the difference between a two-layer and a one-layer model of one shape.
+// With CUDA graphs (--cuda-graph-max-batch), a decode step replays the whole model as one
+// launch, whatever its depth.
 #include <string>
 
 #include "gtest/gtest.h"
@@ -14,8 +16,9 @@
 namespace kvserve::worker {
 namespace {
 
-// Launches of the second decode step (the first one allocates what it needs) of one sequence.
-int64_t DecodeStepLaunches(int layers, const std::string& dtype) {
+// Launches of the second decode step (the first one allocates what it needs, and with graphs
+// records the step's graph) of one sequence.
+int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_batch = 0) {
   const std::string dir = kvserve::testing::MakeTempDir() + "/model";
   RandomModelOptions o;
   o.vocab = 512;
@@ -32,11 +35,14 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype) {
   config.dtype = dtype;
   config.num_blocks = 16;
   config.max_model_len = 128;
+  config.cuda_graph_max_batch = graph_max_batch;
   auto engine = testing::MakeEngine(config);
   EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
   for (int step = 0; step < 2; ++step) EXPECT_OK(engine->Step().status());  // prefill, decode
   const int64_t before = emulation::LaunchCount();
+  const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());
+  EXPECT_EQ(engine->stats().graph_steps - graph_steps, graph_max_batch > 0 ? 1 : 0);
   return emulation::LaunchCount() - before;
 }
 
@@ -55,6 +61,17 @@ TEST(EngineLaunchesTest, TenKernelsPerLayerWithBf16Weights) {
 TEST(EngineLaunchesTest, TenKernelsPerLayerWithFloat32Weights) {
   const int64_t one = DecodeStepLaunches(1, "float32"), two = DecodeStepLaunches(2, "float32");
   EXPECT_EQ(two - one, 10);
+}
+
+// With graphs: one launch for the model (embedding to logits), one for greedy sampling and one
+// for the logprobs the request asks for, at any depth.
+TEST(EngineLaunchesTest, AGraphStepIsThreeLaunchesAtAnyDepth) {
+  const int64_t one = DecodeStepLaunches(1, "bfloat16", 8);
+  const int64_t two = DecodeStepLaunches(2, "bfloat16", 8);
+  std::printf("with CUDA graphs: %lld launches per decode step with 1 layer, %lld with 2\n",
+              static_cast<long long>(one), static_cast<long long>(two));
+  EXPECT_EQ(one, 3);
+  EXPECT_EQ(two, 3);
 }
 
 }  // namespace

@@ -79,6 +79,13 @@ run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --
   --kv-cache-dtypes auto,int8,int4 "${engine_shapes[@]}" --decode-steps 16 \
   --json-out "$out/engine_bench.json"
 cat "$out/engine_bench.log"
+# Decode with CUDA graphs against eager launches, side by side (one engine each): short prompts,
+# so that the prefills are cheap, and batches where a step's kernels are short enough for
+# launches to matter.
+run_check engine_bench_graphs 150 "$build/bin/kvserve-bench" engine --model "$model" \
+  --device cuda --kv-cache-dtypes auto,int4 --batches 1,16 --contexts 256 --decode-steps 32 \
+  --cuda-graph-max-batch 0,16 --json-out "$out/engine_bench_graphs.json"
+cat "$out/engine_bench_graphs.log"
 # The same on tensor cores, once they have passed conformance above.
 if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
   run_check engine_bench_tc 180 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
@@ -111,7 +118,8 @@ fi
 echo
 # The engine's bf16-weight fidelity, pool sizing and tensor-core vs SIMT logits, as
 # engine_cuda_test printed them.
-grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT" "$out/engine_cuda_test.log" 2>/dev/null
+grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|replayed a graph" \
+  "$out/engine_cuda_test.log" 2>/dev/null
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
@@ -119,4 +127,4 @@ echo
   "$out/bench_tc.json" "$out/bench_pf.json"
 echo
 [[ -f $out/engine_bench.json ]] && python3 tests/gpu/engine_summary.py "$out/engine_bench.json" \
-  "$out/engine_bench_tc.json"
+  "$out/engine_bench_tc.json" "$out/engine_bench_graphs.json"

@@ -1,8 +1,9 @@
 // The emulated CUDA runtime's stream rules (kernels/cuda/emulation/streams.h), which the
 // emulated build's tests rely on to expose missing synchronisation: queued work waits until
 // something waits for it (a query does not wait), event waits order streams, copies to pageable
-// memory complete before returning and copies from it read the source at the call. Emulated
-// build only.
+// memory complete before returning and copies from it read the source at the call; graph
+// capture records work without running it, a replay reads memory as it is then, and what CUDA
+// forbids while capturing aborts. Emulated build only.
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -91,6 +92,70 @@ TEST_F(EmulatedRuntimeTest, CudaFreeSynchronizesTheDevice) {
   ASSERT_EQ(cudaMemcpyAsync(pinned_, device_, kBytes, cudaMemcpyDeviceToHost, b_), cudaSuccess);
   ASSERT_EQ(cudaFree(scratch), cudaSuccess);
   EXPECT_EQ(pinned_[0], 6);
+}
+
+// Captured work does not run; each launch of the graph runs all of it, reading the memory as it
+// is at the launch (as a GPU reads a kernel's inputs when it runs).
+TEST_F(EmulatedRuntimeTest, ACapturedGraphRunsOnlyWhenLaunched) {
+  pinned_[0] = 1;
+  ASSERT_EQ(cudaStreamBeginCapture(a_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureStatus status;
+  ASSERT_EQ(cudaStreamIsCapturing(a_, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaMemcpyAsync(device_, pinned_, kBytes, cudaMemcpyHostToDevice, a_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned_ + 1, device_, 1, cudaMemcpyDeviceToHost, a_), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(a_, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
+  EXPECT_NE(pinned_[1], 1) << "captured work ran at capture";
+
+  for (unsigned char v : {5, 9}) {
+    pinned_[0] = v;
+    ASSERT_EQ(cudaGraphLaunch(exec, a_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
+    EXPECT_EQ(pinned_[1], v);
+  }
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntimeTest, EndingACaptureThatDidNotBeginFails) {
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(a_, &graph), cudaErrorIllegalState);
+  cudaGetLastError();
+}
+
+using EmulatedRuntimeDeathTest = EmulatedRuntimeTest;
+
+TEST_F(EmulatedRuntimeDeathTest, WaitingForACapturingStreamAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStreamBeginCapture(a_, cudaStreamCaptureModeThreadLocal);
+        cudaStreamSynchronize(a_);
+      },
+      "capturing a graph");
+}
+
+TEST_F(EmulatedRuntimeDeathTest, AllocatingWhileCapturingAborts) {
+  EXPECT_DEATH(
+      {
+        cudaStreamBeginCapture(a_, cudaStreamCaptureModeThreadLocal);
+        void* p = nullptr;
+        cudaMalloc(&p, 16);
+      },
+      "cudaMalloc while this thread captures a graph");
+}
+
+TEST_F(EmulatedRuntimeDeathTest, PageableCopiesWhileCapturingAbort) {
+  std::vector<unsigned char> pageable(kBytes);
+  EXPECT_DEATH(
+      {
+        cudaStreamBeginCapture(a_, cudaStreamCaptureModeThreadLocal);
+        cudaMemcpyAsync(device_, pageable.data(), kBytes, cudaMemcpyHostToDevice, a_);
+      },
+      "pageable memory on a stream that is capturing");
 }
 
 }  // namespace

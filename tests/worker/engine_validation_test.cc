@@ -128,6 +128,14 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel tensor-cores needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
+  c.cuda_graph_max_batch = -1;
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--cuda-graph-max-batch must be >= 0, got -1")));
+  c.cuda_graph_max_batch = 8;  // the CPU backend records no graphs
+  EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("--cuda-graph-max-batch needs --device cuda")));
+  c = testing::FixtureConfig("tiny-llama3");
   c.swap_space_gib = 1e6;
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           AllOf(HasSubstr("--swap-space: a host tier of"),

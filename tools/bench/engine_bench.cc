@@ -41,9 +41,11 @@ double CopyGbps(kernels::Backend& backend, size_t bytes) {
 
 absl::Status CheckOptions(const EngineBenchOptions& o) {
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
-  if (o.kv_cache_dtypes.empty() || o.batches.empty() || o.contexts.empty()) {
+  if (o.kv_cache_dtypes.empty() || o.batches.empty() || o.contexts.empty() ||
+      o.cuda_graph_max_batches.empty()) {
     return absl::InvalidArgumentError(
-        "--kv-cache-dtypes, --batches and --contexts each need at least one value");
+        "--kv-cache-dtypes, --batches, --contexts and --cuda-graph-max-batch each need at least "
+        "one value");
   }
   for (int b : o.batches) {
     if (b < 1) return absl::InvalidArgumentError(absl::StrCat("--batches has ", b, "; use >= 1"));
@@ -110,6 +112,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   };
   for (int s = 0; s < o.warmup_steps; ++s) RETURN_IF_ERROR(decode_step());
   const int64_t kv_tokens_before = engine.kv_usage().used_tokens;
+  const int64_t graph_steps_before = engine.stats().graph_steps;
   start = Clock::now();
   for (int s = 0; s < o.decode_steps; ++s) RETURN_IF_ERROR(decode_step());
   const double decode_s = Seconds(start);
@@ -120,6 +123,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   row.decode_tokens_per_s = static_cast<double>(batch) * o.decode_steps / decode_s;
   // Step k of the window reads each sequence's tokens computed before the window, plus k + 1.
   const worker::EngineStats stats = engine.stats();
+  row.graph_steps = static_cast<int>(stats.graph_steps - graph_steps_before);
   const double kv_bytes_per_token =
       static_cast<double>(stats.kv_bytes_per_block) / engine.config().block_size;
   row.step_kv_bytes =
@@ -156,42 +160,46 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
   report.device = o.device;
   std::mt19937_64 rng(o.seed);
   for (const std::string& kv_dtype : o.kv_cache_dtypes) {
-    EngineConfig c;
-    c.model_dir = o.model_dir;
-    c.device = o.device;
-    c.dtype = o.dtype;
-    c.attention_kernel = o.attention_kernel;
-    c.cpu_threads = o.cpu_threads;
-    c.block_size = o.block_size;
-    c.max_model_len = max_len;
-    c.enable_prefix_caching = false;
-    c.num_blocks = static_cast<int>(max_blocks + 1);
-    c.kv_quant.dtype = kv_dtype;
-    c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
-    c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
-    absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
-    if (!made.ok()) {
-      return absl::Status(made.status().code(),
-                          absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
-                                       made.status().message()));
-    }
-    std::unique_ptr<Engine> engine = *std::move(made);
-    if (report.copy_gbps == 0) {
-      report.weight_bytes = engine->runner().weight_bytes(0);
-      report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
-      // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
-      report.copy_gbps = CopyGbps(engine->runner().backend(0),
-                                  o.device == "cuda" ? size_t{1} << 30 : size_t{256} << 20);
-    }
-    for (int b : o.batches) {
-      for (int ctx : o.contexts) {
-        ASSIGN_OR_RETURN(EngineBenchRow row,
-                         RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
-        row.kv_cache_dtype = kv_dtype;
-        row.kv_format = engine->kv_spec().k[0].Describe();
-        row.fraction_of_copy = row.gbps / report.copy_gbps;
-        if (o.on_row) o.on_row(row);
-        report.rows.push_back(std::move(row));
+    for (const int graph_max_batch : o.cuda_graph_max_batches) {
+      EngineConfig c;
+      c.model_dir = o.model_dir;
+      c.device = o.device;
+      c.dtype = o.dtype;
+      c.attention_kernel = o.attention_kernel;
+      c.cuda_graph_max_batch = graph_max_batch;
+      c.cpu_threads = o.cpu_threads;
+      c.block_size = o.block_size;
+      c.max_model_len = max_len;
+      c.enable_prefix_caching = false;
+      c.num_blocks = static_cast<int>(max_blocks + 1);
+      c.kv_quant.dtype = kv_dtype;
+      c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
+      c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
+      absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
+                                         made.status().message()));
+      }
+      std::unique_ptr<Engine> engine = *std::move(made);
+      if (report.copy_gbps == 0) {
+        report.weight_bytes = engine->runner().weight_bytes(0);
+        report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
+        // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
+        report.copy_gbps = CopyGbps(engine->runner().backend(0),
+                                    o.device == "cuda" ? size_t{1} << 30 : size_t{256} << 20);
+      }
+      for (int b : o.batches) {
+        for (int ctx : o.contexts) {
+          ASSIGN_OR_RETURN(EngineBenchRow row,
+                           RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
+          row.kv_cache_dtype = kv_dtype;
+          row.kv_format = engine->kv_spec().k[0].Describe();
+          row.cuda_graph_max_batch = graph_max_batch;
+          row.fraction_of_copy = row.gbps / report.copy_gbps;
+          if (o.on_row) o.on_row(row);
+          report.rows.push_back(std::move(row));
+        }
       }
     }
   }
@@ -201,16 +209,18 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
 std::string FormatEngineBench(const EngineBenchReport& r) {
   std::string s = absl::StrFormat(
       "device %s: copy %.0f GB/s (read + write); weights %.1f MiB, %.1f MiB read per decode "
-      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s\n",
+      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s\n",
       r.device, r.copy_gbps, r.weight_bytes / 1048576.0, r.weight_bytes_read / 1048576.0, "kv",
       "format", "batch", "context", "prefill_s", "prefill_tok/s", "ms/step", "decode_tok/s",
-      "MiB/step", "GB/s", "of_copy");
+      "MiB/step", "GB/s", "of_copy", "graphs");
   for (const EngineBenchRow& w : r.rows) {
-    absl::StrAppendFormat(&s,
-                          "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%%\n",
-                          w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s,
-                          w.prefill_tokens_per_s, w.decode_ms_per_step, w.decode_tokens_per_s,
-                          w.step_bytes / 1048576.0, w.gbps, 100 * w.fraction_of_copy);
+    absl::StrAppendFormat(
+        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s\n",
+        w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s, w.prefill_tokens_per_s,
+        w.decode_ms_per_step, w.decode_tokens_per_s, w.step_bytes / 1048576.0, w.gbps,
+        100 * w.fraction_of_copy,
+        // timed steps that replayed a graph
+        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off");
   }
   return s;
 }

@@ -33,6 +33,8 @@ struct EngineBenchRow {
   double step_kv_bytes = 0;
   double gbps = 0;  // step_bytes per step time
   double fraction_of_copy = 0;
+  int cuda_graph_max_batch = 0;  // the engine's --cuda-graph-max-batch
+  int graph_steps = 0;           // timed decode steps that replayed a CUDA graph
 };
 
 struct EngineBenchOptions {
@@ -40,6 +42,9 @@ struct EngineBenchOptions {
   std::string device = "cpu";  // cpu | cuda
   std::string dtype = "auto";  // weights, as --dtype
   std::string attention_kernel = "simt";
+  // One engine per value (and per KV cache dtype), as --cuda-graph-max-batch: graphs off (0)
+  // and on side by side.
+  std::vector<int> cuda_graph_max_batches = {0};
   int cpu_threads = 1;
   int block_size = 16;
   std::vector<std::string> kv_cache_dtypes = {"auto"};  // as --kv-cache-dtype, per-token scales

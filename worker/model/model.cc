@@ -9,7 +9,9 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
+#include "glog/logging.h"
 #include "kernels/rope.h"
+#include "worker/model/decode_graphs.h"
 #include "worker/model/weight_reader.h"
 
 namespace kvserve::worker {
@@ -155,9 +157,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return m;
 }
 
+Model::Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
+    : config_(config),
+      backend_(backend),
+      shard_(options.shard),
+      comm_(options.comm),
+      weight_type_(options.weight_type),
+      graph_max_batch_(options.graph_max_batch),
+      graph_max_blocks_per_seq_(options.graph_max_blocks_per_seq) {}
+
+Model::~Model() = default;
+
+size_t Model::num_graphs() const { return graphs_ == nullptr ? 0 : graphs_->size(); }
+
 template <typename T>
-T* Model::Reserve(kernels::Buffer<T>& buf, size_t n) {
-  if (buf.size() < n) buf = kernels::Buffer<T>(backend_, std::max(n, 2 * buf.size()));
+T* Model::Reserve(kernels::Buffer<T>& buf, size_t n, bool graphs_use) {
+  if (buf.size() < n) {
+    if (graphs_use && graphs_ != nullptr) graphs_->Drop();  // they use the old buffer
+    buf = kernels::Buffer<T>(backend_, std::max(n, 2 * buf.size()));
+  }
   return buf.data();
 }
 
@@ -167,29 +185,36 @@ Model::Activations Model::ReserveActivations(int64_t tokens) {
   const int64_t qkv_dim = q_dim + 2 * int64_t{kv_heads_} * c.head_dim;
   Scratch& s = scratch_;
   const bool x16 = weight_type_ != DType::kF32;
-  return {Reserve(s.delta, tokens * H),
-          Reserve(s.residual, tokens * H),
-          Reserve(s.h, tokens * H),
-          Reserve(s.qkv, tokens * qkv_dim),
-          x16 ? nullptr : Reserve(s.attn, tokens * q_dim),
-          Reserve(s.gate_up, tokens * 2 * inter_),
-          x16 ? nullptr : Reserve(s.act, tokens * inter_),
-          x16 ? Reserve(s.h16, tokens * H) : nullptr,
-          x16 ? Reserve(s.attn16, tokens * q_dim) : nullptr,
-          x16 ? Reserve(s.act16, tokens * inter_) : nullptr};
+  return {Reserve(s.delta, tokens * H, true),
+          Reserve(s.residual, tokens * H, true),
+          Reserve(s.h, tokens * H, true),
+          Reserve(s.qkv, tokens * qkv_dim, true),
+          x16 ? nullptr : Reserve(s.attn, tokens * q_dim, true),
+          Reserve(s.gate_up, tokens * 2 * inter_, true),
+          x16 ? nullptr : Reserve(s.act, tokens * inter_, true),
+          x16 ? Reserve(s.h16, tokens * H, true) : nullptr,
+          x16 ? Reserve(s.attn16, tokens * q_dim, true) : nullptr,
+          x16 ? Reserve(s.act16, tokens * inter_, true) : nullptr};
 }
 
 Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
   const int64_t vs = vocab_shard_;
   Scratch& s = scratch_;
-  return {Reserve(s.selected, rows * config_.hidden_size), Reserve(s.local, rows * vs),
-          comm_ != nullptr ? Reserve(s.gathered, rows * vs * shard_.size) : nullptr};
+  return {Reserve(s.selected, rows * config_.hidden_size, true), Reserve(s.local, rows * vs, true),
+          comm_ != nullptr ? Reserve(s.gathered, rows * vs * shard_.size, true) : nullptr};
 }
 
 void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) {
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
   Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));
+  // Decode graphs replay batches of up to graph_max_batch_ rows: within these bounds.
+  const int64_t max_batch = std::min<int64_t>({graph_max_batch_, tokens, logit_rows});
+  if (graphs_ == nullptr && max_batch > 0 && graph_max_blocks_per_seq_ > 0 && comm_ == nullptr &&
+      backend_->SupportsGraphs()) {
+    graphs_ = std::make_unique<DecodeGraphs>(
+        backend_, DecodeGraphOptions{static_cast<int>(max_batch), graph_max_blocks_per_seq_});
+  }
 }
 
 void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
@@ -265,12 +290,7 @@ absl::Status Model::AllGather(const float* in, size_t count, float* out) {
 }
 
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
-  const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(b.token_ids.size());
-  const int64_t H = c.hidden_size, D = c.head_dim;
-  const int64_t q_dim = int64_t{heads_} * D, kv_dim = int64_t{kv_heads_} * D;
-  const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = inter_;
-  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (graphs_ != nullptr && graphs_->Fits(b)) return ForwardGraph(b, kv);
   Scratch& s = scratch_;
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.
   s.batch_host.clear();
@@ -288,17 +308,60 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
                logit_rows_at = pack(b.logit_rows), logprobs_at = pack(b.logprobs);
   uint8_t* batch = Reserve(s.batch, s.batch_host.size());
   backend_->Upload(batch, s.batch_host.data(), s.batch_host.size());
-  const auto* token_ids = reinterpret_cast<const int32_t*>(batch + token_ids_at);
-  const auto* positions = reinterpret_cast<const int32_t*>(batch + positions_at);
-  const auto* slots = reinterpret_cast<const int64_t*>(batch + slots_at);
-  const auto* query_start = reinterpret_cast<const int32_t*>(batch + query_start_at);
-  const auto* query_len = reinterpret_cast<const int32_t*>(batch + query_len_at);
-  const auto* context_len = reinterpret_cast<const int32_t*>(batch + context_len_at);
-  const auto* block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
+  StepInputs in;
+  in.token_ids = reinterpret_cast<const int32_t*>(batch + token_ids_at);
+  in.positions = reinterpret_cast<const int32_t*>(batch + positions_at);
+  in.slot_mapping = reinterpret_cast<const int64_t*>(batch + slots_at);
+  in.query_start = reinterpret_cast<const int32_t*>(batch + query_start_at);
+  in.query_len = reinterpret_cast<const int32_t*>(batch + query_len_at);
+  in.context_len = reinterpret_cast<const int32_t*>(batch + context_len_at);
+  in.block_tables = reinterpret_cast<const int32_t*>(batch + block_tables_at);
+  in.logit_rows = reinterpret_cast<const int32_t*>(batch + logit_rows_at);
+  in.tokens = static_cast<int64_t>(b.token_ids.size());
+  in.num_seqs = static_cast<int64_t>(b.query_start.size());
+  in.max_blocks_per_seq = b.max_blocks_per_seq;
+  in.num_logit_rows = static_cast<int64_t>(b.logit_rows.size());
+  in.max_query_len =
+      b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
+  in.max_context_len =
+      b.context_len.empty() ? 0 : *std::max_element(b.context_len.begin(), b.context_len.end());
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
-  const auto* logit_rows = reinterpret_cast<const int32_t*>(batch + logit_rows_at);
   const auto* logprob_requests =
       reinterpret_cast<const kernels::LogprobRequest*>(batch + logprobs_at);
+  ASSIGN_OR_RETURN(const float* logits, RunModel(in, kv));
+  return Finish(b, logits, in.num_logit_rows, samples, logprob_requests);
+}
+
+absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStorage& kv) {
+  const kernels::KvCacheView cache = kv.View(0);
+  const DecodeGraphs::Step step = graphs_->Prepare(b, cache.block_size, cache.k);
+  if (*step.graph >= 0 && backend_->ReplayGraph(*step.graph)) {
+    ForwardOutput out =
+        Finish(b, *step.logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
+    out.graph = true;
+    return out;
+  }
+  // No graph for this bucket yet (or the backend dropped it): run the step, which also sizes
+  // the backend's scratch memory for these ops, then record them for the next steps. Recording
+  // runs nothing, so the logits stay this step's.
+  ASSIGN_OR_RETURN(const float* logits, RunModel(step.inputs, kv));
+  backend_->BeginGraph();
+  const absl::StatusOr<const float*> recorded = RunModel(step.inputs, kv);
+  const int64_t graph = backend_->EndGraph();
+  RETURN_IF_ERROR(recorded.status());
+  CHECK_EQ(*recorded, logits) << "a decode graph's logits moved";
+  *step.graph = graph;
+  *step.logits = logits;
+  return Finish(b, logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
+}
+
+absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv) {
+  const ModelConfig& c = config_;
+  const int64_t T = in.tokens;
+  const int64_t H = c.hidden_size, D = c.head_dim;
+  const int64_t q_dim = int64_t{heads_} * D, kv_dim = int64_t{kv_heads_} * D;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim, inter = inter_;
+  const float eps = static_cast<float>(c.rms_norm_eps);
   const Activations a = ReserveActivations(T);
   float *delta = a.delta, *residual = a.residual, *h = a.h, *qkv = a.qkv, *attn = a.attn,
         *gate_up = a.gate_up, *act = a.act;
@@ -317,12 +380,8 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
                        .out16 = h16,
                        .out16_type = weight_type_});
   };
-  const int64_t max_query_len =
-      b.query_len.empty() ? 0 : *std::max_element(b.query_len.begin(), b.query_len.end());
-  const int64_t max_context_len =
-      b.context_len.empty() ? 0 : *std::max_element(b.context_len.begin(), b.context_len.end());
 
-  backend_->Embedding({token_ids, embed_.data(), delta, T, H, weight_type_});
+  backend_->Embedding({in.token_ids, embed_.data(), delta, T, H, weight_type_});
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
     if (l == 0) {  // the residual stream starts as the embeddings
@@ -338,9 +397,9 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
                          kv_heads_, qkv_dim});
     }
     // Each token's k heads follow its q heads in the row: one rotation covers both.
-    backend_->Rope({qkv, positions, inv_freq_.data(), T, heads_ + kv_heads_, D, qkv_dim});
+    backend_->Rope({qkv, in.positions, inv_freq_.data(), T, heads_ + kv_heads_, D, qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
-    backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, T, cache});
+    backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, in.slot_mapping, T, cache});
     kernels::PagedAttentionParams ap;
     ap.q = qkv;
     ap.q_stride = qkv_dim;
@@ -348,16 +407,16 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
     ap.out16 = attn16;
     ap.out16_type = weight_type_;
     ap.cache = cache;
-    ap.query_start = query_start;
-    ap.query_len = query_len;
-    ap.context_len = context_len;
-    ap.block_tables = block_tables;
-    ap.num_seqs = static_cast<int64_t>(b.query_start.size());
-    ap.max_blocks_per_seq = b.max_blocks_per_seq;
+    ap.query_start = in.query_start;
+    ap.query_len = in.query_len;
+    ap.context_len = in.context_len;
+    ap.block_tables = in.block_tables;
+    ap.num_seqs = in.num_seqs;
+    ap.max_blocks_per_seq = in.max_blocks_per_seq;
     ap.num_heads = heads_;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    ap.max_query_len = max_query_len;
-    ap.max_context_len = max_context_len;
+    ap.max_query_len = in.max_query_len;
+    ap.max_context_len = in.max_context_len;
     backend_->PagedAttention(ap);
     backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_, attn16});
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
@@ -371,20 +430,23 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   }
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
 
-  const int64_t R = static_cast<int64_t>(b.logit_rows.size());
+  const int64_t R = in.num_logit_rows;
   const LogitBuffers lb = ReserveLogits(R);
   float* selected = lb.selected;
-  backend_->Embedding({logit_rows, h, selected, R, H});  // a row gather: one launch, not R copies
+  backend_->Embedding({in.logit_rows, h, selected, R, H});  // a row gather: one launch
   const int64_t vs = vocab_shard_;
   float* local = lb.local;
   const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
   backend_->Gemm({selected, head, nullptr, local, R, vs, H, weight_type_});
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
-  const float* logits = local;
-  if (comm_ != nullptr) {
-    RETURN_IF_ERROR(AllGather(local, R * vs, lb.gathered));
-    logits = lb.gathered;
-  }
+  if (comm_ == nullptr) return local;
+  RETURN_IF_ERROR(AllGather(local, R * vs, lb.gathered));
+  return lb.gathered;
+}
+
+ForwardOutput Model::Finish(const ForwardBatch& b, const float* logits, int64_t rows,
+                            const kernels::SampleRequest* samples,
+                            const kernels::LogprobRequest* logprob_requests) {
   ForwardOutput out;
   // A tensor-parallel step ends with its collectives done (or failed) on every rank: waited
   // for here where nothing is downloaded below, by the downloads otherwise. (That also runs an
@@ -392,20 +454,20 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
   if (shard_.rank != 0) return out;
-  const int64_t vocab = c.vocab_size;
-  if (!b.samples.empty()) Draw(b, logits, R, samples, logprob_requests, &out);
+  const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
+  if (!b.samples.empty()) Draw(b, logits, rows, samples, logprob_requests, &out);
   if (!b.host_logit_rows.empty()) {
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());
-    float* rows = Reserve(s.host_rows, n * vocab);
+    float* host_rows = Reserve(scratch_.host_rows, n * vocab);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t r = b.host_logit_rows[k];
       for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
-        backend_->Copy(rows + k * vocab + v0, logits + (v0 / vs) * R * vs + r * vs,
+        backend_->Copy(host_rows + k * vocab + v0, logits + (v0 / vs) * rows * vs + r * vs,
                        sizeof(float) * std::min(vs, vocab - v0));
       }
     }
     out.logits.resize(n * vocab);
-    backend_->Download(out.logits.data(), rows, sizeof(float) * out.logits.size());
+    backend_->Download(out.logits.data(), host_rows, sizeof(float) * out.logits.size());
   }
   return out;
 }

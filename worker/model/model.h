@@ -25,6 +25,7 @@
 #include "kernels/buffer.h"
 #include "kernels/communicator.h"
 #include "worker/kv_cache/kv_storage.h"
+#include "worker/model/step_inputs.h"
 #include "worker/request.h"
 
 namespace kvserve::worker {
@@ -52,6 +53,7 @@ struct ForwardOutput {
   std::vector<int32_t> tokens;          // one per ForwardBatch::samples entry
   std::vector<TokenLogprobs> logprobs;  // one per ForwardBatch::logprobs entry
   std::vector<float> logits;            // [host_logit_rows.size(), vocab]
+  bool graph = false;                   // the step replayed a decode graph
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -67,7 +69,13 @@ struct ModelLoadOptions {
   TpShard shard;
   kernels::Communicator* comm = nullptr;  // required when shard.size > 1
   DType weight_type = DType::kF32;        // of the matrices: kF32, kBF16 or kF16
+  // Decode steps of up to this many sequences replay recorded graphs (decode_graphs.h) where
+  // the backend records them and the model is not sharded; 0: never.
+  int graph_max_batch = 0;
+  int graph_max_blocks_per_seq = 0;  // the block tables' widest width (max_model_len's)
 };
+
+class DecodeGraphs;
 
 class Model {
  public:
@@ -89,9 +97,15 @@ class Model {
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   // Allocates the per-step buffers for the largest step up front (`tokens` in the batch,
-  // `logit_rows` rows of logits, `samples` draws), so that the memory left for the KV pool can be
-  // measured after it; later steps within these bounds allocate nothing.
+  // `logit_rows` rows of logits, `samples` draws; and the decode graphs' input buffer), so that
+  // the memory left for the KV pool can be measured after it; later steps within these bounds
+  // allocate nothing.
   void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples);
+
+  // Decode graphs recorded so far (0 without graphs).
+  [[nodiscard]] size_t num_graphs() const;
+
+  ~Model();
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
   // Bytes of the weights as loaded.
@@ -126,8 +140,10 @@ class Model {
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
   };
+  // buf, grown to at least n entries; growing one that decode graphs use (graphs_use) drops
+  // them.
   template <typename T>
-  T* Reserve(kernels::Buffer<T>& buf, size_t n);
+  T* Reserve(kernels::Buffer<T>& buf, size_t n, bool graphs_use = false);
   // attn and act are null with 16-bit weights (attn16 and act16 instead); the 16-bit ones are
   // null with float32 weights.
   struct Activations {
@@ -145,24 +161,32 @@ class Model {
   absl::Status AllReduce(float* data, size_t count);
   // The ranks' slices of the logits gathered, the same way.
   absl::Status AllGather(const float* in, size_t count, float* out);
+  // Issues the step's ops from the embeddings to the logits, gathered across ranks (the part
+  // a decode graph records): returns where the logits are, [num_logit_rows][vocab] laid out as
+  // SampleParams says.
+  absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
+  // Forward for a batch that DecodeGraphs::Fits: replays its bucket's graph, or runs the step
+  // and records the graph for the next ones.
+  absl::StatusOr<ForwardOutput> ForwardGraph(const ForwardBatch& b, KvStorage& kv);
+  // The end of a step: draws the samples and brings back the logits rows asked for (rank 0).
+  ForwardOutput Finish(const ForwardBatch& b, const float* logits, int64_t rows,
+                       const kernels::SampleRequest* samples,
+                       const kernels::LogprobRequest* logprob_requests);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
             const kernels::SampleRequest* samples, const kernels::LogprobRequest* logprob_requests,
             ForwardOutput* out);
 
-  Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
-      : config_(config),
-        backend_(backend),
-        shard_(options.shard),
-        comm_(options.comm),
-        weight_type_(options.weight_type) {}
+  Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options);
 
   ModelConfig config_;
   kernels::Backend* backend_;
   TpShard shard_;
   kernels::Communicator* comm_;
   DType weight_type_;
+  int graph_max_batch_, graph_max_blocks_per_seq_;
+  std::unique_ptr<DecodeGraphs> graphs_;      // null without graphs
   int heads_ = 0, kv_heads_ = 0, inter_ = 0;  // this rank's share
   int vocab_shard_ = 0;                       // LM-head rows per rank (padded)
   Matrix embed_, lm_head_;                    // lm_head_ empty when tied

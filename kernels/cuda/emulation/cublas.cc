@@ -62,6 +62,12 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// The backend gives cuBLAS a fixed workspace (so that recording a graph allocates nothing); the
+// emulated GEMMs need none.
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 const char* cublasGetStatusString(cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS"
                                          : "not supported by the emulated cuBLAS";

@@ -11,6 +11,12 @@
 // at copies to pageable host memory, which CUDA completes before returning, and at cudaFree /
 // cudaFreeHost, which synchronize the device. Queries run the work and report it done. Copies
 // from pageable host memory read it at the call, as CUDA stages them.
+//
+// Graphs: work issued to a stream between cudaStreamBeginCapture and cudaStreamEndCapture is
+// recorded instead of queued (with the arguments of the call, as a GPU records kernel
+// parameters), and cudaGraphLaunch queues it all again as one launch. What CUDA forbids while
+// capturing aborts with a message here: waiting for the capturing stream, copies to or from
+// pageable memory on it, allocating or freeing from the capturing thread, and events on it.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -136,6 +142,8 @@ struct Stream {
   std::recursive_mutex running;  // held while running queued work
   std::mutex mu;                 // guards work and enqueued
   std::deque<std::function<void()>> work;
+  // While a graph is being captured on the stream: its recorded work (guarded by mu).
+  std::shared_ptr<std::vector<std::function<void()>>> capture;
   uint64_t enqueued = 0;
   uint64_t done = 0;  // guarded by running
 };
@@ -185,6 +193,10 @@ class Streams {
 
   void Enqueue(Stream* s, std::function<void()> work) {
     std::lock_guard<std::mutex> lock(s->mu);
+    if (s->capture != nullptr) {
+      s->capture->push_back(std::move(work));
+      return;
+    }
     s->work.push_back(std::move(work));
     ++s->enqueued;
   }
@@ -194,8 +206,15 @@ class Streams {
     return s->enqueued;
   }
 
+  static bool Capturing(Stream* s) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    return s->capture != nullptr;
+  }
+
   // Runs the stream's work until `position` items are done.
   void RunUpTo(Stream* s, uint64_t position) {
+    CHECK(!Capturing(s)) << "emulated CUDA: waiting for a stream that is capturing a graph "
+                            "(cudaErrorStreamCaptureUnsupported on a GPU)";
     std::lock_guard<std::recursive_mutex> running(s->running);
     while (s->done < position) {
       std::function<void()> next;
@@ -231,7 +250,30 @@ class Streams {
 
 Stream* StreamOf(cudaStream_t handle) { return Streams::Get().Of(handle); }
 
+// Streams this thread is capturing on (cudaStreamCaptureModeThreadLocal): while any, the thread
+// may not allocate or free memory.
+thread_local int capturing_here = 0;
+
+void NotCapturing(const char* call) {
+  CHECK_EQ(capturing_here, 0) << "emulated CUDA: " << call
+                              << " while this thread captures a graph "
+                                 "(cudaErrorStreamCaptureUnsupported on a GPU)";
+}
+
+void NotCapturing(Stream* s, const char* call) {
+  CHECK(!Streams::Capturing(s)) << "emulated CUDA: " << call
+                                << " on a stream that is capturing a graph (not supported)";
+}
+
 }  // namespace
+
+// A captured graph, and an instantiated one: the recorded work, in order.
+struct CUgraph_st {
+  std::shared_ptr<std::vector<std::function<void()>>> nodes;
+};
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+};
 
 namespace kvserve::emulation {
 
@@ -294,25 +336,32 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  NotCapturing("cudaMalloc");
   const cudaError_t e = Memory::Get().AllocateDevice(p, bytes, current_device);
   return e == cudaSuccess ? e : Fail(e);
 }
 
-cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
+  NotCapturing(StreamOf(stream), "cudaMallocAsync");
+  return cudaMalloc(p, bytes);
+}
 
 cudaError_t cudaFree(void* p) {
+  NotCapturing("cudaFree");
   Streams::Get().SynchronizeDevice();
   const cudaError_t e = Memory::Get().FreeDevice(p);
   return e == cudaSuccess ? e : Fail(e);
 }
 
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  NotCapturing(StreamOf(stream), "cudaFreeAsync");
   kvserve::emulation::Enqueue(
       stream, [p] { CHECK_EQ(Memory::Get().FreeDevice(p), cudaSuccess) << "cudaFreeAsync"; });
   return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  NotCapturing("cudaHostAlloc");
   const cudaError_t e = Memory::Get().AllocatePinned(p, bytes);
   return e == cudaSuccess ? e : Fail(e);
 }
@@ -320,6 +369,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 
 cudaError_t cudaFreeHost(void* p) {
+  NotCapturing("cudaFreeHost");
   Streams::Get().SynchronizeDevice();
   const cudaError_t e = Memory::Get().FreePinned(p);
   return e == cudaSuccess ? e : Fail(e);
@@ -335,6 +385,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return cudaSuccess;
   Memory& memory = Memory::Get();
   Stream* s = StreamOf(stream);
+  if (Streams::Capturing(s)) {
+    CHECK(!memory.Pageable(src) && !memory.Pageable(dst))
+        << "emulated CUDA: a copy to or from pageable memory on a stream that is capturing a "
+           "graph (cudaErrorStreamCaptureUnsupported on a GPU)";
+  }
   if (memory.Pageable(src)) {  // staged at the call: the source may change right after
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
@@ -397,6 +452,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   Stream* s = StreamOf(stream);
+  NotCapturing(s, "cudaEventRecord");
   auto passed = std::make_shared<std::atomic<int64_t>>(-1);
   Streams::Get().Enqueue(s, [passed] {
     *passed = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -431,10 +487,66 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 
 // Waits for the event as recorded now: a later record does not move it.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int) {
+  NotCapturing(StreamOf(stream), "cudaStreamWaitEvent");
   const Event ev = *reinterpret_cast<Event*>(e);
   if (ev.stream != nullptr) {
     kvserve::emulation::Enqueue(stream, [ev] { Streams::Get().RunUpTo(ev.stream, ev.position); });
   }
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  CHECK(mode == cudaStreamCaptureModeThreadLocal)
+      << "emulated CUDA: only thread-local capture is emulated";
+  Stream* s = StreamOf(stream);
+  if (stream == nullptr || stream == cudaStreamLegacy) return Fail(cudaErrorStreamCaptureImplicit);
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->capture != nullptr) return Fail(cudaErrorIllegalState);
+    s->capture = std::make_shared<std::vector<std::function<void()>>>();
+  }
+  ++capturing_here;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  Stream* s = StreamOf(stream);
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->capture == nullptr) return Fail(cudaErrorIllegalState);
+  *graph = new CUgraph_st{std::move(s->capture)};
+  s->capture = nullptr;
+  --capturing_here;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  *status = Streams::Capturing(StreamOf(stream)) ? cudaStreamCaptureStatusActive
+                                                 : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;  // a launch still queued holds the work
+  return cudaSuccess;
+}
+
+// One launch (one count of emulation::LaunchCount) that runs the recorded work in order.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  NotCapturing(StreamOf(stream), "cudaGraphLaunch");
+  kvserve::emulation::CountLaunch();
+  kvserve::emulation::Enqueue(stream, [nodes = exec->nodes] {
+    for (const std::function<void()>& node : *nodes) node();
+  });
   return cudaSuccess;
 }
 

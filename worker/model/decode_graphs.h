@@ -1,0 +1,90 @@
+// Decode steps as recorded graphs (CUDA graphs), like vLLM's and SGLang's: a step whose
+// sequences each decode one token runs the model, from the embeddings to the logits, as one
+// graph launch instead of ~10 launches per layer. A graph is recorded per (batch bucket,
+// block-table width bucket) and replays with whatever its fixed input buffer holds: the step
+// is padded to its bucket (padding rows write no KV, attend to nothing and draw nothing) and
+// its block tables are laid out at the bucket's width, which also bounds the context the
+// attention kernel is planned for. Sampling stays outside the graph.
+//
+//   DecodeGraphs graphs(backend, {.max_batch = 64, .max_blocks_per_seq = 256});
+//   if (graphs.Fits(batch)) {
+//     DecodeGraphs::Step step = graphs.Prepare(batch, block_size, cache_id);  // uploads
+//     if (*step.graph < 0 || !backend->ReplayGraph(*step.graph)) { ...record it... }
+//   }
+//
+// Used by the model on the engine thread only.
+#ifndef KVSERVE_WORKER_MODEL_DECODE_GRAPHS_H_
+#define KVSERVE_WORKER_MODEL_DECODE_GRAPHS_H_
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/buffer.h"
+#include "worker/model/model.h"
+#include "worker/model/step_inputs.h"
+
+namespace kvserve::worker {
+
+struct DecodeGraphOptions {
+  int max_batch = 0;           // the largest batch replayed (the last bucket); 0: no graphs
+  int max_blocks_per_seq = 0;  // block-table width of the widest bucket (max_model_len's)
+};
+
+class DecodeGraphs {
+ public:
+  // The batch buckets: 1, 2, 4, then multiples of 8, and max_batch last.
+  static int64_t BatchBucket(int64_t seqs, int64_t max_batch);
+  // The width buckets: powers of two from kMinWidth, and max_blocks_per_seq last.
+  static int64_t WidthBucket(int64_t blocks, int64_t max_blocks_per_seq);
+  static constexpr int64_t kMinWidth = 8;
+  // Beyond this many recorded graphs, all are dropped and recording starts again.
+  static constexpr size_t kMaxGraphs = 256;
+
+  // Allocates the fixed input buffer (backend and host memory) for the largest bucket.
+  DecodeGraphs(kernels::Backend* backend, const DecodeGraphOptions& options);
+
+  // Whether `b` can run as a replay: every sequence decodes one token whose logits row is
+  // sampled (rows in sequence order), no prompt logits come back, and it fits the largest
+  // bucket.
+  [[nodiscard]] bool Fits(const ForwardBatch& b) const;
+
+  struct Step {
+    StepInputs inputs;  // padded to the bucket, in the fixed buffer
+    const kernels::SampleRequest* samples = nullptr;
+    const kernels::LogprobRequest* logprobs = nullptr;
+    int64_t* graph = nullptr;        // the bucket's graph id, -1 until recorded
+    const float** logits = nullptr;  // where that graph leaves the logits (set when recording)
+  };
+  // Lays out `b` (which Fits) padded to its bucket and uploads it. `cache_id` names the KV
+  // storage the graphs write (its first layer's K array): a new one drops every graph.
+  Step Prepare(const ForwardBatch& b, int64_t block_size, const void* cache_id);
+
+  // Drops every graph, the backend's too (before the memory they read moves).
+  void Drop();
+  [[nodiscard]] size_t size() const { return graphs_.size(); }
+
+ private:
+  struct Entry {
+    int64_t graph = -1;
+    const float* logits = nullptr;
+  };
+  kernels::Backend* backend_;
+  DecodeGraphOptions options_;
+  // Byte offsets in the buffer: the sampling requests first (their count varies), then the
+  // per-row arrays (max_batch entries each) and the block tables, so that a step uploads one
+  // prefix of it.
+  size_t samples_at_ = 0, logprobs_at_ = 0, token_ids_at_ = 0, positions_at_ = 0, slots_at_ = 0,
+         query_start_at_ = 0, query_len_at_ = 0, context_len_at_ = 0, logit_rows_at_ = 0,
+         block_tables_at_ = 0;
+  std::vector<uint8_t> host_;
+  kernels::Buffer<uint8_t> device_;
+  std::map<std::pair<int64_t, int64_t>, Entry> graphs_;  // by (batch, width) bucket
+  const void* cache_id_ = nullptr;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_MODEL_DECODE_GRAPHS_H_
