@@ -126,10 +126,6 @@ class CudaBackend final : public Backend {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
     KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    // cuBLAS's own workspace, fixed, so that recording a graph allocates nothing (set after the
-    // stream, which resets it).
-    KVSERVE_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
-    KVSERVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     return absl::OkStatus();
   }
 
@@ -218,6 +214,12 @@ class CudaBackend final : public Backend {
   void BeginGraph() override {
     Current();
     NotRecording("BeginGraph");
+    if (cublas_workspace_ == nullptr) {
+      // From the first graph on, cuBLAS works in a fixed workspace of its own, so that
+      // recording a GEMM allocates nothing (set after the stream, which resets it).
+      KVSERVE_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+      KVSERVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+    }
     AwaitAllCopies();
     KVSERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     recording_ = true;

@@ -101,19 +101,23 @@ TEST_F(DecodeGraphsTest, PreparePadsTheBatchToItsBucket) {
   }
   EXPECT_EQ(step.samples[4].row, 4);
   EXPECT_EQ(step.samples[4].seed, 9u);
-  EXPECT_EQ(*step.graph, -1) << "nothing recorded yet";
+  EXPECT_EQ(step.bucket, (DecodeGraphs::Bucket{8, DecodeGraphs::kMinWidth}));
+  EXPECT_EQ(graphs_.Find(step).graph, -1) << "nothing recorded yet";
 }
 
 TEST_F(DecodeGraphsTest, OneGraphPerBucketUntilTheCacheChanges) {
-  DecodeGraphs::Step first = graphs_.Prepare(Decode(5, 3), 16, this);
-  *first.graph = 42;
-  EXPECT_EQ(*graphs_.Prepare(Decode(7, 8), 16, this).graph, 42) << "same buckets (8, 8)";
-  EXPECT_EQ(*graphs_.Prepare(Decode(7, 9), 16, this).graph, -1) << "width 16";
-  EXPECT_EQ(*graphs_.Prepare(Decode(9, 3), 16, this).graph, -1) << "batch 12";
-  EXPECT_EQ(graphs_.size(), 3u);
+  auto graph = [&](int seqs, int blocks, const void* cache) {
+    return graphs_.Find(graphs_.Prepare(Decode(seqs, blocks), 16, cache)).graph;
+  };
+  graphs_.Record(graphs_.Prepare(Decode(5, 3), 16, this), {42, nullptr});
+  EXPECT_EQ(graph(7, 8, this), 42) << "same buckets (8, 8)";
+  EXPECT_EQ(graph(7, 9, this), -1) << "width 16";
+  graphs_.Record(graphs_.Prepare(Decode(9, 3), 16, this), {43, nullptr});
+  EXPECT_EQ(graph(9, 3, this), 43) << "batch 12";
+  EXPECT_EQ(graphs_.size(), 2u);
   int other_cache = 0;
-  EXPECT_EQ(*graphs_.Prepare(Decode(5, 3), 16, &other_cache).graph, -1);
-  EXPECT_EQ(graphs_.size(), 1u);
+  EXPECT_EQ(graph(5, 3, &other_cache), -1) << "another KV storage";
+  EXPECT_EQ(graphs_.size(), 0u);
 }
 
 }  // namespace

@@ -141,13 +141,17 @@ DecodeGraphs::Step DecodeGraphs::Prepare(const ForwardBatch& b, int64_t block_si
   in.max_context_len = width * block_size;
   step.samples = reinterpret_cast<const kernels::SampleRequest*>(d + samples_at_);
   step.logprobs = reinterpret_cast<const kernels::LogprobRequest*>(d + logprobs_at_);
-  if (graphs_.size() >= kMaxGraphs && graphs_.count({batch, width}) == 0) {
-    Drop();
-  }
-  Entry& e = graphs_[{batch, width}];
-  step.graph = &e.graph;
-  step.logits = &e.logits;
+  step.bucket = {batch, width};
   return step;
+}
+
+DecodeGraphs::Recorded DecodeGraphs::Find(const Step& step) const {
+  auto it = graphs_.find(step.bucket);
+  return it == graphs_.end() ? Recorded{} : it->second;
+}
+
+void DecodeGraphs::MakeRoom() {
+  if (graphs_.size() >= kMaxGraphs) Drop();
 }
 
 void DecodeGraphs::Drop() {

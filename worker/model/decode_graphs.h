@@ -9,7 +9,8 @@
 //   DecodeGraphs graphs(backend, {.max_batch = 64, .max_blocks_per_seq = 256});
 //   if (graphs.Fits(batch)) {
 //     DecodeGraphs::Step step = graphs.Prepare(batch, block_size, cache_id);  // uploads
-//     if (*step.graph < 0 || !backend->ReplayGraph(*step.graph)) { ...record it... }
+//     DecodeGraphs::Recorded r = graphs.Find(step);
+//     if (r.graph < 0 || !backend->ReplayGraph(r.graph)) { ...run, record, graphs.Record... }
 //   }
 //
 // Used by the model on the engine thread only.
@@ -51,26 +52,32 @@ class DecodeGraphs {
   // bucket.
   [[nodiscard]] bool Fits(const ForwardBatch& b) const;
 
+  using Bucket = std::pair<int64_t, int64_t>;  // (batch, width)
   struct Step {
     StepInputs inputs;  // padded to the bucket, in the fixed buffer
     const kernels::SampleRequest* samples = nullptr;
     const kernels::LogprobRequest* logprobs = nullptr;
-    int64_t* graph = nullptr;        // the bucket's graph id, -1 until recorded
-    const float** logits = nullptr;  // where that graph leaves the logits (set when recording)
+    Bucket bucket;
   };
   // Lays out `b` (which Fits) padded to its bucket and uploads it. `cache_id` names the KV
   // storage the graphs write (its first layer's K array): a new one drops every graph.
   Step Prepare(const ForwardBatch& b, int64_t block_size, const void* cache_id);
+
+  // A bucket's graph (the backend's id; -1 until recorded) and where it leaves the logits.
+  struct Recorded {
+    int64_t graph = -1;
+    const float* logits = nullptr;
+  };
+  [[nodiscard]] Recorded Find(const Step& step) const;
+  void Record(const Step& step, const Recorded& recorded) { graphs_[step.bucket] = recorded; }
+  // Drops every graph once there are kMaxGraphs of them (call before recording another).
+  void MakeRoom();
 
   // Drops every graph, the backend's too (before the memory they read moves).
   void Drop();
   [[nodiscard]] size_t size() const { return graphs_.size(); }
 
  private:
-  struct Entry {
-    int64_t graph = -1;
-    const float* logits = nullptr;
-  };
   kernels::Backend* backend_;
   DecodeGraphOptions options_;
   // Byte offsets in the buffer: the sampling requests first (their count varies), then the
@@ -81,7 +88,7 @@ class DecodeGraphs {
          block_tables_at_ = 0;
   std::vector<uint8_t> host_;
   kernels::Buffer<uint8_t> device_;
-  std::map<std::pair<int64_t, int64_t>, Entry> graphs_;  // by (batch, width) bucket
+  std::map<Bucket, Recorded> graphs_;
   const void* cache_id_ = nullptr;
 };
 

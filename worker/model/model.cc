@@ -335,23 +335,24 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
 absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStorage& kv) {
   const kernels::KvCacheView cache = kv.View(0);
   const DecodeGraphs::Step step = graphs_->Prepare(b, cache.block_size, cache.k);
-  if (*step.graph >= 0 && backend_->ReplayGraph(*step.graph)) {
+  if (const DecodeGraphs::Recorded r = graphs_->Find(step);
+      r.graph >= 0 && backend_->ReplayGraph(r.graph)) {
     ForwardOutput out =
-        Finish(b, *step.logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
+        Finish(b, r.logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
     out.graph = true;
     return out;
   }
   // No graph for this bucket yet (or the backend dropped it): run the step, which also sizes
   // the backend's scratch memory for these ops, then record them for the next steps. Recording
   // runs nothing, so the logits stay this step's.
+  graphs_->MakeRoom();
   ASSIGN_OR_RETURN(const float* logits, RunModel(step.inputs, kv));
   backend_->BeginGraph();
   const absl::StatusOr<const float*> recorded = RunModel(step.inputs, kv);
   const int64_t graph = backend_->EndGraph();
   RETURN_IF_ERROR(recorded.status());
   CHECK_EQ(*recorded, logits) << "a decode graph's logits moved";
-  *step.graph = graph;
-  *step.logits = logits;
+  graphs_->Record(step, {graph, logits});
   return Finish(b, logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
 }
 

@@ -141,6 +141,9 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
   G("kvserve_requests", "Requests by state", {{"state", "waiting"}}).Set(s.num_waiting);
   G("kvserve_requests", "Requests by state", {{"state", "swapped"}}).Set(s.num_swapped);
   Add(C("kvserve_prompt_tokens_total", "Prompt tokens computed"), s.computed_prompt_tokens);
+  constexpr const char* kStepsHelp = "Engine steps run, by whether they replayed a CUDA graph";
+  Add(C("kvserve_engine_steps_total", kStepsHelp, {{"graph", "replayed"}}), s.graph_steps);
+  Add(C("kvserve_engine_steps_total", kStepsHelp, {{"graph", "none"}}), s.steps - s.graph_steps);
   Add(C("kvserve_generation_tokens_total", "Tokens generated"), s.generated_tokens);
   G("kvserve_uptime_seconds", "Seconds since this process started").Set(uptime_seconds);
   G("kvserve_draining", "1 while draining").Set(draining ? 1 : 0);

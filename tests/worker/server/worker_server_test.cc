@@ -316,6 +316,9 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_generation_tokens_total{"), 5 * 7 + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_prompt_tokens_total{"), prompt_tokens + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_requests{state=\"running\""), 0);
+    // At least one step per generated token (the CPU backend replays no graphs).
+    EXPECT_GE(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"none\""), 7 + 1);
+    EXPECT_EQ(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"replayed\""), 0);
     auto ready = HttpGet(w->metrics_port(), "/ready");
     EXPECT_EQ(ready->first, 200);
     EXPECT_EQ(w->Terminate(), 0);
