@@ -252,7 +252,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       config.enable_prefix_caching ? "on" : "off",
       rc.cuda_graph_max_batch > 0 ? absl::StrCat("\n  CUDA graphs         decode batches of up to ",
                                                  rc.cuda_graph_max_batch)
-                                  : "");
+      : config.cuda_graph_max_batch > 0
+          ? "\n  CUDA graphs         off: not yet with --tensor-parallel-size > 1"
+          : "");
   return e;
 }
 
