@@ -168,8 +168,6 @@ Model::Model(const ModelConfig& config, kernels::Backend* backend, const ModelLo
 
 Model::~Model() = default;
 
-size_t Model::num_graphs() const { return graphs_ == nullptr ? 0 : graphs_->size(); }
-
 template <typename T>
 T* Model::Reserve(kernels::Buffer<T>& buf, size_t n, bool graphs_use) {
   if (buf.size() < n) {

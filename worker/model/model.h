@@ -102,9 +102,6 @@ class Model {
   // allocate nothing.
   void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples);
 
-  // Decode graphs recorded so far (0 without graphs).
-  [[nodiscard]] size_t num_graphs() const;
-
   ~Model();
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
