@@ -4,7 +4,8 @@
 // activation, the KV write in every format (bit-identical codes and scales), paged attention
 // for every format over mixed prefill / decode batches, GQA groups, split-KV lengths, block
 // sizes and head sizes, block copies (device ↔ device ↔ pinned host), and sampling (the same
-// token as the CPU twin, for every parameter mix, on tie-heavy and vocabulary-sliced rows).
+// token as the CPU twin, for every parameter mix, on tie-heavy and vocabulary-sliced rows);
+// and graphs: recorded ops replayed on new inputs, dropped when their scratch moves.
 // Skipped without a CUDA device. Label: gpu.
 #include "kernels/cuda/cuda_backend.h"
 
@@ -544,6 +545,80 @@ TEST_F(CudaBackendTest, KvSupportCheckNamesWhatIsMissing) {
   } else {
     EXPECT_NE(f.message().find("compute capability 8.9"), std::string::npos) << f;
   }
+}
+
+// The graph tests come last: should recording fail on a GPU, the abort costs only them.
+
+// A recorded graph runs nothing when recorded, then replays its ops on whatever the buffers hold
+// at each replay: the same results as the ops issued one by one on those inputs.
+TEST_F(CudaBackendTest, GraphsReplayTheRecordedOpsOnTheInputsOfTheMoment) {
+  ASSERT_TRUE(gpu_->SupportsGraphs());
+  const int64_t rows = 3, hidden = 256, inter = 512;
+  const std::vector<float> w = Random(2 * inter * hidden, rng_, 0.05f);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = FloatToBf16(w[i]);
+  const std::vector<float> weight = Random(hidden, rng_);
+  Dev<float> dx(rows * hidden), dweight(weight), dgate_up(rows * 2 * inter), dact(rows * inter);
+  Dev<float> want(rows * 2 * inter), want_act(rows * inter);
+  Dev<uint16_t> dnorm16(rows * hidden), dw16(w16), want16(rows * hidden);
+  auto ops = [&](uint16_t* norm16, float* gate_up, float* act) {
+    gpu_->RmsNorm({.x = dx.get(),
+                   .weight = dweight.get(),
+                   .rows = rows,
+                   .hidden = hidden,
+                   .eps = 1e-5f,
+                   .out16 = norm16,
+                   .out16_type = DType::kBF16});
+    gpu_->Gemm({.w = dw16.get(),
+                .y = gate_up,
+                .m = rows,
+                .n = 2 * inter,
+                .k = hidden,
+                .w_type = DType::kBF16,
+                .x16 = norm16});
+    gpu_->SiluMul({gate_up, act, rows, inter});
+  };
+  gpu_->BeginGraph();
+  ops(dnorm16.get(), dgate_up.get(), dact.get());
+  const int64_t graph = gpu_->EndGraph();
+  Sync();
+  for (float v : dact.Host()) ASSERT_TRUE(std::isnan(v)) << "recording ran the ops";
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> x = Random(rows * hidden, rng_);
+    gpu_->Upload(dx.get(), x.data(), sizeof(float) * x.size());
+    ASSERT_TRUE(gpu_->ReplayGraph(graph));
+    ops(want16.get(), want.get(), want_act.get());
+    Sync();
+    EXPECT_EQ(dnorm16.Host(), want16.Host()) << "round " << round;
+    EXPECT_LE(WorstRatio(dact.Host(), want_act.Host(), 1e-6, 1e-6), 1.0) << "round " << round;
+  }
+  gpu_->DropGraphs();
+  EXPECT_FALSE(gpu_->ReplayGraph(graph));
+}
+
+// A graph that reads a backend scratch buffer (a Gemm rounding float x to bf16 for its weights)
+// is dropped when that buffer has to grow: replaying it would read freed memory.
+TEST_F(CudaBackendTest, GraphsAreDroppedWhenTheScratchTheyReadGrows) {
+  const int64_t hidden = 128, n = 64;
+  const std::vector<float> w = Random(n * hidden, rng_, 0.05f);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = FloatToBf16(w[i]);
+  const std::vector<float> x = Random(64 * hidden, rng_);
+  Dev<float> dx(x), dy(64 * n);
+  Dev<uint16_t> dw16(w16);
+  auto gemm = [&](int64_t m) {
+    gpu_->Gemm({dx.get(), dw16.get(), nullptr, dy.get(), m, n, hidden, DType::kBF16});
+  };
+  gemm(2);  // sizes the rounding buffer for 2 rows
+  gpu_->BeginGraph();
+  gemm(2);
+  const int64_t graph = gpu_->EndGraph();
+  ASSERT_TRUE(gpu_->ReplayGraph(graph));
+  gemm(2);
+  EXPECT_TRUE(gpu_->ReplayGraph(graph)) << "the buffer did not move";
+  gemm(64);
+  EXPECT_FALSE(gpu_->ReplayGraph(graph)) << "the buffer grew";
+  Sync();
 }
 
 }  // namespace
