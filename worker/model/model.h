@@ -93,7 +93,7 @@ class Model {
   // Runs the batch, writing its K/V into (and reading context from) `kv`, which holds this
   // rank's KV heads, and draws its samples. Every rank of a group calls it with the same batch;
   // rank 0 gets the output (the others an empty one). Fails only when a collective does (a peer
-  // errored or stalled).
+  // errored or stalled). With graph_max_batch, a decode step replays a graph where it can.
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   // Allocates the per-step buffers for the largest step up front (`tokens` in the batch,
