@@ -93,10 +93,11 @@ TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
 TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
-  auto run = [&](const std::string& device) {
+  auto run = [&](const std::string& device, int graph_max_batch = 0) {
     EngineConfig config = FixtureConfig("tiny-llama3");
     config.device = device;
     config.dtype = "float32";
+    config.cuda_graph_max_batch = graph_max_batch;
     auto engine = testing::MakeEngine(config);
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
       RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
@@ -108,16 +109,25 @@ TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
       in.sampling.n = 2;
       EXPECT_OK(engine->AddRequest(in));
     }
-    return testing::RunToCompletion(*engine);
+    Results results = testing::RunToCompletion(*engine);
+    EXPECT_EQ(engine->stats().graph_steps > 0, graph_max_batch > 0);
+    EXPECT_GT(engine->stats().cow_copies, 0) << device;
+    return results;
   };
-  Results cpu = run("cpu"), gpu = run("cuda");
-  for (auto& [id, samples] : cpu) {
-    ASSERT_EQ(samples.size(), 2u) << id;
-    for (auto& [index, sample] : samples) {
-      EXPECT_EQ(gpu[id][index].tokens, sample.tokens) << id << " sample " << index;
-      ASSERT_EQ(gpu[id][index].logprobs.size(), sample.logprobs.size());
-      for (size_t k = 0; k < sample.logprobs.size(); ++k) {
-        EXPECT_NEAR(gpu[id][index].logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3);
+  // With CUDA graphs too, on the same forked samples (n = 2, which copy their shared last block
+  // before writing it: copy-on-write).
+  Results cpu = run("cpu"), gpu = run("cuda"), graphs = run("cuda", 16);
+  for (Results* device : {&gpu, &graphs}) {
+    SCOPED_TRACE(device == &gpu ? "eager" : "CUDA graphs");
+    for (auto& [id, samples] : cpu) {
+      ASSERT_EQ(samples.size(), 2u) << id;
+      for (auto& [index, sample] : samples) {
+        const SampleResult& got = (*device)[id][index];
+        EXPECT_EQ(got.tokens, sample.tokens) << id << " sample " << index;
+        ASSERT_EQ(got.logprobs.size(), sample.logprobs.size());
+        for (size_t k = 0; k < sample.logprobs.size(); ++k) {
+          EXPECT_NEAR(got.logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3);
+        }
       }
     }
   }
