@@ -90,47 +90,51 @@ TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
   }
 }
 
-TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
-  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const Reference ref = LoadReference("tiny-llama3");
-  auto run = [&](const std::string& device, int graph_max_batch = 0) {
-    EngineConfig config = FixtureConfig("tiny-llama3");
-    config.device = device;
-    config.dtype = "float32";
-    config.cuda_graph_max_batch = graph_max_batch;
-    auto engine = testing::MakeEngine(config);
-    for (size_t i = 0; i < ref.prompts.size(); ++i) {
-      RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
-      in.sampling.temperature = 0.8f;
-      in.sampling.top_k = 40;
-      in.sampling.top_p = 0.9f;
-      in.sampling.min_p = 0.01f;
-      in.sampling.seed = 7 + i;
-      in.sampling.n = 2;
-      EXPECT_OK(engine->AddRequest(in));
-    }
-    Results results = testing::RunToCompletion(*engine);
-    EXPECT_EQ(engine->stats().graph_steps > 0, graph_max_batch > 0);
-    EXPECT_GT(engine->stats().cow_copies, 0) << device;
-    return results;
-  };
-  // With CUDA graphs too, on the same forked samples (n = 2, which copy their shared last block
-  // before writing it: copy-on-write).
-  Results cpu = run("cpu"), gpu = run("cuda"), graphs = run("cuda", 16);
-  for (Results* device : {&gpu, &graphs}) {
-    SCOPED_TRACE(device == &gpu ? "eager" : "CUDA graphs");
-    for (auto& [id, samples] : cpu) {
-      ASSERT_EQ(samples.size(), 2u) << id;
-      for (auto& [index, sample] : samples) {
-        const SampleResult& got = (*device)[id][index];
-        EXPECT_EQ(got.tokens, sample.tokens) << id << " sample " << index;
-        ASSERT_EQ(got.logprobs.size(), sample.logprobs.size());
-        for (size_t k = 0; k < sample.logprobs.size(); ++k) {
-          EXPECT_NEAR(got.logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3);
-        }
+// Seeded top-k / top-p / min-p sampling with n = 2 and logprobs for every fixture prompt on
+// `device` (forked samples, which copy their shared last block before writing it); checks that
+// steps replayed graphs exactly when asked to.
+Results SeededSamples(const Reference& ref, const std::string& device, int graph_max_batch) {
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = device;
+  config.dtype = "float32";
+  config.cuda_graph_max_batch = graph_max_batch;
+  auto engine = testing::MakeEngine(config);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
+    in.sampling.temperature = 0.8f;
+    in.sampling.top_k = 40;
+    in.sampling.top_p = 0.9f;
+    in.sampling.min_p = 0.01f;
+    in.sampling.seed = 7 + i;
+    in.sampling.n = 2;
+    EXPECT_OK(engine->AddRequest(in));
+  }
+  Results results = testing::RunToCompletion(*engine);
+  EXPECT_EQ(engine->stats().graph_steps > 0, graph_max_batch > 0);
+  EXPECT_GT(engine->stats().cow_copies, 0) << device;
+  return results;
+}
+
+// The same tokens as the CPU's, and logprobs within 1e-3.
+void ExpectSameSamples(Results& got, Results& cpu) {
+  for (auto& [id, samples] : cpu) {
+    ASSERT_EQ(samples.size(), 2u) << id;
+    for (auto& [index, sample] : samples) {
+      const SampleResult& g = got[id][index];
+      EXPECT_EQ(g.tokens, sample.tokens) << id << " sample " << index;
+      ASSERT_EQ(g.logprobs.size(), sample.logprobs.size());
+      for (size_t k = 0; k < sample.logprobs.size(); ++k) {
+        EXPECT_NEAR(g.logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3);
       }
     }
   }
+}
+
+TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  Results cpu = SeededSamples(ref, "cpu", 0), gpu = SeededSamples(ref, "cuda", 0);
+  ExpectSameSamples(gpu, cpu);
 }
 
 // Without --num-blocks the pool takes what --gpu-memory-utilization leaves once the weights and
@@ -347,6 +351,14 @@ TEST(EngineCudaGraphTest, GraphDecodeMatchesTransformers) {
     // Every decode step but the first of each bucket (which records its graph) replays.
     EXPECT_GE(graph_steps, decode_steps - 4);
   }
+}
+
+// The seeded samples above with CUDA graphs: the CPU's tokens too.
+TEST(EngineCudaGraphTest, SeededSamplesAreTheCpus) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  Results cpu = SeededSamples(ref, "cpu", 0), graphs = SeededSamples(ref, "cuda", 16);
+  ExpectSameSamples(graphs, cpu);
 }
 
 // Replays against eager steps on one workload whose decode batch shrinks from 7 to 1 as

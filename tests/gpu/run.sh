@@ -12,7 +12,8 @@
 #
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
-# GPU sampling against the CPU twin (time and token equality), then the decode-attention
+# CUDA graphs (backend replays, decode graphs in the engine), GPU sampling against the CPU twin
+# (time and token equality), then the decode-attention
 # benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes, and the whole
 # engine on a Llama 3.2 1B-shaped model. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
@@ -37,7 +38,7 @@ run_check() {  # name, timeout, command...
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
   results+=("$name|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
 }
-run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" --gtest_filter=-*TensorCore*
+run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" --gtest_filter=-*TensorCore*:*Graph*
 # The tensor-core kernel's mma.sync / movmatrix against PTX's documented layouts: if the
 # attention test below fails, this says whether the fragment layouts are why.
 run_check mma_probe_test 60 "$build/bin/mma_probe_test"
@@ -45,11 +46,17 @@ grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|lane [0-9]+" "$out/mma_probe_test.log" | 
 # The tensor-core attention test runs in its own process: a fault there (it has not run on a
 # GPU before) must not take the other conformance tests down with the CUDA context.
 run_check cuda_backend_test_tc 180 "$build/bin/cuda_backend_test" --gtest_filter=*TensorCore*
-for t in nccl_communicator_test engine_cuda_test; do
-  if [[ -x $build/bin/$t ]]; then run_check "$t" 180 "$build/bin/$t"; else results+=("$t|missing"); fi
-done
+if [[ -x $build/bin/nccl_communicator_test ]]; then
+  run_check nccl_communicator_test 180 "$build/bin/nccl_communicator_test"
+else results+=("nccl_communicator_test|missing"); fi
+run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Graph*
+# CUDA graphs (stream capture, replays, decode graphs in the engine), which have not run on a
+# GPU before: in their own processes, so that a fault there takes nothing else down.
+run_check cuda_backend_test_graphs 60 "$build/bin/cuda_backend_test" --gtest_filter=*Graph*
+run_check engine_cuda_test_graphs 120 "$build/bin/engine_cuda_test" --gtest_filter=*Graph*
 grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_backend_test_tc.log" \
-  "$out/engine_cuda_test.log" 2>/dev/null
+  "$out/engine_cuda_test.log" "$out/cuda_backend_test_graphs.log" \
+  "$out/engine_cuda_test_graphs.log" 2>/dev/null
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log"
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
@@ -119,7 +126,7 @@ echo
 # The engine's bf16-weight fidelity, pool sizing and tensor-core vs SIMT logits, as
 # engine_cuda_test printed them.
 grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|replayed a graph" \
-  "$out/engine_cuda_test.log" 2>/dev/null
+  "$out/engine_cuda_test.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
