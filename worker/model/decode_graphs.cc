@@ -1,6 +1,7 @@
 #include "worker/model/decode_graphs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "glog/logging.h"
@@ -14,21 +15,18 @@ constexpr int64_t kSamplesPerRow = 2;
 
 size_t Align8(size_t n) { return (n + 7) / 8 * 8; }
 
-int64_t NextPowerOfTwo(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 }  // namespace
 
 int64_t DecodeGraphs::BatchBucket(int64_t seqs, int64_t max_batch) {
-  const int64_t bucket = seqs <= 4 ? NextPowerOfTwo(seqs) : (seqs + 7) / 8 * 8;
+  const int64_t bucket = seqs <= 4
+                             ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(seqs)))
+                             : (seqs + 7) / 8 * 8;
   return std::min(bucket, max_batch);
 }
 
 int64_t DecodeGraphs::WidthBucket(int64_t blocks, int64_t max_blocks_per_seq) {
-  return std::min(NextPowerOfTwo(std::max(blocks, kMinWidth)), max_blocks_per_seq);
+  const auto width = std::bit_ceil(static_cast<uint64_t>(std::max(blocks, kMinWidth)));
+  return std::min(static_cast<int64_t>(width), max_blocks_per_seq);
 }
 
 DecodeGraphs::DecodeGraphs(kernels::Backend* backend, const DecodeGraphOptions& options)
