@@ -40,11 +40,21 @@ class Communicator {
   // AllReduceSum / AllGather as a step of `stream` (Backend::OpStream): after the work queued
   // there, before what is queued later; they return once enqueued, with no wait on the host.
   // A collective that fails or stalls past the timeout is aborted by a watchdog, and every
-  // later call returns that error.
+  // later call returns that error. Called while the stream records a graph (Backend::BeginGraph,
+  // on this rank's thread), they are recorded, not run, and the watchdog has nothing to watch
+  // until the graph replays: see EnqueueWatch.
   virtual absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) {
     return absl::UnimplementedError("stream-ordered collectives need a GPU communicator (NCCL)");
   }
   virtual absl::Status EnqueueAllGather(const float* in, size_t count, float* out, void* stream) {
+    return absl::UnimplementedError("stream-ordered collectives need a GPU communicator (NCCL)");
+  }
+  // OK, or the error that aborted the communicator (its watchdog's, or NCCL's asynchronous
+  // one): the collectives that ran since the last check may have left garbage.
+  virtual absl::Status status() { return absl::OkStatus(); }
+  // Hands the watchdog the work queued on `stream` so far, as if it were one more collective:
+  // called after a graph replay, it bounds the collectives recorded in the graph by the timeout.
+  virtual absl::Status EnqueueWatch(void* stream) {
     return absl::UnimplementedError("stream-ordered collectives need a GPU communicator (NCCL)");
   }
 };

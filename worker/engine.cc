@@ -190,10 +190,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.cpu_threads = config.cpu_threads;
   rc.device = config.device;
   rc.attention_tensor_cores = config.attention_kernel == "tensor-cores";
-  if (tp == 1) {
-    rc.cuda_graph_max_batch = std::min(config.cuda_graph_max_batch, config.scheduler.max_num_seqs);
-    rc.max_blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
-  }
+  rc.cuda_graph_max_batch = std::min(config.cuda_graph_max_batch, config.scheduler.max_num_seqs);
+  rc.max_blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   rc.make_backend = config.make_backend;
@@ -252,9 +250,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
       config.enable_prefix_caching ? "on" : "off",
       rc.cuda_graph_max_batch > 0 ? absl::StrCat("\n  CUDA graphs         decode batches of up to ",
                                                  rc.cuda_graph_max_batch)
-      : config.cuda_graph_max_batch > 0
-          ? "\n  CUDA graphs         off: not yet with --tensor-parallel-size > 1"
-          : "");
+                                  : "");
   return e;
 }
 

@@ -56,7 +56,7 @@ struct RunnerConfig {
   int cpu_threads = 1;
   std::string device = "cpu";           // cpu | cuda
   bool attention_tensor_cores = false;  // CUDA: the mma.sync attention kernel
-  // Decode steps of up to this many sequences replay CUDA graphs (one rank only; 0: off), whose
+  // Decode steps of up to this many sequences replay CUDA graphs on every rank (0: off), whose
   // block tables are max_blocks_per_seq wide.
   int cuda_graph_max_batch = 0;
   int max_blocks_per_seq = 0;

@@ -67,6 +67,19 @@ class NcclCommunicator final : public Communicator {
       return ncclAllGather(in, out, count, ncclFloat32, comm_, s);
     });
   }
+  absl::Status status() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok() && comm_ != nullptr) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) Abort(NcclStatus(async, "a collective"));
+    }
+    return failure_;
+  }
+  absl::Status EnqueueWatch(void* stream) override {
+    return Enqueue("collectives of a replayed graph", stream,
+                   [](cudaStream_t) { return ncclSuccess; });
+  }
 
   absl::Status AllReduceSum(float* data, size_t count) override {
     return Run("all-reduce", [&] {
@@ -156,7 +169,9 @@ class NcclCommunicator final : public Communicator {
 
   // On the caller's stream, so the collective is ordered with the kernels around it and the
   // host does not wait; an event after it goes to the watchdog thread, which aborts the
-  // communicator when the collective fails or outlives the timeout.
+  // communicator when the collective fails or outlives the timeout. A stream recording a graph
+  // records the collective and no event (one could not be queried from the watchdog): the
+  // replays are watched through EnqueueWatch.
   template <typename Fn>
   absl::Status Enqueue(const char* what, void* stream, Fn launch) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -165,6 +180,12 @@ class NcclCommunicator final : public Communicator {
     cudaSetDevice(device_);
     const auto s = static_cast<cudaStream_t>(stream);
     if (absl::Status st = NcclStatus(launch(s), what); !st.ok()) return st;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (absl::Status st = CudaStatus(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
+        !st.ok()) {
+      return st;
+    }
+    if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();
     cudaEvent_t done = nullptr;
     if (free_events_.empty()) {
       if (absl::Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),

@@ -4,9 +4,10 @@
 // the call returns DeadlineExceeded, so a stalled peer never hangs the worker. The model's
 // per-layer all-reduces and its logits' all-gather are stream-ordered instead (Enqueue* on the
 // backend's stream: no host round trip per layer); a watchdog thread polls those collectives'
-// events and aborts the same way, the error coming back from the rank's next call. (NCCL refuses
-// two ranks on one GPU, so a single machine with one GPU can only test size 1; the emulated build
-// runs more.)
+// events and aborts the same way, the error coming back from the rank's next call. Recorded in a
+// CUDA graph (decode graphs), they run in its replays, which EnqueueWatch hands to the watchdog
+// as a whole. (NCCL refuses two ranks on one GPU, so a single machine with one GPU can only test
+// size 1; the emulated build runs more.)
 //
 //   ASSIGN_OR_RETURN(auto comms, CreateNcclGroup({0, 1}, absl::Seconds(30)));
 //

@@ -2,10 +2,18 @@
 // sharded over devices, the row-parallel all-reduces and the logits all-gather through NCCL.
 // Every fixture at TP=2 (and tiny-llama3 at TP=4, where its two KV heads are replicated)
 // matches transformers' float32 logits (< 1e-4) and greedy continuations, with chunked prefill;
-// seeded samples and logprobs equal the CPU backend's at TP=1. Needs as many CUDA devices as
-// ranks (NCCL refuses two ranks on one device), so it skips on the one-GPU machine; CI runs it
-// in the KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
+// seeded samples and logprobs equal the CPU backend's at TP=1; so do decode steps replayed as
+// CUDA graphs (collectives included). Needs as many CUDA devices as ranks (NCCL refuses two
+// ranks on one device), so it skips on the one-GPU machine; CI runs it in the
+// KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
 // Label: gpu.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
@@ -53,23 +61,82 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCudaTpTest,
                                   (info.param.chunk > 0 ? "_chunked" : "");
                          });
 
-// CUDA graphs are not yet recorded with tensor parallelism (NCCL inside a captured graph): the
-// flag is accepted, the preflight report says they are off, and every step runs eagerly.
-TEST(EngineCudaTpGraphTest, GraphsStayOffWithTensorParallelism) {
+// CUDA graphs with tensor parallelism: each rank records its decode steps, the per-layer
+// all-reduces and the logits all-gather included, and replays them. Against transformers at
+// TP=2 and TP=4 (prompt steps eager, decode steps replayed), counting the replays.
+TEST(EngineCudaTpGraphTest, GraphDecodeMatchesTransformers) {
   if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
-  EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.dtype = "float32";
-  config.tensor_parallel_size = 2;
-  config.cuda_graph_max_batch = 8;
-  auto engine = testing::MakeEngine(config);
-  ASSERT_NE(engine, nullptr);
-  EXPECT_THAT(engine->preflight_report(),
-              ::testing::HasSubstr("CUDA graphs         off: not yet with --tensor-parallel-size"));
-  ASSERT_OK(engine->AddRequest(testing::GreedyRequest("a", {5, 6, 7, 8}, 6)));
-  testing::RunToCompletion(*engine);
-  EXPECT_GE(engine->stats().steps, 6);
-  EXPECT_EQ(engine->stats().graph_steps, 0);
+  for (const Case& c :
+       {Case{"tiny-llama3", 2, 0}, Case{"tiny-qwen3", 2, 0}, Case{"tiny-llama3", 4, 0}}) {
+    if (kernels::CudaDeviceCount() < c.tp) continue;
+    SCOPED_TRACE(std::string(c.model) + " tp " + std::to_string(c.tp));
+    const Reference ref = LoadReference(c.model);
+    EngineConfig config = FixtureConfig(c.model);
+    config.device = "cuda";
+    config.dtype = "float32";
+    config.tensor_parallel_size = c.tp;
+    config.tp_timeout = absl::Seconds(60);
+    config.cuda_graph_max_batch = 8;
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_THAT(engine->preflight_report(),
+                ::testing::HasSubstr("CUDA graphs         decode batches of up to 8"));
+    int64_t decode_steps = 0;
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i],
+                                               static_cast<int>(ref.greedy[i].size()));
+      in.return_prompt_logits = true;
+      decode_steps = std::max<int64_t>(decode_steps, in.max_tokens - 1);
+      ASSERT_OK(engine->AddRequest(in));
+    }
+    Results results = testing::RunToCompletion(*engine, true);
+    testing::ExpectMatchesReference(results, ref);
+    std::printf("%s at TP=%d: %lld of %lld steps replayed a graph\n", c.model, c.tp,
+                static_cast<long long>(engine->stats().graph_steps),
+                static_cast<long long>(engine->stats().steps));
+    // Every decode step but the first of each bucket (which records its graph) replays.
+    EXPECT_GE(engine->stats().graph_steps, decode_steps - 4);
+  }
+}
+
+// A rank that fails or stalls mid-step while its peer's step is queued on the device, eagerly
+// and during a replayed decode graph: the peer's collectives wait until its watchdog (handed
+// each eager collective, or the whole replay) aborts the communicator, and the step fails with
+// a clean error in bounded time instead of hanging or returning tokens drawn from garbage.
+TEST(EngineCudaTpFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime) {
+  if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  for (const int graph_max_batch : {0, 8}) {
+    for (const bool stall : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(stall ? "stall" : "error", graph_max_batch > 0 ? ", graphs" : ""));
+      EngineConfig config = FixtureConfig("tiny-llama3");
+      config.device = "cuda";
+      config.dtype = "float32";
+      config.tensor_parallel_size = 2;
+      config.tp_timeout = absl::Milliseconds(800);
+      config.cuda_graph_max_batch = graph_max_batch;
+      // Step 1 is the prompt, 2 records the decode graph, 3 and 4 replay it, 5 fails.
+      config.tp_fault = {.rank = 1, .step = 5, .stall = stall};
+      const auto start = std::chrono::steady_clock::now();
+      {
+        auto engine = testing::MakeEngine(config);
+        ASSERT_OK(engine->AddRequest(testing::GreedyRequest("r", std::vector<int32_t>(20, 3), 10)));
+        absl::Status failure;
+        int steps = 0;
+        for (; steps < 10 && failure.ok(); ++steps) failure = engine->Step().status();
+        EXPECT_EQ(steps, 5);
+        EXPECT_THAT(std::string(failure.message()), ::testing::HasSubstr("tensor-parallel rank"));
+        if (stall) {
+          EXPECT_THAT(std::string(failure.message()),
+                      ::testing::HasSubstr(graph_max_batch > 0 ? "replayed graph" : "timed out"));
+        }
+        EXPECT_EQ(engine->stats().graph_steps, graph_max_batch > 0 ? 2 : 0);
+        EXPECT_FALSE(engine->Step().ok());  // stays failed
+      }                                     // the engine joins its rank threads here
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 15.0);
+    }
+  }
 }
 
 TEST(EngineCudaTpDevicesTest, MoreRanksThanGpusAreRefused) {
@@ -86,16 +153,19 @@ TEST(EngineCudaTpDevicesTest, MoreRanksThanGpusAreRefused) {
                                        std::to_string(gpus) + " CUDA device(s)")));
 }
 
-// Rank 0 draws from the vocabulary slices gathered over NCCL: the CPU's tokens at TP=1.
+// Rank 0 draws from the vocabulary slices gathered over NCCL: the CPU's tokens at TP=1, with
+// the decode steps run eagerly and as replayed graphs (forked samples, n = 2, copy-on-write).
 TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {
   if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   const Reference ref = LoadReference("tiny-llama3");
-  auto run = [&](const std::string& device, int tp) {
+  int64_t graph_steps = 0;
+  auto run = [&](const std::string& device, int tp, int graph_max_batch = 0) {
     EngineConfig config = FixtureConfig("tiny-llama3");
     config.device = device;
     config.dtype = "float32";
     config.tensor_parallel_size = tp;
     config.tp_timeout = absl::Seconds(60);
+    config.cuda_graph_max_batch = graph_max_batch;
     auto engine = testing::MakeEngine(config);
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
       RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 16);
@@ -107,16 +177,25 @@ TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {
       in.sampling.n = 2;
       EXPECT_OK(engine->AddRequest(in));
     }
-    return testing::RunToCompletion(*engine);
+    Results results = testing::RunToCompletion(*engine);
+    graph_steps = engine->stats().graph_steps;
+    return results;
   };
-  Results cpu = run("cpu", 1), gpu = run("cuda", 2);
-  for (auto& [id, samples] : cpu) {
-    ASSERT_EQ(gpu[id].size(), samples.size()) << id;
-    for (auto& [index, sample] : samples) {
-      EXPECT_EQ(gpu[id][index].tokens, sample.tokens) << id << " sample " << index;
-      ASSERT_EQ(gpu[id][index].logprobs.size(), sample.logprobs.size()) << id;
-      for (size_t k = 0; k < sample.logprobs.size(); ++k) {
-        EXPECT_NEAR(gpu[id][index].logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3) << id;
+  const Results cpu = run("cpu", 1);
+  for (const int graph_max_batch : {0, 16}) {
+    SCOPED_TRACE(graph_max_batch > 0 ? "CUDA graphs" : "eager");
+    Results gpu = run("cuda", 2, graph_max_batch);
+    if (graph_max_batch > 0) {
+      EXPECT_GT(graph_steps, 0);
+    }
+    for (const auto& [id, samples] : cpu) {
+      ASSERT_EQ(gpu[id].size(), samples.size()) << id;
+      for (const auto& [index, sample] : samples) {
+        EXPECT_EQ(gpu[id][index].tokens, sample.tokens) << id << " sample " << index;
+        ASSERT_EQ(gpu[id][index].logprobs.size(), sample.logprobs.size()) << id;
+        for (size_t k = 0; k < sample.logprobs.size(); ++k) {
+          EXPECT_NEAR(gpu[id][index].logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3) << id;
+        }
       }
     }
   }

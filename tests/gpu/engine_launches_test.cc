@@ -17,8 +17,10 @@ namespace kvserve::worker {
 namespace {
 
 // Launches of the second decode step (the first one allocates what it needs, and with graphs
-// records the step's graph) of one sequence.
-int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_batch = 0) {
+// records the step's graph) of one sequence, summed over the tensor-parallel ranks. (The
+// emulated NCCL's collectives are not counted; on a GPU each is a kernel of its own.)
+int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_batch = 0,
+                           int tp = 1) {
   const std::string dir = kvserve::testing::MakeTempDir() + "/model";
   RandomModelOptions o;
   o.vocab = 512;
@@ -36,6 +38,7 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_b
   config.num_blocks = 16;
   config.max_model_len = 128;
   config.cuda_graph_max_batch = graph_max_batch;
+  config.tensor_parallel_size = tp;
   auto engine = testing::MakeEngine(config);
   EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
   for (int step = 0; step < 2; ++step) EXPECT_OK(engine->Step().status());  // prefill, decode
@@ -72,6 +75,17 @@ TEST(EngineLaunchesTest, AGraphStepIsThreeLaunchesAtAnyDepth) {
               static_cast<long long>(one), static_cast<long long>(two));
   EXPECT_EQ(one, 3);
   EXPECT_EQ(two, 3);
+}
+
+// With tensor parallelism each rank replays its graph (its all-reduces and the logits'
+// all-gather inside), and rank 0 draws: 4 launches at TP=2, against 10 kernels per layer and
+// rank (and 2 collectives per layer) eagerly.
+TEST(EngineLaunchesTest, AGraphStepIsOneLaunchPerRankWithTensorParallelism) {
+  const int64_t eager = DecodeStepLaunches(2, "bfloat16", 0, 2);
+  const int64_t graphs = DecodeStepLaunches(2, "bfloat16", 8, 2);
+  std::printf("TP=2, 2 layers: %lld launches per decode step eagerly, %lld with CUDA graphs\n",
+              static_cast<long long>(eager), static_cast<long long>(graphs));
+  EXPECT_EQ(graphs, 4);
 }
 
 }  // namespace

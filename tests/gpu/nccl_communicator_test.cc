@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -88,6 +90,76 @@ void StreamOrderedCollectives(int ranks) {
 TEST(NcclCommunicatorTest, StreamOrderedCollectivesOneRank) { StreamOrderedCollectives(1); }
 TEST(NcclCommunicatorTest, StreamOrderedCollectivesTwoRanks) { StreamOrderedCollectives(2); }
 
+// Stream-ordered collectives recorded in a CUDA graph (stream capture, as the decode graphs do
+// with tensor parallelism): recording runs nothing, and each replay sums and gathers what the
+// inputs hold then; EnqueueWatch hands the replay to the watchdog. Two replays, the second on
+// doubled inputs.
+void CollectivesInAGraph(int ranks) {
+  if (CudaDeviceCount() < ranks) GTEST_SKIP() << "fewer CUDA devices than " << ranks;
+  std::vector<int> devices;
+  for (int r = 0; r < ranks; ++r) devices.push_back(r);
+  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup(devices, absl::Seconds(30)));
+  constexpr int kCount = 1000;
+  // Per rank: the gathered sums after recording (nothing ran: zeros) and after each replay.
+  std::vector<std::vector<std::vector<float>>> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+      cudaStream_t stream = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      float *dev = nullptr, *all = nullptr;
+      ASSERT_EQ(cudaMalloc(&dev, kCount * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&all, kCount * ranks * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(all, 0, kCount * ranks * sizeof(float), stream), cudaSuccess);
+      std::vector<float> mine(kCount), back(kCount * ranks);
+      auto download = [&] {
+        ASSERT_EQ(cudaMemcpyAsync(back.data(), all, back.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream),
+                  cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        results[r].push_back(back);
+      };
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      ASSERT_OK(comms[r]->EnqueueAllReduceSum(dev, kCount, stream));
+      ASSERT_OK(comms[r]->EnqueueAllGather(dev, kCount, all, stream));
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      download();
+      for (int replay = 1; replay <= 2; ++replay) {
+        for (int i = 0; i < kCount; ++i) mine[i] = static_cast<float>(replay * (r + 1) * i);
+        ASSERT_EQ(cudaMemcpyAsync(dev, mine.data(), kCount * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream),
+                  cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_OK(comms[r]->EnqueueWatch(stream));
+        download();
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaFree(dev);
+      cudaFree(all);
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_EQ(results[r].size(), 3u) << "rank " << r;
+    for (int replay = 0; replay <= 2; ++replay) {
+      const int factor = replay * ranks * (ranks + 1) / 2;
+      for (int i = 0; i < kCount * ranks; ++i) {
+        ASSERT_EQ(results[r][replay][i], static_cast<float>(factor * (i % kCount)))
+            << "rank " << r << " replay " << replay << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(NcclCommunicatorTest, CollectivesInAGraphOneRank) { CollectivesInAGraph(1); }
+TEST(NcclCommunicatorTest, CollectivesInAGraphTwoRanks) { CollectivesInAGraph(2); }
+
 // A stream-ordered all-reduce whose peer never joins: the watchdog aborts the communicator at
 // the timeout, and the rank's next call says why instead of hanging. (Needs two devices: the
 // emulated build. The stalled collective stays queued on a stream nothing waits for.)
@@ -108,6 +180,34 @@ TEST(NcclCommunicatorTest, StalledStreamOrderedAllReduceTimesOut) {
   }
   ASSERT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_EQ(comms[0]->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// The same stall inside a replayed graph: the watchdog bounds the replay handed to it by
+// EnqueueWatch.
+TEST(NcclCommunicatorTest, StalledGraphReplayTimesOut) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup({0, 1}, absl::Milliseconds(200)));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 4 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_OK(comms[0]->EnqueueAllReduceSum(dev, 4, stream));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // rank 1 never replays
+  ASSERT_OK(comms[0]->EnqueueWatch(stream));
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s;
+  while (s.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s = comms[0]->EnqueueWatch(stream);  // the watchdog's error once it fired
+  }
+  ASSERT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("replayed graph"));
 }
 
 }  // namespace

@@ -206,10 +206,11 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) 
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
   Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));
-  // Decode graphs replay batches of up to graph_max_batch_ rows: within these bounds.
+  // Decode graphs replay batches of up to graph_max_batch_ rows: within these bounds. With
+  // tensor parallelism, the graphs hold the collectives too (stream-ordered ones only).
   const int64_t max_batch = std::min<int64_t>({graph_max_batch_, tokens, logit_rows});
-  if (graphs_ == nullptr && max_batch > 0 && graph_max_blocks_per_seq_ > 0 && comm_ == nullptr &&
-      backend_->SupportsGraphs()) {
+  if (graphs_ == nullptr && max_batch > 0 && graph_max_blocks_per_seq_ > 0 &&
+      (comm_ == nullptr || comm_->stream_ordered()) && backend_->SupportsGraphs()) {
     graphs_ = std::make_unique<DecodeGraphs>(
         backend_, DecodeGraphOptions{static_cast<int>(max_batch), graph_max_blocks_per_seq_});
   }
@@ -335,8 +336,11 @@ absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStora
   const DecodeGraphs::Step step = graphs_->Prepare(b, cache.block_size, cache.k);
   if (const DecodeGraphs::Recorded r = graphs_->Find(step);
       r.graph >= 0 && backend_->ReplayGraph(r.graph)) {
-    ForwardOutput out =
-        Finish(b, r.logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
+    // The replay's collectives, bounded by the timeout like the eager steps' (and on every
+    // rank, replaying or not, the same ones in the same order).
+    if (comm_ != nullptr) RETURN_IF_ERROR(comm_->EnqueueWatch(backend_->OpStream()));
+    ASSIGN_OR_RETURN(ForwardOutput out,
+                     Finish(b, r.logits, step.inputs.num_logit_rows, step.samples, step.logprobs));
     out.graph = true;
     return out;
   }
@@ -443,19 +447,19 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
   return lb.gathered;
 }
 
-ForwardOutput Model::Finish(const ForwardBatch& b, const float* logits, int64_t rows,
-                            const kernels::SampleRequest* samples,
-                            const kernels::LogprobRequest* logprob_requests) {
+absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* logits,
+                                            int64_t rows, const kernels::SampleRequest* samples,
+                                            const kernels::LogprobRequest* logprob_requests) {
   ForwardOutput out;
   // A tensor-parallel step ends with its collectives done (or failed) on every rank: waited
   // for here where nothing is downloaded below, by the downloads otherwise. (That also runs an
   // emulated device, whose queued work runs only when something waits for it.)
   const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
-  if (shard_.rank != 0) return out;
   const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
-  if (!b.samples.empty()) Draw(b, logits, rows, samples, logprob_requests, &out);
-  if (!b.host_logit_rows.empty()) {
+  if (shard_.rank == 0 && !b.samples.empty())
+    Draw(b, logits, rows, samples, logprob_requests, &out);
+  if (shard_.rank == 0 && !b.host_logit_rows.empty()) {
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());
     float* host_rows = Reserve(scratch_.host_rows, n * vocab);
     for (int64_t k = 0; k < n; ++k) {
@@ -468,6 +472,9 @@ ForwardOutput Model::Finish(const ForwardBatch& b, const float* logits, int64_t 
     out.logits.resize(n * vocab);
     backend_->Download(out.logits.data(), host_rows, sizeof(float) * out.logits.size());
   }
+  // Collectives that a peer's stall or failure aborted meanwhile leave garbage in the logits:
+  // the step fails instead of returning what was drawn from them.
+  if (comm_ != nullptr) RETURN_IF_ERROR(comm_->status());
   return out;
 }
 

@@ -70,7 +70,7 @@ struct ModelLoadOptions {
   kernels::Communicator* comm = nullptr;  // required when shard.size > 1
   DType weight_type = DType::kF32;        // of the matrices: kF32, kBF16 or kF16
   // Decode steps of up to this many sequences replay recorded graphs (decode_graphs.h) where
-  // the backend records them and the model is not sharded; 0: never.
+  // the backend records them (with a stream-ordered `comm` when sharded); 0: never.
   int graph_max_batch = 0;
   int graph_max_blocks_per_seq = 0;  // the block tables' widest width (max_model_len's)
 };
@@ -165,10 +165,11 @@ class Model {
   // Forward for a batch that DecodeGraphs::Fits: replays its bucket's graph, or runs the step
   // and records the graph for the next ones.
   absl::StatusOr<ForwardOutput> ForwardGraph(const ForwardBatch& b, KvStorage& kv);
-  // The end of a step: draws the samples and brings back the logits rows asked for (rank 0).
-  ForwardOutput Finish(const ForwardBatch& b, const float* logits, int64_t rows,
-                       const kernels::SampleRequest* samples,
-                       const kernels::LogprobRequest* logprob_requests);
+  // The end of a step: draws the samples and brings back the logits rows asked for (rank 0);
+  // an error when the step's collectives were aborted (their outputs are garbage then).
+  absl::StatusOr<ForwardOutput> Finish(const ForwardBatch& b, const float* logits, int64_t rows,
+                                       const kernels::SampleRequest* samples,
+                                       const kernels::LogprobRequest* logprob_requests);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,

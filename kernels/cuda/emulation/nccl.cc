@@ -3,8 +3,10 @@
 // rendezvous where the last rank to arrive computes the result for all (float32 sums, gathers and
 // broadcasts, the only ones kvserve uses). Several ranks in one process is what lets the tests run
 // tensor parallelism on the CUDA path, which the one-GPU machine cannot (NCCL refuses two ranks on
-// one device). A rank that never arrives blocks the others, where real NCCL's watchdog would time
-// out.
+// one device). A rank that never arrives blocks the others until one of them aborts the
+// communicator (ncclCommAbort, which kvserve's watchdog calls at its timeout): then the collectives
+// waiting and those that come later return without a result, as NCCL's kernels that an abort ends
+// leave garbage. (Unlike NCCL, one rank's abort also ends its peers' collectives.)
 #include <nccl.h>
 
 #include <atomic>
@@ -29,10 +31,12 @@ struct Call {
 struct Clique {
   explicit Clique(int n) : size(n), calls(n) {}
 
-  // Blocks until every rank made the call; the last one runs `op` on all of them.
+  // Blocks until every rank made the call; the last one runs `op` on all of them. Returns
+  // without running it once a rank aborted.
   template <typename Op>
   void Rendezvous(int rank, Call call, Op op) {
     std::unique_lock<std::mutex> lock(mu);
+    if (aborted) return;
     const uint64_t gen = generation;
     calls[rank] = call;
     if (++arrived == size) {
@@ -41,8 +45,16 @@ struct Clique {
       ++generation;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return generation != gen; });
+      cv.wait(lock, [&] { return generation != gen || aborted; });
     }
+  }
+
+  void Abort() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      aborted = true;
+    }
+    cv.notify_all();
   }
 
   const int size;
@@ -50,6 +62,7 @@ struct Clique {
   std::condition_variable cv;
   int arrived = 0;
   uint64_t generation = 0;
+  bool aborted = false;
   std::vector<Call> calls;
 };
 
@@ -98,7 +111,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  comm->clique->Abort();
+  return ncclCommDestroy(comm);
+}
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* error) {
   *error = ncclSuccess;
@@ -119,17 +135,17 @@ const char* ncclGetErrorString(ncclResult_t result) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32 || op != ncclSum) return ncclInvalidUsage;
-  kvserve::emulation::Enqueue(stream, [=] {
-    comm->clique->Rendezvous(comm->rank,
-                             {static_cast<const float*>(send), static_cast<float*>(recv)},
-                             [count](std::vector<Call>& calls) {
-                               std::vector<float> sum(count, 0.0f);
-                               for (const Call& c : calls) {
-                                 for (size_t i = 0; i < count; ++i) sum[i] += c.send[i];
-                               }
-                               for (const Call& c : calls)
-                                 std::memcpy(c.recv, sum.data(), count * sizeof(float));
-                             });
+  // The queued call outlives an aborted (deleted) comm: it holds the clique and the rank.
+  kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
+    clique->Rendezvous(rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
+                       [count](std::vector<Call>& calls) {
+                         std::vector<float> sum(count, 0.0f);
+                         for (const Call& c : calls) {
+                           for (size_t i = 0; i < count; ++i) sum[i] += c.send[i];
+                         }
+                         for (const Call& c : calls)
+                           std::memcpy(c.recv, sum.data(), count * sizeof(float));
+                       });
   });
   return ncclSuccess;
 }
@@ -137,18 +153,17 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32) return ncclInvalidUsage;
-  kvserve::emulation::Enqueue(stream, [=] {
-    comm->clique->Rendezvous(comm->rank,
-                             {static_cast<const float*>(send), static_cast<float*>(recv)},
-                             [count](std::vector<Call>& calls) {
-                               const size_t n = calls.size();
-                               std::vector<float> all(n * count);
-                               for (size_t r = 0; r < n; ++r) {
-                                 std::memcpy(&all[r * count], calls[r].send, count * sizeof(float));
-                               }
-                               for (const Call& c : calls)
-                                 std::memcpy(c.recv, all.data(), all.size() * sizeof(float));
-                             });
+  kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
+    clique->Rendezvous(rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
+                       [count](std::vector<Call>& calls) {
+                         const size_t n = calls.size();
+                         std::vector<float> all(n * count);
+                         for (size_t r = 0; r < n; ++r) {
+                           std::memcpy(&all[r * count], calls[r].send, count * sizeof(float));
+                         }
+                         for (const Call& c : calls)
+                           std::memcpy(c.recv, all.data(), all.size() * sizeof(float));
+                       });
   });
   return ncclSuccess;
 }
@@ -156,14 +171,13 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream) {
   if (type != ncclFloat32 || root < 0 || root >= comm->clique->size) return ncclInvalidUsage;
-  kvserve::emulation::Enqueue(stream, [=] {
-    comm->clique->Rendezvous(comm->rank,
-                             {static_cast<const float*>(send), static_cast<float*>(recv)},
-                             [count, root](std::vector<Call>& calls) {
-                               std::vector<float> data(calls[root].send, calls[root].send + count);
-                               for (const Call& c : calls)
-                                 std::memcpy(c.recv, data.data(), count * sizeof(float));
-                             });
+  kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
+    clique->Rendezvous(rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
+                       [count, root](std::vector<Call>& calls) {
+                         std::vector<float> data(calls[root].send, calls[root].send + count);
+                         for (const Call& c : calls)
+                           std::memcpy(c.recv, data.data(), count * sizeof(float));
+                       });
   });
   return ncclSuccess;
 }
