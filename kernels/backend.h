@@ -194,8 +194,9 @@ class Backend {
   // whatever the memory holds at replay. While recording, nothing that waits for the device or
   // moves host memory may be issued (Upload, Download, Synchronize, Allocate, Free, CopyBlocks),
   // and the ops must need no more scratch memory than they needed before (run them once first).
-  // Recording and replay wait for the block copies issued so far. The backend drops every graph
-  // when its own scratch memory moves: ReplayGraph is false for a dropped (or unknown) graph.
+  // Recording and replay wait for the block copies issued so far. When an op later needs more of
+  // the backend's own scratch memory, the graphs keep the buffers they read until DropGraphs.
+  // ReplayGraph is false for a dropped (or unknown) graph.
   // Backends without graphs (the CPU) say so in SupportsGraphs and record nothing.
   [[nodiscard]] virtual bool SupportsGraphs() const { return false; }
   virtual void BeginGraph() {}

@@ -157,7 +157,8 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"gbps", w.gbps},
                     {"fraction_of_copy", w.fraction_of_copy},
                     {"cuda_graph_max_batch", w.cuda_graph_max_batch},
-                    {"graph_steps", w.graph_steps}});
+                    {"graph_steps", w.graph_steps},
+                    {"start_s", w.start_s}});
   }
   return {{"device", r.device},
           {"copy_gbps", r.copy_gbps},

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/decode_graphs.h"
 #include "worker/sampler.h"
 #ifdef KVSERVE_WITH_CUDA
 #include "kernels/cuda/nccl_communicator.h"
@@ -190,13 +191,30 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.cpu_threads = config.cpu_threads;
   rc.device = config.device;
   rc.attention_tensor_cores = config.attention_kernel == "tensor-cores";
-  rc.cuda_graph_max_batch = std::min(config.cuda_graph_max_batch, config.scheduler.max_num_seqs);
+  rc.cuda_graph_max_batch = std::min({config.cuda_graph_max_batch, config.scheduler.max_num_seqs,
+                                      config.scheduler.max_num_batched_tokens});
   rc.max_blocks_per_seq = (e->max_model_len_ + config.block_size - 1) / config.block_size;
   rc.collective_timeout = config.tp_timeout;
   rc.fault = config.tp_fault;
   rc.make_backend = config.make_backend;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));
   e->num_blocks_ = e->runner_->num_blocks();
+  std::string graphs;
+  if (rc.cuda_graph_max_batch > 0) {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(const int recorded, e->runner_->RecordDecodeGraphs());
+    const size_t buckets =
+        DecodeGraphs::Buckets(rc.cuda_graph_max_batch, rc.max_blocks_per_seq).size();
+    graphs = absl::StrFormat("\n  CUDA graphs         decode batches of up to %d, %d buckets: ",
+                             rc.cuda_graph_max_batch, buckets);
+    if (buckets > DecodeGraphs::kMaxGraphs) {
+      absl::StrAppend(&graphs, "recorded on first use (too many to record all at start-up)");
+    } else {
+      absl::StrAppendFormat(&graphs, "%d recorded at start-up in %.2f s%s", recorded,
+                            absl::ToDoubleSeconds(absl::Now() - start),
+                            recorded < static_cast<int>(buckets) ? ", the rest on first use" : "");
+    }
+  }
   const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
   if (e->max_model_len_ > pool_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -247,10 +265,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                                                         : "off",
       config.host_prefix_cache ? "on" : "off", e->num_blocks_ / blocks_per_seq, e->max_model_len_,
       blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
-      config.enable_prefix_caching ? "on" : "off",
-      rc.cuda_graph_max_batch > 0 ? absl::StrCat("\n  CUDA graphs         decode batches of up to ",
-                                                 rc.cuda_graph_max_batch)
-                                  : "");
+      config.enable_prefix_caching ? "on" : "off", graphs);
   return e;
 }
 

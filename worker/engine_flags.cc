@@ -31,9 +31,9 @@ ABSL_FLAG(std::string, attention_kernel, "simt",
           "CUDA paged attention: simt, or tensor-cores (mma.sync for fp16 / bf16 / fp8 / int8 / "
           "int4 caches at head_dim 64 or 128; other shapes stay SIMT)");
 ABSL_FLAG(int32_t, cuda_graph_max_batch, 0,
-          "CUDA graphs: decode steps of up to this many sequences replay a recorded graph (one "
-          "per batch and context bucket) instead of launching each kernel, NCCL collectives "
-          "included with --tensor-parallel-size > 1; 0: off. Needs --device cuda");
+          "CUDA graphs: decode steps of up to this many sequences replay a graph (one per batch "
+          "and context bucket, recorded at start-up) instead of launching each kernel, NCCL "
+          "collectives included with --tensor-parallel-size > 1; 0: off. Needs --device cuda");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache element type: auto (the weights' type: fp32 on the CPU backend, bf16 / fp16 on "
           "CUDA), fp16, bf16, fp8_e4m3, int8, int4");

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu/gloo_communicator.h"
+#include "worker/model/decode_graphs.h"
 #ifdef KVSERVE_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/nccl_communicator.h"
@@ -188,7 +189,7 @@ std::string_view ModelRunner::communicator() const {
 
 absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& copies,
                                                    const ForwardBatch& batch, int64_t step) {
-  if (config_.fault.rank == r && config_.fault.step == step) {
+  if (config_.fault.rank == r && config_.fault.step == step - warmup_steps_) {
     if (!config_.fault.stall) return absl::InternalError("injected fault");
     std::this_thread::sleep_for(
         std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout)));
@@ -238,6 +239,33 @@ void ModelRunner::WorkerLoop(int r) {
     cv_.notify_all();
     if (!s.ok()) return;  // a failed rank leaves the group; its peers time out
   }
+}
+
+absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
+  const std::vector<DecodeGraphs::Bucket> buckets =
+      DecodeGraphs::Buckets(config_.cuda_graph_max_batch, config_.max_blocks_per_seq);
+  if (config_.cuda_graph_max_batch <= 0 || buckets.size() > DecodeGraphs::kMaxGraphs) return 0;
+  warmup_steps_ = static_cast<int64_t>(buckets.size());  // before any: RankFault skips them
+  int recorded = 0;
+  for (const auto& [seqs, width] : buckets) {
+    // Placeholder rows: token 0 at position 0, no KV slot, attending to one cached token of
+    // block 0 (whatever it holds); their logits are drawn from by nothing.
+    ForwardBatch b;
+    b.token_ids.assign(seqs, 0);
+    b.positions.assign(seqs, 0);
+    b.slot_mapping.assign(seqs, -1);
+    b.query_len.assign(seqs, 1);
+    b.context_len.assign(seqs, 1);
+    b.block_tables.assign(seqs * width, 0);
+    b.max_blocks_per_seq = static_cast<int>(width);
+    for (int32_t s = 0; s < seqs; ++s) {
+      b.query_start.push_back(s);
+      b.logit_rows.push_back(s);
+    }
+    ASSIGN_OR_RETURN(ForwardOutput out, Execute({}, b));
+    recorded += out.recorded_graph ? 1 : 0;
+  }
+  return recorded;
 }
 
 absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,

@@ -77,6 +77,13 @@ class ModelRunner {
   // asked for). After a rank fails, every call returns the first failure.
   absl::StatusOr<ForwardOutput> Execute(const BlockCopies& copies, const ForwardBatch& batch);
 
+  // With CUDA graphs (cuda_graph_max_batch), before the first request: runs a placeholder
+  // decode step per bucket (DecodeGraphs::Buckets; every rank), each recording its graph, so
+  // that decode steps replay from the first one on. The placeholder rows write no KV. Returns
+  // how many were recorded: 0 when there are more buckets than DecodeGraphs::kMaxGraphs, which
+  // are then recorded on first use.
+  absl::StatusOr<int> RecordDecodeGraphs();
+
   [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
   [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
@@ -110,6 +117,7 @@ class ModelRunner {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t step_ = 0;
+  int64_t warmup_steps_ = 0;  // RecordDecodeGraphs' (RankFault counts the others)
   // The current step's plan, owned here so that a rank finishing late never reads a plan the
   // engine has already dropped.
   BlockCopies copies_;

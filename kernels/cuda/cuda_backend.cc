@@ -85,10 +85,16 @@ void CheckOut16Type(const uint16_t* out16, DType type) {
 // recorded with the old buffer must not be replayed once it grew: `grew` is set then.
 class DeviceScratch {
  public:
-  void* Get(size_t bytes, cudaStream_t stream, bool* grew) {
+  // Grows the buffer to at least `bytes`; the old one is freed, or handed to `keep` (when not
+  // null) for what still reads it.
+  void* Get(size_t bytes, cudaStream_t stream, bool* grew, std::vector<void*>* keep) {
     if (bytes > bytes_) {
       *grew = true;
-      if (data_ != nullptr) KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
+      if (data_ != nullptr && keep != nullptr) {
+        keep->push_back(data_);
+      } else if (data_ != nullptr) {
+        KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
+      }
       bytes_ = std::max(bytes, bytes_ * 2);
       KVSERVE_CUDA_CHECK(cudaMallocAsync(&data_, bytes_, stream));
     }
@@ -196,16 +202,13 @@ class CudaBackend final : public Backend {
     CHECK(!recording_) << op << " while recording a graph (it would wait for the device)";
   }
 
-  // The scratch buffer `s`, at least `bytes` long; growing it drops the recorded graphs, which
-  // may read the old one.
+  // The scratch buffer `s`, at least `bytes` long. Growing it keeps the old one while there
+  // are recorded graphs, which may read it: they stay valid, and the eager ops use the new one.
   void* Scratch(DeviceScratch& s, size_t bytes) {
     bool grew = false;
-    void* p = s.Get(bytes, stream_, &grew);
-    if (grew) {
-      CHECK(!recording_) << "an op recorded into a graph needs more scratch memory than when it "
-                            "last ran: run the same ops once before recording them";
-      DropGraphs();
-    }
+    void* p = s.Get(bytes, stream_, &grew, graphs_.empty() ? nullptr : &kept_scratch_);
+    CHECK(!grew || !recording_) << "an op recorded into a graph needs more scratch memory than "
+                                   "when it last ran: run the same ops once before recording them";
     return p;
   }
 
@@ -255,6 +258,9 @@ class CudaBackend final : public Backend {
     // A graph may still run: cudaGraphExecDestroy is safe then (its launches complete).
     for (const auto& [id, exec] : graphs_) KVSERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     graphs_.clear();
+    // After the replays queued so far, which may read them.
+    for (void* p : kept_scratch_) KVSERVE_CUDA_CHECK(cudaFreeAsync(p, stream_));
+    kept_scratch_.clear();
   }
 
   void* Allocate(size_t bytes) override {
@@ -529,6 +535,7 @@ class CudaBackend final : public Backend {
   int64_t next_graph_ = 0;
   bool recording_ = false;
   DeviceScratch attention_workspace_, rounded_x_;
+  std::vector<void*> kept_scratch_;  // outgrown scratch buffers that recorded graphs read
   struct SegmentBuffer {
     cuda::CopySegment* segments = nullptr;  // mapped pinned host memory
     size_t capacity = 0;

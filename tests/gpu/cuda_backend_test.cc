@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -597,28 +598,48 @@ TEST_F(CudaBackendTest, GraphsReplayTheRecordedOpsOnTheInputsOfTheMoment) {
 }
 
 // A graph that reads a backend scratch buffer (a Gemm rounding float x to bf16 for its weights)
-// is dropped when that buffer has to grow: replaying it would read freed memory.
-TEST_F(CudaBackendTest, GraphsAreDroppedWhenTheScratchTheyReadGrows) {
-  const int64_t hidden = 128, n = 64;
+// outlives that buffer's growth: the backend keeps the old buffer for the graph (device memory
+// stays in use until the graphs are dropped), and the replays still compute what the op does.
+TEST_F(CudaBackendTest, GraphsKeepTheScratchTheyReadWhenItGrows) {
+  // The rounding buffer holds m x hidden bf16 values: 2 MiB for the graph's 512 rows, then
+  // 4 MiB for 1024 (sizes a GPU's stream-ordered allocator maps on their own).
+  const int64_t hidden = 2048, n = 64, rows = 512, more = 1024;
+  constexpr size_t kMib = size_t{1} << 20;
   const std::vector<float> w = Random(n * hidden, rng_, 0.05f);
   std::vector<uint16_t> w16(w.size());
   for (size_t i = 0; i < w.size(); ++i) w16[i] = FloatToBf16(w[i]);
-  const std::vector<float> x = Random(64 * hidden, rng_);
-  Dev<float> dx(x), dy(64 * n);
+  Dev<float> dx(Random(more * hidden, rng_)), dy(more * n);
   Dev<uint16_t> dw16(w16);
   auto gemm = [&](int64_t m) {
     gpu_->Gemm({dx.get(), dw16.get(), nullptr, dy.get(), m, n, hidden, DType::kBF16});
   };
-  gemm(2);  // sizes the rounding buffer for 2 rows
+  auto used = [&] {
+    Sync();
+    size_t free = 0, total = 0;
+    EXPECT_TRUE(gpu_->MemoryInfo(&free, &total));
+    return total - free;
+  };
+  gemm(rows);  // sizes the rounding buffer
   gpu_->BeginGraph();
-  gemm(2);
+  gemm(rows);
   const int64_t graph = gpu_->EndGraph();
-  ASSERT_TRUE(gpu_->ReplayGraph(graph));
-  gemm(2);
-  EXPECT_TRUE(gpu_->ReplayGraph(graph)) << "the buffer did not move";
-  gemm(64);
-  EXPECT_FALSE(gpu_->ReplayGraph(graph)) << "the buffer grew";
-  Sync();
+  const size_t used_before = used();
+  gemm(more);  // grows it
+  EXPECT_GE(used(), used_before + 4 * kMib) << "a new 4 MiB buffer, the old one kept";
+  const std::vector<float> zeros(more * n, 0.0f);
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> x = Random(rows * hidden, rng_);
+    gpu_->Upload(dx.get(), x.data(), sizeof(float) * x.size());
+    gemm(rows);  // eagerly, in the grown buffer
+    const std::vector<float> want = dy.Host();
+    gpu_->Upload(dy.get(), zeros.data(), sizeof(float) * zeros.size());
+    ASSERT_TRUE(gpu_->ReplayGraph(graph)) << "round " << round;
+    const std::vector<float> got = dy.Host();
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + rows * n, want.begin())) << "round " << round;
+  }
+  const size_t used_with_graph = used();
+  gpu_->DropGraphs();
+  EXPECT_LE(used() + 2 * kMib, used_with_graph) << "dropping the graph frees the buffer it kept";
 }
 
 }  // namespace

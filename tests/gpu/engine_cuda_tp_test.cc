@@ -36,17 +36,23 @@ struct Case {
 
 class EngineCudaTpTest : public ::testing::TestWithParam<Case> {};
 
+// A fixture's engine on `tp` CUDA ranks, float32 weights.
+EngineConfig TpConfig(const std::string& model, int tp) {
+  EngineConfig config = FixtureConfig(model);
+  config.device = "cuda";
+  config.dtype = "float32";
+  config.tensor_parallel_size = tp;
+  config.tp_timeout = absl::Seconds(60);
+  return config;
+}
+
 TEST_P(EngineCudaTpTest, MatchesTransformers) {
   const Case& c = GetParam();
   if (kernels::CudaDeviceCount() < c.tp) {
     GTEST_SKIP() << "needs " << c.tp << " CUDA devices, found " << kernels::CudaDeviceCount();
   }
   const Reference ref = LoadReference(c.model);
-  EngineConfig config = FixtureConfig(c.model);
-  config.device = "cuda";
-  config.dtype = "float32";
-  config.tensor_parallel_size = c.tp;
-  config.tp_timeout = absl::Seconds(60);
+  EngineConfig config = TpConfig(c.model, c.tp);
   if (c.chunk > 0) config.scheduler.max_num_batched_tokens = c.chunk;
   Results results = testing::RunReference(config, ref);
   testing::ExpectMatchesReference(results, ref);
@@ -61,9 +67,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCudaTpTest,
                                   (info.param.chunk > 0 ? "_chunked" : "");
                          });
 
-// CUDA graphs with tensor parallelism: each rank records its decode steps, the per-layer
-// all-reduces and the logits all-gather included, and replays them. Against transformers at
-// TP=2 and TP=4 (prompt steps eager, decode steps replayed), counting the replays.
+// CUDA graphs with tensor parallelism: each rank records its decode graphs at start-up, the
+// per-layer all-reduces and the logits all-gather included, and replays them. Against
+// transformers at TP=2 and TP=4 (prompt steps eager, decode steps replayed), counting the
+// replays.
 TEST(EngineCudaTpGraphTest, GraphDecodeMatchesTransformers) {
   if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   for (const Case& c :
@@ -71,31 +78,22 @@ TEST(EngineCudaTpGraphTest, GraphDecodeMatchesTransformers) {
     if (kernels::CudaDeviceCount() < c.tp) continue;
     SCOPED_TRACE(std::string(c.model) + " tp " + std::to_string(c.tp));
     const Reference ref = LoadReference(c.model);
-    EngineConfig config = FixtureConfig(c.model);
-    config.device = "cuda";
-    config.dtype = "float32";
-    config.tensor_parallel_size = c.tp;
-    config.tp_timeout = absl::Seconds(60);
+    EngineConfig config = TpConfig(c.model, c.tp);
     config.cuda_graph_max_batch = 8;
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
+    // Batches 1, 2, 4 and 8 times widths 8 to 64 blocks (max_model_len 1024 in blocks of 16).
     EXPECT_THAT(engine->preflight_report(),
-                ::testing::HasSubstr("CUDA graphs         decode batches of up to 8"));
-    int64_t decode_steps = 0;
-    for (size_t i = 0; i < ref.prompts.size(); ++i) {
-      RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i],
-                                               static_cast<int>(ref.greedy[i].size()));
-      in.return_prompt_logits = true;
-      decode_steps = std::max<int64_t>(decode_steps, in.max_tokens - 1);
-      ASSERT_OK(engine->AddRequest(in));
-    }
+                ::testing::HasSubstr("CUDA graphs         decode batches of up to 8, 16 buckets: "
+                                     "16 recorded at start-up"));
+    const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
     Results results = testing::RunToCompletion(*engine, true);
     testing::ExpectMatchesReference(results, ref);
     std::printf("%s at TP=%d: %lld of %lld steps replayed a graph\n", c.model, c.tp,
                 static_cast<long long>(engine->stats().graph_steps),
                 static_cast<long long>(engine->stats().steps));
-    // Every decode step but the first of each bucket (which records its graph) replays.
-    EXPECT_GE(engine->stats().graph_steps, decode_steps - 4);
+    // Every decode step replays a graph recorded at start-up.
+    EXPECT_EQ(engine->stats().graph_steps, decode_steps);
   }
 }
 
@@ -108,13 +106,10 @@ TEST(EngineCudaTpFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime) {
   for (const int graph_max_batch : {0, 8}) {
     for (const bool stall : {false, true}) {
       SCOPED_TRACE(absl::StrCat(stall ? "stall" : "error", graph_max_batch > 0 ? ", graphs" : ""));
-      EngineConfig config = FixtureConfig("tiny-llama3");
-      config.device = "cuda";
-      config.dtype = "float32";
-      config.tensor_parallel_size = 2;
+      EngineConfig config = TpConfig("tiny-llama3", 2);
       config.tp_timeout = absl::Milliseconds(800);
       config.cuda_graph_max_batch = graph_max_batch;
-      // Step 1 is the prompt, 2 records the decode graph, 3 and 4 replay it, 5 fails.
+      // Step 1 is the prompt, 2 to 4 replay the decode graph recorded at start-up, 5 fails.
       config.tp_fault = {.rank = 1, .step = 5, .stall = stall};
       const auto start = std::chrono::steady_clock::now();
       {
@@ -129,7 +124,7 @@ TEST(EngineCudaTpFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime) {
           EXPECT_THAT(std::string(failure.message()),
                       ::testing::HasSubstr(graph_max_batch > 0 ? "replayed graph" : "timed out"));
         }
-        EXPECT_EQ(engine->stats().graph_steps, graph_max_batch > 0 ? 2 : 0);
+        EXPECT_EQ(engine->stats().graph_steps, graph_max_batch > 0 ? 3 : 0);
         EXPECT_FALSE(engine->Step().ok());  // stays failed
       }                                     // the engine joins its rank threads here
       const double seconds =
@@ -160,11 +155,8 @@ TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {
   const Reference ref = LoadReference("tiny-llama3");
   int64_t graph_steps = 0;
   auto run = [&](const std::string& device, int tp, int graph_max_batch = 0) {
-    EngineConfig config = FixtureConfig("tiny-llama3");
+    EngineConfig config = TpConfig("tiny-llama3", tp);
     config.device = device;
-    config.dtype = "float32";
-    config.tensor_parallel_size = tp;
-    config.tp_timeout = absl::Seconds(60);
     config.cuda_graph_max_batch = graph_max_batch;
     auto engine = testing::MakeEngine(config);
     for (size_t i = 0; i < ref.prompts.size(); ++i) {

@@ -16,8 +16,8 @@
 namespace kvserve::worker {
 namespace {
 
-// Launches of the second decode step (the first one allocates what it needs, and with graphs
-// records the step's graph) of one sequence, summed over the tensor-parallel ranks. (The
+// Launches of the first decode step of one sequence (with graphs, a replay of the graph
+// recorded at start-up), summed over the tensor-parallel ranks. (The
 // emulated NCCL's collectives are not counted; on a GPU each is a kernel of its own.)
 int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_batch = 0,
                            int tp = 1) {
@@ -41,7 +41,7 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_b
   config.tensor_parallel_size = tp;
   auto engine = testing::MakeEngine(config);
   EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
-  for (int step = 0; step < 2; ++step) EXPECT_OK(engine->Step().status());  // prefill, decode
+  EXPECT_OK(engine->Step().status());  // the prompt
   const int64_t before = emulation::LaunchCount();
   const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());

@@ -36,6 +36,25 @@ TEST(NcclCommunicatorTest, SingleRankCollectives) {
   cudaFree(dev);
 }
 
+// One rank's side of a test, on the thread that makes it: its device made current, a
+// non-blocking stream, `count` floats (dev) and `count × ranks` for a gather (all).
+struct RankBuffers {
+  RankBuffers(int rank, int count, int ranks) {
+    EXPECT_EQ(cudaSetDevice(rank), cudaSuccess);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&dev, count * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&all, size_t{1} * count * ranks * sizeof(float)), cudaSuccess);
+  }
+  ~RankBuffers() {
+    cudaFree(dev);
+    cudaFree(all);
+    cudaStreamDestroy(stream);
+  }
+  cudaStream_t stream = nullptr;
+  float* dev = nullptr;
+  float* all = nullptr;
+};
+
 // The stream-ordered collectives the model uses (all-reduce between layers, all-gather of the
 // logits): each rank writes its values, enqueues three all-reduces and an all-gather and copies
 // the result back, all on one stream and without waiting; the results must be there once that
@@ -52,12 +71,9 @@ void StreamOrderedCollectives(int ranks) {
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
-      cudaStream_t stream = nullptr;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-      float *dev = nullptr, *all = nullptr;
-      ASSERT_EQ(cudaMalloc(&dev, kCount * sizeof(float)), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&all, kCount * ranks * sizeof(float)), cudaSuccess);
+      const RankBuffers b(r, kCount, ranks);
+      cudaStream_t stream = b.stream;
+      float *dev = b.dev, *all = b.all;
       std::vector<float> mine(kCount);
       for (int i = 0; i < kCount; ++i) mine[i] = static_cast<float>((r + 1) * i);
       ASSERT_EQ(
@@ -71,9 +87,6 @@ void StreamOrderedCollectives(int ranks) {
                                 cudaMemcpyDeviceToHost, stream),
                 cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      cudaFree(dev);
-      cudaFree(all);
-      cudaStreamDestroy(stream);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -105,12 +118,9 @@ void CollectivesInAGraph(int ranks) {
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
-      cudaStream_t stream = nullptr;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-      float *dev = nullptr, *all = nullptr;
-      ASSERT_EQ(cudaMalloc(&dev, kCount * sizeof(float)), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&all, kCount * ranks * sizeof(float)), cudaSuccess);
+      const RankBuffers b(r, kCount, ranks);
+      cudaStream_t stream = b.stream;
+      float *dev = b.dev, *all = b.all;
       ASSERT_EQ(cudaMemsetAsync(all, 0, kCount * ranks * sizeof(float), stream), cudaSuccess);
       std::vector<float> mine(kCount), back(kCount * ranks);
       auto download = [&] {
@@ -139,9 +149,6 @@ void CollectivesInAGraph(int ranks) {
       }
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
-      cudaFree(dev);
-      cudaFree(all);
-      cudaStreamDestroy(stream);
     });
   }
   for (std::thread& t : threads) t.join();

@@ -88,7 +88,7 @@ run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --
 cat "$out/engine_bench.log"
 # Decode with CUDA graphs against eager launches, side by side (one engine each): short prompts,
 # so that the prefills are cheap, and batches where a step's kernels are short enough for
-# launches to matter.
+# launches to matter. The start_s column's difference is the graphs' recording at start-up.
 run_check engine_bench_graphs 150 "$build/bin/kvserve-bench" engine --model "$model" \
   --device cuda --kv-cache-dtypes auto,int4 --batches 1,16 --contexts 256 --decode-steps 32 \
   --cuda-graph-max-batch 0,16 --json-out "$out/engine_bench_graphs.json"

@@ -58,7 +58,10 @@ TEST(EngineBenchTest, CountsTheKvEachDecodeStepReads) {
     EXPECT_GT(w.decode_ms_per_step, 0);
     EXPECT_NEAR(w.decode_tokens_per_s, w.batch / (1e-3 * w.decode_ms_per_step), 1e-6);
     EXPECT_DOUBLE_EQ(w.fraction_of_copy, w.gbps / r.copy_gbps);
+    EXPECT_GT(w.start_s, 0);
   }
+  EXPECT_EQ(r.rows[0].start_s, r.rows[3].start_s) << "one engine per KV cache dtype";
+  EXPECT_NE(r.rows[0].start_s, r.rows[4].start_s);
   EXPECT_EQ(r.rows[0].kv_format, "fp32");
   EXPECT_EQ(r.rows[4].kv_format, "int8/per_token");
 }

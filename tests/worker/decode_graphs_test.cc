@@ -49,6 +49,30 @@ TEST(DecodeGraphBucketsTest, WidthsArePowersOfTwoFromTheMinimum) {
   EXPECT_EQ(DecodeGraphs::WidthBucket(65, 100), 100) << "the widest is max_blocks_per_seq";
 }
 
+// Every bucket once, the largest first (the recording order at start-up).
+TEST(DecodeGraphBucketsTest, EveryBucketLargestFirst) {
+  using B = DecodeGraphs::Bucket;
+  EXPECT_EQ(DecodeGraphs::Buckets(12, 20), (std::vector<B>{{12, 20},
+                                                           {12, 16},
+                                                           {12, 8},
+                                                           {8, 20},
+                                                           {8, 16},
+                                                           {8, 8},
+                                                           {4, 20},
+                                                           {4, 16},
+                                                           {4, 8},
+                                                           {2, 20},
+                                                           {2, 16},
+                                                           {2, 8},
+                                                           {1, 20},
+                                                           {1, 16},
+                                                           {1, 8}}));
+  EXPECT_EQ(DecodeGraphs::Buckets(1, 4), (std::vector<B>{{1, 4}}));
+  // vLLM's default scheduler (256 sequences) at 8K tokens in blocks of 16: 35 batch buckets
+  // (1, 2, 4, 8, 16, ..., 256) times 7 widths (8 ... 512 blocks).
+  EXPECT_EQ(DecodeGraphs::Buckets(256, 512).size(), 35u * 7u);
+}
+
 TEST_F(DecodeGraphsTest, OnlyPureDecodeBatchesWithinTheBucketsFit) {
   EXPECT_TRUE(graphs_.Fits(Decode(5, 3)));
   EXPECT_TRUE(graphs_.Fits(Decode(12, 40)));

@@ -136,16 +136,23 @@ Reference LoadReference(const std::string& model) {
   return ref;
 }
 
-Results RunReference(const EngineConfig& config, const Reference& ref) {
-  auto engine = MakeEngine(config);
-  EXPECT_NE(engine, nullptr);
-  if (engine == nullptr) return {};
+int64_t AddReferenceRequests(Engine& engine, const Reference& ref) {
+  int64_t decode_steps = 0;
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
     RequestInput in =
         GreedyRequest(std::to_string(i), ref.prompts[i], static_cast<int>(ref.greedy[i].size()));
     in.return_prompt_logits = true;
-    EXPECT_OK(engine->AddRequest(in));
+    decode_steps = std::max<int64_t>(decode_steps, in.max_tokens - 1);
+    EXPECT_OK(engine.AddRequest(in));
   }
+  return decode_steps;
+}
+
+Results RunReference(const EngineConfig& config, const Reference& ref) {
+  auto engine = MakeEngine(config);
+  EXPECT_NE(engine, nullptr);
+  if (engine == nullptr) return {};
+  AddReferenceRequests(*engine, ref);
   return RunToCompletion(*engine, /*check_invariants=*/true);
 }
 

@@ -49,6 +49,9 @@ struct Reference {
   std::vector<std::vector<float>> logits;
 };
 Reference LoadReference(const std::string& model);
+// Adds every reference prompt as a request, keyed by the prompt's index (greedy, as long as the
+// reference continuation, prompt logits returned); returns the decode steps the longest takes.
+int64_t AddReferenceRequests(Engine& engine, const Reference& ref);
 // Every reference prompt through an engine made from `config` (greedy, as long as the reference
 // continuation, prompt logits returned); results keyed by the prompt's index.
 Results RunReference(const EngineConfig& config, const Reference& ref);

@@ -175,7 +175,9 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
       c.kv_quant.dtype = kv_dtype;
       c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
       c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
+      const Clock::time_point start = Clock::now();
       absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
+      const double start_s = Seconds(start);
       if (!made.ok()) {
         return absl::Status(made.status().code(),
                             absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
@@ -196,6 +198,7 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
           row.kv_cache_dtype = kv_dtype;
           row.kv_format = engine->kv_spec().k[0].Describe();
           row.cuda_graph_max_batch = graph_max_batch;
+          row.start_s = start_s;
           row.fraction_of_copy = row.gbps / report.copy_gbps;
           if (o.on_row) o.on_row(row);
           report.rows.push_back(std::move(row));
@@ -209,18 +212,18 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
 std::string FormatEngineBench(const EngineBenchReport& r) {
   std::string s = absl::StrFormat(
       "device %s: copy %.0f GB/s (read + write); weights %.1f MiB, %.1f MiB read per decode "
-      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s\n",
+      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s %7s\n",
       r.device, r.copy_gbps, r.weight_bytes / 1048576.0, r.weight_bytes_read / 1048576.0, "kv",
       "format", "batch", "context", "prefill_s", "prefill_tok/s", "ms/step", "decode_tok/s",
-      "MiB/step", "GB/s", "of_copy", "graphs");
+      "MiB/step", "GB/s", "of_copy", "graphs", "start_s");
   for (const EngineBenchRow& w : r.rows) {
     absl::StrAppendFormat(
-        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s\n",
+        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s %7.3f\n",
         w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s, w.prefill_tokens_per_s,
         w.decode_ms_per_step, w.decode_tokens_per_s, w.step_bytes / 1048576.0, w.gbps,
         100 * w.fraction_of_copy,
         // timed steps that replayed a graph
-        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off");
+        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off", w.start_s);
   }
   return s;
 }

@@ -35,6 +35,7 @@ struct EngineBenchRow {
   double fraction_of_copy = 0;
   int cuda_graph_max_batch = 0;  // the engine's --cuda-graph-max-batch
   int graph_steps = 0;           // timed decode steps that replayed a CUDA graph
+  double start_s = 0;  // the engine's start-up (Engine::Create: weights, pool, recorded graphs)
 };
 
 struct EngineBenchOptions {

@@ -29,6 +29,27 @@ int64_t DecodeGraphs::WidthBucket(int64_t blocks, int64_t max_blocks_per_seq) {
   return std::min(static_cast<int64_t>(width), max_blocks_per_seq);
 }
 
+std::vector<DecodeGraphs::Bucket> DecodeGraphs::Buckets(int64_t max_batch,
+                                                        int64_t max_blocks_per_seq) {
+  // Each size's bucket, largest first (bucket sizes only grow with the size).
+  std::vector<int64_t> batches, widths;
+  for (int64_t s = max_batch; s >= 1; --s) {
+    if (batches.empty() || BatchBucket(s, max_batch) != batches.back()) {
+      batches.push_back(BatchBucket(s, max_batch));
+    }
+  }
+  for (int64_t s = max_blocks_per_seq; s >= 1; --s) {
+    if (widths.empty() || WidthBucket(s, max_blocks_per_seq) != widths.back()) {
+      widths.push_back(WidthBucket(s, max_blocks_per_seq));
+    }
+  }
+  std::vector<Bucket> buckets;
+  for (int64_t b : batches) {
+    for (int64_t w : widths) buckets.emplace_back(b, w);
+  }
+  return buckets;
+}
+
 DecodeGraphs::DecodeGraphs(kernels::Backend* backend, const DecodeGraphOptions& options)
     : backend_(backend), options_(options) {
   CHECK_GT(options.max_batch, 0);
@@ -155,6 +176,7 @@ void DecodeGraphs::MakeRoom() {
 void DecodeGraphs::Drop() {
   graphs_.clear();
   backend_->DropGraphs();
+  kept_.clear();
 }
 
 }  // namespace kvserve::worker

@@ -4,7 +4,9 @@
 // block-table width bucket) and replays with whatever its fixed input buffer holds: the step
 // is padded to its bucket (padding rows write no KV, attend to nothing and draw nothing) and
 // its block tables are laid out at the bucket's width, which also bounds the context the
-// attention kernel is planned for. Sampling stays outside the graph.
+// attention kernel is planned for. Sampling stays outside the graph. The model runner records
+// every bucket at start-up (ModelRunner::RecordDecodeGraphs); a buffer the graphs read that
+// an eager step outgrows stays theirs (Keep), so they last until the KV storage changes.
 //
 //   DecodeGraphs graphs(backend, {.max_batch = 64, .max_blocks_per_seq = 256});
 //   if (graphs.Fits(batch)) {
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -41,8 +44,12 @@ class DecodeGraphs {
   // The width buckets: powers of two from kMinWidth, and max_blocks_per_seq last.
   static int64_t WidthBucket(int64_t blocks, int64_t max_blocks_per_seq);
   static constexpr int64_t kMinWidth = 8;
+  // Every bucket, the largest batch and width first: the order to record them in, so that the
+  // first recording sizes the scratch memory for all.
+  static std::vector<std::pair<int64_t, int64_t>> Buckets(int64_t max_batch,
+                                                          int64_t max_blocks_per_seq);
   // Beyond this many recorded graphs, all are dropped and recording starts again.
-  static constexpr size_t kMaxGraphs = 256;
+  static constexpr size_t kMaxGraphs = 512;
 
   // Allocates the fixed input buffer (backend and host memory) for the largest bucket.
   DecodeGraphs(kernels::Backend* backend, const DecodeGraphOptions& options);
@@ -73,7 +80,11 @@ class DecodeGraphs {
   // Drops every graph once there are kMaxGraphs of them (call before recording another).
   void MakeRoom();
 
-  // Drops every graph, the backend's too (before the memory they read moves).
+  // Keeps a buffer the recorded graphs read, which the model has outgrown (a larger one serves
+  // the eager steps), until the graphs are dropped.
+  void Keep(std::shared_ptr<void> buffer) { kept_.push_back(std::move(buffer)); }
+
+  // Drops every graph, the backend's too, and the buffers kept for them.
   void Drop();
   [[nodiscard]] size_t size() const { return graphs_.size(); }
 
@@ -89,6 +100,7 @@ class DecodeGraphs {
   std::vector<uint8_t> host_;
   kernels::Buffer<uint8_t> device_;
   std::map<Bucket, Recorded> graphs_;
+  std::vector<std::shared_ptr<void>> kept_;
   const void* cache_id_ = nullptr;
 };
 

@@ -170,9 +170,11 @@ Model::~Model() = default;
 
 template <typename T>
 T* Model::Reserve(kernels::Buffer<T>& buf, size_t n, bool graphs_use) {
-  if (buf.size() < n) {
-    if (graphs_use && graphs_ != nullptr) graphs_->Drop();  // they use the old buffer
-    buf = kernels::Buffer<T>(backend_, std::max(n, 2 * buf.size()));
+  if (const size_t had = buf.size(); had < n) {
+    if (graphs_use && graphs_ != nullptr && graphs_->size() > 0) {  // they read the old buffer
+      graphs_->Keep(std::make_shared<kernels::Buffer<T>>(std::move(buf)));
+    }
+    buf = kernels::Buffer<T>(backend_, std::max(n, 2 * had));
   }
   return buf.data();
 }
@@ -355,7 +357,10 @@ absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStora
   RETURN_IF_ERROR(recorded.status());
   CHECK_EQ(*recorded, logits) << "a decode graph's logits moved";
   graphs_->Record(step, {graph, logits});
-  return Finish(b, logits, step.inputs.num_logit_rows, step.samples, step.logprobs);
+  ASSIGN_OR_RETURN(ForwardOutput out,
+                   Finish(b, logits, step.inputs.num_logit_rows, step.samples, step.logprobs));
+  out.recorded_graph = true;
+  return out;
 }
 
 absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv) {

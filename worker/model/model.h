@@ -54,6 +54,7 @@ struct ForwardOutput {
   std::vector<TokenLogprobs> logprobs;  // one per ForwardBatch::logprobs entry
   std::vector<float> logits;            // [host_logit_rows.size(), vocab]
   bool graph = false;                   // the step replayed a decode graph
+  bool recorded_graph = false;          // the step ran eagerly and recorded its decode graph
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -137,8 +138,8 @@ class Model {
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
   };
-  // buf, grown to at least n entries; growing one that decode graphs use (graphs_use) drops
-  // them.
+  // buf, grown to at least n entries; the decode graphs keep the old one when they read it
+  // (graphs_use).
   template <typename T>
   T* Reserve(kernels::Buffer<T>& buf, size_t n, bool graphs_use = false);
   // attn and act are null with 16-bit weights (attn16 and act16 instead); the 16-bit ones are
