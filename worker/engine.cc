@@ -199,6 +199,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   rc.make_backend = config.make_backend;
   ASSIGN_OR_RETURN(e->runner_, ModelRunner::Create(rc));
   e->num_blocks_ = e->runner_->num_blocks();
+  const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
+  if (e->max_model_len_ > pool_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len (", e->max_model_len_, ") is larger than the KV pool can hold (",
+        pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size, "); ",
+        size_from_gpu ? "lower it or raise --gpu-memory-utilization"
+                      : "lower it or give the pool more memory (--kv-cache-memory-gib / "
+                        "--num-blocks)"));
+  }
   std::string graphs;
   if (rc.cuda_graph_max_batch > 0) {
     const absl::Time start = absl::Now();
@@ -214,15 +223,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                             absl::ToDoubleSeconds(absl::Now() - start),
                             recorded < static_cast<int>(buckets) ? ", the rest on first use" : "");
     }
-  }
-  const int64_t pool_tokens = int64_t{e->num_blocks_} * config.block_size;
-  if (e->max_model_len_ > pool_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-model-len (", e->max_model_len_, ") is larger than the KV pool can hold (",
-        pool_tokens, " tokens in ", e->num_blocks_, " blocks of ", config.block_size, "); ",
-        size_from_gpu ? "lower it or raise --gpu-memory-utilization"
-                      : "lower it or give the pool more memory (--kv-cache-memory-gib / "
-                        "--num-blocks)"));
   }
   e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,
                                                           config.enable_prefix_caching, host_blocks,

@@ -462,8 +462,9 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
   const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
   const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
-  if (shard_.rank == 0 && !b.samples.empty())
+  if (shard_.rank == 0 && !b.samples.empty()) {
     Draw(b, logits, rows, samples, logprob_requests, &out);
+  }
   if (shard_.rank == 0 && !b.host_logit_rows.empty()) {
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());
     float* host_rows = Reserve(scratch_.host_rows, n * vocab);
