@@ -158,7 +158,9 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"fraction_of_copy", w.fraction_of_copy},
                     {"cuda_graph_max_batch", w.cuda_graph_max_batch},
                     {"graph_steps", w.graph_steps},
-                    {"start_s", w.start_s}});
+                    {"start_s", w.start_s},
+                    {"graph_record_s", w.graph_record_s},
+                    {"graph_record_mib", w.graph_record_mib}});
   }
   return {{"device", r.device},
           {"copy_gbps", r.copy_gbps},

@@ -210,18 +210,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   }
   std::string graphs;
   if (rc.cuda_graph_max_batch > 0) {
+    GraphRecording& g = e->graph_recording_;
+    g.buckets = static_cast<int>(
+        DecodeGraphs::Buckets(rc.cuda_graph_max_batch, rc.max_blocks_per_seq).size());
+    size_t free_before = 0, free_after = 0, total = 0;
+    e->runner_->backend(0).MemoryInfo(&free_before, &total);
     const absl::Time start = absl::Now();
-    ASSIGN_OR_RETURN(const int recorded, e->runner_->RecordDecodeGraphs());
-    const size_t buckets =
-        DecodeGraphs::Buckets(rc.cuda_graph_max_batch, rc.max_blocks_per_seq).size();
+    ASSIGN_OR_RETURN(g.recorded, e->runner_->RecordDecodeGraphs());
+    g.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    e->runner_->backend(0).MemoryInfo(&free_after, &total);
+    g.device_mib = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1048576.0;
     graphs = absl::StrFormat("\n  CUDA graphs         decode batches of up to %d, %d buckets: ",
-                             rc.cuda_graph_max_batch, buckets);
-    if (buckets > DecodeGraphs::kMaxGraphs) {
+                             rc.cuda_graph_max_batch, g.buckets);
+    if (g.buckets > static_cast<int>(DecodeGraphs::kMaxGraphs)) {
       absl::StrAppend(&graphs, "recorded on first use (too many to record all at start-up)");
     } else {
-      absl::StrAppendFormat(&graphs, "%d recorded at start-up in %.2f s%s", recorded,
-                            absl::ToDoubleSeconds(absl::Now() - start),
-                            recorded < static_cast<int>(buckets) ? ", the rest on first use" : "");
+      absl::StrAppendFormat(&graphs, "%d recorded at start-up in %.2f s, %.1f MiB on GPU 0%s",
+                            g.recorded, g.seconds, g.device_mib,
+                            g.recorded < g.buckets ? ", the rest on first use" : "");
     }
   }
   e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,

@@ -102,6 +102,16 @@ struct EngineStats {
   int64_t kv_bytes_per_block = 0;
 };
 
+// The decode graphs recorded at start-up (--cuda-graph-max-batch), as the preflight report
+// says: buckets, how many were recorded, how long it took and the device memory it took on
+// rank 0 (graphs and the scratch memory their placeholder steps sized).
+struct GraphRecording {
+  int buckets = 0;
+  int recorded = 0;
+  double seconds = 0;
+  double device_mib = 0;
+};
+
 class Engine {
  public:
   // Loads the model, sizes the KV pool and runs the preflight checks: InvalidArgument naming
@@ -120,6 +130,7 @@ class Engine {
   [[nodiscard]] EngineStats stats() const;
   // The memory budget, as printed at start-up.
   [[nodiscard]] const std::string& preflight_report() const { return preflight_; }
+  [[nodiscard]] const GraphRecording& graph_recording() const { return graph_recording_; }
   [[nodiscard]] const ModelConfig& model_config() const { return model_config_; }
   [[nodiscard]] const EngineConfig& config() const { return config_; }
   [[nodiscard]] ModelRunner& runner() { return *runner_; }
@@ -173,6 +184,7 @@ class Engine {
   int64_t next_arrival_ = 0;
   int64_t next_seq_id_ = 0;
   std::string preflight_;
+  GraphRecording graph_recording_;
   EngineStats counters_;
 };
 

@@ -337,6 +337,12 @@ TEST(EngineCudaGraphTest, GraphDecodeMatchesTransformers) {
     config.cuda_graph_max_batch = 8;
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
+    // Batches 1, 2, 4 and 8 times widths 8 to 64 blocks (max_model_len 1024 in blocks of 16).
+    const GraphRecording& g = engine->graph_recording();
+    std::printf("%s: %d of %d decode graphs recorded at start-up in %.2f s, %.1f MiB\n", model,
+                g.recorded, g.buckets, g.seconds, g.device_mib);
+    EXPECT_EQ(g.buckets, 16);
+    EXPECT_EQ(g.recorded, 16);
     const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
     Results results = testing::RunToCompletion(*engine, true);
     ExpectMatchesReference(results, ref);

@@ -20,7 +20,8 @@ def main():
               f"{report['copy_gbps']:.0f} GB/s; {report['weight_bytes_read'] / 2**20:.0f} MiB "
               f"of weights read per decode step")
         print(f"{'kv':6} {'batch':>5} {'ctx':>6} {'prefill tok/s':>13} {'ms/step':>8} "
-              f"{'tok/s':>8} {'%copy':>6} {'graphs':>7} {'speedup':>7} {'start s':>7}")
+              f"{'tok/s':>8} {'%copy':>6} {'graphs':>7} {'speedup':>7} {'start s':>7} "
+              f"{'record s':>8} {'rec MiB':>7}")
         eager = {}
         for r in report["rows"]:
             key = (r["kv_cache_dtype"], r["batch"], r["context"])
@@ -33,7 +34,8 @@ def main():
                   f"{r['prefill_tokens_per_s']:13.0f} {r['decode_ms_per_step']:8.3f} "
                   f"{r['decode_tokens_per_s']:8.0f} {100 * r['fraction_of_copy']:5.1f}% "
                   f"{r.get('graph_steps', 0) if graphs else 'off':>7} {speedup:>7} "
-                  f"{r.get('start_s', 0):7.2f}")
+                  f"{r.get('start_s', 0):7.2f} {r.get('graph_record_s', 0):8.2f} "
+                  f"{r.get('graph_record_mib', 0):7.1f}")
 
 
 if __name__ == "__main__":

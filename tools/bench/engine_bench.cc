@@ -199,6 +199,8 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
           row.kv_format = engine->kv_spec().k[0].Describe();
           row.cuda_graph_max_batch = graph_max_batch;
           row.start_s = start_s;
+          row.graph_record_s = engine->graph_recording().seconds;
+          row.graph_record_mib = engine->graph_recording().device_mib;
           row.fraction_of_copy = row.gbps / report.copy_gbps;
           if (o.on_row) o.on_row(row);
           report.rows.push_back(std::move(row));

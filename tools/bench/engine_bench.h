@@ -36,6 +36,10 @@ struct EngineBenchRow {
   int cuda_graph_max_batch = 0;  // the engine's --cuda-graph-max-batch
   int graph_steps = 0;           // timed decode steps that replayed a CUDA graph
   double start_s = 0;  // the engine's start-up (Engine::Create: weights, pool, recorded graphs)
+  // Of that start-up, the decode graphs' recording: seconds and device memory (Engine's
+  // GraphRecording; 0 without graphs).
+  double graph_record_s = 0;
+  double graph_record_mib = 0;
 };
 
 struct EngineBenchOptions {
