@@ -170,21 +170,25 @@ TEST(NcclCommunicatorTest, CollectivesInAGraphTwoRanks) { CollectivesInAGraph(2)
 // A stream-ordered all-reduce whose peer never joins: the watchdog aborts the communicator at
 // the timeout, and the rank's next call says why instead of hanging. (Needs two devices: the
 // emulated build. The stalled collective stays queued on a stream nothing waits for.)
-TEST(NcclCommunicatorTest, StalledStreamOrderedAllReduceTimesOut) {
-  if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
-  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup({0, 1}, absl::Milliseconds(200)));
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  float* dev = nullptr;
-  ASSERT_EQ(cudaMalloc(&dev, 4 * sizeof(float)), cudaSuccess);
-  ASSERT_OK(comms[0]->EnqueueAllReduceSum(dev, 4, stream));  // rank 1 never calls
+// Calls `call` every 50 ms until it fails (the watchdog's error once it fired), for up to 10 s.
+template <typename Call>
+absl::Status FirstError(Call call) {
   const auto start = std::chrono::steady_clock::now();
   absl::Status s;
   while (s.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    s = comms[0]->EnqueueAllReduceSum(dev, 4, stream);  // the watchdog's error once it fired
+    s = call();
   }
+  return s;
+}
+
+TEST(NcclCommunicatorTest, StalledStreamOrderedAllReduceTimesOut) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup({0, 1}, absl::Milliseconds(200)));
+  const RankBuffers b(0, 4, 2);
+  ASSERT_OK(comms[0]->EnqueueAllReduceSum(b.dev, 4, b.stream));  // rank 1 never calls
+  const absl::Status s =
+      FirstError([&] { return comms[0]->EnqueueAllReduceSum(b.dev, 4, b.stream); });
   ASSERT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_EQ(comms[0]->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
 }
@@ -194,25 +198,16 @@ TEST(NcclCommunicatorTest, StalledStreamOrderedAllReduceTimesOut) {
 TEST(NcclCommunicatorTest, StalledGraphReplayTimesOut) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
   ASSERT_OK_AND_ASSIGN(auto comms, CreateNcclGroup({0, 1}, absl::Milliseconds(200)));
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  float* dev = nullptr;
-  ASSERT_EQ(cudaMalloc(&dev, 4 * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  ASSERT_OK(comms[0]->EnqueueAllReduceSum(dev, 4, stream));
+  const RankBuffers b(0, 4, 2);
+  ASSERT_EQ(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_OK(comms[0]->EnqueueAllReduceSum(b.dev, 4, b.stream));
   cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(b.stream, &graph), cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // rank 1 never replays
-  ASSERT_OK(comms[0]->EnqueueWatch(stream));
-  const auto start = std::chrono::steady_clock::now();
-  absl::Status s;
-  while (s.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    s = comms[0]->EnqueueWatch(stream);  // the watchdog's error once it fired
-  }
+  ASSERT_EQ(cudaGraphLaunch(exec, b.stream), cudaSuccess);  // rank 1 never replays
+  ASSERT_OK(comms[0]->EnqueueWatch(b.stream));
+  const absl::Status s = FirstError([&] { return comms[0]->EnqueueWatch(b.stream); });
   ASSERT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("replayed graph"));
 }
