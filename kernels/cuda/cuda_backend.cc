@@ -82,7 +82,8 @@ void CheckOut16Type(const uint16_t* out16, DType type) {
 }
 
 // A device buffer that only grows (stream-ordered allocation, so growing never syncs). A graph
-// recorded with the old buffer must not be replayed once it grew: `grew` is set then.
+// recorded with the old buffer reads it still: the backend keeps it (`keep`) while graphs
+// exist, and refuses growth while recording (`grew`).
 class DeviceScratch {
  public:
   // Grows the buffer to at least `bytes`; the old one is freed, or handed to `keep` (when not
