@@ -7,7 +7,6 @@
 // ranks on one device), so it skips on the one-GPU machine; CI runs it in the
 // KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
 // Label: gpu.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
