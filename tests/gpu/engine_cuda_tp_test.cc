@@ -179,16 +179,7 @@ TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {
     if (graph_max_batch > 0) {
       EXPECT_GT(graph_steps, 0);
     }
-    for (const auto& [id, samples] : cpu) {
-      ASSERT_EQ(gpu[id].size(), samples.size()) << id;
-      for (const auto& [index, sample] : samples) {
-        EXPECT_EQ(gpu[id][index].tokens, sample.tokens) << id << " sample " << index;
-        ASSERT_EQ(gpu[id][index].logprobs.size(), sample.logprobs.size()) << id;
-        for (size_t k = 0; k < sample.logprobs.size(); ++k) {
-          EXPECT_NEAR(gpu[id][index].logprobs[k].logprob, sample.logprobs[k].logprob, 1e-3) << id;
-        }
-      }
-    }
+    testing::ExpectSameSamples(gpu, cpu);
   }
 }
 

@@ -62,6 +62,20 @@ RequestInput GreedyRequest(const std::string& id, std::vector<int32_t> prompt, i
   return in;
 }
 
+void ExpectSameSamples(Results& got, const Results& want, double tolerance) {
+  for (const auto& [id, samples] : want) {
+    ASSERT_EQ(got[id].size(), samples.size()) << id;
+    for (const auto& [index, sample] : samples) {
+      const SampleResult& g = got[id][index];
+      EXPECT_EQ(g.tokens, sample.tokens) << id << " sample " << index;
+      ASSERT_EQ(g.logprobs.size(), sample.logprobs.size()) << id;
+      for (size_t k = 0; k < sample.logprobs.size(); ++k) {
+        EXPECT_NEAR(g.logprobs[k].logprob, sample.logprobs[k].logprob, tolerance) << id;
+      }
+    }
+  }
+}
+
 std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<int32_t>& b,
                                      float near_tie) {
   const size_t n = std::min(a.tokens.size(), b.size());

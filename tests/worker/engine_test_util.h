@@ -37,6 +37,8 @@ RequestInput GreedyRequest(const std::string& id, std::vector<int32_t> prompt, i
 // Number of leading tokens on which `a` and `b` agree, counting past a disagreement only if it
 // happens where `a`'s top-2 margin is below `near_tie` (then comparison stops there, as the
 // fixtures' README prescribes). Returns {agreed, stopped_at_near_tie}.
+// Every sample of `want` in `got` too: the same tokens, logprobs within `tolerance`.
+void ExpectSameSamples(Results& got, const Results& want, double tolerance = 1e-3);
 std::pair<int, bool> GreedyAgreement(const SampleResult& a, const std::vector<int32_t>& b,
                                      float near_tie = 1e-3f);
 
