@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/kv_format.h"
 #include "kernels/sampling.h"
@@ -197,10 +199,13 @@ class Backend {
   // Recording and replay wait for the block copies issued so far. When an op later needs more of
   // the backend's own scratch memory, the graphs keep the buffers they read until DropGraphs.
   // ReplayGraph is false for a dropped (or unknown) graph.
+  // A graph needs device memory of its own (and the first one a fixed workspace for the GEMMs):
+  // without it BeginGraph or EndGraph return ResourceExhausted, nothing stays recorded, and the
+  // backend goes on running ops as before. (BeginGraph failing leaves nothing to end.)
   // Backends without graphs (the CPU) say so in SupportsGraphs and record nothing.
   [[nodiscard]] virtual bool SupportsGraphs() const { return false; }
-  virtual void BeginGraph() {}
-  virtual int64_t EndGraph() { return -1; }
+  virtual absl::Status BeginGraph() { return absl::OkStatus(); }
+  virtual absl::StatusOr<int64_t> EndGraph() { return -1; }
   virtual bool ReplayGraph(int64_t /*graph*/) { return false; }
   virtual void DropGraphs() {}
 

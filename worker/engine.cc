@@ -220,20 +220,30 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
     g.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     e->runner_->backend(0).MemoryInfo(&free_after, &total);
     g.device_mib = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1048576.0;
+    if (const absl::Status s = e->runner_->graphs_stopped(); !s.ok()) {
+      g.stopped = std::string(s.message());
+    }
     graphs = absl::StrFormat("\n  CUDA graphs         decode batches of up to %d, %d buckets: ",
                              rc.cuda_graph_max_batch, g.buckets);
     if (g.buckets > static_cast<int>(DecodeGraphs::kMaxGraphs)) {
       absl::StrAppend(&graphs, "recorded on first use (too many to record all at start-up)");
     } else {
-      absl::StrAppendFormat(&graphs, "%d recorded at start-up in %.2f s, %.1f MiB on GPU 0%s",
-                            g.recorded, g.seconds, g.device_mib,
-                            g.recorded < g.buckets ? ", the rest on first use" : "");
+      absl::StrAppendFormat(&graphs, "%d recorded at start-up in %.2f s, %.1f MiB on GPU 0",
+                            g.recorded, g.seconds, g.device_mib);
+      if (!g.stopped.empty()) {
+        absl::StrAppend(&graphs, "; recording stopped, the rest run eagerly: ", g.stopped,
+                        " (lower ",
+                        size_from_gpu ? "--gpu-memory-utilization" : "the KV pool's size",
+                        " or --cuda-graph-max-batch)");
+      }
     }
   }
   e->kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{e->num_blocks_, config.block_size,
                                                           config.enable_prefix_caching, host_blocks,
                                                           config.host_prefix_cache});
-  e->scheduler_ = std::make_unique<Scheduler>(config.scheduler, e->kv_.get());
+  SchedulerConfig scheduler = config.scheduler;
+  scheduler.max_logit_rows = rc.max_logit_rows;  // the rows the model reserved
+  e->scheduler_ = std::make_unique<Scheduler>(scheduler, e->kv_.get());
   e->eos_ids_ = model_config.eos_token_ids;
   for (int id : GenerationEos(config.model_dir)) {
     if (std::find(e->eos_ids_.begin(), e->eos_ids_.end(), id) == e->eos_ids_.end()) {

@@ -104,12 +104,15 @@ struct EngineStats {
 
 // The decode graphs recorded at start-up (--cuda-graph-max-batch), as the preflight report
 // says: buckets, how many were recorded, how long it took and the device memory it took on
-// rank 0 (graphs and the scratch memory their placeholder steps sized).
+// rank 0 (graphs and the scratch memory their placeholder steps sized). When a GPU had no
+// memory for the next graph, recording stopped there (`stopped` says why) and the buckets
+// left run eagerly: the engine serves, with fewer graphs.
 struct GraphRecording {
   int buckets = 0;
   int recorded = 0;
   double seconds = 0;
   double device_mib = 0;
+  std::string stopped;  // empty unless recording stopped
 };
 
 class Engine {

@@ -268,6 +268,15 @@ absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
   return recorded;
 }
 
+absl::Status ModelRunner::graphs_stopped() const {
+  for (int r = 0; r < size(); ++r) {
+    if (absl::Status s = ranks_[r].model->graphs_stopped(); !s.ok()) {
+      return size() == 1 ? s : Annotate(s, absl::StrCat("tensor-parallel rank ", r));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,
                                                    const ForwardBatch& batch) {
   if (!failed_.ok()) return failed_;

@@ -83,6 +83,9 @@ class ModelRunner {
   // how many were recorded: 0 when there are more buckets than DecodeGraphs::kMaxGraphs, which
   // are then recorded on first use.
   absl::StatusOr<int> RecordDecodeGraphs();
+  // Why a rank's decode graphs stopped recording (out of device memory; the buckets left run
+  // eagerly), naming the rank; OK when none did. Read between steps.
+  [[nodiscard]] absl::Status graphs_stopped() const;
 
   [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }

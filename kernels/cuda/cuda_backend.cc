@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -215,29 +216,50 @@ class CudaBackend final : public Backend {
 
   bool SupportsGraphs() const override { return true; }
 
-  void BeginGraph() override {
+  // ResourceExhausted for a failed allocation of device memory `what` is for (the error is not
+  // sticky: the device goes on); any other error is a bug, and aborts.
+  absl::Status OutOfMemory(cudaError_t e, const std::string& what) const {
+    CHECK_EQ(e, cudaErrorMemoryAllocation) << what << ": " << cudaGetErrorString(e);
+    (void)cudaGetLastError();  // clears it
+    size_t free = 0, total = 0;
+    KVSERVE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory on GPU ", options_.device, " ",
+                                                     what, " (", free >> 20, " MiB free of ",
+                                                     total >> 20, " MiB)"));
+  }
+
+  absl::Status BeginGraph() override {
     Current();
     NotRecording("BeginGraph");
     if (cublas_workspace_ == nullptr) {
       // From the first graph on, cuBLAS works in a fixed workspace of its own, so that
       // recording a GEMM allocates nothing (set after the stream, which resets it).
-      KVSERVE_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+      if (const cudaError_t e = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes);
+          e != cudaSuccess) {
+        cublas_workspace_ = nullptr;
+        return OutOfMemory(e, absl::StrCat("for cuBLAS's graph workspace (",
+                                           kCublasWorkspaceBytes >> 20, " MiB)"));
+      }
       KVSERVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     }
     AwaitAllCopies();
     KVSERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     recording_ = true;
+    return absl::OkStatus();
   }
 
-  int64_t EndGraph() override {
+  absl::StatusOr<int64_t> EndGraph() override {
     Current();
     CHECK(recording_) << "EndGraph without BeginGraph";
     recording_ = false;
     cudaGraph_t graph = nullptr;
     KVSERVE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
-    KVSERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
     KVSERVE_CUDA_CHECK(cudaGraphDestroy(graph));
+    if (instantiated != cudaSuccess) {
+      return OutOfMemory(instantiated, "for an instantiated graph");
+    }
     const int64_t id = next_graph_++;
     graphs_[id] = exec;
     return id;

@@ -5,7 +5,8 @@
 // for every format over mixed prefill / decode batches, GQA groups, split-KV lengths, block
 // sizes and head sizes, block copies (device ↔ device ↔ pinned host), and sampling (the same
 // token as the CPU twin, for every parameter mix, on tie-heavy and vocabulary-sliced rows);
-// and graphs: recorded ops replayed on new inputs, dropped when their scratch moves.
+// and graphs: recorded ops replayed on new inputs, kept buffers when their scratch grows, and
+// a clean error when the device has no memory for a graph.
 // Skipped without a CUDA device. Label: gpu.
 #include "kernels/cuda/cuda_backend.h"
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/kv_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl_communicator.h"
@@ -579,9 +581,9 @@ TEST_F(CudaBackendTest, GraphsReplayTheRecordedOpsOnTheInputsOfTheMoment) {
                 .x16 = norm16});
     gpu_->SiluMul({gate_up, act, rows, inter});
   };
-  gpu_->BeginGraph();
+  ASSERT_OK(gpu_->BeginGraph());
   ops(dnorm16.get(), dgate_up.get(), dact.get());
-  const int64_t graph = gpu_->EndGraph();
+  ASSERT_OK_AND_ASSIGN(const int64_t graph, gpu_->EndGraph());
   Sync();
   for (float v : dact.Host()) ASSERT_TRUE(std::isnan(v)) << "recording ran the ops";
   for (int round = 0; round < 2; ++round) {
@@ -620,9 +622,9 @@ TEST_F(CudaBackendTest, GraphsKeepTheScratchTheyReadWhenItGrows) {
     return total - free;
   };
   gemm(rows);  // sizes the rounding buffer
-  gpu_->BeginGraph();
+  ASSERT_OK(gpu_->BeginGraph());
   gemm(rows);
-  const int64_t graph = gpu_->EndGraph();
+  ASSERT_OK_AND_ASSIGN(const int64_t graph, gpu_->EndGraph());
   const size_t used_before = used();
   gemm(more);  // grows it
   EXPECT_GE(used(), used_before + 4 * kMib) << "a new 4 MiB buffer, the old one kept";
@@ -640,6 +642,98 @@ TEST_F(CudaBackendTest, GraphsKeepTheScratchTheyReadWhenItGrows) {
   const size_t used_with_graph = used();
   gpu_->DropGraphs();
   EXPECT_LE(used() + 2 * kMib, used_with_graph) << "dropping the graph frees the buffer it kept";
+}
+
+// Takes all the device memory it can get (down to 64 KiB pieces) until released.
+class MemoryHog {
+ public:
+  MemoryHog() {
+    size_t free = 0, total = 0;
+    EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    for (size_t piece = free; piece >= (size_t{64} << 10);) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, piece) == cudaSuccess) {
+        taken_.push_back(p);
+      } else {
+        (void)cudaGetLastError();
+        piece /= 2;
+      }
+    }
+  }
+  ~MemoryHog() {
+    for (void* p : taken_) cudaFree(p);
+  }
+  MemoryHog(const MemoryHog&) = delete;
+  MemoryHog& operator=(const MemoryHog&) = delete;
+
+ private:
+  std::vector<void*> taken_;
+};
+
+// Without device memory for a graph, recording fails with ResourceExhausted, not an abort: first
+// for cuBLAS's graph workspace (BeginGraph), then, with the workspace in place, for the
+// instantiated graph (EndGraph). The backend goes on as before: the ops run eagerly, graphs
+// recorded earlier replay, and with memory back recording works again.
+TEST_F(CudaBackendTest, GraphsWithoutDeviceMemoryFailCleanly) {
+  const int64_t rows = 4, hidden = 256, n = 320;
+  const std::vector<float> w = Random(n * hidden, rng_, 0.05f);
+  Dev<float> dx(Random(rows * hidden, rng_)), dw(w), dweight(Random(hidden, rng_));
+  Dev<float> dh(rows * hidden), dy(rows * n);
+  auto ops = [&] {
+    gpu_->RmsNorm({.x = dx.get(),
+                   .weight = dweight.get(),
+                   .out = dh.get(),
+                   .rows = rows,
+                   .hidden = hidden,
+                   .eps = 1e-5f});
+    gpu_->Gemm({dh.get(), dw.get(), nullptr, dy.get(), rows, n, hidden, DType::kF32});
+  };
+  ops();
+  const std::vector<float> want = dy.Host();
+  const std::vector<float> nan(rows * n, std::nanf(""));
+  auto poison = [&] { gpu_->Upload(dy.get(), nan.data(), sizeof(float) * nan.size()); };
+  int64_t first = -1;
+  {
+    MemoryHog hog;
+    const absl::Status begin = gpu_->BeginGraph();
+    EXPECT_THAT(begin, kvserve::testing::StatusIs(absl::StatusCode::kResourceExhausted,
+                                                  ::testing::HasSubstr("graph workspace")));
+    if (begin.ok()) {
+      ASSERT_OK(gpu_->EndGraph().status());  // ends the capture
+    }
+    poison();
+    ops();
+    EXPECT_EQ(dy.Host(), want) << "the ops run eagerly after the failure";
+  }
+  ASSERT_OK(gpu_->BeginGraph());
+  ops();
+  ASSERT_OK_AND_ASSIGN(first, gpu_->EndGraph());
+  {
+    MemoryHog hog;
+    ASSERT_OK(gpu_->BeginGraph()) << "the workspace is in place";
+    ops();
+    const absl::StatusOr<int64_t> second = gpu_->EndGraph();
+#ifdef KVSERVE_CUDA_EMULATED
+    // An emulated graph holds 64 KiB of device memory per node; a GPU's driver may find room
+    // in memory of its own.
+    EXPECT_THAT(second.status(),
+                kvserve::testing::StatusIs(absl::StatusCode::kResourceExhausted,
+                                           ::testing::HasSubstr("instantiated graph")));
+#endif
+    if (!second.ok()) {
+      EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+    }
+    poison();
+    ASSERT_TRUE(gpu_->ReplayGraph(first)) << "the graph recorded before still replays";
+    EXPECT_EQ(dy.Host(), want);
+  }
+  ASSERT_OK(gpu_->BeginGraph());
+  ops();
+  ASSERT_OK_AND_ASSIGN(const int64_t third, gpu_->EndGraph());
+  poison();
+  ASSERT_TRUE(gpu_->ReplayGraph(third));
+  EXPECT_EQ(dy.Host(), want) << "recorded once memory is back";
+  gpu_->DropGraphs();
 }
 
 }  // namespace

@@ -346,6 +346,85 @@ TEST(EngineCudaGraphTest, GraphDecodeMatchesTransformers) {
   }
 }
 
+// Free device memory in bytes.
+size_t FreeDeviceMemory() {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return free;
+}
+
+// A GPU with little memory left after the KV pool: recording the decode graphs at start-up
+// stops where the memory ends, and the engine starts anyway, with the buckets left to run
+// eagerly; then it serves the fixture's requests correctly, replaying what was recorded. The
+// memory is measured on an engine that records every graph (what it takes before recording,
+// and what recording takes), then taken away but for `keep` of the recording's share: the
+// first graph needs cuBLAS's 32 MiB graph workspace; each emulated graph holds 64 KiB of
+// device memory per node (kernels/cuda/emulation/runtime.cc), a GPU's perhaps little enough
+// to record them all. It is given back before serving: the attention kernel's split-KV
+// workspace still grows while serving, within the KV pool's headroom.
+TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = "cuda";
+  config.dtype = "float32";
+  config.cuda_graph_max_batch = 8;
+  size_t before_recording = 0, recording = 0;
+  {
+    const size_t free = FreeDeviceMemory();
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    const GraphRecording& g = engine->graph_recording();
+    ASSERT_EQ(g.recorded, 16);
+    recording = static_cast<size_t>(g.device_mib * 1048576.0);
+    before_recording = free - FreeDeviceMemory() - recording;
+  }
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  ASSERT_GT(recording, kWorkspace);
+  struct Case {
+    const char* name;
+    size_t keep;  // of the recording's memory
+  };
+  for (const Case& c : {Case{"no room for the workspace", kWorkspace / 2},
+                        Case{"room for half the graphs", (kWorkspace + recording) / 2}}) {
+    SCOPED_TRACE(c.name);
+    void* hog = nullptr;
+    ASSERT_EQ(cudaMalloc(&hog, FreeDeviceMemory() - before_recording - c.keep), cudaSuccess);
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    const GraphRecording& g = engine->graph_recording();
+    std::printf("%s: %d of %d decode graphs recorded; %s\n", c.name, g.recorded, g.buckets,
+                g.stopped.c_str());
+    if (g.recorded < g.buckets) {
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("out of memory on GPU 0"));
+    } else {
+      EXPECT_EQ(g.stopped, "");
+    }
+    if (c.keep < kWorkspace) {
+      EXPECT_EQ(g.recorded, 0);
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("graph workspace"));
+    }
+#ifdef KVSERVE_CUDA_EMULATED
+    if (c.keep > kWorkspace) {
+      EXPECT_GT(g.recorded, 0);
+      EXPECT_LT(g.recorded, g.buckets);
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("instantiated graph"));
+    }
+#endif
+    ASSERT_EQ(cudaFree(hog), cudaSuccess);
+    const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
+    Results results = testing::RunToCompletion(*engine, true);
+    ExpectMatchesReference(results, ref);
+    const int64_t graph_steps = engine->stats().graph_steps;
+    std::printf("%s: %lld of %lld decode steps replayed a graph\n", c.name,
+                static_cast<long long>(graph_steps), static_cast<long long>(decode_steps));
+    EXPECT_LE(graph_steps, decode_steps);
+    if (g.recorded == 0) {
+      EXPECT_EQ(graph_steps, 0);
+    }
+  }
+}
+
 // The seeded samples above with CUDA graphs: the CPU's tokens too.
 TEST(EngineCudaGraphTest, SeededSamplesAreTheCpus) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";

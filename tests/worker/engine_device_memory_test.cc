@@ -4,6 +4,8 @@
 // caching, chunked prefill and swap preemption through the host tier. A direct read or write of
 // a device buffer (say, of the sampled tokens or the block tables) passes on the CPU backend
 // and faults on a GPU; here it faults in CI.
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -88,6 +90,32 @@ TEST(EngineDeviceMemoryTest, SamplingPrefixCachingAndSwapMatchThePlainCpuBackend
   EXPECT_GT(swapped_plain, 0) << "the pool was meant to be too small";
   EXPECT_EQ(swapped_guarded, swapped_plain);
   ExpectSameResults(got, want);
+}
+
+// Serving allocates no device memory after start-up, so that a GPU sized at start-up cannot
+// run out mid-serving (vLLM #5907: prompt logprobs end the engine that way). The model reserves
+// max_num_seqs rows of logits; prompt logits for longer prompts are computed in chunks of rows
+// that fit (the scheduler's max_logit_rows), and still match transformers.
+TEST(EngineDeviceMemoryTest, PromptLogitsLongerThanTheReservedRowsAllocateNothing) {
+  const testing::Reference ref = testing::LoadReference("tiny-llama3");
+  EngineConfig config = testing::FixtureConfig("tiny-llama3");
+  config.scheduler.max_num_seqs = 4;  // 4 rows of logits a step
+  testing::GuardedCpuBackend* backend = nullptr;
+  config.make_backend = [&]() -> std::unique_ptr<kernels::Backend> {
+    auto b = std::make_unique<testing::GuardedCpuBackend>();
+    backend = b.get();
+    return b;
+  };
+  auto engine = testing::MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  const size_t at_start = backend->allocated();
+  size_t longest = 0;
+  for (const auto& p : ref.prompts) longest = std::max(longest, p.size());
+  ASSERT_GT(longest, 4 * 4u) << "prompts that need several steps of rows";
+  testing::AddReferenceRequests(*engine, ref);
+  Results got = testing::RunToCompletion(*engine, true);
+  EXPECT_EQ(backend->allocated(), at_start) << "device memory allocated while serving";
+  testing::ExpectMatchesReference(got, ref);
 }
 
 }  // namespace

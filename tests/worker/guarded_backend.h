@@ -40,6 +40,8 @@ class GuardedCpuBackend final : public kernels::Backend {
     return p;
   }
   void Free(void* /*p*/) override {}  // the arena goes as a whole
+  // Bytes handed out by Allocate so far (never returned: Free keeps them).
+  [[nodiscard]] size_t allocated() const { return used_; }
   void* AllocateHost(size_t bytes) override { return inner_->AllocateHost(bytes); }
   void FreeHost(void* p) override { inner_->FreeHost(p); }
   void Upload(void* dst, const void* src, size_t bytes) override {

@@ -177,6 +177,7 @@ void DecodeGraphs::Drop() {
   graphs_.clear();
   backend_->DropGraphs();
   kept_.clear();
+  stopped_ = absl::OkStatus();
 }
 
 }  // namespace kvserve::worker

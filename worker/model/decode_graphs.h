@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
 #include "worker/model/model.h"
@@ -84,7 +85,15 @@ class DecodeGraphs {
   // the eager steps), until the graphs are dropped.
   void Keep(std::shared_ptr<void> buffer) { kept_.push_back(std::move(buffer)); }
 
-  // Drops every graph, the backend's too, and the buffers kept for them.
+  // Recording stops when the device has no memory for another graph (Backend::BeginGraph or
+  // EndGraph failed with `why`): the buckets without a graph run eagerly, the others still
+  // replay, until Drop frees the graphs' memory.
+  void StopRecording(absl::Status why) { stopped_ = std::move(why); }
+  [[nodiscard]] bool recording() const { return stopped_.ok(); }
+  // OK while recording; else why it stopped.
+  [[nodiscard]] const absl::Status& stopped() const { return stopped_; }
+
+  // Drops every graph, the backend's too, and the buffers kept for them; recording resumes.
   void Drop();
   [[nodiscard]] size_t size() const { return graphs_.size(); }
 
@@ -102,6 +111,7 @@ class DecodeGraphs {
   std::map<Bucket, Recorded> graphs_;
   std::vector<std::shared_ptr<void>> kept_;
   const void* cache_id_ = nullptr;
+  absl::Status stopped_;
 };
 
 }  // namespace kvserve::worker

@@ -208,6 +208,17 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) 
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
   Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));
+  Reserve(scratch_.host_rows, HostRowsPerCopy() * config_.vocab_size);
+  // The packed batch (Forward) at its largest: each part padded to 8 bytes, a sequence per
+  // logits row at most, the block tables at their widest, a logprobs request per sample.
+  auto part = [](int64_t n, size_t bytes) { return (static_cast<size_t>(n) * bytes + 7) / 8 * 8; };
+  const int64_t seqs = std::min(tokens, logit_rows);
+  Reserve(scratch_.batch, 2 * part(tokens, sizeof(int32_t)) + part(tokens, sizeof(int64_t)) +
+                              3 * part(seqs, sizeof(int32_t)) +
+                              part(seqs * graph_max_blocks_per_seq_, sizeof(int32_t)) +
+                              part(samples, sizeof(kernels::SampleRequest)) +
+                              part(logit_rows, sizeof(int32_t)) +
+                              part(samples, sizeof(kernels::LogprobRequest)));
   // Decode graphs replay batches of up to graph_max_batch_ rows: within these bounds. With
   // tensor parallelism, the graphs hold the collectives too (stream-ordered ones only).
   const int64_t max_batch = std::min<int64_t>({graph_max_batch_, tokens, logit_rows});
@@ -348,19 +359,43 @@ absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStora
   }
   // No graph for this bucket yet (or the backend dropped it): run the step, which also sizes
   // the backend's scratch memory for these ops, then record them for the next steps. Recording
-  // runs nothing, so the logits stay this step's.
+  // runs nothing, so the logits stay this step's. Out of memory for the graph, the step goes
+  // on without it, and so do the later ones. (Ranks may differ in what they record: eager or
+  // replayed, their collectives are the same ones in the same order.)
   graphs_->MakeRoom();
   ASSIGN_OR_RETURN(const float* logits, RunModel(step.inputs, kv));
-  backend_->BeginGraph();
-  const absl::StatusOr<const float*> recorded = RunModel(step.inputs, kv);
-  const int64_t graph = backend_->EndGraph();
-  RETURN_IF_ERROR(recorded.status());
-  CHECK_EQ(*recorded, logits) << "a decode graph's logits moved";
-  graphs_->Record(step, {graph, logits});
+  bool recorded = false;
+  if (graphs_->recording()) {
+    const absl::StatusOr<int64_t> graph = RecordGraph(step.inputs, kv, logits);
+    if (graph.ok()) {
+      graphs_->Record(step, {*graph, logits});
+      recorded = true;
+    } else if (absl::IsResourceExhausted(graph.status())) {
+      LOG(WARNING) << "decode graphs: recording stopped with " << graphs_->size()
+                   << " recorded (the other batch sizes run eagerly): " << graph.status();
+      graphs_->StopRecording(graph.status());
+    } else {
+      return graph.status();
+    }
+  }
   ASSIGN_OR_RETURN(ForwardOutput out,
                    Finish(b, logits, step.inputs.num_logit_rows, step.samples, step.logprobs));
-  out.recorded_graph = true;
+  out.recorded_graph = recorded;
   return out;
+}
+
+absl::StatusOr<int64_t> Model::RecordGraph(const StepInputs& in, KvStorage& kv,
+                                           const float* logits) {
+  RETURN_IF_ERROR(backend_->BeginGraph());
+  const absl::StatusOr<const float*> recorded = RunModel(in, kv);
+  absl::StatusOr<int64_t> graph = backend_->EndGraph();
+  RETURN_IF_ERROR(recorded.status());
+  CHECK_EQ(*recorded, logits) << "a decode graph's logits moved";
+  return graph;
+}
+
+absl::Status Model::graphs_stopped() const {
+  return graphs_ != nullptr ? graphs_->stopped() : absl::OkStatus();
 }
 
 absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv) {
@@ -466,17 +501,23 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
     Draw(b, logits, rows, samples, logprob_requests, &out);
   }
   if (shard_.rank == 0 && !b.host_logit_rows.empty()) {
+    // Gathered (whole rows, from every rank's slice) into a fixed buffer and brought back a few
+    // rows at a time.
     const auto n = static_cast<int64_t>(b.host_logit_rows.size());
-    float* host_rows = Reserve(scratch_.host_rows, n * vocab);
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t r = b.host_logit_rows[k];
-      for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
-        backend_->Copy(host_rows + k * vocab + v0, logits + (v0 / vs) * rows * vs + r * vs,
-                       sizeof(float) * std::min(vs, vocab - v0));
-      }
-    }
+    const int64_t per_copy = HostRowsPerCopy();
+    float* host_rows = Reserve(scratch_.host_rows, per_copy * vocab);
     out.logits.resize(n * vocab);
-    backend_->Download(out.logits.data(), host_rows, sizeof(float) * out.logits.size());
+    for (int64_t k0 = 0; k0 < n; k0 += per_copy) {
+      const int64_t m = std::min(per_copy, n - k0);
+      for (int64_t k = 0; k < m; ++k) {
+        const int64_t r = b.host_logit_rows[k0 + k];
+        for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
+          backend_->Copy(host_rows + k * vocab + v0, logits + (v0 / vs) * rows * vs + r * vs,
+                         sizeof(float) * std::min(vs, vocab - v0));
+        }
+      }
+      backend_->Download(out.logits.data() + k0 * vocab, host_rows, sizeof(float) * m * vocab);
+    }
   }
   // Collectives that a peer's stall or failure aborted meanwhile leave garbage in the logits:
   // the step fails instead of returning what was drawn from them.

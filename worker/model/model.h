@@ -109,6 +109,9 @@ class Model {
   // Bytes of the weights as loaded.
   [[nodiscard]] int64_t weight_bytes() const { return weight_bytes_; }
   [[nodiscard]] DType weight_type() const { return weight_type_; }
+  // Why the decode graphs stopped recording (the device ran out of memory for them: the
+  // buckets left run eagerly); OK while they record, or without graphs.
+  [[nodiscard]] absl::Status graphs_stopped() const;
 
  private:
   // A matrix in weight_type_, in the backend's memory.
@@ -134,7 +137,7 @@ class Model {
     kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
     kernels::Buffer<uint16_t> h16, attn16, act16;  // with 16-bit weights: Gemm inputs, rounded
-    kernels::Buffer<float> host_rows;              // the logits rows that come back, gathered
+    kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
   };
@@ -153,6 +156,12 @@ class Model {
     float *selected, *local, *gathered;  // gathered: null without a communicator
   };
   LogitBuffers ReserveLogits(int64_t rows);
+  // Logits rows gathered per download (prompt logits): as many as fit kHostRowsBytes, at
+  // least one.
+  static constexpr int64_t kHostRowsBytes = int64_t{8} << 20;
+  [[nodiscard]] int64_t HostRowsPerCopy() const {
+    return std::max<int64_t>(1, kHostRowsBytes / (int64_t{4} * config_.vocab_size));
+  }
   // The tensor-parallel sum of a layer's partial output, in place: on the backend's own stream
   // where the communicator can order it there (NCCL on the GPU: no host round trip per
   // layer), else after the backend's queued ops.
@@ -164,8 +173,11 @@ class Model {
   // SampleParams says.
   absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
   // Forward for a batch that DecodeGraphs::Fits: replays its bucket's graph, or runs the step
-  // and records the graph for the next ones.
+  // and records the graph for the next ones (unless recording has stopped).
   absl::StatusOr<ForwardOutput> ForwardGraph(const ForwardBatch& b, KvStorage& kv);
+  // Records `in`'s ops as a graph, whose logits must land at `logits`: the backend's graph id,
+  // or ResourceExhausted when the device has no memory for it (nothing recorded then).
+  absl::StatusOr<int64_t> RecordGraph(const StepInputs& in, KvStorage& kv, const float* logits);
   // The end of a step: draws the samples and brings back the logits rows asked for (rank 0);
   // an error when the step's collectives were aborted (their outputs are garbage then).
   absl::StatusOr<ForwardOutput> Finish(const ForwardBatch& b, const float* logits, int64_t rows,

@@ -1,6 +1,7 @@
 #include "worker/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "glog/logging.h"
@@ -17,6 +18,10 @@ bool Before(const Sequence* a, const Sequence* b) {
 }
 
 bool Prefilling(const Sequence& seq) { return seq.num_tokens() - seq.num_computed_tokens > 1; }
+
+bool ReturnsPromptLogits(const Sequence& seq) {
+  return seq.request->input.return_prompt_logits && seq.sample_index == 0;
+}
 
 }  // namespace
 
@@ -48,6 +53,25 @@ int Scheduler::ChunkLimit(int remaining) const {
     return std::min(remaining, config_.long_prefill_token_threshold);
   }
   return remaining;
+}
+
+int Scheduler::LogitRows(const Sequence& seq, int start, int n) {
+  const int end = start + n;
+  const bool prompt_logits = ReturnsPromptLogits(seq);
+  const int prompt_rows =
+      prompt_logits ? std::max(0, std::min(end, seq.num_prompt_tokens) - start) : 0;
+  // The last token samples; a prompt token's row is already counted.
+  const bool sample_row =
+      end == seq.num_tokens() && !(prompt_logits && end <= seq.num_prompt_tokens);
+  return prompt_rows + (sample_row ? 1 : 0);
+}
+
+int Scheduler::FitRows(const Sequence& seq, int start, int n, int rows) {
+  if (LogitRows(seq, start, n) <= std::max(rows, 0)) return n;
+  // Fewer tokens: the prompt positions that fit (a row each), or all but the last token when
+  // the prompt's rows fit and the last one's would not.
+  const int prompt_left = ReturnsPromptLogits(seq) ? std::max(0, seq.num_prompt_tokens - start) : 0;
+  return std::max(rows, 0) < prompt_left ? std::max(rows, 0) : n - 1;
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -90,13 +114,21 @@ Scheduler::Output Scheduler::Schedule() {
     if (IsLong(seq)) ++long_prefills;
   };
 
+  // Logits rows left in the step: a prompt's rows leave one for each running sequence after it.
+  int rows = config_.max_logit_rows > 0 ? config_.max_logit_rows : std::numeric_limits<int>::max();
+
   std::sort(running_.begin(), running_.end(), Before);
   std::vector<Sequence*> snapshot = running_;
+  int later = static_cast<int>(snapshot.size());
   for (Sequence* seq : snapshot) {
+    --later;
     if (budget == 0) break;
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier in this loop
     if (!prefill_allowed(*seq)) continue;
-    const int n = std::min(ChunkLimit(seq->num_tokens() - seq->num_computed_tokens), budget);
+    const int start = seq->num_computed_tokens;
+    const int n = FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), budget),
+                          ReturnsPromptLogits(*seq) ? rows - later : rows);
+    if (n == 0) continue;
     bool ok = kv_->Allocate(*seq, n, {});
     while (!ok) {
       Sequence* victim = running_.back();
@@ -109,6 +141,7 @@ Scheduler::Output Scheduler::Schedule() {
     count_prefill(*seq);
     out.scheduled.push_back({seq, n});
     budget -= n;
+    rows -= LogitRows(*seq, start, n);
   }
   if (!out.preempted.empty()) return out;  // no admissions while memory is short
 
@@ -117,7 +150,10 @@ Scheduler::Output Scheduler::Schedule() {
   std::vector<Sequence*> swapped_in;
   for (Sequence* seq : swapped_) {
     if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
-    const int n = std::min(ChunkLimit(seq->num_tokens() - seq->num_computed_tokens), budget);
+    const int start = seq->num_computed_tokens;
+    const int n =
+        FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), budget), rows);
+    if (n == 0) break;
     const int bs = kv_->block_size();
     const int extra = std::max<int>(0, (seq->num_computed_tokens + n + bs - 1) / bs -
                                            static_cast<int>(seq->block_table.size()));
@@ -128,6 +164,7 @@ Scheduler::Output Scheduler::Schedule() {
     swapped_in.push_back(seq);
     out.scheduled.push_back({seq, n});
     budget -= n;
+    rows -= LogitRows(*seq, start, n);
   }
   for (Sequence* seq : swapped_in) std::erase(swapped_, seq);
   if (!swapped_.empty()) return out;
@@ -161,7 +198,9 @@ Scheduler::Output Scheduler::Schedule() {
       continue;  // its next block is being computed by a running request: take it next step
     }
     const int cached_tokens = static_cast<int>(cached.size()) * kv_->block_size();
-    const int n = std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget);
+    const int n = FitRows(*seq, cached_tokens,
+                          std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget), rows);
+    if (n == 0) break;
     if (!kv_->Allocate(*seq, n, cached)) break;
     counters_.prefix_queried_tokens += seq->num_tokens();
     counters_.prefix_hit_tokens += cached_tokens;
@@ -174,6 +213,7 @@ Scheduler::Output Scheduler::Schedule() {
     if (kv_->prefix_caching() && !want_logits) add_uncomputed(*seq);
     out.scheduled.push_back({seq, n});
     budget -= n;
+    rows -= LogitRows(*seq, cached_tokens, n);
   }
   for (Sequence* seq : admitted) std::erase(waiting_, seq);
   return out;

@@ -12,6 +12,9 @@
 // --max-num-partial-prefills caps the prefilling sequences per step. Short prompts are then
 // admitted beside a long one instead of queueing behind it.
 //
+// A step computes at most max_logit_rows rows of logits (the rows the model reserved): a prompt
+// whose request returns its prompt logits is prefilled in chunks that fit the rows left.
+//
 //   Scheduler sched(config, &kv_cache);
 //   sched.Add(seq);
 //   Scheduler::Output out = sched.Schedule();  // run out.scheduled, copy out.copies first
@@ -38,6 +41,12 @@ struct SchedulerConfig {
   int max_num_partial_prefills = 0;      // 0: no cap
   int max_long_partial_prefills = 1;
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  // Logits rows a step may compute: one per sequence that samples, and one per prompt token of
+  // a request that returns its prompt logits. The model reserves this many rows at start-up
+  // (the engine sets it to max_num_seqs), so prompt logits are prefilled in chunks that fit
+  // instead of growing device buffers mid-serving, where running out of memory would end the
+  // process (vLLM #5907). 0: no bound. Must be at least max_num_seqs.
+  int max_logit_rows = 0;
 };
 
 class Scheduler {
@@ -84,6 +93,11 @@ class Scheduler {
   bool IsLong(const Sequence& seq) const;
   // Tokens a sequence with `remaining` uncomputed tokens may compute in one step.
   int ChunkLimit(int remaining) const;
+  // The logits rows `n` tokens of `seq` from position `start` need: one per prompt position
+  // when it returns prompt logits, and one for its last token, which samples.
+  static int LogitRows(const Sequence& seq, int start, int n);
+  // The most of those `n` tokens whose logits rows fit in `rows` (0 when none do).
+  static int FitRows(const Sequence& seq, int start, int n, int rows);
   void Preempt(Sequence* seq);
 
   SchedulerConfig config_;

@@ -17,6 +17,12 @@
 // parameters), and cudaGraphLaunch queues it all again as one launch. What CUDA forbids while
 // capturing aborts with a message here: waiting for the capturing stream, copies to or from
 // pageable memory on it, allocating or freeing from the capturing thread, and events on it.
+// An instantiated graph holds kGraphNodeBytes of device memory per recorded call until it is
+// destroyed, and instantiating fails with cudaErrorMemoryAllocation when the device has not
+// that much free: a stand-in for what a GPU's driver keeps per node (about 64 KiB per kernel
+// node in a measurement on NVIDIA's forum, "Increasing memory footprint with large task
+// graphs"), so that running out of memory while recording can be tested. The GPU run measures
+// the real figure (the engine's graph recording line).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -42,6 +48,7 @@ constexpr std::align_val_t kAlign{256};
 // New device and pinned memory holds this byte (NaN as float or bf16, -1 as an integer), not
 // the zeros fresh host pages would: reads of memory nothing wrote show in the results.
 constexpr int kPoison = 0xff;
+constexpr size_t kGraphNodeBytes = 64 << 10;
 
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -68,6 +75,18 @@ class Memory {
     used_[device] += bytes;
     device_[*p] = {device, bytes};
     return cudaSuccess;
+  }
+
+  // Device memory that no pointer names (an instantiated graph's).
+  cudaError_t Charge(int device, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
+    used_[device] += bytes;
+    return cudaSuccess;
+  }
+  void Release(int device, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_[device] -= bytes;
   }
 
   cudaError_t FreeDevice(void* p) {
@@ -273,6 +292,8 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
   std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+  int device;
+  size_t bytes;  // the device memory it holds
 };
 
 namespace kvserve::emulation {
@@ -526,7 +547,11 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-  *exec = new CUgraphExec_st{graph->nodes};
+  const size_t bytes = kGraphNodeBytes * graph->nodes->size();
+  if (const cudaError_t e = Memory::Get().Charge(current_device, bytes); e != cudaSuccess) {
+    return Fail(e);
+  }
+  *exec = new CUgraphExec_st{graph->nodes, current_device, bytes};
   return cudaSuccess;
 }
 
@@ -536,6 +561,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  Memory::Get().Release(exec->device, exec->bytes);
   delete exec;  // a launch still queued holds the work
   return cudaSuccess;
 }

@@ -109,5 +109,71 @@ TEST_F(SchedulerTest, PreemptsTheLatestWhenBlocksRunOut) {
   EXPECT_EQ(sched.num_waiting(), 1);
 }
 
+// Runs a step as the engine would: the scheduled tokens computed, a token drawn for each
+// sequence that reached its end. Returns each scheduled sequence's token count, and checks
+// that the step's logits rows (one per prompt token of a request returning prompt logits, one
+// per sampled token) stay within `max_rows`.
+std::vector<int> RunStep(Scheduler& sched, int max_rows) {
+  const Scheduler::Output out = sched.Schedule();
+  std::vector<int> counts;
+  int rows = 0;
+  for (const auto& [seq, n] : out.scheduled) {
+    counts.push_back(n);
+    const int start = seq->num_computed_tokens, end = start + n;
+    const bool prompt_logits = seq->request->input.return_prompt_logits;
+    for (int pos = start; pos < end; ++pos) {
+      rows += (prompt_logits && pos < seq->num_prompt_tokens) || pos + 1 == seq->num_tokens();
+    }
+    seq->num_computed_tokens = end;
+    if (end == seq->num_tokens()) seq->tokens.push_back(1);
+  }
+  EXPECT_LE(rows, max_rows);
+  return counts;
+}
+
+using Counts = std::vector<int>;
+
+// A step computes at most max_logit_rows rows of logits: a prompt whose request returns its
+// prompt logits is prefilled in the rows the others leave, beside a decoding sequence and a
+// prompt admitted behind it (whose chunk short of its last token needs no row).
+TEST_F(SchedulerTest, PromptLogitsArePrefilledInTheRowsLeft) {
+  KvCacheManager kv({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
+  Scheduler sched({.max_num_seqs = 4, .max_num_batched_tokens = 100, .max_logit_rows = 4}, &kv);
+  Sequence* decoding = NewSeq(10);
+  sched.Add(decoding);
+  RunStep(sched, 4);
+  Sequence* logits = NewSeq(14);
+  logits->request->input.return_prompt_logits = true;
+  sched.Add(logits);
+  sched.Add(NewSeq(5));
+  // decoding 1 row + 3 prompt rows; the 5-token prompt all but its last token (no row).
+  EXPECT_EQ(RunStep(sched, 4), (Counts{1, 3, 4}));
+  // Then a row each for the two others: 2 prompt rows a step, the last token alone.
+  std::vector<int> chunks;
+  while (!logits->prefill_done()) chunks.push_back(RunStep(sched, 4).at(1));
+  EXPECT_EQ(chunks, (Counts{2, 2, 2, 2, 2, 1}));
+
+  // Without a bound (0), the prompt goes in one step.
+  KvCacheManager kv2({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
+  Scheduler unbounded({.max_num_seqs = 4, .max_num_batched_tokens = 100}, &kv2);
+  Sequence* whole = NewSeq(50);
+  whole->request->input.return_prompt_logits = true;
+  unbounded.Add(whole);
+  EXPECT_EQ(RunStep(unbounded, 51), (Counts{50}));
+}
+
+// The rows go first come, first served, but a prompt with logits leaves a row for each running
+// sequence behind it.
+TEST_F(SchedulerTest, PromptLogitsLeaveARowForEachRunningSequenceBehind) {
+  KvCacheManager kv({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
+  Scheduler sched({.max_num_seqs = 4, .max_num_batched_tokens = 100, .max_logit_rows = 4}, &kv);
+  Sequence* logits = NewSeq(20);
+  logits->request->input.return_prompt_logits = true;
+  for (Sequence* s : {logits, NewSeq(3), NewSeq(3)}) sched.Add(s);
+  EXPECT_EQ(RunStep(sched, 4), (Counts{4, 2, 2})) << "all 4 rows to the prompt's logits";
+  EXPECT_EQ(RunStep(sched, 4), (Counts{2, 1, 1})) << "a row each for the two behind it";
+  EXPECT_EQ(RunStep(sched, 4), (Counts{2, 1, 1}));
+}
+
 }  // namespace
 }  // namespace kvserve::worker
