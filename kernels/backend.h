@@ -159,6 +159,16 @@ struct CopyBlocksParams {
   int64_t num_pairs = 0;
 };
 
+// The largest steps a backend will run, for ReserveScratch: this rank's attention heads, and
+// the largest Gemm whose float x a 16-bit weight's Gemm rounds (the LM head's rows).
+struct StepLimits {
+  int64_t tokens = 0;   // query tokens in a step
+  int64_t seqs = 0;     // sequences in a step
+  int64_t context = 0;  // tokens a sequence attends to
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t rounded_gemm_rows = 0, rounded_gemm_k = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -190,6 +200,11 @@ class Backend {
     *free = *total = 0;
     return false;
   }
+  // Allocates the scratch memory of the backend's own that ops within `limits` need (the CUDA
+  // backend's split-KV workspace and Gemm rounding buffer), which they would otherwise grow into
+  // on first need: so that it is in use when the memory left for the KV pool is measured, and
+  // serving allocates none.
+  virtual void ReserveScratch(const StepLimits& /*limits*/) {}
 
   // Graphs (CUDA graphs): the ops issued between BeginGraph and EndGraph are recorded, not run,
   // and ReplayGraph issues them again as one launch: the same pointers and sizes, reading

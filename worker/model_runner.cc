@@ -112,7 +112,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                                   .graph_max_batch = config.cuda_graph_max_batch,
                                   .graph_max_blocks_per_seq = config.max_blocks_per_seq}));
     rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
-                               2 * config.max_logit_rows);
+                               2 * config.max_logit_rows,
+                               int64_t{config.max_blocks_per_seq} * config.block_size);
   }
   runner->num_blocks_ = config.num_blocks;
   if (runner->num_blocks_ == 0) {
@@ -246,6 +247,7 @@ absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
       DecodeGraphs::Buckets(config_.cuda_graph_max_batch, config_.max_blocks_per_seq);
   if (config_.cuda_graph_max_batch <= 0 || buckets.size() > DecodeGraphs::kMaxGraphs) return 0;
   warmup_steps_ = static_cast<int64_t>(buckets.size());  // before any: RankFault skips them
+  const int64_t first_step = step_;
   int recorded = 0;
   for (const auto& [seqs, width] : buckets) {
     // Placeholder rows: token 0 at position 0, no KV slot, attending to one cached token of
@@ -264,7 +266,9 @@ absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
     }
     ASSIGN_OR_RETURN(ForwardOutput out, Execute({}, b));
     recorded += out.recorded_graph ? 1 : 0;
+    if (!graphs_stopped().ok()) break;  // out of device memory: the rest run eagerly
   }
+  warmup_steps_ = step_ - first_step;
   return recorded;
 }
 

@@ -445,6 +445,27 @@ class CudaBackend final : public Backend {
     cuda::LaunchPagedAttention(a, plan, workspace, stream_);
   }
 
+  void ReserveScratch(const StepLimits& l) override {
+    Current();
+    NotRecording("ReserveScratch");
+    cuda::AttnArgs a;
+    a.num_seqs = static_cast<int>(std::min<int64_t>(l.seqs, 65535));
+    a.num_heads = l.num_heads;
+    a.num_kv_heads = l.num_kv_heads;
+    a.head_dim = l.head_dim;
+    a.max_context_len = static_cast<int>(l.context);
+    const size_t floats =
+        a.num_kv_heads > 0
+            ? cuda::MaxPagedAttentionWorkspaceFloats(
+                  a, l.tokens, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
+                  options_.attention_blocks_per_sm, options_.attention_tensor_cores)
+            : 0;
+    if (floats > 0) Scratch(attention_workspace_, sizeof(float) * floats);
+    if (const int64_t n = l.rounded_gemm_rows * l.rounded_gemm_k; n > 0) {
+      Scratch(rounded_x_, sizeof(uint16_t) * n);
+    }
+  }
+
   bool MemoryInfo(size_t* free, size_t* total) override {
     Current();
     KVSERVE_CUDA_CHECK(cudaMemGetInfo(free, total));

@@ -113,8 +113,13 @@ const char* CheckAttentionShape(const AttnArgs& a) {
   return "";
 }
 
-AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
-                            int min_blocks_per_sm, bool tensor_cores) {
+namespace {
+
+// The plan's kernel, row tiling and split-KV factor, before the split is rounded to whole
+// chunks per split (which may only lower it); `per_split` gets the workspace floats a split
+// takes.
+AttnPlan PlanSplits(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
+                    int min_blocks_per_sm, bool tensor_cores, int64_t* per_split_floats) {
   AttnPlan plan;
   const int group = a.num_heads / a.num_kv_heads;
   plan.tensor_cores = tensor_cores && TensorCoreAttentionCovers(a);
@@ -135,11 +140,52 @@ AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace
     splits = static_cast<int>(std::max<int64_t>(1, max_workspace_floats / per_split));
   }
   splits = std::min(splits, 65535 / a.num_kv_heads);
+  plan.num_splits = splits;
+  *per_split_floats = per_split;
+  return plan;
+}
+
+}  // namespace
+
+AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
+                            int min_blocks_per_sm, bool tensor_cores) {
+  int64_t per_split = 0;
+  AttnPlan plan =
+      PlanSplits(a, num_sms, max_workspace_floats, min_blocks_per_sm, tensor_cores, &per_split);
+  const int splits = plan.num_splits;
+  const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
   plan.chunks_per_split = (chunks + splits - 1) / splits;
   plan.num_splits = (chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
   plan.workspace_floats =
       plan.num_splits > 1 ? static_cast<size_t>(per_split * plan.num_splits) : 0;
   return plan;
+}
+
+size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_tokens, int num_sms,
+                                        size_t max_workspace_floats, int min_blocks_per_sm,
+                                        bool tensor_cores) {
+  size_t most = 0;
+  AttnArgs a = limits;
+  // Both kernels' tilings (a float32 cache, or a layer kept at full precision, runs SIMT).
+  for (const KvDType dtype : {KvDType::kFp32, KvDType::kBf16}) {
+    a.k_layout.dtype = a.v_layout.dtype = dtype;
+    for (int seqs = 1; seqs <= limits.num_seqs; ++seqs) {
+      a.num_seqs = seqs;
+      // Each sequence has a token at least: the longest query leaves seqs - 1 for the others.
+      for (int64_t q = 1; q <= std::min<int64_t>(max_tokens - seqs + 1, 65535); ++q) {
+        a.max_query_len = static_cast<int>(q);
+        int64_t per_split = 0;
+        const AttnPlan plan = PlanSplits(a, num_sms, max_workspace_floats, min_blocks_per_sm,
+                                         tensor_cores, &per_split);
+        if (plan.num_splits > 1) {
+          most = std::max(most, static_cast<size_t>(per_split * plan.num_splits));
+        } else if (q * (a.num_heads / a.num_kv_heads) > 64) {
+          break;  // past the row-tiling switches, longer queries only split less
+        }
+      }
+    }
+  }
+  return most;
 }
 
 void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* workspace,

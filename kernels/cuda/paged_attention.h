@@ -65,6 +65,14 @@ struct AttnPlan {
 AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_workspace_floats,
                             int min_blocks_per_sm = 0, bool tensor_cores = false);
 
+// The most workspace PlanPagedAttention asks for, with the same settings, for any step within
+// `limits`: up to limits.num_seqs sequences of up to limits.max_context_len tokens (heads and
+// head_dim as there), `max_tokens` query tokens in all, on either kernel. For reserving it up
+// front.
+size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_tokens, int num_sms,
+                                        size_t max_workspace_floats, int min_blocks_per_sm = 0,
+                                        bool tensor_cores = false);
+
 // Requires head_dim in {16, 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).
 void LaunchPagedAttention(const AttnArgs& args, const AttnPlan& plan, float* workspace,

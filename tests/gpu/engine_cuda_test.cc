@@ -31,6 +31,25 @@ using testing::Results;
 using testing::RunReference;
 using testing::SampleResult;
 
+// Free device memory in bytes.
+size_t FreeDeviceMemory() {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return free;
+}
+
+// Serving allocates no device memory after start-up: every buffer a step needs was reserved
+// before the KV pool was sized (the backend's split-KV workspace included). Checked where the
+// device is emulated; a GPU's driver and cuBLAS may take memory of their own.
+void ExpectNothingAllocatedSince(size_t free_at_start) {
+#ifdef KVSERVE_CUDA_EMULATED
+  EXPECT_EQ(FreeDeviceMemory(), free_at_start) << "serving allocated device memory";
+#else
+  std::printf("device memory allocated while serving: %lld bytes\n",
+              static_cast<long long>(free_at_start) - static_cast<long long>(FreeDeviceMemory()));
+#endif
+}
+
 // Prompt logits of every reference prompt through an engine with `config`.
 std::vector<std::vector<float>> PromptLogits(const EngineConfig& config, const Reference& ref) {
   Results results = RunReference(config, ref);
@@ -334,94 +353,17 @@ TEST(EngineCudaGraphTest, GraphDecodeMatchesTransformers) {
                 g.recorded, g.buckets, g.seconds, g.device_mib);
     EXPECT_EQ(g.buckets, 16);
     EXPECT_EQ(g.recorded, 16);
+    const size_t free_at_start = FreeDeviceMemory();
     const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
     Results results = testing::RunToCompletion(*engine, true);
     ExpectMatchesReference(results, ref);
+    ExpectNothingAllocatedSince(free_at_start);
     const int64_t graph_steps = engine->stats().graph_steps;
     std::printf("%s: %lld of %lld steps replayed a graph\n", model,
                 static_cast<long long>(graph_steps), static_cast<long long>(engine->stats().steps));
     // Every decode step replays a graph recorded at start-up: prompt logits, which outgrow the
     // buffers the graphs read, leave those to the graphs and take new ones.
     EXPECT_EQ(graph_steps, decode_steps);
-  }
-}
-
-// Free device memory in bytes.
-size_t FreeDeviceMemory() {
-  size_t free = 0, total = 0;
-  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
-  return free;
-}
-
-// A GPU with little memory left after the KV pool: recording the decode graphs at start-up
-// stops where the memory ends, and the engine starts anyway, with the buckets left to run
-// eagerly; then it serves the fixture's requests correctly, replaying what was recorded. The
-// memory is measured on an engine that records every graph (what it takes before recording,
-// and what recording takes), then taken away but for `keep` of the recording's share: the
-// first graph needs cuBLAS's 32 MiB graph workspace; each emulated graph holds 64 KiB of
-// device memory per node (kernels/cuda/emulation/runtime.cc), a GPU's perhaps little enough
-// to record them all. It is given back before serving: the attention kernel's split-KV
-// workspace still grows while serving, within the KV pool's headroom.
-TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {
-  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const Reference ref = LoadReference("tiny-llama3");
-  EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.dtype = "float32";
-  config.cuda_graph_max_batch = 8;
-  size_t before_recording = 0, recording = 0;
-  {
-    const size_t free = FreeDeviceMemory();
-    auto engine = testing::MakeEngine(config);
-    ASSERT_NE(engine, nullptr);
-    const GraphRecording& g = engine->graph_recording();
-    ASSERT_EQ(g.recorded, 16);
-    recording = static_cast<size_t>(g.device_mib * 1048576.0);
-    before_recording = free - FreeDeviceMemory() - recording;
-  }
-  constexpr size_t kWorkspace = size_t{32} << 20;
-  ASSERT_GT(recording, kWorkspace);
-  struct Case {
-    const char* name;
-    size_t keep;  // of the recording's memory
-  };
-  for (const Case& c : {Case{"no room for the workspace", kWorkspace / 2},
-                        Case{"room for half the graphs", (kWorkspace + recording) / 2}}) {
-    SCOPED_TRACE(c.name);
-    void* hog = nullptr;
-    ASSERT_EQ(cudaMalloc(&hog, FreeDeviceMemory() - before_recording - c.keep), cudaSuccess);
-    auto engine = testing::MakeEngine(config);
-    ASSERT_NE(engine, nullptr);
-    const GraphRecording& g = engine->graph_recording();
-    std::printf("%s: %d of %d decode graphs recorded; %s\n", c.name, g.recorded, g.buckets,
-                g.stopped.c_str());
-    if (g.recorded < g.buckets) {
-      EXPECT_THAT(g.stopped, ::testing::HasSubstr("out of memory on GPU 0"));
-    } else {
-      EXPECT_EQ(g.stopped, "");
-    }
-    if (c.keep < kWorkspace) {
-      EXPECT_EQ(g.recorded, 0);
-      EXPECT_THAT(g.stopped, ::testing::HasSubstr("graph workspace"));
-    }
-#ifdef KVSERVE_CUDA_EMULATED
-    if (c.keep > kWorkspace) {
-      EXPECT_GT(g.recorded, 0);
-      EXPECT_LT(g.recorded, g.buckets);
-      EXPECT_THAT(g.stopped, ::testing::HasSubstr("instantiated graph"));
-    }
-#endif
-    ASSERT_EQ(cudaFree(hog), cudaSuccess);
-    const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
-    Results results = testing::RunToCompletion(*engine, true);
-    ExpectMatchesReference(results, ref);
-    const int64_t graph_steps = engine->stats().graph_steps;
-    std::printf("%s: %lld of %lld decode steps replayed a graph\n", c.name,
-                static_cast<long long>(graph_steps), static_cast<long long>(decode_steps));
-    EXPECT_LE(graph_steps, decode_steps);
-    if (g.recorded == 0) {
-      EXPECT_EQ(graph_steps, 0);
-    }
   }
 }
 
@@ -483,9 +425,11 @@ TEST(EngineCudaGraphTest, ReplaysMatchEagerStepsAcrossBuckets) {
     auto run = [&](int graph_max_batch, EngineStats* stats) {
       config.cuda_graph_max_batch = graph_max_batch;
       auto engine = testing::MakeEngine(config);
+      const size_t free_at_start = FreeDeviceMemory();
       for (const RequestInput& in : requests) EXPECT_OK(engine->AddRequest(in));
       Results results = testing::RunToCompletion(*engine, true);
       *stats = engine->stats();
+      ExpectNothingAllocatedSince(free_at_start);
       return results;
     };
     EngineStats eager_stats, graph_stats;
@@ -515,6 +459,84 @@ TEST(EngineCudaGraphTest, ReplaysMatchEagerStepsAcrossBuckets) {
             << in.request_id << " token " << k;
       }
     }
+  }
+}
+
+// A GPU with little memory left after the KV pool: recording the decode graphs at start-up
+// stops where the memory ends, and the engine starts anyway, with the buckets left to run
+// eagerly; then it serves the fixture's requests correctly, replaying what was recorded. The
+// memory is measured on an engine that records every graph (what it takes before recording,
+// and what recording takes), then taken away but for `keep` of the recording's share: the
+// first graph needs cuBLAS's 32 MiB graph workspace; each emulated graph holds 64 KiB of
+// device memory per node (kernels/cuda/emulation/runtime.cc), a GPU's perhaps little enough
+// to record them all. It stays taken while the engine serves, which allocates nothing. Last in
+// the file: should a GPU abort here, only this test is lost.
+TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.device = "cuda";
+  config.dtype = "float32";
+  config.cuda_graph_max_batch = 8;
+  size_t before_recording = 0, recording = 0;
+  {
+    const size_t free = FreeDeviceMemory();
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    const GraphRecording& g = engine->graph_recording();
+    ASSERT_EQ(g.recorded, 16);
+    recording = static_cast<size_t>(g.device_mib * 1048576.0);
+    before_recording = free - FreeDeviceMemory() - recording;
+  }
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  ASSERT_GT(recording, kWorkspace);
+  struct Case {
+    const char* name;
+    size_t keep;  // of the recording's memory
+  };
+  for (const Case& c : {Case{"no room for the workspace", kWorkspace / 2},
+                        Case{"room for half the graphs", (kWorkspace + recording) / 2}}) {
+    SCOPED_TRACE(c.name);
+    void* hog = nullptr;
+    ASSERT_EQ(cudaMalloc(&hog, FreeDeviceMemory() - before_recording - c.keep), cudaSuccess);
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    const GraphRecording& g = engine->graph_recording();
+    const std::string& report = engine->preflight_report();
+    const size_t line = report.find("CUDA graphs");
+    std::printf("%s: %s\n", c.name, report.substr(line, report.find('\n', line) - line).c_str());
+    if (g.recorded < g.buckets) {
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("out of memory on GPU 0"));
+      EXPECT_THAT(engine->preflight_report(),
+                  ::testing::HasSubstr("recording stopped, the rest run eagerly: " + g.stopped));
+    } else {
+      EXPECT_EQ(g.stopped, "");
+    }
+    if (c.keep < kWorkspace) {
+      EXPECT_EQ(g.recorded, 0);
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("graph workspace"));
+    }
+#ifdef KVSERVE_CUDA_EMULATED
+    if (c.keep > kWorkspace) {
+      EXPECT_GT(g.recorded, 0);
+      EXPECT_LT(g.recorded, g.buckets);
+      EXPECT_THAT(g.stopped, ::testing::HasSubstr("instantiated graph"));
+    }
+#endif
+    const size_t free_at_start = FreeDeviceMemory();
+    const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
+    Results results = testing::RunToCompletion(*engine, true);
+    ExpectMatchesReference(results, ref);
+    const int64_t graph_steps = engine->stats().graph_steps;
+    std::printf("%s: %lld of %lld decode steps replayed a graph\n", c.name,
+                static_cast<long long>(graph_steps), static_cast<long long>(decode_steps));
+    EXPECT_LE(graph_steps, decode_steps);
+    if (g.recorded == 0) {
+      EXPECT_EQ(graph_steps, 0);
+    }
+    ExpectNothingAllocatedSince(free_at_start);
+    engine.reset();
+    ASSERT_EQ(cudaFree(hog), cudaSuccess);
   }
 }
 

@@ -1,6 +1,9 @@
 // The host side of the CUDA paged-attention launcher, which runs without a GPU: how a launch
 // is cut (rows per thread block, split-KV factor, workspace) and which shapes are refused.
+#include <algorithm>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/paged_attention.h"
@@ -123,6 +126,55 @@ TEST(AttentionPlanTest, UnsupportedShapesAreNamed) {
   EXPECT_NE(problem(a).find("max_context_len"), std::string::npos);
   a = Decode(70000, 10);
   EXPECT_NE(problem(a).find("65535"), std::string::npos);
+}
+
+// The workspace the CUDA backend reserves at start-up (MaxPagedAttentionWorkspaceFloats) covers
+// every step within the limits: each sequence count, each longest query that fits the token
+// budget, contexts up to the limit on chunk boundaries and between them, on either kernel,
+// with and without a workspace cap. And it is no more than twice what some step takes.
+TEST(AttentionPlanTest, ReservedWorkspaceCoversEveryStepWithinTheLimits) {
+  const int max_seqs = 24, max_tokens = 600, max_context = 5000;
+  std::vector<int> contexts = {1, 100, 255, 257, 4097, max_context};
+  for (int c = kChunkTokens; c <= max_context; c += kChunkTokens) contexts.push_back(c);
+  for (const bool tensor_cores : {false, true}) {
+    for (const size_t cap : {size_t{1} << 30, size_t{200000}}) {
+      SCOPED_TRACE((tensor_cores ? "tensor cores, cap " : "SIMT, cap ") + std::to_string(cap));
+      const size_t reserved = MaxPagedAttentionWorkspaceFloats(
+          Decode(max_seqs, max_context), max_tokens, 132, cap, 0, tensor_cores);
+      size_t most = 0;
+      for (const KvDType dtype : {KvDType::kFp32, KvDType::kInt8}) {
+        for (int seqs = 1; seqs <= max_seqs; ++seqs) {
+          for (int q = 1; q + seqs - 1 <= max_tokens; ++q) {
+            for (int context : contexts) {
+              AttnArgs a = Decode(seqs, context);
+              a.max_query_len = q;
+              a.k_layout.dtype = a.v_layout.dtype = dtype;
+              const size_t need = PlanPagedAttention(a, 132, cap, 0, tensor_cores).workspace_floats;
+              ASSERT_LE(need, reserved) << seqs << " seqs, query " << q << ", context " << context;
+              most = std::max(most, need);
+            }
+          }
+        }
+      }
+      EXPECT_GT(most, 0u);
+      EXPECT_LE(reserved, 2 * most);
+    }
+  }
+}
+
+// What it comes to at a real model's limits on the H200 (132 SMs; the backend's default
+// 256 MiB cap): Llama-3-8B's 32 query / 8 KV heads of 128, 8,192 tokens a step, 256
+// sequences of up to 128K tokens. Printed for docs/PERF.md.
+TEST(AttentionPlanTest, ReservedWorkspaceAtLlamaScale) {
+  const size_t cap = (size_t{256} << 20) / sizeof(float);
+  for (const bool tensor_cores : {false, true}) {
+    const size_t floats =
+        MaxPagedAttentionWorkspaceFloats(Decode(256, 131072), 8192, 132, cap, 0, tensor_cores);
+    std::printf("Llama-3-8B limits, %s: %.1f MiB reserved\n",
+                tensor_cores ? "tensor cores" : "SIMT", floats * 4.0 / 1048576.0);
+    EXPECT_GT(floats, 0u);
+    EXPECT_LE(floats, cap);
+  }
 }
 
 }  // namespace

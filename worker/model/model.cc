@@ -204,7 +204,17 @@ Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
           comm_ != nullptr ? Reserve(s.gathered, rows * vs * shard_.size, true) : nullptr};
 }
 
-void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples) {
+void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, int64_t context) {
+  // The backend's own first (attention's split-KV workspace; the LM head's rows rounded to the
+  // weights' 16 bits), then the model's.
+  backend_->ReserveScratch({.tokens = tokens,
+                            .seqs = std::min(tokens, logit_rows),
+                            .context = context,
+                            .num_heads = heads_,
+                            .num_kv_heads = kv_heads_,
+                            .head_dim = config_.head_dim,
+                            .rounded_gemm_rows = weight_type_ != DType::kF32 ? logit_rows : 0,
+                            .rounded_gemm_k = config_.hidden_size});
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
   Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));

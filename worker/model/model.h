@@ -98,10 +98,11 @@ class Model {
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
   // Allocates the per-step buffers for the largest step up front (`tokens` in the batch,
-  // `logit_rows` rows of logits, `samples` draws; and the decode graphs' input buffer), so that
-  // the memory left for the KV pool can be measured after it; later steps within these bounds
+  // `logit_rows` rows of logits, `samples` draws, sequences attending to up to `context`
+  // tokens; the backend's scratch memory and the decode graphs' input buffer too), so that the
+  // memory left for the KV pool can be measured after it; later steps within these bounds
   // allocate nothing.
-  void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples);
+  void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, int64_t context);
 
   ~Model();
 
