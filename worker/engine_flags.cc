@@ -11,7 +11,9 @@ ABSL_FLAG(std::string, hf_config, "", "config.json to use instead of MODEL/confi
 ABSL_FLAG(std::string, served_model_name, "",
           "Model id in the block-hash key (default: the directory name)");
 ABSL_FLAG(int32_t, block_size, 16, "Tokens per KV block: 8, 16 or 32");
-ABSL_FLAG(int32_t, max_num_seqs, 256, "Most sequences in one batch");
+ABSL_FLAG(int32_t, max_num_seqs, 256,
+          "Most sequences in one batch; also the rows of logits a step computes (reserved at "
+          "start-up), so that prompt logits are prefilled in chunks of at most this many tokens");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Token budget of one engine step");
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");

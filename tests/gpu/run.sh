@@ -125,8 +125,8 @@ fi
 echo
 # The engine's bf16-weight fidelity, pool sizing and tensor-core vs SIMT logits, as
 # engine_cuda_test printed them.
-grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|replayed a graph|recorded at start-up" \
-  "$out/engine_cuda_test.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null
+grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|replayed a graph|recorded at start-up|allocated while serving|CUDA graphs " \
+  "$out/engine_cuda_test.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null | cut -c1-240
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
