@@ -1,6 +1,6 @@
 // Property test of the engine's bookkeeping: 10,000 random requests (random lengths, n, cache
-// salts, shared prefixes) with random aborts and forced preemptions on a deliberately small
-// pool. After every step the invariant checker holds; at the end nothing is leaked.
+// salts, shared prefixes, some returning prompt logits) with random aborts and forced
+// preemptions on a deliberately small pool. After every step the invariant checker holds; at the end nothing is leaked.
 #include <random>
 
 #include "gtest/gtest.h"
@@ -55,6 +55,8 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
       in.sampling.seed = rng();
       in.sampling.n = (rng() % 10 == 0) ? 2 + static_cast<int>(rng() % 3) : 1;
       in.sampling.ignore_eos = rng() % 2;
+      // Prompt logits take a logits row per prompt token, out of the step's 24.
+      in.return_prompt_logits = rng() % 8 == 0;
       if (rng() % 5 == 0) in.cache_salt = "s" + std::to_string(rng() % 3);
       ASSERT_OK(engine->AddRequest(in));
       live.push_back(in.request_id);
