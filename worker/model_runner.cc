@@ -266,7 +266,12 @@ absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
     }
     ASSIGN_OR_RETURN(ForwardOutput out, Execute({}, b));
     recorded += out.recorded_graph ? 1 : 0;
-    if (!graphs_stopped().ok()) break;  // out of device memory: the rest run eagerly
+    // Out of device memory for graphs on every rank: the rest run eagerly. (A rank that stops
+    // alone leaves its peers recording: eager on one rank and replayed on another, a step's
+    // collectives are the same.)
+    bool all_stopped = true;
+    for (const Rank& rank : ranks_) all_stopped = all_stopped && !rank.model->graphs_stopped().ok();
+    if (all_stopped) break;
   }
   warmup_steps_ = step_ - first_step;
   return recorded;

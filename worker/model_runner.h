@@ -81,7 +81,7 @@ class ModelRunner {
   // decode step per bucket (DecodeGraphs::Buckets; every rank), each recording its graph, so
   // that decode steps replay from the first one on. The placeholder rows write no KV. Returns
   // how many were recorded: 0 when there are more buckets than DecodeGraphs::kMaxGraphs, which
-  // are then recorded on first use. Ends early when a rank runs out of device memory for the
+  // are then recorded on first use. Ends early once every rank ran out of device memory for
   // graphs (graphs_stopped).
   absl::StatusOr<int> RecordDecodeGraphs();
   // Why a rank's decode graphs stopped recording (out of device memory; the buckets left run

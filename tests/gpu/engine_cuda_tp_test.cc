@@ -7,6 +7,8 @@
 // ranks on one device), so it skips on the one-GPU machine; CI runs it in the
 // KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
 // Label: gpu.
+#include <cuda_runtime_api.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -94,6 +96,56 @@ TEST(EngineCudaTpGraphTest, GraphDecodeMatchesTransformers) {
     // Every decode step replays a graph recorded at start-up.
     EXPECT_EQ(engine->stats().graph_steps, decode_steps);
   }
+}
+
+// Free memory on CUDA device `d` (left current).
+size_t FreeOn(int d) {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaSetDevice(d), cudaSuccess);
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return free;
+}
+
+// Ranks may record different graphs: rank 1's device, filled but for cuBLAS's graph workspace
+// and about half the graphs, stops recording there, while rank 0 records every bucket. Decode
+// steps then replay on rank 0 and run eagerly on rank 1 for the buckets rank 1 lacks: their
+// collectives are the same ones in the same order, and the results match transformers. (The
+// memory is measured on an engine that records everything, as in engine_cuda_test's
+// RecordingStopsWhereDeviceMemoryEnds; the ranks record alike, so GPU 0's figure stands for
+// GPU 1's.)
+TEST(EngineCudaTpGraphTest, RanksThatRecordDifferentGraphsAgree) {
+  if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  const Reference ref = LoadReference("tiny-llama3");
+  EngineConfig config = TpConfig("tiny-llama3", 2);
+  config.cuda_graph_max_batch = 8;
+  size_t before_recording = 0, recording = 0;
+  {
+    const size_t free = FreeOn(1);
+    auto engine = testing::MakeEngine(config);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_EQ(engine->graph_recording().recorded, 16);
+    recording = static_cast<size_t>(engine->graph_recording().device_mib * 1048576.0);
+    before_recording = free - FreeOn(1) - recording;
+  }
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  void* hog = nullptr;
+  ASSERT_EQ(cudaMalloc(&hog, FreeOn(1) - before_recording - (kWorkspace + recording) / 2),
+            cudaSuccess);
+  auto engine = testing::MakeEngine(config);
+  ASSERT_NE(engine, nullptr);
+  const GraphRecording& g = engine->graph_recording();
+  std::printf("rank 0: %d of %d decode graphs recorded at start-up; %s\n", g.recorded, g.buckets,
+              g.stopped.c_str());
+  EXPECT_EQ(g.recorded, 16) << "rank 0 records every bucket";
+  EXPECT_THAT(g.stopped, ::testing::HasSubstr("tensor-parallel rank 1: out of memory on GPU 1"));
+  const int64_t decode_steps = testing::AddReferenceRequests(*engine, ref);
+  Results results = testing::RunToCompletion(*engine, true);
+  testing::ExpectMatchesReference(results, ref);
+  EXPECT_EQ(engine->stats().graph_steps, decode_steps) << "rank 0 replays every decode step";
+  engine.reset();
+  FreeOn(1);
+  ASSERT_EQ(cudaFree(hog), cudaSuccess);
+  FreeOn(0);
 }
 
 // A rank that fails or stalls mid-step while its peer's step is queued on the device, eagerly
