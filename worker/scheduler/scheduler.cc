@@ -23,6 +23,12 @@ bool ReturnsPromptLogits(const Sequence& seq) {
   return seq.request->input.return_prompt_logits && seq.sample_index == 0;
 }
 
+// The running slots a sequence takes: a request's first sequence before it forks holds one for
+// each of its n samples.
+int Slots(const Sequence& seq) {
+  return seq.sample_index == 0 && !seq.request->forked ? seq.request->input.sampling.n : 1;
+}
+
 }  // namespace
 
 void Scheduler::Add(Sequence* seq) {
@@ -116,6 +122,9 @@ Scheduler::Output Scheduler::Schedule() {
 
   // Logits rows left in the step: a prompt's rows leave one for each running sequence after it.
   int rows = config_.max_logit_rows > 0 ? config_.max_logit_rows : std::numeric_limits<int>::max();
+  // Running slots taken (max_num_seqs), the samples a running prompt will fork into included.
+  int slots = 0;
+  for (const Sequence* seq : running_) slots += Slots(*seq);
 
   std::sort(running_.begin(), running_.end(), Before);
   std::vector<Sequence*> snapshot = running_;
@@ -149,7 +158,7 @@ Scheduler::Output Scheduler::Schedule() {
   std::sort(swapped_.begin(), swapped_.end(), Before);
   std::vector<Sequence*> swapped_in;
   for (Sequence* seq : swapped_) {
-    if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
+    if (budget == 0 || slots + Slots(*seq) > config_.max_num_seqs) break;
     const int start = seq->num_computed_tokens;
     const int n =
         FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), budget), rows);
@@ -161,6 +170,7 @@ Scheduler::Output Scheduler::Schedule() {
     kv_->SwapIn(*seq);
     CHECK(kv_->Allocate(*seq, n, {}));
     running_.push_back(seq);
+    slots += Slots(*seq);
     swapped_in.push_back(seq);
     out.scheduled.push_back({seq, n});
     budget -= n;
@@ -186,7 +196,7 @@ Scheduler::Output Scheduler::Schedule() {
   }
   std::vector<Sequence*> admitted;
   for (Sequence* seq : waiting_) {
-    if (budget == 0 || static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
+    if (budget == 0 || slots + Slots(*seq) > config_.max_num_seqs) break;
     if (!prefill_allowed(*seq)) continue;
     const bool want_logits = seq->request->input.return_prompt_logits;
     std::vector<CachedBlock> cached =
@@ -209,6 +219,7 @@ Scheduler::Output Scheduler::Schedule() {
     count_prefill(*seq);
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);
+    slots += Slots(*seq);
     admitted.push_back(seq);
     if (kv_->prefix_caching() && !want_logits) add_uncomputed(*seq);
     out.scheduled.push_back({seq, n});

@@ -1,5 +1,6 @@
 // Continuous batching: each step picks which sequences run and how many of their tokens,
-// under a token budget (--max-num-batched-tokens) and a sequence cap (--max-num-seqs).
+// under a token budget (--max-num-batched-tokens) and a sequence cap (--max-num-seqs; a request
+// counts for the n samples it will fork into from admission on, as in vLLM).
 // Running sequences come first (decodes and unfinished prefills), then waiting ones by
 // priority (lower first), then arrival. Prompts are prefilled in chunks that fit the budget.
 // When the KV pool runs out, the lowest-priority, latest running sequence is preempted: by

@@ -162,6 +162,40 @@ TEST_F(SchedulerTest, PromptLogitsArePrefilledInTheRowsLeft) {
   EXPECT_EQ(RunStep(unbounded, 51), (Counts{50}));
 }
 
+// A request counts for its n samples from admission on, before it forks into them, so that the
+// running sequences stay within max_num_seqs (and the logits rows reserved for them).
+TEST_F(SchedulerTest, AdmissionCountsTheSamplesARequestWillForkInto) {
+  KvCacheManager kv({.num_blocks = 64, .block_size = 16, .enable_prefix_caching = false});
+  Scheduler sched({.max_num_seqs = 4, .max_num_batched_tokens = 100}, &kv);
+  Sequence* three = NewSeq(10);
+  three->request->input.sampling.n = 3;
+  Sequence* one = NewSeq(10);
+  Sequence* waits = NewSeq(10);
+  for (Sequence* s : {three, one, waits}) sched.Add(s);
+  auto out = sched.Schedule();
+  ASSERT_EQ(out.scheduled.size(), 2u) << "3 + 1 slots of 4";
+  EXPECT_EQ(out.scheduled[0].seq, three);
+  EXPECT_EQ(out.scheduled[1].seq, one);
+  EXPECT_EQ(sched.num_waiting(), 1);
+  // Forked (as the engine does after the prompt): the same 4 slots, in 4 sequences.
+  Complete(out);
+  three->request->forked = true;
+  for (int i = 1; i < 3; ++i) {
+    auto child = std::make_unique<Sequence>();
+    child->request = three->request;
+    child->sample_index = i;
+    child->tokens = three->tokens;
+    child->num_prompt_tokens = three->num_prompt_tokens;
+    kv.Fork(*three, *child);
+    sched.AddRunning(child.get());
+    three->request->sequences.push_back(std::move(child));
+  }
+  for (Sequence* s : sched.running()) s->tokens.push_back(1);
+  out = sched.Schedule();
+  EXPECT_EQ(out.scheduled.size(), 4u);
+  EXPECT_EQ(sched.num_waiting(), 1) << "still no slot for the third request";
+}
+
 // The rows go first come, first served, but a prompt with logits leaves a row for each running
 // sequence behind it.
 TEST_F(SchedulerTest, PromptLogitsLeaveARowForEachRunningSequenceBehind) {
