@@ -46,7 +46,8 @@ struct SchedulerConfig {
   // a request that returns its prompt logits. The model reserves this many rows at start-up
   // (the engine sets it to max_num_seqs), so prompt logits are prefilled in chunks that fit
   // instead of growing device buffers mid-serving, where running out of memory would end the
-  // process (vLLM #5907). 0: no bound. Must be at least max_num_seqs.
+  // process (vLLM #5907). 0: no bound. At least max_num_seqs, so that every running sequence
+  // can sample in every step (with fewer, the later ones wait a step).
   int max_logit_rows = 0;
 };
 
