@@ -3,10 +3,10 @@
 // Every fixture at TP=2 (and tiny-llama3 at TP=4, where its two KV heads are replicated)
 // matches transformers' float32 logits (< 1e-4) and greedy continuations, with chunked prefill;
 // seeded samples and logprobs equal the CPU backend's at TP=1; so do decode steps replayed as
-// CUDA graphs (collectives included), also when a rank out of memory recorded fewer graphs. Needs as many CUDA devices as ranks (NCCL refuses two
-// ranks on one device), so it skips on the one-GPU machine; CI runs it in the
-// KVSERVE_CUDA=EMULATED build, where the ranks are threads (kernels/cuda/emulation).
-// Label: gpu.
+// CUDA graphs (collectives included), also when a rank out of memory recorded fewer graphs. Needs
+// as many CUDA devices as ranks (NCCL refuses two ranks on one device), so it skips on the one-GPU
+// machine; CI runs it in the KVSERVE_CUDA=EMULATED build, where the ranks are threads
+// (kernels/cuda/emulation). Label: gpu.
 #include <cuda_runtime_api.h>
 
 #include <chrono>

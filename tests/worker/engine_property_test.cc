@@ -1,6 +1,7 @@
 // Property test of the engine's bookkeeping: 10,000 random requests (random lengths, n, cache
 // salts, shared prefixes, some returning prompt logits) with random aborts and forced
-// preemptions on a deliberately small pool. After every step the invariant checker holds; at the end nothing is leaked.
+// preemptions on a deliberately small pool. After every step the invariant checker holds; at the
+// end nothing is leaked.
 #include <random>
 
 #include "gtest/gtest.h"
