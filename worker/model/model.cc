@@ -205,10 +205,11 @@ Model::LogitBuffers Model::ReserveLogits(int64_t rows) {
 }
 
 void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, int64_t context) {
+  const int64_t seqs = std::min(tokens, logit_rows);  // a logits row each at least
   // The backend's own first (attention's split-KV workspace; the LM head's rows rounded to the
   // weights' 16 bits), then the model's.
   backend_->ReserveScratch({.tokens = tokens,
-                            .seqs = std::min(tokens, logit_rows),
+                            .seqs = seqs,
                             .context = context,
                             .num_heads = heads_,
                             .num_kv_heads = kv_heads_,
@@ -222,7 +223,6 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, 
   // The packed batch (Forward) at its largest: each part padded to 8 bytes, a sequence per
   // logits row at most, the block tables at their widest, a logprobs request per sample.
   auto part = [](int64_t n, size_t bytes) { return (static_cast<size_t>(n) * bytes + 7) / 8 * 8; };
-  const int64_t seqs = std::min(tokens, logit_rows);
   Reserve(scratch_.batch, 2 * part(tokens, sizeof(int32_t)) + part(tokens, sizeof(int64_t)) +
                               3 * part(seqs, sizeof(int32_t)) +
                               part(seqs * graph_max_blocks_per_seq_, sizeof(int32_t)) +

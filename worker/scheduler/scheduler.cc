@@ -73,11 +73,12 @@ int Scheduler::LogitRows(const Sequence& seq, int start, int n) {
 }
 
 int Scheduler::FitRows(const Sequence& seq, int start, int n, int rows) {
-  if (LogitRows(seq, start, n) <= std::max(rows, 0)) return n;
+  rows = std::max(rows, 0);
+  if (LogitRows(seq, start, n) <= rows) return n;
   // Fewer tokens: the prompt positions that fit (a row each), or all but the last token when
   // the prompt's rows fit and the last one's would not.
   const int prompt_left = ReturnsPromptLogits(seq) ? std::max(0, seq.num_prompt_tokens - start) : 0;
-  return std::max(rows, 0) < prompt_left ? std::max(rows, 0) : n - 1;
+  return rows < prompt_left ? rows : n - 1;
 }
 
 void Scheduler::Preempt(Sequence* seq) {
