@@ -3,7 +3,8 @@
 // something waits for it (a query does not wait), event waits order streams, copies to pageable
 // memory complete before returning and copies from it read the source at the call; graph
 // capture records work without running it, a replay reads memory as it is then, and what CUDA
-// forbids while capturing aborts. Emulated build only.
+// forbids while capturing aborts; a write past a buffer's end aborts when the buffer is freed.
+// Emulated build only.
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -156,6 +157,26 @@ TEST_F(EmulatedRuntimeDeathTest, PageableCopiesWhileCapturingAbort) {
         cudaMemcpyAsync(device_, pageable.data(), kBytes, cudaMemcpyHostToDevice, a_);
       },
       "pageable memory on a stream that is capturing");
+}
+
+// A GPU would corrupt the next allocation, or fault: the emulation aborts when the buffer is
+// freed, naming how far past its end the write went.
+TEST_F(EmulatedRuntimeDeathTest, WritingPastADeviceBufferAbortsWhenItIsFreed) {
+  EXPECT_DEATH(
+      {
+        cudaMemsetAsync(device_, 0, kBytes + 3, a_);
+        cudaFree(device_);
+      },
+      "emulated device memory written past its end: byte 0 after the 64 bytes");
+}
+
+TEST_F(EmulatedRuntimeDeathTest, WritingPastAPinnedBufferAbortsWhenItIsFreed) {
+  EXPECT_DEATH(
+      {
+        pinned_[kBytes + 200] = 0;
+        cudaFreeHost(pinned_);
+      },
+      "emulated pinned host memory written past its end: byte 200 after the 64 bytes");
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ constexpr std::align_val_t kAlign{256};
 // New device and pinned memory holds this byte (NaN as float or bf16, -1 as an integer), not
 // the zeros fresh host pages would: reads of memory nothing wrote show in the results.
 constexpr int kPoison = 0xff;
+// Past the end of each device and pinned allocation: this many bytes of poison, checked when
+// the allocation is freed, so that a kernel or copy that wrote past a buffer's end aborts
+// there (on a GPU it would corrupt whatever lies next, or fault) and reads past it see NaN.
+constexpr size_t kGuardBytes = 256;
 constexpr size_t kGraphNodeBytes = 64 << 10;
 
 thread_local int current_device = 0;
@@ -69,9 +73,8 @@ class Memory {
   cudaError_t AllocateDevice(void** p, size_t bytes, int device) {
     std::lock_guard<std::mutex> lock(mu_);
     if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
-    *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
+    *p = NewPoisoned(bytes);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
-    std::memset(*p, kPoison, bytes);
     used_[device] += bytes;
     device_[*p] = {device, bytes};
     return cudaSuccess;
@@ -95,15 +98,15 @@ class Memory {
     auto it = device_.find(p);
     if (it == device_.end()) return cudaErrorInvalidValue;
     used_[it->second.device] -= it->second.bytes;
+    CheckGuard(p, it->second.bytes, "device");
     device_.erase(it);
     ::operator delete(p, kAlign);
     return cudaSuccess;
   }
 
   cudaError_t AllocatePinned(void** p, size_t bytes) {
-    *p = ::operator new(std::max<size_t>(bytes, 1), kAlign, std::nothrow);
+    *p = NewPoisoned(bytes);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
-    std::memset(*p, kPoison, bytes);
     std::lock_guard<std::mutex> lock(mu_);
     pinned_[*p] = {-1, bytes};
     return cudaSuccess;
@@ -112,7 +115,10 @@ class Memory {
   cudaError_t FreePinned(void* p) {
     if (p == nullptr) return cudaSuccess;
     std::lock_guard<std::mutex> lock(mu_);
-    if (pinned_.erase(p) == 0) return cudaErrorInvalidValue;
+    auto it = pinned_.find(p);
+    if (it == pinned_.end()) return cudaErrorInvalidValue;
+    CheckGuard(p, it->second.bytes, "pinned host");
+    pinned_.erase(it);
     ::operator delete(p, kAlign);
     return cudaSuccess;
   }
@@ -139,6 +145,21 @@ class Memory {
   Memory() {
     const char* mib = std::getenv("KVSERVE_EMULATED_GPU_MIB");
     capacity_ = size_t{1048576} * (mib != nullptr ? std::strtoull(mib, nullptr, 10) : 4096);
+  }
+
+  static void* NewPoisoned(size_t bytes) {
+    void* p = ::operator new(bytes + kGuardBytes, kAlign, std::nothrow);
+    if (p != nullptr) std::memset(p, kPoison, bytes + kGuardBytes);
+    return p;
+  }
+
+  static void CheckGuard(const void* p, size_t bytes, const char* kind) {
+    const auto* guard = static_cast<const unsigned char*>(p) + bytes;
+    for (size_t i = 0; i < kGuardBytes; ++i) {
+      CHECK_EQ(static_cast<int>(guard[i]), kPoison)
+          << "emulated " << kind << " memory written past its end: byte " << i << " after the "
+          << bytes << " bytes at " << p;
+    }
   }
 
   static bool Within(const Allocations& m, const void* p) {
