@@ -4,7 +4,9 @@
 // per-warp buffer (shuffles, and the stand-ins for mma.sync m16n8k16 and movmatrix that
 // kernels call under KVSERVE_CUDA_EMULATION). Blocks run one after another, so a kernel's
 // static __shared__ variables become function statics and its dynamic shared memory one
-// buffer per launch (poisoned with NaN bytes).
+// buffer per launch (poisoned with NaN bytes). Which thread runs first between barriers is set
+// by KVSERVE_EMULATED_THREAD_ORDER (Block::ThreadOrder), so that tests can expose missing
+// barriers.
 //
 // What it provides is what the kernels under test use; warp operations need every lane of the
 // warp (full masks). Memory is the host's: pass host pointers. mma accumulates in float in
@@ -32,10 +34,12 @@
 #include <boost/context/fiber.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "glog/logging.h"
@@ -96,16 +100,53 @@ class Block {
                                                 return std::move(fibers_[current_].scheduler);
                                               });
     }
+    const Order order = ThreadOrder();
     while (live_ > 0) {
-      progress_ = false;
-      for (int i = 0; i < n; ++i) {
-        if (fibers_[i].done) continue;
-        current_ = i;
-        thread_idx = {i, 0, 0};
-        fibers_[i].self = std::move(fibers_[i].self).resume();
+      bool progress = false;
+      if (order == Order::kWarps || order == Order::kWarpsReverse) {
+        for (int k = 0; k < n / 32; ++k) {
+          const int w = order == Order::kWarps ? k : n / 32 - 1 - k;
+          do {
+            progress_ = false;
+            for (int lane = 0; lane < 32; ++lane) Resume(32 * w + lane);
+            progress |= progress_;
+          } while (progress_);
+        }
+      } else {
+        progress_ = false;
+        for (int k = 0; k < n; ++k) Resume(order == Order::kReverse ? n - 1 - k : k);
+        progress = progress_;
       }
-      CHECK(progress_ || live_ == 0) << "deadlock: every live thread waits at a barrier";
+      CHECK(progress || live_ == 0) << "deadlock: every live thread waits at a barrier";
     }
+  }
+
+  // The order in which threads run between barriers (KVSERVE_EMULATED_THREAD_ORDER):
+  // - forward (the default): each thread in turn, first to last, up to its next barrier or warp
+  //   exchange;
+  // - reverse: the same, last to first;
+  // - warps: one warp at a time, first to last, each up to its next __syncthreads (through its
+  //   exchanges; the warp that completes a barrier goes on to the next one at once);
+  // - warps-reverse: the same, last warp first.
+  // A thread that reads what another wrote, with no __syncthreads between, sees the write in
+  // one order and not in another; and a warp that runs ahead overwrites what a slower one has
+  // still to read, or writes before a slower one clears. So the same test run in the four
+  // orders catches a missing __syncthreads whichever way the data flows, as racing warps on a
+  // GPU would. (A warp exchange is a barrier here; on a GPU it orders no memory: shared
+  // memory read across lanes needs __syncwarp, which no kernel uses.)
+  enum class Order { kForward, kReverse, kWarps, kWarpsReverse };
+  static Order ThreadOrder() {
+    static const Order order = [] {
+      const char* v = std::getenv("KVSERVE_EMULATED_THREAD_ORDER");
+      const std::string_view name = v != nullptr ? v : "forward";
+      if (name == "forward") return Order::kForward;
+      if (name == "reverse") return Order::kReverse;
+      if (name == "warps") return Order::kWarps;
+      CHECK(name == "warps-reverse") << "KVSERVE_EMULATED_THREAD_ORDER must be forward, reverse, "
+                                     << "warps or warps-reverse, got '" << name << "'";
+      return Order::kWarpsReverse;
+    }();
+    return order;
   }
 
   // __syncthreads: threads that exited count as arrived.
@@ -137,8 +178,19 @@ class Block {
   }
 
   void* DynamicShared() { return dynamic_shared_.data(); }
+  // The launch's dynamic shared memory, NaN bytes, and after it kSharedGuardBytes more that a
+  // block must leave alone: CheckDynamicShared aborts if it wrote past the launch's size.
   void SetDynamicShared(size_t bytes) {
-    dynamic_shared_.assign(bytes, std::byte{0xff});  // NaN as float
+    dynamic_bytes_ = bytes;
+    dynamic_shared_.assign(bytes + kSharedGuardBytes, std::byte{0xff});  // NaN as float
+  }
+  void CheckDynamicShared() const {
+    for (size_t i = dynamic_bytes_; i < dynamic_shared_.size(); ++i) {
+      CHECK(dynamic_shared_[i] == std::byte{0xff})
+          << "dynamic shared memory written past the " << dynamic_bytes_
+          << " bytes the launch asked for: byte " << i - dynamic_bytes_ << " after, by block ("
+          << block_idx.x << ", " << block_idx.y << ", " << block_idx.z << ")";
+    }
   }
 
  private:
@@ -175,6 +227,15 @@ class Block {
     int exited = 0;
     std::array<std::array<std::array<std::byte, kSlotBytes>, 32>, 2> slots{};
   };
+
+  // Runs thread i up to its next barrier, exchange or exit (or one more check of the barrier it
+  // waits at).
+  void Resume(int i) {
+    if (fibers_[i].done) return;
+    current_ = i;
+    thread_idx = {i, 0, 0};
+    fibers_[i].self = std::move(fibers_[i].self).resume();
+  }
 
   template <typename T>
   T* LaneCopy() {
@@ -214,7 +275,9 @@ class Block {
   int current_ = 0, live_ = 0, block_arrived_ = 0;
   uint64_t block_gen_ = 0;
   bool progress_ = false;
+  static constexpr size_t kSharedGuardBytes = 256;
   std::vector<std::byte> dynamic_shared_;
+  size_t dynamic_bytes_ = 0;
 };
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
@@ -233,6 +296,7 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
         block_idx = {x, y, z};
         b.SetDynamicShared(dynamic_shared_bytes);
         b.Run(threads, body);
+        b.CheckDynamicShared();
       }
     }
   }
@@ -367,8 +431,7 @@ class BlockReduce {
     if (threadIdx.x == 0) {
       for (int i = 1; i < N; ++i) r = op(r, s_.values[i]);
     }
-    __syncthreads();
-    return r;
+    return r;  // no barrier after, as in CUB: reusing the storage needs a __syncthreads
   }
   T Sum(T x) {
     return Reduce(x, [](T a, T b) { return a + b; });
@@ -390,8 +453,7 @@ class BlockScan {
     __syncthreads();
     T sum{};
     for (int i = 0; i < threadIdx.x; ++i) sum = sum + s_.values[i];
-    out = sum;
-    __syncthreads();
+    out = sum;  // no barrier after, as in CUB
   }
 
  private:

@@ -1,0 +1,104 @@
+// What the CUDA emulator (kernels/cuda/emulation/emulator.h) guarantees so that the kernel
+// tests fail where a GPU would: the order in which a block's threads run between barriers
+// follows KVSERVE_EMULATED_THREAD_ORDER (tests/CMakeLists.txt runs this test in every order),
+// so a read of shared memory another thread wrote with no __syncthreads between sees the write
+// in some orders and not in others; a write past the launch's dynamic shared memory aborts; a
+// misaligned load aborts (UBSan's alignment check, as the tests of device code are built).
+// clang-format off
+#include "kernels/cuda/emulation/emulator.h"
+// clang-format on
+
+#include <cstdlib>
+#include <string_view>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::emulation {
+namespace {
+
+constexpr int kThreads = 64;     // two warps
+constexpr int kNotWritten = -1;  // dynamic shared memory starts as 0xff bytes
+
+// Thread `from` writes 7 to shared memory and thread `to` reads it, with or without a barrier
+// between; returns what `to` saw.
+int Handoff(int from, int to, bool barrier) {
+  int seen = 0;
+  Launch({1, 1, 1}, kThreads, sizeof(int), [&] {
+    int* x = DynamicShared<int>();
+    if (static_cast<int>(threadIdx.x) == from) *x = 7;
+    if (barrier) __syncthreads();
+    if (static_cast<int>(threadIdx.x) == to) seen = *x;
+  });
+  return seen;
+}
+
+std::string_view Order() {
+  const char* order = std::getenv("KVSERVE_EMULATED_THREAD_ORDER");
+  return order != nullptr ? order : "forward";
+}
+
+TEST(EmulatorTest, AReadAfterABarrierSeesTheWriteInEveryOrder) {
+  for (const auto& [from, to] : {std::pair{0, 63}, {63, 0}, {3, 5}, {5, 3}, {40, 2}}) {
+    EXPECT_EQ(Handoff(from, to, /*barrier=*/true), 7) << from << " → " << to;
+  }
+}
+
+TEST(EmulatorTest, AReadWithoutABarrierSeesTheWriteOnlyIfTheWriterRanFirst) {
+  const std::string_view order = Order();
+  // Whether thread `from` runs before thread `to` up to their first barrier.
+  auto first = [&](int from, int to) {
+    if (order == "reverse") return from > to;
+    if (order == "warps-reverse" && from / 32 != to / 32) return from / 32 > to / 32;
+    return from < to;  // forward, warps, and lanes of one warp in warps-reverse
+  };
+  for (const auto& [from, to] : {std::pair{0, 63}, {63, 0}, {3, 5}, {5, 3}, {40, 2}}) {
+    EXPECT_EQ(Handoff(from, to, /*barrier=*/false), first(from, to) ? 7 : kNotWritten)
+        << order << " order, " << from << " → " << to;
+  }
+  // Each order hides some missing barrier the others show: across the three, every pair of
+  // threads sees the write missing one way round.
+  if (order == "forward" || order == "warps") {
+    EXPECT_EQ(Handoff(63, 0, false), kNotWritten);
+  } else {
+    EXPECT_EQ(Handoff(0, 63, false), kNotWritten);  // reverse, warps-reverse
+  }
+}
+
+// A warp exchange (a shuffle) orders nothing between warps. Warp 1 reads before warp 0 has
+// written in the warps-reverse order (warp 1 runs ahead) and in the reverse one (thread 32,
+// the last of its warp to reach the exchange, goes on at once).
+TEST(EmulatorTest, AWarpExchangeDoesNotOrderOtherWarps) {
+  int seen = 0;
+  Launch({1, 1, 1}, kThreads, sizeof(int), [&] {
+    int* x = DynamicShared<int>();
+    if (threadIdx.x == 0) *x = 7;
+    __shfl_sync(0xffffffffu, 0, 0);
+    if (threadIdx.x == 32) seen = *x;
+  });
+  const bool first_warp_first = Order() == "forward" || Order() == "warps";
+  EXPECT_EQ(seen, first_warp_first ? 7 : kNotWritten);
+}
+
+using EmulatorDeathTest = ::testing::Test;
+
+TEST(EmulatorDeathTest, WritingPastTheDynamicSharedMemoryAborts) {
+  EXPECT_DEATH(Launch({2, 1, 1}, 32, 8,
+                      [] {
+                        if (blockIdx.x == 1 && threadIdx.x == 0) DynamicShared<int>()[2] = 0;
+                      }),
+               "dynamic shared memory written past the 8 bytes the launch asked for: byte 0 "
+               "after, by block \\(1, 0, 0\\)");
+}
+
+TEST(EmulatorDeathTest, AMisalignedVectorLoadAborts) {
+  alignas(16) unsigned char bytes[48] = {};
+  EXPECT_DEATH(
+      {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(bytes + 4));
+        std::exit(static_cast<int>(v.x));
+      },
+      "misaligned address");
+}
+
+}  // namespace
+}  // namespace kvserve::emulation
