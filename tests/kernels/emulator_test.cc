@@ -3,7 +3,8 @@
 // follows KVSERVE_EMULATED_THREAD_ORDER (tests/CMakeLists.txt runs this test in every order),
 // so a read of shared memory another thread wrote with no __syncthreads between sees the write
 // in some orders and not in others; a write past the launch's dynamic shared memory aborts; a
-// misaligned load aborts (UBSan's alignment check, as the tests of device code are built).
+// misaligned load aborts (UBSan's alignment check, as the tests of device code are built), and so
+// does a launch a GPU would refuse.
 // clang-format off
 #include "kernels/cuda/emulation/emulator.h"
 // clang-format on
@@ -88,6 +89,15 @@ TEST(EmulatorDeathTest, WritingPastTheDynamicSharedMemoryAborts) {
                       }),
                "dynamic shared memory written past the 8 bytes the launch asked for: byte 0 "
                "after, by block \\(1, 0, 0\\)");
+}
+
+// What a GPU refuses to launch (cudaErrorInvalidConfiguration) aborts here too.
+TEST(EmulatorDeathTest, LaunchesAGpuWouldRefuseAbort) {
+  const auto nothing = [] {};
+  EXPECT_DEATH(Launch({0, 1, 1}, 32, 0, nothing), "launch of an empty grid \\(0, 1, 1\\)");
+  EXPECT_DEATH(Launch({1, 65536, 1}, 32, 0, nothing), "past 65535 in y or z");
+  EXPECT_DEATH(Launch({1, 1, 1}, 2048, 0, nothing), "block of 2048 threads");
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 64 << 10, nothing), "dynamic shared memory past 48 KiB");
 }
 
 TEST(EmulatorDeathTest, AMisalignedVectorLoadAborts) {

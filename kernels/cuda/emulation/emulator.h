@@ -285,6 +285,15 @@ class Block {
 // Launches from several host threads (tensor-parallel ranks) run one at a time.
 inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
                    const std::function<void()>& body) {
+  // What a GPU refuses to launch (cudaErrorInvalidConfiguration), refused here too: an empty
+  // grid, a grid past its limits, a block past 1024 threads, more dynamic shared memory than
+  // the 48 KiB a kernel gets without opting in (no launcher opts in).
+  CHECK(grid.x >= 1 && grid.y >= 1 && grid.z >= 1)
+      << "launch of an empty grid (" << grid.x << ", " << grid.y << ", " << grid.z << ")";
+  CHECK(grid.y <= 65535 && grid.z <= 65535)
+      << "grid (" << grid.x << ", " << grid.y << ", " << grid.z << ") past 65535 in y or z";
+  CHECK(threads >= 1 && threads <= 1024) << "block of " << threads << " threads";
+  CHECK_LE(dynamic_shared_bytes, size_t{48} << 10) << "dynamic shared memory past 48 KiB";
   static std::mutex one_at_a_time;
   std::lock_guard<std::mutex> lock(one_at_a_time);
   Block& b = Block::Get();
