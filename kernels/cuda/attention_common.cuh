@@ -12,13 +12,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/paged_attention.h"
-
-// The kernel's dynamic shared memory (a macro: the CPU emulation in the tests provides it).
-#if defined(KVSERVE_CUDA_EMULATION)
-#define KVSERVE_DYNAMIC_SHARED(T, name) T* name = ::kvserve::emulation::DynamicShared<T>()
-#else
-#define KVSERVE_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
-#endif
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace attention {
@@ -274,8 +268,8 @@ constexpr int kCombineWarps = kCombineThreads / 32;
 // shared memory. A split's weight is exp(m_s − m)·sum_s; one that saw no token weighs 0.
 __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
                                               const float* tmp_out, const float* tmp_ms) {
-  __shared__ float scratch[kCombineWarps];
-  __shared__ float partial[kCombineWarps][256];  // head_dim ≤ 256
+  KVSERVE_SHARED(float[kCombineWarps], scratch);
+  KVSERVE_SHARED(float[kCombineWarps][256], partial);  // head_dim ≤ 256
   const int head = blockIdx.x, j = blockIdx.y, seq = blockIdx.z;
   if (j >= a.query_len[seq]) return;
   const int64_t base =

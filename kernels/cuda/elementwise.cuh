@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace kvserve::kernels::cuda::elementwise {
 
@@ -45,7 +46,7 @@ __global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, 
 template <typename Out>
 __global__ void RmsNormKernel(const float* x, float* residual, const float* weight, Out* out,
                               int64_t hidden, float eps, int64_t group_rows, int64_t group_stride) {
-  __shared__ float scratch[kThreads / 32];
+  KVSERVE_SHARED(float[kThreads / 32], scratch);
   const int64_t r = blockIdx.x;
   const int64_t offset =
       group_rows > 0 ? r / group_rows * group_stride + r % group_rows * hidden : r * hidden;

@@ -2,6 +2,7 @@
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace kvserve::kernels::cuda {
 namespace {
@@ -36,8 +37,8 @@ __device__ inline void StoreUnquantized(uint8_t* row, KvDType t, int64_t i, floa
 __device__ void WriteRowSpans(const Side& s, const float* x, int64_t block, int64_t off,
                               int64_t head, int64_t num_kv_heads, int64_t block_size,
                               int64_t head_dim) {
-  __shared__ float values[kMaxHeadDim];
-  __shared__ uint8_t codes[kMaxHeadDim];
+  KVSERVE_SHARED(float[kMaxHeadDim], values);
+  KVSERVE_SHARED(uint8_t[kMaxHeadDim], codes);
   const DevKvLayout& l = s.layout;
   const int64_t bh = block * num_kv_heads + head;
   uint8_t* row = s.cache + (bh * block_size + off) * l.row_bytes;
@@ -51,7 +52,7 @@ __device__ void WriteRowSpans(const Side& s, const float* x, int64_t block, int6
   const int64_t group = l.granularity == KvGranularity::kPerGroup ? l.group_size : head_dim;
   const int64_t groups = head_dim / group;
   // One thread per group finds its range and parameters (a fixed order: exact min / max).
-  __shared__ DevQParams params[kMaxHeadDim];
+  KVSERVE_SHARED(DevQParams[kMaxHeadDim], params);
   if (c < groups) {
     float lo = values[c * group], hi = lo;
     for (int64_t i = 1; i < group; ++i) {

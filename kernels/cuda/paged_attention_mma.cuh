@@ -201,7 +201,8 @@ template <KvDType DT, int HD, bool kPrefetchK>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionMmaKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
   KVSERVE_DYNAMIC_SHARED(float, red);  // decode: [kWarps][kMmaRows][HD]
-  __shared__ float red_m[kWarps][kMmaRows], red_l[kWarps][kMmaRows];
+  KVSERVE_SHARED(float[kWarps][kMmaRows], red_m);
+  KVSERVE_SHARED(float[kWarps][kMmaRows], red_l);
   constexpr bool kBf16 = DT == KvDType::kBf16;
   constexpr int kChunks = HD / 32;  // 32-channel chunks: 8 channels of each per thread
   const int seq = blockIdx.z;

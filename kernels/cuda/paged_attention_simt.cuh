@@ -15,7 +15,8 @@ template <KvDType DT, int ROWS, int HD>
 __global__ void __launch_bounds__(kThreads, ROWS == 4 ? (Raw<DT>::kWords >= 4 ? 4 : 3) : 2)
     PagedAttentionKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
   KVSERVE_DYNAMIC_SHARED(float, red);  // [kWarps][ROWS][head_dim]
-  __shared__ float red_m[kWarps][ROWS], red_l[kWarps][ROWS];
+  KVSERVE_SHARED(float[kWarps][ROWS], red_m);
+  KVSERVE_SHARED(float[kWarps][ROWS], red_l);
   using R = Raw<DT>;
   constexpr int kUnroll = R::kUnroll;
 

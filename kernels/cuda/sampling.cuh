@@ -15,6 +15,7 @@
 #include <cub/block/block_scan.cuh>
 #endif
 
+#include "kernels/cuda/shared_memory.cuh"
 #include "kernels/sampling.h"
 
 namespace kvserve::kernels::cuda::sampling {
@@ -241,7 +242,7 @@ __device__ int64_t SelectAndDraw(const Source& src, const SampleRequest& r, Samp
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
-  __shared__ uint4 sh_words[kSharedWords];  // raw: no constructor runs
+  KVSERVE_SHARED(uint4[kSharedWords], sh_words);  // raw: no constructor runs
   Shared& sh = *reinterpret_cast<Shared*>(sh_words);
   const SampleRequest r = p.requests[blockIdx.x];
   const Row row(p.logits, p.num_rows, p.vocab, p.shard_vocab, r.row);
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p) {
 // One block per request: log-sum-exp of the row (in double, as the CPU twin), the drawn
 // token's log-probability, and the top_n ids by radix selection on OrderedKey(logit), sorted.
 __global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
-  __shared__ uint4 sh_words[kSharedWords];  // raw: no constructor runs
+  KVSERVE_SHARED(uint4[kSharedWords], sh_words);  // raw: no constructor runs
   Shared& sh = *reinterpret_cast<Shared*>(sh_words);
   const LogprobRequest q = p.requests[blockIdx.x];
   const Row row(p.logits, p.num_rows, p.vocab, p.shard_vocab, q.row);

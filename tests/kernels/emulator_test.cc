@@ -2,23 +2,26 @@
 // tests fail where a GPU would: the order in which a block's threads run between barriers
 // follows KVSERVE_EMULATED_THREAD_ORDER (tests/CMakeLists.txt runs this test in every order),
 // so a read of shared memory another thread wrote with no __syncthreads between sees the write
-// in some orders and not in others; a write past the launch's dynamic shared memory aborts; a
+// in some orders and not in others; each block's shared memory, static and dynamic, starts as
+// NaN bytes (a GPU's holds garbage), never what the previous block left; a write past the
+// launch's dynamic shared memory aborts; a
 // misaligned load aborts (UBSan's alignment check, as the tests of device code are built), and so
 // does a launch a GPU would refuse.
 // clang-format off
 #include "kernels/cuda/emulation/emulator.h"
 // clang-format on
-
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace kvserve::emulation {
 namespace {
 
 constexpr int kThreads = 64;     // two warps
-constexpr int kNotWritten = -1;  // dynamic shared memory starts as 0xff bytes
+constexpr int kNotWritten = -1;  // shared memory starts as 0xff bytes
 
 // Thread `from` writes 7 to shared memory and thread `to` reads it, with or without a barrier
 // between; returns what `to` saw.
@@ -73,6 +76,30 @@ TEST(EmulatorTest, AWarpExchangeDoesNotOrderOtherWarps) {
   });
   const bool first_warp_first = Order() == "forward" || Order() == "warps";
   EXPECT_EQ(seen, first_warp_first ? 7 : kNotWritten);
+}
+
+// A block that reads its static shared memory before writing it sees NaN bytes, not what the
+// block before it wrote; a thread that reaches the declaration after another of its block
+// wrote there does not poison it again.
+TEST(EmulatorTest, EachBlockStartsWithPoisonedSharedMemory) {
+  std::vector<int> before_write, after_barrier, dynamic_before_write;
+  Launch({3, 1, 1}, kThreads, sizeof(int), [&] {
+    KVSERVE_SHARED(int[2], x);
+    KVSERVE_DYNAMIC_SHARED(int, d);
+    if (threadIdx.x == 0) {
+      before_write.push_back(x[0]);
+      dynamic_before_write.push_back(d[0]);
+      x[0] = 100 + blockIdx.x;
+      d[0] = 100 + blockIdx.x;
+      x[1] = 7;
+    }
+    __syncthreads();
+    if (threadIdx.x == kThreads - 1) after_barrier.push_back(x[1]);
+  });
+  const std::vector<int> poisoned(3, kNotWritten);
+  EXPECT_EQ(before_write, poisoned);
+  EXPECT_EQ(dynamic_before_write, poisoned);
+  EXPECT_EQ(after_barrier, std::vector<int>(3, 7));
 }
 
 TEST(EmulatorDeathTest, WritingPastTheDynamicSharedMemoryAborts) {

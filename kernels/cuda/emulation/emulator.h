@@ -3,8 +3,11 @@
 // barriers: __syncthreads, and the warp-wide operations, which exchange values through a
 // per-warp buffer (shuffles, and the stand-ins for mma.sync m16n8k16 and movmatrix that
 // kernels call under KVSERVE_CUDA_EMULATION). Blocks run one after another, so a kernel's
-// static __shared__ variables become function statics and its dynamic shared memory one
-// buffer per launch (poisoned with NaN bytes). Which thread runs first between barriers is set
+// static shared variables (KVSERVE_SHARED, kernels/cuda/shared_memory.cuh; a bare __shared__
+// does not compile here) become function statics, poisoned with NaN bytes when each block
+// first reaches them, and its dynamic shared memory one buffer per block, poisoned the same
+// way. A read before a block's first write sees NaN, as it would see garbage on a GPU, never
+// the previous block's values. Which thread runs first between barriers is set
 // by KVSERVE_EMULATED_THREAD_ORDER (Block::ThreadOrder), so that tests can expose missing
 // barriers.
 //
@@ -40,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "glog/logging.h"
@@ -55,7 +59,7 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
+#define __shared__ static_assert(false, "declare shared memory with KVSERVE_SHARED");
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define threadIdx (::kvserve::emulation::thread_idx)
@@ -85,6 +89,7 @@ class Block {
   // Runs `body` as every thread of the current block (threads 0..n-1 along x).
   void Run(int n, const std::function<void()>& body) {
     CHECK_EQ(n % 32, 0) << "the emulation runs whole warps";
+    ++run_;
     fibers_.clear();
     fibers_.resize(n);
     warps_.assign(n / 32, Warp{});
@@ -175,6 +180,15 @@ class Block {
     T* out = LaneCopy<T>();
     for (int l = 0; l < 32; ++l) std::memcpy(&out[l], slots[l].data(), sizeof(T));
     return out;
+  }
+
+  // A static shared variable reached by a thread of the running block: NaN bytes if it is the
+  // block's first.
+  void StaticShared(void* p, size_t bytes) {
+    uint64_t& poisoned_in = static_shared_[p];
+    if (poisoned_in == run_) return;
+    poisoned_in = run_;
+    std::memset(p, 0xff, bytes);
   }
 
   void* DynamicShared() { return dynamic_shared_.data(); }
@@ -278,6 +292,8 @@ class Block {
   static constexpr size_t kSharedGuardBytes = 256;
   std::vector<std::byte> dynamic_shared_;
   size_t dynamic_bytes_ = 0;
+  uint64_t run_ = 0;                                         // blocks run so far
+  std::unordered_map<const void*, uint64_t> static_shared_;  // → the run it was poisoned in
 };
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
@@ -310,6 +326,8 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
     }
   }
 }
+
+inline void StaticShared(void* p, size_t bytes) { Block::Get().StaticShared(p, bytes); }
 
 template <typename T>
 T* DynamicShared() {
