@@ -17,9 +17,10 @@ using SharedType = T;
 }  // namespace kvserve::kernels::cuda
 
 #if defined(KVSERVE_CUDA_EMULATION)
-#define KVSERVE_SHARED(T, name)                        \
-  static ::kvserve::kernels::cuda::SharedType<T> name; \
-  ::kvserve::emulation::StaticShared(&name, sizeof(name))
+#define KVSERVE_SHARED(T, name)                                                       \
+  static ::kvserve::emulation::GuardedShared<::kvserve::kernels::cuda::SharedType<T>> \
+      name##_guarded;                                                                 \
+  auto& name = ::kvserve::emulation::StaticShared(name##_guarded, #name)
 #define KVSERVE_DYNAMIC_SHARED(T, name) T* name = ::kvserve::emulation::DynamicShared<T>()
 #else
 #define KVSERVE_SHARED(T, name) __shared__ ::kvserve::kernels::cuda::SharedType<T> name

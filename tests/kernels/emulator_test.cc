@@ -4,9 +4,9 @@
 // so a read of shared memory another thread wrote with no __syncthreads between sees the write
 // in some orders and not in others; each block's shared memory, static and dynamic, starts as
 // NaN bytes (a GPU's holds garbage), never what the previous block left; a write past the
-// launch's dynamic shared memory aborts; a
-// misaligned load aborts (UBSan's alignment check, as the tests of device code are built), and so
-// does a launch a GPU would refuse.
+// launch's dynamic shared memory or past a static shared variable aborts; a misaligned load
+// aborts (UBSan's alignment check, as the tests of device code are built), and so does a launch
+// a GPU would refuse.
 // clang-format off
 #include "kernels/cuda/emulation/emulator.h"
 // clang-format on
@@ -111,6 +111,16 @@ TEST(EmulatorDeathTest, WritingPastTheDynamicSharedMemoryAborts) {
                "after, by block \\(1, 0, 0\\)");
 }
 
+TEST(EmulatorDeathTest, WritingPastAStaticSharedVariableAborts) {
+  EXPECT_DEATH(Launch({2, 1, 1}, 32, 0,
+                      [] {
+                        KVSERVE_SHARED(int[4], x);
+                        if (blockIdx.x == 1 && threadIdx.x == 0) x[threadIdx.x + 5] = 0;
+                      }),
+               "static shared memory written past x \\(16 B\\): byte 4 after, by block "
+               "\\(1, 0, 0\\)");
+}
+
 // What a GPU refuses to launch (cudaErrorInvalidConfiguration) aborts here too.
 TEST(EmulatorDeathTest, LaunchesAGpuWouldRefuseAbort) {
   const auto nothing = [] {};
@@ -118,6 +128,13 @@ TEST(EmulatorDeathTest, LaunchesAGpuWouldRefuseAbort) {
   EXPECT_DEATH(Launch({1, 65536, 1}, 32, 0, nothing), "past 65535 in y or z");
   EXPECT_DEATH(Launch({1, 1, 1}, 2048, 0, nothing), "block of 2048 threads");
   EXPECT_DEATH(Launch({1, 1, 1}, 32, 64 << 10, nothing), "dynamic shared memory past 48 KiB");
+  // A kernel's static shared memory counts against the same 48 KiB.
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 40 << 10,
+                      [] {
+                        KVSERVE_SHARED(float[4096], x);
+                        x[0] = 0;
+                      }),
+               "static \\(16384 B\\) and dynamic \\(40960 B\\) shared memory past 48 KiB");
 }
 
 TEST(EmulatorDeathTest, AMisalignedVectorLoadAborts) {

@@ -36,6 +36,7 @@
 #include <bit>
 #include <boost/context/fiber.hpp>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -80,6 +81,7 @@ class Block {
  public:
   static constexpr size_t kStackBytes = 64 * 1024;
   static constexpr int kSlotBytes = 64;  // the largest value one lane puts in an exchange
+  static constexpr size_t kSharedGuardBytes = 256;  // after each piece of shared memory
 
   static Block& Get() {
     static Block block;
@@ -90,6 +92,8 @@ class Block {
   void Run(int n, const std::function<void()>& body) {
     CHECK_EQ(n % 32, 0) << "the emulation runs whole warps";
     ++run_;
+    static_guards_.clear();
+    static_bytes_ = 0;
     fibers_.clear();
     fibers_.resize(n);
     warps_.assign(n / 32, Warp{});
@@ -182,13 +186,30 @@ class Block {
     return out;
   }
 
-  // A static shared variable reached by a thread of the running block: NaN bytes if it is the
-  // block's first.
-  void StaticShared(void* p, size_t bytes) {
+  // A static shared variable of `bytes` bytes followed by kSharedGuardBytes of guard, reached
+  // by a thread of the running block: NaN bytes, guard included, if it is the block's first.
+  // The block's static and dynamic shared memory must fit in the 48 KiB a launch gets.
+  void StaticShared(void* p, size_t bytes, const char* name) {
     uint64_t& poisoned_in = static_shared_[p];
     if (poisoned_in == run_) return;
     poisoned_in = run_;
-    std::memset(p, 0xff, bytes);
+    std::memset(p, 0xff, bytes + kSharedGuardBytes);
+    static_guards_.push_back({static_cast<std::byte*>(p) + bytes, bytes, name});
+    static_bytes_ += bytes;
+    CHECK_LE(static_bytes_ + dynamic_bytes_, size_t{48} << 10)
+        << "static (" << static_bytes_ << " B) and dynamic (" << dynamic_bytes_
+        << " B) shared memory past 48 KiB";
+  }
+  // Aborts if the block wrote past one of its static shared variables.
+  void CheckStaticShared() const {
+    for (const StaticGuard& g : static_guards_) {
+      for (size_t i = 0; i < kSharedGuardBytes; ++i) {
+        CHECK(g.guard[i] == std::byte{0xff})
+            << "static shared memory written past " << g.name << " (" << g.bytes << " B): byte "
+            << i << " after, by block (" << block_idx.x << ", " << block_idx.y << ", "
+            << block_idx.z << ")";
+      }
+    }
   }
 
   void* DynamicShared() { return dynamic_shared_.data(); }
@@ -289,11 +310,17 @@ class Block {
   int current_ = 0, live_ = 0, block_arrived_ = 0;
   uint64_t block_gen_ = 0;
   bool progress_ = false;
-  static constexpr size_t kSharedGuardBytes = 256;
   std::vector<std::byte> dynamic_shared_;
   size_t dynamic_bytes_ = 0;
   uint64_t run_ = 0;                                         // blocks run so far
   std::unordered_map<const void*, uint64_t> static_shared_;  // → the run it was poisoned in
+  struct StaticGuard {
+    const std::byte* guard;
+    size_t bytes;
+    const char* name;
+  };
+  std::vector<StaticGuard> static_guards_;  // of the variables the running block reached
+  size_t static_bytes_ = 0;
 };
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
@@ -322,12 +349,25 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
         b.SetDynamicShared(dynamic_shared_bytes);
         b.Run(threads, body);
         b.CheckDynamicShared();
+        b.CheckStaticShared();
       }
     }
   }
 }
 
-inline void StaticShared(void* p, size_t bytes) { Block::Get().StaticShared(p, bytes); }
+// What KVSERVE_SHARED declares under the emulator: the variable, and guard bytes after it.
+template <typename T>
+struct GuardedShared {
+  T value;
+  std::byte guard[Block::kSharedGuardBytes];
+};
+
+template <typename T>
+T& StaticShared(GuardedShared<T>& g, const char* name) {
+  static_assert(offsetof(GuardedShared<T>, guard) == sizeof(T));
+  Block::Get().StaticShared(&g, sizeof(T), name);
+  return g.value;
+}
 
 template <typename T>
 T* DynamicShared() {
