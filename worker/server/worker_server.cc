@@ -1,5 +1,6 @@
 #include "worker/server/worker_server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -329,6 +330,12 @@ void WorkerServer::StartDrain(const std::string& reason, bool recycle) {
 
 void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
   const auto now = Clock::now();
+  // Before the replies go out: a client that scrapes /metrics after its answer sees its request
+  // counted, not the last heartbeat's numbers.
+  if (std::any_of(outs.begin(), outs.end(),
+                  [](const SequenceOutput& o) { return o.request_finished; })) {
+    UpdateMetrics(/*refresh_kv_usage=*/false);
+  }
   for (SequenceOutput& o : outs) {
     auto it = routes_.find(o.request_id);
     if (it == routes_.end()) continue;
@@ -493,9 +500,9 @@ bool WorkerServer::RecycleDue(std::string* reason) {
   return !reason->empty();
 }
 
-void WorkerServer::UpdateMetrics() {
-  const Engine::KvUsage u = engine_->kv_usage();
-  metrics_->Update(engine_->stats(), u.allocated_slots, u.used_tokens, draining_,
+void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
+  if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
+  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
                    Seconds(Clock::now() - started_), event_seq_);
 }
 

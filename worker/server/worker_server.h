@@ -98,7 +98,9 @@ class WorkerServer {
   void PublishStatus();
   void StartDrain(const std::string& reason, bool recycle);
   bool RecycleDue(std::string* reason);
-  void UpdateMetrics();
+  // Refreshes the Prometheus metrics from the engine. The token-granularity KV usage walks every
+  // running block table, so only heartbeats refresh it (`refresh_kv_usage`).
+  void UpdateMetrics(bool refresh_kv_usage = true);
 
   WorkerServerOptions options_;
   std::unique_ptr<Engine> engine_;
@@ -123,6 +125,7 @@ class WorkerServer {
   std::string drain_reason_;
   int64_t served_requests_ = 0;
   double start_rss_mb_ = 0;
+  Engine::KvUsage kv_usage_;  // as the last heartbeat found it
 };
 
 }  // namespace kvserve::worker
