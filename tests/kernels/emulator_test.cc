@@ -4,9 +4,9 @@
 // so a read of shared memory another thread wrote with no __syncthreads between sees the write
 // in some orders and not in others; each block's shared memory, static and dynamic, starts as
 // NaN bytes (a GPU's holds garbage), never what the previous block left; a write past the
-// launch's dynamic shared memory or past a static shared variable aborts; a misaligned load
-// aborts (UBSan's alignment check, as the tests of device code are built), and so does a launch
-// a GPU would refuse.
+// launch's dynamic shared memory or past a static shared variable aborts, as do threads waiting
+// at different __syncthreads; a misaligned load aborts (UBSan's alignment check, as the tests
+// of device code are built), and so does a launch a GPU would refuse.
 // clang-format off
 #include "kernels/cuda/emulation/emulator.h"
 // clang-format on
@@ -119,6 +119,21 @@ TEST(EmulatorDeathTest, WritingPastAStaticSharedVariableAborts) {
                       }),
                "static shared memory written past x \\(16 B\\): byte 4 after, by block "
                "\\(1, 0, 0\\)");
+}
+
+// Threads of a block that wait at two different __syncthreads (undefined in CUDA: a GPU may
+// hang) abort, whichever thread runs first.
+TEST(EmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAbort) {
+  EXPECT_DEATH(Launch({1, 1, 1}, kThreads, 0,
+                      [] {
+                        if (threadIdx.x < 32) {
+                          __syncthreads();
+                        } else {
+                          __syncthreads();
+                        }
+                      }),
+               "threads [0-9]+ and [0-9]+ of block \\(0, 0, 0\\) wait at different "
+               "__syncthreads: .*emulator_test.cc:[0-9]+ and .*emulator_test.cc:[0-9]+");
 }
 
 // What a GPU refuses to launch (cudaErrorInvalidConfiguration) aborts here too.

@@ -158,9 +158,21 @@ class Block {
     return order;
   }
 
-  // __syncthreads: threads that exited count as arrived.
-  void SyncThreads() {
+  // __syncthreads, called at `file`:`line`: threads that exited count as arrived. The threads
+  // that meet at a barrier must all wait at the same __syncthreads: in CUDA one in code that
+  // not every thread reaches is undefined (it may hang), so a block whose threads wait at two
+  // different ones aborts.
+  void SyncThreads(const char* file, int line) {
     const uint64_t gen = block_gen_;
+    if (block_arrived_ == 0) {
+      barrier_ = {file, line, current_};
+    } else {
+      CHECK(line == barrier_.line && std::strcmp(file, barrier_.file) == 0)
+          << "threads " << barrier_.thread << " and " << current_ << " of block (" << block_idx.x
+          << ", " << block_idx.y << ", " << block_idx.z
+          << ") wait at different __syncthreads: " << barrier_.file << ":" << barrier_.line
+          << " and " << file << ":" << line;
+    }
     ++block_arrived_;
     progress_ = true;
     ReleaseBlockIfComplete();
@@ -309,6 +321,11 @@ class Block {
   std::vector<Warp> warps_;
   int current_ = 0, live_ = 0, block_arrived_ = 0;
   uint64_t block_gen_ = 0;
+  struct BarrierSite {
+    const char* file = nullptr;
+    int line = 0;
+    int thread = 0;  // the first to arrive
+  } barrier_;        // where the threads now waiting at the block's barrier called it
   bool progress_ = false;
   std::vector<std::byte> dynamic_shared_;
   size_t dynamic_bytes_ = 0;
@@ -420,7 +437,7 @@ inline uint32_t MovMatrixTrans(uint32_t x) {
 }  // namespace kvserve::emulation
 
 // Device functions the kernels call, on the host.
-inline void __syncthreads() { ::kvserve::emulation::Block::Get().SyncThreads(); }
+#define __syncthreads() ::kvserve::emulation::Block::Get().SyncThreads(__FILE__, __LINE__)
 
 template <typename T>
 T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
