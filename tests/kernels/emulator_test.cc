@@ -122,18 +122,39 @@ TEST(EmulatorDeathTest, WritingPastAStaticSharedVariableAborts) {
 }
 
 // Threads of a block that wait at two different __syncthreads (undefined in CUDA: a GPU may
-// hang) abort, whichever thread runs first.
-TEST(EmulatorDeathTest, ThreadsWaitingAtDifferentBarriersAbort) {
-  EXPECT_DEATH(Launch({1, 1, 1}, kThreads, 0,
-                      [] {
-                        if (threadIdx.x < 32) {
-                          __syncthreads();
-                        } else {
-                          __syncthreads();
-                        }
-                      }),
+// hang) abort, whichever thread runs first; so do lanes of a warp meeting at two different
+// shuffles, and a shuffle after a lane of its warp exited. (The kernels are written outside
+// EXPECT_DEATH: within a macro's arguments every call has the macro's source location.)
+TEST(EmulatorDeathTest, DivergentBarriersAndShufflesAbort) {
+  const auto barriers = [] {
+    if (threadIdx.x < 32) {
+      __syncthreads();
+    } else {
+      __syncthreads();
+    }
+  };
+  EXPECT_DEATH(Launch({1, 1, 1}, kThreads, 0, barriers),
                "threads [0-9]+ and [0-9]+ of block \\(0, 0, 0\\) wait at different "
                "__syncthreads: .*emulator_test.cc:[0-9]+ and .*emulator_test.cc:[0-9]+");
+  const auto shuffles = [] {
+    if (threadIdx.x % 2 == 0) {
+      __shfl_xor_sync(0xffffffffu, 1, 1);
+    } else {
+      __shfl_xor_sync(0xffffffffu, 2, 1);
+    }
+  };
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 0, shuffles),
+               "lanes [0-9]+ and [0-9]+ of warp 0 of block \\(0, 0, 0\\) meet at different warp "
+               "exchanges: .*emulator_test.cc:[0-9]+ and .*emulator_test.cc:[0-9]+");
+  const auto after_exit = [] {
+    if (threadIdx.x == 5) return;
+    __shfl_xor_sync(0xffffffffu, 1, 1);
+  };
+  // Lane 5 exits first (forward order) or while the others wait (the other orders).
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 0, after_exit),
+               "(after 1 of its lanes exited|lane 5 of warp 0 exited while other lanes wait)");
+  const auto partial_mask = [] { __shfl_xor_sync(0x0000ffffu, 1, 1); };
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 0, partial_mask), "full-warp operations only");
 }
 
 // What a GPU refuses to launch (cudaErrorInvalidConfiguration) aborts here too.

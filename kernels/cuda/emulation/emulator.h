@@ -12,8 +12,10 @@
 // barriers.
 //
 // What it provides is what the kernels under test use; warp operations need every lane of the
-// warp (full masks). Memory is the host's: pass host pointers. mma accumulates in float in
-// order k = 0..15, which may round differently from the hardware (tests use tolerances).
+// warp (full masks), live, at the same call, and the threads meeting at a __syncthreads must
+// all be at the same one: otherwise the launch aborts, where CUDA leaves it undefined. Memory
+// is the host's: pass host pointers. mma accumulates in float in order k = 0..15, which may
+// round differently from the hardware (tests use tolerances).
 //
 // CUB's block reductions and scans and the cooperative-groups calls the sampling kernels make
 // are provided the same way (kernels/cuda/sampling.cuh leaves the real headers out under
@@ -43,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -158,20 +161,20 @@ class Block {
     return order;
   }
 
-  // __syncthreads, called at `file`:`line`: threads that exited count as arrived. The threads
-  // that meet at a barrier must all wait at the same __syncthreads: in CUDA one in code that
-  // not every thread reaches is undefined (it may hang), so a block whose threads wait at two
+  // __syncthreads, called at `where`: threads that exited count as arrived. The threads that
+  // meet at a barrier must all wait at the same __syncthreads: in CUDA one in code that not
+  // every thread reaches is undefined (it may hang), so a block whose threads wait at two
   // different ones aborts.
-  void SyncThreads(const char* file, int line) {
+  void SyncThreads(std::source_location where) {
     const uint64_t gen = block_gen_;
     if (block_arrived_ == 0) {
-      barrier_ = {file, line, current_};
+      barrier_ = {where, current_};
     } else {
-      CHECK(line == barrier_.line && std::strcmp(file, barrier_.file) == 0)
+      CHECK(SameSite(where, barrier_.where))
           << "threads " << barrier_.thread << " and " << current_ << " of block (" << block_idx.x
           << ", " << block_idx.y << ", " << block_idx.z
-          << ") wait at different __syncthreads: " << barrier_.file << ":" << barrier_.line
-          << " and " << file << ":" << line;
+          << ") wait at different __syncthreads: " << Name(barrier_.where) << " and "
+          << Name(where);
     }
     ++block_arrived_;
     progress_ = true;
@@ -180,11 +183,24 @@ class Block {
   }
 
   // Deposits `v` for the warp and waits for every lane; returns the lanes' deposits (valid
-  // until this lane's next exchange).
+  // until this lane's next exchange). `where` is the call in the kernel: in CUDA every lane of
+  // a full-mask shuffle, vote or mma must be live and execute the same one, so a lane that
+  // exited before it, or lanes meeting at different ones, abort.
   template <typename T>
-  const T* Exchange(const T& v) {
+  const T* Exchange(const T& v, std::source_location where) {
     static_assert(sizeof(T) <= kSlotBytes && std::is_trivially_copyable_v<T>);
     Warp& w = warps_[current_ / 32];
+    CHECK_EQ(w.exited, 0) << "warp " << current_ / 32 << " of block (" << block_idx.x << ", "
+                          << block_idx.y << ", " << block_idx.z << ") reaches the warp exchange at "
+                          << Name(where) << " after " << w.exited << " of its lanes exited";
+    if (w.arrived == 0) {
+      w.site = {where, current_ % 32};
+    } else {
+      CHECK(SameSite(where, w.site.where))
+          << "lanes " << w.site.thread << " and " << current_ % 32 << " of warp " << current_ / 32
+          << " of block (" << block_idx.x << ", " << block_idx.y << ", " << block_idx.z
+          << ") meet at different warp exchanges: " << Name(w.site.where) << " and " << Name(where);
+    }
     const uint64_t gen = w.gen;
     auto& slots = w.slots[gen & 1];
     std::memcpy(slots[current_ % 32].data(), &v, sizeof(T));
@@ -268,10 +284,24 @@ class Block {
     bool done = false;
     alignas(16) std::array<std::byte, 32 * kSlotBytes> lanes{};  // its copy of an exchange
   };
+  // Where the threads waiting at a barrier or exchange called it, and the first to arrive.
+  struct Site {
+    std::source_location where;
+    int thread = 0;
+  };
+  static bool SameSite(const std::source_location& a, const std::source_location& b) {
+    return a.line() == b.line() && a.column() == b.column() &&
+           std::strcmp(a.file_name(), b.file_name()) == 0;
+  }
+  static std::string Name(const std::source_location& w) {
+    return std::string(w.file_name()) + ":" + std::to_string(w.line());
+  }
+
   struct Warp {
     uint64_t gen = 0;
     int arrived = 0;
     int exited = 0;
+    Site site;  // of the exchange the arrived lanes wait at
     std::array<std::array<std::array<std::byte, kSlotBytes>, 32>, 2> slots{};
   };
 
@@ -293,6 +323,9 @@ class Block {
     fibers_[current_].done = true;
     --live_;
     Warp& w = warps_[current_ / 32];
+    CHECK_EQ(w.arrived, 0) << "lane " << current_ % 32 << " of warp " << current_ / 32
+                           << " exited while other lanes wait at the warp exchange at "
+                           << Name(w.site.where);
     ++w.exited;
     progress_ = true;
     ReleaseWarpIfComplete(w);
@@ -321,11 +354,7 @@ class Block {
   std::vector<Warp> warps_;
   int current_ = 0, live_ = 0, block_arrived_ = 0;
   uint64_t block_gen_ = 0;
-  struct BarrierSite {
-    const char* file = nullptr;
-    int line = 0;
-    int thread = 0;  // the first to arrive
-  } barrier_;        // where the threads now waiting at the block's barrier called it
+  Site barrier_;  // of the __syncthreads the arrived threads wait at
   bool progress_ = false;
   std::vector<std::byte> dynamic_shared_;
   size_t dynamic_bytes_ = 0;
@@ -404,11 +433,12 @@ float Half(uint32_t reg, int half) {
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: c += a · b with PTX's fragment layouts
 // (kernels/cuda/mma_layout.h states them).
 template <bool BF16>
-void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+              std::source_location where = std::source_location::current()) {
   struct Operands {
     uint32_t a[4], b[2];
   };
-  const Operands* all = Block::Get().Exchange(Operands{{a[0], a[1], a[2], a[3]}, {b0, b1}});
+  const Operands* all = Block::Get().Exchange(Operands{{a[0], a[1], a[2], a[3]}, {b0, b1}}, where);
   const int g = Lane() / 4, t = Lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
@@ -425,8 +455,9 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 
 // movmatrix.sync.aligned.m8n8.trans.b16: lane (g, t) holds row g, columns 2t, 2t + 1 and gets
 // row g of the transpose.
-inline uint32_t MovMatrixTrans(uint32_t x) {
-  const uint32_t* all = Block::Get().Exchange(x);
+inline uint32_t MovMatrixTrans(uint32_t x,
+                               std::source_location where = std::source_location::current()) {
+  const uint32_t* all = Block::Get().Exchange(x, where);
   const int g = Lane() / 4, t = Lane() % 4;
   const auto element = [&](int r, int c) {
     return (all[4 * r + c / 2] >> (16 * (c % 2))) & 0xffffu;
@@ -437,23 +468,40 @@ inline uint32_t MovMatrixTrans(uint32_t x) {
 }  // namespace kvserve::emulation
 
 // Device functions the kernels call, on the host.
-#define __syncthreads() ::kvserve::emulation::Block::Get().SyncThreads(__FILE__, __LINE__)
+// Each knows where the kernel called it (Block::SyncThreads, Block::Exchange).
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+  ::kvserve::emulation::Block::Get().SyncThreads(where);
+}
+
+namespace kvserve::emulation {
+// The warp operations here take every lane of the warp.
+inline void CheckFullMask(unsigned mask, const std::source_location& where) {
+  CHECK_EQ(mask, 0xffffffffu) << "the emulator runs full-warp operations only ("
+                              << where.file_name() << ":" << where.line() << ")";
+}
+}  // namespace kvserve::emulation
 
 template <typename T>
-T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(v);
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask,
+                  std::source_location where = std::source_location::current()) {
+  ::kvserve::emulation::CheckFullMask(mask, where);
+  const T* all = ::kvserve::emulation::Block::Get().Exchange(v, where);
   return all[::kvserve::emulation::Lane() ^ lane_mask];
 }
 
 template <typename T>
-T __shfl_sync(unsigned /*mask*/, T v, int src_lane) {
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(v);
+T __shfl_sync(unsigned mask, T v, int src_lane,
+              std::source_location where = std::source_location::current()) {
+  ::kvserve::emulation::CheckFullMask(mask, where);
+  const T* all = ::kvserve::emulation::Block::Get().Exchange(v, where);
   return all[src_lane & 31];
 }
 
 // vote.any: whether `pred` holds for any lane of the warp.
-inline int __any_sync(unsigned /*mask*/, int pred) {
-  const int* all = ::kvserve::emulation::Block::Get().Exchange(pred != 0 ? 1 : 0);
+inline int __any_sync(unsigned mask, int pred,
+                      std::source_location where = std::source_location::current()) {
+  ::kvserve::emulation::CheckFullMask(mask, where);
+  const int* all = ::kvserve::emulation::Block::Get().Exchange(pred != 0 ? 1 : 0, where);
   int any = 0;
   for (int lane = 0; lane < 32; ++lane) any |= all[lane];
   return any;
@@ -566,8 +614,9 @@ class coalesced_group {
 inline coalesced_group coalesced_threads() { return coalesced_group(0xffffffffu); }
 
 template <typename Label>
-coalesced_group labeled_partition(const coalesced_group& g, Label label) {
-  const Label* all = ::kvserve::emulation::Block::Get().Exchange(label);
+coalesced_group labeled_partition(const coalesced_group& g, Label label,
+                                  std::source_location where = std::source_location::current()) {
+  const Label* all = ::kvserve::emulation::Block::Get().Exchange(label, where);
   uint32_t lanes = 0;
   for (int l = 0; l < 32; ++l) {
     if (((g.lanes() >> l) & 1u) != 0 && all[l] == label) lanes |= 1u << l;
@@ -581,8 +630,9 @@ struct plus {
 };
 
 template <typename T, typename Op>
-T reduce(const coalesced_group& g, T value, Op op) {
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(value);
+T reduce(const coalesced_group& g, T value, Op op,
+         std::source_location where = std::source_location::current()) {
+  const T* all = ::kvserve::emulation::Block::Get().Exchange(value, where);
   bool first = true;
   T r{};
   for (int l = 0; l < 32; ++l) {
