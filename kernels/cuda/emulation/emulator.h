@@ -291,7 +291,7 @@ class Block {
   };
   static bool SameSite(const std::source_location& a, const std::source_location& b) {
     return a.line() == b.line() && a.column() == b.column() &&
-           std::strcmp(a.file_name(), b.file_name()) == 0;
+           (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
   }
   static std::string Name(const std::source_location& w) {
     return std::string(w.file_name()) + ":" + std::to_string(w.line());
