@@ -47,7 +47,6 @@
 #include <source_location>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "glog/logging.h"
@@ -94,7 +93,6 @@ class Block {
   // Runs `body` as every thread of the current block (threads 0..n-1 along x).
   void Run(int n, const std::function<void()>& body) {
     CHECK_EQ(n % 32, 0) << "the emulation runs whole warps";
-    ++run_;
     static_guards_.clear();
     static_bytes_ = 0;
     fibers_.clear();
@@ -204,9 +202,11 @@ class Block {
     const uint64_t gen = w.gen;
     auto& slots = w.slots[gen & 1];
     std::memcpy(slots[current_ % 32].data(), &v, sizeof(T));
-    ++w.arrived;
     progress_ = true;
-    ReleaseWarpIfComplete(w);
+    if (++w.arrived == 32) {  // the last lane releases the warp (none exits while others wait)
+      w.arrived = 0;
+      ++w.gen;
+    }
     while (w.gen == gen) Yield();
     // Copied out: the slots are overwritten two exchanges later, `lanes` at this fiber's next.
     T* out = LaneCopy<T>();
@@ -218,11 +218,12 @@ class Block {
   // by a thread of the running block: NaN bytes, guard included, if it is the block's first.
   // The block's static and dynamic shared memory must fit in the 48 KiB a launch gets.
   void StaticShared(void* p, size_t bytes, const char* name) {
-    uint64_t& poisoned_in = static_shared_[p];
-    if (poisoned_in == run_) return;
-    poisoned_in = run_;
+    const auto* guard = static_cast<const std::byte*>(p) + bytes;
+    for (const StaticGuard& g : static_guards_) {
+      if (g.guard == guard) return;  // poisoned when the block's first thread reached it
+    }
     std::memset(p, 0xff, bytes + kSharedGuardBytes);
-    static_guards_.push_back({static_cast<std::byte*>(p) + bytes, bytes, name});
+    static_guards_.push_back({guard, bytes, name});
     static_bytes_ += bytes;
     CHECK_LE(static_bytes_ + dynamic_bytes_, size_t{48} << 10)
         << "static (" << static_bytes_ << " B) and dynamic (" << dynamic_bytes_
@@ -328,16 +329,9 @@ class Block {
                            << Name(w.site.where);
     ++w.exited;
     progress_ = true;
-    ReleaseWarpIfComplete(w);
     ReleaseBlockIfComplete();
   }
 
-  void ReleaseWarpIfComplete(Warp& w) {
-    if (w.arrived > 0 && w.arrived + w.exited == 32) {
-      w.arrived = 0;
-      ++w.gen;
-    }
-  }
   void ReleaseBlockIfComplete() {
     if (block_arrived_ > 0 && block_arrived_ == live_) {
       block_arrived_ = 0;
@@ -358,8 +352,6 @@ class Block {
   bool progress_ = false;
   std::vector<std::byte> dynamic_shared_;
   size_t dynamic_bytes_ = 0;
-  uint64_t run_ = 0;                                         // blocks run so far
-  std::unordered_map<const void*, uint64_t> static_shared_;  // → the run it was poisoned in
   struct StaticGuard {
     const std::byte* guard;
     size_t bytes;
