@@ -270,11 +270,11 @@ class Session : public std::enable_shared_from_this<Session> {
     int max_tokens = req_.max_tokens;
     if (chat && !req_.max_tokens_given) max_tokens = limit - prompt_tokens_;
     if (prompt_tokens_ + max_tokens > limit || max_tokens < 1) {
-      return Error(absl::InvalidArgumentError(
-                       absl::StrFormat("messages: this model's maximum context length is %d "
-                                       "tokens; the request has %d prompt "
-                                       "tokens and asks for %d more",
-                                       limit, prompt_tokens_, max_tokens)),
+      return Error(absl::InvalidArgumentError(absl::StrFormat(
+                       "%s: this model's maximum context length is %d "
+                       "tokens; the request has %d prompt "
+                       "tokens and asks for %d more",
+                       chat ? "messages" : "prompt", limit, prompt_tokens_, max_tokens)),
                    "context_length_exceeded");
     }
     request_id_ = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", front_->id_prefix, front_->next_id++);
@@ -283,7 +283,7 @@ class Session : public std::enable_shared_from_this<Session> {
     choices_.resize(req_.n);
     for (Choice& c : choices_) {
       c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*front_->tok,
-                                                                    /*skip_special_tokens=*/true);
+                                                                    req_.skip_special_tokens);
       c.stop = std::make_unique<StopStringMatcher>(req_.stop);
     }
     auto job = std::make_shared<Job>();

@@ -1,5 +1,7 @@
 #include "router/openai_request.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
@@ -62,6 +64,71 @@ absl::StatusOr<std::string> String(object o, std::string_view key) {
   std::string_view v;
   if (e->get_string().get(v) != simdjson::SUCCESS) return Bad(key, "must be a string");
   return std::string(v);
+}
+
+absl::Status Unserved(std::string_view param, std::string_view neutral) {
+  return Bad(param, absl::StrCat("is not supported by kvserve; leave it unset", Sv(neutral)));
+}
+
+bool NonEmptyArray(object o, std::string_view key) {
+  auto e = Field(o, key);
+  simdjson::dom::array arr;
+  return e && (e->get_array().get(arr) != simdjson::SUCCESS || arr.size() != 0);
+}
+
+// Parameters of OpenAI's API, or of vLLM's extensions to it, that kvserve does not serve. Each is
+// refused when it asks for something, so that no answer silently ignores it; its neutral value
+// (0, 1, false, empty) passes, as clients send those by default.
+absl::Status RefuseUnserved(object o, bool chat, int n) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    ASSIGN_OR_RETURN(double v, Number(o, key, 0.0, -2.0, 2.0));
+    if (v != 0) return Unserved(key, " or 0");
+  }
+  const double huge = std::numeric_limits<double>::max();
+  ASSIGN_OR_RETURN(double repetition, Number(o, "repetition_penalty", 1.0, -huge, huge));
+  if (repetition != 1) return Unserved("repetition_penalty", " or 1");
+  ASSIGN_OR_RETURN(int64_t min_tokens, Integer(o, "min_tokens", 0, 0, INT32_MAX));
+  if (min_tokens != 0) return Unserved("min_tokens", " or 0");
+  if (auto e = Field(o, "logit_bias")) {
+    object bias;
+    if (e->get_object().get(bias) != simdjson::SUCCESS)
+      return Bad("logit_bias", "must be an object");
+    if (bias.size() != 0) return Unserved("logit_bias", " or {}");
+  }
+  for (const char* key : {"bad_words", "allowed_token_ids"}) {
+    if (NonEmptyArray(o, key)) return Unserved(key, " or []");
+  }
+  for (const char* key : {"use_beam_search", "include_stop_str_in_output", "echo"}) {
+    ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
+    if (on) return Unserved(key, " or false");
+  }
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                          "structured_outputs", "prompt_logprobs"}) {
+    if (Field(o, key)) return Unserved(key, "");
+  }
+  if (auto e = Field(o, "response_format")) {
+    object format;
+    std::string_view type;
+    if (e->get_object().get(format) != simdjson::SUCCESS ||
+        format["type"].get(type) != simdjson::SUCCESS) {
+      return Bad("response_format", "must be an object with a string \"type\"");
+    }
+    if (type != "text") return Unserved("response_format", " or {\"type\": \"text\"}");
+  }
+  if (chat) {
+    for (const char* key : {"tools", "functions"}) {
+      if (NonEmptyArray(o, key)) {
+        return Bad(key, "function calling is not supported by kvserve; leave it unset or []");
+      }
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string suffix, String(o, "suffix"));
+  if (!suffix.empty()) return Unserved("suffix", " or \"\"");
+  // best_of == n asks for nothing more: every sample is returned.
+  ASSIGN_OR_RETURN(int64_t best_of, Integer(o, "best_of", n, n, 128));
+  if (best_of != n) return Bad("best_of", "must equal n: kvserve returns every sample it draws");
+  return absl::OkStatus();
 }
 
 absl::Status ParseMessages(object o, ParsedRequest* r) {
@@ -237,6 +304,8 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
     ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
     r.truncate_prompt_tokens = static_cast<int>(keep);
   }
+  ASSIGN_OR_RETURN(r.skip_special_tokens, Bool(o, "skip_special_tokens", true));
+  RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   return r;
 }
 

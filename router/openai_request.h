@@ -1,6 +1,8 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
 // /v1/chat/completions, into the router's request description. Unknown fields are ignored;
-// a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape). The body is
+// a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
+// known parameter kvserve does not serve (penalties, logit_bias, echo, best_of > n, guided
+// decoding, response_format other than text, tools) when it asks for anything. The body is
 // untrusted: malformed JSON, invalid UTF-8 and wrong types are errors, never crashes.
 //
 //   absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body, /*chat=*/false);
@@ -48,6 +50,7 @@ struct ParsedRequest {
   std::string user;
   std::string cache_salt;
   std::optional<int> truncate_prompt_tokens;
+  bool skip_special_tokens = true;  // in the returned text (vLLM's extra parameter)
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see

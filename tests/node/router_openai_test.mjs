@@ -102,7 +102,18 @@ test('errors in OpenAI shape', async () => {
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', n: 0 }),
     (e) => e.status === 400 && e.error?.param === 'n');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 5000 }),
-    (e) => e.status === 400 && e.code === 'context_length_exceeded');
+    (e) => e.status === 400 && e.code === 'context_length_exceeded' && e.param === 'prompt');
+  // A parameter kvserve does not serve is refused, not silently ignored.
+  await assert.rejects(client.chat.completions.create({
+    model: 'tiny', messages: [{ role: 'user', content: 'x' }], presence_penalty: 0.5 }),
+  (e) => e.status === 400 && e.param === 'presence_penalty');
+  await assert.rejects(client.chat.completions.create({
+    model: 'tiny', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }),
+  (e) => e.status === 400 && e.param === 'response_format');
+  const neutral = await client.chat.completions.create({
+    model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
+    presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: 'text' } });
+  assert.equal(neutral.choices[0].finish_reason, 'length');
 });
 
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {

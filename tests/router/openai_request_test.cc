@@ -107,6 +107,74 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
   }
 }
 
+// Parameters kvserve does not serve are refused, naming them, as soon as they ask for
+// anything; their neutral values (what clients send by default) pass.
+TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
+  struct Case {
+    json extra;
+    bool chat;
+    const char* param;  // nullptr: accepted
+  };
+  const std::vector<Case> cases = {
+      {{{"presence_penalty", 0.5}}, false, "presence_penalty"},
+      {{{"frequency_penalty", -1}}, true, "frequency_penalty"},
+      {{{"frequency_penalty", 3}}, false, "frequency_penalty"},
+      {{{"repetition_penalty", 1.1}}, false, "repetition_penalty"},
+      {{{"min_tokens", 4}}, false, "min_tokens"},
+      {{{"logit_bias", {{"50256", -100}}}}, true, "logit_bias"},
+      {{{"logit_bias", 5}}, false, "logit_bias"},
+      {{{"bad_words", {"x"}}}, false, "bad_words"},
+      {{{"use_beam_search", true}}, false, "use_beam_search"},
+      {{{"include_stop_str_in_output", true}}, true, "include_stop_str_in_output"},
+      {{{"echo", true}}, false, "echo"},
+      {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},
+      {{{"prompt_logprobs", 1}}, false, "prompt_logprobs"},
+      {{{"response_format", {{"type", "json_object"}}}}, true, "response_format"},
+      {{{"response_format", "json"}}, true, "response_format"},
+      {{{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, true, "tools"},
+      {{{"suffix", "end"}}, false, "suffix"},
+      {{{"best_of", 3}}, false, "best_of"},
+      {{{"best_of", 1}, {"n", 2}}, false, "best_of"},
+      {{{"presence_penalty", 0},
+        {"frequency_penalty", 0},
+        {"repetition_penalty", 1},
+        {"min_tokens", 0},
+        {"logit_bias", json::object()},
+        {"bad_words", json::array()},
+        {"echo", false},
+        {"response_format", {{"type", "text"}}},
+        {"suffix", ""},
+        {"best_of", 2},
+        {"n", 2}},
+       false,
+       nullptr},
+      {{{"tools", json::array()}, {"tool_choice", "none"}, {"logit_bias", nullptr}}, true, nullptr},
+  };
+  for (const Case& c : cases) {
+    json body = c.chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                       : json{{"model", "m"}, {"prompt", "x"}};
+    body.update(c.extra);
+    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), c.chat);
+    if (c.param == nullptr) {
+      EXPECT_OK(r.status()) << body;
+      continue;
+    }
+    ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.param))) << body;
+    EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], c.param)
+        << r.status();
+  }
+}
+
+TEST(OpenAiRequestTest, SkipSpecialTokensDefaultsToTrue) {
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(R"({"model": "m", "prompt": "x"})",
+                                                               /*chat=*/false));
+  EXPECT_TRUE(r.skip_special_tokens);
+  ASSERT_OK_AND_ASSIGN(
+      r, ParseCompletionRequest(R"({"model": "m", "prompt": "x", "skip_special_tokens": false})",
+                                /*chat=*/false));
+  EXPECT_FALSE(r.skip_special_tokens);
+}
+
 TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {
   OpenAiError e = OpenAiErrorFromStatus(absl::UnavailableError("all workers are draining"));
   EXPECT_EQ(e.http_status, 503);
