@@ -3,8 +3,9 @@
 // caches (per-token scales) at batch 1/16/64/256 × context 1K/4K/16K/64K, 32 query / 8 KV
 // heads, head_dim 128, block 16; plus block sizes 8 and 32 at 16 × 4K and 64 × 4K (bf16), and
 // prefill chunks (query tokens over a cached prefix; bf16 and int8) timed alone.
-// Prints a table; --json FILE writes the rows too. Sequences get shuffled, non-contiguous
-// blocks as a paged cache would.
+// Prints a table, a row as soon as it is measured; --json FILE holds the rows measured so far
+// (rewritten after each), so a run cut short by a timeout still reports what it timed.
+// Sequences get shuffled, non-contiguous blocks as a paged cache would.
 //
 // --tensor-cores times the tensor-core kernel (paged_attention_mma.cu) instead of the SIMT one;
 // --prefetch-k times it with each step's K loaded during the step before.
@@ -53,6 +54,38 @@ struct Row {
 };
 
 constexpr int kMaxPrefillTokens = 2048;
+
+void PrintRow(const Row& r) {
+  std::printf("%-6s %6d %6d %7d %5d %6d %11.1f %9.0f %7.1f%%\n", r.format.c_str(), r.batch, r.query,
+              r.context, r.block_size, r.blocks_per_sm, r.us, r.gbps, 100 * r.fraction);
+  std::fflush(stdout);
+}
+
+// Replaces `path` with the rows so far (written aside, then renamed: never half a file).
+bool WriteJson(const char* path, double copy_gbps, bool tensor_cores, bool prefetch_k,
+               const std::vector<Row>& rows) {
+  const std::string partial = std::string(path) + ".partial";
+  FILE* f = std::fopen(partial.c_str(), "w");
+  if (f == nullptr) {
+    std::perror(partial.c_str());
+    return false;
+  }
+  std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"prefetch_k\": %s, \"rows\": [\n",
+               copy_gbps, tensor_cores ? "true" : "false", prefetch_k ? "true" : "false");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::fprintf(f,
+                 "  {\"format\": \"%s\", \"batch\": %d, \"context\": %d, \"block_size\": %d, "
+                 "\"blocks_per_sm\": %d, \"query\": %d, \"us\": %.2f, \"gbps\": %.1f, "
+                 "\"fraction\": %.4f}%s\n",
+                 r.format.c_str(), r.batch, r.context, r.block_size, r.blocks_per_sm, r.query, r.us,
+                 r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
+  }
+  std::fprintf(f, "]}\n");
+  const bool ok = std::fclose(f) == 0 && std::rename(partial.c_str(), path) == 0;
+  if (!ok) std::perror(path);
+  return ok;
+}
 
 double CopyBandwidth(uint8_t* buf, size_t bytes) {
   cudaEvent_t a, b;
@@ -135,6 +168,7 @@ int Main(int argc, char** argv) {
   FillRepeated(scales, scale_count * 2, scale_pattern);
   const double copy_gbps = CopyBandwidth(arena, std::min<size_t>(data_bytes / 2, size_t{4} << 30));
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbps);
+  std::fflush(stdout);
 
   float *q = nullptr, *out = nullptr;
   const size_t q_rows = std::max(batches.back(), kMaxPrefillTokens);
@@ -215,6 +249,8 @@ int Main(int argc, char** argv) {
     return *tuned[per_sm];
   };
   std::mt19937 rng(1);
+  std::printf("%-6s %6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "query", "context",
+              "block", "per_sm", "time_us", "GB/s", "of_copy");
   cudaEvent_t start, stop;
   KVSERVE_CUDA_CHECK(cudaEventCreate(&start));
   KVSERVE_CUDA_CHECK(cudaEventCreate(&stop));
@@ -290,33 +326,11 @@ int Main(int argc, char** argv) {
     const double gbps = bytes / (us * 1e-6) / 1e9;
     rows.push_back({cfg.fmt->name, cfg.batch, cfg.context, bs, cfg.blocks_per_sm, us, gbps,
                     gbps / copy_gbps, cfg.query});
-    for (int32_t* ptr : {dtable, dqs, dql, dcl}) KVSERVE_CUDA_CHECK(cudaFree(ptr));
-  }
-  std::printf("%-6s %6s %6s %7s %5s %6s %11s %9s %8s\n", "format", "batch", "query", "context",
-              "block", "per_sm", "time_us", "GB/s", "of_copy");
-  for (const Row& r : rows) {
-    std::printf("%-6s %6d %6d %7d %5d %6d %11.1f %9.0f %7.1f%%\n", r.format.c_str(), r.batch,
-                r.query, r.context, r.block_size, r.blocks_per_sm, r.us, r.gbps, 100 * r.fraction);
-  }
-  if (json_path != nullptr) {
-    FILE* f = std::fopen(json_path, "w");
-    if (f == nullptr) {
-      std::perror(json_path);
+    PrintRow(rows.back());
+    if (json_path != nullptr && !WriteJson(json_path, copy_gbps, tensor_cores, prefetch_k, rows)) {
       return 1;
     }
-    std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"prefetch_k\": %s, \"rows\": [\n",
-                 copy_gbps, tensor_cores ? "true" : "false", prefetch_k ? "true" : "false");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      std::fprintf(f,
-                   "  {\"format\": \"%s\", \"batch\": %d, \"context\": %d, \"block_size\": %d, "
-                   "\"blocks_per_sm\": %d, \"query\": %d, \"us\": %.2f, \"gbps\": %.1f, "
-                   "\"fraction\": %.4f}%s\n",
-                   r.format.c_str(), r.batch, r.context, r.block_size, r.blocks_per_sm, r.query,
-                   r.us, r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
-    }
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
+    for (int32_t* ptr : {dtable, dqs, dql, dcl}) KVSERVE_CUDA_CHECK(cudaFree(ptr));
   }
   KVSERVE_CUDA_CHECK(cudaFree(arena));
   KVSERVE_CUDA_CHECK(cudaFree(scales));

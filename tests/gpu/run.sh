@@ -10,6 +10,11 @@
 #   export LD_LIBRARY_PATH=$PWD/build-gpu/carry/libs:/usr/local/cuda/lib64
 #   bash tests/gpu/run.sh build-gpu/carry [--quick]
 #
+# The whole script keeps within KVSERVE_GPU_BUDGET_S seconds (default 480, under a lent run's
+# 540-second limit): each check's timeout is cut to the time left, a check that finds no time
+# is listed as "no time", and the summaries always print. Benchmarks print and save each row
+# as they measure it, so a check cut short still reports what it measured.
+#
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # CUDA graphs (backend replays, decode graphs in the engine), GPU sampling against the CPU twin
@@ -25,14 +30,21 @@ export KVSERVE_SOURCE_DIR=$PWD
 export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/$build/fixtures/models}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 results=()
+deadline=$((SECONDS + ${KVSERVE_GPU_BUDGET_S:-480} - 20))  # 20 s kept for the summaries
 run_check() {  # name, timeout, command...
   local name=$1 limit=$2; shift 2
-  local start r elapsed_ms
+  local start r rc elapsed_ms cut=0 left=$((deadline - SECONDS))
+  if ((left < 5)); then results+=("$name|no time"); return; fi
+  ((limit > left)) && limit=$left cut=1
   start=$(date +%s%N)
-  if timeout "$limit" "$@" >"$out/$name.log" 2>&1; then
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  if ((rc == 0)); then
     grep -q "SKIPPED \]" "$out/$name.log" && r=skipped || r=passed
   else
+    # 124: timed out; "budget" when the script's budget, not the check's own limit, cut it.
     r=FAILED
+    ((rc == 124)) && r=TIMEOUT && ((cut)) && r=budget
     tail -n 40 "$out/$name.log"
   fi
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
@@ -58,9 +70,9 @@ grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_
   "$out/engine_cuda_test.log" "$out/cuda_backend_test_graphs.log" \
   "$out/engine_cuda_test_graphs.log" 2>/dev/null
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
-cat "$out/sampling_bench.log"
+cat "$out/sampling_bench.log" 2>/dev/null
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
-cat "$out/decode_attention_bench.log"
+cat "$out/decode_attention_bench.log" 2>/dev/null
 run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
   --json "$out/bench_tc.json" $quick
 run_check decode_attention_bench_pf 240 "$build/bin/decode_attention_bench" --prefetch-k \
@@ -85,40 +97,35 @@ run_check make_model 120 "$build/bin/kvserve-make-model" --vocab-size 128256 --h
 run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
   --kv-cache-dtypes auto,int8,int4 "${engine_shapes[@]}" --decode-steps 16 \
   --json-out "$out/engine_bench.json"
-cat "$out/engine_bench.log"
+cat "$out/engine_bench.log" 2>/dev/null
 # Decode with CUDA graphs against eager launches, side by side (one engine each): short prompts,
 # so that the prefills are cheap, and batches where a step's kernels are short enough for
 # launches to matter. The start_s column's difference is the graphs' recording at start-up.
 run_check engine_bench_graphs 150 "$build/bin/kvserve-bench" engine --model "$model" \
   --device cuda --kv-cache-dtypes auto,int4 --batches 1,16 --contexts 256 --decode-steps 32 \
   --cuda-graph-max-batch 0,16 --json-out "$out/engine_bench_graphs.json"
-cat "$out/engine_bench_graphs.log"
+cat "$out/engine_bench_graphs.log" 2>/dev/null
 # The same on tensor cores, once they have passed conformance above.
 if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
   run_check engine_bench_tc 180 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
     --attention-kernel tensor-cores --kv-cache-dtypes auto,int4 --batches 1,64 --contexts 1024 \
     --decode-steps 16 --json-out "$out/engine_bench_tc.json"
-  cat "$out/engine_bench_tc.log"
+  cat "$out/engine_bench_tc.log" 2>/dev/null
 fi
 rm -rf "$model"
 # A profile of one configuration when Nsight Compute is on the machine.
 if command -v ncu >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/ncu ]]; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout 120 "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section LaunchStats -k regex:PagedAttentionKernel -c 1 \
-    "$build/bin/decode_attention_bench" --only bf16:64:4096 >"$out/ncu.log" 2>&1 \
-    && results+=("ncu_profile|passed") || results+=("ncu_profile|FAILED")
-  grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu.log" | head -40
-  timeout 120 "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section LaunchStats -k regex:PagedAttentionMmaKernel -c 1 \
-    "$build/bin/decode_attention_bench" --tensor-cores --only bf16:64:4096 >"$out/ncu_tc.log" 2>&1 \
-    && results+=("ncu_profile_tc|passed") || results+=("ncu_profile_tc|FAILED")
-  grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu_tc.log" | head -40
-  timeout 120 "$ncu_bin" --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section LaunchStats -k regex:PagedAttentionMmaKernel -c 1 \
-    "$build/bin/decode_attention_bench" --prefetch-k --only bf16:64:4096 >"$out/ncu_pf.log" 2>&1 \
-    && results+=("ncu_profile_pf|passed") || results+=("ncu_profile_pf|FAILED")
-  grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" "$out/ncu_pf.log" | head -40
+  for profile in "ncu_profile PagedAttentionKernel" \
+    "ncu_profile_tc PagedAttentionMmaKernel --tensor-cores" \
+    "ncu_profile_pf PagedAttentionMmaKernel --prefetch-k"; do
+    read -r name kernel flags <<<"$profile"
+    run_check "$name" 120 "$ncu_bin" --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section LaunchStats -k "regex:$kernel" -c 1 \
+      "$build/bin/decode_attention_bench" $flags --only bf16:64:4096
+    grep -E "Throughput|Occupancy|Registers|Warp Cycles|Stall|Duration|Block Limit" \
+      "$out/$name.log" 2>/dev/null | head -40
+  done
 else
   results+=("ncu_profile|no ncu")
 fi

@@ -140,6 +140,7 @@ int Main(int argc, char** argv) {
         const double lp_us = MeanMicros(gpu, [&] { gpu.Logprobs(lp); });
         std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %10.1f %s\n", m.name, batch, long(vocab),
                     gpu_us, cpu_us, cpu_us / gpu_us, lp_us, match ? "same" : "DIFFER");
+        std::fflush(stdout);  // a run cut short by its timeout still shows the rows it measured
       }
     }
     cudaFree(d_logits);

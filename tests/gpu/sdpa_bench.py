@@ -5,6 +5,7 @@ for tests/gpu/decode_attention_bench. Writes JSON rows {batch, context, us, gbps
     python3 tests/gpu/sdpa_bench.py OUT.json [--quick]
 """
 import json
+import os
 import sys
 
 import torch
@@ -47,8 +48,10 @@ def main():
             torch.cuda.empty_cache()
             rows.append(row)
             print(row, flush=True)
-    with open(out_path, "w") as f:
-        json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            # The rows so far, replaced whole after each: a run cut short keeps what it timed.
+            with open(out_path + ".partial", "w") as f:
+                json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            os.replace(out_path + ".partial", out_path)
 
 
 if __name__ == "__main__":
