@@ -32,7 +32,8 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
   struct Operands {
     uint32_t a[4], b[2];
   };
-  const Operands* all = Block::Get().Exchange(Operands{{a[0], a[1], a[2], a[3]}, {b0, b1}}, where);
+  const std::array<Operands, 32> all =
+      Block::Get().Exchange(Operands{{a[0], a[1], a[2], a[3]}, {b0, b1}}, where).All();
   const int g = Lane() / 4, t = Lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
@@ -51,7 +52,7 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
 // row g of the transpose.
 inline uint32_t MovMatrixTrans(uint32_t x,
                                std::source_location where = std::source_location::current()) {
-  const uint32_t* all = Block::Get().Exchange(x, where);
+  const auto all = Block::Get().Exchange(x, where);
   const int g = Lane() / 4, t = Lane() % 4;
   const auto element = [&](int r, int c) {
     return (all[4 * r + c / 2] >> (16 * (c % 2))) & 0xffffu;
@@ -79,7 +80,7 @@ template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask,
                   std::source_location where = std::source_location::current()) {
   ::kvserve::emulation::CheckFullMask(mask, where);
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(v, where);
+  const auto all = ::kvserve::emulation::Block::Get().Exchange(v, where);
   return all[::kvserve::emulation::Lane() ^ lane_mask];
 }
 
@@ -87,7 +88,7 @@ template <typename T>
 T __shfl_sync(unsigned mask, T v, int src_lane,
               std::source_location where = std::source_location::current()) {
   ::kvserve::emulation::CheckFullMask(mask, where);
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(v, where);
+  const auto all = ::kvserve::emulation::Block::Get().Exchange(v, where);
   return all[src_lane & 31];
 }
 
@@ -95,7 +96,7 @@ T __shfl_sync(unsigned mask, T v, int src_lane,
 inline int __any_sync(unsigned mask, int pred,
                       std::source_location where = std::source_location::current()) {
   ::kvserve::emulation::CheckFullMask(mask, where);
-  const int* all = ::kvserve::emulation::Block::Get().Exchange(pred != 0 ? 1 : 0, where);
+  const auto all = ::kvserve::emulation::Block::Get().Exchange(pred != 0 ? 1 : 0, where);
   int any = 0;
   for (int lane = 0; lane < 32; ++lane) any |= all[lane];
   return any;
@@ -210,7 +211,7 @@ inline coalesced_group coalesced_threads() { return coalesced_group(0xffffffffu)
 template <typename Label>
 coalesced_group labeled_partition(const coalesced_group& g, Label label,
                                   std::source_location where = std::source_location::current()) {
-  const Label* all = ::kvserve::emulation::Block::Get().Exchange(label, where);
+  const auto all = ::kvserve::emulation::Block::Get().Exchange(label, where);
   uint32_t lanes = 0;
   for (int l = 0; l < 32; ++l) {
     if (((g.lanes() >> l) & 1u) != 0 && all[l] == label) lanes |= 1u << l;
@@ -226,7 +227,7 @@ struct plus {
 template <typename T, typename Op>
 T reduce(const coalesced_group& g, T value, Op op,
          std::source_location where = std::source_location::current()) {
-  const T* all = ::kvserve::emulation::Block::Get().Exchange(value, where);
+  const auto all = ::kvserve::emulation::Block::Get().Exchange(value, where);
   bool first = true;
   T r{};
   for (int l = 0; l < 32; ++l) {

@@ -180,12 +180,36 @@ class Block {
     while (block_gen_ == gen) Yield();
   }
 
+  using Slots = std::array<std::array<std::byte, kSlotBytes>, 32>;  // a warp's deposits
+
+  // The lanes' deposits of one exchange, read in place. Valid until the reading lane's next
+  // exchange: a warp alternates two sets of slots, and no lane can deposit into this set again
+  // (two exchanges on) before every lane, this one included, has reached the next.
+  template <typename T>
+  class Lanes {
+   public:
+    explicit Lanes(const Slots& slots) : slots_(&slots) {}
+    T operator[](int lane) const {
+      T v;
+      std::memcpy(&v, (*slots_)[lane].data(), sizeof(T));
+      return v;
+    }
+    std::array<T, 32> All() const {
+      std::array<T, 32> all;
+      for (int l = 0; l < 32; ++l) all[l] = (*this)[l];
+      return all;
+    }
+
+   private:
+    const Slots* slots_;
+  };
+
   // Deposits `v` for the warp and waits for every lane; returns the lanes' deposits (valid
   // until this lane's next exchange). `where` is the call in the kernel: in CUDA every lane of
   // a full-mask shuffle, vote or mma must be live and execute the same one, so a lane that
   // exited before it, or lanes meeting at different ones, abort.
   template <typename T>
-  const T* Exchange(const T& v, std::source_location where) {
+  Lanes<T> Exchange(const T& v, std::source_location where) {
     static_assert(sizeof(T) <= kSlotBytes && std::is_trivially_copyable_v<T>);
     Warp& w = warps_[current_ / 32];
     CHECK_EQ(w.exited, 0) << "warp " << current_ / 32 << " of block (" << block_idx.x << ", "
@@ -200,7 +224,7 @@ class Block {
           << ") meet at different warp exchanges: " << Name(w.site.where) << " and " << Name(where);
     }
     const uint64_t gen = w.gen;
-    auto& slots = w.slots[gen & 1];
+    Slots& slots = w.slots[gen & 1];
     std::memcpy(slots[current_ % 32].data(), &v, sizeof(T));
     progress_ = true;
     if (++w.arrived == 32) {  // the last lane releases the warp (none exits while others wait)
@@ -208,10 +232,7 @@ class Block {
       ++w.gen;
     }
     while (w.gen == gen) Yield();
-    // Copied out: the slots are overwritten two exchanges later, `lanes` at this fiber's next.
-    T* out = LaneCopy<T>();
-    for (int l = 0; l < 32; ++l) std::memcpy(&out[l], slots[l].data(), sizeof(T));
-    return out;
+    return Lanes<T>(slots);
   }
 
   // A static shared variable of `bytes` bytes followed by kSharedGuardBytes of guard, reached
@@ -283,7 +304,6 @@ class Block {
     boost::context::fiber self;       // the thread, while it is suspended
     boost::context::fiber scheduler;  // the scheduler, while the thread runs
     bool done = false;
-    alignas(16) std::array<std::byte, 32 * kSlotBytes> lanes{};  // its copy of an exchange
   };
   // Where the threads waiting at a barrier or exchange called it, and the first to arrive.
   struct Site {
@@ -303,7 +323,7 @@ class Block {
     int arrived = 0;
     int exited = 0;
     Site site;  // of the exchange the arrived lanes wait at
-    std::array<std::array<std::array<std::byte, kSlotBytes>, 32>, 2> slots{};
+    std::array<Slots, 2> slots{};
   };
 
   // Runs thread i up to its next barrier, exchange or exit (or one more check of the barrier it
@@ -313,11 +333,6 @@ class Block {
     current_ = i;
     thread_idx = {i, 0, 0};
     fibers_[i].self = std::move(fibers_[i].self).resume();
-  }
-
-  template <typename T>
-  T* LaneCopy() {
-    return reinterpret_cast<T*>(fibers_[current_].lanes.data());
   }
 
   void Exit() {
