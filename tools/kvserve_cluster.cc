@@ -59,15 +59,29 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   return pid;
 }
 
-bool WaitForLine(const std::string& log, const std::string& needle, int timeout_s) {
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Whether `log` comes to hold `needle` within timeout_s; false at once when `pid` exits first
+// (it is reaped) or on a stop signal.
+bool WaitForLine(const std::string& log, const std::string& needle, int timeout_s, pid_t pid) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline && !g_stop) {
-    std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (text.find(needle) != std::string::npos) return true;
+    const bool exited = waitpid(pid, nullptr, WNOHANG) == pid;
+    if (ReadFile(log).find(needle) != std::string::npos) return true;
+    if (exited) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+// The last non-empty line of `log`: what a process that failed to start said last.
+std::string LastLine(const std::string& log) {
+  std::string text = ReadFile(log);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text.substr(text.rfind('\n') + 1);
 }
 
 }  // namespace
@@ -134,10 +148,13 @@ int main(int argc, char** argv) {
     workers[i] = Spawn(worker_args(i), log);
     endpoints.push_back(absl::StrCat("127.0.0.1:", base + 3 * i, ":", base + 3 * i + 1));
   }
-  for (int i = 0; i < n; ++i) {
-    if (!WaitForLine(absl::StrCat(logs, "/worker-", i, ".log"), "kvserve-worker ready", 120)) {
-      std::cerr << "kvserve-cluster: worker " << i << " did not start; see " << logs << "\n";
-      g_stop = true;
+  bool failed = false;
+  for (int i = 0; i < n && !g_stop; ++i) {
+    const std::string log = absl::StrCat(logs, "/worker-", i, ".log");
+    if (!WaitForLine(log, "kvserve-worker ready", 120, workers[i])) {
+      std::cerr << "kvserve-cluster: worker " << i << " did not start: " << LastLine(log)
+                << " (logs in " << logs << ")\n";
+      failed = g_stop = true;
     }
   }
   const std::string router_log = logs + "/router.log";
@@ -162,14 +179,15 @@ int main(int argc, char** argv) {
     }
     router = Spawn(router_args, router_log);
     // Ready once the router routes to every worker (their first heartbeats reached it).
-    if (WaitForLine(router_log, "kvserve-router ready", 60) &&
-        WaitForLine(router_log, absl::StrCat("kvserve-router: ", n, "/", n, " workers ready"),
-                    60)) {
+    if (WaitForLine(router_log, "kvserve-router ready", 60, router) &&
+        WaitForLine(router_log, absl::StrCat("kvserve-router: ", n, "/", n, " workers ready"), 60,
+                    router)) {
       std::cout << "kvserve-cluster ready: http://127.0.0.1:" << absl::GetFlag(FLAGS_port) << " ("
                 << n << " workers, logs in " << logs << ")" << std::endl;
     } else {
-      std::cerr << "kvserve-cluster: the router did not start; see " << router_log << "\n";
-      g_stop = true;
+      std::cerr << "kvserve-cluster: the router did not start: " << LastLine(router_log) << " (log "
+                << router_log << ")\n";
+      failed = g_stop = true;
     }
   }
   // Supervise: restart a worker that exits.
@@ -183,6 +201,7 @@ int main(int argc, char** argv) {
     }
     if (pid > 0 && pid == router) {
       std::cerr << "kvserve-cluster: the router exited; stopping\n";
+      failed = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -194,5 +213,5 @@ int main(int argc, char** argv) {
     if (waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return 0;
+  return failed ? 1 : 0;
 }

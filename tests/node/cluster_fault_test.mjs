@@ -3,7 +3,8 @@
 // request queued behind it on that worker (not started) completes on the other worker, new
 // requests keep succeeding; the supervisor restarts the worker and the router resyncs its
 // index from the new instance (its old cache is dropped, a snapshot applied). A client that
-// disconnects mid-stream aborts its request on the worker.
+// disconnects mid-stream aborts its request on the worker. A second cluster whose worker ports
+// are taken fails at once, saying why, with a non-zero exit.
 //
 //   node cluster_fault_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
@@ -22,6 +23,7 @@ const model = path.join(tmp, 'tiny');
 const token = 'fault-test-admin';
 let cluster;
 let base;
+let workerBase;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -100,7 +102,8 @@ function completion(body, signal) {
 
 before(async () => {
   makeModel(bin, tokenizerDir, model);
-  const [http, workerBase] = [await freeRange(1), await freeRange(6)];
+  const http = await freeRange(1);
+  workerBase = await freeRange(6);
   cluster = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
     '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`,
@@ -188,4 +191,18 @@ test('a client that disconnects aborts its request on the worker', async () => {
   controller.abort();
   // 3000 tokens would take many seconds; the abort frees the worker almost at once.
   await waitFor('the abort', async () => (await admin()).find((w) => w.name === running.name && w.num_running === 0), 5000);
+});
+
+test('a cluster whose worker ports are taken exits at once with the worker\'s reason', async () => {
+  const second = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '1',
+    '--port', String(await freeRange(1)), '--base-port', String(workerBase)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  second.stderr.on('data', (d) => { err += d; });
+  // The worker exits on its bind error; the cluster must not wait out its 120-second start-up limit.
+  const code = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { second.kill('SIGKILL'); reject(new Error(`still running: ${err}`)); }, 30000);
+    second.on('exit', (c) => { clearTimeout(timer); resolve(c); });
+  });
+  assert.equal(code, 1, err);
+  assert.match(err, /worker 0 did not start: .*cannot bind .*Address already in use/);
 });
