@@ -98,7 +98,7 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
   for (const char* key : {"bad_words", "allowed_token_ids"}) {
     if (NonEmptyArray(o, key)) return Unserved(key, " or []");
   }
-  for (const char* key : {"use_beam_search", "include_stop_str_in_output", "echo"}) {
+  for (const char* key : {"use_beam_search", "echo"}) {
     ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
     if (on) return Unserved(key, " or false");
   }
@@ -305,6 +305,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
     r.truncate_prompt_tokens = static_cast<int>(keep);
   }
   ASSIGN_OR_RETURN(r.skip_special_tokens, Bool(o, "skip_special_tokens", true));
+  ASSIGN_OR_RETURN(r.include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   return r;
 }

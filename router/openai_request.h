@@ -50,7 +50,8 @@ struct ParsedRequest {
   std::string user;
   std::string cache_salt;
   std::optional<int> truncate_prompt_tokens;
-  bool skip_special_tokens = true;  // in the returned text (vLLM's extra parameter)
+  bool skip_special_tokens = true;          // in the returned text (vLLM's extra parameter)
+  bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see

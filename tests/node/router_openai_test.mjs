@@ -95,6 +95,11 @@ test('stop strings end the text before the stop', async () => {
   const r = await client.completions.create({ model: 'tiny', prompt: 'Tell me a story', max_tokens: 24, temperature: 0, stop: [stop] });
   assert.equal(r.choices[0].text, text.slice(0, text.indexOf(stop)));
   assert.equal(r.choices[0].finish_reason, 'stop');
+  // vLLM's include_stop_str_in_output keeps the stop string at the end of the text.
+  const kept = await client.completions.create({ model: 'tiny', prompt: 'Tell me a story', max_tokens: 24, temperature: 0,
+    stop: [stop], include_stop_str_in_output: true });
+  assert.equal(kept.choices[0].text, text.slice(0, text.indexOf(stop) + stop.length));
+  assert.equal(kept.choices[0].finish_reason, 'stop');
 });
 
 test('errors in OpenAI shape', async () => {

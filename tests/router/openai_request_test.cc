@@ -125,7 +125,6 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"logit_bias", 5}}, false, "logit_bias"},
       {{{"bad_words", {"x"}}}, false, "bad_words"},
       {{{"use_beam_search", true}}, false, "use_beam_search"},
-      {{{"include_stop_str_in_output", true}}, true, "include_stop_str_in_output"},
       {{{"echo", true}}, false, "echo"},
       {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},
       {{{"prompt_logprobs", 1}}, false, "prompt_logprobs"},
@@ -165,14 +164,20 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
   }
 }
 
-TEST(OpenAiRequestTest, SkipSpecialTokensDefaultsToTrue) {
+TEST(OpenAiRequestTest, VllmOutputOptions) {
   ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(R"({"model": "m", "prompt": "x"})",
                                                                /*chat=*/false));
   EXPECT_TRUE(r.skip_special_tokens);
-  ASSERT_OK_AND_ASSIGN(
-      r, ParseCompletionRequest(R"({"model": "m", "prompt": "x", "skip_special_tokens": false})",
-                                /*chat=*/false));
+  EXPECT_FALSE(r.include_stop_str_in_output);
+  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": "x",
+      "skip_special_tokens": false, "include_stop_str_in_output": true})",
+                                                 /*chat=*/false));
   EXPECT_FALSE(r.skip_special_tokens);
+  EXPECT_TRUE(r.include_stop_str_in_output);
+  EXPECT_THAT(
+      ParseCompletionRequest(R"({"model": "m", "prompt": "x", "include_stop_str_in_output": 1})",
+                             false),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("include_stop_str_in_output")));
 }
 
 TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {
