@@ -439,8 +439,8 @@ class Session : public std::enable_shared_from_this<Session> {
         if (piece.ok()) {
           StopStringMatcher::Result m = c.stop->Append(*piece);
           emitted += m.emit;
-          if (m.stopped && req_.include_stop_str_in_output) emitted += m.matched;
           if (m.stopped) {
+            if (req_.include_stop_str_in_output) emitted += m.matched;
             c.done = true;
             c.finish = "stop";
           }

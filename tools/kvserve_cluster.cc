@@ -11,7 +11,6 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -19,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/init.h"
 
 ABSL_FLAG(std::string, model, "models/kvserve-tiny-llama3",
@@ -59,18 +59,13 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   return pid;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Whether `log` comes to hold `needle` within timeout_s; false at once when `pid` exits first
 // (it is reaped) or on a stop signal.
 bool WaitForLine(const std::string& log, const std::string& needle, int timeout_s, pid_t pid) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline && !g_stop) {
     const bool exited = waitpid(pid, nullptr, WNOHANG) == pid;
-    if (ReadFile(log).find(needle) != std::string::npos) return true;
+    if (kvserve::ReadFileToString(log).value_or("").find(needle) != std::string::npos) return true;
     if (exited) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -79,7 +74,7 @@ bool WaitForLine(const std::string& log, const std::string& needle, int timeout_
 
 // The last non-empty line of `log`: what a process that failed to start said last.
 std::string LastLine(const std::string& log) {
-  std::string text = ReadFile(log);
+  std::string text = kvserve::ReadFileToString(log).value_or("");
   while (!text.empty() && text.back() == '\n') text.pop_back();
   return text.substr(text.rfind('\n') + 1);
 }
