@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU checks here (CUDA on, sm_90) in BUILD_DIR (default build) and gathers what the
 # GPU machine needs into build-gpu/carry (git ignores it): stripped binaries in bin/, their
-# non-system libraries in libs/, the fixtures in fixtures/; then packs it as
+# non-system libraries in libs/ (the model fixtures travel with the working tree); then packs it as
 # build-gpu/carry.tar.xz (about 20 MiB; the directory is over the 64 MiB a run may carry).
 # Carry build-gpu/carry.tar.xz, unpack it there and run tests/gpu/run.sh (see its header).
 #
@@ -25,9 +25,7 @@ KVSERVE_BUILD_DIR=$build KVSERVE_CUDA=ON KVSERVE_CUDA_ARCHS=90 bash scripts/buil
 rm -rf build-gpu/carry
 mkdir -p build-gpu/carry/bin
 for b in "${targets[@]}"; do strip -o "build-gpu/carry/bin/$b" "$build/bin/$b"; done
-bash ../shared/gpu/bundle-libs.sh build-gpu/carry/libs build-gpu/carry/bin/*
-mkdir -p build-gpu/carry/fixtures  # ../shared does not travel to the GPU machine
-cp -r ../shared/fixtures/models build-gpu/carry/fixtures/
+bash tests/gpu/bundle-libs.sh build-gpu/carry/libs build-gpu/carry/bin/*
 du -sh build-gpu/carry
 tar -C build-gpu -cf - carry | xz -T2 -6 >build-gpu/carry.tar.xz
 ls -la build-gpu/carry.tar.xz

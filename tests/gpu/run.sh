@@ -2,7 +2,7 @@
 # Runs every GPU check on a lent GPU machine from binaries built elsewhere (nothing heavy is
 # built there) and prints a summary table last. Build and bundle on the development machine:
 #
-#   bash tests/gpu/prepare.sh          # → build-gpu/carry/{bin,libs,fixtures}, carry.tar.xz
+#   bash tests/gpu/prepare.sh          # → build-gpu/carry/{bin,libs}, carry.tar.xz
 #
 # then on the GPU machine (carry build-gpu/carry.tar.xz):
 #
@@ -27,7 +27,7 @@ build=${1:-build-gpu/carry}
 quick=${2:-}
 out=${OUT:-/tmp}
 export KVSERVE_SOURCE_DIR=$PWD
-export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/$build/fixtures/models}
+export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/tests/fixtures/models}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 results=()
 deadline=$((SECONDS + ${KVSERVE_GPU_BUDGET_S:-480} - 20))  # 20 s kept for the summaries

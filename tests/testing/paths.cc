@@ -18,10 +18,10 @@ std::string SourceDir() {
 std::string FixturesDir() {
   const char* env = std::getenv("KVSERVE_FIXTURES");
   std::string dir =
-      env != nullptr ? env : (fs::path(SourceDir()) / "../shared/fixtures/models").string();
+      env != nullptr ? env : (fs::path(SourceDir()) / "tests/fixtures/models").string();
   if (!fs::exists(fs::path(dir) / "tiny-llama3" / "config.json")) {
     ADD_FAILURE() << "model fixtures not found at " << dir
-                  << " (set KVSERVE_FIXTURES or check out ../shared beside the repository)";
+                  << " (tests/fixtures/models in the repository, or set KVSERVE_FIXTURES)";
   }
   return dir;
 }

@@ -1,5 +1,5 @@
 // Where tests find their inputs: the source tree, the shared model fixtures
-// (../shared/fixtures/models beside the checkout, or $KVSERVE_FIXTURES), the npm-installed
+// (tests/fixtures/models, or $KVSERVE_FIXTURES), the npm-installed
 // tokenizer files, and a fresh temporary directory per call.
 #ifndef KVSERVE_TESTS_TESTING_PATHS_H_
 #define KVSERVE_TESTS_TESTING_PATHS_H_
