@@ -97,7 +97,8 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromDirectory(tok_dir));
   }
   ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, LoadPrompts(tok.get()));
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config));
+  ASSIGN_OR_RETURN(worker::RunnerTestHooks hooks, worker::TestHooksFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
   std::cerr << engine->preflight_report() << "\n";
 
   const bool dump = !absl::GetFlag(FLAGS_dump_logits).empty();

@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, model, "",
           "Model directory (Hugging Face layout: config.json, *.safetensors)");
@@ -63,6 +64,53 @@ ABSL_FLAG(int32_t, max_num_partial_prefills, 0, "Most prefilling sequences per s
 ABSL_FLAG(int32_t, max_long_partial_prefills, 1, "Most long prompts prefilling at once");
 
 namespace kvserve::worker {
+namespace {
+
+absl::StatusOr<PreemptionMode> ParsePreemptionMode(const std::string& mode) {
+  if (mode == "auto") return PreemptionMode::kAuto;
+  if (mode == "swap") return PreemptionMode::kSwap;
+  if (mode == "recompute") return PreemptionMode::kRecompute;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--preemption-mode '", mode, "' is not one of auto, swap, recompute"));
+}
+
+CacheConfig CacheConfigFromFlags() {
+  CacheConfig c;
+  c.block_size = absl::GetFlag(FLAGS_block_size);
+  c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
+  c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
+  c.kv_quant.dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  c.kv_quant.granularity = absl::GetFlag(FLAGS_kv_quant_granularity);
+  c.kv_quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
+  c.kv_quant.full_precision_layers = absl::GetFlag(FLAGS_kv_full_precision_layers);
+  c.swap_space_gib = absl::GetFlag(FLAGS_swap_space);
+  c.host_prefix_cache = absl::GetFlag(FLAGS_host_prefix_cache);
+  return c;
+}
+
+absl::StatusOr<BackendConfig> BackendConfigFromFlags() {
+  BackendConfig b;
+  ASSIGN_OR_RETURN(b.device, ParseDevice(absl::GetFlag(FLAGS_device)));
+  b.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  b.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  ASSIGN_OR_RETURN(b.attention_kernel, ParseAttentionKernel(absl::GetFlag(FLAGS_attention_kernel)));
+  b.cuda_graph_max_batch = absl::GetFlag(FLAGS_cuda_graph_max_batch);
+  return b;
+}
+
+absl::StatusOr<SchedulerConfig> SchedulerConfigFromFlags() {
+  SchedulerConfig s;
+  s.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  s.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  s.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
+  s.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
+  s.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
+  ASSIGN_OR_RETURN(s.preemption_mode, ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode)));
+  return s;
+}
+
+}  // namespace
 
 absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   EngineConfig c;
@@ -70,56 +118,29 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   if (c.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
   c.config_path = absl::GetFlag(FLAGS_hf_config);
   c.model_id = absl::GetFlag(FLAGS_served_model_name);
-  c.block_size = absl::GetFlag(FLAGS_block_size);
   c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
-  c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
-  c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
-  c.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
-  c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
-  c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  c.device = absl::GetFlag(FLAGS_device);
-  if (c.device != "cpu" && c.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device '", c.device, "' is not one of cpu, cuda"));
-  }
-  c.dtype = absl::GetFlag(FLAGS_dtype);
-  c.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
-  c.cuda_graph_max_batch = absl::GetFlag(FLAGS_cuda_graph_max_batch);
-  c.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  c.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  c.scheduler.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
-  c.scheduler.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
-  c.scheduler.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
-  c.kv_quant.dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
-  c.kv_quant.granularity = absl::GetFlag(FLAGS_kv_quant_granularity);
-  c.kv_quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
-  c.kv_quant.full_precision_layers = absl::GetFlag(FLAGS_kv_full_precision_layers);
-  c.swap_space_gib = absl::GetFlag(FLAGS_swap_space);
-  c.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
-  c.tp_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_timeout_seconds));
-  if (const std::string fault = absl::GetFlag(FLAGS_tp_fault_injection); !fault.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(fault, ':');
-    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.tp_fault.rank) ||
-        !absl::SimpleAtoi(parts[1], &c.tp_fault.step) ||
-        (parts[2] != "error" && parts[2] != "stall")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tp-fault-injection '", fault, "' is not RANK:STEP:error|stall"));
-    }
-    c.tp_fault.stall = parts[2] == "stall";
-  }
-  c.host_prefix_cache = absl::GetFlag(FLAGS_host_prefix_cache);
-  const std::string mode = absl::GetFlag(FLAGS_preemption_mode);
-  if (mode == "auto") {
-    c.scheduler.preemption_mode = PreemptionMode::kAuto;
-  } else if (mode == "swap") {
-    c.scheduler.preemption_mode = PreemptionMode::kSwap;
-  } else if (mode == "recompute") {
-    c.scheduler.preemption_mode = PreemptionMode::kRecompute;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--preemption-mode '", mode, "' is not one of auto, swap, recompute"));
-  }
+  ASSIGN_OR_RETURN(c.dtype, ParseWeightDtype(absl::GetFlag(FLAGS_dtype)));
+  c.cache = CacheConfigFromFlags();
+  ASSIGN_OR_RETURN(c.backend, BackendConfigFromFlags());
+  c.parallel.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  c.parallel.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_timeout_seconds));
+  ASSIGN_OR_RETURN(c.scheduler, SchedulerConfigFromFlags());
   return c;
+}
+
+absl::StatusOr<RunnerTestHooks> TestHooksFromFlags() {
+  RunnerTestHooks hooks;
+  const std::string fault = absl::GetFlag(FLAGS_tp_fault_injection);
+  if (fault.empty()) return hooks;
+  RankFault& f = hooks.rank_fault;
+  std::vector<std::string> parts = absl::StrSplit(fault, ':');
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &f.rank) ||
+      !absl::SimpleAtoi(parts[1], &f.step) || (parts[2] != "error" && parts[2] != "stall")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp-fault-injection '", fault, "' is not RANK:STEP:error|stall"));
+  }
+  f.stall = parts[2] == "stall";
+  return hooks;
 }
 
 }  // namespace kvserve::worker

@@ -3,6 +3,7 @@
 // --max-num-batched-tokens, --max-model-len, --enable-prefix-caching, ...
 //
 //   ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
+//   ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
 #ifndef KVSERVE_WORKER_ENGINE_FLAGS_H_
 #define KVSERVE_WORKER_ENGINE_FLAGS_H_
 
@@ -11,8 +12,12 @@
 
 namespace kvserve::worker {
 
-// InvalidArgument for a missing --model or an unsupported --device.
+// InvalidArgument for a missing --model or a value outside a flag's choices (--device,
+// --dtype, ...); Engine::Create checks the rest.
 absl::StatusOr<EngineConfig> EngineConfigFromFlags();
+// The testing aid --tp-fault-injection RANK:STEP:error|stall (a rank fails or stalls at a
+// step); InvalidArgument for another form.
+absl::StatusOr<RunnerTestHooks> TestHooksFromFlags();
 
 }  // namespace kvserve::worker
 

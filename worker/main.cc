@@ -7,10 +7,10 @@
 
 #include <atomic>
 #include <csignal>
-#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "common/file_util.h"
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -53,7 +53,8 @@ namespace kvserve::worker {
 
 absl::StatusOr<WorkerServer::Exit> Serve() {
   ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config));
+  ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
   std::cerr << engine->preflight_report() << "\n";
   // Warm up: one tiny request through every layer before reporting ready.
   RETURN_IF_ERROR(engine->AddRequest({.request_id = "warmup", .prompt = {0}, .max_tokens = 1}));
@@ -90,8 +91,7 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
                           {"instance_id", server->instance_id()},
                           {"pid", getpid()}};
   if (const std::string f = absl::GetFlag(FLAGS_ports_file); !f.empty()) {
-    std::ofstream(f + ".tmp") << ports.dump() << "\n";
-    std::rename((f + ".tmp").c_str(), f.c_str());
+    RETURN_IF_ERROR(WriteFileAtomically(f, ports.dump() + "\n"));
   }
   std::cout << "kvserve-worker ready " << ports.dump() << std::endl;
   return server->Run(&g_stop);

@@ -59,17 +59,25 @@ absl::Status CheckPoolFits(const RunnerConfig& c, kernels::Backend& backend, int
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerConfig& config) {
-  const int n = config.tensor_parallel_size;
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerConfig& config,
+                                                                 const RunnerTestHooks& hooks) {
+  const int n = config.parallel.tensor_parallel_size;
   RETURN_IF_ERROR(Model::CheckShardable(config.model, n));
   std::unique_ptr<ModelRunner> runner(new ModelRunner());
   runner->config_ = config;
+  runner->hooks_ = hooks;
   runner->ranks_.resize(n);
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.backend.device == Device::kCuda;
 #ifndef KVSERVE_WITH_CUDA
   if (cuda) {
     return absl::FailedPreconditionError(
         "--device cuda: this build has no CUDA backend (configure with KVSERVE_CUDA=ON)");
+  }
+#else
+  if (cuda && n > kernels::CudaDeviceCount()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--tensor-parallel-size ", n, " puts rank r on GPU r, but this machine has ",
+                     kernels::CudaDeviceCount(), " CUDA device(s)"));
   }
 #endif
   if (n > 1) {
@@ -78,11 +86,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     if (cuda) {
       std::vector<int> devices(n);
       for (int r = 0; r < n; ++r) devices[r] = r;
-      ASSIGN_OR_RETURN(comms, kernels::CreateNcclGroup(devices, config.collective_timeout));
+      ASSIGN_OR_RETURN(comms,
+                       kernels::CreateNcclGroup(devices, config.parallel.collective_timeout));
     }
 #endif
     if (!cuda) {
-      ASSIGN_OR_RETURN(comms, kernels::CreateGlooGroup(n, config.collective_timeout));
+      ASSIGN_OR_RETURN(comms, kernels::CreateGlooGroup(n, config.parallel.collective_timeout));
     }
     for (int r = 0; r < n; ++r) runner->ranks_[r].comm = std::move(comms[r]);
   }
@@ -93,15 +102,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     if (cuda) {
       RETURN_IF_ERROR(
           kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
-      ASSIGN_OR_RETURN(rank.backend,
-                       kernels::CreateCudaBackend(
-                           {.device = r, .attention_tensor_cores = config.attention_tensor_cores}));
+      ASSIGN_OR_RETURN(
+          rank.backend,
+          kernels::CreateCudaBackend({.device = r,
+                                      .attention_tensor_cores = config.backend.attention_kernel ==
+                                                                AttentionKernel::kTensorCores}));
     }
 #endif
     if (!cuda) {
-      rank.backend = config.make_backend
-                         ? config.make_backend()
-                         : kernels::CreateCpuBackend({.num_threads = config.cpu_threads});
+      rank.backend = hooks.make_backend
+                         ? hooks.make_backend()
+                         : kernels::CreateCpuBackend({.num_threads = config.backend.cpu_threads});
     }
     if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, n));
     ASSIGN_OR_RETURN(rank.model,
@@ -109,7 +120,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                                  {.shard = TpShard{r, n},
                                   .comm = rank.comm.get(),
                                   .weight_type = config.weight_type,
-                                  .graph_max_batch = config.cuda_graph_max_batch,
+                                  .graph_max_batch = config.backend.cuda_graph_max_batch,
                                   .graph_max_blocks_per_seq = config.max_blocks_per_seq}));
     rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
                                2 * config.max_logit_rows,
@@ -136,8 +147,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                                               rank.backend.get(), /*host_tier=*/true);
     }
   }
-  runner->done_.assign(n, 0);
-  runner->status_.assign(n, absl::OkStatus());
+  {
+    absl::MutexLock lock(&runner->mu_);
+    runner->done_.assign(n, 0);
+    runner->status_.assign(n, absl::OkStatus());
+  }
   for (int r = 1; r < n; ++r)
     runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
   return runner;
@@ -156,15 +170,16 @@ absl::StatusOr<int> ModelRunner::BlocksThatFit() const {
       return absl::FailedPreconditionError("the backend cannot report its memory");
     }
     const double used = static_cast<double>(total - free);
-    const double budget = c.gpu_memory_utilization * static_cast<double>(total) - used - kHeadroom;
+    const double budget =
+        c.backend.gpu_memory_utilization * static_cast<double>(total) - used - kHeadroom;
     const auto fit = static_cast<int64_t>(budget / static_cast<double>(block_bytes));
     LOG(INFO) << "GPU " << r << ": " << total / 1048576 << " MiB, " << used / 1048576.0
               << " MiB in use after loading (weights, step buffers, CUDA context): " << fit
               << " KV blocks of " << block_bytes << " bytes fit in --gpu-memory-utilization "
-              << c.gpu_memory_utilization;
+              << c.backend.gpu_memory_utilization;
     if (fit < 1) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "--gpu-memory-utilization ", c.gpu_memory_utilization,
+          "--gpu-memory-utilization ", c.backend.gpu_memory_utilization,
           " leaves no room for the KV cache on GPU ", r, ": ",
           static_cast<int64_t>(used / 1048576.0), " MiB of ", total / 1048576,
           " MiB are in use after loading the weights and the step buffers (raise it, lower "
@@ -177,10 +192,10 @@ absl::StatusOr<int> ModelRunner::BlocksThatFit() const {
 
 ModelRunner::~ModelRunner() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -190,10 +205,11 @@ std::string_view ModelRunner::communicator() const {
 
 absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& copies,
                                                    const ForwardBatch& batch, int64_t step) {
-  if (config_.fault.rank == r && config_.fault.step == step - warmup_steps_) {
-    if (!config_.fault.stall) return absl::InternalError("injected fault");
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout)));
+  const RankFault& fault = hooks_.rank_fault;
+  if (fault.rank == r && fault.step == step - warmup_steps_) {
+    if (!fault.stall) return absl::InternalError("injected fault");
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        2 * absl::ToInt64Milliseconds(config_.parallel.collective_timeout)));
   }
   Rank& rank = ranks_[r];
   if (!copies.empty()) {
@@ -224,8 +240,8 @@ void ModelRunner::WorkerLoop(int r) {
   int64_t seen = 0;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || step_ > seen; });
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && step_ <= seen) cv_.Wait(&mu_);
       if (stop_) return;
       seen = step_;
     }
@@ -233,21 +249,26 @@ void ModelRunner::WorkerLoop(int r) {
     // never publishes again).
     absl::Status s = RunRank(r, copies_, batch_, seen).status();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       status_[r] = s;
       done_[r] = seen;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (!s.ok()) return;  // a failed rank leaves the group; its peers time out
   }
 }
 
 absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
   const std::vector<DecodeGraphs::Bucket> buckets =
-      DecodeGraphs::Buckets(config_.cuda_graph_max_batch, config_.max_blocks_per_seq);
-  if (config_.cuda_graph_max_batch <= 0 || buckets.size() > DecodeGraphs::kMaxGraphs) return 0;
+      DecodeGraphs::Buckets(config_.backend.cuda_graph_max_batch, config_.max_blocks_per_seq);
+  if (config_.backend.cuda_graph_max_batch <= 0 || buckets.size() > DecodeGraphs::kMaxGraphs)
+    return 0;
   warmup_steps_ = static_cast<int64_t>(buckets.size());  // before any: RankFault skips them
-  const int64_t first_step = step_;
+  int64_t first_step;
+  {
+    absl::MutexLock lock(&mu_);
+    first_step = step_;
+  }
   int recorded = 0;
   for (const auto& [seqs, width] : buckets) {
     // Placeholder rows: token 0 at position 0, no KV slot, attending to one cached token of
@@ -273,6 +294,7 @@ absl::StatusOr<int> ModelRunner::RecordDecodeGraphs() {
     for (const Rank& rank : ranks_) all_stopped = all_stopped && !rank.model->graphs_stopped().ok();
     if (all_stopped) break;
   }
+  absl::MutexLock lock(&mu_);
   warmup_steps_ = step_ - first_step;
   return recorded;
 }
@@ -292,23 +314,25 @@ absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,
   const int n = size();
   int64_t step;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     copies_ = copies;
     batch_ = batch;
     step = ++step_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   absl::StatusOr<ForwardOutput> out = RunRank(0, copies_, batch_, step);
   absl::Status first = out.status();
   if (!first.ok()) first = Annotate(first, "tensor-parallel rank 0");
   // Wait for the other ranks, bounded: a stalled rank has already made our collectives fail.
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(2 * absl::ToInt64Milliseconds(config_.collective_timeout) + 1000);
+  const absl::Time deadline =
+      absl::Now() + 2 * config_.parallel.collective_timeout + absl::Seconds(1);
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (int r = 1; r < n; ++r) {
-      const bool finished = cv_.wait_until(lock, deadline, [&] { return done_[r] >= step; });
+      while (done_[r] < step) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+      }
+      const bool finished = done_[r] >= step;
       absl::Status s =
           finished ? status_[r] : absl::DeadlineExceededError("did not finish the step in time");
       if (!s.ok() && (first.ok() || absl::IsDeadlineExceeded(first))) {

@@ -12,20 +12,21 @@
 #ifndef KVSERVE_WORKER_MODEL_RUNNER_H_
 #define KVSERVE_WORKER_MODEL_RUNNER_H_
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/hf_config.h"
 #include "common/kv_format.h"
 #include "kernels/backend.h"
 #include "kernels/communicator.h"
+#include "worker/engine_config.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/kv_cache/kv_storage.h"
 #include "worker/model/model.h"
@@ -39,37 +40,37 @@ struct RankFault {
   bool stall = false;
 };
 
+// Test-only ways into the runner, kept apart from the serving configuration.
+struct RunnerTestHooks {
+  RankFault rank_fault;
+  // Makes each rank's backend instead of the CPU backend (device kCpu only).
+  std::function<std::unique_ptr<kernels::Backend>()> make_backend;
+};
+
 struct RunnerConfig {
   std::string model_dir;
   ModelConfig model;
+  DType weight_type = DType::kF32;
   KvCacheSpec kv_spec;
+  // The engine's; backend.cuda_graph_max_batch is the effective bound (at most a step's rows):
+  // decode steps of up to that many sequences replay CUDA graphs on every rank (0: off).
+  BackendConfig backend;
+  ParallelConfig parallel;
+  int block_size = 16;
   // Device pool blocks per rank. 0 (CUDA only): as many as fit in gpu_memory_utilization of
   // each GPU's memory once the weights and the largest step's buffers are allocated, the same
   // count on every rank (the smallest).
   int num_blocks = 0;
-  double gpu_memory_utilization = 0.9;
+  int num_host_blocks = 0;
+  int max_blocks_per_seq = 0;   // the block tables' width (decode graphs are recorded at it)
   int64_t max_step_tokens = 0;  // the largest step (tokens, logits rows) the buffers are sized for
   int64_t max_logit_rows = 0;
-  int num_host_blocks = 0;
-  int block_size = 16;
-  int tensor_parallel_size = 1;
-  int cpu_threads = 1;
-  std::string device = "cpu";           // cpu | cuda
-  bool attention_tensor_cores = false;  // CUDA: the mma.sync attention kernel
-  // Decode steps of up to this many sequences replay CUDA graphs on every rank (0: off), whose
-  // block tables are max_blocks_per_seq wide.
-  int cuda_graph_max_batch = 0;
-  int max_blocks_per_seq = 0;
-  DType weight_type = DType::kF32;
-  absl::Duration collective_timeout = absl::Seconds(60);
-  RankFault fault;
-  // Test aid: makes each rank's backend instead of the CPU backend (device "cpu" only).
-  std::function<std::unique_ptr<kernels::Backend>()> make_backend;
 };
 
 class ModelRunner {
  public:
-  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const RunnerConfig& config);
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const RunnerConfig& config,
+                                                             const RunnerTestHooks& hooks = {});
   ~ModelRunner();
 
   // Applies the block copies (device→host, device→device, host→device, in that order) and
@@ -112,24 +113,30 @@ class ModelRunner {
   // Blocks of the device pools that fit in --gpu-memory-utilization (see RunnerConfig).
   absl::StatusOr<int> BlocksThatFit() const;
 
+  // Constant after Create.
   RunnerConfig config_;
+  RunnerTestHooks hooks_;
   std::vector<Rank> ranks_;
   int num_blocks_ = 0;
   std::vector<std::thread> workers_;
 
-  // The step handed to ranks 1..N-1, guarded by mu_.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t step_ = 0;
-  int64_t warmup_steps_ = 0;  // RecordDecodeGraphs' (RankFault counts the others)
-  // The current step's plan, owned here so that a rank finishing late never reads a plan the
-  // engine has already dropped.
+  // Written by the engine thread between steps; read by the ranks during them.
+  int64_t warmup_steps_ = 0;  // RecordDecodeGraphs' steps (RankFault counts the others)
+  absl::Status failed_;       // sticky; engine thread only
+  // The current step's plan, published with step_ under mu_ and read by every rank until it
+  // reports the step done; Execute changes it only after every rank did (or after a failure,
+  // when it never publishes again). Owned here so that a rank finishing late never reads a plan
+  // the engine has already dropped.
   BlockCopies copies_;
   ForwardBatch batch_;
-  std::vector<int64_t> done_;         // per rank: last step finished
-  std::vector<absl::Status> status_;  // per rank: its result for done_
-  bool stop_ = false;
-  absl::Status failed_;  // sticky
+
+  // The handoff between the engine thread (rank 0) and ranks 1..N-1.
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled on a new step, a rank's result, and stop
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> done_ ABSL_GUARDED_BY(mu_);         // per rank: last step finished
+  std::vector<absl::Status> status_ ABSL_GUARDED_BY(mu_);  // per rank: its result for done_
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvserve::worker

@@ -12,7 +12,7 @@ namespace {
 
 std::string Fixture(const char* model) {
   const char* env = std::getenv("KVSERVE_FIXTURES");
-  return std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") + "/" +
+  return std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/tests/fixtures/models") + "/" +
          model;
 }
 
@@ -21,7 +21,7 @@ void BM_DecodeStep(benchmark::State& state, const char* model) {
   EngineConfig config;
   config.model_dir = Fixture(model);
   config.max_model_len = 4096;
-  config.num_blocks = batch * (4096 / 16);
+  config.cache.num_blocks = batch * (4096 / 16);
   config.scheduler.max_num_seqs = batch;
   config.scheduler.max_num_batched_tokens = 8192;
   auto engine = Engine::Create(config);

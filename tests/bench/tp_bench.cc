@@ -40,12 +40,11 @@ void BM_DecodeStepTp(benchmark::State& state) {
   const int tp = static_cast<int>(state.range(0)), batch = static_cast<int>(state.range(1));
   const char* env = std::getenv("KVSERVE_FIXTURES");
   worker::EngineConfig c;
-  c.model_dir =
-      std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/../shared/fixtures/models") +
-      "/tiny-llama3";
+  c.model_dir = std::string(env != nullptr ? env : KVSERVE_SOURCE_DIR "/tests/fixtures/models") +
+                "/tiny-llama3";
   c.max_model_len = 1024;
-  c.num_blocks = batch * 64 + 8;
-  c.tensor_parallel_size = tp;
+  c.cache.num_blocks = batch * 64 + 8;
+  c.parallel.tensor_parallel_size = tp;
   c.scheduler.max_num_seqs = batch;
   auto engine = worker::Engine::Create(c);
   CHECK(engine.ok()) << engine.status();

@@ -21,8 +21,8 @@ TEST(EngineCudaSmallDeviceTest, WeightsThatDoNotFitAreRefusedSayingWhatToChange)
   // tiny-llama3 holds 3 MiB of float32 weights: a device with 2 MiB free cannot take them.
   if (free > size_t{2} << 20) GTEST_SKIP() << "the device has more than 2 MiB free";
   EngineConfig config = testing::FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.dtype = "float32";
+  config.backend.device = Device::kCuda;
+  config.dtype = WeightDtype::kFloat32;
   EXPECT_THAT(
       Engine::Create(config).status(),
       kvserve::testing::StatusIs(absl::StatusCode::kResourceExhausted,

@@ -71,8 +71,8 @@ TEST_P(EngineCudaTest, LogitsAndGreedyMatchTransformers) {
   const auto& [model, chunk] = GetParam();
   const Reference ref = LoadReference(model);
   EngineConfig config = FixtureConfig(model);
-  config.device = "cuda";
-  config.dtype = "float32";  // auto would be bf16 on CUDA
+  config.backend.device = Device::kCuda;
+  config.dtype = WeightDtype::kFloat32;  // auto would be bf16 on CUDA
   if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
   Results results = RunReference(config, ref);
   ExpectMatchesReference(results, ref);
@@ -88,10 +88,10 @@ TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
   for (const char* model : {"tiny-llama3", "tiny-qwen2", "tiny-qwen3"}) {
     const Reference ref = LoadReference(model);
     EngineConfig config = FixtureConfig(model);
-    config.dtype = "bfloat16";
+    config.dtype = WeightDtype::kBFloat16;
     const auto cpu = PromptLogits(config, ref);
-    config.device = "cuda";
-    config.dtype = "auto";  // bf16 for a float32 checkpoint on CUDA
+    config.backend.device = Device::kCuda;
+    config.dtype = WeightDtype::kAuto;  // bf16 for a float32 checkpoint on CUDA
     Results results = RunReference(config, ref);
     const testing::DistributionMatch m = testing::CompareDistributions(results, ref);
     double worst = 0;
@@ -114,9 +114,9 @@ TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
 // steps replayed graphs exactly when asked to.
 Results SeededSamples(const Reference& ref, const std::string& device, int graph_max_batch) {
   EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = device;
-  config.dtype = "float32";
-  config.cuda_graph_max_batch = graph_max_batch;
+  config.backend.device = *ParseDevice(device);
+  config.dtype = WeightDtype::kFloat32;
+  config.backend.cuda_graph_max_batch = graph_max_batch;
   auto engine = testing::MakeEngine(config);
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
     RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
@@ -152,8 +152,8 @@ TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
 TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.num_blocks = 0;
+  config.backend.device = Device::kCuda;
+  config.cache.num_blocks = 0;
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
   // 5% of an H200 is ~7 GiB (a million small fixture blocks); a small device (the emulated
@@ -161,7 +161,7 @@ TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
   constexpr double kMiB = 1048576.0;
   const double size = static_cast<double>(total);
   const double share = std::max(0.05, (size - free_before + 512 * kMiB) / size);
-  config.gpu_memory_utilization = share;
+  config.backend.gpu_memory_utilization = share;
   {
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
@@ -175,7 +175,7 @@ TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
     // The 256 MiB headroom is all that stays unused, give or take 1% of the share.
     EXPECT_GT(used, share - 256 * kMiB / size - 0.01 * share);
   }
-  config.gpu_memory_utilization = 0.001;
+  config.backend.gpu_memory_utilization = 0.001;
   EXPECT_THAT(Engine::Create(config).status(),
               kvserve::testing::StatusIs(absl::StatusCode::kResourceExhausted,
                                          ::testing::HasSubstr("--gpu-memory-utilization 0.001")));
@@ -188,13 +188,13 @@ TEST(EngineCudaPoolTest, TooManyBlocksAreRefusedNamingTheFlag) {
   size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
   EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
+  config.backend.device = Device::kCuda;
   // The fixture's blocks take several KiB each: six times the device at least.
-  config.num_blocks = static_cast<int>(std::min<size_t>(total / 1024, 2'000'000'000));
+  config.cache.num_blocks = static_cast<int>(std::min<size_t>(total / 1024, 2'000'000'000));
   EXPECT_THAT(Engine::Create(config).status(),
               kvserve::testing::StatusIs(
                   absl::StatusCode::kResourceExhausted,
-                  ::testing::HasSubstr("--num-blocks " + std::to_string(config.num_blocks))));
+                  ::testing::HasSubstr("--num-blocks " + std::to_string(config.cache.num_blocks))));
 }
 
 // Swap preemption on the GPU: block copies run on the copy stream layer by layer and the
@@ -210,19 +210,19 @@ TEST(EngineCudaSwapTest, SwappedSequencesContinueAsIfNeverPreempted) {
     requests.push_back(testing::GreedyRequest("r" + std::to_string(i), prompt, 24));
   }
   EngineConfig big = FixtureConfig("tiny-llama3", 256);
-  big.block_size = 8;
+  big.cache.block_size = 8;
   big.max_model_len = 128;
-  big.dtype = "float32";
-  big.kv_quant = {.dtype = "int8", .granularity = "per_token"};
+  big.dtype = WeightDtype::kFloat32;
+  big.cache.kv_quant = {.dtype = "int8", .granularity = "per_token"};
   auto reference = testing::MakeEngine(big);  // CPU, unconstrained
   for (const RequestInput& in : requests) ASSERT_OK(reference->AddRequest(in));
   Results want = testing::RunToCompletion(*reference, true);
 
   EngineConfig small = big;
-  small.device = "cuda";
-  small.num_blocks = 32;  // the workload needs 64
-  small.num_host_blocks = 64;
-  small.enable_prefix_caching = false;
+  small.backend.device = Device::kCuda;
+  small.cache.num_blocks = 32;  // the workload needs 64
+  small.cache.num_host_blocks = 64;
+  small.cache.enable_prefix_caching = false;
   small.scheduler.preemption_mode = PreemptionMode::kSwap;
   auto engine = testing::MakeEngine(small);
   for (const RequestInput& in : requests) ASSERT_OK(engine->AddRequest(in));
@@ -263,10 +263,10 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
     const std::string name = q.dtype + "/" + q.granularity + " " + q.full_precision_layers;
     SCOPED_TRACE(name);
     EngineConfig config = FixtureConfig("tiny-llama3");
-    config.kv_quant = q;
-    config.dtype = "float32";
+    config.cache.kv_quant = q;
+    config.dtype = WeightDtype::kFloat32;
     const auto cpu = PromptLogits(config, ref);
-    config.device = "cuda";
+    config.backend.device = Device::kCuda;
     const auto gpu = PromptLogits(config, ref);
     ASSERT_EQ(cpu.size(), gpu.size());
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -303,12 +303,12 @@ TEST(EngineCudaTensorCoreTest, MatchesTheSimtKernel) {
       SCOPED_TRACE(dir + " cache " + cache);
       EngineConfig config;
       config.model_dir = dir;
-      config.device = "cuda";
-      config.num_blocks = 512;
-      config.kv_quant.dtype = cache;
+      config.backend.device = Device::kCuda;
+      config.cache.num_blocks = 512;
+      config.cache.kv_quant.dtype = cache;
       config.scheduler.max_num_batched_tokens = 256;  // prefill in chunks over cached prefixes
       auto run = [&](const char* kernel) {
-        config.attention_kernel = kernel;
+        config.backend.attention_kernel = *ParseAttentionKernel(kernel);
         auto engine = testing::MakeEngine(config);
         std::mt19937 prompts(11);
         for (int i = 0; i < 6; ++i) {
@@ -342,9 +342,9 @@ TEST(EngineCudaGraphTest, GraphDecodeMatchesTransformers) {
     SCOPED_TRACE(model);
     const Reference ref = LoadReference(model);
     EngineConfig config = FixtureConfig(model);
-    config.device = "cuda";
-    config.dtype = "float32";
-    config.cuda_graph_max_batch = 8;
+    config.backend.device = Device::kCuda;
+    config.dtype = WeightDtype::kFloat32;
+    config.backend.cuda_graph_max_batch = 8;
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
     // Batches 1, 2, 4 and 8 times widths 8 to 64 blocks (max_model_len 1024 in blocks of 16).
@@ -411,19 +411,20 @@ TEST(EngineCudaGraphTest, ReplaysMatchEagerStepsAcrossBuckets) {
       requests.push_back(std::move(in));
     }
     EngineConfig config = FixtureConfig("tiny-llama3", 256);
-    config.device = "cuda";
-    config.block_size = 8;
+    config.backend.device = Device::kCuda;
+    config.cache.block_size = 8;
     config.max_model_len = 256;
-    config.dtype = c.bf16 ? "bfloat16" : "float32";
-    if (c.bf16) config.kv_quant = {.dtype = "int8", .granularity = "k:per_channel,v:per_token"};
+    config.dtype = c.bf16 ? WeightDtype::kBFloat16 : WeightDtype::kFloat32;
+    if (c.bf16)
+      config.cache.kv_quant = {.dtype = "int8", .granularity = "k:per_channel,v:per_token"};
     if (c.swap) {
-      config.num_blocks = 48;  // the workload needs 128
-      config.num_host_blocks = 128;
-      config.enable_prefix_caching = false;
+      config.cache.num_blocks = 48;  // the workload needs 128
+      config.cache.num_host_blocks = 128;
+      config.cache.enable_prefix_caching = false;
       config.scheduler.preemption_mode = PreemptionMode::kSwap;
     }
     auto run = [&](int graph_max_batch, EngineStats* stats) {
-      config.cuda_graph_max_batch = graph_max_batch;
+      config.backend.cuda_graph_max_batch = graph_max_batch;
       auto engine = testing::MakeEngine(config);
       const size_t free_at_start = FreeDeviceMemory();
       for (const RequestInput& in : requests) EXPECT_OK(engine->AddRequest(in));
@@ -475,9 +476,9 @@ TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
   EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.dtype = "float32";
-  config.cuda_graph_max_batch = 8;
+  config.backend.device = Device::kCuda;
+  config.dtype = WeightDtype::kFloat32;
+  config.backend.cuda_graph_max_batch = 8;
   size_t before_recording = 0, recording = 0;
   {
     const size_t free = FreeDeviceMemory();

@@ -40,10 +40,10 @@ class EngineCudaTpTest : public ::testing::TestWithParam<Case> {};
 // A fixture's engine on `tp` CUDA ranks, float32 weights.
 EngineConfig TpConfig(const std::string& model, int tp) {
   EngineConfig config = FixtureConfig(model);
-  config.device = "cuda";
-  config.dtype = "float32";
-  config.tensor_parallel_size = tp;
-  config.tp_timeout = absl::Seconds(60);
+  config.backend.device = Device::kCuda;
+  config.dtype = WeightDtype::kFloat32;
+  config.parallel.tensor_parallel_size = tp;
+  config.parallel.collective_timeout = absl::Seconds(60);
   return config;
 }
 
@@ -80,7 +80,7 @@ TEST(EngineCudaTpGraphTest, GraphDecodeMatchesTransformers) {
     SCOPED_TRACE(std::string(c.model) + " tp " + std::to_string(c.tp));
     const Reference ref = LoadReference(c.model);
     EngineConfig config = TpConfig(c.model, c.tp);
-    config.cuda_graph_max_batch = 8;
+    config.backend.cuda_graph_max_batch = 8;
     auto engine = testing::MakeEngine(config);
     ASSERT_NE(engine, nullptr);
     // Batches 1, 2, 4 and 8 times widths 8 to 64 blocks (max_model_len 1024 in blocks of 16).
@@ -117,7 +117,7 @@ TEST(EngineCudaTpGraphTest, RanksThatRecordDifferentGraphsAgree) {
   if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   const Reference ref = LoadReference("tiny-llama3");
   EngineConfig config = TpConfig("tiny-llama3", 2);
-  config.cuda_graph_max_batch = 8;
+  config.backend.cuda_graph_max_batch = 8;
   size_t before_recording = 0, recording = 0;
   {
     const size_t free = FreeOn(1);
@@ -158,13 +158,13 @@ TEST(EngineCudaTpFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime) {
     for (const bool stall : {false, true}) {
       SCOPED_TRACE(absl::StrCat(stall ? "stall" : "error", graph_max_batch > 0 ? ", graphs" : ""));
       EngineConfig config = TpConfig("tiny-llama3", 2);
-      config.tp_timeout = absl::Milliseconds(800);
-      config.cuda_graph_max_batch = graph_max_batch;
+      config.parallel.collective_timeout = absl::Milliseconds(800);
+      config.backend.cuda_graph_max_batch = graph_max_batch;
       // Step 1 is the prompt, 2 to 4 replay the decode graph recorded at start-up, 5 fails.
-      config.tp_fault = {.rank = 1, .step = 5, .stall = stall};
+      const RankFault fault{.rank = 1, .step = 5, .stall = stall};
       const auto start = std::chrono::steady_clock::now();
       {
-        auto engine = testing::MakeEngine(config);
+        auto engine = testing::MakeEngine(config, {.rank_fault = fault});
         ASSERT_OK(engine->AddRequest(testing::GreedyRequest("r", std::vector<int32_t>(20, 3), 10)));
         absl::Status failure;
         int steps = 0;
@@ -189,8 +189,8 @@ TEST(EngineCudaTpDevicesTest, MoreRanksThanGpusAreRefused) {
   const int gpus = kernels::CudaDeviceCount();
   if (gpus == 0) GTEST_SKIP() << "no CUDA device";
   EngineConfig config = FixtureConfig("tiny-llama3");
-  config.device = "cuda";
-  config.tensor_parallel_size = gpus + 1;
+  config.backend.device = Device::kCuda;
+  config.parallel.tensor_parallel_size = gpus + 1;
   EXPECT_THAT(Engine::Create(config).status(),
               kvserve::testing::StatusIs(
                   absl::StatusCode::kFailedPrecondition,
@@ -207,8 +207,8 @@ TEST(EngineCudaTpSamplingTest, SeededSamplesAreTheCpus) {
   int64_t graph_steps = 0;
   auto run = [&](const std::string& device, int tp, int graph_max_batch = 0) {
     EngineConfig config = TpConfig("tiny-llama3", tp);
-    config.device = device;
-    config.cuda_graph_max_batch = graph_max_batch;
+    config.backend.device = *ParseDevice(device);
+    config.backend.cuda_graph_max_batch = graph_max_batch;
     auto engine = testing::MakeEngine(config);
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
       RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 16);

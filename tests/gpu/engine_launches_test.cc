@@ -33,12 +33,12 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_b
   EXPECT_OK(WriteRandomLlama(o, dir));
   EngineConfig config;
   config.model_dir = dir;
-  config.device = "cuda";
-  config.dtype = dtype;
-  config.num_blocks = 16;
+  config.backend.device = Device::kCuda;
+  config.dtype = *ParseWeightDtype(dtype);
+  config.cache.num_blocks = 16;
   config.max_model_len = 128;
-  config.cuda_graph_max_batch = graph_max_batch;
-  config.tensor_parallel_size = tp;
+  config.backend.cuda_graph_max_batch = graph_max_batch;
+  config.parallel.tensor_parallel_size = tp;
   auto engine = testing::MakeEngine(config);
   EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
   EXPECT_OK(engine->Step().status());  // the prompt

@@ -47,7 +47,7 @@ TEST(PrefixCacheTest, SharedPrefixComputesOnlyNewTokensAndAnswersTheSame) {
               static_cast<int64_t>(second.size()) - hit);
     EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, hit);
 
-    config.enable_prefix_caching = false;
+    config.cache.enable_prefix_caching = false;
     auto uncached = MakeEngine(config);
     ASSERT_OK(uncached->AddRequest(GreedyRequest("second", second, 16)));
     Results without = RunToCompletion(*uncached, true);
@@ -130,7 +130,7 @@ TEST(ParallelSamplingTest, FourSamplesShareThePromptAndMatchIndependentRequests)
   };
   // Step 1 prefills the prompt (3 blocks) and forks: 4 samples hold the same 3 blocks.
   step();
-  ASSERT_OK(engine->CheckInvariants());
+  ASSERT_OK(engine->TEST_CheckInvariants());
   EngineStats s = engine->stats();
   EXPECT_EQ(s.blocks_total - s.blocks_free, 3);
   EXPECT_EQ(s.num_running, 4);

@@ -46,8 +46,7 @@ TEST(EngineDeviceMemoryTest, ReferenceRunsMatchThePlainCpuBackend) {
     EngineConfig config = testing::FixtureConfig(model);
     config.scheduler.max_num_batched_tokens = 7;  // chunked prefill
     Results want = testing::RunReference(config, ref);
-    config.make_backend = Guarded;
-    Results got = testing::RunReference(config, ref);
+    Results got = testing::RunReference(config, ref, {.make_backend = Guarded});
     ExpectSameResults(got, want);
   }
 }
@@ -72,21 +71,20 @@ TEST(EngineDeviceMemoryTest, SamplingPrefixCachingAndSwapMatchThePlainCpuBackend
     requests.push_back(in);
   }
   EngineConfig config = testing::FixtureConfig("tiny-llama3", 24);  // the workload needs ~48
-  config.block_size = 8;
+  config.cache.block_size = 8;
   config.max_model_len = 96;
-  config.num_host_blocks = 64;
+  config.cache.num_host_blocks = 64;
   config.scheduler.preemption_mode = PreemptionMode::kSwap;
-  auto run = [&](const EngineConfig& c, int64_t* swapped) {
-    auto engine = testing::MakeEngine(c);
+  auto run = [&](const RunnerTestHooks& hooks, int64_t* swapped) {
+    auto engine = testing::MakeEngine(config, hooks);
     for (const RequestInput& in : requests) EXPECT_OK(engine->AddRequest(in));
     Results r = testing::RunToCompletion(*engine, true);
     *swapped = engine->stats().swap_out_blocks;
     return r;
   };
   int64_t swapped_plain = 0, swapped_guarded = 0;
-  Results want = run(config, &swapped_plain);
-  config.make_backend = Guarded;
-  Results got = run(config, &swapped_guarded);
+  Results want = run({}, &swapped_plain);
+  Results got = run({.make_backend = Guarded}, &swapped_guarded);
   EXPECT_GT(swapped_plain, 0) << "the pool was meant to be too small";
   EXPECT_EQ(swapped_guarded, swapped_plain);
   ExpectSameResults(got, want);
@@ -101,12 +99,13 @@ TEST(EngineDeviceMemoryTest, PromptLogitsLongerThanTheReservedRowsAllocateNothin
   EngineConfig config = testing::FixtureConfig("tiny-llama3");
   config.scheduler.max_num_seqs = 4;  // 4 rows of logits a step
   testing::GuardedCpuBackend* backend = nullptr;
-  config.make_backend = [&]() -> std::unique_ptr<kernels::Backend> {
+  RunnerTestHooks hooks;
+  hooks.make_backend = [&]() -> std::unique_ptr<kernels::Backend> {
     auto b = std::make_unique<testing::GuardedCpuBackend>();
     backend = b.get();
     return b;
   };
-  auto engine = testing::MakeEngine(config);
+  auto engine = testing::MakeEngine(config, hooks);
   ASSERT_NE(engine, nullptr);
   const size_t at_start = backend->allocated();
   size_t longest = 0;

@@ -38,7 +38,7 @@ TEST_P(EngineNumericsTest, LogitsAndGreedyMatchTransformers) {
   const Reference ref = LoadReference(model);
   EngineConfig config = FixtureConfig(model);
   config.config_path = kvserve::testing::FixtureModel(model) + "/" + config_file;
-  config.block_size = block_size;
+  config.cache.block_size = block_size;
   if (chunk > 0) config.scheduler.max_num_batched_tokens = chunk;
   Results results = RunReference(config, ref);
   ExpectMatchesReference(results, ref);
@@ -65,7 +65,7 @@ TEST(EngineHalfWeightsTest, DistributionsTrackTransformers) {
     const Reference ref = LoadReference(model);
     for (const char* dtype : {"bfloat16", "float16"}) {
       EngineConfig config = FixtureConfig(model);
-      config.dtype = dtype;
+      config.dtype = *ParseWeightDtype(dtype);
       const Results results = RunReference(config, ref);
       const testing::DistributionMatch m = testing::CompareDistributions(results, ref);
       std::printf("%s %s weights: top-1 agreement %.4f over %ld positions, KL mean %.2e max %.2e\n",
@@ -112,8 +112,8 @@ TEST(EngineHalfWeightsTest, Bf16CheckpointLoadsAsStored) {
   const Reference ref = LoadReference("tiny-llama3");
   for (int tp : {1, 2}) {
     EngineConfig from_f32 = FixtureConfig("tiny-llama3");
-    from_f32.dtype = "bfloat16";
-    from_f32.tensor_parallel_size = tp;
+    from_f32.dtype = WeightDtype::kBFloat16;
+    from_f32.parallel.tensor_parallel_size = tp;
     EngineConfig from_bf16 = from_f32;
     from_bf16.model_dir = dir;
     from_bf16.config_path = "";

@@ -21,15 +21,15 @@ class EnginePropertyTest : public ::testing::TestWithParam<PropertyParam> {};
 
 TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
   EngineConfig config = testing::FixtureConfig("tiny-qwen3", /*num_blocks=*/48);
-  config.block_size = 8;
+  config.cache.block_size = 8;
   config.max_model_len = 128;
   config.scheduler.max_num_seqs = 24;
   config.scheduler.max_num_batched_tokens = 96;
   const bool tiered = GetParam().host_blocks > 0;
   if (tiered) {
-    config.num_host_blocks = GetParam().host_blocks;
-    config.host_prefix_cache = true;
-    config.kv_quant = {.dtype = "int4", .granularity = "k:per_channel,v:per_token"};
+    config.cache.num_host_blocks = GetParam().host_blocks;
+    config.cache.host_prefix_cache = true;
+    config.cache.kv_quant = {.dtype = "int4", .granularity = "k:per_channel,v:per_token"};
   }
   auto engine = testing::MakeEngine(config);
   ASSERT_NE(engine, nullptr);
@@ -67,8 +67,8 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
       if (engine->Abort(live[i]).ok()) ++aborted;
       live.erase(live.begin() + i);
     }
-    if (rng() % 11 == 0) engine->ForcePreemption();
-    ASSERT_OK(engine->CheckInvariants()) << "before step " << steps;
+    if (rng() % 11 == 0) engine->TEST_ForcePreemption();
+    ASSERT_OK(engine->TEST_CheckInvariants()) << "before step " << steps;
     absl::StatusOr<std::vector<SequenceOutput>> outs = engine->Step();
     ASSERT_OK(outs);
     ++steps;
@@ -79,7 +79,7 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
         std::erase(live, o.request_id);
       }
     }
-    ASSERT_OK(engine->CheckInvariants()) << "after step " << steps;
+    ASSERT_OK(engine->TEST_CheckInvariants()) << "after step " << steps;
     ASSERT_LT(steps, 200000) << "no progress";
   }
   EXPECT_EQ(added, 10000);
@@ -94,17 +94,17 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
     EXPECT_GT(s.host_spilled_blocks, 0);
     EXPECT_GT(s.prefix_hit_tokens_host, 0);
     EXPECT_EQ(s.host_blocks_free, s.host_blocks_total);
-    for (int b = 0; b < engine->kv_cache().host_pool()->num_blocks(); ++b) {
-      ASSERT_EQ(engine->kv_cache().host_pool()->ref_count(b), 0) << "host block " << b;
+    for (int b = 0; b < engine->TEST_kv_cache().host_pool()->num_blocks(); ++b) {
+      ASSERT_EQ(engine->TEST_kv_cache().host_pool()->ref_count(b), 0) << "host block " << b;
     }
   }
   // Nothing leaked: every block is free again and every reference count is zero.
   EXPECT_EQ(s.blocks_free, s.blocks_total);
   EXPECT_EQ(s.num_running + s.num_waiting + s.num_requests, 0);
-  for (int b = 0; b < engine->kv_cache().pool().num_blocks(); ++b) {
-    ASSERT_EQ(engine->kv_cache().pool().ref_count(b), 0) << "block " << b;
+  for (int b = 0; b < engine->TEST_kv_cache().pool().num_blocks(); ++b) {
+    ASSERT_EQ(engine->TEST_kv_cache().pool().ref_count(b), 0) << "block " << b;
   }
-  ASSERT_OK(engine->CheckInvariants());
+  ASSERT_OK(engine->TEST_CheckInvariants());
   RecordProperty("steps", static_cast<int>(steps));
 }
 

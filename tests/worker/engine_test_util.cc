@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"
@@ -15,13 +17,13 @@ namespace kvserve::worker::testing {
 EngineConfig FixtureConfig(const std::string& model, int num_blocks) {
   EngineConfig c;
   c.model_dir = kvserve::testing::FixtureModel(model);
-  c.num_blocks = num_blocks;
+  c.cache.num_blocks = num_blocks;
   c.max_model_len = 1024;
   return c;
 }
 
-std::unique_ptr<Engine> MakeEngine(const EngineConfig& config) {
-  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(config);
+std::unique_ptr<Engine> MakeEngine(const EngineConfig& config, const RunnerTestHooks& hooks) {
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(config, hooks);
   EXPECT_OK(e);
   return e.ok() ? *std::move(e) : nullptr;
 }
@@ -43,7 +45,7 @@ Results RunToCompletion(Engine& engine, bool check_invariants, int max_steps) {
       }
     }
     if (check_invariants) {
-      absl::Status s = engine.CheckInvariants();
+      absl::Status s = engine.TEST_CheckInvariants();
       EXPECT_OK(s) << "after step " << step;
       if (!s.ok()) break;
     }
@@ -134,21 +136,79 @@ DistributionMatch CompareDistributions(const Results& results, const Reference& 
   return m;
 }
 
-Reference LoadReference(const std::string& model) {
+absl::StatusOr<Reference> ReadReference(const std::string& dir) {
+  const std::string json_path = dir + "/reference.json";
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(json_path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const auto is_id_lists = [&](const char* key) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_array()) return false;
+    for (const nlohmann::json& list : j[key]) {
+      if (!list.is_array()) return false;
+      for (const nlohmann::json& id : list) {
+        if (!id.is_number_integer()) return false;
+      }
+    }
+    return true;
+  };
+  if (!is_id_lists("prompts") || !is_id_lists("greedy") ||
+      j["prompts"].size() != j["greedy"].size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        json_path, ": needs 'prompts' and 'greedy', lists of token-id lists of the same length"));
+  }
   Reference ref;
-  const std::string dir = kvserve::testing::FixtureModel(model);
-  auto text = ReadFileToString(dir + "/reference.json");
-  EXPECT_OK(text);
-  auto j = nlohmann::json::parse(text.value_or("{}"));
   ref.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
   ref.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
-  auto file = SafetensorsFile::Open(dir + "/reference_logits.safetensors");
-  EXPECT_OK(file);
+  const std::string logits_path = dir + "/reference_logits.safetensors";
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(logits_path));
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    ref.logits.push_back((*file)->tensors().at("logits_" + std::to_string(i)).ToFloat32());
+    const std::string name = "logits_" + std::to_string(i);
+    auto it = file->tensors().find(name);
+    if (it == file->tensors().end() || it->second.shape.size() != 2 ||
+        it->second.shape[0] != static_cast<int64_t>(ref.prompts[i].size()) ||
+        it->second.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(logits_path, ": needs float32 '", name,
+                                                     "' of shape [", ref.prompts[i].size(),
+                                                     ", vocab]"));
+    }
+    ref.logits.push_back(it->second.ToFloat32());
   }
   return ref;
 }
+
+Reference LoadReference(const std::string& model) {
+  absl::StatusOr<Reference> ref = ReadReference(kvserve::testing::FixtureModel(model));
+  EXPECT_OK(ref);
+  return ref.ok() ? *std::move(ref) : Reference{};
+}
+
+absl::Status CheckFixtureModel(const std::string& dir) {
+  RETURN_IF_ERROR(LoadHfConfig(dir + "/config_legacy.json").status());
+  RETURN_IF_ERROR(ReadReference(dir).status());
+  EngineConfig config;
+  config.model_dir = dir;
+  config.cache.num_blocks = 64;
+  config.max_model_len = 64;
+  return Engine::Create(config).status();  // config.json and every weight of model.safetensors
+}
+
+namespace {
+
+// Checks every fixture before the first test: a missing or corrupt file fails the run with its
+// name, instead of crashing the tests that would have used it.
+class FixtureEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    for (const char* model : {"tiny-llama3", "tiny-qwen2", "tiny-qwen3"}) {
+      const absl::Status s = CheckFixtureModel(kvserve::testing::FixtureModel(model));
+      ASSERT_TRUE(s.ok()) << "fixture " << model << " is unusable: " << s;
+    }
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const kFixtureEnvironment =
+    ::testing::AddGlobalTestEnvironment(new FixtureEnvironment);
+
+}  // namespace
 
 int64_t AddReferenceRequests(Engine& engine, const Reference& ref) {
   int64_t decode_steps = 0;
@@ -162,8 +222,9 @@ int64_t AddReferenceRequests(Engine& engine, const Reference& ref) {
   return decode_steps;
 }
 
-Results RunReference(const EngineConfig& config, const Reference& ref) {
-  auto engine = MakeEngine(config);
+Results RunReference(const EngineConfig& config, const Reference& ref,
+                     const RunnerTestHooks& hooks) {
+  auto engine = MakeEngine(config, hooks);
   EXPECT_NE(engine, nullptr);
   if (engine == nullptr) return {};
   AddReferenceRequests(*engine, ref);

@@ -25,7 +25,8 @@ struct SampleResult {
 using Results = std::map<std::string, std::map<int, SampleResult>>;
 
 EngineConfig FixtureConfig(const std::string& model, int num_blocks = 512);
-std::unique_ptr<Engine> MakeEngine(const EngineConfig& config);
+// The engine, or null after failing the calling test with Create's error.
+std::unique_ptr<Engine> MakeEngine(const EngineConfig& config, const RunnerTestHooks& hooks = {});
 
 // Steps until the engine is idle (or `max_steps`), checking invariants after every step when
 // asked. Fails the test on an error.
@@ -50,13 +51,21 @@ struct Reference {
   std::vector<std::vector<int32_t>> prompts, greedy;
   std::vector<std::vector<float>> logits;
 };
+// The reference of the fixture in `dir`; InvalidArgument naming the file that is missing or
+// malformed.
+absl::StatusOr<Reference> ReadReference(const std::string& dir);
+// ReadReference of a fixture by name; an error fails the calling test and gives no prompts.
 Reference LoadReference(const std::string& model);
+// Whether the fixture in `dir` loads: both configs, the weights, the reference. Every binary
+// linking these helpers checks each fixture so before its first test and fails naming the file.
+absl::Status CheckFixtureModel(const std::string& dir);
 // Adds every reference prompt as a request, keyed by the prompt's index (greedy, as long as the
 // reference continuation, prompt logits returned); returns the decode steps the longest takes.
 int64_t AddReferenceRequests(Engine& engine, const Reference& ref);
 // Every reference prompt through an engine made from `config` (greedy, as long as the reference
 // continuation, prompt logits returned); results keyed by the prompt's index.
-Results RunReference(const EngineConfig& config, const Reference& ref);
+Results RunReference(const EngineConfig& config, const Reference& ref,
+                     const RunnerTestHooks& hooks = {});
 // Each prompt's logits within 1e-4 (relative) of the reference and its greedy continuation
 // equal to the reference's (or diverging only at a near tie).
 void ExpectMatchesReference(Results& results, const Reference& ref);

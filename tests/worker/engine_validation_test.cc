@@ -86,7 +86,7 @@ TEST(EngineValidationTest, AbortAtAnyPointFreesEverything) {
     EXPECT_FALSE(engine->HasWork());
     const EngineStats s = engine->stats();
     EXPECT_EQ(s.blocks_free, s.blocks_total) << "after " << steps_before_abort << " steps";
-    ASSERT_OK(engine->CheckInvariants());
+    ASSERT_OK(engine->TEST_CheckInvariants());
   }
 }
 
@@ -101,42 +101,43 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("max_position_embeddings (4096)")));
   c = testing::FixtureConfig("tiny-llama3");
-  c.block_size = 12;
+  c.cache.block_size = 12;
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("--block-size must be 8, 16 or 32, got 12")));
   c = testing::FixtureConfig("tiny-llama3");
-  c.num_blocks = 0;
-  c.kv_cache_memory_gib = 1e-9;
+  c.cache.num_blocks = 0;
+  c.cache.kv_cache_memory_gib = 1e-9;
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--kv-cache-memory-gib")));
   c = testing::FixtureConfig("tiny-llama3");
   c.scheduler.max_num_seqs = 0;
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-num-seqs")));
-  c = testing::FixtureConfig("tiny-llama3");
-  c.dtype = "int8";
-  EXPECT_THAT(Engine::Create(c),
+  // The flags' spellings (EngineConfigFromFlags parses them so).
+  EXPECT_THAT(ParseWeightDtype("int8"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--dtype 'int8' is not one of auto, float32, bfloat16, float16")));
-  c = testing::FixtureConfig("tiny-llama3");
-  c.attention_kernel = "flash";
-  EXPECT_THAT(Engine::Create(c),
+  EXPECT_THAT(ParseAttentionKernel("flash"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel 'flash' is not one of simt, tensor-cores")));
-  c.attention_kernel = "tensor-cores";  // the CPU backend has one attention kernel
+  EXPECT_THAT(ParseDevice("tpu"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("--device 'tpu' is not one of cpu, cuda")));
+  c = testing::FixtureConfig("tiny-llama3");
+  // The CPU backend has one attention kernel.
+  c.backend.attention_kernel = AttentionKernel::kTensorCores;
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel tensor-cores needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
-  c.cuda_graph_max_batch = -1;
+  c.backend.cuda_graph_max_batch = -1;
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--cuda-graph-max-batch must be >= 0, got -1")));
-  c.cuda_graph_max_batch = 8;  // the CPU backend records no graphs
+  c.backend.cuda_graph_max_batch = 8;  // the CPU backend records no graphs
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("--cuda-graph-max-batch needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
-  c.swap_space_gib = 1e6;
+  c.cache.swap_space_gib = 1e6;
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           AllOf(HasSubstr("--swap-space: a host tier of"),
                                                 HasSubstr("than 70% of this machine's"))));
@@ -165,7 +166,7 @@ TEST(EngineValidationTest, PreflightReportsTheWeightType) {
   };
   EngineConfig c = testing::FixtureConfig("tiny-llama3", 100);
   auto f32 = testing::MakeEngine(c);
-  c.dtype = "bfloat16";
+  c.dtype = WeightDtype::kBFloat16;
   auto bf16 = testing::MakeEngine(c);
   EXPECT_THAT(f32->preflight_report(), HasSubstr("per rank (float32)"));
   EXPECT_THAT(bf16->preflight_report(), HasSubstr("per rank (bfloat16)"));

@@ -86,7 +86,7 @@ TEST(KvQuantEngineTest, Int8PerGroupStaysCloseToTransformers) {
     SCOPED_TRACE(model);
     FixturePrompt fp = LongestReferencePrompt(model);
     EngineConfig config = FixtureConfig(model);
-    config.kv_quant = {.dtype = "int8", .granularity = "per_group", .group_size = 8};
+    config.cache.kv_quant = {.dtype = "int8", .granularity = "per_group", .group_size = 8};
     std::vector<float> ours = PromptLogits(config, fp.prompt);
     Distance d = Compare(ours, fp.logits, 1024);
     RecordProperty(std::string(model) + "_top1", std::to_string(d.top1));
@@ -103,7 +103,7 @@ TEST(KvQuantEngineTest, AllLayersFullPrecisionIsBitIdenticalToFp32) {
   FixturePrompt fp = LongestReferencePrompt("tiny-llama3");
   EngineConfig fp32 = FixtureConfig("tiny-llama3");
   EngineConfig int8 = fp32;
-  int8.kv_quant = {
+  int8.cache.kv_quant = {
       .dtype = "int8", .granularity = "per_token", .full_precision_layers = "first:1,last:2"};
   std::vector<float> a = PromptLogits(fp32, fp.prompt);
   std::vector<float> b = PromptLogits(int8, fp.prompt);
@@ -115,15 +115,15 @@ TEST(KvQuantEngineTest, FullPrecisionLayerCacheIsBitIdenticalToFp32) {
   FixturePrompt fp = LongestReferencePrompt("tiny-qwen2");
   auto run = [&](const KvQuantOptions& q) {
     EngineConfig c = FixtureConfig("tiny-qwen2", 64);
-    c.kv_quant = q;
+    c.cache.kv_quant = q;
     auto engine = MakeEngine(c);
     RequestInput in = GreedyRequest("p", fp.prompt, 1);
     EXPECT_OK(engine->AddRequest(in));
     EXPECT_OK(engine->Step().status());  // the prompt is in the cache (same blocks both runs)
-    kernels::KvCacheView layer0 = engine->device_kv().View(0);
+    kernels::KvCacheView layer0 = engine->runner().device_kv(0).View(0);
     const size_t bytes = 64 * 2 * 16 * 16 * sizeof(float);  // blocks × kv heads × block × d
     std::vector<uint8_t> k(layer0.k, layer0.k + bytes), v(layer0.v, layer0.v + bytes);
-    kernels::KvCacheView layer1 = engine->device_kv().View(1);
+    kernels::KvCacheView layer1 = engine->runner().device_kv(0).View(1);
     return std::make_tuple(k, v, layer1.k_format);
   };
   auto [k32, v32, f32] = run({});
@@ -153,10 +153,10 @@ Workload TwiceThePool() {
 
 EngineConfig SmallPool(PreemptionMode mode, int host_blocks) {
   EngineConfig c = FixtureConfig("tiny-llama3", 32);
-  c.block_size = 8;
+  c.cache.block_size = 8;
   c.max_model_len = 128;
-  c.enable_prefix_caching = false;
-  c.num_host_blocks = host_blocks;
+  c.cache.enable_prefix_caching = false;
+  c.cache.num_host_blocks = host_blocks;
   c.scheduler.preemption_mode = mode;
   c.scheduler.max_num_seqs = 8;
   return c;
@@ -165,7 +165,7 @@ EngineConfig SmallPool(PreemptionMode mode, int host_blocks) {
 TEST(SwapTest, TwiceThePoolCompletesWithUnconstrainedOutputs) {
   Workload w = TwiceThePool();
   EngineConfig big = FixtureConfig("tiny-llama3", 256);
-  big.block_size = 8;
+  big.cache.block_size = 8;
   big.max_model_len = 128;
   auto unconstrained = MakeEngine(big);
   for (const RequestInput& in : w.requests) ASSERT_OK(unconstrained->AddRequest(in));
@@ -221,14 +221,19 @@ TEST(HostPrefixCacheTest, EvictedPrefixIsRestoredFromHost) {
   std::vector<int32_t> prefix(64);
   for (int32_t& t : prefix) t = static_cast<int32_t>(rng() % 1024);
   EngineConfig c = FixtureConfig("tiny-qwen3", 24);
-  c.block_size = 8;
+  c.cache.block_size = 8;
   c.max_model_len = 128;
-  c.num_host_blocks = 32;
-  c.host_prefix_cache = true;
+  c.cache.num_host_blocks = 32;
+  c.cache.host_prefix_cache = true;
   auto engine = MakeEngine(c);
-  std::vector<std::tuple<bool, Medium>> events;
-  engine->mutable_kv_cache().set_event_listener(
-      [&](const BlockHash&, bool stored, Medium m) { events.emplace_back(stored, m); });
+  struct Recorder : KvEventListener {
+    void OnKvEvent(const BlockHash&, bool stored, Medium m) override {
+      events.emplace_back(stored, m);
+    }
+    std::vector<std::tuple<bool, Medium>> events;
+  } recorder;
+  std::vector<std::tuple<bool, Medium>>& events = recorder.events;
+  engine->SetKvEventListener(&recorder);
   ASSERT_OK(engine->AddRequest(GreedyRequest("a", prefix, 4)));
   RunToCompletion(*engine, true);
   // Fill the device pool with unrelated prompts so the prefix is evicted (and spilled).
@@ -253,7 +258,7 @@ TEST(HostPrefixCacheTest, EvictedPrefixIsRestoredFromHost) {
   EXPECT_GT(host_stores, 0);
 
   EngineConfig plain = FixtureConfig("tiny-qwen3");
-  plain.enable_prefix_caching = false;
+  plain.cache.enable_prefix_caching = false;
   auto reference = MakeEngine(plain);
   ASSERT_OK(reference->AddRequest(GreedyRequest("b", again, 8)));
   Results want = RunToCompletion(*reference, true);

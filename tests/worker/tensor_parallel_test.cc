@@ -48,10 +48,10 @@ struct Variant {
 // All prompts of a fixture in one engine (continuous batching), then again (prefix hits).
 Results RunAll(const std::string& model, int tp, const Variant& v, EngineStats* stats) {
   EngineConfig c = FixtureConfig(model);
-  c.tensor_parallel_size = tp;
-  c.tp_timeout = absl::Seconds(30);
+  c.parallel.tensor_parallel_size = tp;
+  c.parallel.collective_timeout = absl::Seconds(30);
   if (v.chunk > 0) c.scheduler.max_num_batched_tokens = v.chunk;
-  if (v.quantized) c.kv_quant = {.dtype = "int8", .granularity = "per_token"};
+  if (v.quantized) c.cache.kv_quant = {.dtype = "int8", .granularity = "per_token"};
   auto engine = MakeEngine(c);
   EXPECT_NE(engine, nullptr);
   if (engine == nullptr) return {};
@@ -138,7 +138,7 @@ TEST(TensorParallelMemoryTest, KvBytesPerRankAreTheExpectedShare) {
     SCOPED_TRACE(std::string(k.model) + " tp" + std::to_string(k.tp));
     EngineConfig c = FixtureConfig(k.model, 64);
     auto one = MakeEngine(c);
-    c.tensor_parallel_size = k.tp;
+    c.parallel.tensor_parallel_size = k.tp;
     auto many = MakeEngine(c);
     const int64_t full = one->runner().device_kv(0).bytes();
     for (int r = 0; r < k.tp; ++r) EXPECT_EQ(many->runner().device_kv(r).bytes() * k.divisor, full);
@@ -151,12 +151,12 @@ TEST(TensorParallelFaultTest, FailingOrStalledRankGivesACleanErrorInBoundedTime)
   for (bool stall : {false, true}) {
     SCOPED_TRACE(stall ? "stall" : "error");
     EngineConfig c = FixtureConfig("tiny-llama3");
-    c.tensor_parallel_size = 2;
-    c.tp_timeout = absl::Milliseconds(800);
-    c.tp_fault = {.rank = 1, .step = 3, .stall = stall};
+    c.parallel.tensor_parallel_size = 2;
+    c.parallel.collective_timeout = absl::Milliseconds(800);
+    const RankFault fault{.rank = 1, .step = 3, .stall = stall};
     const auto start = std::chrono::steady_clock::now();
     {
-      auto engine = MakeEngine(c);
+      auto engine = MakeEngine(c, {.rank_fault = fault});
       ASSERT_OK(engine->AddRequest(GreedyRequest("r", std::vector<int32_t>(20, 3), 10)));
       absl::Status failure;
       for (int step = 0; step < 10 && failure.ok(); ++step) failure = engine->Step().status();
@@ -179,19 +179,19 @@ TEST(TensorParallelSwapTest, EveryRankSwapsItsHeadsWithTheSameBlockIds) {
     requests.push_back(GreedyRequest("r" + std::to_string(i), prompt, 24));
   }
   EngineConfig big = FixtureConfig("tiny-llama3", 256);
-  big.block_size = 8;
+  big.cache.block_size = 8;
   big.max_model_len = 128;
-  big.kv_quant = {.dtype = "int8", .granularity = "per_token"};
+  big.cache.kv_quant = {.dtype = "int8", .granularity = "per_token"};
   auto reference = MakeEngine(big);  // TP=1, unconstrained, the same int8 cache
   for (const RequestInput& in : requests) ASSERT_OK(reference->AddRequest(in));
   Results want = RunToCompletion(*reference, true);
 
   EngineConfig small = big;
-  small.num_blocks = 32;  // the workload needs 64
-  small.num_host_blocks = 64;
-  small.enable_prefix_caching = false;
+  small.cache.num_blocks = 32;  // the workload needs 64
+  small.cache.num_host_blocks = 64;
+  small.cache.enable_prefix_caching = false;
   small.scheduler.preemption_mode = PreemptionMode::kSwap;
-  small.tensor_parallel_size = 2;
+  small.parallel.tensor_parallel_size = 2;
   auto engine = MakeEngine(small);
   for (const RequestInput& in : requests) ASSERT_OK(engine->AddRequest(in));
   Results got = RunToCompletion(*engine, true);
@@ -208,7 +208,7 @@ TEST(TensorParallelSwapTest, EveryRankSwapsItsHeadsWithTheSameBlockIds) {
 
 TEST(TensorParallelConfigTest, ShapesThatDoNotSplitAreRefused) {
   EngineConfig c = FixtureConfig("tiny-qwen2");  // 6 heads, 2 KV heads
-  c.tensor_parallel_size = 4;
+  c.parallel.tensor_parallel_size = 4;
   EXPECT_THAT(Engine::Create(c),
               kvserve::testing::StatusIs(
                   absl::StatusCode::kInvalidArgument,

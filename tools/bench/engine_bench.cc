@@ -14,9 +14,15 @@
 namespace kvserve::bench {
 namespace {
 
+using worker::AttentionKernel;
+using worker::Device;
 using worker::Engine;
 using worker::EngineConfig;
+using worker::ParseAttentionKernel;
+using worker::ParseDevice;
+using worker::ParseWeightDtype;
 using worker::RequestInput;
+using worker::WeightDtype;
 
 using Clock = std::chrono::steady_clock;
 
@@ -125,7 +131,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   const worker::EngineStats stats = engine.stats();
   row.graph_steps = static_cast<int>(stats.graph_steps - graph_steps_before);
   const double kv_bytes_per_token =
-      static_cast<double>(stats.kv_bytes_per_block) / engine.config().block_size;
+      static_cast<double>(stats.kv_bytes_per_block) / engine.config().cache.block_size;
   row.step_kv_bytes =
       kv_bytes_per_token * 0.5 * static_cast<double>(kv_tokens_before + kv_tokens_after + batch);
   row.step_bytes = static_cast<double>(weight_bytes_read) + row.step_kv_bytes;
@@ -156,6 +162,9 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
       max_blocks = std::max(max_blocks, int64_t{b} * ((len + o.block_size - 1) / o.block_size));
     }
   }
+  ASSIGN_OR_RETURN(const Device device, ParseDevice(o.device));
+  ASSIGN_OR_RETURN(const WeightDtype dtype, ParseWeightDtype(o.dtype));
+  ASSIGN_OR_RETURN(const AttentionKernel kernel, ParseAttentionKernel(o.attention_kernel));
   EngineBenchReport report;
   report.device = o.device;
   std::mt19937_64 rng(o.seed);
@@ -163,16 +172,16 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
     for (const int graph_max_batch : o.cuda_graph_max_batches) {
       EngineConfig c;
       c.model_dir = o.model_dir;
-      c.device = o.device;
-      c.dtype = o.dtype;
-      c.attention_kernel = o.attention_kernel;
-      c.cuda_graph_max_batch = graph_max_batch;
-      c.cpu_threads = o.cpu_threads;
-      c.block_size = o.block_size;
+      c.backend.device = device;
+      c.dtype = dtype;
+      c.backend.attention_kernel = kernel;
+      c.backend.cuda_graph_max_batch = graph_max_batch;
+      c.backend.cpu_threads = o.cpu_threads;
+      c.cache.block_size = o.block_size;
       c.max_model_len = max_len;
-      c.enable_prefix_caching = false;
-      c.num_blocks = static_cast<int>(max_blocks + 1);
-      c.kv_quant.dtype = kv_dtype;
+      c.cache.enable_prefix_caching = false;
+      c.cache.num_blocks = static_cast<int>(max_blocks + 1);
+      c.cache.kv_quant.dtype = kv_dtype;
       c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
       c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
       const Clock::time_point start = Clock::now();
@@ -189,7 +198,7 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
         report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
         // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
         report.copy_gbps = CopyGbps(engine->runner().backend(0),
-                                    o.device == "cuda" ? size_t{1} << 30 : size_t{256} << 20);
+                                    device == Device::kCuda ? size_t{1} << 30 : size_t{256} << 20);
       }
       for (int b : o.batches) {
         for (int ctx : o.contexts) {

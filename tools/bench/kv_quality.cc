@@ -18,11 +18,11 @@ using worker::RequestInput;
 EngineConfig BaseConfig(const QualityOptions& o, const KvQuantOptions& quant, int max_len) {
   EngineConfig c;
   c.model_dir = o.model_dir;
-  c.block_size = o.block_size;
+  c.cache.block_size = o.block_size;
   c.max_model_len = max_len;
-  c.kv_quant = quant;
-  c.enable_prefix_caching = false;
-  c.num_blocks = (max_len / o.block_size + 2) * std::max(1, o.decode_batch);
+  c.cache.kv_quant = quant;
+  c.cache.enable_prefix_caching = false;
+  c.cache.num_blocks = (max_len / o.block_size + 2) * std::max(1, o.decode_batch);
   c.scheduler.max_num_seqs = std::max(1, o.decode_batch);
   c.scheduler.max_num_batched_tokens = 1024;
   return c;

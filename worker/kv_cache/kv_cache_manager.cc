@@ -13,13 +13,13 @@ KvCacheManager::KvCacheManager(const KvPoolOptions& options)
   if (options.num_host_blocks > 0) {
     host_.emplace(options.num_host_blocks);
     host_->set_listener([this](int, const BlockHash& hash, bool stored) {
-      if (listener_) listener_(hash, stored, Medium::kHost);
+      if (listener_ != nullptr) listener_->OnKvEvent(hash, stored, Medium::kHost);
     });
   }
 }
 
 void KvCacheManager::OnDeviceCacheChange(int block, const BlockHash& hash, bool stored) {
-  if (listener_) listener_(hash, stored, Medium::kDevice);
+  if (listener_ != nullptr) listener_->OnKvEvent(hash, stored, Medium::kDevice);
   if (stored || !host_ || !options_.host_prefix_cache || host_->Lookup(hash)) return;
   // An evicted prefix block moves to the host tier (its LRU evicts in turn) instead of
   // being lost; the copy runs before anything overwrites the device block.

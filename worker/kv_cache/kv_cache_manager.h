@@ -32,6 +32,14 @@ namespace kvserve::worker {
 
 enum class Medium { kDevice, kHost };
 
+// Receives every change to the set of cached blocks: a full block's hash registered in (stored)
+// or dropped from (removed) one tier's prefix cache. Called on the engine thread, in order.
+class KvEventListener {
+ public:
+  virtual ~KvEventListener() = default;
+  virtual void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) = 0;
+};
+
 struct CachedBlock {
   int block;
   Medium medium;
@@ -64,8 +72,6 @@ struct KvCacheCounters {
 
 class KvCacheManager {
  public:
-  using EventListener = std::function<void(const BlockHash& hash, bool stored, Medium medium)>;
-
   explicit KvCacheManager(const KvPoolOptions& options);
 
   // The seq's leading full blocks found in the prefix cache (device first, then host), keeping
@@ -102,7 +108,8 @@ class KvCacheManager {
   // blocks match their sequence's hashes.
   absl::Status CheckInvariants(absl::Span<const Sequence* const> live) const;
 
-  void set_event_listener(EventListener listener) { listener_ = std::move(listener); }
+  // `listener` (null: none) must outlive this manager or the next call.
+  void set_event_listener(KvEventListener* listener) { listener_ = listener; }
 
   [[nodiscard]] const BlockPool& pool() const { return device_; }
   [[nodiscard]] const BlockPool* host_pool() const { return host_ ? &*host_ : nullptr; }
@@ -119,7 +126,7 @@ class KvCacheManager {
   BlockCopies pending_;
   std::vector<int> host_releases_;  // host blocks to release after the pending copies ran
   KvCacheCounters counters_;
-  EventListener listener_;
+  KvEventListener* listener_ = nullptr;
 };
 
 }  // namespace kvserve::worker

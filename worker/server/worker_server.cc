@@ -80,12 +80,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   ASSIGN_OR_RETURN(s->events_port_,
                    Bind(*s->pub_, options.host, options.events_port, "--events-port"));
   const EngineStats st = s->engine_->stats();
-  CacheConfigInfo info{s->engine_->config().block_size,
+  const EngineConfig& config = s->engine_->config();
+  CacheConfigInfo info{config.cache.block_size,
                        s->engine_->kv_spec().CacheKeyDType(),
                        st.blocks_total,
                        st.host_blocks_total,
-                       s->engine_->config().enable_prefix_caching,
-                       s->engine_->config().tensor_parallel_size};
+                       config.cache.enable_prefix_caching,
+                       config.parallel.tensor_parallel_size};
   s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, info, options.vllm_metric_names);
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(
@@ -111,23 +112,24 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                                     }
                                     return r;
                                   }));
-  s->engine_->mutable_kv_cache().set_event_listener(
-      [self](const BlockHash& h, bool stored, Medium m) {
-        pb::KvEvent e;
-        if (stored) {
-          pb::BlockStored* st = e.mutable_stored();
-          st->add_block_hashes(h.ToBytes());
-          st->set_medium(ToProto(m));
-        } else {
-          pb::BlockRemoved* rm = e.mutable_removed();
-          rm->add_block_hashes(h.ToBytes());
-          rm->set_medium(ToProto(m));
-        }
-        self->pending_events_.push_back(std::move(e));
-      });
+  s->engine_->SetKvEventListener(s.get());
   s->started_ = Clock::now();
   s->start_rss_mb_ = RssMb();
   return s;
+}
+
+void WorkerServer::OnKvEvent(const BlockHash& hash, bool stored, Medium medium) {
+  pb::KvEvent e;
+  const auto fill = [&](auto* change) {
+    change->add_block_hashes(hash.ToBytes());
+    change->set_medium(ToProto(medium));
+  };
+  if (stored) {
+    fill(e.mutable_stored());
+  } else {
+    fill(e.mutable_removed());
+  }
+  pending_events_.push_back(std::move(e));
 }
 
 WorkerServer::~WorkerServer() {
@@ -473,12 +475,12 @@ void WorkerServer::PublishStatus() {
                             std::max(1, engine_->config().scheduler.max_num_seqs)
                   : 0);
   st.set_kv_event_seq(event_seq_);
-  st.set_block_size(engine_->config().block_size);
+  st.set_block_size(engine_->config().cache.block_size);
   st.set_timestamp_ms(NowMs());
   st.set_model_id(engine_->config().model_id);
   st.set_kv_cache_dtype(engine_->kv_spec().CacheKeyDType());
   st.set_kv_quant(engine_->kv_spec().CacheKeyQuant());
-  st.set_tensor_parallel_size(engine_->config().tensor_parallel_size);
+  st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
   Publish("status", st);
 }
 

@@ -58,7 +58,7 @@ struct WorkerServerOptions {
   bool vllm_metric_names = true;
 };
 
-class WorkerServer {
+class WorkerServer : private KvEventListener {
  public:
   enum class Exit { kStopped, kRecycle };
 
@@ -85,6 +85,8 @@ class WorkerServer {
   };
 
   WorkerServer() = default;
+  // The engine's cache changes, queued for the next KV-event batch.
+  void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
   void HandleMessage(const ReceivedMessage& m);
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c);

@@ -1,0 +1,78 @@
+#include "worker/step_plan.h"
+
+#include <algorithm>
+
+#include "worker/sampler.h"
+
+namespace kvserve::worker {
+namespace {
+
+// Adds the draws of `seq`'s last token to the batch: n for a request's first token (sample i
+// seeded rng_seed + i), else one.
+void AddDraws(const Sequence& seq, int32_t logit_row, ForwardBatch& batch, RowUse& use) {
+  const Request& req = *seq.request;
+  const SamplingParams& sampling = req.input.sampling;
+  const bool fork = !req.forked && sampling.n > 1;
+  use.first_sample = static_cast<int>(batch.samples.size());
+  use.num_samples = fork ? sampling.n : 1;
+  if (sampling.logprobs) use.first_logprobs = static_cast<int>(batch.logprobs.size());
+  for (int i = 0; i < use.num_samples; ++i) {
+    if (sampling.logprobs) {
+      batch.logprobs.push_back(
+          {logit_row, static_cast<int32_t>(batch.samples.size()), *sampling.logprobs});
+    }
+    batch.samples.push_back(MakeSampleRequest(sampling, seq.rng_seed + i,
+                                              fork ? 0 : seq.num_output_tokens(), logit_row));
+  }
+}
+
+// Adds `seq`'s `n` new tokens (from num_computed_tokens on) and their logits rows.
+void AddSequence(Sequence& seq, int n, int block_size, StepPlan& plan) {
+  ForwardBatch& batch = plan.batch;
+  const int start = seq.num_computed_tokens;
+  batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+  batch.query_len.push_back(n);
+  batch.context_len.push_back(start + n);
+  const bool prompt_logits = seq.request->input.return_prompt_logits && seq.sample_index == 0;
+  for (int pos = start; pos < start + n; ++pos) {
+    const int row = static_cast<int>(batch.token_ids.size());
+    batch.token_ids.push_back(seq.tokens[pos]);
+    batch.positions.push_back(pos);
+    batch.slot_mapping.push_back(int64_t{seq.block_table[pos / block_size]} * block_size +
+                                 pos % block_size);
+    const bool last = pos + 1 == seq.num_tokens();
+    const bool prompt_row = prompt_logits && pos < seq.num_prompt_tokens;
+    if (!last && !prompt_row) continue;
+    RowUse use{&seq, pos};
+    const auto logit_row = static_cast<int32_t>(batch.logit_rows.size());
+    batch.logit_rows.push_back(row);
+    if (prompt_row) {
+      use.host_row = static_cast<int>(batch.host_logit_rows.size());
+      batch.host_logit_rows.push_back(logit_row);
+    }
+    if (last) AddDraws(seq, logit_row, batch, use);
+    plan.rows.push_back(use);
+  }
+  for (int i = 0; i < batch.max_blocks_per_seq; ++i) {
+    batch.block_tables.push_back(i < static_cast<int>(seq.block_table.size()) ? seq.block_table[i]
+                                                                              : 0);
+  }
+}
+
+}  // namespace
+
+StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopies copies,
+                       int block_size) {
+  StepPlan plan;
+  plan.scheduled = std::move(scheduled);
+  plan.copies = std::move(copies);
+  int max_blocks = 1;
+  for (const auto& s : plan.scheduled) {
+    max_blocks = std::max<int>(max_blocks, static_cast<int>(s.seq->block_table.size()));
+  }
+  plan.batch.max_blocks_per_seq = max_blocks;
+  for (const auto& [seq, n] : plan.scheduled) AddSequence(*seq, n, block_size, plan);
+  return plan;
+}
+
+}  // namespace kvserve::worker
