@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,18 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view content) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return ErrnoStatus(errno, "cannot create", tmp);
+  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  int err = errno;
+  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  if (!ok) return ErrnoStatus(err, "cannot write", tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "cannot rename", tmp);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {

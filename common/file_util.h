@@ -1,5 +1,6 @@
 // Reading files: whole-file reads for small text files (configs, JSON) and read-only memory
-// maps for large binary ones (safetensors checkpoints). Thread-compatible: a MappedFile may be
+// maps for large binary ones (safetensors checkpoints); whole-file writes that readers never
+// see half done. Thread-compatible: a MappedFile may be
 // read from any number of threads once created.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -19,6 +21,10 @@ namespace kvserve {
 
 // Reads a whole file. NotFound if it does not exist; InvalidArgument if it is not a regular file.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `content` to path + ".tmp", then renames it over `path`, so that a reader sees the old
+// file or the whole new one. An error naming the file when either step fails.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view content);
 
 // A read-only, private memory map of a whole file. An empty file maps to an empty span.
 class MappedFile {

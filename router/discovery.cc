@@ -52,30 +52,35 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name) {
 DnsDiscovery::DnsDiscovery(DnsTarget target, absl::Duration period, Resolver resolver)
     : target_(std::move(target)), period_(period), resolver_(std::move(resolver)) {
   ResolveOnce();
-  thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      cv_.wait_for(lock, absl::ToChronoMilliseconds(period_), [this] { return stop_; });
-      if (stop_) break;
-      lock.unlock();
-      ResolveOnce();
-      lock.lock();
+  thread_ = std::thread([this] { RefreshLoop(); });
+}
+
+void DnsDiscovery::RefreshLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time next = absl::Now() + period_;
+      while (!stop_) {
+        if (cv_.WaitWithDeadline(&mu_, next)) break;  // the period passed
+      }
+      if (stop_) return;
     }
-  });
+    ResolveOnce();
+  }
 }
 
 DnsDiscovery::~DnsDiscovery() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void DnsDiscovery::ResolveOnce() {
   absl::StatusOr<std::vector<std::string>> addresses = resolver_(target_.name);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!addresses.ok()) {
     ++failures_;
     LOG(WARNING) << "worker discovery: " << addresses.status().message()
@@ -90,7 +95,7 @@ void DnsDiscovery::ResolveOnce() {
 }
 
 std::optional<std::vector<WorkerEndpoint>> DnsDiscovery::TakeIfChanged() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!changed_) return std::nullopt;
   changed_ = false;
   std::vector<WorkerEndpoint> out;
@@ -108,7 +113,7 @@ std::optional<std::vector<WorkerEndpoint>> DnsDiscovery::TakeIfChanged() {
 }
 
 int64_t DnsDiscovery::failures() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return failures_;
 }
 

@@ -10,15 +10,15 @@
 #ifndef KVSERVE_ROUTER_DISCOVERY_H_
 #define KVSERVE_ROUTER_DISCOVERY_H_
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "router/worker_pool.h"
 
@@ -46,22 +46,26 @@ class DnsDiscovery {
   DnsDiscovery& operator=(const DnsDiscovery&) = delete;
 
   // The endpoints of the latest good resolution when they differ from the last ones taken.
-  std::optional<std::vector<WorkerEndpoint>> TakeIfChanged();
+  std::optional<std::vector<WorkerEndpoint>> TakeIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
   // Resolutions that failed so far (for the router's metrics and logs).
-  int64_t failures() const;
+  int64_t failures() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void ResolveOnce();
+  void ResolveOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  void RefreshLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Constant after construction.
   DnsTarget target_;
   absl::Duration period_;
   Resolver resolver_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::vector<std::string> latest_;  // guarded by mu_
-  bool have_latest_ = false, changed_ = false;
-  int64_t failures_ = 0;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled on stop
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> latest_ ABSL_GUARDED_BY(mu_);
+  bool have_latest_ ABSL_GUARDED_BY(mu_) = false;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

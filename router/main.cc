@@ -2,6 +2,8 @@
 // the worker that caches its prefix (or the least loaded), streams OpenAI-style responses.
 //
 //   kvserve-router --model DIR --workers 127.0.0.1:5570:5571,127.0.0.1:5580:5581 --port 8000
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -9,9 +11,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/hf_config.h"
 #include "common/init.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "router/http_front.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
@@ -40,6 +44,8 @@ ABSL_FLAG(int64_t, balance_abs_threshold, 512,
           "least-loaded worker is chosen");
 ABSL_FLAG(double, balance_rel_threshold, 1.5,
           "prefix policy: ...when also the busiest worker's load exceeds this × the idlest's");
+ABSL_FLAG(std::string, ports_file, "",
+          "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
 ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
@@ -110,13 +116,18 @@ absl::Status Serve() {
                         : static_cast<int>(config.max_position_embeddings);
   RouterMetrics metrics;
   o.metrics = &metrics;
-  RouterCore core(o);
-  core.Start();
-  ASSIGN_OR_RETURN(auto front, HttpFront::Start(f, tok.get(), &core, &metrics));
-  std::cout << "kvserve-router ready http://" << f.host << ":" << front->port() << std::endl;
+  auto core = std::make_unique<RouterCore>(o);
+  core->Start();
+  ASSIGN_OR_RETURN(std::unique_ptr<HttpFront> front,
+                   HttpFront::Start(f, tok.get(), core.get(), &metrics));
+  LOG(INFO) << "kvserve-router ready http://" << f.host << ":" << front->port();
+  if (const std::string file = absl::GetFlag(FLAGS_ports_file); !file.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(
+        file, absl::StrCat("{\"port\": ", front->port(), ", \"pid\": ", getpid(), "}\n")));
+  }
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   front->Stop();
-  core.Stop();
+  core.reset();  // its jobs hold the front's connections
   return absl::OkStatus();
 }
 

@@ -310,43 +310,4 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   return r;
 }
 
-OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view code) {
-  OpenAiError e;
-  std::string message(status.message());
-  std::string param;
-  std::string type = "invalid_request_error";
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      e.http_status = 400;
-      break;
-    case absl::StatusCode::kNotFound:
-      e.http_status = 404;
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      e.http_status = 429;
-      type = "rate_limit_error";
-      break;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kFailedPrecondition:
-      e.http_status = 503;
-      type = "service_unavailable";
-      break;
-    default:
-      e.http_status = 500;
-      type = "internal_error";
-      break;
-  }
-  if (status.code() == absl::StatusCode::kInvalidArgument) {
-    const size_t colon = message.find(": ");
-    if (colon != std::string::npos && message.find(' ') > colon) param = message.substr(0, colon);
-  }
-  nlohmann::json err = {
-      {"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
-  if (!param.empty()) err["param"] = param;
-  if (!code.empty()) err["code"] = std::string(code);
-  e.json =
-      nlohmann::json{{"error", err}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return e;
-}
-
 }  // namespace kvserve::router

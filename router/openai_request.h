@@ -55,16 +55,8 @@ struct ParsedRequest {
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see
-// OpenAiError below for how the HTTP layer reports it).
+// router/openai_error.h for how the HTTP layer reports it).
 absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat);
-
-// {"error": {"message", "type", "param", "code"}} for a status: InvalidArgument → 400
-// invalid_request_error with the param taken from the message's "param: " prefix.
-struct OpenAiError {
-  int http_status = 400;
-  std::string json;
-};
-OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view code = "");
 
 }  // namespace kvserve::router
 

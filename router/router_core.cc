@@ -1,10 +1,10 @@
 #include "router/router_core.h"
 
 #include <algorithm>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "router/recycle_coordinator.h"
 #include "router/router_metrics.h"
 
 namespace kvserve::router {
@@ -13,13 +13,19 @@ namespace {
 namespace pb = ::kvserve::v1;
 
 pb::GenerateResponse ErrorResponse(const std::string& id, absl::StatusCode code,
-                                   const std::string& message) {
+                                   absl::string_view message) {
   pb::GenerateResponse r;
   r.set_request_id(id);
   r.set_finish_reason(pb::FINISH_REASON_ERROR);
   r.mutable_error()->set_code(static_cast<int>(code));
-  r.mutable_error()->set_message(message);
+  r.mutable_error()->set_message(std::string(message));
   return r;
+}
+
+// A worker that refused a request because it is draining: nothing ran.
+bool RefusedWhileDraining(const pb::GenerateResponse& r) {
+  return r.finish_reason() == pb::FINISH_REASON_ERROR &&
+         r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
@@ -34,39 +40,6 @@ RouterCore::RouterCore(const RouterOptions& options) : options_(options) {
   }
 }
 
-void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
-  absl::flat_hash_map<std::string, int> active;
-  for (const WorkerView& v : pool_->Views()) active[v.name] = v.id;
-  absl::flat_hash_map<std::string, const WorkerEndpoint*> wanted;
-  for (const WorkerEndpoint& e : endpoints) wanted[e.name] = &e;
-  std::vector<std::pair<std::shared_ptr<Job>, std::pair<int, int>>> moves;
-  for (const auto& [name, w] : active) {
-    if (wanted.contains(name)) continue;
-    std::cout << "kvserve-router: worker " << name << " left the discovered set" << std::endl;
-    for (auto it = inflight_.begin(); it != inflight_.end();) {
-      if (it->second.worker != w) {
-        ++it;
-        continue;
-      }
-      if (!it->second.started && it->second.attempts < 3) {
-        moves.push_back({it->second.job, {it->second.attempts + 1, w}});
-        ++moved_;
-      } else {
-        it->second.job->on_response(ErrorResponse(it->first, absl::StatusCode::kUnavailable,
-                                                  "the worker serving this request left"));
-      }
-      inflight_.erase(it++);
-    }
-    pool_->Remove(w);
-  }
-  for (const auto& [name, e] : wanted) {
-    if (active.contains(name)) continue;
-    std::cout << "kvserve-router: discovered worker " << name << std::endl;
-    pool_->Add(*e);
-  }
-  for (auto& [job, how] : moves) Place(job, how.first, how.second);
-}
-
 RouterCore::~RouterCore() { Stop(); }
 
 void RouterCore::Start() {
@@ -79,24 +52,24 @@ void RouterCore::Stop() {
 }
 
 void RouterCore::Submit(std::shared_ptr<Job> job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back(std::move(job));
+  absl::MutexLock lock(&mu_);
+  inbox_.jobs.push_back(std::move(job));
 }
 
 void RouterCore::Abort(const std::string& request_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  aborts_.push_back(request_id);
+  absl::MutexLock lock(&mu_);
+  inbox_.aborts.push_back(request_id);
 }
 
 std::vector<WorkerInfo> RouterCore::Workers() const {
-  std::lock_guard<std::mutex> lock(info_mu_);
+  absl::MutexLock lock(&info_mu_);
   return info_;
 }
 
 absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlAction action) {
   int id = -1;
   {
-    std::lock_guard<std::mutex> lock(info_mu_);  // static and discovered workers alike
+    absl::MutexLock lock(&info_mu_);  // static and discovered workers alike
     for (const WorkerInfo& w : info_) {
       if (w.name == worker_name) id = w.id;
     }
@@ -107,9 +80,191 @@ absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlActi
     }
   }
   if (id < 0) return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
-  std::lock_guard<std::mutex> lock(mu_);
-  controls_.emplace_back(id, action);
+  absl::MutexLock lock(&mu_);
+  inbox_.controls.emplace_back(id, action);
   return absl::OkStatus();
+}
+
+void RouterCore::Loop() {
+  while (!stop_) {
+    if (discovery_ != nullptr) {
+      if (std::optional<std::vector<WorkerEndpoint>> found = discovery_->TakeIfChanged()) {
+        SyncWorkers(*found);
+      }
+    }
+    Inbox inbox = TakeInbox();
+    SendControls(inbox.controls);
+    for (auto& job : inbox.jobs) Place(job);
+    SendAborts(inbox.aborts);
+    for (auto& [w, m] : pool_->Poll(inbox.jobs.empty() ? 5 : 0)) {
+      if (m.type != "GenerateResponse") continue;
+      pb::GenerateResponse r;
+      if (ParseMessage(m, &r).ok()) HandleResponse(w, r);
+    }
+    const std::vector<WorkerView> views = pool_->Views();
+    UpdateReadiness(views);
+    if (auto now = std::chrono::steady_clock::now();
+        now - last_info_ > std::chrono::milliseconds(50)) {
+      PublishInfo(views);
+      last_info_ = now;
+    }
+    Coordinate(views);
+    RescueLost(views);
+  }
+}
+
+RouterCore::Inbox RouterCore::TakeInbox() {
+  Inbox taken;
+  absl::MutexLock lock(&mu_);
+  std::swap(taken, inbox_);
+  return taken;
+}
+
+void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction>>& controls) {
+  for (const auto& [w, action] : controls) {
+    pb::Control c;
+    c.set_action(action);
+    c.set_reason("admin");
+    c.set_coordinator_id(options_.coordinator_id);
+    pool_->Send(w, c).IgnoreError();
+  }
+}
+
+void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
+  for (const std::string& id : aborts) {
+    auto it = inflight_.find(id);
+    if (it == inflight_.end()) continue;
+    pb::AbortRequest a;
+    a.set_request_id(id);
+    a.set_reason("client disconnected");
+    pool_->Send(it->second.worker, a).IgnoreError();
+    inflight_.erase(it);
+  }
+}
+
+void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
+  auto it = inflight_.find(r.request_id());
+  if (it == inflight_.end() || it->second.worker != worker) return;  // a moved request's old one
+  if (RefusedWhileDraining(r) && CanMove(it->second)) {
+    // The worker started draining before it saw the request: send it elsewhere.
+    std::vector<Move> moves;
+    MoveOrFail(it->first, it->second, "", moves);
+    inflight_.erase(it);
+    return PlaceMoves(moves);
+  }
+  it->second.started = true;
+  std::shared_ptr<Job> job = it->second.job;
+  const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
+                    r.finish_reason() == pb::FINISH_REASON_ABORT;
+  if (last) inflight_.erase(it);
+  if (r.has_usage() && options_.metrics != nullptr) {
+    options_.metrics->CountCached(job->request.predicted_cached_tokens(),
+                                  r.usage().cached_prompt_tokens());
+  }
+  job->on_response(r);
+}
+
+void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {
+  int eligible = 0;
+  for (const WorkerView& v : views) eligible += v.eligible ? 1 : 0;
+  if (eligible != eligible_.load() || static_cast<int>(views.size()) != known_.load()) {
+    LOG(INFO) << "kvserve-router: " << eligible << "/" << views.size() << " workers ready";
+  }
+  known_ = static_cast<int>(views.size());
+  eligible_ = eligible;
+}
+
+// Recycle slots, from the states the workers themselves publish (router/recycle_coordinator.h).
+void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
+  std::vector<RecycleView> workers;
+  for (const WorkerView& v : views) {
+    RecycleView w{.id = v.id, .name = v.name, .eligible = v.eligible};
+    if (const pb::WorkerStatus* st = pool_->status(v.id); st != nullptr) {
+      w.recycle_pending = st->recycle_pending();
+      w.recycle_grant_ms = st->recycle_grant_ms();
+      w.instance_id = st->instance_id();
+    }
+    workers.push_back(std::move(w));
+  }
+  std::vector<RecycleAsk> asks;
+  for (auto& [w, instance, reason] : pool_->TakeRecycleAsks()) {
+    asks.push_back({w, instance, std::move(reason)});
+  }
+  CoordinatorDecision d = CoordinateRecycles({options_.max_unavailable, options_.coordinator_id},
+                                             workers, std::move(asks), revoked_);
+  for (auto& [w, control] : d.messages) pool_->Send(w, control).IgnoreError();
+  for (std::string& key : d.revoked) revoked_.insert(std::move(key));
+  grants_ += d.grants;
+  revokes_ += static_cast<int64_t>(d.revoked.size());
+}
+
+void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
+  std::vector<Move> moves;
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    const Placed& p = it->second;
+    const pb::WorkerStatus* st = pool_->status(p.worker);
+    if (st == nullptr) {  // never heard from it yet
+      ++it;
+      continue;
+    }
+    bool lost = true;
+    for (const WorkerView& v : views) {
+      // Eligible, or draining on purpose (it finishes what it has): not lost.
+      if (v.id == p.worker && (v.eligible || st->state() != pb::WORKER_STATE_READY)) lost = false;
+    }
+    // Restarted (killed and brought back before its heartbeat went stale): the new process
+    // never heard of the request.
+    if (p.instance_id != 0 && st->instance_id() != p.instance_id) lost = true;
+    if (!lost) {
+      ++it;
+      continue;
+    }
+    MoveOrFail(it->first, p, "the worker serving this request stopped responding", moves);
+    inflight_.erase(it++);
+  }
+  PlaceMoves(moves);
+}
+
+void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
+                            std::vector<Move>& moves) {
+  if (CanMove(p)) {
+    moves.push_back({p.job, p.attempts + 1, p.worker});
+    ++moved_;
+    return;
+  }
+  p.job->on_response(ErrorResponse(request_id, absl::StatusCode::kUnavailable, why));
+}
+
+void RouterCore::PlaceMoves(std::vector<Move>& moves) {
+  for (Move& m : moves) Place(m.job, m.attempts, m.from);
+  moves.clear();
+}
+
+void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
+  absl::flat_hash_map<std::string, int> active;
+  for (const WorkerView& v : pool_->Views()) active[v.name] = v.id;
+  absl::flat_hash_map<std::string, const WorkerEndpoint*> wanted;
+  for (const WorkerEndpoint& e : endpoints) wanted[e.name] = &e;
+  std::vector<Move> moves;
+  for (const auto& [name, w] : active) {
+    if (wanted.contains(name)) continue;
+    LOG(INFO) << "kvserve-router: worker " << name << " left the discovered set";
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+      if (it->second.worker != w) {
+        ++it;
+        continue;
+      }
+      MoveOrFail(it->first, it->second, "the worker serving this request left", moves);
+      inflight_.erase(it++);
+    }
+    pool_->Remove(w);
+  }
+  for (const auto& [name, e] : wanted) {
+    if (active.contains(name)) continue;
+    LOG(INFO) << "kvserve-router: discovered worker " << name;
+    pool_->Add(*e);
+  }
+  PlaceMoves(moves);
 }
 
 absl::flat_hash_map<int, int64_t> RouterCore::InflightBlocks() const {
@@ -163,90 +318,19 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
     }
     info.push_back(std::move(w));
   }
-  std::lock_guard<std::mutex> lock(info_mu_);
+  absl::MutexLock lock(&info_mu_);
   info_ = std::move(info);
-}
-
-// Grants recycle slots so that at most max_unavailable workers are draining or recycling at
-// once, counted from the states the workers themselves publish (so several router replicas
-// see the same picture; docs/ROUTER.md explains how their race is closed).
-void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
-  ResolveGrantConflicts(views);
-  auto asks = pool_->TakeRecycleAsks();
-  if (asks.empty()) return;
-  absl::flat_hash_map<int, std::string> names;
-  for (const WorkerView& v : views) names[v.id] = v.name;
-  // The lowest-named asker first: replicas that see the same asks grant the same worker.
-  std::sort(asks.begin(), asks.end(), [&](const auto& a, const auto& b) {
-    return names[std::get<0>(a)] < names[std::get<0>(b)];
-  });
-  // Unavailable: any worker out of rotation (draining, recycling, restarting, or silent).
-  // --max-unavailable 0 turns this replica's coordinator off (it denies every ask).
-  int unavailable = 0;
-  for (const WorkerView& v : views) unavailable += v.eligible ? 0 : 1;
-  for (const auto& [w, instance, reason] : asks) {
-    pb::Control reply;
-    reply.set_instance_id(instance);
-    reply.set_reason(reason);
-    reply.set_coordinator_id(options_.coordinator_id);
-    if (unavailable < options_.max_unavailable) {
-      reply.set_action(pb::CONTROL_ACTION_RECYCLE_GRANT);
-      ++unavailable;
-      ++grants_;
-    } else {
-      reply.set_action(pb::CONTROL_ACTION_RECYCLE_DENY);
-    }
-    pool_->Send(w, reply).IgnoreError();
-  }
-}
-
-void RouterCore::ResolveGrantConflicts(const std::vector<WorkerView>& views) {
-  if (options_.max_unavailable <= 0) return;  // this replica's coordinator is off
-  struct Pending {
-    int64_t grant_ms;
-    std::string name;
-    int id;
-    uint64_t instance;
-  };
-  std::vector<Pending> pending;
-  int committed = 0;  // out of rotation for good: draining, recycling past the hold, silent
-  for (const WorkerView& v : views) {
-    const pb::WorkerStatus* st = pool_->status(v.id);
-    if (st != nullptr && st->recycle_pending()) {
-      pending.push_back({st->recycle_grant_ms(), v.name, v.id, st->instance_id()});
-    } else if (!v.eligible) {
-      ++committed;
-    }
-  }
-  if (pending.empty()) return;
-  // Every replica sees the same heartbeats, so every replica keeps the same grants (earliest
-  // first, then by name) and revokes the same others: concurrent grants by different
-  // replicas never take more than --max-unavailable workers down.
-  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
-    return std::tie(a.grant_ms, a.name) < std::tie(b.grant_ms, b.name);
-  });
-  const size_t keep = static_cast<size_t>(std::max(0, options_.max_unavailable - committed));
-  for (size_t i = keep; i < pending.size(); ++i) {
-    const std::string key = absl::StrCat(pending[i].instance, "/", pending[i].grant_ms);
-    if (!revoked_.insert(key).second) continue;  // sent already; the worker answers once
-    pb::Control revoke;
-    revoke.set_action(pb::CONTROL_ACTION_RECYCLE_REVOKE);
-    revoke.set_instance_id(pending[i].instance);
-    revoke.set_coordinator_id(options_.coordinator_id);
-    pool_->Send(pending[i].id, revoke).IgnoreError();
-    ++revokes_;
-  }
 }
 
 void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclude) {
   std::vector<WorkerView> views = pool_->Views();
-  for (WorkerView& v : views) {
-    if (v.id == exclude) v.eligible = false;  // the worker that just failed this request
-  }
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
-  // a request would look busy.
+  // a request would look busy. The worker that just failed this request is not eligible.
   absl::flat_hash_map<int, int64_t> inflight_blocks = InflightBlocks();
-  for (WorkerView& v : views) v.active_blocks = inflight_blocks[v.id];
+  for (WorkerView& v : views) {
+    if (v.id == exclude) v.eligible = false;
+    v.active_blocks = inflight_blocks[v.id];
+  }
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
   std::vector<BlockHash> hashes;
   for (const WorkerView& v : views) {
@@ -260,143 +344,23 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   }
   absl::StatusOr<Decision> d =
       Route(options_.routing, views, index_, hashes, job->session_key, &round_robin_);
-  if (!d.ok()) {
-    job->on_response(ErrorResponse(job->request.request_id(), d.status().code(),
-                                   std::string(d.status().message())));
-    return;
-  }
+  const std::string& id = job->request.request_id();
+  if (!d.ok()) return job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));
   if (options_.metrics != nullptr) {
     std::string name;
     for (const WorkerView& v : views) {
       if (v.id == d->worker) name = v.name;
     }
-    options_.metrics->CountDecision(d->reason, name);
+    options_.metrics->CountDecision(std::string(RouteReasonName(d->reason)), name);
   }
+  const pb::WorkerStatus* st = pool_->status(d->worker);
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
-                                           std::max(1, pool_->status(d->worker)->block_size()));
+                                           std::max(1, st->block_size()));
   if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
-    job->on_response(ErrorResponse(job->request.request_id(), absl::StatusCode::kUnavailable,
-                                   std::string(s.message())));
-    return;
+    return job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
-  const pb::WorkerStatus* st = pool_->status(d->worker);
-  inflight_[job->request.request_id()] =
-      Placed{d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0};
-}
-
-void RouterCore::Loop() {
-  while (!stop_) {
-    if (discovery_ != nullptr) {
-      if (std::optional<std::vector<WorkerEndpoint>> found = discovery_->TakeIfChanged()) {
-        SyncWorkers(*found);
-      }
-    }
-    std::deque<std::shared_ptr<Job>> jobs;
-    std::vector<std::string> aborts;
-    std::vector<std::pair<int, pb::ControlAction>> controls;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs.swap(queue_);
-      aborts.swap(aborts_);
-      controls.swap(controls_);
-    }
-    for (const auto& [w, action] : controls) {
-      pb::Control c;
-      c.set_action(action);
-      c.set_reason("admin");
-      c.set_coordinator_id(options_.coordinator_id);
-      pool_->Send(w, c).IgnoreError();
-    }
-    for (auto& job : jobs) Place(job);
-    for (const std::string& id : aborts) {
-      auto it = inflight_.find(id);
-      if (it == inflight_.end()) continue;
-      pb::AbortRequest a;
-      a.set_request_id(id);
-      a.set_reason("client disconnected");
-      pool_->Send(it->second.worker, a).IgnoreError();
-      inflight_.erase(it);
-    }
-    for (auto& [w, m] : pool_->Poll(jobs.empty() ? 5 : 0)) {
-      if (m.type != "GenerateResponse") continue;
-      pb::GenerateResponse r;
-      if (!ParseMessage(m, &r).ok()) continue;
-      auto it = inflight_.find(r.request_id());
-      if (it == inflight_.end() || it->second.worker != w)
-        continue;  // a moved request's old worker
-      if (!it->second.started && r.finish_reason() == pb::FINISH_REASON_ERROR &&
-          r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition) &&
-          it->second.attempts < 3) {
-        // The worker started draining before it saw the request: nothing ran, send it elsewhere.
-        std::shared_ptr<Job> job = it->second.job;
-        const int attempts = it->second.attempts;
-        inflight_.erase(it);
-        ++moved_;
-        Place(job, attempts + 1, w);
-        continue;
-      }
-      it->second.started = true;
-      std::shared_ptr<Job> job = it->second.job;
-      const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
-                        r.finish_reason() == pb::FINISH_REASON_ABORT;
-      if (last) inflight_.erase(it);
-      if (r.has_usage() && options_.metrics != nullptr) {
-        options_.metrics->CountCached(job->request.predicted_cached_tokens(),
-                                      r.usage().cached_prompt_tokens());
-      }
-      job->on_response(r);
-    }
-    // A worker whose heartbeat stopped: its requests end with an error.
-    const std::vector<WorkerView> views = pool_->Views();
-    int eligible = 0;
-    for (const WorkerView& v : views) eligible += v.eligible ? 1 : 0;
-    if (eligible != eligible_.load() || static_cast<int>(views.size()) != known_.load()) {
-      // Launchers (kvserve-cluster) and operators read this line.
-      std::cout << "kvserve-router: " << eligible << "/" << views.size() << " workers ready"
-                << std::endl;
-    }
-    known_ = static_cast<int>(views.size());
-    eligible_ = eligible;
-    if (auto now = std::chrono::steady_clock::now();
-        now - last_info_ > std::chrono::milliseconds(50)) {
-      PublishInfo(views);
-      last_info_ = now;
-    }
-    Coordinate(views);
-    std::vector<std::pair<std::shared_ptr<Job>, std::pair<int, int>>>
-        moves;  // job, (attempts, from)
-    for (auto it = inflight_.begin(); it != inflight_.end();) {
-      const Placed& p = it->second;
-      const pb::WorkerStatus* st = pool_->status(p.worker);
-      if (st == nullptr) {  // never heard from it yet
-        ++it;
-        continue;
-      }
-      bool lost = true;
-      for (const WorkerView& v : views) {
-        // Eligible, or draining on purpose (it finishes what it has): not lost.
-        if (v.id == p.worker && (v.eligible || st->state() != pb::WORKER_STATE_READY)) lost = false;
-      }
-      // Restarted (killed and brought back before its heartbeat went stale): the new process
-      // never heard of the request.
-      if (p.instance_id != 0 && st->instance_id() != p.instance_id) lost = true;
-      if (!lost) {
-        ++it;
-        continue;
-      }
-      if (!p.started && p.attempts < 3) {
-        moves.push_back(
-            {p.job, {p.attempts + 1, p.worker}});  // nothing streamed yet: retry elsewhere
-        ++moved_;
-      } else {
-        p.job->on_response(ErrorResponse(it->first, absl::StatusCode::kUnavailable,
-                                         "the worker serving this request stopped responding"));
-      }
-      inflight_.erase(it++);
-    }
-    for (auto& [job, how] : moves) Place(job, how.first, how.second);
-  }
+  inflight_[id] = Placed{d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0};
 }
 
 }  // namespace kvserve::router

@@ -3,7 +3,7 @@
 // the request, and hands every response delta back through the job's callback (which must be
 // thread-safe: it runs on the core thread).
 //
-//   RouterCore core(options, tokenizer_dir...);
+//   RouterCore core(options);
 //   core.Start();
 //   core.Submit(std::move(job));   // any thread
 #ifndef KVSERVE_ROUTER_ROUTER_CORE_H_
@@ -14,14 +14,15 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
 #include "router/prefix_index.h"
@@ -71,14 +72,19 @@ struct Job {
 
 class RouterCore {
  public:
+  // Requests whose worker went away (or drained) before anything streamed are placed again, on
+  // another worker, up to this many placements in all.
+  static constexpr int kMaxPlacementAttempts = 3;
+
   explicit RouterCore(const RouterOptions& options);
   ~RouterCore();
   void Start();
   void Stop();  // idempotent; joins
 
-  void Submit(std::shared_ptr<Job> job);
+  // Queue a job for placement. Any thread.
+  void Submit(std::shared_ptr<Job> job) ABSL_LOCKS_EXCLUDED(mu_);
   // Abort a submitted request (client gone). Any thread.
-  void Abort(const std::string& request_id);
+  void Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
   // True when at least one worker is eligible (for /ready). Any thread.
   [[nodiscard]] bool ready() const { return eligible_.load() > 0; }
   // Workers eligible for routing, and known. Any thread.
@@ -86,8 +92,9 @@ class RouterCore {
   [[nodiscard]] int known_workers() const { return known_.load(); }
   // Admin: a snapshot of the workers (any thread), and control actions (DRAIN, UNDRAIN,
   // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
-  [[nodiscard]] std::vector<WorkerInfo> Workers() const;
-  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action);
+  [[nodiscard]] std::vector<WorkerInfo> Workers() const ABSL_LOCKS_EXCLUDED(info_mu_);
+  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action)
+      ABSL_LOCKS_EXCLUDED(mu_, info_mu_);
   // Recycle slots granted so far (the coordinator), and grants revoked because another
   // replica granted a slot at the same moment.
   [[nodiscard]] int64_t grants() const { return grants_.load(); }
@@ -97,35 +104,7 @@ class RouterCore {
   [[nodiscard]] int64_t moved() const { return moved_.load(); }
 
  private:
-  void Loop();
-  void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1);
-
-  RouterOptions options_;
-  zmq::context_t ctx_;
-  PrefixIndex index_;
-  std::unique_ptr<WorkerPool> pool_;
-  std::unique_ptr<DnsDiscovery> discovery_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> eligible_{0}, known_{0};
-  std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0};
-  absl::flat_hash_set<std::string> revoked_;  // "instance/grant_ms" revokes sent (core thread)
-  std::chrono::steady_clock::time_point last_info_;
-  mutable std::mutex info_mu_;
-  std::vector<WorkerInfo> info_;                                      // guarded by info_mu_
-  std::vector<std::pair<int, kvserve::v1::ControlAction>> controls_;  // guarded by mu_
-  void Coordinate(const std::vector<WorkerView>& views);
-  void PublishInfo(const std::vector<WorkerView>& views);
-  // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
-  // that had not started move to other workers, started ones end with an error).
-  void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
-  // Revokes held recycle grants beyond --max-unavailable (docs/ROUTER.md).
-  void ResolveGrantConflicts(const std::vector<WorkerView>& views);
-  // Blocks each worker's in-flight requests will hold, from the router's own books.
-  absl::flat_hash_map<int, int64_t> InflightBlocks() const;
-  std::mutex mu_;
-  std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
-  std::vector<std::string> aborts_;         // guarded by mu_
+  // A placed request, as the core thread tracks it.
   struct Placed {
     int worker;
     std::shared_ptr<Job> job;
@@ -133,8 +112,71 @@ class RouterCore {
     int attempts = 1;
     uint64_t instance_id = 0;  // the worker process it went to (0: not known yet)
   };
-  absl::flat_hash_map<std::string, Placed> inflight_;  // core thread
+  // A request to place again: its job, the placements it had, and the worker it leaves.
+  struct Move {
+    std::shared_ptr<Job> job;
+    int attempts;
+    int from;
+  };
+  // What other threads queued for the core thread.
+  struct Inbox {
+    std::deque<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> aborts;
+    std::vector<std::pair<int, kvserve::v1::ControlAction>> controls;
+  };
+
+  // Steps of one turn of the core loop.
+  void Loop();
+  Inbox TakeInbox() ABSL_LOCKS_EXCLUDED(mu_);
+  void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls);
+  void SendAborts(const std::vector<std::string>& aborts);
+  void HandleResponse(int worker, const kvserve::v1::GenerateResponse& r);
+  void UpdateReadiness(const std::vector<WorkerView>& views);
+  void Coordinate(const std::vector<WorkerView>& views);
+  // Moves or fails the requests of workers that stopped responding or restarted.
+  void RescueLost(const std::vector<WorkerView>& views);
+
+  void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1);
+  // Whether `p` may be placed again: nothing of it streamed and it has placements left.
+  [[nodiscard]] static bool CanMove(const Placed& p) {
+    return !p.started && p.attempts < kMaxPlacementAttempts;
+  }
+  // Queues `p` to move when CanMove, else ends it with Unavailable `why`. The caller erases it
+  // from inflight_ and places the moves once done iterating.
+  void MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
+                  std::vector<Move>& moves);
+  void PlaceMoves(std::vector<Move>& moves);
+  void PublishInfo(const std::vector<WorkerView>& views) ABSL_LOCKS_EXCLUDED(info_mu_);
+  // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
+  // that had not started move to other workers, started ones end with an error).
+  void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
+  // Blocks each worker's in-flight requests will hold, from the router's own books.
+  absl::flat_hash_map<int, int64_t> InflightBlocks() const;
+
+  // Constant after construction.
+  RouterOptions options_;
+
+  // Owned by the core thread (Loop and what it calls).
+  zmq::context_t ctx_;
+  PrefixIndex index_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<DnsDiscovery> discovery_;
+  absl::flat_hash_map<std::string, Placed> inflight_;
+  absl::flat_hash_set<std::string> revoked_;  // RevokeKey of each revoke sent
+  std::chrono::steady_clock::time_point last_info_;
   uint64_t round_robin_ = 0;
+
+  // Read by any thread.
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> eligible_{0}, known_{0};
+  std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0};
+
+  mutable absl::Mutex info_mu_;
+  std::vector<WorkerInfo> info_ ABSL_GUARDED_BY(info_mu_);
+
+  absl::Mutex mu_;
+  Inbox inbox_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::router

@@ -67,7 +67,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   gauge("kvserve_router_kv_event_lag_seconds",
         "Delay of the worker's last KV-event batch (receive time - its timestamp)",
         seen.event_lag_s);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WorkerSeen& last = last_[worker];
   auto counter = [&](const char* name, const char* help, int64_t now, int64_t& before) {
     if (now > before) {

@@ -6,9 +6,10 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/registry.h"
 
 namespace kvserve::router {
@@ -34,8 +35,9 @@ class RouterMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::mutex mu_;
-  std::map<std::string, WorkerSeen> last_;  // cumulative counts already added, by worker
+  absl::Mutex mu_;
+  // Cumulative counts already added, by worker.
+  std::map<std::string, WorkerSeen> last_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::router

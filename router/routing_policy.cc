@@ -25,6 +25,55 @@ absl::StatusOr<Policy> ParsePolicy(std::string_view name) {
       "--policy '", Sv(name), "' is not one of prefix, round_robin, least_load, session"));
 }
 
+namespace {
+
+// A prompt that no worker caches well (best match under spread_below of its blocks) goes to the
+// worker that caches the least (SGLang's smallest tree), so that new prefixes spread their
+// groups, and with them the load, over the workers; lower load, then round robin from
+// `first`, break ties. Null when some worker caches the prompt well.
+const WorkerView* SpreadPick(const RoutingConfig& c, const std::vector<const WorkerView*>& eligible,
+                             size_t first, const PrefixIndex& index,
+                             absl::Span<const BlockHash> hashes) {
+  int best_match = 0;
+  for (const WorkerView* w : eligible) {
+    best_match = std::max(best_match, index.LongestPrefix(w->id, hashes).total());
+  }
+  if (hashes.empty() || best_match >= c.spread_below * static_cast<double>(hashes.size())) {
+    return nullptr;
+  }
+  const WorkerView* pick = nullptr;
+  for (size_t k = 0; k < eligible.size(); ++k) {
+    const WorkerView* w = eligible[(first + k) % eligible.size()];
+    if (pick == nullptr || index.num_blocks(w->id) < index.num_blocks(pick->id) ||
+        (index.num_blocks(w->id) == index.num_blocks(pick->id) &&
+         LoadBlocks(c, *w) < LoadBlocks(c, *pick))) {
+      pick = w;
+    }
+  }
+  return pick;
+}
+
+// The worker of lowest w_prefill · blocks to prefill + w_load · load, scanned from `first` so
+// that equal costs go round robin.
+const WorkerView* CheapestPrefill(const RoutingConfig& c,
+                                  const std::vector<const WorkerView*>& eligible, size_t first,
+                                  const PrefixIndex& index, absl::Span<const BlockHash> hashes) {
+  const WorkerView* best = nullptr;
+  double best_cost = 0;
+  for (size_t k = 0; k < eligible.size(); ++k) {
+    const WorkerView* w = eligible[(first + k) % eligible.size()];
+    const PrefixIndex::Match m = index.LongestPrefix(w->id, hashes);
+    const double to_prefill =
+        static_cast<double>(hashes.size()) - m.device_blocks - c.host_weight * m.host_blocks;
+    const double cost =
+        c.w_prefill * to_prefill + c.w_load * static_cast<double>(LoadBlocks(c, *w));
+    if (best == nullptr || cost < best_cost) best = w, best_cost = cost;
+  }
+  return best;
+}
+
+}  // namespace
+
 absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerView> workers,
                                const PrefixIndex& index, absl::Span<const BlockHash> hashes,
                                std::string_view session_key, uint64_t* round_robin) {
@@ -34,10 +83,10 @@ absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerVi
   }
   if (eligible.empty())
     return absl::UnavailableError("no worker is ready (all draining, recycling or unhealthy)");
-  auto finish = [&](const WorkerView* w, std::string reason) {
+  auto finish = [&](const WorkerView* w, RouteReason reason) {
     Decision d;
     d.worker = w->id;
-    d.reason = std::move(reason);
+    d.reason = reason;
     d.predicted_cached_blocks = index.LongestPrefix(w->id, hashes).total();
     return d;
   };
@@ -50,11 +99,11 @@ absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerVi
   };
   switch (c.policy) {
     case Policy::kRoundRobin:
-      return finish(eligible[(*round_robin)++ % eligible.size()], "round_robin");
+      return finish(eligible[(*round_robin)++ % eligible.size()], RouteReason::kRoundRobin);
     case Policy::kLeastLoad:
-      return finish(least_loaded(), "least_load");
+      return finish(least_loaded(), RouteReason::kLeastLoad);
     case Policy::kSession: {
-      if (session_key.empty()) return finish(least_loaded(), "least_load");
+      if (session_key.empty()) return finish(least_loaded(), RouteReason::kLeastLoad);
       // Rendezvous hashing: the key stays on its worker while that worker is eligible.
       const WorkerView* best = nullptr;
       uint64_t best_score = 0;
@@ -62,7 +111,7 @@ absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerVi
         const uint64_t score = StableHash64(absl::StrCat(Sv(session_key), "\n", w->name));
         if (best == nullptr || score > best_score) best = w, best_score = score;
       }
-      return finish(best, "session");
+      return finish(best, RouteReason::kSession);
     }
     case Policy::kPrefix:
       break;
@@ -74,41 +123,31 @@ absl::StatusOr<Decision> Route(const RoutingConfig& c, absl::Span<const WorkerVi
   }
   if (max_load - min_load > c.balance_abs_threshold &&
       static_cast<double>(max_load) > c.balance_rel_threshold * static_cast<double>(min_load)) {
-    return finish(least_loaded(), "balance");
+    return finish(least_loaded(), RouteReason::kBalance);
   }
-  // A prompt that no worker caches well (best match under spread_below of its blocks) goes to
-  // the worker that caches the least (SGLang's smallest tree), so that new prefixes spread
-  // their groups, and with them the load, over the workers; lower load, then round robin,
-  // break ties.
   const size_t first = (*round_robin)++ % eligible.size();
-  int best_match = 0;
-  for (const WorkerView* w : eligible)
-    best_match = std::max(best_match, index.LongestPrefix(w->id, hashes).total());
-  if (!hashes.empty() && best_match < c.spread_below * static_cast<double>(hashes.size())) {
-    const WorkerView* pick = nullptr;
-    for (size_t k = 0; k < eligible.size(); ++k) {
-      const WorkerView* w = eligible[(first + k) % eligible.size()];
-      if (pick == nullptr || index.num_blocks(w->id) < index.num_blocks(pick->id) ||
-          (index.num_blocks(w->id) == index.num_blocks(pick->id) &&
-           LoadBlocks(c, *w) < LoadBlocks(c, *pick))) {
-        pick = w;
-      }
-    }
-    return finish(pick, "spread");
+  if (const WorkerView* pick = SpreadPick(c, eligible, first, index, hashes)) {
+    return finish(pick, RouteReason::kSpread);
   }
-  // Scanned from a rotating start, so that equal costs go round robin.
-  const WorkerView* best = nullptr;
-  double best_cost = 0;
-  for (size_t k = 0; k < eligible.size(); ++k) {
-    const WorkerView* w = eligible[(first + k) % eligible.size()];
-    const PrefixIndex::Match m = index.LongestPrefix(w->id, hashes);
-    const double to_prefill =
-        static_cast<double>(hashes.size()) - m.device_blocks - c.host_weight * m.host_blocks;
-    const double cost =
-        c.w_prefill * to_prefill + c.w_load * static_cast<double>(LoadBlocks(c, *w));
-    if (best == nullptr || cost < best_cost) best = w, best_cost = cost;
+  return finish(CheapestPrefill(c, eligible, first, index, hashes), RouteReason::kPrefix);
+}
+
+std::string_view RouteReasonName(RouteReason reason) {
+  switch (reason) {
+    case RouteReason::kPrefix:
+      return "prefix";
+    case RouteReason::kSpread:
+      return "spread";
+    case RouteReason::kBalance:
+      return "balance";
+    case RouteReason::kRoundRobin:
+      return "round_robin";
+    case RouteReason::kLeastLoad:
+      return "least_load";
+    case RouteReason::kSession:
+      return "session";
   }
-  return finish(best, "prefix");
+  return "unknown";
 }
 
 }  // namespace kvserve::router

@@ -50,9 +50,15 @@ struct RoutingConfig {
   double spread_below = 0.5;            // best cached fraction under which a prompt is "new"
 };
 
+// Why a worker was picked: the prefix policy's cost (kPrefix), its spreading of a prompt no
+// worker caches (kSpread) or its fallback to the least loaded (kBalance); or another policy.
+enum class RouteReason { kPrefix, kSpread, kBalance, kRoundRobin, kLeastLoad, kSession };
+// The metric label: "prefix", "spread", "balance", "round_robin", "least_load", "session".
+std::string_view RouteReasonName(RouteReason reason);
+
 struct Decision {
   int worker = -1;
-  std::string reason;  // "prefix", "spread", "balance", "round_robin", "least_load", "session"
+  RouteReason reason = RouteReason::kPrefix;
   int predicted_cached_blocks = 0;
 };
 

@@ -5,6 +5,7 @@
 //   kvserve-cluster --model DIR --workers 2 --port 8000 [-- worker flags...]
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
 #include "common/file_util.h"
 #include "common/init.h"
 
@@ -59,14 +64,36 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   return pid;
 }
 
-// Whether `log` comes to hold `needle` within timeout_s; false at once when `pid` exits first
-// (it is reaped) or on a stop signal.
-bool WaitForLine(const std::string& log, const std::string& needle, int timeout_s, pid_t pid) {
+// The status of GET http://127.0.0.1:PORT/TARGET, or 0 when nothing answers within a second.
+int HttpGetStatus(int port, const std::string& target) {
+  namespace asio = boost::asio;
+  namespace http = boost::beast::http;
+  asio::io_context io;
+  asio::ip::tcp::socket socket(io);
+  boost::system::error_code ec;
+  socket.connect({asio::ip::address_v4::loopback(), static_cast<unsigned short>(port)}, ec);
+  if (ec) return 0;
+  const timeval timeout{.tv_sec = 1, .tv_usec = 0};
+  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  http::request<http::empty_body> request{http::verb::get, target, 11};
+  request.set(http::field::host, "127.0.0.1");
+  http::write(socket, request, ec);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  if (!ec) http::read(socket, buffer, response, ec);
+  return ec ? 0 : response.result_int();
+}
+
+// Whether process `pid` becomes ready within timeout_s: it wrote `ports_file` (so the port is
+// its own, not another process's) and GET TARGET on `port` answers 200. False at once when
+// `pid` exits first (it is reaped) or on a stop signal.
+bool WaitUntilReady(pid_t pid, const std::string& ports_file, int port, const std::string& target,
+                    int timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline && !g_stop) {
     const bool exited = waitpid(pid, nullptr, WNOHANG) == pid;
-    if (kvserve::ReadFileToString(log).value_or("").find(needle) != std::string::npos) return true;
     if (exited) return false;
+    if (std::filesystem::exists(ports_file) && HttpGetStatus(port, target) == 200) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -79,134 +106,185 @@ std::string LastLine(const std::string& log) {
   return text.substr(text.rfind('\n') + 1);
 }
 
+// Makes the default model on first use (random weights around --tokenizer); false after
+// saying why it could not.
+bool EnsureModel(const std::string& bin, const std::string& model) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(model) / "config.json")) return true;
+  const std::string tok = absl::GetFlag(FLAGS_tokenizer);
+  if (!fs::exists(fs::path(tok) / "tokenizer.json")) {
+    std::cerr << "kvserve-cluster: no model at " << model << " and no tokenizer at " << tok
+              << " to make one (run scripts/fetch-tokenizer.sh)\n";
+    return false;
+  }
+  std::cerr << "kvserve-cluster: making " << model << " (random weights, Llama 3 tokenizer)\n";
+  const std::string cmd =
+      absl::StrCat(bin, "/kvserve-make-model --tokenizer '", tok, "' --out '", model, "'");
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "kvserve-cluster: kvserve-make-model failed\n";
+    return false;
+  }
+  return true;
+}
+
+// The processes of one local cluster: worker i on ports base + 3i (requests), + 1 (events) and
+// + 2 (metrics and probes), the router in front; logs and ports files in `logs`.
+class Cluster {
+ public:
+  Cluster(std::string bin, std::string model, std::vector<std::string> worker_flags)
+      : bin_(std::move(bin)),
+        model_(std::move(model)),
+        worker_flags_(std::move(worker_flags)),
+        logs_((std::filesystem::temp_directory_path() / absl::StrCat("kvserve-cluster-", getpid()))
+                  .string()),
+        n_(absl::GetFlag(FLAGS_workers)),
+        base_(absl::GetFlag(FLAGS_base_port)),
+        max_len_(std::to_string(absl::GetFlag(FLAGS_max_model_len))) {
+    std::filesystem::create_directories(logs_);
+  }
+
+  // Starts the workers, then the router once every worker is ready; false after saying which
+  // process did not start and why. A stop signal ends it early (true).
+  bool Start() {
+    for (int i = 0; i < n_; ++i) workers_.push_back(Spawn(WorkerArgs(i), WorkerFile(i, "log")));
+    for (int i = 0; i < n_ && !g_stop; ++i) {
+      if (!WaitUntilReady(workers_[i], WorkerFile(i, "ports"), base_ + 3 * i + 2, "/ready", 120)) {
+        if (g_stop) return true;
+        std::cerr << "kvserve-cluster: worker " << i
+                  << " did not start: " << LastLine(WorkerFile(i, "log")) << " (logs in " << logs_
+                  << ")\n";
+        return false;
+      }
+    }
+    if (g_stop) return true;
+    const int port = absl::GetFlag(FLAGS_port);
+    router_ = Spawn(RouterArgs(), logs_ + "/router.log");
+    // Ready once the router routes to every worker (their first heartbeats reached it).
+    if (!WaitUntilReady(router_, logs_ + "/router.ports", port,
+                        absl::StrCat("/ready?min_workers=", n_), 60)) {
+      if (g_stop) return true;
+      std::cerr << "kvserve-cluster: the router did not start: " << LastLine(logs_ + "/router.log")
+                << " (log " << logs_ << "/router.log)\n";
+      return false;
+    }
+    std::cout << "kvserve-cluster ready: http://127.0.0.1:" << port << " (" << n_
+              << " workers, logs in " << logs_ << ")" << std::endl;
+    return true;
+  }
+
+  // Restarts a worker that exits, until a stop signal; false when the router exits.
+  bool Supervise() {
+    while (!g_stop) {
+      int status;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      for (int i = 0; pid > 0 && i < n_; ++i) {
+        if (pid != workers_[i]) continue;
+        std::cerr << "kvserve-cluster: worker " << i << " exited; restarting\n";
+        workers_[i] = Spawn(WorkerArgs(i), WorkerFile(i, "log"));
+      }
+      if (pid > 0 && pid == router_) {
+        std::cerr << "kvserve-cluster: the router exited; stopping\n";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+  }
+
+  // SIGTERM to every process, then up to 30 s for them to drain and exit.
+  void Stop() {
+    if (router_ > 0) kill(router_, SIGTERM);
+    for (pid_t p : workers_) kill(p, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+ private:
+  [[nodiscard]] std::string WorkerFile(int i, const char* kind) const {
+    return absl::StrCat(logs_, "/worker-", i, ".", kind);
+  }
+
+  [[nodiscard]] std::vector<std::string> WorkerArgs(int i) const {
+    std::vector<std::string> a = {bin_ + "/kvserve-worker",
+                                  "--model",
+                                  model_,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(base_ + 3 * i),
+                                  "--events-port",
+                                  std::to_string(base_ + 3 * i + 1),
+                                  "--metrics-port",
+                                  std::to_string(base_ + 3 * i + 2),
+                                  "--worker-id",
+                                  absl::StrCat("worker-", i),
+                                  "--max-model-len",
+                                  max_len_,
+                                  "--tensor-parallel-size",
+                                  std::to_string(absl::GetFlag(FLAGS_tensor_parallel_size)),
+                                  "--ports-file",
+                                  WorkerFile(i, "ports")};
+    a.insert(a.end(), worker_flags_.begin(), worker_flags_.end());
+    return a;
+  }
+
+  [[nodiscard]] std::vector<std::string> RouterArgs() const {
+    std::vector<std::string> endpoints;
+    for (int i = 0; i < n_; ++i) {
+      endpoints.push_back(absl::StrCat("127.0.0.1:", base_ + 3 * i, ":", base_ + 3 * i + 1));
+    }
+    std::vector<std::string> a = {bin_ + "/kvserve-router",
+                                  "--model",
+                                  model_,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(absl::GetFlag(FLAGS_port)),
+                                  "--workers",
+                                  absl::StrJoin(endpoints, ","),
+                                  "--policy",
+                                  absl::GetFlag(FLAGS_policy),
+                                  "--max-model-len",
+                                  max_len_,
+                                  "--ports-file",
+                                  logs_ + "/router.ports"};
+    for (absl::string_view f :
+         absl::StrSplit(absl::GetFlag(FLAGS_router_args), ' ', absl::SkipEmpty())) {
+      a.emplace_back(f);
+    }
+    return a;
+  }
+
+  const std::string bin_, model_;
+  const std::vector<std::string> worker_flags_;
+  const std::string logs_;
+  const int n_, base_;
+  const std::string max_len_;
+  std::vector<pid_t> workers_;
+  pid_t router_ = -1;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // Arguments after "--" are worker flags, passed through to every worker as they are.
   const std::vector<char*> positional = kvserve::InitProgram(
       argc, argv, "kvserve-cluster [--model DIR] [--workers N] [--port 8000] [-- worker flags...]");
-  namespace fs = std::filesystem;
-  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
-  std::string model = absl::GetFlag(FLAGS_model);
-  if (!fs::exists(fs::path(model) / "config.json")) {
-    const std::string tok = absl::GetFlag(FLAGS_tokenizer);
-    if (!fs::exists(fs::path(tok) / "tokenizer.json")) {
-      std::cerr << "kvserve-cluster: no model at " << model << " and no tokenizer at " << tok
-                << " to make one (run scripts/fetch-tokenizer.sh)\n";
-      return 1;
-    }
-    std::cerr << "kvserve-cluster: making " << model << " (random weights, Llama 3 tokenizer)\n";
-    const std::string cmd =
-        absl::StrCat(bin, "/kvserve-make-model --tokenizer '", tok, "' --out '", model, "'");
-    if (std::system(cmd.c_str()) != 0) {
-      std::cerr << "kvserve-cluster: kvserve-make-model failed\n";
-      return 1;
-    }
-  }
+  const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (!EnsureModel(bin, model)) return 1;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  const std::string logs =
-      (fs::temp_directory_path() / absl::StrCat("kvserve-cluster-", getpid())).string();
-  fs::create_directories(logs);
-  const int n = absl::GetFlag(FLAGS_workers);
-  const int base = absl::GetFlag(FLAGS_base_port);
-  const std::string max_len = std::to_string(absl::GetFlag(FLAGS_max_model_len));
-  std::vector<std::string> extra(positional.begin() + 1, positional.end());
+  std::vector<std::string> worker_flags(positional.begin() + 1, positional.end());
   for (absl::string_view a :
-       absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty()))
-    extra.emplace_back(a);
-  auto worker_args = [&](int i) {
-    std::vector<std::string> a = {bin + "/kvserve-worker",
-                                  "--model",
-                                  model,
-                                  "--host",
-                                  "127.0.0.1",
-                                  "--port",
-                                  std::to_string(base + 3 * i),
-                                  "--events-port",
-                                  std::to_string(base + 3 * i + 1),
-                                  "--metrics-port",
-                                  std::to_string(base + 3 * i + 2),
-                                  "--worker-id",
-                                  absl::StrCat("worker-", i),
-                                  "--max-model-len",
-                                  max_len,
-                                  "--tensor-parallel-size",
-                                  std::to_string(absl::GetFlag(FLAGS_tensor_parallel_size))};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
-  std::vector<pid_t> workers(n);
-  std::vector<std::string> endpoints;
-  for (int i = 0; i < n; ++i) {
-    const std::string log = absl::StrCat(logs, "/worker-", i, ".log");
-    workers[i] = Spawn(worker_args(i), log);
-    endpoints.push_back(absl::StrCat("127.0.0.1:", base + 3 * i, ":", base + 3 * i + 1));
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
+    worker_flags.emplace_back(a);
   }
-  bool failed = false;
-  for (int i = 0; i < n && !g_stop; ++i) {
-    const std::string log = absl::StrCat(logs, "/worker-", i, ".log");
-    if (!WaitForLine(log, "kvserve-worker ready", 120, workers[i])) {
-      std::cerr << "kvserve-cluster: worker " << i << " did not start: " << LastLine(log)
-                << " (logs in " << logs << ")\n";
-      failed = g_stop = true;
-    }
-  }
-  const std::string router_log = logs + "/router.log";
-  pid_t router = -1;
-  if (!g_stop) {
-    std::vector<std::string> router_args = {bin + "/kvserve-router",
-                                            "--model",
-                                            model,
-                                            "--host",
-                                            "127.0.0.1",
-                                            "--port",
-                                            std::to_string(absl::GetFlag(FLAGS_port)),
-                                            "--workers",
-                                            absl::StrJoin(endpoints, ","),
-                                            "--policy",
-                                            absl::GetFlag(FLAGS_policy),
-                                            "--max-model-len",
-                                            max_len};
-    for (absl::string_view a :
-         absl::StrSplit(absl::GetFlag(FLAGS_router_args), ' ', absl::SkipEmpty())) {
-      router_args.emplace_back(a);
-    }
-    router = Spawn(router_args, router_log);
-    // Ready once the router routes to every worker (their first heartbeats reached it).
-    if (WaitForLine(router_log, "kvserve-router ready", 60, router) &&
-        WaitForLine(router_log, absl::StrCat("kvserve-router: ", n, "/", n, " workers ready"), 60,
-                    router)) {
-      std::cout << "kvserve-cluster ready: http://127.0.0.1:" << absl::GetFlag(FLAGS_port) << " ("
-                << n << " workers, logs in " << logs << ")" << std::endl;
-    } else {
-      std::cerr << "kvserve-cluster: the router did not start: " << LastLine(router_log) << " (log "
-                << router_log << ")\n";
-      failed = g_stop = true;
-    }
-  }
-  // Supervise: restart a worker that exits.
-  while (!g_stop) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    for (int i = 0; pid > 0 && i < n; ++i) {
-      if (pid != workers[i]) continue;
-      std::cerr << "kvserve-cluster: worker " << i << " exited; restarting\n";
-      workers[i] = Spawn(worker_args(i), absl::StrCat(logs, "/worker-", i, ".log"));
-    }
-    if (pid > 0 && pid == router) {
-      std::cerr << "kvserve-cluster: the router exited; stopping\n";
-      failed = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (router > 0) kill(router, SIGTERM);
-  for (pid_t p : workers) kill(p, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return failed ? 1 : 0;
+  Cluster cluster(bin, model, std::move(worker_flags));
+  const bool ok = cluster.Start() && cluster.Supervise();
+  cluster.Stop();
+  return ok ? 0 : 1;
 }

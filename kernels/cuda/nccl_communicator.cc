@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kvserve::kernels {
 namespace {
@@ -30,19 +30,19 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size,
                    absl::Duration timeout)
-      : comm_(comm),
-        stream_(stream),
+      : stream_(stream),
         device_(device),
         rank_(rank),
         size_(size),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        comm_(comm) {}
 
   ~NcclCommunicator() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    wake_.notify_all();
+    wake_.SignalAll();
     if (watchdog_.joinable()) watchdog_.join();
     cudaSetDevice(device_);
     for (const Pending& p : pending_) cudaEventDestroy(p.done);
@@ -58,17 +58,17 @@ class NcclCommunicator final : public Communicator {
   bool stream_ordered() const override { return true; }
 
   absl::Status EnqueueAllReduceSum(float* data, size_t count, void* stream) override {
-    return Enqueue("all-reduce", stream, [&](cudaStream_t s) {
-      return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, s);
+    return Enqueue("all-reduce", stream, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm, s);
     });
   }
   absl::Status EnqueueAllGather(const float* in, size_t count, float* out, void* stream) override {
-    return Enqueue("all-gather", stream, [&](cudaStream_t s) {
-      return ncclAllGather(in, out, count, ncclFloat32, comm_, s);
+    return Enqueue("all-gather", stream, [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllGather(in, out, count, ncclFloat32, comm, s);
     });
   }
   absl::Status status() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (failure_.ok() && comm_ != nullptr) {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
@@ -78,23 +78,25 @@ class NcclCommunicator final : public Communicator {
   }
   absl::Status EnqueueWatch(void* stream) override {
     return Enqueue("collectives of a replayed graph", stream,
-                   [](cudaStream_t) { return ncclSuccess; });
+                   [](ncclComm_t, cudaStream_t) { return ncclSuccess; });
   }
 
   absl::Status AllReduceSum(float* data, size_t count) override {
-    return Run("all-reduce", [&] {
-      return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_);
+    return Run("all-reduce", [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm, s);
     });
   }
 
   absl::Status AllGather(const float* in, size_t count, float* out) override {
-    return Run("all-gather",
-               [&] { return ncclAllGather(in, out, count, ncclFloat32, comm_, stream_); });
+    return Run("all-gather", [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllGather(in, out, count, ncclFloat32, comm, s);
+    });
   }
 
   absl::Status Broadcast(float* data, size_t count, int root) override {
-    return Run("broadcast",
-               [&] { return ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_); });
+    return Run("broadcast", [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclBroadcast(data, data, count, ncclFloat32, root, comm, s);
+    });
   }
 
   absl::Status Barrier() override {
@@ -120,7 +122,7 @@ class NcclCommunicator final : public Communicator {
 
   // Under mu_: aborts the communicator (which ends its kernels still running) and keeps
   // `status` for every later call.
-  void Abort(absl::Status status) {
+  void Abort(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     failure_ = std::move(status);
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -129,12 +131,12 @@ class NcclCommunicator final : public Communicator {
   // The watchdog of stream-ordered collectives: the oldest pending one is done, failed
   // (NCCL's async error), or aborted past its deadline (the timeout from its enqueue or from
   // the previous one's end, whichever is later); polled every 100 µs while one is pending.
-  void Watch() {
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_) {
     cudaSetDevice(device_);
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     while (!stop_) {
       if (pending_.empty() || comm_ == nullptr) {
-        wake_.wait(lock);
+        wake_.Wait(&mu_);
         continue;
       }
       const Pending p = pending_.front();
@@ -162,7 +164,7 @@ class NcclCommunicator final : public Communicator {
         Abort(absl::DeadlineExceededError(
             absl::StrCat("nccl ", p.what, " timed out after ", absl::FormatDuration(timeout_))));
       } else {
-        wake_.wait_for(lock, std::chrono::microseconds(100));
+        wake_.WaitWithTimeout(&mu_, absl::Microseconds(100));
       }
     }
   }
@@ -173,13 +175,13 @@ class NcclCommunicator final : public Communicator {
   // records the collective and no event (one could not be queried from the watchdog): the
   // replays are watched through EnqueueWatch.
   template <typename Fn>
-  absl::Status Enqueue(const char* what, void* stream, Fn launch) {
-    std::lock_guard<std::mutex> lock(mu_);
+  absl::Status Enqueue(const char* what, void* stream, Fn launch) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
     cudaSetDevice(device_);
     const auto s = static_cast<cudaStream_t>(stream);
-    if (absl::Status st = NcclStatus(launch(s), what); !st.ok()) return st;
+    if (absl::Status st = NcclStatus(launch(comm_, s), what); !st.ok()) return st;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (absl::Status st = CudaStatus(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
         !st.ok()) {
@@ -203,13 +205,13 @@ class NcclCommunicator final : public Communicator {
     }
     pending_.push_back({what, done, std::chrono::steady_clock::now() + Timeout()});
     if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
-    wake_.notify_all();
+    wake_.SignalAll();
     return absl::OkStatus();
   }
 
   template <typename Fn>
-  absl::Status Run(const char* what, Fn enqueue) {
-    std::lock_guard<std::mutex> lock(mu_);
+  absl::Status Run(const char* what, Fn enqueue) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
     cudaSetDevice(device_);
@@ -222,7 +224,7 @@ class NcclCommunicator final : public Communicator {
         return s;
       }
     }
-    if (absl::Status s = NcclStatus(enqueue(), what); !s.ok()) return s;
+    if (absl::Status s = NcclStatus(enqueue(comm_, stream_), what); !s.ok()) return s;
     // Watchdog: poll the stream and NCCL's async error until done or past the deadline.
     const auto deadline = std::chrono::steady_clock::now() + Timeout();
     while (true) {
@@ -244,19 +246,22 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  ncclComm_t comm_;  // null once aborted
+  // Constant after construction.
   cudaStream_t stream_;
   int device_, rank_, size_;
   absl::Duration timeout_;
-  void* scratch_ = nullptr;
+
+  void* scratch_ = nullptr;  // the caller's thread (Barrier)
+
   // Shared with the watchdog thread: the communicator, the stream-ordered collectives not yet
   // seen done (oldest first), their events' pool, and the error that aborted it.
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Pending> pending_;
-  std::vector<cudaEvent_t> free_events_;
-  absl::Status failure_;
-  bool stop_ = false;
+  absl::Mutex mu_;
+  absl::CondVar wake_;                    // signalled on a new pending collective and on stop
+  ncclComm_t comm_ ABSL_GUARDED_BY(mu_);  // null once aborted
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watchdog_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_error.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve::router {

@@ -30,7 +30,7 @@ TEST(RoutingPolicyTest, PrefixPicksTheWorkerHoldingTheLongestPrefix) {
   uint64_t rr = 0;
   ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, chain, "", &rr));
   EXPECT_EQ(d.worker, 2);
-  EXPECT_EQ(d.reason, "prefix");
+  EXPECT_EQ(d.reason, RouteReason::kPrefix);
   EXPECT_EQ(d.predicted_cached_blocks, 8);
   // Load weighs in: a busy worker loses to an idle one when its saving is smaller.
   workers[2].active_blocks = 20;
@@ -49,7 +49,7 @@ TEST(RoutingPolicyTest, FallsBackToLeastLoadedWhenImbalanced) {
   uint64_t rr = 0;
   ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, chain, "", &rr));
   EXPECT_EQ(d.worker, 1);
-  EXPECT_EQ(d.reason, "balance");
+  EXPECT_EQ(d.reason, RouteReason::kBalance);
 }
 
 TEST(RoutingPolicyTest, NewPrefixesSpreadToTheWorkerCachingLeast) {
@@ -61,7 +61,7 @@ TEST(RoutingPolicyTest, NewPrefixesSpreadToTheWorkerCachingLeast) {
   // Nobody caches this prompt: the worker caching least (2, with nothing) gets it.
   ASSERT_OK_AND_ASSIGN(Decision d, Route({}, workers, index, Chain(8, 50), "", &rr));
   EXPECT_EQ(d.worker, 2);
-  EXPECT_EQ(d.reason, "spread");
+  EXPECT_EQ(d.reason, RouteReason::kSpread);
   // Three empty workers and three new prompts, each recorded as routed: one each.
   PrefixIndex empty;
   std::set<int> picked;
@@ -79,7 +79,7 @@ TEST(RoutingPolicyTest, NewPrefixesSpreadToTheWorkerCachingLeast) {
   half.insert(half.end(), rest.begin(), rest.end());
   ASSERT_OK_AND_ASSIGN(Decision f, Route({}, workers, index, half, "", &rr));
   EXPECT_EQ(f.worker, 0);
-  EXPECT_EQ(f.reason, "prefix");
+  EXPECT_EQ(f.reason, RouteReason::kPrefix);
 }
 
 TEST(RoutingPolicyTest, CachedPrefixOutweighsModestLoad) {

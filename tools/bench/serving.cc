@@ -4,17 +4,17 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio/connect.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core.hpp"
@@ -172,24 +172,42 @@ std::vector<Session> MakeWorkload(const ServingOptions& o, int64_t* ideal_hit,
 class Gate {
  public:
   explicit Gate(int limit) : limit_(limit) {}
-  void Enter() {
+  void Enter() ABSL_LOCKS_EXCLUDED(mu_) {
     if (limit_ <= 0) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return inside_ < limit_; });
+    absl::MutexLock lock(&mu_);
+    while (inside_ >= limit_) cv_.Wait(&mu_);
     ++inside_;
   }
-  void Leave() {
+  void Leave() ABSL_LOCKS_EXCLUDED(mu_) {
     if (limit_ <= 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     --inside_;
-    cv_.notify_one();
+    cv_.Signal();
   }
 
  private:
-  int limit_;
-  int inside_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  const int limit_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled when one leaves
+  int inside_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The results of every session's thread.
+class ResultLog {
+ public:
+  void Add(Result r) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    results_.push_back(std::move(r));
+  }
+  // Once the threads are joined.
+  std::vector<Result> Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return std::move(results_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Result> results_ ABSL_GUARDED_BY(mu_);
 };
 
 // Sends one streamed completion and times it from the server-sent events.
@@ -340,8 +358,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
   const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
 
-  std::mutex mu;
-  std::vector<Result> results;
+  ResultLog log;
   Gate gate(o.max_concurrency);
   std::vector<std::thread> threads;
   std::mt19937_64 arrivals(o.seed ^ 0x5eedULL);
@@ -364,10 +381,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
             SendOne(*ep, model, history, turn.max_tokens, session.size() > 1 ? &answer : nullptr);
         gate.Leave();
         const bool ok = r.ok;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          results.push_back(std::move(r));
-        }
+        log.Add(std::move(r));
         if (!ok) break;
         if (session.size() > 1 && !answer.empty()) {
           // The answer joins the history as the router tokenizes it (no BOS).
@@ -377,8 +391,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
           if (!t.ok()) {
             Result failed;
             failed.error = std::string(t.status().message());
-            std::lock_guard<std::mutex> lock(mu);
-            results.push_back(std::move(failed));
+            log.Add(std::move(failed));
             break;
           }
           const json ids = json::parse(*t, nullptr, false).value("tokens", json::array());
@@ -388,6 +401,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
     });
   }
   for (std::thread& t : threads) t.join();
+  std::vector<Result> results = log.Take();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
   const std::map<std::string, double> routed_after = RoutedPerWorker(*ep);
 

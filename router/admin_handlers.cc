@@ -1,0 +1,132 @@
+#include "router/admin_handlers.h"
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "router/auth.h"
+#include "router/openai_request.h"
+#include "router/prompt.h"
+
+namespace kvserve::router {
+namespace {
+
+using json = nlohmann::json;
+namespace pb = ::kvserve::v1;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void RespondStatus(HttpConnection& conn, const absl::Status& s) {
+  conn.RespondError(OpenAiErrorFromStatus(s));
+}
+
+json WorkerJson(const WorkerInfo& w) {
+  return {{"name", w.name},
+          {"eligible", w.eligible},
+          {"state", w.state},
+          {"load", w.load},
+          {"instance_id", std::to_string(w.instance_id)},
+          {"num_running", w.num_running},
+          {"num_waiting", w.num_waiting},
+          {"device_blocks",
+           {{"total", w.device_blocks_total},
+            {"active", w.device_blocks_active},
+            {"cached_evictable", w.device_blocks_cached}}},
+          {"router",
+           {{"load_blocks", w.load_blocks},
+            {"index_blocks", w.index_blocks},
+            {"kv_event_batches", w.event_batches},
+            {"kv_event_gaps", w.event_gaps},
+            {"kv_snapshots", w.snapshots}}}};
+}
+
+// POST /admin/workers/NAME/(drain|undrain|recycle).
+void ControlWorker(FrontContext& ctx, HttpConnection& conn, const std::string& path) {
+  const std::string prefix = "/admin/workers/";
+  const size_t slash = path.rfind('/');
+  const std::string name = path.substr(prefix.size(), slash - prefix.size());
+  const std::string verb = path.substr(slash + 1);
+  const pb::ControlAction action = verb == "drain"     ? pb::CONTROL_ACTION_DRAIN
+                                   : verb == "undrain" ? pb::CONTROL_ACTION_UNDRAIN
+                                   : verb == "recycle" ? pb::CONTROL_ACTION_RECYCLE
+                                                       : pb::CONTROL_ACTION_UNSPECIFIED;
+  if (action == pb::CONTROL_ACTION_UNSPECIFIED) {
+    return RespondStatus(conn, absl::InvalidArgumentError(absl::StrCat(
+                                   "action: '", verb, "' is not drain, undrain or recycle")));
+  }
+  if (absl::Status s = ctx.core->Control(name, action); !s.ok()) return RespondStatus(conn, s);
+  conn.Respond(200, Dump({{"ok", true}, {"worker", name}, {"action", verb}}));
+}
+
+}  // namespace
+
+void HandleAdmin(FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
+  if (absl::Status s = CheckAdminToken(ctx.options.admin_token, request.authorization); !s.ok()) {
+    const int status = absl::IsNotFound(s) ? 404 : 401;
+    return conn.RespondError(
+        MakeOpenAiError(status, "authentication_error", std::string(s.message())));
+  }
+  const std::string& path = request.path;
+  if (request.method == "GET" && path == "/admin/workers") {
+    json list = json::array();
+    for (const WorkerInfo& w : ctx.core->Workers()) list.push_back(WorkerJson(w));
+    return conn.Respond(200, Dump({{"workers", list}, {"recycle_grants", ctx.core->grants()}}));
+  }
+  const std::string prefix = "/admin/workers/";
+  if (request.method == "POST" && path.rfind(prefix, 0) == 0 && path.rfind('/') > prefix.size()) {
+    return ControlWorker(ctx, conn, path);
+  }
+  conn.RespondError(MakeOpenAiError(404, "not_found", "unknown admin route"));
+}
+
+void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
+  json j = json::parse(request.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return RespondStatus(conn, absl::InvalidArgumentError("body: is not a JSON object"));
+  }
+  ParsedRequest r;
+  r.chat = j.contains("messages");
+  if (r.chat) {
+    j["model"] = ctx.options.served_model_name;
+    absl::StatusOr<ParsedRequest> p = ParseCompletionRequest(j.dump(), true);
+    if (!p.ok()) return RespondStatus(conn, p.status());
+    r = *std::move(p);
+  } else if (j.contains("prompt") && j["prompt"].is_string()) {
+    r.prompt_text = j["prompt"].get<std::string>();
+    if (j.contains("add_special_tokens")) {
+      if (!j["add_special_tokens"].is_boolean()) {
+        return RespondStatus(conn,
+                             absl::InvalidArgumentError("add_special_tokens: must be a boolean"));
+      }
+      r.add_special_tokens = j["add_special_tokens"].get<bool>();
+    }
+  } else {
+    return RespondStatus(
+        conn, absl::InvalidArgumentError("prompt: give 'prompt' (a string) or 'messages'"));
+  }
+  absl::StatusOr<std::vector<int>> ids =
+      PromptIds(*ctx.tokenizer, r, ctx.options.normalize_prompts);
+  if (!ids.ok()) return RespondStatus(conn, ids.status());
+  conn.Respond(200, Dump({{"tokens", *ids},
+                          {"count", ids->size()},
+                          {"max_model_len", ctx.options.max_model_len}}));
+}
+
+void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
+  const absl::Status bad = absl::InvalidArgumentError("tokens: must be a list of token ids");
+  json j = json::parse(request.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+    return RespondStatus(conn, bad);
+  }
+  std::vector<int> ids;
+  for (const json& v : j["tokens"]) {
+    if (!v.is_number_integer()) return RespondStatus(conn, bad);
+    ids.push_back(v.get<int>());
+  }
+  absl::StatusOr<std::string> text = ctx.tokenizer->Decode(ids);
+  if (!text.ok()) {
+    return RespondStatus(
+        conn, absl::InvalidArgumentError(absl::StrCat("tokens: ", text.status().message())));
+  }
+  conn.Respond(200, Dump({{"prompt", *text}}));
+}
+
+}  // namespace kvserve::router

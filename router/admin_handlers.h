@@ -1,0 +1,26 @@
+// The router's operator endpoints: /admin/workers (a snapshot of every worker; needs the admin
+// token) with POST /admin/workers/NAME/(drain|undrain|recycle), and vLLM's /tokenize and
+// /detokenize.
+//
+// Handlers run on the front's I/O thread.
+#ifndef KVSERVE_ROUTER_ADMIN_HANDLERS_H_
+#define KVSERVE_ROUTER_ADMIN_HANDLERS_H_
+
+#include "router/front_context.h"
+#include "router/http_connection.h"
+
+namespace kvserve::router {
+
+// Any method under /admin/: 404 while the admin API is off, 401 without the token.
+void HandleAdmin(FrontContext& ctx, HttpConnection& conn, const HttpRequest& request);
+
+// POST /tokenize: {"prompt": TEXT [, "add_special_tokens": B]} or a chat's {"messages": ...};
+// answers {"tokens", "count", "max_model_len"}.
+void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request);
+
+// POST /detokenize: {"tokens": [ids]}; answers {"prompt": TEXT}.
+void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request);
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_ADMIN_HANDLERS_H_

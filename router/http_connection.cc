@@ -1,0 +1,124 @@
+#include "router/http_connection.h"
+
+#include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+
+namespace kvserve::router {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+HttpConnection::HttpConnection(tcp::socket socket, size_t max_body_bytes, RouterMetrics* metrics)
+    : socket_(std::move(socket)),
+      executor_(socket_.get_executor()),
+      max_body_bytes_(max_body_bytes),
+      metrics_(metrics) {}
+
+void HttpConnection::Start(Handler handler) {
+  handler_ = std::move(handler);
+  parser_.emplace();
+  parser_->body_limit(max_body_bytes_);
+  http::async_read(socket_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+}
+
+void HttpConnection::OnRead(beast::error_code ec) {
+  if (ec == http::error::body_limit) {
+    return RespondError(MakeOpenAiError(413, "invalid_request_error", "request body too large"));
+  }
+  if (ec) return;
+  http::request<http::string_body>& req = parser_->get();
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  const std::string target(req.target());
+  const size_t question = target.find('?');
+  r.path = target.substr(0, question);
+  if (question != std::string::npos) r.query = target.substr(question + 1);
+  r.body = std::move(req.body());
+  r.authorization = std::string(req[http::field::authorization]);
+  r.session_id = std::string(req["x-session-id"]);
+  path_ = r.path;
+  handler_(shared_from_this(), r);
+}
+
+void HttpConnection::Respond(int status, std::string body, std::string_view content_type) {
+  metrics_->CountRequest(Endpoint(), status);
+  auto res = std::make_shared<http::response<http::string_body>>();
+  res->result(static_cast<http::status>(status));
+  res->version(11);
+  res->set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+  if (status == 429 || status == 503) res->set(http::field::retry_after, "1");
+  res->keep_alive(false);
+  res->body() = std::move(body);
+  res->prepare_payload();
+  http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code, size_t) {
+    self->LingeringClose();
+  });
+}
+
+void HttpConnection::LingeringClose() {
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  auto timer = std::make_shared<asio::steady_timer>(executor_, std::chrono::seconds(5));
+  timer->async_wait([self = shared_from_this(), timer](beast::error_code) {
+    beast::error_code ec;
+    self->socket_.close(ec);  // a client that neither finishes nor closes
+  });
+  Drain(std::make_shared<std::array<char, 65536>>(), 0);
+}
+
+void HttpConnection::Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t total) {
+  if (total > (64u << 20)) return;
+  socket_.async_read_some(asio::buffer(*buf),
+                          [self = shared_from_this(), buf, total](beast::error_code ec, size_t n) {
+                            if (!ec) self->Drain(buf, total + n);
+                          });
+}
+
+void HttpConnection::StartEventStream() {
+  Write(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+      "Connection: close\r\nX-Accel-Buffering: no\r\n\r\n",
+      false);
+}
+
+void HttpConnection::Write(std::string data, bool last) {
+  if (gone_) return;
+  writes_.push_back(std::move(data));
+  close_after_ = close_after_ || last;
+  if (writes_.size() == 1) WriteNext();
+}
+
+void HttpConnection::WriteNext() {
+  asio::async_write(socket_, asio::buffer(writes_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec) {
+                        self->gone_ = true;
+                        self->writes_.clear();
+                        if (self->on_gone_) std::exchange(self->on_gone_, nullptr)();
+                        return;
+                      }
+                      self->writes_.pop_front();
+                      if (!self->writes_.empty()) return self->WriteNext();
+                      if (self->close_after_) {
+                        beast::error_code ignored;
+                        self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+                      }
+                    });
+}
+
+void HttpConnection::CountStreamed(int status) { metrics_->CountRequest(Endpoint(), status); }
+
+std::string HttpConnection::Endpoint() const {
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
+                            "/detokenize", "/health", "/ready", "/metrics"}) {
+    if (path_ == known) return path_;
+  }
+  return "other";
+}
+
+}  // namespace kvserve::router

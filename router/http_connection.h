@@ -1,0 +1,93 @@
+// One client connection of the router's HTTP front (Boost.Beast): reads one request (bodies past
+// the limit get a 413), hands it to the front's handler, and sends one response, either whole
+// (Respond) or as a stream of server-sent events (StartEventStream, then Write). Every
+// response closes the connection. A client that goes away mid-stream is reported once through
+// SetOnClientGone. Request counts by endpoint and status go to the router's metrics.
+//
+//   auto conn = std::make_shared<HttpConnection>(std::move(socket), options, metrics);
+//   conn->Start([](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
+//     c->Respond(200, "ok\n", "text/plain");
+//   });
+//
+// Runs on the front's I/O thread: every method is called there.
+#ifndef KVSERVE_ROUTER_HTTP_CONNECTION_H_
+#define KVSERVE_ROUTER_HTTP_CONNECTION_H_
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "router/openai_error.h"
+#include "router/router_metrics.h"
+
+namespace kvserve::router {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;   // the target without its query
+  std::string query;  // after '?', or empty
+  std::string body;
+  std::string authorization;  // the Authorization header
+  std::string session_id;     // the X-Session-Id header
+};
+
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  using Handler = std::function<void(const std::shared_ptr<HttpConnection>&, const HttpRequest&)>;
+
+  // `metrics` must outlive the connection.
+  HttpConnection(boost::asio::ip::tcp::socket socket, size_t max_body_bytes,
+                 RouterMetrics* metrics);
+
+  // Reads the request and calls `handler` with it (not for an unreadable request, which is
+  // dropped, or an oversized one, which gets a 413).
+  void Start(Handler handler);
+
+  // A whole response; Retry-After: 1 on 429 and 503.
+  void Respond(int status, std::string body, std::string_view content_type = "application/json");
+  void RespondError(const OpenAiError& error) { Respond(error.http_status, error.json); }
+
+  // A stream of server-sent events: the header now, then each Write in order; `last` closes the
+  // connection once written. CountStreamed records the stream's status when it ends.
+  void StartEventStream();
+  void Write(std::string data, bool last);
+  void CountStreamed(int status);
+  // Called once if a write fails (the client went away), before any further Write is dropped.
+  void SetOnClientGone(std::function<void()> on_gone) { on_gone_ = std::move(on_gone); }
+
+  [[nodiscard]] const boost::asio::any_io_executor& executor() const { return executor_; }
+
+ private:
+  void OnRead(boost::beast::error_code ec);
+  void WriteNext();
+  // Lingering close: stop sending, then read and drop what the client still sends (an
+  // oversized body, say) so that it sees the response instead of a connection reset.
+  void LingeringClose();
+  void Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t total);
+  // The metric label: a known path, or "other" (labels must not grow with what clients send).
+  [[nodiscard]] std::string Endpoint() const;
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::any_io_executor executor_;
+  size_t max_body_bytes_;
+  RouterMetrics* metrics_;
+  Handler handler_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::string path_;
+  std::deque<std::string> writes_;
+  bool close_after_ = false;
+  bool gone_ = false;
+  std::function<void()> on_gone_;
+};
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_HTTP_CONNECTION_H_

@@ -1,0 +1,28 @@
+// The OpenAI API of the router's HTTP front: /v1/completions and /v1/chat/completions (whole or
+// streamed as server-sent events) and /v1/models. A completion tokenizes the prompt, hands one
+// job to the RouterCore, and turns the worker's token deltas into OpenAI responses: incremental
+// detokenization, stop strings across token boundaries, n choices, logprobs, usage with cached
+// tokens. A client that goes away mid-stream aborts its request on the worker.
+//
+// Handlers run on the front's I/O thread.
+#ifndef KVSERVE_ROUTER_OPENAI_HANDLERS_H_
+#define KVSERVE_ROUTER_OPENAI_HANDLERS_H_
+
+#include <memory>
+
+#include "router/front_context.h"
+#include "router/http_connection.h"
+
+namespace kvserve::router {
+
+// POST /v1/completions (chat false) or /v1/chat/completions (chat true). `ctx` must outlive
+// the request.
+void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                      const HttpRequest& request, bool chat);
+
+// GET /v1/models: the served model.
+void HandleModels(const FrontContext& ctx, HttpConnection& conn);
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_OPENAI_HANDLERS_H_

@@ -1,0 +1,66 @@
+#include "router/prompt.h"
+
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/utf8.h"
+
+namespace kvserve::router {
+namespace {
+
+// NFC everywhere, and no trailing whitespace on system messages, so that near-identical
+// prompts share prefix blocks.
+void Normalize(ParsedRequest& r) {
+  for (tokenizer::ChatMessage& m : r.messages) {
+    m.content = Utf8Nfc(m.content);
+    if (m.role == "system") {
+      while (!m.content.empty() && std::isspace(static_cast<unsigned char>(m.content.back()))) {
+        m.content.pop_back();
+      }
+    }
+  }
+  if (r.prompt_text) r.prompt_text = Utf8Nfc(*r.prompt_text);
+}
+
+absl::StatusOr<std::vector<int>> ChatIds(const tokenizer::Tokenizer& tok, const ParsedRequest& r) {
+  ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl,
+                   tokenizer::ChatTemplate::Detect(tok.chat_template(), tok.bos_token()));
+  tokenizer::ChatRenderOptions opts;
+  opts.add_generation_prompt = r.add_generation_prompt;
+  opts.enable_thinking = r.enable_thinking;
+  absl::StatusOr<std::string> text = tmpl.Render(r.messages, opts);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("messages: ", text.status().message()));
+  }
+  return tok.Encode(*text, false);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok, ParsedRequest r,
+                                           bool normalize) {
+  if (normalize) Normalize(r);
+  std::vector<int> ids;
+  if (r.chat) {
+    ASSIGN_OR_RETURN(ids, ChatIds(tok, r));
+  } else if (r.prompt_text) {
+    ASSIGN_OR_RETURN(ids, tok.Encode(*r.prompt_text, r.add_special_tokens));
+  } else {
+    ids.assign(r.prompt_ids.begin(), r.prompt_ids.end());
+    for (int id : ids) {
+      if (!tok.IsValidId(id)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt: token id ", id, " is not in the vocabulary"));
+      }
+    }
+  }
+  if (r.truncate_prompt_tokens && static_cast<int>(ids.size()) > *r.truncate_prompt_tokens) {
+    ids.erase(ids.begin(), ids.end() - *r.truncate_prompt_tokens);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  return ids;
+}
+
+}  // namespace kvserve::router

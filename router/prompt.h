@@ -1,0 +1,26 @@
+// A request's prompt as token ids: a chat rendered with the tokenizer's chat template, a text
+// prompt encoded, or given ids checked against the vocabulary; optionally NFC-normalized first
+// (--normalize-prompts) and truncated to its last truncate_prompt_tokens.
+//
+//   ASSIGN_OR_RETURN(std::vector<int> ids, PromptIds(tokenizer, request, normalize));
+//
+// Pure function of its inputs; any thread.
+#ifndef KVSERVE_ROUTER_PROMPT_H_
+#define KVSERVE_ROUTER_PROMPT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "router/openai_request.h"
+
+namespace kvserve::router {
+
+// InvalidArgument naming the field for a template that fails, an id outside the vocabulary or
+// an empty prompt.
+absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tokenizer, ParsedRequest r,
+                                           bool normalize);
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_PROMPT_H_
