@@ -47,6 +47,18 @@ after(() => {
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
+test('/ready counts the routable workers against min_workers', async () => {
+  const ready = await fetch(`${base}/ready`);
+  assert.equal(ready.status, 200);
+  assert.match(await ready.text(), /^ready: 1\/1 workers/);
+  assert.equal((await fetch(`${base}/ready?min_workers=1`)).status, 200);
+  const two = await fetch(`${base}/ready?min_workers=2`);
+  assert.equal(two.status, 503);
+  assert.match(await two.text(), /^not ready: 1\/1 workers/);
+  assert.equal((await fetch(`${base}/ready?min_workers=x`)).status, 400);
+  assert.equal((await fetch(`${base}/ready?min_workers=-1`)).status, 400);
+});
+
 test('models', async () => {
   const list = await client.models.list();
   assert.deepEqual(list.data.map((m) => m.id), ['tiny']);
