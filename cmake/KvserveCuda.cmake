@@ -3,7 +3,7 @@
 # CMAKE_CUDA_ARCHITECTURES defaults to the release set; CI passes 90 alone to save time.
 #
 # EMULATED is for tests on machines without a GPU: the same CUDA backend, its kernels compiled
-# by the host compiler and run on the CPU (kernels/cuda/emulation), with the CUDA runtime,
+# by the host compiler and run on the CPU (tests/testing/cuda_emulator), with the CUDA runtime,
 # cuBLAS and NCCL calls answered there too. It needs the toolkit's headers only.
 # KVSERVE_CUDART is what code that calls the CUDA runtime itself links: libcudart, or in
 # EMULATED the headers (the emulated runtime comes with kvserve::kernels_cuda).

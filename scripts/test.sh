@@ -12,7 +12,7 @@ build="${KVSERVE_BUILD_DIR:-build}"
 ctest --test-dir "$build" --output-on-failure -j "${KVSERVE_JOBS:-2}" "$@"
 
 # The CUDA backend once more, built by the host compiler with its kernels and its CUDA runtime,
-# cuBLAS and NCCL calls running on the CPU (KVSERVE_CUDA=EMULATED, kernels/cuda/emulation):
+# cuBLAS and NCCL calls running on the CPU (KVSERVE_CUDA=EMULATED, tests/testing/cuda_emulator):
 # the gpu-labelled tests, which skipped above without a GPU, run for real here, tensor
 # parallelism over emulated NCCL included. Needs the CUDA toolkit's headers only.
 if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
@@ -21,4 +21,9 @@ if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
     engine_cuda_small_device_test emulated_runtime_test mma_probe_test decode_attention_bench \
     kvserve-bench engine_launches_test
   ctest --test-dir "$build-emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" -L gpu "$@"
+  emulated="$build-emulated"
 fi
+
+# Clang's thread-safety analysis (ABSL_GUARDED_BY and friends) over every C++ file both builds
+# compile, the CUDA code included through the emulated one: syntax only, no second test run.
+bash scripts/check-thread-safety.sh "$build" ${emulated:-}

@@ -1,6 +1,6 @@
 // A float reduced over a thread block by warp shuffles and one float per warp in shared memory,
 // the result in every thread (RMSNorm's sum, the split merge's maximum and sum). Device code;
-// the emulator (kernels/cuda/emulation/emulator.h) runs it too.
+// the emulator (tests/testing/cuda_emulator/emulator.h) runs it too.
 #ifndef KVSERVE_KERNELS_CUDA_BLOCK_REDUCE_CUH_
 #define KVSERVE_KERNELS_CUDA_BLOCK_REDUCE_CUH_
 

@@ -1,7 +1,7 @@
 // Device code of the CUDA backend's row-wise ops (launchers in elementwise.cu): embedding
 // (float32 / fp16 / bf16 tables), RMSNorm with fused residual or over row groups, RoPE,
 // SiLU-gated activation, bias add, float32 → fp16 / bf16. The tests also run it on the CPU
-// under kernels/cuda/emulation/emulator.h.
+// under tests/testing/cuda_emulator/emulator.h.
 #ifndef KVSERVE_KERNELS_CUDA_ELEMENTWISE_CUH_
 #define KVSERVE_KERNELS_CUDA_ELEMENTWISE_CUH_
 

@@ -1,6 +1,6 @@
 // The launchers' one way to start a kernel: the triple-chevron launch, checked at the launch
 // site; or, when the kernels are built by the host compiler for the CPU emulation
-// (kernels/cuda/emulation/emulator.h defines KVSERVE_CUDA_EMULATION), a run on the emulator,
+// (tests/testing/cuda_emulator/emulator.h defines KVSERVE_CUDA_EMULATION), a run on the emulator,
 // queued on the stream (emulation/streams.h).
 #ifndef KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
 #define KVSERVE_KERNELS_CUDA_LAUNCH_CUH_
@@ -11,7 +11,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #ifdef KVSERVE_CUDA_EMULATION
-#include "kernels/cuda/emulation/streams.h"
+#include "tests/testing/cuda_emulator/streams.h"
 #endif
 
 namespace kvserve::kernels::cuda {

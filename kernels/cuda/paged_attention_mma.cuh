@@ -26,7 +26,7 @@
 // during the current step. Block-table entries are read ahead in both.
 //
 // Device code only (the launchers are in paged_attention_mma.cu); the tests also run it on the
-// CPU under kernels/cuda/emulation/emulator.h, which stands in for mma.sync and movmatrix.
+// CPU under tests/testing/cuda_emulator/emulator.h, which stands in for mma.sync and movmatrix.
 #ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
 #define KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_MMA_CUH_
 

@@ -1,6 +1,6 @@
 // The SIMT paged-attention kernel (launchers in paged_attention.cu): every format, head_dim
 // 16 / 32 / 64 / 128 / 256 (HD / 8 threads per token), ROWS query rows per block. Device code
-// only; the tests also run it on the CPU under kernels/cuda/emulation/emulator.h.
+// only; the tests also run it on the CPU under tests/testing/cuda_emulator/emulator.h.
 #ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_SIMT_CUH_
 #define KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_SIMT_CUH_
 

@@ -1,7 +1,7 @@
 // Device code of GPU sampling (kernels/sampling.h's rule; launchers in sampling.cu): one thread
 // block of 512 threads per request. Block-wide reductions and scans are CUB's; the radix
 // histogram adds up equal digits within a warp first (cooperative groups). The tests also run
-// it on the CPU under kernels/cuda/emulation/emulator.h, which provides those pieces there.
+// it on the CPU under tests/testing/cuda_emulator/emulator.h, which provides those pieces there.
 #ifndef KVSERVE_KERNELS_CUDA_SAMPLING_CUH_
 #define KVSERVE_KERNELS_CUDA_SAMPLING_CUH_
 

@@ -1,5 +1,5 @@
 // How kernels declare shared memory: through these macros, so that the CPU emulation
-// (kernels/cuda/emulation/emulator.h, which refuses a bare __shared__) can give a block
+// (tests/testing/cuda_emulator/emulator.h, which refuses a bare __shared__) can give a block
 // shared memory as a GPU does: holding garbage (NaN bytes) when the block starts, never the
 // values a previous block left.
 //

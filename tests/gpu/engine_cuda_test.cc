@@ -6,7 +6,7 @@
 // GPU against the same cache on the CPU; seeded sampling (top-k / top-p, n = 2, logprobs) giving
 // the CPU's tokens; the KV pool sized by --gpu-memory-utilization; swap preemption with the
 // copies overlapping compute. Skipped without a CUDA device. Label: gpu. CI runs it on the CPU
-// too, in the KVSERVE_CUDA=EMULATED build (kernels/cuda/emulation).
+// too, in the KVSERVE_CUDA=EMULATED build (tests/testing/cuda_emulator).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -469,7 +469,7 @@ TEST(EngineCudaGraphTest, ReplaysMatchEagerStepsAcrossBuckets) {
 // memory is measured on an engine that records every graph (what it takes before recording,
 // and what recording takes), then taken away but for `keep` of the recording's share: the
 // first graph needs cuBLAS's 32 MiB graph workspace; each emulated graph holds 64 KiB of
-// device memory per node (kernels/cuda/emulation/runtime.cc), a GPU's perhaps little enough
+// device memory per node (tests/testing/cuda_emulator/runtime.cc), a GPU's perhaps little enough
 // to record them all. It stays taken while the engine serves, which allocates nothing. Last in
 // the file: should a GPU abort here, only this test is lost.
 TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {

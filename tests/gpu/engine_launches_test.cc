@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/emulation/streams.h"
+#include "tests/testing/cuda_emulator/streams.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"

@@ -1,9 +1,9 @@
 // The GPU's mma.sync m16n8k16 (fp16 and bf16) and movmatrix.m8n8.trans, as the tensor-core
-// attention kernel issues them (kernels/cuda/mma_probe.h), against PTX's documented fragment
+// attention kernel issues them (tests/gpu/mma_probe.h), against PTX's documented fragment
 // layouts (tests/kernels/ptx_fragments.h). Small integers throughout, so every product and sum
 // is exact and the results must match bit for bit. Skipped without a device; in the emulated
 // build it checks the emulator's stand-ins instead.
-#include "kernels/cuda/mma_probe.h"
+#include "tests/gpu/mma_probe.h"
 
 #include <cuda_runtime_api.h>
 

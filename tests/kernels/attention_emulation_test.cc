@@ -1,4 +1,4 @@
-// The CUDA paged-attention kernels, run on the CPU by kernels/cuda/emulation/emulator.h, against
+// The CUDA paged-attention kernels, run on the CPU by tests/testing/cuda_emulator/emulator.h, against
 // the CPU backend's paged attention: the tensor-core kernel (paged_attention_mma.cuh) and the
 // SIMT kernel (paged_attention_simt.cuh), every KV format, decode batches, prefill chunks over
 // cached prefixes, GQA 4:1 and 8:1, head_dim 64 / 128 (and 16 / 32 / 256, SIMT), with and
@@ -11,7 +11,7 @@
 // cases on a GPU.
 // The emulation comes first: it redefines the CUDA keywords the kernel sources use.
 // clang-format off
-#include "kernels/cuda/emulation/emulator.h"
+#include "tests/testing/cuda_emulator/emulator.h"
 // clang-format on
 
 #include <cmath>

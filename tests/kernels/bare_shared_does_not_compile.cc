@@ -2,7 +2,7 @@
 // (kernels/cuda/shared_memory.cuh), and the emulator refuses a bare __shared__, whose static
 // would keep the previous block's values. tests/CMakeLists.txt compiles this file and checks
 // the compiler's message.
-#include "kernels/cuda/emulation/emulator.h"
+#include "tests/testing/cuda_emulator/emulator.h"
 
 float Kernel() {
   __shared__ float x[32];

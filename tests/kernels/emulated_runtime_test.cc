@@ -1,4 +1,4 @@
-// The emulated CUDA runtime's stream rules (kernels/cuda/emulation/streams.h), which the
+// The emulated CUDA runtime's stream rules (tests/testing/cuda_emulator/streams.h), which the
 // emulated build's tests rely on to expose missing synchronisation: queued work waits until
 // something waits for it (a query does not wait), event waits order streams, copies to pageable
 // memory complete before returning and copies from it read the source at the call; graph

@@ -1,4 +1,4 @@
-// What the CUDA emulator (kernels/cuda/emulation/emulator.h) guarantees so that the kernel
+// What the CUDA emulator (tests/testing/cuda_emulator/emulator.h) guarantees so that the kernel
 // tests fail where a GPU would: the order in which a block's threads run between barriers
 // follows KVSERVE_EMULATED_THREAD_ORDER (tests/CMakeLists.txt runs this test in every order),
 // so a read of shared memory another thread wrote with no __syncthreads between sees the write
@@ -8,7 +8,7 @@
 // at different __syncthreads; a misaligned load aborts (UBSan's alignment check, as the tests
 // of device code are built), and so does a launch a GPU would refuse.
 // clang-format off
-#include "kernels/cuda/emulation/emulator.h"
+#include "tests/testing/cuda_emulator/emulator.h"
 // clang-format on
 #include <cstdlib>
 #include <string_view>

@@ -1,5 +1,5 @@
 // The GPU sampling kernels (kernels/cuda/sampling.cuh), run on the CPU by
-// kernels/cuda/emulation/emulator.h, against the CPU twin (kernels/cpu/sampling.h): the same token
+// tests/testing/cuda_emulator/emulator.h, against the CPU twin (kernels/cpu/sampling.h): the same token
 // for every request (greedy, temperature, top-k, top-p, min-p; tie-heavy rows; vocabulary
 // slices; the candidates shortcut and the full-row selection), and the logprobs of the draws
 // with the same top ids. The kernels are compiled as for the GPU; CUB's block collectives and
@@ -7,7 +7,7 @@
 // the same cases, with more requests, on a GPU.
 // The emulation comes first: it redefines the CUDA keywords the kernel sources use.
 // clang-format off
-#include "kernels/cuda/emulation/emulator.h"
+#include "tests/testing/cuda_emulator/emulator.h"
 // clang-format on
 
 #include <random>

@@ -4,15 +4,15 @@
 // cooperative-groups calls of the sampling kernels. Each barrier and warp operation knows
 // where the kernel called it (std::source_location), so that Block can abort on threads that
 // meet at different ones.
-#ifndef KVSERVE_KERNELS_CUDA_EMULATION_DEVICE_FUNCTIONS_H_
-#define KVSERVE_KERNELS_CUDA_EMULATION_DEVICE_FUNCTIONS_H_
+#ifndef KVSERVE_TESTS_TESTING_CUDA_EMULATOR_DEVICE_FUNCTIONS_H_
+#define KVSERVE_TESTS_TESTING_CUDA_EMULATOR_DEVICE_FUNCTIONS_H_
 
 #include <bit>
 #include <cstdint>
 #include <source_location>
 
 #include "glog/logging.h"
-#include "kernels/cuda/emulation/emulator.h"
+#include "tests/testing/cuda_emulator/emulator.h"
 
 namespace kvserve::emulation {
 
@@ -240,4 +240,4 @@ T reduce(const coalesced_group& g, T value, Op op,
 
 }  // namespace cooperative_groups
 
-#endif  // KVSERVE_KERNELS_CUDA_EMULATION_DEVICE_FUNCTIONS_H_
+#endif  // KVSERVE_TESTS_TESTING_CUDA_EMULATOR_DEVICE_FUNCTIONS_H_

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "kernels/cuda/emulation/streams.h"
+#include "tests/testing/cuda_emulator/streams.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

@@ -10,15 +10,15 @@
 #include <nccl.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/emulation/streams.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/testing/cuda_emulator/streams.h"
 
 namespace {
 
@@ -34,8 +34,8 @@ struct Clique {
   // Blocks until every rank made the call; the last one runs `op` on all of them. Returns
   // without running it once a rank aborted.
   template <typename Op>
-  void Rendezvous(int rank, Call call, Op op) {
-    std::unique_lock<std::mutex> lock(mu);
+  void Rendezvous(int rank, Call call, Op op) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
     if (aborted) return;
     const uint64_t gen = generation;
     calls[rank] = call;
@@ -43,31 +43,32 @@ struct Clique {
       op(calls);
       arrived = 0;
       ++generation;
-      cv.notify_all();
+      cv.SignalAll();
     } else {
-      cv.wait(lock, [&] { return generation != gen || aborted; });
+      while (generation == gen && !aborted) cv.Wait(&mu);
     }
   }
 
-  void Abort() {
+  void Abort() ABSL_LOCKS_EXCLUDED(mu) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       aborted = true;
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
 
   const int size;
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  bool aborted = false;
-  std::vector<Call> calls;
+  absl::Mutex mu;
+  absl::CondVar cv;  // signalled when the last rank arrives and on abort
+  int arrived ABSL_GUARDED_BY(mu) = 0;
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  bool aborted ABSL_GUARDED_BY(mu) = false;
+  std::vector<Call> calls ABSL_GUARDED_BY(mu);
 };
 
-std::mutex cliques_mu;
-std::map<std::string, std::shared_ptr<Clique>> cliques;  // by unique id, while joining
+ABSL_CONST_INIT absl::Mutex cliques_mu(absl::kConstInit);
+// By unique id, while the ranks join.
+std::map<std::string, std::shared_ptr<Clique>> cliques ABSL_GUARDED_BY(cliques_mu);
 
 }  // namespace
 
@@ -91,7 +92,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   const std::string key(id.internal, sizeof(id.internal));
   std::shared_ptr<Clique> clique;
   {
-    std::lock_guard<std::mutex> lock(cliques_mu);
+    absl::MutexLock lock(&cliques_mu);
     std::shared_ptr<Clique>& c = cliques[key];
     if (c == nullptr) c = std::make_shared<Clique>(nranks);
     if (c->size != nranks) return ncclInvalidArgument;
@@ -99,7 +100,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   }
   // Like NCCL, initialisation returns once every rank has joined.
   clique->Rendezvous(rank, {}, [&](std::vector<Call>&) {
-    std::lock_guard<std::mutex> lock(cliques_mu);
+    absl::MutexLock lock(&cliques_mu);
     cliques.erase(key);
   });
   *comm = new ncclComm{std::move(clique), rank};

@@ -4,8 +4,8 @@
 // cudaFree). Host code that reads results, reuses a buffer or lets one stream use another's
 // output without the synchronisation CUDA requires then sees stale data in the tests, as it
 // could on a GPU.
-#ifndef KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
-#define KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
+#ifndef KVSERVE_TESTS_TESTING_CUDA_EMULATOR_STREAMS_H_
+#define KVSERVE_TESTS_TESTING_CUDA_EMULATOR_STREAMS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -24,4 +24,4 @@ int64_t LaunchCount();
 
 }  // namespace kvserve::emulation
 
-#endif  // KVSERVE_KERNELS_CUDA_EMULATION_STREAMS_H_
+#endif  // KVSERVE_TESTS_TESTING_CUDA_EMULATOR_STREAMS_H_

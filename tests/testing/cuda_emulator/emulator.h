@@ -22,11 +22,11 @@
 // KVSERVE_CUDA_EMULATION).
 //
 // Include it before any kernel source, in one translation unit:
-//   #include "kernels/cuda/emulation/emulator.h"
+//   #include "tests/testing/cuda_emulator/emulator.h"
 //   #include "kernels/cuda/paged_attention_mma.cuh"
 //   emulation::Launch(grid, 128, smem_bytes, [&] { Kernel<...>(args...); });
-#ifndef KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_
-#define KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_
+#ifndef KVSERVE_TESTS_TESTING_CUDA_EMULATOR_EMULATOR_H_
+#define KVSERVE_TESTS_TESTING_CUDA_EMULATOR_EMULATOR_H_
 
 // The CUDA headers first, with their own meaning of the keywords.
 #include <cuda_bf16.h>
@@ -43,12 +43,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "kernels/cuda/half_pairs.h"
 
@@ -390,8 +390,8 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
       << "grid (" << grid.x << ", " << grid.y << ", " << grid.z << ") past 65535 in y or z";
   CHECK(threads >= 1 && threads <= 1024) << "block of " << threads << " threads";
   CHECK_LE(dynamic_shared_bytes, size_t{48} << 10) << "dynamic shared memory past 48 KiB";
-  static std::mutex one_at_a_time;
-  std::lock_guard<std::mutex> lock(one_at_a_time);
+  ABSL_CONST_INIT static absl::Mutex one_at_a_time(absl::kConstInit);
+  absl::MutexLock lock(&one_at_a_time);
   Block& b = Block::Get();
   grid_dim = grid;
   block_dim = {threads, 1, 1};
@@ -433,6 +433,6 @@ inline int Lane() { return thread_idx.x % 32; }
 
 // The CUDA device functions the kernels call (__syncthreads, shuffles, votes, mma, CUB,
 // cooperative groups), on this emulator.
-#include "kernels/cuda/emulation/device_functions.h"
+#include "tests/testing/cuda_emulator/device_functions.h"
 
-#endif  // KVSERVE_KERNELS_CUDA_EMULATION_EMULATOR_H_
+#endif  // KVSERVE_TESTS_TESTING_CUDA_EMULATOR_EMULATOR_H_

@@ -33,13 +33,15 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::recursive_mutex
 #include <new>
 #include <set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
-#include "kernels/cuda/emulation/streams.h"
+#include "tests/testing/cuda_emulator/streams.h"
 
 namespace {
 
@@ -71,7 +73,7 @@ class Memory {
   }
 
   cudaError_t AllocateDevice(void** p, size_t bytes, int device) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
     *p = NewPoisoned(bytes);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
@@ -82,19 +84,19 @@ class Memory {
 
   // Device memory that no pointer names (an instantiated graph's).
   cudaError_t Charge(int device, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (used_[device] + bytes > capacity_) return cudaErrorMemoryAllocation;
     used_[device] += bytes;
     return cudaSuccess;
   }
   void Release(int device, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     used_[device] -= bytes;
   }
 
   cudaError_t FreeDevice(void* p) {
     if (p == nullptr) return cudaSuccess;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = device_.find(p);
     if (it == device_.end()) return cudaErrorInvalidValue;
     used_[it->second.device] -= it->second.bytes;
@@ -107,14 +109,14 @@ class Memory {
   cudaError_t AllocatePinned(void** p, size_t bytes) {
     *p = NewPoisoned(bytes);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     pinned_[*p] = {-1, bytes};
     return cudaSuccess;
   }
 
   cudaError_t FreePinned(void* p) {
     if (p == nullptr) return cudaSuccess;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pinned_.find(p);
     if (it == pinned_.end()) return cudaErrorInvalidValue;
     CheckGuard(p, it->second.bytes, "pinned host");
@@ -125,12 +127,12 @@ class Memory {
 
   // Neither device memory nor pinned host memory.
   bool Pageable(const void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return !Within(device_, p) && !Within(pinned_, p);
   }
 
   void Info(int device, size_t* free, size_t* total) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     *total = capacity_;
     *free = capacity_ - used_[device];
   }
@@ -169,23 +171,26 @@ class Memory {
     return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second.bytes;
   }
 
-  std::mutex mu_;
-  size_t capacity_;
-  size_t used_[kDevices] = {};
-  Allocations device_, pinned_;
+  size_t capacity_;  // constant after construction
+  absl::Mutex mu_;
+  size_t used_[kDevices] ABSL_GUARDED_BY(mu_) = {};
+  Allocations device_ ABSL_GUARDED_BY(mu_);
+  Allocations pinned_ ABSL_GUARDED_BY(mu_);
 };
 
 // A stream's queue: its work runs in order, on whichever host thread first waits for it.
 struct Stream {
   explicit Stream(int d) : device(d) {}
   const int device;
-  std::recursive_mutex running;  // held while running queued work
-  std::mutex mu;                 // guards work and enqueued
-  std::deque<std::function<void()>> work;
-  // While a graph is being captured on the stream: its recorded work (guarded by mu).
-  std::shared_ptr<std::vector<std::function<void()>>> capture;
-  uint64_t enqueued = 0;
-  uint64_t done = 0;  // guarded by running
+  // Held while running queued work: recursive, since queued work may wait for its own stream
+  // (absl::Mutex is not), hence no annotation on `done`.
+  std::recursive_mutex running;
+  uint64_t done = 0;  // under `running`
+  absl::Mutex mu;
+  std::deque<std::function<void()>> work ABSL_GUARDED_BY(mu);
+  // While a graph is being captured on the stream: its recorded work.
+  std::shared_ptr<std::vector<std::function<void()>>> capture ABSL_GUARDED_BY(mu);
+  uint64_t enqueued ABSL_GUARDED_BY(mu) = 0;
 };
 
 // An event: the stream and the point in it (work items up to the record) it stands for, and
@@ -205,14 +210,14 @@ class Streams {
 
   Stream* Create() {
     auto* s = new Stream(current_device);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     live_.insert(s);
     return s;
   }
 
   void Destroy(Stream* s) {
     RunAll(s);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     live_.erase(s);
     delete s;
   }
@@ -222,7 +227,7 @@ class Streams {
     if (handle != nullptr && handle != cudaStreamLegacy && handle != cudaStreamPerThread) {
       return reinterpret_cast<Stream*>(handle);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::unique_ptr<Stream>& s = legacy_[current_device];
     if (s == nullptr) {
       s = std::make_unique<Stream>(current_device);
@@ -232,7 +237,7 @@ class Streams {
   }
 
   void Enqueue(Stream* s, std::function<void()> work) {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     if (s->capture != nullptr) {
       s->capture->push_back(std::move(work));
       return;
@@ -242,12 +247,12 @@ class Streams {
   }
 
   uint64_t Position(Stream* s) {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     return s->enqueued;
   }
 
   static bool Capturing(Stream* s) {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     return s->capture != nullptr;
   }
 
@@ -259,7 +264,7 @@ class Streams {
     while (s->done < position) {
       std::function<void()> next;
       {
-        std::lock_guard<std::mutex> lock(s->mu);
+        absl::MutexLock lock(&s->mu);
         next = std::move(s->work.front());
         s->work.pop_front();
       }
@@ -274,7 +279,7 @@ class Streams {
   void SynchronizeDevice() {
     std::vector<Stream*> streams;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (Stream* s : live_) {
         if (s->device == current_device) streams.push_back(s);
       }
@@ -283,9 +288,9 @@ class Streams {
   }
 
  private:
-  std::mutex mu_;
-  std::set<Stream*> live_;
-  std::unique_ptr<Stream> legacy_[kDevices];
+  absl::Mutex mu_;
+  std::set<Stream*> live_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Stream> legacy_[kDevices] ABSL_GUARDED_BY(mu_);
 };
 
 Stream* StreamOf(cudaStream_t handle) { return Streams::Get().Of(handle); }
@@ -543,7 +548,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   Stream* s = StreamOf(stream);
   if (stream == nullptr || stream == cudaStreamLegacy) return Fail(cudaErrorStreamCaptureImplicit);
   {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     if (s->capture != nullptr) return Fail(cudaErrorIllegalState);
     s->capture = std::make_shared<std::vector<std::function<void()>>>();
   }
@@ -553,7 +558,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   Stream* s = StreamOf(stream);
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (s->capture == nullptr) return Fail(cudaErrorIllegalState);
   *graph = new CUgraph_st{std::move(s->capture)};
   s->capture = nullptr;

@@ -1,5 +1,5 @@
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/mma_probe.h"
+#include "tests/gpu/mma_probe.h"
 #include "kernels/cuda/paged_attention_mma.cuh"
 
 namespace kvserve::kernels::cuda {

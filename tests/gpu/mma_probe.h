@@ -3,8 +3,8 @@
 // from memory, so that tests/gpu/mma_probe_test.cc can hold a GPU's results against PTX's
 // documented fragment layouts. If the tensor-core attention ever disagrees with the CPU on a
 // GPU, this says at once whether the layouts are the cause.
-#ifndef KVSERVE_KERNELS_CUDA_MMA_PROBE_H_
-#define KVSERVE_KERNELS_CUDA_MMA_PROBE_H_
+#ifndef KVSERVE_TESTS_GPU_MMA_PROBE_H_
+#define KVSERVE_TESTS_GPU_MMA_PROBE_H_
 
 #include <cuda_runtime_api.h>
 
@@ -27,4 +27,4 @@ void LaunchMmaProbe(const MmaProbe& p, cudaStream_t stream);
 
 }  // namespace kvserve::kernels::cuda
 
-#endif  // KVSERVE_KERNELS_CUDA_MMA_PROBE_H_
+#endif  // KVSERVE_TESTS_GPU_MMA_PROBE_H_
