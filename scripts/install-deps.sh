@@ -14,6 +14,7 @@ packages=(
   libgloo-dev libopenblas-dev
   prometheus
   nginx-light
+  clang-16
 )
 
 missing=()

@@ -47,7 +47,8 @@ std::string Human(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  if (u == 0) return absl::StrFormat("%.0f %s", bytes, units[u]);
+  return absl::StrFormat("%.2f %s", bytes, units[u]);
 }
 
 absl::StatusOr<double> WeightBytesPerParam(const std::string& dtype) {
