@@ -123,13 +123,6 @@ std::string KvCacheSpec::CacheKeyQuant() const {
   return out;
 }
 
-bool KvCacheSpec::AllFullPrecision() const {
-  for (size_t l = 0; l < k.size(); ++l) {
-    if (k[l].quantized() || v[l].quantized()) return false;
-  }
-  return true;
-}
-
 absl::StatusOr<std::vector<int>> ParseLayerList(std::string_view spec, int num_layers) {
   std::set<int> layers;
   for (absl::string_view piece : absl::StrSplit(Sv(spec), ',', absl::SkipWhitespace())) {

@@ -64,7 +64,6 @@ struct KvCacheSpec {
   // The block-hash extra key fields: caches with different layouts never share blocks.
   [[nodiscard]] std::string CacheKeyDType() const;
   [[nodiscard]] std::string CacheKeyQuant() const;
-  [[nodiscard]] bool AllFullPrecision() const;
 };
 
 struct KvQuantOptions {

@@ -1,5 +1,5 @@
 // The compute primitives of a worker, behind one interface with a CPU reference
-// implementation (kernels/cpu) and a CUDA one (kernels/cuda, a later issue). Every op takes a
+// implementation (kernels/cpu) and a CUDA one (kernels/cuda). Every op takes a
 // params struct of plain pointers and sizes ("host launcher" style); pointers are device
 // pointers for a device backend. All activations are float32, row-major.
 //

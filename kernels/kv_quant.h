@@ -130,28 +130,6 @@ inline void StoreFloat(uint8_t* row, KvDType t, int64_t i, float x) {
   }
 }
 
-inline float LoadFloat(const uint8_t* row, KvDType t, int64_t i) {
-  switch (t) {
-    case KvDType::kFp32: {
-      float x;
-      std::memcpy(&x, row + 4 * i, 4);
-      return x;
-    }
-    case KvDType::kFp16: {
-      uint16_t h;
-      std::memcpy(&h, row + 2 * i, 2);
-      return F16ToFloat(h);
-    }
-    case KvDType::kBf16: {
-      uint16_t h;
-      std::memcpy(&h, row + 2 * i, 2);
-      return Bf16ToFloat(h);
-    }
-    default:
-      return 0.0f;
-  }
-}
-
 }  // namespace kvserve::kernels
 
 #endif  // KVSERVE_KERNELS_KV_QUANT_H_

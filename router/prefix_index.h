@@ -9,7 +9,7 @@
 //   if (index.ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) RequestSnapshot(w);
 //   PrefixIndex::Match m = index.LongestPrefix(w, request_hashes);
 //
-// Not thread-safe: the router's event thread owns it (readers take a snapshot or a lock).
+// Not thread-safe: the router's core thread owns it.
 #ifndef KVSERVE_ROUTER_PREFIX_INDEX_H_
 #define KVSERVE_ROUTER_PREFIX_INDEX_H_
 

@@ -2,7 +2,7 @@
 # Whether the emulation tests would notice each __syncthreads of a kernel source missing: removes
 # them one at a time, rebuilds TEST in BUILD_DIR (a CUDA build: the emulation tests are built
 # with it) and runs it in each of the emulator's thread orders (KVSERVE_EMULATED_THREAD_ORDER,
-# kernels/cuda/emulation/emulator.h). A barrier whose removal passes in every order is either
+# tests/testing/cuda_emulator/emulator.h). A barrier whose removal passes in every order is either
 # redundant (another barrier already separates the accesses) or a gap in the test's cases.
 # The source is restored after each removal, and on exit.
 #

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
 
 absl::Status Engine::LoadModel() {
   ASSIGN_OR_RETURN(model_config_, LoadHfConfig(config_.ConfigPath()));
+  RETURN_IF_ERROR(ModelRunner::CheckDevices(config_.backend, config_.parallel));
   RETURN_IF_ERROR(config_.ValidateForModel(model_config_));
   max_model_len_ = config_.max_model_len > 0
                        ? config_.max_model_len

@@ -73,13 +73,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
     return absl::FailedPreconditionError(
         "--device cuda: this build has no CUDA backend (configure with KVSERVE_CUDA=ON)");
   }
-#else
-  if (cuda && n > kernels::CudaDeviceCount()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--tensor-parallel-size ", n, " puts rank r on GPU r, but this machine has ",
-                     kernels::CudaDeviceCount(), " CUDA device(s)"));
-  }
 #endif
+  RETURN_IF_ERROR(CheckDevices(config.backend, config.parallel));
   if (n > 1) {
     std::vector<std::unique_ptr<kernels::Communicator>> comms;
 #ifdef KVSERVE_WITH_CUDA
@@ -155,6 +150,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   for (int r = 1; r < n; ++r)
     runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
   return runner;
+}
+
+absl::Status ModelRunner::CheckDevices(const BackendConfig& backend,
+                                       const ParallelConfig& parallel) {
+#ifdef KVSERVE_WITH_CUDA
+  const int ranks = parallel.tensor_parallel_size;
+  if (backend.device == Device::kCuda && ranks > kernels::CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--tensor-parallel-size ", ranks, " puts rank r on GPU r, but this machine has ",
+        kernels::CudaDeviceCount(), " CUDA device(s)"));
+  }
+#endif
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> ModelRunner::BlocksThatFit() const {

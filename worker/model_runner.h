@@ -71,6 +71,8 @@ class ModelRunner {
  public:
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const RunnerConfig& config,
                                                              const RunnerTestHooks& hooks = {});
+  // FailedPrecondition when rank r has no GPU r to run on (Create checks it too).
+  static absl::Status CheckDevices(const BackendConfig& backend, const ParallelConfig& parallel);
   ~ModelRunner();
 
   // Applies the block copies (device→host, device→device, host→device, in that order) and

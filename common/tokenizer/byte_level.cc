@@ -38,8 +38,6 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 
 }  // namespace
 
-uint32_t ByteToCodepoint(uint8_t b) { return GetTables().to_cp[b]; }
-
 void BytesToByteLevel(std::string_view bytes, std::string* out) {
   const Tables& t = GetTables();
   for (char c : bytes) AppendUtf8(t.to_cp[static_cast<uint8_t>(c)], out);

@@ -12,9 +12,6 @@
 
 namespace kvserve::tokenizer {
 
-// The code point that byte `b` maps to.
-uint32_t ByteToCodepoint(uint8_t b);
-
 // Appends the byte-level text (UTF-8) of raw bytes.
 void BytesToByteLevel(std::string_view bytes, std::string* out);
 

@@ -6,7 +6,7 @@
 // CUDA graphs (collectives included), also when a rank out of memory recorded fewer graphs. Needs
 // as many CUDA devices as ranks (NCCL refuses two ranks on one device), so it skips on the one-GPU
 // machine; CI runs it in the KVSERVE_CUDA=EMULATED build, where the ranks are threads
-// (kernels/cuda/emulation). Label: gpu.
+// (tests/testing/cuda_emulator). Label: gpu.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
