@@ -71,102 +71,104 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return file;
 }
 
-absl::Status SafetensorsFile::Parse() {
-  const std::string& path = file_->path();
-  absl::Span<const uint8_t> all = file_->bytes();
+namespace {
+
+// The header's JSON object, after checking that its length fits the limit and the file.
+absl::StatusOr<json> ParseHeader(const std::string& path, absl::Span<const uint8_t> all,
+                                 uint64_t* header_len) {
   if (all.size() < 8) {
     return Invalid(
         path, "",
         absl::StrCat("truncated: ", all.size(), " bytes, too short for the 8-byte header length"));
   }
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | all[i];
-  if (header_len > kMaxHeaderBytes) {
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | all[i];
+  if (len > SafetensorsFile::kMaxHeaderBytes) {
     return Invalid(path, "",
-                   absl::StrCat("header length ", header_len, " exceeds the limit of ",
-                                kMaxHeaderBytes, " bytes"));
+                   absl::StrCat("header length ", len, " exceeds the limit of ",
+                                SafetensorsFile::kMaxHeaderBytes, " bytes"));
   }
-  if (header_len > all.size() - 8) {
+  if (len > all.size() - 8) {
     return Invalid(path, "",
-                   absl::StrCat("truncated: header length ", header_len,
+                   absl::StrCat("truncated: header length ", len,
                                 " runs past the end of the file (", all.size(), " bytes)"));
   }
-  const auto* header_begin = reinterpret_cast<const char*>(all.data() + 8);
-  json header = json::parse(header_begin, header_begin + header_len, nullptr,
-                            /*allow_exceptions=*/false);
+  const auto* begin = reinterpret_cast<const char*>(all.data() + 8);
+  json header = json::parse(begin, begin + len, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return Invalid(path, "", "header is not a valid JSON object");
   }
-  absl::Span<const uint8_t> data = all.subspan(8 + header_len);
+  *header_len = len;
+  return header;
+}
 
-  struct Range {
-    uint64_t begin, end;
-    const std::string* name;
-  };
-  std::vector<Range> ranges;
-  for (auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) return Invalid(path, "", "__metadata__ is not an object");
-      for (auto& [k, v] : entry.items()) {
-        if (!v.is_string())
-          return Invalid(path, "", absl::StrCat("__metadata__ '", k, "' is not a string"));
-        metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    if (!entry.is_object()) return Invalid(path, name, "entry is not an object");
-    auto dtype_it = entry.find("dtype");
-    auto shape_it = entry.find("shape");
-    auto offsets_it = entry.find("data_offsets");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) {
-      return Invalid(path, name, "missing or non-string 'dtype'");
-    }
-    absl::StatusOr<DType> dtype = ParseSafetensorsDType(dtype_it->get<std::string>());
-    if (!dtype.ok()) return Invalid(path, name, std::string(dtype.status().message()));
-    if (shape_it == entry.end() || !shape_it->is_array()) {
-      return Invalid(path, name, "missing or non-array 'shape'");
-    }
-    TensorInfo info;
-    info.name = name;
-    info.dtype = *dtype;
-    info.file = path;
-    for (const json& d : *shape_it) {
-      if (!d.is_number_unsigned())
-        return Invalid(path, name, "shape holds a non-integer or negative dimension");
-      info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-    }
-    if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-        !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-      return Invalid(path, name, "'data_offsets' must be two non-negative integers");
-    }
-    uint64_t begin = (*offsets_it)[0].get<uint64_t>();
-    uint64_t end = (*offsets_it)[1].get<uint64_t>();
-    if (begin > end) {
-      return Invalid(path, name,
-                     absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
-    }
-    if (end > data.size()) {
-      return Invalid(path, name,
-                     absl::StrCat("data_offsets [", begin, ", ", end,
-                                  "] are out of range: the data section has ", data.size(),
-                                  " bytes (file truncated?)"));
-    }
-    int64_t numel;
-    if (!CheckedNumel(info.shape, &numel) ||
-        static_cast<uint64_t>(numel) >
-            std::numeric_limits<uint64_t>::max() / DTypeSize(info.dtype)) {
-      return Invalid(path, name, "shape overflows");
-    }
-    uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(info.dtype);
-    if (end - begin != expected) {
-      return Invalid(path, name,
-                     absl::StrCat("byte range holds ", end - begin, " bytes but shape and dtype ",
-                                  Sv(DTypeName(info.dtype)), " need ", expected));
-    }
-    info.bytes = data.subspan(begin, end - begin);
-    auto [it, inserted] = tensors_.emplace(name, std::move(info));
-    ranges.push_back({begin, end, &it->first});
+// A tensor's byte range in the data section.
+struct Range {
+  uint64_t begin, end;
+  const std::string* name;
+};
+
+// One header entry: its dtype, shape and byte range, checked against each other and against
+// the `data` section's size.
+absl::StatusOr<TensorInfo> ParseEntry(const std::string& path, const std::string& name,
+                                      const json& entry, absl::Span<const uint8_t> data,
+                                      Range* range) {
+  if (!entry.is_object()) return Invalid(path, name, "entry is not an object");
+  auto dtype_it = entry.find("dtype");
+  auto shape_it = entry.find("shape");
+  auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) {
+    return Invalid(path, name, "missing or non-string 'dtype'");
   }
+  absl::StatusOr<DType> dtype = ParseSafetensorsDType(dtype_it->get<std::string>());
+  if (!dtype.ok()) return Invalid(path, name, std::string(dtype.status().message()));
+  if (shape_it == entry.end() || !shape_it->is_array()) {
+    return Invalid(path, name, "missing or non-array 'shape'");
+  }
+  TensorInfo info;
+  info.name = name;
+  info.dtype = *dtype;
+  info.file = path;
+  for (const json& d : *shape_it) {
+    if (!d.is_number_unsigned()) {
+      return Invalid(path, name, "shape holds a non-integer or negative dimension");
+    }
+    info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return Invalid(path, name, "'data_offsets' must be two non-negative integers");
+  }
+  const uint64_t begin = (*offsets_it)[0].get<uint64_t>();
+  const uint64_t end = (*offsets_it)[1].get<uint64_t>();
+  if (begin > end) {
+    return Invalid(path, name, absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
+  }
+  if (end > data.size()) {
+    return Invalid(path, name,
+                   absl::StrCat("data_offsets [", begin, ", ", end,
+                                "] are out of range: the data section has ", data.size(),
+                                " bytes (file truncated?)"));
+  }
+  int64_t numel;
+  if (!CheckedNumel(info.shape, &numel) ||
+      static_cast<uint64_t>(numel) > std::numeric_limits<uint64_t>::max() / DTypeSize(info.dtype)) {
+    return Invalid(path, name, "shape overflows");
+  }
+  const uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(info.dtype);
+  if (end - begin != expected) {
+    return Invalid(path, name,
+                   absl::StrCat("byte range holds ", end - begin, " bytes but shape and dtype ",
+                                Sv(DTypeName(info.dtype)), " need ", expected));
+  }
+  info.bytes = data.subspan(begin, end - begin);
+  range->begin = begin;
+  range->end = end;
+  return info;
+}
+
+// No two tensors' bytes overlap.
+absl::Status CheckOverlaps(const std::string& path, std::vector<Range> ranges) {
   std::sort(ranges.begin(), ranges.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < ranges.size(); ++i) {
@@ -178,6 +180,35 @@ absl::Status SafetensorsFile::Parse() {
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SafetensorsFile::Parse() {
+  const std::string& path = file_->path();
+  absl::Span<const uint8_t> all = file_->bytes();
+  uint64_t header_len = 0;
+  ASSIGN_OR_RETURN(const json header, ParseHeader(path, all, &header_len));
+  absl::Span<const uint8_t> data = all.subspan(8 + header_len);
+  std::vector<Range> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) return Invalid(path, "", "__metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) {
+          return Invalid(path, "", absl::StrCat("__metadata__ '", k, "' is not a string"));
+        }
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    Range range;
+    ASSIGN_OR_RETURN(TensorInfo info, ParseEntry(path, name, entry, data, &range));
+    auto [it, inserted] = tensors_.emplace(name, std::move(info));
+    range.name = &it->first;
+    ranges.push_back(range);
+  }
+  return CheckOverlaps(path, std::move(ranges));
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {

@@ -205,6 +205,109 @@ absl::Status ParsePrompt(object o, ParsedRequest* r) {
   return absl::OkStatus();
 }
 
+// The sampling fields: temperature, top_p, top_k, min_p, seed, n, logprobs.
+absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
+  ASSIGN_OR_RETURN(double t, Number(o, "temperature", 1.0, 0.0, 2.0));
+  r->temperature = static_cast<float>(t);
+  ASSIGN_OR_RETURN(double top_p, Number(o, "top_p", 1.0, 1e-9, 1.0));
+  r->top_p = static_cast<float>(top_p);
+  ASSIGN_OR_RETURN(int64_t top_k, Integer(o, "top_k", -1, -1, INT32_MAX));
+  r->top_k = static_cast<int>(top_k);
+  ASSIGN_OR_RETURN(double min_p, Number(o, "min_p", 0.0, 0.0, 1.0));
+  r->min_p = static_cast<float>(min_p);
+  if (Field(o, "seed")) {
+    ASSIGN_OR_RETURN(int64_t seed, Integer(o, "seed", 0, INT64_MIN, INT64_MAX));
+    r->seed = static_cast<uint64_t>(seed);
+  }
+  ASSIGN_OR_RETURN(int64_t n, Integer(o, "n", 1, 1, 128));
+  r->n = static_cast<int>(n);
+  if (chat) {
+    ASSIGN_OR_RETURN(bool want, Bool(o, "logprobs", false));
+    if (want) {
+      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, 0, 20));
+      r->logprobs = static_cast<int>(top);
+    }
+  } else if (Field(o, "logprobs")) {
+    ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, 20));
+    r->logprobs = static_cast<int>(top);
+  }
+  return absl::OkStatus();
+}
+
+// The stop conditions: "stop" (a string or a list of them) and "stop_token_ids".
+absl::Status ParseStops(object o, ParsedRequest* r) {
+  if (auto s = Field(o, "stop")) {
+    std::string_view one;
+    simdjson::dom::array many;
+    if (s->get_string().get(one) == simdjson::SUCCESS) {
+      if (!one.empty()) r->stop.emplace_back(one);
+    } else if (s->get_array().get(many) == simdjson::SUCCESS) {
+      for (element e : many) {
+        if (e.get_string().get(one) != simdjson::SUCCESS) return Bad("stop", "must hold strings");
+        if (!one.empty()) r->stop.emplace_back(one);
+      }
+    } else {
+      return Bad("stop", "must be a string or a list of strings");
+    }
+  }
+  if (auto s = Field(o, "stop_token_ids")) {
+    simdjson::dom::array ids;
+    if (s->get_array().get(ids) != simdjson::SUCCESS) {
+      return Bad("stop_token_ids", "must be a list of token ids");
+    }
+    for (element e : ids) {
+      int64_t id;
+      if (e.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+        return Bad("stop_token_ids", "must be non-negative 32-bit integers");
+      }
+      r->stop_token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The chat's messages and template options, or the completion's prompt.
+absl::Status ParseInput(object o, bool chat, ParsedRequest* r) {
+  if (!chat) {
+    RETURN_IF_ERROR(ParsePrompt(o, r));
+    ASSIGN_OR_RETURN(r->add_special_tokens, Bool(o, "add_special_tokens", true));
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ParseMessages(o, r));
+  ASSIGN_OR_RETURN(r->add_generation_prompt, Bool(o, "add_generation_prompt", true));
+  if (auto kw = Field(o, "chat_template_kwargs")) {
+    object ko;
+    if (kw->get_object().get(ko) == simdjson::SUCCESS && Field(ko, "enable_thinking")) {
+      ASSIGN_OR_RETURN(bool think, Bool(ko, "enable_thinking", true));
+      r->enable_thinking = think;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
+// truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output.
+absl::Status ParseOptions(object o, ParsedRequest* r) {
+  ASSIGN_OR_RETURN(r->stream, Bool(o, "stream", false));
+  if (auto so = Field(o, "stream_options")) {
+    object soo;
+    if (so->get_object().get(soo) != simdjson::SUCCESS) {
+      return Bad("stream_options", "must be an object");
+    }
+    ASSIGN_OR_RETURN(r->include_usage, Bool(soo, "include_usage", false));
+  }
+  ASSIGN_OR_RETURN(r->ignore_eos, Bool(o, "ignore_eos", false));
+  ASSIGN_OR_RETURN(r->user, String(o, "user"));
+  ASSIGN_OR_RETURN(r->cache_salt, String(o, "cache_salt"));
+  if (Field(o, "truncate_prompt_tokens")) {
+    ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
+    r->truncate_prompt_tokens = static_cast<int>(keep);
+  }
+  ASSIGN_OR_RETURN(r->skip_special_tokens, Bool(o, "skip_special_tokens", true));
+  ASSIGN_OR_RETURN(r->include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat) {
@@ -221,91 +324,15 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   r.chat = chat;
   ASSIGN_OR_RETURN(r.model, String(o, "model"));
   if (r.model.empty()) return Bad("model", "is required");
-  if (chat) {
-    RETURN_IF_ERROR(ParseMessages(o, &r));
-    ASSIGN_OR_RETURN(r.add_generation_prompt, Bool(o, "add_generation_prompt", true));
-    if (auto kw = Field(o, "chat_template_kwargs")) {
-      object ko;
-      if (kw->get_object().get(ko) == simdjson::SUCCESS && Field(ko, "enable_thinking")) {
-        ASSIGN_OR_RETURN(bool think, Bool(ko, "enable_thinking", true));
-        r.enable_thinking = think;
-      }
-    }
-  } else {
-    RETURN_IF_ERROR(ParsePrompt(o, &r));
-    ASSIGN_OR_RETURN(r.add_special_tokens, Bool(o, "add_special_tokens", true));
-  }
+  RETURN_IF_ERROR(ParseInput(o, chat, &r));
   const char* max_key =
       chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens_given = Field(o, max_key).has_value();
   ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, 1, INT32_MAX));
   r.max_tokens = static_cast<int>(max_tokens);
-  ASSIGN_OR_RETURN(double t, Number(o, "temperature", 1.0, 0.0, 2.0));
-  r.temperature = static_cast<float>(t);
-  ASSIGN_OR_RETURN(double top_p, Number(o, "top_p", 1.0, 1e-9, 1.0));
-  r.top_p = static_cast<float>(top_p);
-  ASSIGN_OR_RETURN(int64_t top_k, Integer(o, "top_k", -1, -1, INT32_MAX));
-  r.top_k = static_cast<int>(top_k);
-  ASSIGN_OR_RETURN(double min_p, Number(o, "min_p", 0.0, 0.0, 1.0));
-  r.min_p = static_cast<float>(min_p);
-  if (Field(o, "seed")) {
-    ASSIGN_OR_RETURN(int64_t seed, Integer(o, "seed", 0, INT64_MIN, INT64_MAX));
-    r.seed = static_cast<uint64_t>(seed);
-  }
-  ASSIGN_OR_RETURN(int64_t n, Integer(o, "n", 1, 1, 128));
-  r.n = static_cast<int>(n);
-  if (auto s = Field(o, "stop")) {
-    std::string_view one;
-    simdjson::dom::array many;
-    if (s->get_string().get(one) == simdjson::SUCCESS) {
-      if (!one.empty()) r.stop.emplace_back(one);
-    } else if (s->get_array().get(many) == simdjson::SUCCESS) {
-      for (element e : many) {
-        if (e.get_string().get(one) != simdjson::SUCCESS) return Bad("stop", "must hold strings");
-        if (!one.empty()) r.stop.emplace_back(one);
-      }
-    } else {
-      return Bad("stop", "must be a string or a list of strings");
-    }
-  }
-  if (auto s = Field(o, "stop_token_ids")) {
-    simdjson::dom::array ids;
-    if (s->get_array().get(ids) != simdjson::SUCCESS)
-      return Bad("stop_token_ids", "must be a list of token ids");
-    for (element e : ids) {
-      int64_t id;
-      if (e.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
-        return Bad("stop_token_ids", "must be non-negative 32-bit integers");
-      }
-      r.stop_token_ids.push_back(static_cast<int32_t>(id));
-    }
-  }
-  if (chat) {
-    ASSIGN_OR_RETURN(bool want, Bool(o, "logprobs", false));
-    if (want) {
-      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, 0, 20));
-      r.logprobs = static_cast<int>(top);
-    }
-  } else if (Field(o, "logprobs")) {
-    ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, 20));
-    r.logprobs = static_cast<int>(top);
-  }
-  ASSIGN_OR_RETURN(r.stream, Bool(o, "stream", false));
-  if (auto so = Field(o, "stream_options")) {
-    object soo;
-    if (so->get_object().get(soo) != simdjson::SUCCESS)
-      return Bad("stream_options", "must be an object");
-    ASSIGN_OR_RETURN(r.include_usage, Bool(soo, "include_usage", false));
-  }
-  ASSIGN_OR_RETURN(r.ignore_eos, Bool(o, "ignore_eos", false));
-  ASSIGN_OR_RETURN(r.user, String(o, "user"));
-  ASSIGN_OR_RETURN(r.cache_salt, String(o, "cache_salt"));
-  if (Field(o, "truncate_prompt_tokens")) {
-    ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
-    r.truncate_prompt_tokens = static_cast<int>(keep);
-  }
-  ASSIGN_OR_RETURN(r.skip_special_tokens, Bool(o, "skip_special_tokens", true));
-  ASSIGN_OR_RETURN(r.include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
+  RETURN_IF_ERROR(ParseSampling(o, chat, &r));
+  RETURN_IF_ERROR(ParseStops(o, &r));
+  RETURN_IF_ERROR(ParseOptions(o, &r));
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   return r;
 }

@@ -87,21 +87,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> LoadPrompts(const tokenizer::T
   return prompts;
 }
 
-absl::Status Run() {
-  ASSIGN_OR_RETURN(worker::EngineConfig config, worker::EngineConfigFromFlags());
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  std::string tok_dir = absl::GetFlag(FLAGS_tokenizer);
-  if (tok_dir.empty() && ReadFileToString(config.model_dir + "/tokenizer.json").ok())
-    tok_dir = config.model_dir;
-  if (!tok_dir.empty()) {
-    ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromDirectory(tok_dir));
-  }
-  ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, LoadPrompts(tok.get()));
-  ASSIGN_OR_RETURN(worker::RunnerTestHooks hooks, worker::TestHooksFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
-  std::cerr << engine->preflight_report() << "\n";
-
-  const bool dump = !absl::GetFlag(FLAGS_dump_logits).empty();
+// Every prompt as a request, keyed by its index, with the sampling flags.
+absl::Status AddPrompts(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                        bool dump) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     worker::RequestInput in;
     in.request_id = absl::StrCat(i);
@@ -115,25 +103,44 @@ absl::Status Run() {
     in.sampling.n = absl::GetFlag(FLAGS_n);
     in.sampling.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     in.return_prompt_logits = dump;
-    RETURN_IF_ERROR(Annotate(engine->AddRequest(std::move(in)), absl::StrCat("prompt ", i)));
+    RETURN_IF_ERROR(Annotate(engine.AddRequest(std::move(in)), absl::StrCat("prompt ", i)));
   }
-  std::map<std::pair<int, int>, std::vector<int32_t>> outputs;
+  return absl::OkStatus();
+}
+
+// What a run produced: tokens by (prompt, sample), prompt logits by prompt, and its time.
+struct RunOutputs {
+  std::map<std::pair<int, int>, std::vector<int32_t>> tokens;
   std::map<int, std::vector<float>> prompt_logits;
+  double seconds = 0;
+};
+
+absl::StatusOr<RunOutputs> RunToEnd(Engine& engine) {
+  RunOutputs r;
   const auto start = std::chrono::steady_clock::now();
-  while (engine->HasWork()) {
-    ASSIGN_OR_RETURN(std::vector<worker::SequenceOutput> outs, engine->Step());
+  while (engine.HasWork()) {
+    ASSIGN_OR_RETURN(std::vector<worker::SequenceOutput> outs, engine.Step());
     for (auto& o : outs) {
-      int index = std::stoi(o.request_id);
-      auto& v = outputs[{index, o.sample_index}];
+      const int index = std::stoi(o.request_id);
+      auto& v = r.tokens[{index, o.sample_index}];
       v.insert(v.end(), o.new_tokens.begin(), o.new_tokens.end());
-      if (o.request_finished && dump) prompt_logits[index] = std::move(o.prompt_logits);
+      if (o.request_finished && !o.prompt_logits.empty()) {
+        r.prompt_logits[index] = std::move(o.prompt_logits);
+      }
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const worker::EngineStats s = engine->stats();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// One line per sample (JSON with --json), then the run's summary.
+void Print(const RunOutputs& r, const tokenizer::Tokenizer* tok, const worker::EngineStats& s) {
   const bool json = absl::GetFlag(FLAGS_json);
-  for (const auto& [key, ids] : outputs) {
+  for (const auto& [key, ids] : r.tokens) {
     std::string text;
     if (tok != nullptr) {
       absl::StatusOr<std::string> t = tok->Decode(std::vector<int>(ids.begin(), ids.end()), true);
@@ -142,43 +149,62 @@ absl::Status Run() {
     if (json) {
       nlohmann::json line = {{"prompt", key.first}, {"sample", key.second}, {"token_ids", ids}};
       if (tok != nullptr) line["text"] = text;
-      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      std::cout << Dump(line) << "\n";
     } else {
       std::cout << "prompt " << key.first << " sample " << key.second << ": ["
                 << absl::StrJoin(ids, ", ") << "]";
-      if (tok != nullptr)
-        std::cout << " "
-                  << nlohmann::json(text).dump(-1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace);
+      if (tok != nullptr) std::cout << " " << Dump(text);
       std::cout << "\n";
     }
   }
-  nlohmann::json summary = {
-      {"seconds", seconds},
-      {"computed_tokens", s.computed_tokens},
-      {"generated_tokens", s.generated_tokens},
-      {"tokens_per_s", s.computed_tokens / std::max(seconds, 1e-9)},
-      {"generated_tokens_per_s", s.generated_tokens / std::max(seconds, 1e-9)},
-      {"steps", s.steps},
-      {"prefix_cache_queried_tokens", s.prefix_queried_tokens},
-      {"prefix_cache_hit_tokens", s.prefix_hit_tokens},
-      {"preemptions", s.preemptions},
-      {"blocks_total", s.blocks_total},
-      {"blocks_cached_evictable", s.blocks_cached_evictable}};
+  const double seconds = std::max(r.seconds, 1e-9);
+  nlohmann::json summary = {{"seconds", r.seconds},
+                            {"computed_tokens", s.computed_tokens},
+                            {"generated_tokens", s.generated_tokens},
+                            {"tokens_per_s", s.computed_tokens / seconds},
+                            {"generated_tokens_per_s", s.generated_tokens / seconds},
+                            {"steps", s.steps},
+                            {"prefix_cache_queried_tokens", s.prefix_queried_tokens},
+                            {"prefix_cache_hit_tokens", s.prefix_hit_tokens},
+                            {"preemptions", s.preemptions},
+                            {"blocks_total", s.blocks_total},
+                            {"blocks_cached_evictable", s.blocks_cached_evictable}};
   std::cout << (json ? summary.dump() : summary.dump(2)) << "\n";
+}
 
-  if (dump) {
-    std::vector<TensorToWrite> tensors;
-    const int64_t vocab = engine->model_config().vocab_size;
-    for (const auto& [index, logits] : prompt_logits) {
-      const int64_t len = static_cast<int64_t>(prompts[index].size());
-      tensors.push_back({absl::StrCat("logits_", index),
-                         DType::kF32,
-                         {len, vocab},
-                         {reinterpret_cast<const char*>(logits.data()), logits.size() * 4}});
-    }
-    RETURN_IF_ERROR(WriteSafetensors(absl::GetFlag(FLAGS_dump_logits), tensors));
+// --dump-logits: each prompt's logits as logits_I, [prompt length, vocab] float32.
+absl::Status DumpLogits(const RunOutputs& r, const std::vector<std::vector<int32_t>>& prompts,
+                        int64_t vocab) {
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [index, logits] : r.prompt_logits) {
+    const int64_t len = static_cast<int64_t>(prompts[index].size());
+    tensors.push_back({absl::StrCat("logits_", index),
+                       DType::kF32,
+                       {len, vocab},
+                       {reinterpret_cast<const char*>(logits.data()), logits.size() * 4}});
   }
+  return WriteSafetensors(absl::GetFlag(FLAGS_dump_logits), tensors);
+}
+
+absl::Status Run() {
+  ASSIGN_OR_RETURN(worker::EngineConfig config, worker::EngineConfigFromFlags());
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::string tok_dir = absl::GetFlag(FLAGS_tokenizer);
+  if (tok_dir.empty() && ReadFileToString(config.model_dir + "/tokenizer.json").ok()) {
+    tok_dir = config.model_dir;
+  }
+  if (!tok_dir.empty()) {
+    ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromDirectory(tok_dir));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, LoadPrompts(tok.get()));
+  ASSIGN_OR_RETURN(worker::RunnerTestHooks hooks, worker::TestHooksFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
+  std::cerr << engine->preflight_report() << "\n";
+  const bool dump = !absl::GetFlag(FLAGS_dump_logits).empty();
+  RETURN_IF_ERROR(AddPrompts(*engine, prompts, dump));
+  ASSIGN_OR_RETURN(const RunOutputs outputs, RunToEnd(*engine));
+  Print(outputs, tok.get(), engine->stats());
+  if (dump) RETURN_IF_ERROR(DumpLogits(outputs, prompts, engine->model_config().vocab_size));
   return absl::OkStatus();
 }
 

@@ -63,93 +63,106 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
                                                                  const RunnerTestHooks& hooks) {
   const int n = config.parallel.tensor_parallel_size;
   RETURN_IF_ERROR(Model::CheckShardable(config.model, n));
-  std::unique_ptr<ModelRunner> runner(new ModelRunner());
-  runner->config_ = config;
-  runner->hooks_ = hooks;
-  runner->ranks_.resize(n);
-  const bool cuda = config.backend.device == Device::kCuda;
 #ifndef KVSERVE_WITH_CUDA
-  if (cuda) {
+  if (config.backend.device == Device::kCuda) {
     return absl::FailedPreconditionError(
         "--device cuda: this build has no CUDA backend (configure with KVSERVE_CUDA=ON)");
   }
 #endif
   RETURN_IF_ERROR(CheckDevices(config.backend, config.parallel));
-  if (n > 1) {
-    std::vector<std::unique_ptr<kernels::Communicator>> comms;
-#ifdef KVSERVE_WITH_CUDA
-    if (cuda) {
-      std::vector<int> devices(n);
-      for (int r = 0; r < n; ++r) devices[r] = r;
-      ASSIGN_OR_RETURN(comms,
-                       kernels::CreateNcclGroup(devices, config.parallel.collective_timeout));
-    }
-#endif
-    if (!cuda) {
-      ASSIGN_OR_RETURN(comms, kernels::CreateGlooGroup(n, config.parallel.collective_timeout));
-    }
-    for (int r = 0; r < n; ++r) runner->ranks_[r].comm = std::move(comms[r]);
+  std::unique_ptr<ModelRunner> runner(new ModelRunner());
+  runner->config_ = config;
+  runner->hooks_ = hooks;
+  runner->ranks_.resize(n);
+  RETURN_IF_ERROR(runner->ConnectRanks());
+  for (int r = 0; r < n; ++r) RETURN_IF_ERROR(runner->LoadRank(r));
+  RETURN_IF_ERROR(runner->AllocatePools());
+  {
+    absl::MutexLock lock(&runner->mu_);
+    runner->done_.assign(n, 0);
+    runner->status_.assign(n, absl::OkStatus());
   }
-  const int kv_heads = Model::LocalKvHeads(config.model, n);
-  for (int r = 0; r < n; ++r) {
-    Rank& rank = runner->ranks_[r];
-#ifdef KVSERVE_WITH_CUDA
-    if (cuda) {
-      RETURN_IF_ERROR(
-          kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
-      ASSIGN_OR_RETURN(
-          rank.backend,
-          kernels::CreateCudaBackend({.device = r,
-                                      .attention_tensor_cores = config.backend.attention_kernel ==
-                                                                AttentionKernel::kTensorCores}));
-    }
-#endif
-    if (!cuda) {
-      rank.backend = hooks.make_backend
-                         ? hooks.make_backend()
-                         : kernels::CreateCpuBackend({.num_threads = config.backend.cpu_threads});
-    }
-    if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, n));
-    ASSIGN_OR_RETURN(rank.model,
-                     Model::Load(config.model_dir, config.model, rank.backend.get(),
-                                 {.shard = TpShard{r, n},
-                                  .comm = rank.comm.get(),
-                                  .weight_type = config.weight_type,
-                                  .graph_max_batch = config.backend.cuda_graph_max_batch,
-                                  .graph_max_blocks_per_seq = config.max_blocks_per_seq}));
-    rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
-                               2 * config.max_logit_rows,
-                               int64_t{config.max_blocks_per_seq} * config.block_size);
+  for (int r = 1; r < n; ++r) {
+    runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
   }
-  runner->num_blocks_ = config.num_blocks;
-  if (runner->num_blocks_ == 0) {
+  return runner;
+}
+
+absl::Status ModelRunner::ConnectRanks() {
+  const int n = size();
+  if (n == 1) return absl::OkStatus();
+  const absl::Duration timeout = config_.parallel.collective_timeout;
+  std::vector<std::unique_ptr<kernels::Communicator>> comms;
+#ifdef KVSERVE_WITH_CUDA
+  if (config_.backend.device == Device::kCuda) {
+    std::vector<int> devices(n);
+    for (int r = 0; r < n; ++r) devices[r] = r;
+    ASSIGN_OR_RETURN(comms, kernels::CreateNcclGroup(devices, timeout));
+  }
+#endif
+  if (config_.backend.device == Device::kCpu) {
+    ASSIGN_OR_RETURN(comms, kernels::CreateGlooGroup(n, timeout));
+  }
+  for (int r = 0; r < n; ++r) ranks_[r].comm = std::move(comms[r]);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::LoadRank(int r) {
+  const RunnerConfig& config = config_;
+  const bool cuda = config.backend.device == Device::kCuda;
+  Rank& rank = ranks_[r];
+#ifdef KVSERVE_WITH_CUDA
+  if (cuda) {
+    RETURN_IF_ERROR(
+        kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
+    const bool tensor_cores = config.backend.attention_kernel == AttentionKernel::kTensorCores;
+    ASSIGN_OR_RETURN(rank.backend, kernels::CreateCudaBackend(
+                                       {.device = r, .attention_tensor_cores = tensor_cores}));
+  }
+#endif
+  if (!cuda) {
+    rank.backend = hooks_.make_backend
+                       ? hooks_.make_backend()
+                       : kernels::CreateCpuBackend({.num_threads = config.backend.cpu_threads});
+  }
+  if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, size()));
+  ASSIGN_OR_RETURN(rank.model,
+                   Model::Load(config.model_dir, config.model, rank.backend.get(),
+                               {.shard = TpShard{r, size()},
+                                .comm = rank.comm.get(),
+                                .weight_type = config.weight_type,
+                                .graph_max_batch = config.backend.cuda_graph_max_batch,
+                                .graph_max_blocks_per_seq = config.max_blocks_per_seq}));
+  rank.model->ReserveScratch(config.max_step_tokens, config.max_logit_rows,
+                             2 * config.max_logit_rows,
+                             int64_t{config.max_blocks_per_seq} * config.block_size);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::AllocatePools() {
+  const RunnerConfig& config = config_;
+  const bool cuda = config.backend.device == Device::kCuda;
+  const int kv_heads = Model::LocalKvHeads(config.model, size());
+  num_blocks_ = config.num_blocks;
+  if (num_blocks_ == 0) {
     if (!cuda) return absl::InvalidArgumentError("the CPU backend needs a KV pool size in blocks");
-    ASSIGN_OR_RETURN(runner->num_blocks_, runner->BlocksThatFit());
+    ASSIGN_OR_RETURN(num_blocks_, BlocksThatFit());
   } else if (cuda) {
-    for (int r = 0; r < n; ++r) {
-      RETURN_IF_ERROR(
-          CheckPoolFits(config, *runner->ranks_[r].backend, r, kv_heads, runner->num_blocks_));
+    for (int r = 0; r < size(); ++r) {
+      RETURN_IF_ERROR(CheckPoolFits(config, *ranks_[r].backend, r, kv_heads, num_blocks_));
     }
   }
-  for (int r = 0; r < n; ++r) {
-    Rank& rank = runner->ranks_[r];
+  for (Rank& rank : ranks_) {
     rank.device =
-        std::make_unique<KvStorage>(config.kv_spec, runner->num_blocks_, kv_heads,
-                                    config.block_size, config.model.head_dim, rank.backend.get());
+        std::make_unique<KvStorage>(config.kv_spec, num_blocks_, kv_heads, config.block_size,
+                                    config.model.head_dim, rank.backend.get());
     if (config.num_host_blocks > 0) {
       rank.host = std::make_unique<KvStorage>(config.kv_spec, config.num_host_blocks, kv_heads,
                                               config.block_size, config.model.head_dim,
                                               rank.backend.get(), /*host_tier=*/true);
     }
   }
-  {
-    absl::MutexLock lock(&runner->mu_);
-    runner->done_.assign(n, 0);
-    runner->status_.assign(n, absl::OkStatus());
-  }
-  for (int r = 1; r < n; ++r)
-    runner->workers_.emplace_back([p = runner.get(), r] { p->WorkerLoop(r); });
-  return runner;
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::CheckDevices(const BackendConfig& backend,

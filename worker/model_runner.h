@@ -108,6 +108,11 @@ class ModelRunner {
   };
 
   ModelRunner() = default;
+  // Steps of Create: the ranks' communicators (Gloo or NCCL), each rank's backend and weights,
+  // and the KV pools (sized to fit --gpu-memory-utilization when num_blocks is 0).
+  absl::Status ConnectRanks();
+  absl::Status LoadRank(int r);
+  absl::Status AllocatePools();
   absl::StatusOr<ForwardOutput> RunRank(int rank, const BlockCopies& copies,
                                         const ForwardBatch& batch, int64_t step);
   void WorkerLoop(int rank);

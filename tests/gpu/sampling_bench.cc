@@ -41,6 +41,107 @@ struct Mix {
   int top_k;
 };
 
+// Device buffers for batches of up to `max_batch` rows of `vocab` logits.
+struct DeviceBuffers {
+  DeviceBuffers(const std::vector<float>& logits, int max_batch) {
+    KVSERVE_CUDA_CHECK(cudaMalloc(&logits_, logits.size() * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&requests, max_batch * sizeof(SampleRequest)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&tokens, max_batch * sizeof(int32_t)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&logprob_requests, max_batch * sizeof(LogprobRequest)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&logprobs, max_batch * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&top_logprobs, max_batch * kMaxTopLogprobs * sizeof(float)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
+    KVSERVE_CUDA_CHECK(
+        cudaMemcpy(logits_, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffers() {
+    for (void* ptr :
+         {static_cast<void*>(logits_), static_cast<void*>(requests), static_cast<void*>(tokens),
+          static_cast<void*>(logprob_requests), static_cast<void*>(logprobs),
+          static_cast<void*>(top_logprobs), static_cast<void*>(top_ids)}) {
+      cudaFree(ptr);
+    }
+  }
+  float* logits_ = nullptr;
+  SampleRequest* requests = nullptr;
+  int32_t* tokens = nullptr;
+  LogprobRequest* logprob_requests = nullptr;
+  float *logprobs = nullptr, *top_logprobs = nullptr;
+  int32_t* top_ids = nullptr;
+};
+
+// N(0, 3²) logits with four likely tokens per row.
+std::vector<float> MakeLogits(int rows, int64_t vocab, std::mt19937& rng) {
+  std::vector<float> logits(size_t(rows) * vocab);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& x : logits) x = normal(rng);
+  for (int r = 0; r < rows; ++r) {
+    for (int s = 0; s < 4; ++s) logits[size_t(r) * vocab + rng() % vocab] += 12.0f + s;
+  }
+  return logits;
+}
+
+// One mix at one batch: GPU and CPU draws timed and compared, then the logprobs (top 5) of the
+// draws timed; prints the row. Returns whether every token matched.
+bool RunMix(Backend& gpu, Backend& cpu, const Mix& m, int batch, int64_t vocab,
+            const std::vector<float>& logits, DeviceBuffers& d) {
+  std::vector<SampleRequest> requests(batch);
+  for (int r = 0; r < batch; ++r) {
+    requests[r] = {.row = r,
+                   .temperature = m.temperature,
+                   .top_k = m.top_k,
+                   .top_p = m.top_p,
+                   .min_p = m.min_p,
+                   .seed = static_cast<uint64_t>(1000 + r),
+                   .step = 7};
+  }
+  KVSERVE_CUDA_CHECK(cudaMemcpy(d.requests, requests.data(), batch * sizeof(SampleRequest),
+                                cudaMemcpyHostToDevice));
+  KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  SampleParams p;
+  p.logits = d.logits_;
+  p.num_rows = batch;
+  p.vocab = vocab;
+  p.shard_vocab = vocab;
+  p.requests = d.requests;
+  p.num_requests = batch;
+  p.tokens = d.tokens;
+  const double gpu_us = MeanMicros(gpu, [&] { gpu.Sample(p); });
+  std::vector<int32_t> got(batch), want(batch);
+  KVSERVE_CUDA_CHECK(
+      cudaMemcpy(got.data(), d.tokens, batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  p.logits = logits.data();
+  p.requests = requests.data();
+  p.tokens = want.data();
+  const auto c0 = std::chrono::steady_clock::now();
+  cpu.Sample(p);
+  const double cpu_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0).count();
+  // Logprobs of these draws with the top 5 (what an OpenAI `logprobs: 5` request costs).
+  std::vector<LogprobRequest> lq(batch);
+  for (int r = 0; r < batch; ++r) lq[r] = {r, r, 5};
+  KVSERVE_CUDA_CHECK(cudaMemcpy(d.logprob_requests, lq.data(), batch * sizeof(LogprobRequest),
+                                cudaMemcpyHostToDevice));
+  KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  LogprobsParams lp;
+  lp.logits = d.logits_;
+  lp.num_rows = batch;
+  lp.vocab = vocab;
+  lp.shard_vocab = vocab;
+  lp.tokens = d.tokens;
+  lp.requests = d.logprob_requests;
+  lp.num_requests = batch;
+  lp.logprob = d.logprobs;
+  lp.top_ids = d.top_ids;
+  lp.top_logprobs = d.top_logprobs;
+  const double lp_us = MeanMicros(gpu, [&] { gpu.Logprobs(lp); });
+  const bool match = got == want;
+  std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %10.1f %s\n", m.name, batch, long(vocab), gpu_us,
+              cpu_us, cpu_us / gpu_us, lp_us, match ? "same" : "DIFFER");
+  std::fflush(stdout);  // a run cut short by its timeout still shows the rows it measured
+  return match;
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   auto gpu_or = CreateCudaBackend({});
@@ -61,95 +162,11 @@ int Main(int argc, char** argv) {
               "x_cpu", "logprob_us", "tokens");
   bool all_match = true;
   for (int64_t vocab : vocabs) {
-    const int max_batch = batches.back();
-    std::vector<float> logits(size_t(max_batch) * vocab);
-    std::normal_distribution<float> normal(0.0f, 3.0f);
-    for (float& x : logits) x = normal(rng);
-    for (int r = 0; r < max_batch; ++r) {  // a few likely tokens per row
-      for (int s = 0; s < 4; ++s) logits[size_t(r) * vocab + rng() % vocab] += 12.0f + s;
-    }
-    float* d_logits = nullptr;
-    SampleRequest* d_requests = nullptr;
-    int32_t* d_tokens = nullptr;
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_logits, logits.size() * sizeof(float)));
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_requests, max_batch * sizeof(SampleRequest)));
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_tokens, max_batch * sizeof(int32_t)));
-    LogprobRequest* d_lq = nullptr;
-    float *d_lp = nullptr, *d_top_lp = nullptr;
-    int32_t* d_top_ids = nullptr;
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_lq, max_batch * sizeof(LogprobRequest)));
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_lp, max_batch * sizeof(float)));
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_top_lp, max_batch * kMaxTopLogprobs * sizeof(float)));
-    KVSERVE_CUDA_CHECK(cudaMalloc(&d_top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
-    KVSERVE_CUDA_CHECK(
-        cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+    const std::vector<float> logits = MakeLogits(batches.back(), vocab, rng);
+    DeviceBuffers d(logits, batches.back());
     for (int batch : batches) {
-      for (const Mix& m : mixes) {
-        std::vector<SampleRequest> requests(batch);
-        for (int r = 0; r < batch; ++r) {
-          requests[r].row = r;
-          requests[r].temperature = m.temperature;
-          requests[r].top_p = m.top_p;
-          requests[r].min_p = m.min_p;
-          requests[r].top_k = m.top_k;
-          requests[r].seed = 1000 + r;
-          requests[r].step = 7;
-        }
-        KVSERVE_CUDA_CHECK(cudaMemcpy(d_requests, requests.data(), batch * sizeof(SampleRequest),
-                                      cudaMemcpyHostToDevice));
-        KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
-        SampleParams p;
-        p.logits = d_logits;
-        p.num_rows = batch;
-        p.vocab = vocab;
-        p.shard_vocab = vocab;
-        p.requests = d_requests;
-        p.num_requests = batch;
-        p.tokens = d_tokens;
-        const double gpu_us = MeanMicros(gpu, [&] { gpu.Sample(p); });
-        std::vector<int32_t> got(batch), want(batch);
-        KVSERVE_CUDA_CHECK(
-            cudaMemcpy(got.data(), d_tokens, batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
-        p.logits = logits.data();
-        p.requests = requests.data();
-        p.tokens = want.data();
-        const auto c0 = std::chrono::steady_clock::now();
-        cpu->Sample(p);
-        const double cpu_us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0)
-                .count();
-        const bool match = got == want;
-        all_match = all_match && match;
-        // Logprobs of these draws with the top 5 (what an OpenAI `logprobs: 5` request costs).
-        std::vector<LogprobRequest> lq(batch);
-        for (int r = 0; r < batch; ++r) lq[r] = {r, r, 5};
-        KVSERVE_CUDA_CHECK(
-            cudaMemcpy(d_lq, lq.data(), batch * sizeof(LogprobRequest), cudaMemcpyHostToDevice));
-        KVSERVE_CUDA_CHECK(cudaDeviceSynchronize());
-        LogprobsParams lp;
-        lp.logits = d_logits;
-        lp.num_rows = batch;
-        lp.vocab = vocab;
-        lp.shard_vocab = vocab;
-        lp.tokens = d_tokens;
-        lp.requests = d_lq;
-        lp.num_requests = batch;
-        lp.logprob = d_lp;
-        lp.top_ids = d_top_ids;
-        lp.top_logprobs = d_top_lp;
-        const double lp_us = MeanMicros(gpu, [&] { gpu.Logprobs(lp); });
-        std::printf("%-24s %5d %7ld %10.1f %10.1f %8.1f %10.1f %s\n", m.name, batch, long(vocab),
-                    gpu_us, cpu_us, cpu_us / gpu_us, lp_us, match ? "same" : "DIFFER");
-        std::fflush(stdout);  // a run cut short by its timeout still shows the rows it measured
-      }
+      for (const Mix& m : mixes) all_match &= RunMix(gpu, *cpu, m, batch, vocab, logits, d);
     }
-    cudaFree(d_logits);
-    for (void* ptr : {static_cast<void*>(d_lq), static_cast<void*>(d_lp),
-                      static_cast<void*>(d_top_lp), static_cast<void*>(d_top_ids)}) {
-      cudaFree(ptr);
-    }
-    cudaFree(d_requests);
-    cudaFree(d_tokens);
   }
   return all_match ? 0 : 1;
 }

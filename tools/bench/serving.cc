@@ -338,73 +338,50 @@ absl::Status Validate(const ServingOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<json> RunServing(const ServingOptions& o) {
-  if (absl::Status s = Validate(o); !s.ok()) return s;
-  absl::StatusOr<Endpoint> ep = ParseUrl(o.url);
-  if (!ep.ok()) return ep.status();
-  std::string model = o.model;
-  if (model.empty()) {
-    absl::StatusOr<std::string> models = Fetch(*ep, http::verb::get, "/v1/models");
-    if (!models.ok()) return models.status();
-    const json j = json::parse(*models, nullptr, false);
-    if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
-      return absl::UnavailableError("GET /v1/models listed no model");
-    }
-    model = j["data"][0].value("id", "");
+// The model to ask for: --model, or the first one GET /v1/models lists.
+absl::StatusOr<std::string> ServedModel(const ServingOptions& o, const Endpoint& ep) {
+  if (!o.model.empty()) return o.model;
+  absl::StatusOr<std::string> models = Fetch(ep, http::verb::get, "/v1/models");
+  if (!models.ok()) return models.status();
+  const json j = json::parse(*models, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
+    return absl::UnavailableError("GET /v1/models listed no model");
   }
-  int64_t ideal_hit = 0, ideal_prompt = 0;
-  const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
-  const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
+  return j["data"][0].value("id", "");
+}
 
-  ResultLog log;
-  Gate gate(o.max_concurrency);
-  std::vector<std::thread> threads;
-  std::mt19937_64 arrivals(o.seed ^ 0x5eedULL);
-  std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
-  const auto start = Clock::now();
-  auto next = start;
-  for (const Session& session : sessions) {
-    if (!std::isinf(o.request_rate)) {
-      next +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
-      std::this_thread::sleep_until(next);
-    }
-    threads.emplace_back([&, session] {
-      std::vector<int> history;
-      for (const Turn& turn : session) {
-        history.insert(history.end(), turn.new_ids.begin(), turn.new_ids.end());
-        std::string answer;
-        gate.Enter();
-        Result r =
-            SendOne(*ep, model, history, turn.max_tokens, session.size() > 1 ? &answer : nullptr);
-        gate.Leave();
-        const bool ok = r.ok;
-        log.Add(std::move(r));
-        if (!ok) break;
-        if (session.size() > 1 && !answer.empty()) {
-          // The answer joins the history as the router tokenizes it (no BOS).
-          absl::StatusOr<std::string> t = Fetch(
-              *ep, http::verb::post, "/tokenize",
+// One session's turns in order, each prompt the history so far; an answer joins the history as
+// the router tokenizes it (no BOS). Stops at the first failure.
+void RunSession(const Endpoint& ep, const std::string& model, const Session& session, Gate& gate,
+                ResultLog& log) {
+  std::vector<int> history;
+  for (const Turn& turn : session) {
+    history.insert(history.end(), turn.new_ids.begin(), turn.new_ids.end());
+    std::string answer;
+    gate.Enter();
+    Result r = SendOne(ep, model, history, turn.max_tokens, session.size() > 1 ? &answer : nullptr);
+    gate.Leave();
+    const bool ok = r.ok;
+    log.Add(std::move(r));
+    if (!ok) return;
+    if (session.size() <= 1 || answer.empty()) continue;
+    absl::StatusOr<std::string> t =
+        Fetch(ep, http::verb::post, "/tokenize",
               json{{"model", model}, {"prompt", answer}, {"add_special_tokens", false}}.dump());
-          if (!t.ok()) {
-            Result failed;
-            failed.error = std::string(t.status().message());
-            log.Add(std::move(failed));
-            break;
-          }
-          const json ids = json::parse(*t, nullptr, false).value("tokens", json::array());
-          for (const json& id : ids) history.push_back(id.get<int>());
-        }
-      }
-    });
+    if (!t.ok()) {
+      Result failed;
+      failed.error = std::string(t.status().message());
+      log.Add(std::move(failed));
+      return;
+    }
+    const json ids = json::parse(*t, nullptr, false).value("tokens", json::array());
+    for (const json& id : ids) history.push_back(id.get<int>());
   }
-  for (std::thread& t : threads) t.join();
-  std::vector<Result> results = log.Take();
-  const double duration = std::chrono::duration<double>(Clock::now() - start).count();
-  const std::map<std::string, double> routed_after = RoutedPerWorker(*ep);
+}
 
+// vLLM's serving metrics over the results: counts, throughputs, latency statistics, goodput
+// under the SLOs, the prefix-cache hit rate.
+json Summarize(const ServingOptions& o, const std::vector<Result>& results, double duration) {
   json report;
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t input = 0, output = 0, cached = 0, good = 0;
@@ -429,11 +406,6 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
                        (o.slo_e2e_ms <= 0 || 1e3 * r.e2e <= o.slo_e2e_ms);
     if (meets) ++good;
   }
-  report["dataset"] = o.dataset;
-  report["model"] = model;
-  report["url"] = o.url;
-  report["request_rate"] = std::isinf(o.request_rate) ? json("inf") : json(o.request_rate);
-  report["max_concurrency"] = o.max_concurrency;
   report["duration"] = duration;
   report["completed"] = completed;
   report["failed"] = static_cast<int>(results.size()) - completed;
@@ -450,6 +422,46 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   AddStats(report, "e2el", e2e);
   report["cached_prompt_tokens"] = cached;
   report["prefix_cache_hit_rate"] = input > 0 ? static_cast<double>(cached) / input : 0.0;
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<json> RunServing(const ServingOptions& o) {
+  if (absl::Status s = Validate(o); !s.ok()) return s;
+  absl::StatusOr<Endpoint> ep = ParseUrl(o.url);
+  if (!ep.ok()) return ep.status();
+  absl::StatusOr<std::string> model = ServedModel(o, *ep);
+  if (!model.ok()) return model.status();
+  int64_t ideal_hit = 0, ideal_prompt = 0;
+  const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
+  const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
+
+  ResultLog log;
+  Gate gate(o.max_concurrency);
+  std::vector<std::thread> threads;
+  std::mt19937_64 arrivals(o.seed ^ 0x5eedULL);
+  std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
+  const auto start = Clock::now();
+  auto next = start;
+  for (const Session& session : sessions) {
+    if (!std::isinf(o.request_rate)) {
+      next +=
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
+      std::this_thread::sleep_until(next);
+    }
+    threads.emplace_back([&, session] { RunSession(*ep, *model, session, gate, log); });
+  }
+  for (std::thread& t : threads) t.join();
+  const double duration = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::map<std::string, double> routed_after = RoutedPerWorker(*ep);
+
+  json report = Summarize(o, log.Take(), duration);
+  report["dataset"] = o.dataset;
+  report["model"] = *model;
+  report["url"] = o.url;
+  report["request_rate"] = std::isinf(o.request_rate) ? json("inf") : json(o.request_rate);
+  report["max_concurrency"] = o.max_concurrency;
   if (o.dataset == "shared-prefix") {
     report["ideal_prefix_cache_hit_rate"] =
         ideal_prompt > 0 ? static_cast<double>(ideal_hit) / ideal_prompt : 0.0;

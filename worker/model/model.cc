@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
   RETURN_IF_ERROR(CheckWeights(config, *ckpt));
   std::unique_ptr<Model> m(new Model(config, backend, options));
-  const int r = shard.rank, n = shard.size, d = config.head_dim;
+  const int r = shard.rank, n = shard.size;
   m->heads_ = config.num_heads / n;
   m->kv_heads_ = LocalKvHeads(config, n);
   m->inter_ = config.intermediate_size / n;
@@ -77,84 +77,90 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   // Into the backend's memory, one tensor group at a time (host memory holds at most a layer):
   // vectors as float32, matrices in the weight type.
   const WeightReader read(*ckpt, wt);
-  auto up = [&](const std::vector<float>& v) {
-    m->weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
-    return kernels::Buffer<float>::FromHost(backend, v);
-  };
-  auto up_matrix = [&](const std::vector<uint8_t>& bytes) {
-    m->weight_bytes_ += static_cast<int64_t>(bytes.size());
-    return Matrix::FromHost(backend, bytes);
-  };
-  {
-    std::vector<uint8_t> embed, lm_head;
-    std::vector<float> final_norm;
-    RETURN_IF_ERROR(read.Matrix("model.embed_tokens.weight", &embed));
-    RETURN_IF_ERROR(read.Vector("model.norm.weight", &final_norm));
-    m->embed_ = up_matrix(embed);
-    m->final_norm_ = up(final_norm);
-    if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
-      const std::string head =
-          config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-      RETURN_IF_ERROR(read.MatrixRows(head, v0, v1, &lm_head));
-      lm_head.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size * DTypeSize(wt),
-                     0);  // pad the last rank's slice
-      m->lm_head_ = up_matrix(lm_head);
-    }
+  std::vector<uint8_t> embed, lm_head;
+  std::vector<float> final_norm;
+  RETURN_IF_ERROR(read.Matrix("model.embed_tokens.weight", &embed));
+  RETURN_IF_ERROR(read.Vector("model.norm.weight", &final_norm));
+  m->embed_ = m->UploadMatrix(embed);
+  m->final_norm_ = m->Upload(final_norm);
+  if (!config.tie_word_embeddings || n > 1) {  // tied and unsharded: the embedding serves
+    const std::string head =
+        config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    RETURN_IF_ERROR(read.MatrixRows(head, v0, v1, &lm_head));
+    lm_head.resize(static_cast<size_t>(m->vocab_shard_) * config.hidden_size * DTypeSize(wt),
+                   0);  // pad the last rank's slice
+    m->lm_head_ = m->UploadMatrix(lm_head);
   }
   m->layers_.resize(config.num_layers);
   for (int l = 0; l < config.num_layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    Layer& L = m->layers_[l];
-    std::vector<float> input_norm, post_norm, qkv_bias, q_norm, k_norm, o_bias, gate_up_bias,
-        down_bias;
-    std::vector<uint8_t> qkv, o, gate_up, down;
-    RETURN_IF_ERROR(read.Vector(p + "input_layernorm.weight", &input_norm));
-    RETURN_IF_ERROR(read.Vector(p + "post_attention_layernorm.weight", &post_norm));
-    const struct {
-      const char* proj;
-      int first, count;
-    } parts[] = {
-        {"q_proj", q0, m->heads_}, {"k_proj", kv0, m->kv_heads_}, {"v_proj", kv0, m->kv_heads_}};
-    for (const auto& part : parts) {
-      const std::string name = absl::StrCat(p, "self_attn.", part.proj);
-      const int64_t r0 = int64_t{part.first} * d, r1 = int64_t{part.first + part.count} * d;
-      RETURN_IF_ERROR(read.MatrixRows(name + ".weight", r0, r1, &qkv));
-      if (config.qkv_bias) RETURN_IF_ERROR(read.VectorRows(name + ".bias", r0, r1, &qkv_bias));
-    }
-    if (config.qk_norm) {
-      RETURN_IF_ERROR(read.Vector(p + "self_attn.q_norm.weight", &q_norm));
-      RETURN_IF_ERROR(read.Vector(p + "self_attn.k_norm.weight", &k_norm));
-    }
-    RETURN_IF_ERROR(read.MatrixColumns(p + "self_attn.o_proj.weight", int64_t{q0} * d,
-                                       int64_t{q0 + m->heads_} * d, &o));
-    // Row-parallel biases are added once, by rank 0, before the all-reduce.
-    if (config.o_bias && r == 0) {
-      RETURN_IF_ERROR(read.Vector(p + "self_attn.o_proj.bias", &o_bias));
-    }
-    RETURN_IF_ERROR(read.MatrixRows(p + "mlp.gate_proj.weight", i0, i0 + m->inter_, &gate_up));
-    RETURN_IF_ERROR(read.MatrixRows(p + "mlp.up_proj.weight", i0, i0 + m->inter_, &gate_up));
-    RETURN_IF_ERROR(read.MatrixColumns(p + "mlp.down_proj.weight", i0, i0 + m->inter_, &down));
-    if (config.mlp_bias) {
-      RETURN_IF_ERROR(read.VectorRows(p + "mlp.gate_proj.bias", i0, i0 + m->inter_, &gate_up_bias));
-      RETURN_IF_ERROR(read.VectorRows(p + "mlp.up_proj.bias", i0, i0 + m->inter_, &gate_up_bias));
-      if (r == 0) RETURN_IF_ERROR(read.Vector(p + "mlp.down_proj.bias", &down_bias));
-    }
-    L.input_norm = up(input_norm);
-    L.post_norm = up(post_norm);
-    L.qkv = up_matrix(qkv);
-    L.qkv_bias = up(qkv_bias);
-    L.q_norm = up(q_norm);
-    L.k_norm = up(k_norm);
-    L.o = up_matrix(o);
-    L.o_bias = up(o_bias);
-    L.gate_up = up_matrix(gate_up);
-    L.gate_up_bias = up(gate_up_bias);
-    L.down = up_matrix(down);
-    L.down_bias = up(down_bias);
+    RETURN_IF_ERROR(m->LoadLayer(read, l, {.q0 = q0, .kv0 = kv0, .i0 = i0}));
   }
   m->inv_freq_ =
       kernels::Buffer<float>::FromHost(backend, kernels::RopeInvFreq(config.rope, config.head_dim));
   return m;
+}
+
+kernels::Buffer<float> Model::Upload(const std::vector<float>& v) {
+  weight_bytes_ += static_cast<int64_t>(v.size() * sizeof(float));
+  return kernels::Buffer<float>::FromHost(backend_, v);
+}
+
+Model::Matrix Model::UploadMatrix(const std::vector<uint8_t>& bytes) {
+  weight_bytes_ += static_cast<int64_t>(bytes.size());
+  return Matrix::FromHost(backend_, bytes);
+}
+
+absl::Status Model::LoadLayer(const WeightReader& read, int l, const ShardOrigin& at) {
+  const ModelConfig& config = config_;
+  const int d = config.head_dim, i0 = at.i0, i1 = at.i0 + inter_;
+  const bool rank0 = shard_.rank == 0;
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  std::vector<float> input_norm, post_norm, qkv_bias, q_norm, k_norm, o_bias, gate_up_bias,
+      down_bias;
+  std::vector<uint8_t> qkv, o, gate_up, down;
+  RETURN_IF_ERROR(read.Vector(p + "input_layernorm.weight", &input_norm));
+  RETURN_IF_ERROR(read.Vector(p + "post_attention_layernorm.weight", &post_norm));
+  const struct {
+    const char* proj;
+    int first, count;
+  } parts[] = {
+      {"q_proj", at.q0, heads_}, {"k_proj", at.kv0, kv_heads_}, {"v_proj", at.kv0, kv_heads_}};
+  for (const auto& part : parts) {
+    const std::string name = absl::StrCat(p, "self_attn.", part.proj);
+    const int64_t r0 = int64_t{part.first} * d, r1 = int64_t{part.first + part.count} * d;
+    RETURN_IF_ERROR(read.MatrixRows(name + ".weight", r0, r1, &qkv));
+    if (config.qkv_bias) RETURN_IF_ERROR(read.VectorRows(name + ".bias", r0, r1, &qkv_bias));
+  }
+  if (config.qk_norm) {
+    RETURN_IF_ERROR(read.Vector(p + "self_attn.q_norm.weight", &q_norm));
+    RETURN_IF_ERROR(read.Vector(p + "self_attn.k_norm.weight", &k_norm));
+  }
+  RETURN_IF_ERROR(read.MatrixColumns(p + "self_attn.o_proj.weight", int64_t{at.q0} * d,
+                                     int64_t{at.q0 + heads_} * d, &o));
+  // Row-parallel biases are added once, by rank 0, before the all-reduce.
+  if (config.o_bias && rank0) RETURN_IF_ERROR(read.Vector(p + "self_attn.o_proj.bias", &o_bias));
+  RETURN_IF_ERROR(read.MatrixRows(p + "mlp.gate_proj.weight", i0, i1, &gate_up));
+  RETURN_IF_ERROR(read.MatrixRows(p + "mlp.up_proj.weight", i0, i1, &gate_up));
+  RETURN_IF_ERROR(read.MatrixColumns(p + "mlp.down_proj.weight", i0, i1, &down));
+  if (config.mlp_bias) {
+    RETURN_IF_ERROR(read.VectorRows(p + "mlp.gate_proj.bias", i0, i1, &gate_up_bias));
+    RETURN_IF_ERROR(read.VectorRows(p + "mlp.up_proj.bias", i0, i1, &gate_up_bias));
+    if (rank0) RETURN_IF_ERROR(read.Vector(p + "mlp.down_proj.bias", &down_bias));
+  }
+  Layer& L = layers_[l];
+  L.input_norm = Upload(input_norm);
+  L.post_norm = Upload(post_norm);
+  L.qkv = UploadMatrix(qkv);
+  L.qkv_bias = Upload(qkv_bias);
+  L.q_norm = Upload(q_norm);
+  L.k_norm = Upload(k_norm);
+  L.o = UploadMatrix(o);
+  L.o_bias = Upload(o_bias);
+  L.gate_up = UploadMatrix(gate_up);
+  L.gate_up_bias = Upload(gate_up_bias);
+  L.down = UploadMatrix(down);
+  L.down_bias = Upload(down_bias);
+  return absl::OkStatus();
 }
 
 Model::Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options)
@@ -453,24 +459,7 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
     backend_->Rope({qkv, in.positions, inv_freq_.data(), T, heads_ + kv_heads_, D, qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
     backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, in.slot_mapping, T, cache});
-    kernels::PagedAttentionParams ap;
-    ap.q = qkv;
-    ap.q_stride = qkv_dim;
-    ap.out = attn;
-    ap.out16 = attn16;
-    ap.out16_type = weight_type_;
-    ap.cache = cache;
-    ap.query_start = in.query_start;
-    ap.query_len = in.query_len;
-    ap.context_len = in.context_len;
-    ap.block_tables = in.block_tables;
-    ap.num_seqs = in.num_seqs;
-    ap.max_blocks_per_seq = in.max_blocks_per_seq;
-    ap.num_heads = heads_;
-    ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    ap.max_query_len = in.max_query_len;
-    ap.max_context_len = in.max_context_len;
-    backend_->PagedAttention(ap);
+    Attend(in, cache, qkv, qkv_dim, attn, attn16);
     backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_, attn16});
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
     norm(delta, residual, L.post_norm);
@@ -482,18 +471,41 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
   }
   backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
+  return Logits(in, h);
+}
 
-  const int64_t R = in.num_logit_rows;
+void Model::Attend(const StepInputs& in, const kernels::KvCacheView& cache, const float* qkv,
+                   int64_t qkv_stride, float* attn, uint16_t* attn16) {
+  kernels::PagedAttentionParams ap;
+  ap.q = qkv;
+  ap.q_stride = qkv_stride;
+  ap.out = attn;
+  ap.out16 = attn16;
+  ap.out16_type = weight_type_;
+  ap.cache = cache;
+  ap.query_start = in.query_start;
+  ap.query_len = in.query_len;
+  ap.context_len = in.context_len;
+  ap.block_tables = in.block_tables;
+  ap.num_seqs = in.num_seqs;
+  ap.max_blocks_per_seq = in.max_blocks_per_seq;
+  ap.num_heads = heads_;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  ap.max_query_len = in.max_query_len;
+  ap.max_context_len = in.max_context_len;
+  backend_->PagedAttention(ap);
+}
+
+absl::StatusOr<const float*> Model::Logits(const StepInputs& in, const float* h) {
+  const int64_t R = in.num_logit_rows, H = config_.hidden_size;
   const LogitBuffers lb = ReserveLogits(R);
-  float* selected = lb.selected;
-  backend_->Embedding({in.logit_rows, h, selected, R, H});  // a row gather: one launch
+  backend_->Embedding({in.logit_rows, h, lb.selected, R, H});  // a row gather: one launch
   const int64_t vs = vocab_shard_;
-  float* local = lb.local;
   const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  backend_->Gemm({selected, head, nullptr, local, R, vs, H, weight_type_});
+  backend_->Gemm({lb.selected, head, nullptr, lb.local, R, vs, H, weight_type_});
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
-  if (comm_ == nullptr) return local;
-  RETURN_IF_ERROR(AllGather(local, R * vs, lb.gathered));
+  if (comm_ == nullptr) return lb.local;
+  RETURN_IF_ERROR(AllGather(lb.local, R * vs, lb.gathered));
   return lb.gathered;
 }
 

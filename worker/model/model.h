@@ -30,6 +30,8 @@
 
 namespace kvserve::worker {
 
+class WeightReader;
+
 // One forward pass over a flat batch of tokens from several sequences.
 struct ForwardBatch {
   std::vector<int32_t> token_ids;     // [T]
@@ -173,6 +175,12 @@ class Model {
   // a decode graph records): returns where the logits are, [num_logit_rows][vocab] laid out as
   // SampleParams says.
   absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
+  // Paged attention of one layer: the step's queries (rows of `qkv_stride` in `qkv`) against
+  // `cache`, into attn (float32 weights) or attn16 (16-bit weights).
+  void Attend(const StepInputs& in, const kernels::KvCacheView& cache, const float* qkv,
+              int64_t qkv_stride, float* attn, uint16_t* attn16);
+  // The logits rows of the final hidden states `h`, gathered across ranks (RunModel's end).
+  absl::StatusOr<const float*> Logits(const StepInputs& in, const float* h);
   // Forward for a batch that DecodeGraphs::Fits: replays its bucket's graph, or runs the step
   // and records the graph for the next ones (unless recording has stopped).
   absl::StatusOr<ForwardOutput> ForwardGraph(const ForwardBatch& b, KvStorage& kv);
@@ -191,6 +199,15 @@ class Model {
             ForwardOutput* out);
 
   Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options);
+  // Where this rank's slices start: its first query head, KV head and MLP row.
+  struct ShardOrigin {
+    int q0 = 0, kv0 = 0, i0 = 0;
+  };
+  // Layer `l`'s weights of this shard into layers_[l].
+  absl::Status LoadLayer(const WeightReader& read, int l, const ShardOrigin& at);
+  // Into the backend's memory, counted in weight_bytes_: vectors as float32, matrices as read.
+  kernels::Buffer<float> Upload(const std::vector<float>& v);
+  Matrix UploadMatrix(const std::vector<uint8_t>& bytes);
 
   ModelConfig config_;
   kernels::Backend* backend_;

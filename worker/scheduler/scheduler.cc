@@ -104,40 +104,55 @@ bool Scheduler::PreemptOne() {
   return true;
 }
 
+bool Scheduler::PrefillAllowed(const Sequence& seq, const StepBudget& b) const {
+  if (!Prefilling(seq)) return true;
+  if (config_.max_num_partial_prefills > 0 && b.prefills >= config_.max_num_partial_prefills) {
+    return false;
+  }
+  return !IsLong(seq) || b.long_prefills < config_.max_long_partial_prefills;
+}
+
+void Scheduler::CountPrefill(const Sequence& seq, StepBudget& b) const {
+  if (!Prefilling(seq)) return;
+  ++b.prefills;
+  if (IsLong(seq)) ++b.long_prefills;
+}
+
+void Scheduler::Take(Sequence* seq, int start, int n, StepBudget& b, Output& out) {
+  out.scheduled.push_back({seq, n});
+  b.tokens -= n;
+  b.rows -= LogitRows(*seq, start, n);
+}
+
 Scheduler::Output Scheduler::Schedule() {
   Output out;
-  int budget = config_.max_num_batched_tokens;
-  int prefills = 0, long_prefills = 0;
-  auto prefill_allowed = [&](const Sequence& seq) {
-    if (!Prefilling(seq)) return true;
-    if (config_.max_num_partial_prefills > 0 && prefills >= config_.max_num_partial_prefills) {
-      return false;
-    }
-    return !IsLong(seq) || long_prefills < config_.max_long_partial_prefills;
-  };
-  auto count_prefill = [&](const Sequence& seq) {
-    if (!Prefilling(seq)) return;
-    ++prefills;
-    if (IsLong(seq)) ++long_prefills;
-  };
+  StepBudget b;
+  b.tokens = config_.max_num_batched_tokens;
+  b.rows = config_.max_logit_rows > 0 ? config_.max_logit_rows : std::numeric_limits<int>::max();
+  for (const Sequence* seq : running_) b.slots += Slots(*seq);
+  ScheduleRunning(b, out);
+  if (!out.preempted.empty()) return out;  // no admissions while memory is short
+  ScheduleSwapped(b, out);
+  if (!swapped_.empty()) return out;
+  AdmitWaiting(b, out);
+  return out;
+}
 
-  // Logits rows left in the step: a prompt's rows leave one for each running sequence after it.
-  int rows = config_.max_logit_rows > 0 ? config_.max_logit_rows : std::numeric_limits<int>::max();
-  // Running slots taken (max_num_seqs), the samples a running prompt will fork into included.
-  int slots = 0;
-  for (const Sequence* seq : running_) slots += Slots(*seq);
-
+// Running sequences in priority order; when blocks run out, the lowest-priority, latest one is
+// preempted (possibly the one being scheduled).
+void Scheduler::ScheduleRunning(StepBudget& b, Output& out) {
   std::sort(running_.begin(), running_.end(), Before);
   std::vector<Sequence*> snapshot = running_;
   int later = static_cast<int>(snapshot.size());
   for (Sequence* seq : snapshot) {
     --later;
-    if (budget == 0) break;
+    if (b.tokens == 0) break;
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier in this loop
-    if (!prefill_allowed(*seq)) continue;
+    if (!PrefillAllowed(*seq, b)) continue;
     const int start = seq->num_computed_tokens;
-    const int n = FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), budget),
-                          ReturnsPromptLogits(*seq) ? rows - later : rows);
+    // A prompt's rows leave one for each running sequence after it.
+    const int n = FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), b.tokens),
+                          ReturnsPromptLogits(*seq) ? b.rows - later : b.rows);
     if (n == 0) continue;
     bool ok = kv_->Allocate(*seq, n, {});
     while (!ok) {
@@ -148,21 +163,20 @@ Scheduler::Output Scheduler::Schedule() {
       ok = kv_->Allocate(*seq, n, {});
     }
     if (!ok) continue;
-    count_prefill(*seq);
-    out.scheduled.push_back({seq, n});
-    budget -= n;
-    rows -= LogitRows(*seq, start, n);
+    CountPrefill(*seq, b);
+    Take(seq, start, n, b, out);
   }
-  if (!out.preempted.empty()) return out;  // no admissions while memory is short
+}
 
-  // Swapped sequences come back first, in priority order, when their blocks fit again.
+// Swapped sequences come back first, in priority order, when their blocks fit again.
+void Scheduler::ScheduleSwapped(StepBudget& b, Output& out) {
   std::sort(swapped_.begin(), swapped_.end(), Before);
   std::vector<Sequence*> swapped_in;
   for (Sequence* seq : swapped_) {
-    if (budget == 0 || slots + Slots(*seq) > config_.max_num_seqs) break;
+    if (b.tokens == 0 || b.slots + Slots(*seq) > config_.max_num_seqs) break;
     const int start = seq->num_computed_tokens;
     const int n =
-        FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), budget), rows);
+        FitRows(*seq, start, std::min(ChunkLimit(seq->num_tokens() - start), b.tokens), b.rows);
     if (n == 0) break;
     const int bs = kv_->block_size();
     const int extra = std::max<int>(0, (seq->num_computed_tokens + n + bs - 1) / bs -
@@ -171,19 +185,19 @@ Scheduler::Output Scheduler::Schedule() {
     kv_->SwapIn(*seq);
     CHECK(kv_->Allocate(*seq, n, {}));
     running_.push_back(seq);
-    slots += Slots(*seq);
+    b.slots += Slots(*seq);
     swapped_in.push_back(seq);
-    out.scheduled.push_back({seq, n});
-    budget -= n;
-    rows -= LogitRows(*seq, start, n);
+    Take(seq, start, n, b, out);
   }
   for (Sequence* seq : swapped_in) std::erase(swapped_, seq);
-  if (!swapped_.empty()) return out;
+}
 
+// Waiting sequences in priority order, from their longest cached prefix. Full blocks that
+// running prefills have yet to compute become cached as they are: a waiting prompt whose next
+// uncached block is one of them waits for it instead of computing it a second time, so that
+// prompts of one prefix group that arrive together share it.
+void Scheduler::AdmitWaiting(StepBudget& b, Output& out) {
   std::sort(waiting_.begin(), waiting_.end(), Before);
-  // Full blocks that running prefills have yet to compute (they become cached as they are).
-  // A waiting prompt whose next uncached block is one of them waits for it instead of
-  // computing it a second time: prompts of one prefix group that arrive together share it.
   absl::flat_hash_set<BlockHash> being_computed;
   auto add_uncomputed = [&](const Sequence& s) {
     for (size_t i = s.num_computed_tokens / kv_->block_size(); i < s.block_hashes.size(); ++i) {
@@ -197,8 +211,8 @@ Scheduler::Output Scheduler::Schedule() {
   }
   std::vector<Sequence*> admitted;
   for (Sequence* seq : waiting_) {
-    if (budget == 0 || slots + Slots(*seq) > config_.max_num_seqs) break;
-    if (!prefill_allowed(*seq)) continue;
+    if (b.tokens == 0 || b.slots + Slots(*seq) > config_.max_num_seqs) break;
+    if (!PrefillAllowed(*seq, b)) continue;
     const bool want_logits = seq->request->input.return_prompt_logits;
     std::vector<CachedBlock> cached =
         want_logits ? std::vector<CachedBlock>() : kv_->FindCachedBlocks(*seq);
@@ -209,26 +223,25 @@ Scheduler::Output Scheduler::Schedule() {
       continue;  // its next block is being computed by a running request: take it next step
     }
     const int cached_tokens = static_cast<int>(cached.size()) * kv_->block_size();
-    const int n = FitRows(*seq, cached_tokens,
-                          std::min(ChunkLimit(seq->num_tokens() - cached_tokens), budget), rows);
+    const int n =
+        FitRows(*seq, cached_tokens,
+                std::min(ChunkLimit(seq->num_tokens() - cached_tokens), b.tokens), b.rows);
     if (n == 0) break;
     if (!kv_->Allocate(*seq, n, cached)) break;
     counters_.prefix_queried_tokens += seq->num_tokens();
     counters_.prefix_hit_tokens += cached_tokens;
-    if (seq->request->num_cached_prompt_tokens < 0)
+    if (seq->request->num_cached_prompt_tokens < 0) {
       seq->request->num_cached_prompt_tokens = cached_tokens;
-    count_prefill(*seq);
+    }
+    CountPrefill(*seq, b);
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);
-    slots += Slots(*seq);
+    b.slots += Slots(*seq);
     admitted.push_back(seq);
     if (kv_->prefix_caching() && !want_logits) add_uncomputed(*seq);
-    out.scheduled.push_back({seq, n});
-    budget -= n;
-    rows -= LogitRows(*seq, cached_tokens, n);
+    Take(seq, cached_tokens, n, b, out);
   }
   for (Sequence* seq : admitted) std::erase(waiting_, seq);
-  return out;
 }
 
 }  // namespace kvserve::worker

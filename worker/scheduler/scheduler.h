@@ -79,6 +79,8 @@ class Scheduler {
   // Drops the sequence from the queues and frees its blocks (finished or aborted).
   void Remove(Sequence* seq);
 
+  // One step's choice: running sequences first (preempting when blocks run out), then swapped
+  // ones back when nothing was preempted, then waiting ones when nothing is left swapped.
   Output Schedule();
 
   [[nodiscard]] int num_running() const { return static_cast<int>(running_.size()); }
@@ -92,6 +94,23 @@ class Scheduler {
   bool PreemptOne();
 
  private:
+  // What one Schedule() call has left to give out, and the prefills it started.
+  struct StepBudget {
+    int tokens = 0;  // of --max-num-batched-tokens
+    int rows = 0;    // logits rows (SchedulerConfig::max_logit_rows)
+    int slots = 0;   // running slots taken (--max-num-seqs), forks to come included
+    int prefills = 0, long_prefills = 0;
+  };
+  // The phases of Schedule().
+  void ScheduleRunning(StepBudget& b, Output& out);
+  void ScheduleSwapped(StepBudget& b, Output& out);
+  void AdmitWaiting(StepBudget& b, Output& out);
+  // Whether `seq` may prefill in this step (--max-num-partial-prefills and the long-prompt
+  // cap), and its count once it does.
+  [[nodiscard]] bool PrefillAllowed(const Sequence& seq, const StepBudget& b) const;
+  void CountPrefill(const Sequence& seq, StepBudget& b) const;
+  // Takes `n` tokens of `seq` from `start` into the step.
+  static void Take(Sequence* seq, int start, int n, StepBudget& b, Output& out);
   bool IsLong(const Sequence& seq) const;
   // Tokens a sequence with `remaining` uncomputed tokens may compute in one step.
   int ChunkLimit(int remaining) const;

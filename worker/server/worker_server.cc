@@ -515,93 +515,106 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
   next_heartbeat_ =
       Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
   while (true) {
-    zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 1, std::chrono::milliseconds(engine_->HasWork() ? 0 : 10));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
-    }
-    for (int i = 0; i < 256; ++i) {  // drain what arrived, bounded so steps keep flowing
-      absl::StatusOr<std::optional<ReceivedMessage>> m =
-          ReceiveMessage(*router_, true, zmq::recv_flags::dontwait);
-      if (!m.ok()) {
-        metrics_->CountDropped("malformed_frames");
-        continue;
-      }
-      if (!m->has_value()) break;
-      HandleMessage(**m);
-    }
+    RETURN_IF_ERROR(ReceiveMessages());
     if (stop != nullptr && stop->load() && !stop_after_drain_) {
       stop_after_drain_ = true;
       StartDrain("sigterm", /*recycle=*/false);
     }
-    if (engine_->HasWork()) {
-      absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
-      if (!outs.ok()) {
-        state_ = pb::WORKER_STATE_STOPPING;
-        for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status());
-        PublishStatus();
-        return outs.status();
-      }
-      const auto stepped = Clock::now();
-      for (auto& [id, route] : routes_) {  // queue time ends at the first scheduling
-        if (route.scheduled == Clock::time_point() && engine_->Started(id))
-          route.scheduled = stepped;
-      }
-      SendOutputs(*outs);
-    }
+    if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
     PublishEvents();
     const auto now = Clock::now();
-    if (now >= next_heartbeat_) {
-      UpdateMetrics();
-      PublishStatus();
-      next_heartbeat_ =
-          now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
-      // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops
-      // messages for subscribers that are not connected yet, and a denied ask is retried.
-      std::string reason;
-      if (!draining_ && RecycleDue(&reason)) {
-        pb::Control ask;
-        ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
-        ask.set_reason(reason);
-        ask.set_instance_id(instance_id_);
-        Publish("control", ask);
-        if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
-        recycle_requested_ = true;
-      }
-    }
+    if (now >= next_heartbeat_) Heartbeat(now);
     if (draining_ && (recycle_after_drain_ || stop_after_drain_)) {
-      if (engine_->HasWork() && now >= drain_deadline_) {
-        for (const std::string& id : engine_->AbortAll()) {
-          auto it = routes_.find(id);
-          if (it == routes_.end()) continue;
-          pb::GenerateResponse r;
-          r.set_request_id(id);
-          r.set_finish_reason(pb::FINISH_REASON_ABORT);
-          r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
-          r.mutable_error()->set_message(
-              absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
-          Reply(it->second.identity, r);
-          routes_.erase(it);
-        }
-      }
-      if (!engine_->HasWork() && idle_since_ == Clock::time_point()) idle_since_ = now;
-      if (engine_->HasWork()) idle_since_ = Clock::time_point();
-      // Idle: keep answering "draining" for a short grace period, so that a request already on
-      // the wire gets a retryable error instead of vanishing with the process.
-      if (grant_pending_ && now >= grant_commit_) grant_pending_ = false;  // committed
-      // A held grant is never acted on: it may still be revoked.
-      if (!grant_pending_ && !engine_->HasWork() &&
-          now - idle_since_ >= std::chrono::milliseconds(200)) {
-        if (recycle_after_drain_ && !stop_after_drain_) metrics_->CountRecycle(drain_reason_);
-        state_ = pb::WORKER_STATE_STOPPING;
-        UpdateMetrics();
-        PublishAllCleared();
-        PublishStatus();
-        // A SIGTERM during a recycle drain wins: the process is being stopped, not replaced.
-        return recycle_after_drain_ && !stop_after_drain_ ? Exit::kRecycle : Exit::kStopped;
-      }
+      if (std::optional<Exit> exit = ContinueDrain(now)) return *exit;
     }
+  }
+}
+
+absl::Status WorkerServer::ReceiveMessages() {
+  zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
+  try {
+    zmq::poll(items, 1, std::chrono::milliseconds(engine_->HasWork() ? 0 : 10));
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
+  }
+  for (int i = 0; i < 256; ++i) {  // drain what arrived, bounded so steps keep flowing
+    absl::StatusOr<std::optional<ReceivedMessage>> m =
+        ReceiveMessage(*router_, true, zmq::recv_flags::dontwait);
+    if (!m.ok()) {
+      metrics_->CountDropped("malformed_frames");
+      continue;
+    }
+    if (!m->has_value()) break;
+    HandleMessage(**m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::StepEngine() {
+  absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
+  if (!outs.ok()) {
+    state_ = pb::WORKER_STATE_STOPPING;
+    for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status());
+    PublishStatus();
+    return outs.status();
+  }
+  const auto stepped = Clock::now();
+  for (auto& [id, route] : routes_) {  // queue time ends at the first scheduling
+    if (route.scheduled == Clock::time_point() && engine_->Started(id)) route.scheduled = stepped;
+  }
+  SendOutputs(*outs);
+  return absl::OkStatus();
+}
+
+void WorkerServer::Heartbeat(Clock::time_point now) {
+  UpdateMetrics();
+  PublishStatus();
+  next_heartbeat_ = now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+  // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops messages
+  // for subscribers that are not connected yet, and a denied ask is retried.
+  std::string reason;
+  if (draining_ || !RecycleDue(&reason)) return;
+  pb::Control ask;
+  ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
+  ask.set_reason(reason);
+  ask.set_instance_id(instance_id_);
+  Publish("control", ask);
+  if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
+  recycle_requested_ = true;
+}
+
+std::optional<WorkerServer::Exit> WorkerServer::ContinueDrain(Clock::time_point now) {
+  if (engine_->HasWork() && now >= drain_deadline_) AbortForDrainTimeout();
+  if (!engine_->HasWork() && idle_since_ == Clock::time_point()) idle_since_ = now;
+  if (engine_->HasWork()) idle_since_ = Clock::time_point();
+  // Idle: keep answering "draining" for a short grace period, so that a request already on
+  // the wire gets a retryable error instead of vanishing with the process.
+  if (grant_pending_ && now >= grant_commit_) grant_pending_ = false;  // committed
+  // A held grant is never acted on: it may still be revoked.
+  if (grant_pending_ || engine_->HasWork() || now - idle_since_ < std::chrono::milliseconds(200)) {
+    return std::nullopt;
+  }
+  if (recycle_after_drain_ && !stop_after_drain_) metrics_->CountRecycle(drain_reason_);
+  state_ = pb::WORKER_STATE_STOPPING;
+  UpdateMetrics();
+  PublishAllCleared();
+  PublishStatus();
+  // A SIGTERM during a recycle drain wins: the process is being stopped, not replaced.
+  return recycle_after_drain_ && !stop_after_drain_ ? Exit::kRecycle : Exit::kStopped;
+}
+
+void WorkerServer::AbortForDrainTimeout() {
+  for (const std::string& id : engine_->AbortAll()) {
+    auto it = routes_.find(id);
+    if (it == routes_.end()) continue;
+    pb::GenerateResponse r;
+    r.set_request_id(id);
+    r.set_finish_reason(pb::FINISH_REASON_ABORT);
+    r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+    r.mutable_error()->set_message(
+        absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
+    Reply(it->second.identity, r);
+    routes_.erase(it);
   }
 }
 

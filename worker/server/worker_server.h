@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,7 +85,16 @@ class WorkerServer : private KvEventListener {
     int predicted_cached = -1;
   };
 
+  using Clock = std::chrono::steady_clock;
+
   WorkerServer() = default;
+  // Parts of one turn of Run: the messages that arrived, an engine step and its outputs, the
+  // heartbeat (metrics, status, recycle ask), and a drain's progress (its exit once done).
+  absl::Status ReceiveMessages();
+  absl::Status StepEngine();
+  void Heartbeat(Clock::time_point now);
+  std::optional<Exit> ContinueDrain(Clock::time_point now);
+  void AbortForDrainTimeout();
   // The engine's cache changes, queued for the next KV-event batch.
   void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
   void HandleMessage(const ReceivedMessage& m);
