@@ -206,18 +206,13 @@ class Backend {
   // serving allocates none.
   virtual void ReserveScratch(const StepLimits& /*limits*/) {}
 
-  // Graphs (CUDA graphs): the ops issued between BeginGraph and EndGraph are recorded, not run,
-  // and ReplayGraph issues them again as one launch: the same pointers and sizes, reading
-  // whatever the memory holds at replay. While recording, nothing that waits for the device or
-  // moves host memory may be issued (Upload, Download, Synchronize, Allocate, Free, CopyBlocks),
-  // and the ops must need no more scratch memory than they needed before (run them once first).
-  // Recording and replay wait for the block copies issued so far. When an op later needs more of
-  // the backend's own scratch memory, the graphs keep the buffers they read until DropGraphs.
-  // ReplayGraph is false for a dropped (or unknown) graph.
-  // A graph needs device memory of its own (and the first one a fixed workspace for the GEMMs):
-  // without it BeginGraph or EndGraph return ResourceExhausted, nothing stays recorded, and the
-  // backend goes on running ops as before. (BeginGraph failing leaves nothing to end.)
-  // Backends without graphs (the CPU) say so in SupportsGraphs and record nothing.
+  // Graphs (CUDA graphs; SupportsGraphs is false on the CPU): ops issued between BeginGraph and
+  // EndGraph are recorded, not run, and ReplayGraph issues them again as one launch with the
+  // same pointers and sizes (false for a dropped or unknown graph). While recording, issue no
+  // Upload, Download, Synchronize, Allocate, Free or CopyBlocks, and no op that needs more
+  // scratch than it did before; buffers a graph reads stay until DropGraphs. Recording and
+  // replay wait for the block copies issued so far. Out of device memory, BeginGraph or EndGraph
+  // return ResourceExhausted and nothing stays recorded.
   [[nodiscard]] virtual bool SupportsGraphs() const { return false; }
   virtual absl::Status BeginGraph() { return absl::OkStatus(); }
   virtual absl::StatusOr<int64_t> EndGraph() { return -1; }

@@ -80,12 +80,10 @@ class ModelRunner {
   // asked for). After a rank fails, every call returns the first failure.
   absl::StatusOr<ForwardOutput> Execute(const BlockCopies& copies, const ForwardBatch& batch);
 
-  // With CUDA graphs (cuda_graph_max_batch), before the first request: runs a placeholder
-  // decode step per bucket (DecodeGraphs::Buckets; every rank), each recording its graph, so
-  // that decode steps replay from the first one on. The placeholder rows write no KV. Returns
-  // how many were recorded: 0 when there are more buckets than DecodeGraphs::kMaxGraphs, which
-  // are then recorded on first use. Ends early once every rank ran out of device memory for
-  // graphs (graphs_stopped).
+  // Before the first request, with CUDA graphs: records each bucket's decode graph on every rank
+  // by running a placeholder step that writes no KV. Returns how many were recorded (0 past
+  // DecodeGraphs::kMaxGraphs buckets, which record on first use); stops once every rank is out
+  // of device memory for graphs (graphs_stopped).
   absl::StatusOr<int> RecordDecodeGraphs();
   // Why a rank's decode graphs stopped recording (out of device memory; the buckets left run
   // eagerly), naming the rank; OK when none did. Read between steps.

@@ -99,11 +99,9 @@ class Model {
   // errored or stalled). With graph_max_batch, a decode step replays a graph where it can.
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
 
-  // Allocates the per-step buffers for the largest step up front (`tokens` in the batch,
-  // `logit_rows` rows of logits, `samples` draws, sequences attending to up to `context`
-  // tokens; the backend's scratch memory and the decode graphs' input buffer too), so that the
-  // memory left for the KV pool can be measured after it; later steps within these bounds
-  // allocate nothing.
+  // Allocates the buffers of the largest step (`tokens`, `logit_rows`, `samples`, `context`),
+  // the backend's scratch and the decode graphs' inputs included, so that the KV pool is sized
+  // after them and steps within these bounds allocate nothing.
   void ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, int64_t context);
 
   ~Model();
