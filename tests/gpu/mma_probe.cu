@@ -1,6 +1,6 @@
 #include "kernels/cuda/launch.cuh"
-#include "tests/gpu/mma_probe.h"
 #include "kernels/cuda/paged_attention_mma.cuh"
+#include "tests/gpu/mma_probe.h"
 
 namespace kvserve::kernels::cuda {
 namespace {

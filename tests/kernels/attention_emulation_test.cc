@@ -1,6 +1,6 @@
-// The CUDA paged-attention kernels, run on the CPU by tests/testing/cuda_emulator/emulator.h, against
-// the CPU backend's paged attention: the tensor-core kernel (paged_attention_mma.cuh) and the
-// SIMT kernel (paged_attention_simt.cuh), every KV format, decode batches, prefill chunks over
+// The CUDA paged-attention kernels, run on the CPU by tests/testing/cuda_emulator/emulator.h,
+// against the CPU backend's paged attention: the tensor-core kernel (paged_attention_mma.cuh) and
+// the SIMT kernel (paged_attention_simt.cuh), every KV format, decode batches, prefill chunks over
 // cached prefixes, GQA 4:1 and 8:1, head_dim 64 / 128 (and 16 / 32 / 256, SIMT), with and
 // without split-KV (the real split-merging kernel, emulated too), each launch cut by the real
 // planner.

@@ -1,6 +1,6 @@
 // The CUDA backend's row-wise kernels (kernels/cuda/elementwise.cuh), run on the CPU by
-// tests/testing/cuda_emulator/emulator.h with the launchers' grids (elementwise.cu), against the CPU
-// backend: embedding from float32 / bf16 / fp16 tables, RMSNorm plain, with the fused residual
+// tests/testing/cuda_emulator/emulator.h with the launchers' grids (elementwise.cu), against the
+// CPU backend: embedding from float32 / bf16 / fp16 tables, RMSNorm plain, with the fused residual
 // and over row groups (Qwen3's per-head norms inside qkv rows), RoPE on strided rows, SiLU·mul,
 // bias add and float32 → fp16 / bf16 rounding, and the row ops' 16-bit outputs.
 // tests/gpu/cuda_backend_test.cc runs the same on a GPU. The emulation comes first: it redefines

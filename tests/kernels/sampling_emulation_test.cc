@@ -1,6 +1,6 @@
 // The GPU sampling kernels (kernels/cuda/sampling.cuh), run on the CPU by
-// tests/testing/cuda_emulator/emulator.h, against the CPU twin (kernels/cpu/sampling.h): the same token
-// for every request (greedy, temperature, top-k, top-p, min-p; tie-heavy rows; vocabulary
+// tests/testing/cuda_emulator/emulator.h, against the CPU twin (kernels/cpu/sampling.h): the same
+// token for every request (greedy, temperature, top-k, top-p, min-p; tie-heavy rows; vocabulary
 // slices; the candidates shortcut and the full-row selection), and the logprobs of the draws
 // with the same top ids. The kernels are compiled as for the GPU; CUB's block collectives and
 // the cooperative-groups partition are the emulation's. tests/gpu/cuda_backend_test.cc runs
