@@ -110,7 +110,10 @@ void Completion::Start(const std::vector<int>& ids, int max_tokens,
   job->on_response = [self](const pb::GenerateResponse& r) {
     boost::asio::post(self->conn_->executor(), [self, r] { self->OnResponse(r); });
   };
-  conn_->SetOnClientGone([self] {  // stop the work on the worker
+  // Weak: the connection must not keep its completion alive (the job does, until it ends).
+  conn_->SetOnClientGone([weak = weak_from_this()] {  // stop the work on the worker
+    const std::shared_ptr<Completion> self = weak.lock();
+    if (self == nullptr) return;
     if (!self->finished_) self->ctx_.core->Abort(self->request_id_);
     self->finished_ = true;
   });

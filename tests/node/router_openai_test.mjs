@@ -21,6 +21,7 @@ const children = [];
 let client;
 let base;
 let workerArg;
+let router;
 
 
 
@@ -30,7 +31,7 @@ before(async () => {
   await start(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
   workerArg = `127.0.0.1:${port}:${events}`;
-  await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+  router = await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workerArg, '--max-model-len', '1024'], /kvserve-router ready/);
   base = `http://127.0.0.1:${http}`;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -57,6 +58,20 @@ test('/ready counts the routable workers against min_workers', async () => {
   assert.match(await two.text(), /^not ready: 1\/1 workers/);
   assert.equal((await fetch(`${base}/ready?min_workers=x`)).status, 400);
   assert.equal((await fetch(`${base}/ready?min_workers=-1`)).status, 400);
+});
+
+test('answered connections are closed: the router holds no socket per finished request', async () => {
+  const openFds = () => fs.readdirSync(`/proc/${router.pid}/fd`).length;
+  const before = openFds();
+  for (let i = 0; i < 30; i++) {
+    const body = { model: 'tiny', prompt: `leak check ${i}`, max_tokens: 2, stream: i % 2 === 1 };
+    const r = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+    assert.equal(r.status, 200);
+    await r.text();
+  }
+  // A response's socket lingers at most 5 s for a client that neither finishes nor closes.
+  await new Promise((res) => setTimeout(res, 6000));
+  assert.ok(openFds() <= before + 3, `open descriptors: ${before} before, ${openFds()} after 30 requests`);
 });
 
 test('models', async () => {
