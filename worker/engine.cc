@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   if (e->config_.model_id.empty()) {
     e->config_.model_id = std::filesystem::path(config.model_dir).filename().string();
   }
-  RETURN_IF_ERROR(e->LoadModel());
+  RETURN_IF_ERROR(e->Plan());
   RETURN_IF_ERROR(e->StartRunner(hooks));
   e->StartScheduler();
   e->preflight_ = PreflightReport({.config = e->config_,
@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   return e;
 }
 
-absl::Status Engine::LoadModel() {
+absl::Status Engine::Plan() {
   ASSIGN_OR_RETURN(model_config_, LoadHfConfig(config_.ConfigPath()));
   RETURN_IF_ERROR(ModelRunner::CheckDevices(config_.backend, config_.parallel));
   RETURN_IF_ERROR(config_.ValidateForModel(model_config_));

@@ -127,8 +127,10 @@ class Engine {
 
  private:
   Engine() = default;
-  // Steps of Create.
-  absl::Status LoadModel();
+  // Steps of Create: read the model's config and plan what the runner builds (KV formats,
+  // pools, its configuration, the EOS ids); build the runner (weights, pools, graphs); then the
+  // KV cache manager and the scheduler over its pool.
+  absl::Status Plan();
   absl::Status StartRunner(const RunnerTestHooks& hooks);
   void StartScheduler();
 

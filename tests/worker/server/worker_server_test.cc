@@ -106,6 +106,144 @@ TEST(WorkerServerTest, StreamsTheSameTokensAsTheInProcessEngine) {
   EXPECT_EQ(w->Terminate(), 0);
 }
 
+// A KV-event subscriber that rebuilds a worker's cached-block set the way the router's prefix
+// index does: batches applied in sequence; on a gap, a snapshot is asked for, batches are
+// buffered until it arrives, then it replaces the set and the buffered newer batches apply.
+// Batch 40 is dropped on purpose, to force one resync.
+class KvEventFollower {
+ public:
+  KvEventFollower(zmq::context_t& ctx, int events_port, Client* control)
+      : sub_(ctx, zmq::socket_type::sub), control_(control) {
+    sub_.set(zmq::sockopt::subscribe, "kv");
+    sub_.set(zmq::sockopt::rcvhwm, 0);
+    sub_.connect(absl::StrCat("tcp://127.0.0.1:", events_port));
+  }
+
+  // Handles what arrives until `timeout_ms` passes with nothing.
+  void Pump(int timeout_ms) {
+    while (true) {
+      zmq::pollitem_t items[] = {{sub_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(timeout_ms));
+      if (!(items[0].revents & ZMQ_POLLIN)) return;
+      auto m = ReceiveMessage(sub_, true, zmq::recv_flags::dontwait);
+      if (!m.ok() || !m->has_value()) return;
+      if ((*m)->type == "KvSnapshot") {
+        pb::KvSnapshot snap;
+        ASSERT_OK(ParseMessage(**m, &snap));
+        OnSnapshot(snap);
+      } else {
+        pb::KvEventBatch b;
+        ASSERT_OK(ParseMessage(**m, &b));
+        OnBatch(b);
+      }
+    }
+  }
+
+  void RequestSnapshot() {
+    pb::Control ask;
+    ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+    ASSERT_OK(control_->Send(ask));
+  }
+
+  std::set<std::pair<std::string, int>> cached;  // (hash bytes, medium)
+  uint64_t last_seq = 0;
+  bool resyncing = false;
+  int gaps = 0;
+  std::optional<pb::KvSnapshot> last_snapshot;
+
+ private:
+  void Apply(const pb::KvEventBatch& b) {
+    for (const pb::KvEvent& e : b.events()) {
+      if (e.has_stored()) {
+        for (const auto& h : e.stored().block_hashes()) cached.insert({h, e.stored().medium()});
+      } else if (e.has_removed()) {
+        for (const auto& h : e.removed().block_hashes()) cached.erase({h, e.removed().medium()});
+      } else if (e.has_all_cleared()) {
+        cached.clear();
+      }
+    }
+    last_seq = b.seq();
+  }
+
+  void OnSnapshot(const pb::KvSnapshot& snap) {
+    last_snapshot = snap;
+    if (!resyncing) return;
+    cached.clear();
+    for (const auto& b : snap.blocks()) cached.insert({b.block_hash(), b.medium()});
+    last_seq = snap.seq();
+    for (const auto& b : buffered_) {
+      if (b.seq() > last_seq) Apply(b);
+    }
+    buffered_.clear();
+    resyncing = false;
+  }
+
+  void OnBatch(const pb::KvEventBatch& b) {
+    if (++batches_ == 40 && !dropped_) {  // deliberately lose one batch
+      dropped_ = true;
+      return;
+    }
+    if (resyncing) {
+      buffered_.push_back(b);
+      return;
+    }
+    if (b.seq() != last_seq + 1) {  // a lost batch, or joined after the first one
+      ++gaps;
+      resyncing = true;
+      buffered_.push_back(b);
+      RequestSnapshot();
+      return;
+    }
+    Apply(b);
+  }
+
+  zmq::socket_t sub_;
+  Client* control_;
+  std::vector<pb::KvEventBatch> buffered_;
+  int batches_ = 0;
+  bool dropped_ = false;
+};
+
+// 5,000 requests in waves of 50 (half of them sharing a prefix), three of each wave aborted,
+// each wave answered before the next, the follower pumped meanwhile. Returns the aborts seen.
+int SendWaves(Client& c, KvEventFollower& follower) {
+  std::mt19937 rng(11);
+  std::vector<int32_t> shared(40);
+  for (int32_t& t : shared) t = static_cast<int32_t>(rng() % 1024);
+  int sent = 0, aborted = 0;
+  while (sent < 5000) {
+    std::vector<pb::GenerateRequest> wave;
+    for (int i = 0; i < 50 && sent < 5000; ++i, ++sent) {
+      std::vector<int32_t> prompt;
+      if (rng() % 2) prompt.assign(shared.begin(), shared.begin() + 8 + rng() % 32);
+      const int extra = 1 + rng() % 40;
+      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(rng() % 1024));
+      wave.push_back(MakeRequest("q" + std::to_string(sent), prompt, 1 + rng() % 6));
+    }
+    for (const auto& r : wave) EXPECT_OK(c.Send(r));
+    for (int i = 0; i < 3; ++i) {
+      pb::AbortRequest a;
+      a.set_request_id(wave[rng() % wave.size()].request_id());
+      EXPECT_OK(c.Send(a));
+    }
+    std::set<std::string> finished;
+    while (finished.size() < wave.size()) {
+      follower.Pump(0);
+      std::optional<ReceivedMessage> m = c.Receive(10000);
+      EXPECT_TRUE(m.has_value()) << "no response; " << finished.size() << " of " << wave.size();
+      if (!m.has_value()) return aborted;
+      pb::GenerateResponse r;
+      if (!ParseMessage(*m, &r).ok()) continue;
+      if (r.finish_reason() == pb::FINISH_REASON_ABORT) ++aborted;
+      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ABORT ||
+          r.finish_reason() == pb::FINISH_REASON_ERROR) {
+        finished.insert(r.request_id());
+      }
+    }
+  }
+  return aborted;
+}
+
 TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
   std::vector<std::string> args = {"--model",
                                    FixtureModel("tiny-qwen3"),
@@ -124,131 +262,28 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
                                    "16"};
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
   zmq::context_t ctx;
-  zmq::socket_t sub(ctx, zmq::socket_type::sub);
-  sub.set(zmq::sockopt::subscribe, "kv");
-  sub.set(zmq::sockopt::rcvhwm, 0);
-  sub.connect(absl::StrCat("tcp://127.0.0.1:", w->events_port()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let SUB join before traffic
   Client c(ctx, w->port());
   Client control(ctx, w->port());
-
-  std::set<std::pair<std::string, int>> cached;  // (hash bytes, medium)
-  uint64_t last_seq = 0;
-  bool dropped = false, resyncing = false;
-  std::vector<pb::KvEventBatch> buffered;
-  int batches = 0, gaps = 0, snapshots = 0;
-  auto apply = [&](const pb::KvEventBatch& b) {
-    for (const pb::KvEvent& e : b.events()) {
-      if (e.has_stored()) {
-        for (const auto& h : e.stored().block_hashes()) cached.insert({h, e.stored().medium()});
-      } else if (e.has_removed()) {
-        for (const auto& h : e.removed().block_hashes()) cached.erase({h, e.removed().medium()});
-      } else if (e.has_all_cleared()) {
-        cached.clear();
-      }
-    }
-    last_seq = b.seq();
-  };
-  std::optional<pb::KvSnapshot> final_snapshot;
-  auto pump = [&](int timeout_ms) {
-    while (true) {
-      zmq::pollitem_t items[] = {{sub.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 1, std::chrono::milliseconds(timeout_ms));
-      if (!(items[0].revents & ZMQ_POLLIN)) return;
-      auto m = ReceiveMessage(sub, true, zmq::recv_flags::dontwait);
-      if (!m.ok() || !m->has_value()) return;
-      if ((*m)->type == "KvSnapshot") {
-        pb::KvSnapshot snap;
-        ASSERT_OK(ParseMessage(**m, &snap));
-        ++snapshots;
-        final_snapshot = snap;
-        if (resyncing) {
-          cached.clear();
-          for (const auto& b : snap.blocks()) cached.insert({b.block_hash(), b.medium()});
-          last_seq = snap.seq();
-          for (const auto& b : buffered) {
-            if (b.seq() > last_seq) apply(b);
-          }
-          buffered.clear();
-          resyncing = false;
-        }
-        continue;
-      }
-      pb::KvEventBatch b;
-      ASSERT_OK(ParseMessage(**m, &b));
-      ++batches;
-      if (!dropped && batches == 40) {  // deliberately lose one batch
-        dropped = true;
-        continue;
-      }
-      if (resyncing) {
-        buffered.push_back(b);
-        continue;
-      }
-      if (b.seq() != last_seq + 1) {  // a lost batch, or joined after the first one
-        ++gaps;
-        resyncing = true;
-        buffered.push_back(b);
-        pb::Control ask;
-        ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
-        ASSERT_OK(control.Send(ask));
-        continue;
-      }
-      apply(b);
-    }
-  };
-
-  std::mt19937 rng(11);
-  std::vector<int32_t> shared(40);
-  for (int32_t& t : shared) t = static_cast<int32_t>(rng() % 1024);
-  int sent = 0, aborted = 0;
-  while (sent < 5000) {
-    std::vector<pb::GenerateRequest> wave;
-    for (int i = 0; i < 50 && sent < 5000; ++i, ++sent) {
-      std::vector<int32_t> prompt;
-      if (rng() % 2) prompt.assign(shared.begin(), shared.begin() + 8 + rng() % 32);
-      const int extra = 1 + rng() % 40;
-      for (int k = 0; k < extra; ++k) prompt.push_back(static_cast<int32_t>(rng() % 1024));
-      wave.push_back(MakeRequest("q" + std::to_string(sent), prompt, 1 + rng() % 6));
-    }
-    for (const auto& r : wave) ASSERT_OK(c.Send(r));
-    for (int i = 0; i < 3; ++i) {  // abort a few of them
-      pb::AbortRequest a;
-      a.set_request_id(wave[rng() % wave.size()].request_id());
-      ASSERT_OK(c.Send(a));
-    }
-    size_t done = 0;
-    std::set<std::string> finished;
-    while (finished.size() < wave.size()) {
-      pump(0);
-      std::optional<ReceivedMessage> m = c.Receive(10000);
-      ASSERT_TRUE(m.has_value()) << "no response; " << finished.size() << " of " << wave.size();
-      pb::GenerateResponse r;
-      if (!ParseMessage(*m, &r).ok()) continue;
-      if (r.finish_reason() == pb::FINISH_REASON_ABORT) ++aborted;
-      if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ABORT ||
-          r.finish_reason() == pb::FINISH_REASON_ERROR) {
-        finished.insert(r.request_id());
-      }
-      ++done;
-    }
-  }
+  KvEventFollower follower(ctx, w->events_port(), &control);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let SUB join before traffic
+  const int aborted = SendWaves(c, follower);
+  ASSERT_FALSE(HasFailure());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  pump(100);
-  ASSERT_FALSE(resyncing);
+  follower.Pump(100);
+  ASSERT_FALSE(follower.resyncing);
   // Quiescent: the worker's actual set, as a snapshot, equals what the events rebuilt.
-  final_snapshot.reset();
-  pb::Control ask;
-  ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
-  ASSERT_OK(control.Send(ask));
-  for (int i = 0; i < 50 && !final_snapshot; ++i) pump(100);
-  ASSERT_TRUE(final_snapshot.has_value());
+  follower.last_snapshot.reset();
+  follower.RequestSnapshot();
+  for (int i = 0; i < 50 && !follower.last_snapshot; ++i) follower.Pump(100);
+  ASSERT_TRUE(follower.last_snapshot.has_value());
   std::set<std::pair<std::string, int>> actual;
-  for (const auto& b : final_snapshot->blocks()) actual.insert({b.block_hash(), b.medium()});
-  EXPECT_EQ(final_snapshot->seq(), last_seq);
-  EXPECT_EQ(cached, actual);
+  for (const auto& b : follower.last_snapshot->blocks()) {
+    actual.insert({b.block_hash(), b.medium()});
+  }
+  EXPECT_EQ(follower.last_snapshot->seq(), follower.last_seq);
+  EXPECT_EQ(follower.cached, actual);
   EXPECT_GT(actual.size(), 0u);
-  EXPECT_GE(gaps, 1);  // the dropped batch (a slow subscriber could see more; each resyncs)
+  EXPECT_GE(follower.gaps, 1);  // the dropped batch (a slow subscriber could see more)
   EXPECT_GT(aborted, 0);
   auto metrics = HttpGet(w->metrics_port(), "/metrics");
   ASSERT_OK(metrics.status());
