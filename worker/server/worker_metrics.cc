@@ -14,43 +14,34 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 
 }  // namespace
 
-WorkerMetrics::WorkerMetrics(const std::string& worker_id, const CacheConfigInfo& info,
-                             bool vllm_names)
+WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& model_name,
+                             const CacheConfigInfo& info, bool vllm_names)
     : registry_(std::make_shared<prometheus::Registry>()),
       base_{{"worker", worker_id}},
+      model_name_(model_name),
       block_size_(info.block_size),
       vllm_names_(vllm_names) {
-  auto hist = [&](const std::string& name, const std::string& help) {
-    return &prometheus::BuildHistogram()
-                .Name(name)
-                .Help(help)
-                .Register(*registry_)
-                .Add(base_, LatencyBuckets());
-  };
-  ttft_ =
-      hist("kvserve_time_to_first_token_seconds", "Time from arrival to the first generated token");
-  tpot_ = hist("kvserve_time_per_output_token_seconds",
-               "Mean time per output token after the first, per request");
-  itl_ = hist("kvserve_inter_token_latency_seconds",
-              "Time between consecutive output deltas of a request");
-  e2e_ = hist("kvserve_e2e_request_latency_seconds", "Time from arrival to the last token");
-  queue_ = hist("kvserve_request_queue_time_seconds", "Time from arrival to the first scheduling");
-  std::map<std::string, std::string> labels = base_;
+  ttft_ = MakeLatency("kvserve_time_to_first_token_seconds", "vllm:time_to_first_token_seconds",
+                      "Time from arrival to the first generated token");
+  tpot_ = MakeLatency("kvserve_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
+                      "Mean time per output token after the first, per request");
+  itl_ = MakeLatency("kvserve_inter_token_latency_seconds", "vllm:inter_token_latency_seconds",
+                     "Time between consecutive output deltas of a request");
+  e2e_ = MakeLatency("kvserve_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds",
+                     "Time from arrival to the last token");
+  queue_ = MakeLatency("kvserve_request_queue_time_seconds", "vllm:request_queue_time_seconds",
+                       "Time from arrival to the first scheduling");
+  Labels labels = base_;
   labels.insert({{"block_size", std::to_string(info.block_size)},
                  {"cache_dtype", info.cache_dtype},
                  {"num_gpu_blocks", std::to_string(info.num_gpu_blocks)},
                  {"num_cpu_blocks", std::to_string(info.num_cpu_blocks)},
                  {"enable_prefix_caching", info.enable_prefix_caching ? "True" : "False"},
                  {"tensor_parallel_size", std::to_string(info.tensor_parallel_size)}});
-  prometheus::BuildGauge()
-      .Name("kvserve_cache_config_info")
-      .Help("Information of the KV cache config")
-      .Register(*registry_)
-      .Add(labels)
-      .Set(1);
-  if (vllm_names_) {
+  for (const char* name : {"kvserve_cache_config_info", "vllm:cache_config_info"}) {
+    if (name[0] == 'v' && !vllm_names_) continue;
     prometheus::BuildGauge()
-        .Name("vllm:cache_config_info")
+        .Name(name)
         .Help("Information of the KV cache config")
         .Register(*registry_)
         .Add(labels)
@@ -58,22 +49,58 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const CacheConfigInfo
   }
 }
 
+WorkerMetrics::Latency WorkerMetrics::MakeLatency(const std::string& kvserve_name,
+                                                  const std::string& vllm_name,
+                                                  const std::string& help) {
+  auto hist = [&](const std::string& name, const Labels& labels) {
+    return &prometheus::BuildHistogram()
+                .Name(name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels, LatencyBuckets());
+  };
+  Latency h;
+  h.kvserve = hist(kvserve_name, base_);
+  if (vllm_names_) {
+    Labels labels = base_;
+    labels["model_name"] = model_name_;
+    h.vllm = hist(vllm_name, labels);
+  }
+  return h;
+}
+
+void WorkerMetrics::Observe(const Latency& h, double seconds) {
+  h.kvserve->Observe(seconds);
+  if (h.vllm != nullptr) h.vllm->Observe(seconds);
+}
+
 prometheus::Gauge& WorkerMetrics::G(const std::string& name, const std::string& help,
-                                    const std::map<std::string, std::string>& labels) {
+                                    const Labels& labels) {
   auto& fam = gauges_[name];
   if (fam == nullptr) fam = &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
-  std::map<std::string, std::string> all = base_;
+  Labels all = base_;
   all.insert(labels.begin(), labels.end());
   return fam->Add(all);
 }
 
 prometheus::Counter& WorkerMetrics::C(const std::string& name, const std::string& help,
-                                      const std::map<std::string, std::string>& labels) {
+                                      const Labels& labels) {
   auto& fam = counters_[name];
   if (fam == nullptr) fam = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
-  std::map<std::string, std::string> all = base_;
+  Labels all = base_;
   all.insert(labels.begin(), labels.end());
   return fam->Add(all);
+}
+
+prometheus::Gauge& WorkerMetrics::VllmG(const std::string& name, const std::string& help) {
+  return G(name, help, {{"model_name", model_name_}});
+}
+
+prometheus::Counter& WorkerMetrics::VllmC(const std::string& name, const std::string& help,
+                                          const Labels& labels) {
+  Labels all = labels;
+  all.insert({"model_name", model_name_});
+  return C(name, help, all);
 }
 
 void WorkerMetrics::Add(prometheus::Counter& c, double total) {
@@ -147,23 +174,43 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
   Add(C("kvserve_generation_tokens_total", "Tokens generated"), s.generated_tokens);
   G("kvserve_uptime_seconds", "Seconds since this process started").Set(uptime_seconds);
   G("kvserve_draining", "1 while draining").Set(draining ? 1 : 0);
-  if (!vllm_names_) return;
-  // vLLM's names.
-  G("vllm:num_requests_running", "Number of requests in model execution batches")
-      .Set(s.num_running);
-  G("vllm:num_requests_waiting", "Number of requests waiting to be processed")
-      .Set(s.num_waiting + s.num_swapped);
-  G("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage").Set(usage);
-  Add(C("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens"),
-      s.prefix_queried_tokens);
-  Add(C("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens"), s.prefix_hit_tokens);
-  Add(C("vllm:num_preemptions_total", "Cumulative number of preemptions"), s.preemptions);
+  if (vllm_names_) UpdateVllm(s, usage);
 }
 
-void WorkerMetrics::ObserveFinished(double e2e_s, double queue_s, double tpot_s) {
-  e2e_->Observe(e2e_s);
-  queue_->Observe(queue_s);
-  if (tpot_s > 0) tpot_->Observe(tpot_s);
+// vLLM's names for the same quantities.
+void WorkerMetrics::UpdateVllm(const EngineStats& s, double usage) {
+  VllmG("vllm:num_requests_running", "Number of requests in model execution batches")
+      .Set(s.num_running);
+  VllmG("vllm:num_requests_waiting", "Number of requests waiting to be processed")
+      .Set(s.num_waiting + s.num_swapped);
+  VllmG("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage").Set(usage);
+  Add(VllmC("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens"),
+      s.prefix_queried_tokens);
+  Add(VllmC("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens"), s.prefix_hit_tokens);
+  Add(VllmC("vllm:num_preemptions_total", "Cumulative number of preemptions"), s.preemptions);
+  Add(VllmC("vllm:prompt_tokens_total", "Number of prefill tokens processed"),
+      s.computed_prompt_tokens);
+  Add(VllmC("vllm:generation_tokens_total", "Number of generation tokens processed"),
+      s.generated_tokens);
+}
+
+void WorkerMetrics::ObserveFinished(double e2e_s, double queue_s, double tpot_s,
+                                    const std::string& reason) {
+  Observe(e2e_, e2e_s);
+  Observe(queue_, queue_s);
+  if (tpot_s > 0) Observe(tpot_, tpot_s);
+  CountRequestEnd(reason);
+}
+
+void WorkerMetrics::CountRequestEnd(const std::string& reason) {
+  C("kvserve_requests_finished_total", "Requests ended, by finish reason",
+    {{"finished_reason", reason}})
+      .Increment();
+  if (vllm_names_) {
+    VllmC("vllm:request_success_total", "Count of successfully processed requests",
+          {{"finished_reason", reason}})
+        .Increment();
+  }
 }
 
 void WorkerMetrics::CountRecycle(const std::string& reason) {

@@ -1,11 +1,12 @@
 // The worker's Prometheus metrics: KV block pool (device and host tiers), swap traffic,
 // preemptions, prefix cache, evictions, KV-event sequence; request states, latency histograms
-// and token counters; lifecycle; and the vLLM names dashboards and the llm-d scheduler read
-// (vllm:num_requests_running, vllm:kv_cache_usage_perc, ...). Counters follow the engine's
-// own totals (Update adds the difference since the last call), so scrapes agree with
-// EngineStats at quiescent points.
+// and token counters; lifecycle; and the vLLM names that vLLM's dashboards, the llm-d scheduler
+// and production-stack's autoscaling query (vllm:num_requests_running, vllm:kv_cache_usage_perc,
+// vllm:time_to_first_token_seconds, vllm:request_success_total, ...), labelled with model_name
+// as vLLM labels them. Counters follow the engine's own totals (Update adds the difference since
+// the last call), so scrapes agree with EngineStats at quiescent points.
 //
-//   WorkerMetrics metrics("worker-0", info);
+//   WorkerMetrics metrics("worker-0", "llama-3-8b", info);
 //   metrics.Update(engine.stats(), state, uptime, event_seq);   // engine thread
 //   std::string text = metrics.Serialize();                     // HTTP thread
 #ifndef KVSERVE_WORKER_SERVER_WORKER_METRICS_H_
@@ -39,14 +40,18 @@ class WorkerMetrics {
   // `vllm_names`: also publish vLLM's metric names (vllm:num_requests_running, ...). They
   // contain ':', which promtool's linter flags (Prometheus reserves colons for recording
   // rules), so a scrape that must lint clean can turn them off.
-  WorkerMetrics(const std::string& worker_id, const CacheConfigInfo& info, bool vllm_names = true);
+  WorkerMetrics(const std::string& worker_id, const std::string& model_name,
+                const CacheConfigInfo& info, bool vllm_names = true);
 
   // Engine thread: refresh gauges and counters from the engine's totals.
   void Update(const EngineStats& s, int64_t allocated_slots, int64_t used_tokens, bool draining,
               double uptime_seconds, uint64_t event_seq);
-  void ObserveFirstToken(double ttft_s) { ttft_->Observe(ttft_s); }
-  void ObserveInterToken(double itl_s) { itl_->Observe(itl_s); }
-  void ObserveFinished(double e2e_s, double queue_s, double tpot_s);
+  void ObserveFirstToken(double ttft_s) { Observe(ttft_, ttft_s); }
+  void ObserveInterToken(double itl_s) { Observe(itl_, itl_s); }
+  // A request that ran to its end: its latencies and its finish reason ("stop", "length").
+  void ObserveFinished(double e2e_s, double queue_s, double tpot_s, const std::string& reason);
+  // A request that ended otherwise ("abort": by its client or a drain timeout).
+  void CountRequestEnd(const std::string& reason);
   void CountRecycle(const std::string& reason);
   void CountDropped(const std::string& reason);
 
@@ -54,21 +59,32 @@ class WorkerMetrics {
   [[nodiscard]] std::string Serialize() const;
 
  private:
-  prometheus::Gauge& G(const std::string& name, const std::string& help,
-                       const std::map<std::string, std::string>& labels = {});
+  using Labels = std::map<std::string, std::string>;
+  // A latency histogram under its kvserve name and, with vLLM names on, its vllm: name.
+  struct Latency {
+    prometheus::Histogram* kvserve = nullptr;
+    prometheus::Histogram* vllm = nullptr;
+  };
+  Latency MakeLatency(const std::string& kvserve_name, const std::string& vllm_name,
+                      const std::string& help);
+  static void Observe(const Latency& h, double seconds);
+  // Series of the kvserve_ families (labels: worker and `labels`) and of the vllm: ones (worker,
+  // model_name and `labels`).
+  prometheus::Gauge& G(const std::string& name, const std::string& help, const Labels& labels = {});
   prometheus::Counter& C(const std::string& name, const std::string& help,
-                         const std::map<std::string, std::string>& labels = {});
+                         const Labels& labels = {});
+  prometheus::Gauge& VllmG(const std::string& name, const std::string& help);
+  prometheus::Counter& VllmC(const std::string& name, const std::string& help,
+                             const Labels& labels = {});
   void Add(prometheus::Counter& c, double total);
+  void UpdateVllm(const EngineStats& s, double usage);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::map<std::string, std::string> base_;
+  Labels base_;  // worker
+  std::string model_name_;
   std::map<std::string, prometheus::Family<prometheus::Gauge>*> gauges_;
   std::map<std::string, prometheus::Family<prometheus::Counter>*> counters_;
-  prometheus::Histogram* ttft_;
-  prometheus::Histogram* tpot_;
-  prometheus::Histogram* itl_;
-  prometheus::Histogram* e2e_;
-  prometheus::Histogram* queue_;
+  Latency ttft_, tpot_, itl_, e2e_, queue_;
   int block_size_;
   bool vllm_names_;
   std::map<prometheus::Counter*, double> last_;  // totals already counted

@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                        st.host_blocks_total,
                        config.cache.enable_prefix_caching,
                        config.parallel.tensor_parallel_size};
-  s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, info, options.vllm_metric_names);
+  s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, config.model_id, info,
+                                                options.vllm_metric_names);
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(
       s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",
@@ -186,6 +187,7 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     r.mutable_error()->set_message(req.reason().empty() ? "aborted" : req.reason());
     Reply(it->second.identity, r);
     routes_.erase(it);
+    metrics_->CountRequestEnd("abort");
   } else if (m.type == "Control") {
     pb::Control c;
     if (!ParseMessage(m, &c).ok()) {
@@ -402,7 +404,8 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
           route.completion_tokens > 1
               ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
               : 0;
-      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot);
+      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot,
+                                o.finish_reason == FinishReason::kLength ? "length" : "stop");
       ++served_requests_;
       routes_.erase(it);
     }
@@ -615,6 +618,7 @@ void WorkerServer::AbortForDrainTimeout() {
         absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
     Reply(it->second.identity, r);
     routes_.erase(it);
+    metrics_->CountRequestEnd("abort");
   }
 }
 

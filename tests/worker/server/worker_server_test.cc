@@ -290,6 +290,9 @@ TEST(WorkerServerTest, KvEventsRebuildTheCachedSetWithSnapshotResync) {
   EXPECT_GT(MetricValue(metrics->second, "kvserve_swap_blocks_total{direction=\"out\""), 0)
       << "no swaps happened";
   EXPECT_GT(MetricValue(metrics->second, "kvserve_kv_evictions_total{"), 0);
+  EXPECT_EQ(MetricValue(metrics->second,
+                        "vllm:request_success_total{finished_reason=\"abort\",model_name="),
+            aborted);
   int host_events = 0;
   for (const auto& [h, medium] : actual) host_events += medium == pb::MEDIUM_HOST;
   RecordProperty("host_blocks_cached", host_events);
@@ -341,14 +344,33 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
                     line.find("should not contain ':'") != std::string::npos)
             << line;
       }
-      EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_running{"), 0);
+      // vLLM's names, with vLLM's model_name label: what its dashboards and autoscalers query.
+      const std::string model = "{model_name=\"tiny-qwen2\",worker=";
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_running" + model), 0);
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:generation_tokens_total" + model), 5 * 7 + 1);
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:prompt_tokens_total" + model), prompt_tokens + 1);
+      EXPECT_EQ(MetricValue(metrics.second,
+                            "vllm:request_success_total{finished_reason=\"length\","
+                            "model_name=\"tiny-qwen2\",worker="),
+                5);
+      for (const char* h :
+           {"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+            "vllm:request_queue_time_seconds", "vllm:time_per_output_token_seconds"}) {
+        EXPECT_EQ(MetricValue(metrics.second, std::string(h) + "_count" + model), 5) << h;
+      }
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:inter_token_latency_seconds_count" + model),
+                5 * 6);
     } else {
+      EXPECT_EQ(metrics.second.find("vllm:"), std::string::npos);
       EXPECT_EQ(rc, 0) << out;
     }
     // Counters agree with what was served (1 warm-up prompt token + 1 warm-up token included).
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_generation_tokens_total{"), 5 * 7 + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_prompt_tokens_total{"), prompt_tokens + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_requests{state=\"running\""), 0);
+    EXPECT_EQ(MetricValue(metrics.second,
+                          "kvserve_requests_finished_total{finished_reason=\"length\",worker="),
+              5);
     // At least one step per generated token (the CPU backend replays no graphs).
     EXPECT_GE(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"none\""), 7 + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"replayed\""), 0);
