@@ -12,8 +12,6 @@ namespace {
 using json = nlohmann::json;
 namespace pb = ::kvserve::v1;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 void RespondStatus(HttpConnection& conn, const absl::Status& s) {
   conn.RespondError(OpenAiErrorFromStatus(s));
 }
@@ -53,7 +51,7 @@ void ControlWorker(FrontContext& ctx, HttpConnection& conn, const std::string& p
                                    "action: '", verb, "' is not drain, undrain or recycle")));
   }
   if (absl::Status s = ctx.core->Control(name, action); !s.ok()) return RespondStatus(conn, s);
-  conn.Respond(200, Dump({{"ok", true}, {"worker", name}, {"action", verb}}));
+  conn.Respond(200, JsonBody({{"ok", true}, {"worker", name}, {"action", verb}}));
 }
 
 }  // namespace
@@ -68,7 +66,7 @@ void HandleAdmin(FrontContext& ctx, HttpConnection& conn, const HttpRequest& req
   if (request.method == "GET" && path == "/admin/workers") {
     json list = json::array();
     for (const WorkerInfo& w : ctx.core->Workers()) list.push_back(WorkerJson(w));
-    return conn.Respond(200, Dump({{"workers", list}, {"recycle_grants", ctx.core->grants()}}));
+    return conn.Respond(200, JsonBody({{"workers", list}, {"recycle_grants", ctx.core->grants()}}));
   }
   const std::string prefix = "/admin/workers/";
   if (request.method == "POST" && path.rfind(prefix, 0) == 0 && path.rfind('/') > prefix.size()) {
@@ -105,9 +103,9 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
   absl::StatusOr<std::vector<int>> ids =
       PromptIds(*ctx.tokenizer, r, ctx.options.normalize_prompts);
   if (!ids.ok()) return RespondStatus(conn, ids.status());
-  conn.Respond(200, Dump({{"tokens", *ids},
-                          {"count", ids->size()},
-                          {"max_model_len", ctx.options.max_model_len}}));
+  conn.Respond(200, JsonBody({{"tokens", *ids},
+                              {"count", ids->size()},
+                              {"max_model_len", ctx.options.max_model_len}}));
 }
 
 void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
@@ -126,7 +124,7 @@ void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpR
     return RespondStatus(
         conn, absl::InvalidArgumentError(absl::StrCat("tokens: ", text.status().message())));
   }
-  conn.Respond(200, Dump({{"prompt", *text}}));
+  conn.Respond(200, JsonBody({{"prompt", *text}}));
 }
 
 }  // namespace kvserve::router

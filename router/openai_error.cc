@@ -15,6 +15,10 @@ std::string ParamOf(const std::string& message) {
 
 }  // namespace
 
+std::string JsonBody(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 OpenAiError MakeOpenAiError(int http_status, std::string_view type, std::string_view message,
                             std::string_view code, std::string_view param) {
   nlohmann::json err = {{"message", std::string(message)},
@@ -23,8 +27,7 @@ OpenAiError MakeOpenAiError(int http_status, std::string_view type, std::string_
                         {"code", nullptr}};
   if (!param.empty()) err["param"] = std::string(param);
   if (!code.empty()) err["code"] = std::string(code);
-  return {http_status, nlohmann::json{{"error", err}}.dump(
-                           -1, ' ', false, nlohmann::json::error_handler_t::replace)};
+  return {http_status, JsonBody(nlohmann::json{{"error", err}})};
 }
 
 OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view code) {

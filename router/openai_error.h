@@ -11,8 +11,12 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 
 namespace kvserve::router {
+
+// A response body's text: compact JSON, invalid UTF-8 in strings replaced (never an exception).
+std::string JsonBody(const nlohmann::json& j);
 
 struct OpenAiError {
   int http_status = 400;

@@ -20,8 +20,6 @@ using json = nlohmann::json;
 namespace pb = ::kvserve::v1;
 using Clock = std::chrono::steady_clock;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -248,7 +246,7 @@ void Completion::SendChunk(int index, const std::string& text, const std::string
                 {"created", created_},
                 {"model", req_.model},
                 {"choices", {choice}}};
-  conn_->Write("data: " + Dump(chunk) + "\n\n", false);
+  conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
 }
 
 void Completion::Finish(int cached) {
@@ -256,12 +254,13 @@ void Completion::Finish(int cached) {
   finished_ = true;
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
   if (!req_.stream) {
-    return conn_->Respond(200, Dump({{"id", request_id_},
-                                     {"object", req_.chat ? "chat.completion" : "text_completion"},
-                                     {"created", created_},
-                                     {"model", req_.model},
-                                     {"choices", ChoicesJson()},
-                                     {"usage", Usage(cached)}}));
+    return conn_->Respond(200,
+                          JsonBody({{"id", request_id_},
+                                    {"object", req_.chat ? "chat.completion" : "text_completion"},
+                                    {"created", created_},
+                                    {"model", req_.model},
+                                    {"choices", ChoicesJson()},
+                                    {"usage", Usage(cached)}}));
   }
   conn_->CountStreamed(200);
   if (req_.include_usage) {
@@ -271,7 +270,7 @@ void Completion::Finish(int cached) {
                   {"model", req_.model},
                   {"choices", json::array()},
                   {"usage", Usage(cached)}};
-    conn_->Write("data: " + Dump(chunk) + "\n\n", false);
+    conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
   }
   conn_->Write("data: [DONE]\n\n", true);
 }
@@ -349,13 +348,13 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {
-  conn.Respond(200, Dump({{"object", "list"},
-                          {"data",
-                           {{{"id", ctx.options.served_model_name},
-                             {"object", "model"},
-                             {"created", UnixSeconds()},
-                             {"owned_by", "kvserve"},
-                             {"max_model_len", ctx.options.max_model_len}}}}}));
+  conn.Respond(200, JsonBody({{"object", "list"},
+                              {"data",
+                               {{{"id", ctx.options.served_model_name},
+                                 {"object", "model"},
+                                 {"created", UnixSeconds()},
+                                 {"owned_by", "kvserve"},
+                                 {"max_model_len", ctx.options.max_model_len}}}}}));
 }
 
 }  // namespace kvserve::router
