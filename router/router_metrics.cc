@@ -69,15 +69,15 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
         seen.event_lag_s);
   absl::MutexLock lock(&mu_);
   WorkerSeen& last = last_[worker];
+  // Each series exists from the worker's first heartbeat (at 0), so that rates and alerts on
+  // them see zero rather than nothing.
   auto counter = [&](const char* name, const char* help, int64_t now, int64_t& before) {
-    if (now > before) {
-      prometheus::BuildCounter()
-          .Name(name)
-          .Help(help)
-          .Register(*registry_)
-          .Add({{"worker", worker}})
-          .Increment(static_cast<double>(now - before));
-    }
+    auto& c = prometheus::BuildCounter()
+                  .Name(name)
+                  .Help(help)
+                  .Register(*registry_)
+                  .Add({{"worker", worker}});
+    if (now > before) c.Increment(static_cast<double>(now - before));
     before = now;
   };
   counter("kvserve_router_kv_event_batches_total", "KV-event batches received", seen.event_batches,

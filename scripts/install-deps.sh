@@ -14,6 +14,8 @@ packages=(
   libgloo-dev libopenblas-dev
   prometheus
   nginx-light
+  golang-1.19-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
+  golang-gopkg-yaml.v3-dev golang-github-xeipuuv-gojsonschema-dev
   clang-16
 )
 

@@ -1,0 +1,183 @@
+// The Helm chart (deploy/helm/kvserve) rendered by deploy/helm/template.sh for a matrix of values
+// files: every object validates against the Kubernetes API schemas (npm kubernetes-models and
+// its CRD packages), every flag the chart passes to a kvserve binary is one that binary's
+// --helpfull lists, and bad values fail with an error naming the key.
+//
+//   node helm_chart_test.mjs REPO_ROOT BUILD/bin
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { test } from 'node:test';
+import { parseAllDocuments } from 'yaml';
+
+const [root, bin] = process.argv.slice(2);
+const chartDir = path.join(root, 'deploy/helm/kvserve');
+const matrix = {
+  defaults: [],
+  'cpu-only': ['-f', path.join(chartDir, 'ci/cpu-values.yaml')],
+  'gpu-tp4-3-workers': ['-f', path.join(chartDir, 'ci/gpu-tp4-values.yaml')],
+  'ingress-keda-monitoring': ['-f', path.join(chartDir, 'ci/full-values.yaml')],
+  'everything-off': ['-f', path.join(chartDir, 'ci/off-values.yaml')],
+};
+
+export function render(args) {
+  const r = spawnSync('bash', [path.join(root, 'deploy/helm/template.sh'), ...args], { encoding: 'utf8' });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+export function objects(text) {
+  return parseAllDocuments(text).map((d) => {
+    assert.equal(d.errors.length, 0, String(d.errors));
+    return d.toJS();
+  }).filter((o) => o);
+}
+
+// apiVersion/kind -> the kubernetes-models module that validates it.
+function modelModule(apiVersion, kind) {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const crd = { 'monitoring.coreos.com': 'prometheus-operator', 'keda.sh': 'keda',
+    'gateway.networking.k8s.io': 'gateway-api' }[group];
+  if (crd) return `@kubernetes-models/${crd}/${group}/${version}/${kind}`;
+  return `kubernetes-models/${group ? `${group}/` : ''}${version}/${kind}`;
+}
+
+async function validate(obj) {
+  const where = `${obj.kind}/${obj.metadata?.name}`;
+  const mod = await import(modelModule(obj.apiVersion, obj.kind)).catch((e) => {
+    throw new Error(`${where}: no schema for ${obj.apiVersion} ${obj.kind}: ${e.message}`);
+  });
+  try {
+    new mod[obj.kind](obj).validate();
+  } catch (e) {
+    throw new Error(`${where}: ${e.message}`);
+  }
+}
+
+// Every "--flag" a kvserve container passes, as [binary, flag name with underscores].
+function kvserveFlags(objs) {
+  const out = [];
+  for (const o of objs) {
+    const spec = o.spec?.template?.spec ?? o.spec;
+    for (const c of [...(spec?.containers ?? []), ...(spec?.initContainers ?? [])]) {
+      const binary = c.command?.[0];
+      if (!binary?.startsWith('kvserve-')) continue;
+      for (const a of c.args ?? []) {
+        if (a.startsWith('--')) out.push([binary, a.slice(2).split('=')[0].replaceAll('-', '_')]);
+      }
+    }
+  }
+  return out;
+}
+
+const helpCache = {};
+function knownFlags(binary) {
+  if (!helpCache[binary]) {
+    const r = spawnSync(path.join(bin, binary), ['--helpfull'], { encoding: 'utf8' });
+    helpCache[binary] = new Set([...(r.stdout + r.stderr).matchAll(/^\s+--([a-z0-9_]+) \(/gm)].map((m) => m[1]));
+    assert.ok(helpCache[binary].size > 10, `${binary} --helpfull listed no flags`);
+  }
+  return helpCache[binary];
+}
+
+for (const [name, args] of Object.entries(matrix)) {
+  test(`values matrix: ${name}`, async () => {
+    const r = render([...args, '--notes']);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /NOTES:\n/);
+    const objs = objects(r.stdout.split('NOTES:\n')[0]);
+    assert.ok(objs.length >= 5, `only ${objs.length} objects`);
+    for (const o of objs) await validate(o);
+    const flags = kvserveFlags(objs);
+    assert.ok(flags.some(([b]) => b === 'kvserve-worker') && flags.some(([b]) => b === 'kvserve-router'));
+    for (const [binary, flag] of flags) assert.ok(knownFlags(binary).has(flag), `${binary} has no --${flag}`);
+  });
+}
+
+function kinds(objs) {
+  return objs.map((o) => o.kind).sort();
+}
+
+test('the matrix turns the optional objects on and off', () => {
+  const full = objects(render(matrix['ingress-keda-monitoring']).stdout);
+  for (const k of ['Ingress', 'HTTPRoute', 'HorizontalPodAutoscaler', 'ScaledObject', 'ServiceMonitor',
+    'PrometheusRule', 'ConfigMap', 'Secret', 'NetworkPolicy', 'PodDisruptionBudget']) {
+    assert.ok(kinds(full).includes(k), `full values render no ${k}`);
+  }
+  const off = objects(render(matrix['everything-off']).stdout);
+  assert.deepEqual(kinds(off), ['Deployment', 'Pod', 'PodMonitor', 'Service', 'Service', 'StatefulSet']);
+});
+
+function worker(objs) {
+  return objs.find((o) => o.kind === 'StatefulSet');
+}
+
+test('workers: GPUs from tensorParallelSize, engine flags, drain and probes', () => {
+  const objs = objects(render(matrix['gpu-tp4-3-workers']).stdout);
+  const sts = worker(objs);
+  const pod = sts.spec.template.spec;
+  const c = pod.containers[0];
+  assert.equal(sts.spec.replicas, 3);
+  assert.equal(c.resources.limits['nvidia.com/gpu'], 4);
+  assert.equal(pod.runtimeClassName, 'nvidia');
+  const args = c.args.join(' ');
+  assert.match(args, /--tensor-parallel-size 4/);
+  assert.match(args, /--kv-cache-dtype fp8_e4m3/);
+  assert.match(args, /--host-prefix-cache=true/);
+  assert.match(args, /--recycle-on-fragmentation 0.5$/);
+  assert.equal(pod.terminationGracePeriodSeconds, 30 + 15);
+  assert.equal(c.livenessProbe.failureThreshold * c.livenessProbe.periodSeconds, 600);
+  assert.equal(pod.volumes.find((v) => v.name === 'dshm').emptyDir.medium, 'Memory');
+  const svc = objs.find((o) => o.kind === 'Service' && o.spec.clusterIP === 'None');
+  assert.equal(svc.spec.publishNotReadyAddresses, true);
+  const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
+  assert.match(router.args.join(' '), new RegExp(`--workers-dns ${svc.metadata.name}\\.default\\.svc:5570:5571`));
+  assert.match(router.args.join(' '), /--max-model-len 8192/);
+  const pdb = objs.find((o) => o.kind === 'PodDisruptionBudget' && o.metadata.name === sts.metadata.name);
+  assert.match(router.args.join(' '), new RegExp(`--max-unavailable ${pdb.spec.maxUnavailable}`));
+});
+
+test('security: non-root, read-only root, secrets from a Secret, network policy', () => {
+  const objs = objects(render(matrix['ingress-keda-monitoring']).stdout);
+  for (const o of objs.filter((x) => ['Deployment', 'StatefulSet'].includes(x.kind))) {
+    const pod = o.spec.template.spec;
+    assert.equal(pod.securityContext.runAsNonRoot, true);
+    for (const c of [...pod.containers, ...(pod.initContainers ?? [])]) {
+      assert.equal(c.securityContext.readOnlyRootFilesystem, true, `${o.kind} ${c.name}`);
+      assert.equal(c.securityContext.allowPrivilegeEscalation, false);
+    }
+  }
+  const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
+  assert.ok(!router.args.join(' ').includes('key-one'), 'API keys must not be in the args');
+  assert.equal(router.env.find((e) => e.name === 'KVSERVE_API_KEYS').valueFrom.secretKeyRef.key, 'api-keys');
+  const secret = objs.find((o) => o.kind === 'Secret');
+  assert.equal(Buffer.from(secret.data['api-keys'], 'base64').toString(), 'key-one,key-two');
+  const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-worker'));
+  const zmqRule = np.spec.ingress.find((r) => r.ports.some((p) => p.port === 'zmq'));
+  assert.equal(zmqRule.from[0].podSelector.matchLabels['app.kubernetes.io/component'], 'router');
+});
+
+test('bad values fail with the key named', () => {
+  const cases = [
+    [['--set', 'worker.replicas=three'], /worker\.replicas/],
+    [['--set', 'worker.engine.port=1'], /worker\.engine\.port: the chart sets --port itself/],
+    [['--set', 'worker.engine.--max-num-seqs=1'], /without dashes/],
+    [['--set', 'model.hostPath=/m'], /exactly one of model\.existingClaim, model\.hostPath/],
+    [['--set', 'worker.device=tpu'], /worker\.device/],
+    [['--set', 'httpRoute.enabled=true'], /httpRoute\.parentRefs/],
+    [['-f', '/nonexistent/values.yaml'], /nonexistent/],
+  ];
+  for (const [args, pattern] of cases) {
+    const r = render(args);
+    assert.notEqual(r.status, 0, `${args.join(' ')} rendered`);
+    assert.match(r.stderr, pattern);
+  }
+});
+
+test('the values reference lists every documented key', () => {
+  const r = render(['--values-doc']);
+  assert.equal(r.status, 0, r.stderr);
+  for (const key of ['router.replicas', 'worker.replicas', 'worker.tensorParallelSize', 'worker.engine',
+    'worker.extraArgs', 'model.name']) {
+    assert.match(r.stdout, new RegExp(`\\| \`${key.replaceAll('.', '\\.')}\` \\|`));
+  }
+});
