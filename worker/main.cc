@@ -7,9 +7,17 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/status_macros.h"
@@ -47,11 +55,36 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+// The worker's planned recycles so far, carried over each re-exec in this variable as
+// "reason=count,...", so that kvserve_recycles_total does not restart with the process.
+constexpr char kRecyclesEnv[] = "KVSERVE_RECYCLES";
+
+std::map<std::string, int64_t> EarlierRecycles() {
+  std::map<std::string, int64_t> counts;
+  const char* env = std::getenv(kRecyclesEnv);
+  for (absl::string_view item : absl::StrSplit(env ? env : "", ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+    int64_t n = 0;
+    if (!kv.first.empty() && absl::SimpleAtoi(kv.second, &n) && n > 0)
+      counts[std::string(kv.first)] += n;
+  }
+  return counts;
+}
+
+void RecordRecycle(const std::string& reason) {
+  std::map<std::string, int64_t> counts = EarlierRecycles();
+  ++counts[reason.empty() ? "recycle" : reason];
+  std::vector<std::string> items;
+  for (const auto& [r, n] : counts) items.push_back(absl::StrCat(r, "=", n));
+  setenv(kRecyclesEnv, absl::StrJoin(items, ",").c_str(), 1);
+}
+
 }  // namespace
 
 namespace kvserve::worker {
 
-absl::StatusOr<WorkerServer::Exit> Serve() {
+// Serves until stopped or recycled; `*drain_reason` says why it drained.
+absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
   ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
   ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
@@ -77,6 +110,7 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
       absl::GetFlag(FLAGS_recycle_after_requests), absl::GetFlag(FLAGS_recycle_after_seconds),
       absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
   o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
+  o.earlier_recycles = EarlierRecycles();
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (o.worker_id.empty()) {
     char host[256] = {};
@@ -94,7 +128,9 @@ absl::StatusOr<WorkerServer::Exit> Serve() {
     RETURN_IF_ERROR(WriteFileAtomically(f, ports.dump() + "\n"));
   }
   std::cout << "kvserve-worker ready " << ports.dump() << std::endl;
-  return server->Run(&g_stop);
+  absl::StatusOr<WorkerServer::Exit> exit = server->Run(&g_stop);
+  *drain_reason = server->drain_reason();
+  return exit;
 }
 
 }  // namespace kvserve::worker
@@ -106,7 +142,8 @@ int main(int argc, char** argv) {
       "kvserve-worker --model DIR [--port P --events-port E --metrics-port M] [engine flags]");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  absl::StatusOr<kvserve::worker::WorkerServer::Exit> exit = kvserve::worker::Serve();
+  std::string drain_reason;
+  absl::StatusOr<kvserve::worker::WorkerServer::Exit> exit = kvserve::worker::Serve(&drain_reason);
   if (!exit.ok()) {
     std::cerr << "kvserve-worker: " << exit.status().message() << "\n";
     return 1;
@@ -114,6 +151,7 @@ int main(int argc, char** argv) {
   if (*exit == kvserve::worker::WorkerServer::Exit::kRecycle) {
     // A fresh process and a fresh device context; the sockets are closed by now.
     std::cerr << "kvserve-worker: recycling (re-exec)\n";
+    RecordRecycle(drain_reason);
     std::vector<char*> args;
     for (std::string& a : original) args.push_back(a.data());
     args.push_back(nullptr);

@@ -9,7 +9,10 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
@@ -200,6 +203,28 @@ TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
   core.Stop();
 }
 
+// The sum of a worker's kvserve_recycles_total series, once it serves again.
+double RecyclesCounted(WorkerProcess& w) {
+  double total = 0;
+  for (int i = 0; i < 300; ++i) {
+    absl::StatusOr<std::pair<int, std::string>> ready =
+        kvserve::testing::HttpGet(w.metrics_port(), "/ready");
+    if (ready.ok() && ready->first == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  absl::StatusOr<std::pair<int, std::string>> m =
+      kvserve::testing::HttpGet(w.metrics_port(), "/metrics");
+  if (!m.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(m->second, '\n')) {
+    double v = 0;
+    if (absl::StartsWith(line, "kvserve_recycles_total{") &&
+        absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+      total += v;
+    }
+  }
+  return total;
+}
+
 TEST(RouterCoreTest, CoordinatorRecyclesOneWorkerAtATimeUnderLoad) {
   const std::vector<std::string> args = TinyWorkerArgs({"--recycle-after-requests", "4"});
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
@@ -249,6 +274,8 @@ TEST(RouterCoreTest, CoordinatorRecyclesOneWorkerAtATimeUnderLoad) {
   EXPECT_GE(completed, 20);
   EXPECT_EQ(failed, 0);
   EXPECT_LE(max_unavailable_seen, 1);
+  // kvserve_recycles_total survives the re-execs: the recycled processes' counts add up.
+  EXPECT_GE(RecyclesCounted(*w0) + RecyclesCounted(*w1), 2);
 }
 
 }  // namespace

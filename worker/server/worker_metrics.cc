@@ -213,6 +213,16 @@ void WorkerMetrics::CountRequestEnd(const std::string& reason) {
   }
 }
 
+void WorkerMetrics::StartRecycleCounts(const std::map<std::string, int64_t>& earlier) {
+  for (const char* reason : {"requests", "uptime", "rss_growth", "fragmentation"}) {
+    C("kvserve_recycles_total", "Planned recycles by reason", {{"reason", reason}});
+  }
+  for (const auto& [reason, n] : earlier) {
+    C("kvserve_recycles_total", "Planned recycles by reason", {{"reason", reason}})
+        .Increment(static_cast<double>(n));
+  }
+}
+
 void WorkerMetrics::CountRecycle(const std::string& reason) {
   C("kvserve_recycles_total", "Planned recycles by reason", {{"reason", reason}}).Increment();
 }

@@ -52,6 +52,9 @@ class WorkerMetrics {
   void ObserveFinished(double e2e_s, double queue_s, double tpot_s, const std::string& reason);
   // A request that ended otherwise ("abort": by its client or a drain timeout).
   void CountRequestEnd(const std::string& reason);
+  // The recycle counts of earlier processes of this worker; every reason the worker asks a
+  // recycle for starts at 0, so that the series exist before the first recycle.
+  void StartRecycleCounts(const std::map<std::string, int64_t>& earlier);
   void CountRecycle(const std::string& reason);
   void CountDropped(const std::string& reason);
 

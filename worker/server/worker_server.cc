@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                        config.parallel.tensor_parallel_size};
   s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, config.model_id, info,
                                                 options.vllm_metric_names);
+  s->metrics_->StartRecycleCounts(options.earlier_recycles);
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(
       s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,9 @@ struct WorkerServerOptions {
   // it: long enough for every router replica to see it in a heartbeat and revoke a conflict.
   absl::Duration recycle_grant_hold = absl::Seconds(1);
   RecyclePolicy recycle;
+  // Planned recycles of the processes this one replaced (re-exec), by reason: the worker's
+  // kvserve_recycles_total continues from them instead of restarting at 0.
+  std::map<std::string, int64_t> earlier_recycles;
   bool vllm_metric_names = true;
 };
 
@@ -74,6 +78,8 @@ class WorkerServer : private KvEventListener {
   [[nodiscard]] int events_port() const { return events_port_; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
+  // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).
+  [[nodiscard]] const std::string& drain_reason() const { return drain_reason_; }
 
  private:
   struct Route {
