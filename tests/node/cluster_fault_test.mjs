@@ -10,12 +10,11 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { makeModel } from './harness.mjs';
+import { freeRange, makeModel, startCluster } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-fault-'));
@@ -26,24 +25,6 @@ let base;
 let workerBase;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function portFree(port) {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-// A base port with `n` consecutive free ports after it.
-async function freeRange(n) {
-  for (;;) {
-    const start = 20000 + Math.floor(Math.random() * 30000);
-    let ok = true;
-    for (let p = start; p < start + n && ok; p++) ok = await portFree(p);
-    if (ok) return start;
-  }
-}
 
 async function admin() {
   const r = await fetch(`${base}/admin/workers`, { headers: { authorization: `Bearer ${token}` } });
@@ -104,20 +85,10 @@ before(async () => {
   makeModel(bin, tokenizerDir, model);
   const http = await freeRange(1);
   workerBase = await freeRange(6);
-  cluster = spawn(path.join(bin, 'kvserve-cluster'), ['--model', model, '--workers', '2', '--port', String(http),
+  cluster = await startCluster(bin, ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
     '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`,
-    '--', '--max-num-seqs', '1', '--num-blocks', '1024'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  cluster.stderr.on('data', (d) => { out += d; });
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`cluster not ready: ${out}`)), 120000);
-    cluster.stdout.on('data', (d) => {
-      out += d;
-      if (/kvserve-cluster ready/.test(out)) { clearTimeout(timer); resolve(); }
-    });
-    cluster.on('exit', (code) => reject(new Error(`cluster exited ${code}: ${out}`)));
-  });
+    '--', '--max-num-seqs', '1', '--num-blocks', '1024']);
   base = `http://127.0.0.1:${http}`;
 });
 

@@ -15,6 +15,39 @@ export function freePort() {
   });
 }
 
+function portFree(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+// A base port with `n` consecutive free ports after it.
+export async function freeRange(n) {
+  for (;;) {
+    const start = 20000 + Math.floor(Math.random() * 30000);
+    let ok = true;
+    for (let p = start; p < start + n && ok; p++) ok = await portFree(p);
+    if (ok) return start;
+  }
+}
+
+// Starts kvserve-cluster with `args`; resolves with the process once it says it is ready.
+export function startCluster(bin, args) {
+  const cluster = spawn(path.join(bin, 'kvserve-cluster'), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  cluster.stderr.on('data', (d) => { out += d; });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`cluster not ready: ${out}`)), 120000);
+    cluster.stdout.on('data', (d) => {
+      out += d;
+      if (/kvserve-cluster ready/.test(out)) { clearTimeout(timer); resolve(cluster); }
+    });
+    cluster.on('exit', (code) => reject(new Error(`cluster exited ${code}: ${out}`)));
+  });
+}
+
 // Spawns `cmd` (recorded in `children` for cleanup) and resolves once its stdout or stderr
 // matches `readyPattern`; rejects if it exits first or takes over a minute.
 export function startAndWait(children, cmd, args, readyPattern) {

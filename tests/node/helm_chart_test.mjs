@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { test } from 'node:test';
-import { parseAllDocuments } from 'yaml';
+
+import { objects, render as renderChart } from './chart.mjs';
 
 const [root, bin] = process.argv.slice(2);
 const chartDir = path.join(root, 'deploy/helm/kvserve');
@@ -20,17 +21,7 @@ const matrix = {
   'everything-off': ['-f', path.join(chartDir, 'ci/off-values.yaml')],
 };
 
-export function render(args) {
-  const r = spawnSync('bash', [path.join(root, 'deploy/helm/template.sh'), ...args], { encoding: 'utf8' });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-export function objects(text) {
-  return parseAllDocuments(text).map((d) => {
-    assert.equal(d.errors.length, 0, String(d.errors));
-    return d.toJS();
-  }).filter((o) => o);
-}
+const render = (args) => renderChart(root, args);
 
 // apiVersion/kind -> the kubernetes-models module that validates it.
 function modelModule(apiVersion, kind) {

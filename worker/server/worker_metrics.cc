@@ -47,6 +47,8 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
         .Add(labels)
         .Set(1);
   }
+  // Every finish reason from the start, at 0, so that rates over them are 0 rather than absent.
+  for (const char* reason : {"stop", "length", "abort"}) AddRequestEnds(reason, 0);
 }
 
 WorkerMetrics::Latency WorkerMetrics::MakeLatency(const std::string& kvserve_name,
@@ -202,14 +204,16 @@ void WorkerMetrics::ObserveFinished(double e2e_s, double queue_s, double tpot_s,
   CountRequestEnd(reason);
 }
 
-void WorkerMetrics::CountRequestEnd(const std::string& reason) {
+void WorkerMetrics::CountRequestEnd(const std::string& reason) { AddRequestEnds(reason, 1); }
+
+void WorkerMetrics::AddRequestEnds(const std::string& reason, double n) {
   C("kvserve_requests_finished_total", "Requests ended, by finish reason",
     {{"finished_reason", reason}})
-      .Increment();
+      .Increment(n);
   if (vllm_names_) {
     VllmC("vllm:request_success_total", "Count of successfully processed requests",
           {{"finished_reason", reason}})
-        .Increment();
+        .Increment(n);
   }
 }
 

@@ -71,6 +71,8 @@ class WorkerMetrics {
   Latency MakeLatency(const std::string& kvserve_name, const std::string& vllm_name,
                       const std::string& help);
   static void Observe(const Latency& h, double seconds);
+  // Adds n to both finish-reason counters of `reason`.
+  void AddRequestEnds(const std::string& reason, double n);
   // Series of the kvserve_ families (labels: worker and `labels`) and of the vllm: ones (worker,
   // model_name and `labels`).
   prometheus::Gauge& G(const std::string& name, const std::string& help, const Labels& labels = {});

@@ -371,6 +371,12 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
     EXPECT_EQ(MetricValue(metrics.second,
                           "kvserve_requests_finished_total{finished_reason=\"length\",worker="),
               5);
+    // Reasons that did not happen are there at 0 (so that rates over them are 0, not absent),
+    // as are the recycle reasons.
+    EXPECT_EQ(MetricValue(metrics.second,
+                          "kvserve_requests_finished_total{finished_reason=\"abort\",worker="),
+              0);
+    EXPECT_EQ(MetricValue(metrics.second, "kvserve_recycles_total{reason=\"uptime\",worker="), 0);
     // At least one step per generated token (the CPU backend replays no graphs).
     EXPECT_GE(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"none\""), 7 + 1);
     EXPECT_EQ(MetricValue(metrics.second, "kvserve_engine_steps_total{graph=\"replayed\""), 0);
