@@ -13,9 +13,10 @@ packages=(
   libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev
   prometheus
-  nginx-light
+  nginx-light wget
   golang-1.19-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-gopkg-yaml.v3-dev golang-github-xeipuuv-gojsonschema-dev
+  podman runc debootstrap
   clang-16
 )
 

@@ -16,6 +16,6 @@ mkdir -p "$cache"
 bin="$cache/helm-render-$(cat "$here"/render/*.go | sha256sum | cut -c1-16)"
 if [[ ! -x $bin ]]; then
   (cd "$here/render" && GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE="$cache/go-build" \
-    GOFLAGS= "$go" build -o "$bin.tmp" .) && mv "$bin.tmp" "$bin"
+    GOFLAGS= "$go" build -o "$bin.$$" .) && mv -f "$bin.$$" "$bin"
 fi
 exec "$bin" --chart "$here/kvserve" "$@"

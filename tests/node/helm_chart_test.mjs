@@ -1,17 +1,22 @@
 // The Helm chart (deploy/helm/kvserve) rendered by deploy/helm/template.sh for a matrix of values
 // files: every object validates against the Kubernetes API schemas (npm kubernetes-models and
-// its CRD packages), every flag the chart passes to a kvserve binary is one that binary's
-// --helpfull lists, and bad values fail with an error naming the key.
+// its CRD packages), has no field those APIs do not define (the models' TypeScript types, checked
+// by tsc as the API server's strict field validation would), every flag the chart passes to a
+// kvserve binary is one that binary's --helpfull lists, and bad values fail with an error naming
+// the key.
 //
 //   node helm_chart_test.mjs REPO_ROOT BUILD/bin
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 import { objects, render as renderChart } from './chart.mjs';
 
 const [root, bin] = process.argv.slice(2);
+const here = path.dirname(fileURLToPath(import.meta.url));
 const chartDir = path.join(root, 'deploy/helm/kvserve');
 const matrix = {
   defaults: [],
@@ -41,6 +46,32 @@ async function validate(obj) {
     new mod[obj.kind](obj).validate();
   } catch (e) {
     throw new Error(`${where}: ${e.message}`);
+  }
+}
+
+// Unknown fields (a misspelt probe, a field at the wrong level): the JSON schemas above allow
+// them, the models' TypeScript interfaces do not, so every object becomes a typed literal that
+// tsc checks for excess properties.
+function checkNoUnknownFields(objs) {
+  const dir = fs.mkdtempSync(path.join(here, '.strict-'));
+  try {
+    const lines = objs.map((o, i) => {
+      const mod = modelModule(o.apiVersion, o.kind);
+      return `import type { I${o.kind} as T${i} } from '${mod}';\nexport const o${i}: T${i} = ${JSON.stringify(o)};`;
+    });
+    fs.writeFileSync(path.join(dir, 'objects.ts'), `${lines.join('\n')}\n`);
+    const tsc = path.join(here, 'node_modules/typescript/bin/tsc');
+    const r = spawnSync(process.execPath, [tsc, '--noEmit', '--strict', '--skipLibCheck', '--module', 'nodenext',
+      '--moduleResolution', 'nodenext', path.join(dir, 'objects.ts')], { encoding: 'utf8' });
+    const errors = r.stdout.split('\n').filter((l) => l.includes('error TS')).map((l) => {
+      const at = Number(l.match(/objects\.ts\((\d+),/)?.[1]);
+      const o = objs[Math.floor((at - 1) / 2)];
+      return `${o ? `${o.kind}/${o.metadata?.name}` : '?'}: ${l.replace(/^.*error /, '')}`;
+    });
+    assert.deepEqual(errors, [], errors.join('\n'));
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -78,6 +109,7 @@ for (const [name, args] of Object.entries(matrix)) {
     const objs = objects(r.stdout.split('NOTES:\n')[0]);
     assert.ok(objs.length >= 5, `only ${objs.length} objects`);
     for (const o of objs) await validate(o);
+    checkNoUnknownFields(objs);
     const flags = kvserveFlags(objs);
     assert.ok(flags.some(([b]) => b === 'kvserve-worker') && flags.some(([b]) => b === 'kvserve-router'));
     for (const [binary, flag] of flags) assert.ok(knownFlags(binary).has(flag), `${binary} has no --${flag}`);
@@ -145,6 +177,10 @@ test('security: non-root, read-only root, secrets from a Secret, network policy'
   const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-worker'));
   const zmqRule = np.spec.ingress.find((r) => r.ports.some((p) => p.port === 'zmq'));
   assert.equal(zmqRule.from[0].podSelector.matchLabels['app.kubernetes.io/component'], 'router');
+  const routerNp = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-router'));
+  const testPod = objs.find((o) => o.kind === 'Pod');
+  assert.ok(routerNp.spec.ingress[0].from.some((f) => f.podSelector?.matchLabels['app.kubernetes.io/component']
+    === testPod.metadata.labels['app.kubernetes.io/component']), 'the helm test pod cannot reach the router');
 });
 
 test('bad values fail with the key named', () => {
@@ -164,9 +200,12 @@ test('bad values fail with the key named', () => {
   }
 });
 
-test('the values reference lists every documented key', () => {
+test('the values reference lists every documented key, as docs/DEPLOY.md has it', () => {
   const r = render(['--values-doc']);
   assert.equal(r.status, 0, r.stderr);
+  const doc = fs.readFileSync(path.join(root, 'docs/DEPLOY.md'), 'utf8');
+  const table = doc.split('<!-- values-reference:begin -->\n')[1]?.split('<!-- values-reference:end -->')[0];
+  assert.equal(table, r.stdout, 'docs/DEPLOY.md: regenerate its values reference with template.sh --values-doc');
   for (const key of ['router.replicas', 'worker.replicas', 'worker.tensorParallelSize', 'worker.engine',
     'worker.extraArgs', 'model.name']) {
     assert.match(r.stdout, new RegExp(`\\| \`${key.replaceAll('.', '\\.')}\` \\|`));

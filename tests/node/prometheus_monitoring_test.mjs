@@ -23,6 +23,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let cluster;
 let prometheus;
 let promUrl;
+let routerAddress;
 
 // Thresholds that make every alert's condition true on a cluster that is merely serving.
 const mustFire = ['kvUsageRatio=-1', 'preemptionsPerSecond=-1', 'swapBytesPerSecond=-1', 'prefixHitRate=2',
@@ -70,6 +71,7 @@ before(async () => {
   cluster = await startCluster(bin, ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--max-model-len', '1024', '--', '--num-blocks', '256',
     '--recycle-after-requests', '40']);
+  routerAddress = `127.0.0.1:${http}`;
   await startPrometheus(http, workerBase);
   // The load must fall between scrapes of every target, not before the first one.
   for (let i = 0; (await query('count(up == 1)'))[0]?.value[1] !== '3'; i++) {
@@ -150,4 +152,18 @@ test('the KEDA triggers return data', async () => {
     const result = await query(trigger.metadata.query);
     assert.ok(result.length > 0, `no data for ${trigger.metadata.query}`);
   }
+});
+
+test('the helm test pod lists the model (its script, run here with wget)', () => {
+  const out = render(root, ['--set', 'model.name=tiny', '--show-only', 'templates/tests/test-models.yaml']);
+  assert.equal(out.status, 0, out.stderr);
+  const [pod] = objects(out.stdout);
+  const c = pod.spec.containers[0];
+  const env = Object.fromEntries(c.env.filter((e) => e.value !== undefined).map((e) => [e.name, e.value]));
+  const run = (model) => spawnSync(c.command[0], [...c.command.slice(1), ...c.args],
+    { encoding: 'utf8', env: { PATH: process.env.PATH, ...env, ROUTER: routerAddress, MODEL_NAME: model } });
+  let r = run('tiny');
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  r = run('not-served');
+  assert.notEqual(r.status, 0, 'passed for a model the router does not serve');
 });
