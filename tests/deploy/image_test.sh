@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The CPU image, built and run for real with podman: a Debian 12 base made with debootstrap
+# (no registry is reachable) and `podman import`, deploy/docker/Dockerfile.cpu built on it, then
+# a router and two workers from the image (host network) answer a chat completion; the image
+# runs as a non-root user with tini as PID 1 and no build tools, a worker recycles (re-exec)
+# inside its container and serves again, and `podman stop` drains a worker to a clean exit.
+#
+#   bash tests/deploy/image_test.sh REPO_ROOT TOKENIZER_DIR
+# Needs root, podman, runc and debootstrap (scripts/install-deps.sh). The base is cached in
+# ${XDG_CACHE_HOME:-~/.cache}/kvserve; KVSERVE_IMAGE_KEEP=1 keeps the images afterwards.
+set -euo pipefail
+root=$(cd "$1" && pwd)
+tokenizer=$(cd "$2" && pwd)
+say() { echo "image_test: $*"; }
+fail() { echo "image_test: FAIL: $*" >&2; exit 1; }
+
+for tool in podman runc debootstrap curl; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh)"
+done
+[[ $(id -u) -eq 0 ]] || { echo "image_test: SKIP: needs root for podman with runc"; exit 77; }
+
+tmp=$(mktemp -d)
+base=localhost/kvserve-test/debian:bookworm-minbase
+image=localhost/kvserve-test/kvserve:cpu
+containers=()
+cleanup() {
+  for c in "${containers[@]}"; do podman rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
+  if [[ -z ${KVSERVE_IMAGE_KEEP:-} ]]; then podman rmi -f "$image" >/dev/null 2>&1 || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# podman as it works on these hosts: runc (crun fails on hybrid cgroups), cgroupfs, no ulimits.
+cat >"$tmp/containers.conf" <<'EOF'
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+export CONTAINERS_CONF="$tmp/containers.conf"
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvserve"
+mkdir -p "$cache"
+if ! podman image exists "$base"; then
+  if [[ ! -s $cache/bookworm-minbase.tar ]]; then
+    say "debootstrap --variant=minbase bookworm"
+    debootstrap --variant=minbase bookworm "$tmp/rootfs" http://deb.debian.org/debian >"$tmp/debootstrap.log" 2>&1 ||
+      { tail -20 "$tmp/debootstrap.log"; fail "debootstrap failed"; }
+    tar -C "$tmp/rootfs" -cf "$cache/bookworm-minbase.tar.tmp" . && mv "$cache/bookworm-minbase.tar.tmp" "$cache/bookworm-minbase.tar"
+    rm -rf "$tmp/rootfs"
+  fi
+  podman import "$cache/bookworm-minbase.tar" "$base" >/dev/null
+fi
+
+say "podman build (deploy/docker/Dockerfile.cpu on $base)"
+podman build --network host --build-arg BASE="$base" --build-arg KVSERVE_JOBS="${KVSERVE_JOBS:-2}" \
+  -f "$root/deploy/docker/Dockerfile.cpu" -t "$image" "$root" >"$tmp/build.log" 2>&1 ||
+  { tail -40 "$tmp/build.log"; fail "podman build failed"; }
+
+run() { podman run --rm --network host "$image" "$@"; }
+# Non-root, tini as PID 1, no compiler or build system in the final stage.
+[[ $(run id -u) == 10001 ]] || fail "the image does not run as uid 10001"
+[[ $(run cat /proc/1/comm) == tini ]] || fail "PID 1 is not tini"
+run sh -c 'for t in cc gcc g++ c++ cmake ninja make nvcc; do command -v $t && exit 1; done; exit 0' ||
+  fail "build tools in the final stage"
+for b in kvserve-router kvserve-worker kvserve-cluster kvserve-bench kvserve-plan kvserve-make-model \
+  kvserve-tokenize kvserve-run; do
+  run "$b" --version >/dev/null 2>&1 || fail "$b does not start in the image"
+done
+
+mkdir -m 0777 "$tmp/models"
+run_model=(podman run --rm --network host -v "$tokenizer:/tokenizer:ro" -v "$tmp/models:/models" "$image")
+"${run_model[@]}" kvserve-make-model --tokenizer /tokenizer --out /models/tiny >/dev/null ||
+  fail "kvserve-make-model failed in the image"
+
+# A port nothing listens on (bash's /dev/tcp: no connection means free).
+used=" "
+free_port() {
+  local p
+  while :; do
+    p=$(shuf -i 20000-60000 -n 1)
+    [[ $used == *" $p "* ]] && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { used+="$p "; echo "$p"; return; }
+  done
+}
+# Runs a container from the image: read-only root, writable /tmp, the model read-only.
+start() {
+  local name=$1; shift
+  podman run -d --name "$name" --network host --read-only --tmpfs /tmp -v "$tmp/models:/models:ro" \
+    "$image" "$@" >/dev/null
+  containers+=("$name")
+}
+workers=()
+metrics=()
+for i in 0 1; do
+  free_port >"$tmp/port"; p=$(<"$tmp/port"); used+="$p "
+  free_port >"$tmp/port"; e=$(<"$tmp/port"); used+="$e "
+  free_port >"$tmp/port"; m=$(<"$tmp/port"); used+="$m "
+  start "kvserve-test-w$i-$$" kvserve-worker --model /models/tiny --host 127.0.0.1 --port "$p" \
+    --events-port "$e" --metrics-port "$m" --worker-id "w$i" --num-blocks 256 --max-model-len 1024 \
+    --recycle-after-requests 3
+  workers+=("127.0.0.1:$p:$e")
+  metrics[i]=$m
+done
+free_port >"$tmp/port"; http=$(<"$tmp/port")
+start "kvserve-test-router-$$" kvserve-router --model /models/tiny --host 127.0.0.1 --port "$http" \
+  --workers "$(IFS=,; echo "${workers[*]}")" --max-model-len 1024
+
+for _ in $(seq 600); do
+  curl -sf "http://127.0.0.1:$http/ready?min_workers=2" >/dev/null && break
+  sleep 0.2
+done
+curl -sf "http://127.0.0.1:$http/ready?min_workers=2" >/dev/null ||
+  { podman logs "kvserve-test-router-$$" | tail -20; fail "the router never had 2 workers ready"; }
+
+chat() {
+  curl -s -w '\n%{http_code}' "http://127.0.0.1:$http/v1/chat/completions" -H 'content-type: application/json' \
+    -d "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello $1\"}],\"max_tokens\":8}"
+}
+reply=$(chat 0)
+[[ $(tail -n1 <<<"$reply") == 200 ]] || fail "chat completion: $reply"
+grep -q '"object":"chat.completion"' <<<"$reply" || fail "not a chat completion: $reply"
+grep -q '"completion_tokens":8' <<<"$reply" || fail "expected 8 completion tokens: $reply"
+say "chat completion from the containers: OK"
+
+# Past --recycle-after-requests the workers recycle in their containers (one at a time) and
+# serve again; requests keep being answered meanwhile (a retry covers a moment with none ready).
+ok=0
+for i in $(seq 1 12); do
+  for attempt in 1 2 3 4 5; do
+    if [[ $(chat "$i" | tail -n1) == 200 ]]; then ok=$((ok + 1)); break; fi
+    sleep 1
+  done
+done
+[[ $ok == 12 ]] || fail "only $ok of 12 requests answered around the recycles"
+recycled=0
+for i in 0 1; do
+  for _ in $(seq 300); do
+    if curl -sf "http://127.0.0.1:${metrics[i]}/ready" >/dev/null; then break; fi
+    sleep 0.2
+  done
+  n=$(curl -sf "http://127.0.0.1:${metrics[i]}/metrics" | awk '/^kvserve_recycles_total\{/{s+=$2} END{print s+0}')
+  recycled=$((recycled + ${n%.*}))
+done
+[[ $recycled -ge 1 ]] || fail "no worker recycled in its container"
+say "$recycled recycle(s) inside the containers, all requests answered: OK"
+
+# podman stop sends SIGTERM through tini: the worker drains and exits 0.
+podman stop -t 30 "kvserve-test-w0-$$" >/dev/null
+code=$(podman inspect --format '{{.State.ExitCode}}' "kvserve-test-w0-$$")
+[[ $code == 0 ]] || { podman logs "kvserve-test-w0-$$" | tail -20; fail "worker exit code $code after SIGTERM"; }
+podman logs "kvserve-test-w0-$$" 2>&1 | grep -q "draining: sigterm" || fail "the worker did not drain on SIGTERM"
+say "SIGTERM drained the worker to exit 0: OK"
