@@ -41,17 +41,32 @@ events_logger = "file"
 EOF
 export CONTAINERS_CONF="$tmp/containers.conf"
 
+# debootstrap from the mirror apt uses here (and through its proxy, if it has one).
+mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)\/*$/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\/debian\)\/* bookworm .*/\2/p' \
+  /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | head -n1)
+mirror=${mirror:-http://deb.debian.org/debian}
+proxy=$(apt-config dump 2>/dev/null | sed -n 's/^Acquire::http::Proxy "\(.*\)";$/\1/p' | head -n1)
+if [[ -n $proxy && -z ${http_proxy:-} ]]; then export http_proxy=$proxy; fi
+
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvserve"
 mkdir -p "$cache"
 if ! podman image exists "$base"; then
   if [[ ! -s $cache/bookworm-minbase.tar ]]; then
     say "debootstrap --variant=minbase bookworm"
-    debootstrap --variant=minbase bookworm "$tmp/rootfs" http://deb.debian.org/debian >"$tmp/debootstrap.log" 2>&1 ||
+    debootstrap --variant=minbase bookworm "$tmp/rootfs" "$mirror" >"$tmp/debootstrap.log" 2>&1 ||
       { tail -20 "$tmp/debootstrap.log"; fail "debootstrap failed"; }
     tar -C "$tmp/rootfs" -cf "$cache/bookworm-minbase.tar.tmp" . && mv "$cache/bookworm-minbase.tar.tmp" "$cache/bookworm-minbase.tar"
     rm -rf "$tmp/rootfs"
   fi
   podman import "$cache/bookworm-minbase.tar" "$base" >/dev/null
+fi
+
+# Whether this sandbox can run a container at all: if not, say why and skip, as nothing after
+# this point could tell a broken image from a host that cannot run one.
+if ! podman run --rm --network host "$base" true >"$tmp/probe.log" 2>&1; then
+  echo "image_test: SKIP: this host cannot run a container from the debootstrapped base:"
+  sed 's/^/  /' "$tmp/probe.log"
+  exit 77
 fi
 
 say "podman build (deploy/docker/Dockerfile.cpu on $base)"

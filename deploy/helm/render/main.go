@@ -19,7 +19,7 @@ import (
 type options struct {
 	chartDir    string
 	valueFiles  []string
-	sets        []string // "k=v" (typed) or "string:k=v" (--set-string)
+	sets        []string // "typed:k=v" (--set) or "string:k=v" (--set-string)
 	releaseName string
 	namespace   string
 	kubeVersion string
@@ -29,25 +29,30 @@ type options struct {
 	valuesDoc   bool
 }
 
+// valueFlags are the flags that take a value ("--flag value" or "--flag=value"), and where
+// each value goes.
+func valueFlags(o *options) map[string]func(string) {
+	appendTo := func(list *[]string, prefix string) func(string) {
+		return func(v string) { *list = append(*list, prefix+v) }
+	}
+	set := func(field *string) func(string) { return func(v string) { *field = v } }
+	return map[string]func(string){
+		"--chart": set(&o.chartDir), "-f": appendTo(&o.valueFiles, ""),
+		"--values": appendTo(&o.valueFiles, ""), "--set": appendTo(&o.sets, "typed:"),
+		"--set-string": appendTo(&o.sets, "string:"), "--release-name": set(&o.releaseName),
+		"--name": set(&o.releaseName), "-n": set(&o.namespace), "--namespace": set(&o.namespace),
+		"--kube-version": set(&o.kubeVersion), "-a": appendTo(&o.apiVersions, ""),
+		"--api-versions": appendTo(&o.apiVersions, ""), "-s": appendTo(&o.showOnly, ""),
+		"--show-only": appendTo(&o.showOnly, ""),
+	}
+}
+
 func parseArgs(args []string) (options, error) {
 	o := options{chartDir: ".", releaseName: "release-name", namespace: "default",
 		kubeVersion: "v1.30.0"}
+	flags := valueFlags(&o)
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, value, hasValue := strings.Cut(a, "=")
-		next := func() (string, error) {
-			if hasValue {
-				return value, nil
-			}
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("flag %s needs a value", name)
-			}
-			i++
-			return args[i], nil
-		}
-		var err error
-		var v string
-		switch name {
+		switch args[i] {
 		case "--notes":
 			o.notes = true
 			continue
@@ -55,31 +60,19 @@ func parseArgs(args []string) (options, error) {
 			o.valuesDoc = true
 			continue
 		}
-		if v, err = next(); err != nil {
-			return o, err
+		name, value, hasValue := strings.Cut(args[i], "=")
+		store, known := flags[name]
+		if !known {
+			return o, fmt.Errorf("unknown flag %q", args[i])
 		}
-		switch name {
-		case "--chart":
-			o.chartDir = v
-		case "-f", "--values":
-			o.valueFiles = append(o.valueFiles, v)
-		case "--set":
-			o.sets = append(o.sets, "typed:"+v)
-		case "--set-string":
-			o.sets = append(o.sets, "string:"+v)
-		case "--release-name", "--name":
-			o.releaseName = v
-		case "-n", "--namespace":
-			o.namespace = v
-		case "--kube-version":
-			o.kubeVersion = v
-		case "-a", "--api-versions":
-			o.apiVersions = append(o.apiVersions, v)
-		case "-s", "--show-only":
-			o.showOnly = append(o.showOnly, v)
-		default:
-			return o, fmt.Errorf("unknown flag %q", a)
+		if !hasValue {
+			if i+1 >= len(args) {
+				return o, fmt.Errorf("flag %s needs a value", name)
+			}
+			i++
+			value = args[i]
 		}
+		store(value)
 	}
 	return o, nil
 }

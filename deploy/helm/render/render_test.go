@@ -125,3 +125,19 @@ k: {{ .Capabilities.APIVersions.Has "policy/v1" }}`,
 		t.Fatalf("required: err = %v", err)
 	}
 }
+
+func TestParseArgs(t *testing.T) {
+	o, err := parseArgs([]string{"-f", "a.yaml", "--set=x=1", "--set-string", "y=2", "--notes", "-n", "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.valueFiles, []string{"a.yaml"}) || !o.notes || o.namespace != "ns" ||
+		!reflect.DeepEqual(o.sets, []string{"typed:x=1", "string:y=2"}) {
+		t.Fatalf("got %+v", o)
+	}
+	for _, bad := range [][]string{{"--bogus"}, {"--bogus", "x"}, {"-f"}, {"positional"}} {
+		if _, err := parseArgs(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
