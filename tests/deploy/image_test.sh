@@ -13,6 +13,7 @@ root=$(cd "$1" && pwd)
 tokenizer=$(cd "$2" && pwd)
 say() { echo "image_test: $*"; }
 fail() { echo "image_test: FAIL: $*" >&2; exit 1; }
+trap 'echo "image_test: FAIL: line $LINENO: $BASH_COMMAND" >&2' ERR
 
 for tool in podman runc debootstrap curl; do
   command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/install-deps.sh)"
@@ -43,9 +44,9 @@ export CONTAINERS_CONF="$tmp/containers.conf"
 
 # debootstrap from the mirror apt uses here (and through its proxy, if it has one).
 mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)\/*$/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\/debian\)\/* bookworm .*/\2/p' \
-  /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | head -n1)
+  /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | head -n1 || true)
 mirror=${mirror:-http://deb.debian.org/debian}
-proxy=$(apt-config dump 2>/dev/null | sed -n 's/^Acquire::http::Proxy "\(.*\)";$/\1/p' | head -n1)
+proxy=$(apt-config dump 2>/dev/null | sed -n 's/^Acquire::http::Proxy "\(.*\)";$/\1/p' | head -n1 || true)
 if [[ -n $proxy && -z ${http_proxy:-} ]]; then export http_proxy=$proxy; fi
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvserve"
