@@ -109,15 +109,17 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
 }
 
 void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
-  const absl::Status bad = absl::InvalidArgumentError("tokens: must be a list of token ids");
+  const absl::Status bad = absl::InvalidArgumentError(
+      "tokens: must be a list of token ids (non-negative 32-bit integers)");
   json j = json::parse(request.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
     return RespondStatus(conn, bad);
   }
   std::vector<int> ids;
   for (const json& v : j["tokens"]) {
-    if (!v.is_number_integer()) return RespondStatus(conn, bad);
-    ids.push_back(v.get<int>());
+    // Whole, non-negative and 32-bit: 4294967301 is refused, not wrapped to 5.
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > INT32_MAX) return RespondStatus(conn, bad);
+    ids.push_back(static_cast<int>(v.get<uint64_t>()));
   }
   absl::StatusOr<std::string> text = ctx.tokenizer->Decode(ids);
   if (!text.ok()) {

@@ -87,6 +87,11 @@ void DnsDiscovery::ResolveOnce() {
                  << "; keeping the last known workers";
     return;
   }
+  if (addresses->size() > kMaxDiscoveredWorkers) {
+    LOG_EVERY_T(WARNING, 60) << "worker discovery: " << target_.name << " has " << addresses->size()
+                             << " addresses; keeping the first " << kMaxDiscoveredWorkers;
+    addresses->resize(kMaxDiscoveredWorkers);
+  }
   if (!have_latest_ || *addresses != latest_) {
     latest_ = *std::move(addresses);
     have_latest_ = true;

@@ -35,6 +35,11 @@ absl::StatusOr<DnsTarget> ParseDnsTarget(std::string_view spec);
 // Addresses of `name` (IPv4 and IPv6, numeric, sorted, without duplicates), via getaddrinfo.
 absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name);
 
+// The most workers one DNS answer may add: each takes two ZeroMQ sockets, and past ZeroMQ's
+// socket limit (1023 by default) the router could open no more. A larger answer keeps the first
+// this many addresses (sorted) and says so in the log.
+inline constexpr size_t kMaxDiscoveredWorkers = 256;
+
 class DnsDiscovery {
  public:
   using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string&)>;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/tokenizer/tokenizer.h"
+#include "router/openai_request.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 
@@ -30,6 +31,8 @@ struct FrontOptions {
   // The admin API (/admin/workers, drain / undrain / recycle) needs this bearer token; empty
   // turns it off.
   std::string admin_token;
+  // Caps on one request's stops, messages, prompt size and logprobs (400 past them).
+  RequestLimits limits;
 };
 
 struct FrontContext {

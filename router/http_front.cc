@@ -67,7 +67,8 @@ void HttpFront::Impl::Accept() {
 
 void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, const HttpRequest& r) {
   const std::string& path = r.path;
-  if (path.rfind("/v1/", 0) == 0) {
+  // The API and what reveals the served model's vocabulary follow the API-key policy.
+  if (path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize") {
     if (absl::Status s = CheckApiKey(ctx.options.api_keys, r.authorization); !s.ok()) {
       return conn->RespondError(OpenAiErrorFromStatus(s, "invalid_api_key"));
     }

@@ -4,12 +4,14 @@
 //   kvserve-router --model DIR --workers 127.0.0.1:5570:5571,127.0.0.1:5580:5581 --port 8000
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/hf_config.h"
@@ -44,6 +46,15 @@ ABSL_FLAG(int64_t, balance_abs_threshold, 512,
           "least-loaded worker is chosen");
 ABSL_FLAG(double, balance_rel_threshold, 1.5,
           "prefix policy: ...when also the busiest worker's load exceeds this × the idlest's");
+ABSL_FLAG(int32_t, max_stop_strings, 64, "Most stop strings in one request");
+ABSL_FLAG(int32_t, max_stop_string_bytes, 1024, "Longest stop string, in bytes");
+ABSL_FLAG(int32_t, max_stop_token_ids, 1024, "Most stop_token_ids in one request");
+ABSL_FLAG(int32_t, max_messages, 4096, "Most chat messages in one request");
+ABSL_FLAG(int64_t, max_prompt_bytes, 0,
+          "Most bytes of prompt text (all messages) before tokenization (0: 64 per token of "
+          "--max-model-len, at least 1 MiB)");
+ABSL_FLAG(int64_t, max_logprob_entries, 1 << 20,
+          "Most n x max_tokens x (1 + top alternatives) of a request with logprobs");
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
 ABSL_FLAG(
@@ -56,6 +67,28 @@ void OnSignal(int) { g_stop = true; }
 }  // namespace
 
 namespace kvserve::router {
+
+absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
+  for (const auto& [flag, value] :
+       {std::pair{"--max-stop-strings", int64_t{absl::GetFlag(FLAGS_max_stop_strings)}},
+        {"--max-stop-string-bytes", absl::GetFlag(FLAGS_max_stop_string_bytes)},
+        {"--max-stop-token-ids", absl::GetFlag(FLAGS_max_stop_token_ids)},
+        {"--max-messages", absl::GetFlag(FLAGS_max_messages)},
+        {"--max-logprob-entries", absl::GetFlag(FLAGS_max_logprob_entries)}}) {
+    if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
+  }
+  RequestLimits l;
+  l.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  l.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  l.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
+  l.max_messages = absl::GetFlag(FLAGS_max_messages);
+  l.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes) > 0
+                           ? absl::GetFlag(FLAGS_max_prompt_bytes)
+                           : std::max<int64_t>(1 << 20, int64_t{64} * max_model_len);
+  l.max_prompt_ids = max_model_len;
+  l.max_logprob_entries = absl::GetFlag(FLAGS_max_logprob_entries);
+  return l;
+}
 
 absl::Status Serve() {
   const std::string model = absl::GetFlag(FLAGS_model);
@@ -114,6 +147,7 @@ absl::Status Serve() {
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)
                         : static_cast<int>(config.max_position_embeddings);
+  ASSIGN_OR_RETURN(f.limits, LimitsFromFlags(f.max_model_len));
   RouterMetrics metrics;
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);

@@ -321,7 +321,8 @@ bool Completion::AllDone() const {
 
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                       const HttpRequest& request, bool chat) {
-  absl::StatusOr<ParsedRequest> parsed = ParseCompletionRequest(request.body, chat);
+  absl::StatusOr<ParsedRequest> parsed =
+      ParseCompletionRequest(request.body, chat, ctx.options.limits);
   if (!parsed.ok()) return conn->RespondError(OpenAiErrorFromStatus(parsed.status()));
   if (parsed->model != ctx.options.served_model_name) {
     return conn->RespondError(OpenAiErrorFromStatus(
@@ -335,13 +336,17 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
   const int limit = ctx.options.max_model_len;
   int max_tokens = parsed->max_tokens;
   if (chat && !parsed->max_tokens_given) max_tokens = limit - prompt_tokens;
-  if (prompt_tokens + max_tokens > limit || max_tokens < 1) {
+  // int64: prompt_tokens + max_tokens overflows int for max_tokens near 2^31.
+  if (int64_t{prompt_tokens} + max_tokens > limit || max_tokens < 1) {
     return conn->RespondError(OpenAiErrorFromStatus(
         absl::InvalidArgumentError(absl::StrFormat(
             "%s: this model's maximum context length is %d tokens; the request has %d prompt "
             "tokens and asks for %d more",
             chat ? "messages" : "prompt", limit, prompt_tokens, max_tokens)),
         "context_length_exceeded"));
+  }
+  if (absl::Status s = CheckLogprobBudget(*parsed, max_tokens, ctx.options.limits); !s.ok()) {
+    return conn->RespondError(OpenAiErrorFromStatus(s));
   }
   std::make_shared<Completion>(ctx, conn, *std::move(parsed))
       ->Start(*ids, max_tokens, request.session_id);

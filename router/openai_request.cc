@@ -131,12 +131,22 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
   return absl::OkStatus();
 }
 
-absl::Status ParseMessages(object o, ParsedRequest* r) {
+absl::Status TooLong(std::string_view param, int64_t bytes, const RequestLimits& limits) {
+  return Bad(param, absl::StrCat("has over ", bytes, " bytes of text; the limit is ",
+                                 limits.max_prompt_bytes, " (--max-prompt-bytes)"));
+}
+
+absl::Status ParseMessages(object o, const RequestLimits& limits, ParsedRequest* r) {
   auto e = Field(o, "messages");
   simdjson::dom::array arr;
   if (!e || e->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
     return Bad("messages", "must be a non-empty array");
   }
+  if (arr.size() > static_cast<size_t>(limits.max_messages)) {
+    return Bad("messages", absl::StrCat("has ", arr.size(), " messages; the limit is ",
+                                        limits.max_messages, " (--max-messages)"));
+  }
+  int64_t bytes = 0;
   size_t i = 0;
   for (element m : arr) {
     const std::string param = absl::StrCat("messages[", i++, "]");
@@ -171,17 +181,22 @@ absl::Status ParseMessages(object o, ParsedRequest* r) {
       std::string_view rt;
       if (rc->get_string().get(rt) == simdjson::SUCCESS) msg.reasoning_content = std::string(rt);
     }
+    bytes += static_cast<int64_t>(msg.content.size() + msg.reasoning_content.value_or("").size());
+    if (bytes > limits.max_prompt_bytes) return TooLong("messages", bytes, limits);
     r->messages.push_back(std::move(msg));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParsePrompt(object o, ParsedRequest* r) {
+absl::Status ParsePrompt(object o, const RequestLimits& limits, ParsedRequest* r) {
   auto e = Field(o, "prompt");
   if (!e) return Bad("prompt", "is required");
   std::string_view text;
   simdjson::dom::array arr;
   if (e->get_string().get(text) == simdjson::SUCCESS) {
+    if (static_cast<int64_t>(text.size()) > limits.max_prompt_bytes) {
+      return TooLong("prompt", static_cast<int64_t>(text.size()), limits);
+    }
     r->prompt_text = std::string(text);
     return absl::OkStatus();
   }
@@ -192,8 +207,15 @@ absl::Status ParsePrompt(object o, ParsedRequest* r) {
   if (first.get_string().get(text) == simdjson::SUCCESS) {
     if (arr.size() != 1)
       return Bad("prompt", "lists of several prompts are not supported; send one per request");
+    if (static_cast<int64_t>(text.size()) > limits.max_prompt_bytes) {
+      return TooLong("prompt", static_cast<int64_t>(text.size()), limits);
+    }
     r->prompt_text = std::string(text);
     return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(arr.size()) > limits.max_prompt_ids) {
+    return Bad("prompt", absl::StrCat("has ", arr.size(), " token ids; the model's context holds ",
+                                      limits.max_prompt_ids));
   }
   for (element t : arr) {
     int64_t id;
@@ -235,16 +257,30 @@ absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
 }
 
 // The stop conditions: "stop" (a string or a list of them) and "stop_token_ids".
-absl::Status ParseStops(object o, ParsedRequest* r) {
+absl::Status AddStop(std::string_view one, const RequestLimits& limits, ParsedRequest* r) {
+  if (one.empty()) return absl::OkStatus();
+  if (one.size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+    return Bad("stop", absl::StrCat("a stop string has ", one.size(), " bytes; the limit is ",
+                                    limits.max_stop_string_bytes, " (--max-stop-string-bytes)"));
+  }
+  r->stop.emplace_back(one);
+  return absl::OkStatus();
+}
+
+absl::Status ParseStops(object o, const RequestLimits& limits, ParsedRequest* r) {
   if (auto s = Field(o, "stop")) {
     std::string_view one;
     simdjson::dom::array many;
     if (s->get_string().get(one) == simdjson::SUCCESS) {
-      if (!one.empty()) r->stop.emplace_back(one);
+      RETURN_IF_ERROR(AddStop(one, limits, r));
     } else if (s->get_array().get(many) == simdjson::SUCCESS) {
+      if (many.size() > static_cast<size_t>(limits.max_stop_strings)) {
+        return Bad("stop", absl::StrCat("has ", many.size(), " strings; the limit is ",
+                                        limits.max_stop_strings, " (--max-stop-strings)"));
+      }
       for (element e : many) {
         if (e.get_string().get(one) != simdjson::SUCCESS) return Bad("stop", "must hold strings");
-        if (!one.empty()) r->stop.emplace_back(one);
+        RETURN_IF_ERROR(AddStop(one, limits, r));
       }
     } else {
       return Bad("stop", "must be a string or a list of strings");
@@ -254,6 +290,11 @@ absl::Status ParseStops(object o, ParsedRequest* r) {
     simdjson::dom::array ids;
     if (s->get_array().get(ids) != simdjson::SUCCESS) {
       return Bad("stop_token_ids", "must be a list of token ids");
+    }
+    if (ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
+      return Bad("stop_token_ids",
+                 absl::StrCat("has ", ids.size(), " ids; the limit is ", limits.max_stop_token_ids,
+                              " (--max-stop-token-ids)"));
     }
     for (element e : ids) {
       int64_t id;
@@ -267,13 +308,13 @@ absl::Status ParseStops(object o, ParsedRequest* r) {
 }
 
 // The chat's messages and template options, or the completion's prompt.
-absl::Status ParseInput(object o, bool chat, ParsedRequest* r) {
+absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, ParsedRequest* r) {
   if (!chat) {
-    RETURN_IF_ERROR(ParsePrompt(o, r));
+    RETURN_IF_ERROR(ParsePrompt(o, limits, r));
     ASSIGN_OR_RETURN(r->add_special_tokens, Bool(o, "add_special_tokens", true));
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(ParseMessages(o, r));
+  RETURN_IF_ERROR(ParseMessages(o, limits, r));
   ASSIGN_OR_RETURN(r->add_generation_prompt, Bool(o, "add_generation_prompt", true));
   if (auto kw = Field(o, "chat_template_kwargs")) {
     object ko;
@@ -310,7 +351,8 @@ absl::Status ParseOptions(object o, ParsedRequest* r) {
 
 }  // namespace
 
-absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat) {
+absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat,
+                                                     const RequestLimits& limits) {
   if (!IsValidUtf8(body)) return Bad("body", "is not valid UTF-8");
   simdjson::dom::parser parser;
   simdjson::padded_string padded(body.data(), body.size());
@@ -324,17 +366,30 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   r.chat = chat;
   ASSIGN_OR_RETURN(r.model, String(o, "model"));
   if (r.model.empty()) return Bad("model", "is required");
-  RETURN_IF_ERROR(ParseInput(o, chat, &r));
+  RETURN_IF_ERROR(ParseInput(o, chat, limits, &r));
   const char* max_key =
       chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens_given = Field(o, max_key).has_value();
   ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, 1, INT32_MAX));
   r.max_tokens = static_cast<int>(max_tokens);
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
-  RETURN_IF_ERROR(ParseStops(o, &r));
+  RETURN_IF_ERROR(ParseStops(o, limits, &r));
   RETURN_IF_ERROR(ParseOptions(o, &r));
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   return r;
+}
+
+absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
+                                const RequestLimits& limits) {
+  if (!r.logprobs) return absl::OkStatus();
+  const int64_t entries = int64_t{r.n} * max_tokens * (1 + *r.logprobs);
+  if (entries <= limits.max_logprob_entries) return absl::OkStatus();
+  return Bad(
+      "logprobs",
+      absl::StrCat("n × max_tokens × (1 + alternatives) = ", r.n, " × ", max_tokens, " × ",
+                   1 + *r.logprobs, " = ", entries, " log-probability entries; the", " limit is ",
+                   limits.max_logprob_entries,
+                   " (--max-logprob-entries): ask for fewer tokens, choices or alternatives"));
 }
 
 }  // namespace kvserve::router

@@ -21,6 +21,21 @@
 
 namespace kvserve::router {
 
+// Caps on what one request may ask for, so that no single request can take gigabytes or stall
+// the I/O thread; each is a router flag, and a request past one gets a 400 naming the parameter
+// and the limit. Generous for real clients (OpenAI itself allows 4 stop sequences).
+struct RequestLimits {
+  int max_stop_strings = 64;           // --max-stop-strings
+  int max_stop_string_bytes = 1024;    // --max-stop-string-bytes, each
+  int max_stop_token_ids = 1024;       // --max-stop-token-ids
+  int max_messages = 4096;             // --max-messages
+  int64_t max_prompt_bytes = 1 << 20;  // --max-prompt-bytes: text before tokenization, in all
+  int64_t max_prompt_ids = 1 << 20;    // token ids of a token-id prompt (the context length)
+  // --max-logprob-entries: n × max_tokens × (1 + top alternatives) for a request with logprobs,
+  // what the router keeps per token and choice (about 300 bytes each).
+  int64_t max_logprob_entries = 1 << 20;
+};
+
 struct ParsedRequest {
   bool chat = false;
   std::string model;
@@ -56,7 +71,13 @@ struct ParsedRequest {
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see
 // router/openai_error.h for how the HTTP layer reports it).
-absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat);
+absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat,
+                                                     const RequestLimits& limits = {});
+
+// InvalidArgument naming "logprobs" when n × max_tokens × (1 + alternatives) of a request with
+// logprobs is over limits.max_logprob_entries; OK otherwise.
+absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
+                                const RequestLimits& limits);
 
 }  // namespace kvserve::router
 

@@ -299,6 +299,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
                                            .event_batches = c.event_batches,
                                            .gaps = c.gaps,
                                            .snapshots = c.snapshots,
+                                           .dropped = c.dropped,
                                            .event_lag_s = c.last_event_lag_s});
     }
     if (const pb::WorkerStatus* st = pool_->status(v.id)) {

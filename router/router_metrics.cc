@@ -87,6 +87,9 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
           last.gaps);
   counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)", seen.snapshots,
           last.snapshots);
+  counter("kvserve_router_dropped_messages_total",
+          "Messages from the worker dropped as malformed or impossible", seen.dropped,
+          last.dropped);
 }
 
 void RouterMetrics::ObserveTtft(double s) {

@@ -22,10 +22,11 @@ class RouterMetrics {
   void CountDecision(const std::string& reason, const std::string& worker);
   void CountCached(int64_t predicted_tokens, int64_t reported_tokens);
   // A worker as the router sees it, refreshed by the core: in-flight load (blocks), blocks in
-  // the prefix index, KV-event batches / gaps / snapshots so far (cumulative), last event lag.
+  // the prefix index, KV-event batches / gaps / snapshots and messages dropped so far
+  // (cumulative), last event lag.
   struct WorkerSeen {
     int64_t load_blocks = 0, index_blocks = 0;
-    int64_t event_batches = 0, gaps = 0, snapshots = 0;
+    int64_t event_batches = 0, gaps = 0, snapshots = 0, dropped = 0;
     double event_lag_s = 0;
   };
   void SetWorker(const std::string& worker, const WorkerSeen& seen);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/block_hash.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace kvserve::router {
@@ -49,11 +50,41 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
   return SendMessage(*workers_[w].dealer, "", message, zmq::send_flags::dontwait);
 }
 
+namespace {
+
+constexpr int kMaxBlockSize = 1024;
+
+// Whether a heartbeat's values are ones a worker can have: the router hashes prompts with its
+// block size and sizes its books with the rest, so an impossible value is dropped, not used.
+absl::Status CheckStatus(const pb::WorkerStatus& st) {
+  if (st.block_size() < 1 || st.block_size() > kMaxBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size ", st.block_size()));
+  }
+  if (st.tensor_parallel_size() < 0 || st.tensor_parallel_size() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor_parallel_size ", st.tensor_parallel_size()));
+  }
+  if (st.num_running() < 0 || st.num_waiting() < 0 || st.num_swapped() < 0) {
+    return absl::InvalidArgumentError("negative request counts");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
   Worker& worker = workers_[w];
+  if (absl::Status s = ApplySub(worker, w, m); !s.ok()) {
+    ++worker.counters.dropped;
+    LOG_EVERY_T(WARNING, 10) << "dropped a message from worker " << w << ": " << s;
+  }
+}
+
+absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& m) {
   if (m.type == "WorkerStatus") {
     pb::WorkerStatus st;
-    if (!ParseMessage(m, &st).ok()) return;
+    RETURN_IF_ERROR(ParseMessage(m, &st));
+    RETURN_IF_ERROR(CheckStatus(st));
     if (index_->SeeInstance(w, st.instance_id())) {  // restarted: resync from a snapshot
       pb::Control ask;
       ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
@@ -63,7 +94,7 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
     worker.last_heartbeat = Clock::now();
   } else if (m.type == "KvEventBatch") {
     pb::KvEventBatch batch;
-    if (!ParseMessage(m, &batch).ok()) return;
+    RETURN_IF_ERROR(ParseMessage(m, &batch));
     ++counters_.event_batches;
     ++worker.counters.event_batches;
     if (batch.timestamp_ms() > 0) {
@@ -82,16 +113,22 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
     }
   } else if (m.type == "KvSnapshot") {
     pb::KvSnapshot snap;
-    if (!ParseMessage(m, &snap).ok()) return;
+    RETURN_IF_ERROR(ParseMessage(m, &snap));
     ++counters_.snapshots;
     ++worker.counters.snapshots;
     index_->ApplySnapshot(w, snap);
   } else if (m.type == "Control") {
     pb::Control c;
-    if (!ParseMessage(m, &c).ok() || c.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) return;
+    RETURN_IF_ERROR(ParseMessage(m, &c));
+    if (c.action() != pb::CONTROL_ACTION_RECYCLE_REQUEST) {
+      return absl::InvalidArgumentError(absl::StrCat("control action ", c.action()));
+    }
     ++counters_.recycle_asks;
     recycle_asks_.emplace_back(w, c.instance_id(), c.reason());
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown message type ", m.type));
   }
+  return absl::OkStatus();
 }
 
 WorkerPool::Counters WorkerPool::counters(int w) const {
@@ -123,7 +160,10 @@ std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {
     zmq::socket_t& s = is_sub ? *workers_[w].sub : *workers_[w].dealer;
     for (int k = 0; k < 1024; ++k) {
       auto m = ReceiveMessage(s, /*with_prefix=*/is_sub, zmq::recv_flags::dontwait);
-      if (!m.ok()) continue;  // malformed: dropped
+      if (!m.ok()) {  // malformed: dropped
+        ++workers_[w].counters.dropped;
+        continue;
+      }
       if (!m->has_value()) break;
       if (is_sub) {
         HandleSub(w, **m);

@@ -43,6 +43,7 @@ class WorkerPool {
     int64_t gaps = 0;
     int64_t snapshots = 0;
     int64_t recycle_asks = 0;
+    int64_t dropped = 0;          // messages malformed or with impossible values, dropped
     double last_event_lag_s = 0;  // receive time − the batch's timestamp, last batch
   };
 
@@ -78,7 +79,10 @@ class WorkerPool {
     bool active = true;
     Counters counters;
   };
+  // A message from worker w's PUB socket; one that is malformed or impossible is counted in
+  // counters().dropped and ignored.
   void HandleSub(int w, const ReceivedMessage& m);
+  absl::Status ApplySub(Worker& worker, int w, const ReceivedMessage& m);
 
   zmq::context_t& ctx_;
   PrefixIndex* index_;

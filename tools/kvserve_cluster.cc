@@ -9,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -47,10 +50,12 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+// Starts args[0] with exactly these arguments (no shell), its output appended to `log` (kept
+// private: 0600), or to ours when `log` is empty.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   pid_t pid = fork();
   if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int fd = log.empty() ? -1 : ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
@@ -118,13 +123,26 @@ bool EnsureModel(const std::string& bin, const std::string& model) {
     return false;
   }
   std::cerr << "kvserve-cluster: making " << model << " (random weights, Llama 3 tokenizer)\n";
-  const std::string cmd =
-      absl::StrCat(bin, "/kvserve-make-model --tokenizer '", tok, "' --out '", model, "'");
-  if (std::system(cmd.c_str()) != 0) {
+  const pid_t pid =
+      Spawn({bin + "/kvserve-make-model", "--tokenizer", tok, "--out", model}, /*log=*/"");
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
     std::cerr << "kvserve-cluster: kvserve-make-model failed\n";
     return false;
   }
   return true;
+}
+
+// A new directory only we can read (mkdtemp: mode 0700) for the logs and ports files.
+std::string MakePrivateDir() {
+  std::string dir = (std::filesystem::temp_directory_path() / "kvserve-cluster-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) {
+    std::cerr << "kvserve-cluster: cannot make a log directory " << dir << ": "
+              << std::strerror(errno) << "\n";
+    std::exit(1);
+  }
+  return dir;
 }
 
 // The processes of one local cluster: worker i on ports base + 3i (requests), + 1 (events) and
@@ -135,13 +153,10 @@ class Cluster {
       : bin_(std::move(bin)),
         model_(std::move(model)),
         worker_flags_(std::move(worker_flags)),
-        logs_((std::filesystem::temp_directory_path() / absl::StrCat("kvserve-cluster-", getpid()))
-                  .string()),
+        logs_(MakePrivateDir()),
         n_(absl::GetFlag(FLAGS_workers)),
         base_(absl::GetFlag(FLAGS_base_port)),
-        max_len_(std::to_string(absl::GetFlag(FLAGS_max_model_len))) {
-    std::filesystem::create_directories(logs_);
-  }
+        max_len_(std::to_string(absl::GetFlag(FLAGS_max_model_len))) {}
 
   // Starts the workers, then the router once every worker is ready; false after saying which
   // process did not start and why. A stop signal ends it early (true).

@@ -67,6 +67,7 @@ class TokenizerLoader {
     }
     ASSIGN_OR_RETURN(Object root, AsObject(root_el, "tokenizer.json"));
     ASSIGN_OR_RETURN(Object model, AsObject(Get(root, "model"), "'model'"));
+    max_id_ = MaxId(root, model);
     RETURN_IF_ERROR(LoadModel(model, tok));
     RETURN_IF_ERROR(LoadAddedTokens(root, tok));
     RETURN_IF_ERROR(LoadNormalizer(Get(root, "normalizer"), tok));
@@ -84,6 +85,28 @@ class TokenizerLoader {
   }
 
  private:
+  // The largest token id the file may use: ids are dense in real vocabularies (the vocabulary's
+  // entries, then the added tokens), so an id past twice their count (plus a little) is a broken
+  // or hostile file, refused before the decode table grows to it.
+  static int64_t MaxId(Object root, Object model) {
+    size_t entries = 0;
+    Object vocab;
+    simdjson::dom::array added;
+    if (auto v = Get(model, "vocab"); v && v->get_object().get(vocab) == simdjson::SUCCESS) {
+      entries += vocab.size();
+    }
+    if (auto a = Get(root, "added_tokens"); a && a->get_array().get(added) == simdjson::SUCCESS) {
+      entries += added.size();
+    }
+    return 2 * static_cast<int64_t>(entries) + 1024;
+  }
+
+  absl::Status CheckId(int64_t id, absl::string_view what) const {
+    if (id >= 0 && id <= max_id_) return absl::OkStatus();
+    return Error(absl::StrCat(what, " has id ", id, ", outside 0..", max_id_,
+                              " (twice the file's vocabulary and added tokens)"));
+  }
+
   absl::Status LoadModel(Object model, Tokenizer* tok) {
     std::string type = GetString(model, "type");
     if (type != "BPE") {
@@ -107,9 +130,10 @@ class TokenizerLoader {
     vocab.reserve(vocab_obj.size());
     for (simdjson::dom::key_value_pair kv : vocab_obj) {
       int64_t id;
-      if (kv.value.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > (1 << 30)) {
+      if (kv.value.get_int64().get(id) != simdjson::SUCCESS) {
         return Error(absl::StrCat("vocab entry '", Sv(kv.key), "' has an invalid id"));
       }
+      RETURN_IF_ERROR(CheckId(id, absl::StrCat("vocab entry '", Sv(kv.key), "'")));
       std::string token(kv.key);
       SetDecode(tok, static_cast<int>(id), token, /*special=*/false);
       tok->token_to_id_[token] = static_cast<int>(id);
@@ -178,9 +202,10 @@ class TokenizerLoader {
         Object o;
         int64_t id;
         if (e.get_object().get(o) != simdjson::SUCCESS || !Get(o, "id") ||
-            Get(o, "id")->get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > (1 << 30)) {
+            Get(o, "id")->get_int64().get(id) != simdjson::SUCCESS) {
           return Error("an added token has no valid 'id'");
         }
+        RETURN_IF_ERROR(CheckId(id, "an added token"));
         AddedToken t;
         t.id = static_cast<int>(id);
         t.content = GetString(o, "content");
@@ -316,6 +341,7 @@ class TokenizerLoader {
       for (Element id_el : ids) {
         int64_t id;
         if (id_el.get_int64().get(id) != simdjson::SUCCESS) return Error("bad special token id");
+        RETURN_IF_ERROR(CheckId(id, absl::StrCat("special token '", name, "'")));
         (seen_sequence ? tok->suffix_ids_ : tok->prefix_ids_).push_back(static_cast<int>(id));
       }
     }
@@ -378,6 +404,7 @@ class TokenizerLoader {
   }
 
   std::string source_;
+  int64_t max_id_ = 0;  // see MaxId
 };
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -74,6 +75,19 @@ TEST(DiscoveryTest, ReportsChangesAndKeepsTheLastSetOnFailure) {
   ASSERT_TRUE(next.has_value());
   ASSERT_EQ(next->size(), 2u);
   EXPECT_EQ((*next)[1].name, "[fd00::7]:5570:5571");  // IPv6 bracketed
+}
+
+// A hostile or runaway DNS answer cannot make the router open sockets past ZeroMQ's limit.
+TEST(DiscoveryTest, CapsTheWorkersOfOneAnswer) {
+  auto resolver = [](const std::string&) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> many;
+    for (int i = 0; i < 600; ++i) many.push_back(absl::StrCat("10.0.", i / 256, ".", i % 256));
+    return many;
+  };
+  DnsDiscovery d({"svc", 5570, 5571}, absl::Hours(1), resolver);
+  auto first = d.TakeIfChanged();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->size(), kMaxDiscoveredWorkers);
 }
 
 }  // namespace

@@ -181,6 +181,62 @@ TEST(OpenAiRequestTest, VllmOutputOptions) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("include_stop_str_in_output")));
 }
 
+// Each cap refuses with the parameter and the limit named; at the cap it passes.
+TEST(OpenAiRequestTest, LimitsNameTheParameterAndTheLimit) {
+  RequestLimits l;
+  l.max_stop_strings = 2;
+  l.max_stop_string_bytes = 4;
+  l.max_stop_token_ids = 2;
+  l.max_messages = 2;
+  l.max_prompt_bytes = 10;
+  l.max_prompt_ids = 3;
+  auto parse = [&](json body, bool chat = false) {
+    body["model"] = "m";
+    if (!chat && !body.contains("prompt")) body["prompt"] = "hi";
+    return ParseCompletionRequest(body.dump(), chat, l);
+  };
+  EXPECT_OK(parse({{"stop", {"a", "bcde"}}, {"stop_token_ids", {1, 2}}}).status());
+  EXPECT_THAT(parse({{"stop", {"a", "b", "c"}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stop: has 3 strings; the limit is 2 (--max-stop-strings)")));
+  EXPECT_THAT(parse({{"stop", "abcde"}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stop: a stop string has 5 bytes; the limit is 4")));
+  EXPECT_THAT(parse({{"stop_token_ids", {1, 2, 3}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stop_token_ids: has 3 ids; the limit is 2")));
+  EXPECT_THAT(parse({{"prompt", "01234567890"}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("prompt: has over 11 bytes of text; the limit is 10")));
+  EXPECT_THAT(parse({{"prompt", {1, 2, 3, 4}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("prompt: has 4 token ids; the model's context holds 3")));
+  const json msg = {{"role", "user"}, {"content", "123456"}};
+  EXPECT_THAT(parse({{"messages", {msg, msg, msg}}}, true).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("messages: has 3 messages; the limit is 2 (--max-messages)")));
+  EXPECT_THAT(parse({{"messages", {msg, msg}}}, true).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("messages: has over 12 bytes of text; the limit is 10")));
+}
+
+TEST(OpenAiRequestTest, LogprobBudget) {
+  RequestLimits l;
+  l.max_logprob_entries = 1000;
+  ParsedRequest r;
+  EXPECT_OK(CheckLogprobBudget(r, 1'000'000, l));  // no logprobs asked: nothing kept
+  r.n = 2;
+  r.logprobs = 4;
+  EXPECT_OK(CheckLogprobBudget(r, 100, l));  // 2 × 100 × 5 = 1000
+  EXPECT_THAT(CheckLogprobBudget(r, 101, l),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("logprobs: n × max_tokens × (1 + alternatives) = 2 × 101 × 5 = "
+                                 "1010 log-probability entries; the limit is 1000")));
+  r.n = 128;
+  r.logprobs = 20;
+  EXPECT_FALSE(CheckLogprobBudget(r, INT32_MAX, l).ok());  // no overflow
+}
+
 TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {
   OpenAiError e = OpenAiErrorFromStatus(absl::UnavailableError("all workers are draining"));
   EXPECT_EQ(e.http_status, 503);

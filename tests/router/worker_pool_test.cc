@@ -89,5 +89,41 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   EXPECT_EQ(w0->Terminate(), 0);
 }
 
+// A peer on a worker's ports that sends impossible heartbeats (block_size -1 used to reach a
+// CHECK in the block hash and abort the router) or unknown messages: each is dropped and
+// counted, the worker stays out of rotation until a sane heartbeat comes.
+TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
+  zmq::context_t ctx;
+  zmq::socket_t pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router);
+  pub.bind("tcp://127.0.0.1:*");
+  router.bind("tcp://127.0.0.1:*");
+  auto port = [](zmq::socket_t& s) {
+    const std::string e = s.get(zmq::sockopt::last_endpoint);
+    return std::stoi(e.substr(e.rfind(':') + 1));
+  };
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Seconds(5));
+  const int w = pool.Add({"fake", "127.0.0.1", port(router), port(pub)});
+  pb::WorkerStatus st;
+  st.set_state(pb::WORKER_STATE_READY);
+  st.set_model_id("tiny");
+  st.set_block_size(-1);
+  for (int i = 0; i < 300 && pool.counters(w).dropped < 3; ++i) {
+    ASSERT_OK(SendMessage(pub, "status", st));
+    ASSERT_OK(SendFrames(pub, {"status", "Nonsense", "x"}));
+    pool.Poll(10);
+  }
+  EXPECT_GE(pool.counters(w).dropped, 3);
+  EXPECT_EQ(pool.status(w), nullptr);
+  EXPECT_FALSE(pool.Views()[w].eligible);
+  st.set_block_size(16);
+  for (int i = 0; i < 300 && !pool.Views()[w].eligible; ++i) {
+    ASSERT_OK(SendMessage(pub, "status", st));
+    pool.Poll(10);
+  }
+  EXPECT_TRUE(pool.Views()[w].eligible);
+  EXPECT_EQ(pool.status(w)->block_size(), 16);
+}
+
 }  // namespace
 }  // namespace kvserve::router

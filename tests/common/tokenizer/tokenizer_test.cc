@@ -161,6 +161,10 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
                    {{"type", "ByteLevel"}}})}};
        },
        "does not compile"},
+      // Ids far past the file's own size would grow the decode table to gigabytes.
+      {[](json& j) { j["model"]["vocab"]["zz"] = 1 << 30; }, "vocab entry 'zz' has id 1073741824"},
+      {[](json& j) { j["added_tokens"][1]["id"] = 1 << 30; }, "an added token has id 1073741824"},
+      {[](json& j) { j["model"]["vocab"]["zz"] = -3; }, "has id -3"},
   };
   for (const Case& c : cases) {
     json j = TinyTokenizerJson();
