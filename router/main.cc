@@ -28,7 +28,8 @@ ABSL_FLAG(std::string, workers_dns, "",
           "Discover workers as NAME:PORT:EVENTS_PORT: every address NAME resolves to (a Kubernetes "
           "headless Service) is a worker; re-resolved every --dns-refresh-seconds");
 ABSL_FLAG(double, dns_refresh_seconds, 10.0, "How often --workers-dns is resolved again");
-ABSL_FLAG(std::string, host, "0.0.0.0", "HTTP address");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "HTTP address (0.0.0.0: every interface, as in a container)");
 ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
 ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or session");
 ABSL_FLAG(int32_t, max_model_len, 0,

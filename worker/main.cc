@@ -26,8 +26,11 @@
 #include "worker/engine_flags.h"
 #include "worker/server/worker_server.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0",
-          "Address the ZeroMQ sockets and the metrics server bind to");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the ZeroMQ sockets bind to (0.0.0.0: every interface; the ZeroMQ ports are "
+          "not authenticated yet: expose them to the routers only, docs/SECURITY.md)");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address of /metrics, /health and /ready (default: --host)");
 ABSL_FLAG(int32_t, port, 5570,
           "ZeroMQ ROUTER port: requests, streamed responses, aborts, control (0: any)");
 ABSL_FLAG(int32_t, events_port, 5571, "ZeroMQ PUB port: KV events and status heartbeats (0: any)");
@@ -95,6 +98,8 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
 
   WorkerServerOptions o;
   o.host = absl::GetFlag(FLAGS_host);
+  o.metrics_host =
+      absl::GetFlag(FLAGS_metrics_host).empty() ? o.host : absl::GetFlag(FLAGS_metrics_host);
   o.port = absl::GetFlag(FLAGS_port);
   o.events_port = absl::GetFlag(FLAGS_events_port);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);

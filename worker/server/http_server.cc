@@ -57,14 +57,18 @@ struct HttpServer::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(int port, bool bind_all,
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, int port,
                                                               Handler handler) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->impl_ = std::make_unique<Impl>();
   s->impl_->handler = std::move(handler);
   beast::error_code ec;
-  tcp::endpoint ep(bind_all ? asio::ip::address_v4::any() : asio::ip::address_v4::loopback(),
-                   static_cast<unsigned short>(port));
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-host '", host, "' is not a numeric IP address"));
+  }
+  tcp::endpoint ep(address, static_cast<unsigned short>(port));
   auto& acc = s->impl_->acceptor;
   acc.open(ep.protocol(), ec);
   if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);

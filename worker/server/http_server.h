@@ -26,8 +26,9 @@ class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const std::string& method, const std::string& target)>;
 
-  // Listens on 127.0.0.1:`port` (0 picks a free port) or all interfaces when `bind_all`.
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(int port, bool bind_all,
+  // Listens on host:port, host a numeric IPv4 or IPv6 address (0.0.0.0 or :: for every
+  // interface), port 0 for a free port.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& host, int port,
                                                            Handler handler);
   ~HttpServer();
   [[nodiscard]] int port() const { return port_; }

@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   s->metrics_->StartRecycleCounts(options.earlier_recycles);
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(
-      s->http_, HttpServer::Start(options.metrics_port, options.host != "127.0.0.1",
+      s->http_, HttpServer::Start(options.metrics_host, options.metrics_port,
                                   [self](const std::string& method, const std::string& target) {
                                     HttpResponse r;
                                     if (method != "GET") {

@@ -47,8 +47,9 @@ struct RecyclePolicy {
 
 struct WorkerServerOptions {
   std::string worker_id;
-  std::string host = "127.0.0.1";
-  int port = 0;  // 0: any free port
+  std::string host = "127.0.0.1";          // the ZeroMQ sockets
+  std::string metrics_host = "127.0.0.1";  // /metrics, /health, /ready
+  int port = 0;                            // 0: any free port
   int events_port = 0;
   int metrics_port = 0;
   absl::Duration heartbeat = absl::Milliseconds(250);
