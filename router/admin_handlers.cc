@@ -84,11 +84,17 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
   r.chat = j.contains("messages");
   if (r.chat) {
     j["model"] = ctx.options.served_model_name;
-    absl::StatusOr<ParsedRequest> p = ParseCompletionRequest(j.dump(), true);
+    absl::StatusOr<ParsedRequest> p = ParseCompletionRequest(j.dump(), true, ctx.options.limits);
     if (!p.ok()) return RespondStatus(conn, p.status());
     r = *std::move(p);
   } else if (j.contains("prompt") && j["prompt"].is_string()) {
     r.prompt_text = j["prompt"].get<std::string>();
+    if (static_cast<int64_t>(r.prompt_text->size()) > ctx.options.limits.max_prompt_bytes) {
+      return RespondStatus(
+          conn, absl::InvalidArgumentError(absl::StrCat(
+                    "prompt: has ", r.prompt_text->size(), " bytes of text; the limit is ",
+                    ctx.options.limits.max_prompt_bytes, " (--max-prompt-bytes)")));
+    }
     if (j.contains("add_special_tokens")) {
       if (!j["add_special_tokens"].is_boolean()) {
         return RespondStatus(conn,

@@ -118,6 +118,8 @@ test('messages and prompt text are capped before tokenization', async () => {
   r = await refused('/v1/completions', { model: 'tiny', prompt: 'a'.repeat(2 << 20) });
   assert.equal(r.error.param, 'prompt');
   assert.match(r.error.message, /the limit is 1048576 \(--max-prompt-bytes\)/);
+  r = await refused('/tokenize', { model: 'tiny', prompt: 'a'.repeat(2 << 20) });
+  assert.match(r.error.message, /prompt: has 2097152 bytes of text; the limit is 1048576/);
   r = await refused('/v1/completions', { model: 'tiny', prompt: Array(9000).fill(5) });
   assert.match(r.error.message, /has 9000 token ids; the model's context holds 8192/);
 });
