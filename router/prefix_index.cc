@@ -7,15 +7,33 @@ namespace pb = ::kvserve::v1;
 
 uint8_t Bit(pb::Medium m) { return m == pb::MEDIUM_HOST ? 2 : 1; }
 
+// Approximate entries of a worker whose pool size is not known yet.
+constexpr size_t kDefaultRoutedCap = 1 << 16;
+
 }  // namespace
 
 PrefixIndex::Worker& PrefixIndex::Get(int w) { return workers_[w]; }
+
+void PrefixIndex::Clear(Worker& worker) {
+  worker.blocks.clear();
+  worker.routed.clear();
+  worker.routed_order.clear();
+}
+
+bool PrefixIndex::OverCapacity(Worker& worker) {
+  if (worker.capacity == 0 || worker.blocks.size() <= worker.capacity) return false;
+  worker.evictions += static_cast<int64_t>(worker.blocks.size() + worker.routed.size());
+  Clear(worker);
+  worker.synced = false;
+  return true;
+}
 
 void PrefixIndex::Set(Worker& worker, const std::string& hash_bytes, pb::Medium medium, bool on) {
   absl::StatusOr<BlockHash> h = BlockHash::FromBytes(hash_bytes);
   if (!h.ok()) return;  // a malformed hash from the network is ignored
   if (on) {
     worker.blocks[*h] |= Bit(medium);
+    worker.routed.erase(*h);  // confirmed (its routed_order entry goes stale)
     return;
   }
   auto it = worker.blocks.find(*h);
@@ -30,7 +48,7 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
     // A new process: whatever we knew about the old one is gone. (The first instance we hear
     // from keeps the approximate entries our own routing recorded until its snapshot.) A
     // stream seen from its first batch is complete.
-    if (worker.instance_id != 0) worker.blocks.clear();
+    if (worker.instance_id != 0) Clear(worker);
     worker.instance_id = batch.instance_id();
     worker.seq = 0;
     worker.synced = batch.seq() == 1;
@@ -50,13 +68,14 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
         Set(worker, h, e.removed().medium(), false);
     } else if (e.has_all_cleared()) {
       if (e.all_cleared().medium() == pb::MEDIUM_UNSPECIFIED) {
-        worker.blocks.clear();
+        Clear(worker);
       } else {
         const uint8_t bit = Bit(e.all_cleared().medium());
         absl::erase_if(worker.blocks, [&](auto& kv) { return (kv.second &= ~bit) == 0; });
       }
     }
   }
+  if (OverCapacity(worker)) return Apply::kGap;
   worker.seq = batch.seq();
   return Apply::kApplied;
 }
@@ -66,24 +85,69 @@ void PrefixIndex::ApplySnapshot(int w, const pb::KvSnapshot& snapshot) {
   worker.instance_id = snapshot.instance_id();
   worker.seq = snapshot.seq();
   worker.synced = true;
-  worker.blocks.clear();
-  for (const pb::CachedBlock& b : snapshot.blocks()) Set(worker, b.block_hash(), b.medium(), true);
+  Clear(worker);
+  for (const pb::CachedBlock& b : snapshot.blocks()) {
+    if (worker.capacity > 0 && worker.blocks.size() >= worker.capacity) {
+      ++worker.evictions;  // more than the pool holds: the rest is not believed
+      continue;
+    }
+    Set(worker, b.block_hash(), b.medium(), true);
+  }
 }
 
 bool PrefixIndex::SeeInstance(int w, uint64_t instance_id) {
   Worker& worker = Get(w);
   if (worker.instance_id == 0 || instance_id == 0 || instance_id == worker.instance_id)
     return false;
-  worker.blocks.clear();
+  Clear(worker);
   worker.instance_id = instance_id;
   worker.seq = 0;
   worker.synced = false;
   return true;
 }
 
-void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes) {
+void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes, absl::Time now) {
   Worker& worker = Get(w);
-  for (const BlockHash& h : hashes) worker.blocks[h] |= 1;
+  const size_t cap = worker.capacity > 0 ? worker.capacity : kDefaultRoutedCap;
+  for (const BlockHash& h : hashes) {
+    if (worker.blocks.contains(h)) continue;  // already known for sure
+    worker.routed[h] = now;
+    worker.routed_order.emplace_back(now, h);
+  }
+  while (worker.routed.size() > cap) {
+    const auto [when, h] = worker.routed_order.front();
+    worker.routed_order.pop_front();
+    auto it = worker.routed.find(h);
+    if (it != worker.routed.end() && it->second == when) {
+      worker.routed.erase(it);
+      ++worker.evictions;
+    }
+  }
+}
+
+void PrefixIndex::ForgetRouted(int w, absl::Span<const BlockHash> hashes) {
+  auto it = workers_.find(w);
+  if (it == workers_.end()) return;
+  for (const BlockHash& h : hashes) it->second.routed.erase(h);
+}
+
+void PrefixIndex::Expire(absl::Time now) {
+  for (auto& [w, worker] : workers_) {
+    while (!worker.routed_order.empty() && worker.routed_order.front().first + kRoutedTtl <= now) {
+      const auto [when, h] = worker.routed_order.front();
+      worker.routed_order.pop_front();
+      auto it = worker.routed.find(h);
+      if (it != worker.routed.end() && it->second == when) worker.routed.erase(it);
+    }
+    // Stale order entries (confirmed or forgotten hashes) are bounded by the live ones.
+    if (worker.routed.empty()) worker.routed_order.clear();
+  }
+}
+
+void PrefixIndex::SetCapacity(int w, size_t blocks) {
+  Worker& worker = Get(w);
+  worker.capacity = blocks;
+  OverCapacity(worker);
 }
 
 void PrefixIndex::RemoveWorker(int w) { workers_.erase(w); }
@@ -94,7 +158,11 @@ PrefixIndex::Match PrefixIndex::LongestPrefix(int w, absl::Span<const BlockHash>
   if (it == workers_.end()) return m;
   for (const BlockHash& h : hashes) {
     auto b = it->second.blocks.find(h);
-    if (b == it->second.blocks.end()) break;
+    if (b == it->second.blocks.end()) {
+      if (!it->second.routed.contains(h)) break;
+      ++m.device_blocks;  // assumed
+      continue;
+    }
     if (b->second & 1) {
       ++m.device_blocks;
     } else {
@@ -111,7 +179,12 @@ bool PrefixIndex::synced(int w) const {
 
 size_t PrefixIndex::num_blocks(int w) const {
   auto it = workers_.find(w);
-  return it == workers_.end() ? 0 : it->second.blocks.size();
+  return it == workers_.end() ? 0 : it->second.blocks.size() + it->second.routed.size();
+}
+
+int64_t PrefixIndex::evictions(int w) const {
+  auto it = workers_.find(w);
+  return it == workers_.end() ? 0 : it->second.evictions;
 }
 
 uint64_t PrefixIndex::last_seq(int w) const {

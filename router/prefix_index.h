@@ -5,6 +5,12 @@
 // router records its own routing decisions as approximate device entries, so prefix routing
 // keeps working until the snapshot arrives.
 //
+// Bounded (a worker's stream is untrusted input): a worker's confirmed entries never exceed its
+// pool (device + host blocks, from its heartbeat); a batch or snapshot that would is a broken
+// stream, cleared and resynced. Approximate entries live kRoutedTtl at most, are confirmed by
+// the worker's events, dropped when their request fails or is aborted, and capped at the pool
+// size (oldest out first). Every entry dropped for a bound counts in evictions().
+//
 //   PrefixIndex index;
 //   if (index.ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) RequestSnapshot(w);
 //   PrefixIndex::Match m = index.LongestPrefix(w, request_hashes);
@@ -14,9 +20,13 @@
 #define KVSERVE_ROUTER_PREFIX_INDEX_H_
 
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
@@ -44,15 +54,26 @@ class PrefixIndex {
   // that restarted idle (publishing no event yet) is not credited with its old cache.
   bool SeeInstance(int w, uint64_t instance_id);
   // The router sent a request with these block hashes to `w`: assume the worker now holds them
-  // on the device (approximate; replaced by the next snapshot).
-  void RecordRouted(int w, absl::Span<const BlockHash> hashes);
+  // on the device (approximate: until its events confirm them, its next snapshot, or
+  // kRoutedTtl after `now`).
+  void RecordRouted(int w, absl::Span<const BlockHash> hashes, absl::Time now = absl::Now());
+  // The request routed with these hashes failed or was aborted: drop what was only assumed.
+  void ForgetRouted(int w, absl::Span<const BlockHash> hashes);
+  // Drops approximate entries recorded kRoutedTtl or more before `now`.
+  void Expire(absl::Time now);
+  // The worker's pool, in blocks (device + host); 0: not known yet (no bound).
+  void SetCapacity(int w, size_t blocks);
   void RemoveWorker(int w);
+
+  static constexpr absl::Duration kRoutedTtl = absl::Seconds(30);
 
   // Leading blocks of `hashes` that worker `w` holds (either tier; stops at the first miss).
   [[nodiscard]] Match LongestPrefix(int w, absl::Span<const BlockHash> hashes) const;
   [[nodiscard]] bool synced(int w) const;
   [[nodiscard]] size_t num_blocks(int w) const;
   [[nodiscard]] uint64_t last_seq(int w) const;
+  // Entries of `w` dropped for a bound (capacity, approximate cap) so far.
+  [[nodiscard]] int64_t evictions(int w) const;
 
  private:
   struct Worker {
@@ -61,7 +82,16 @@ class PrefixIndex {
     bool synced = false;
     // hash -> bit 0: on the device, bit 1: on the host.
     absl::flat_hash_map<BlockHash, uint8_t> blocks;
+    // Approximate device entries: hash -> when routed; and the same in routing order.
+    absl::flat_hash_map<BlockHash, absl::Time> routed;
+    std::deque<std::pair<absl::Time, BlockHash>> routed_order;
+    size_t capacity = 0;
+    int64_t evictions = 0;
   };
+  // Forgets everything `worker` was thought to hold.
+  static void Clear(Worker& worker);
+  // Whether `worker` holds more than its pool could: then it is cleared and unsynced.
+  static bool OverCapacity(Worker& worker);
   Worker& Get(int w);
   static void Set(Worker& worker, const std::string& hash_bytes, kvserve::v1::Medium medium,
                   bool on);

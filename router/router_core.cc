@@ -106,6 +106,7 @@ void RouterCore::Loop() {
     if (auto now = std::chrono::steady_clock::now();
         now - last_info_ > std::chrono::milliseconds(50)) {
       PublishInfo(views);
+      index_.Expire(absl::Now());
       last_info_ = now;
     }
     Coordinate(views);
@@ -138,6 +139,7 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
     a.set_request_id(id);
     a.set_reason("client disconnected");
     pool_->Send(it->second.worker, a).IgnoreError();
+    index_.ForgetRouted(it->second.worker, it->second.hashes);
     inflight_.erase(it);
   }
 }
@@ -154,9 +156,11 @@ void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
   }
   it->second.started = true;
   std::shared_ptr<Job> job = it->second.job;
-  const bool last = r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
-                    r.finish_reason() == pb::FINISH_REASON_ABORT;
-  if (last) inflight_.erase(it);
+  const bool failed =
+      r.finish_reason() == pb::FINISH_REASON_ERROR || r.finish_reason() == pb::FINISH_REASON_ABORT;
+  // A request that failed or was aborted did not leave its blocks cached as assumed.
+  if (failed) index_.ForgetRouted(worker, it->second.hashes);
+  if (r.has_usage() || failed) inflight_.erase(it);
   if (r.has_usage() && options_.metrics != nullptr) {
     options_.metrics->CountCached(job->request.predicted_cached_tokens(),
                                   r.usage().cached_prompt_tokens());
@@ -227,6 +231,7 @@ void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
 
 void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
                             std::vector<Move>& moves) {
+  index_.ForgetRouted(p.worker, p.hashes);  // it leaves that worker, or fails
   if (CanMove(p)) {
     moves.push_back({p.job, p.attempts + 1, p.worker});
     ++moved_;
@@ -258,6 +263,7 @@ void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
       inflight_.erase(it++);
     }
     pool_->Remove(w);
+    if (options_.metrics != nullptr) options_.metrics->RemoveWorker(name);
   }
   for (const auto& [name, e] : wanted) {
     if (active.contains(name)) continue;
@@ -300,6 +306,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
                                            .gaps = c.gaps,
                                            .snapshots = c.snapshots,
                                            .dropped = c.dropped,
+                                           .index_evictions = index_.evictions(v.id),
                                            .event_lag_s = c.last_event_lag_s});
     }
     if (const pb::WorkerStatus* st = pool_->status(v.id)) {
@@ -308,6 +315,9 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
       w.num_running = st->num_running();
       w.num_waiting = st->num_waiting();
       w.instance_id = st->instance_id();
+      int64_t pool_blocks = 0;
+      for (const pb::BlockCounts& b : st->blocks()) pool_blocks += std::max<int64_t>(0, b.total());
+      index_.SetCapacity(v.id, static_cast<size_t>(pool_blocks));
       for (const pb::BlockCounts& b : st->blocks()) {
         if (b.medium() != pb::MEDIUM_DEVICE) continue;
         w.device_blocks_total = b.total();
@@ -361,7 +371,8 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
     return job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
-  inflight_[id] = Placed{d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0};
+  inflight_[id] = Placed{
+      d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0, std::move(hashes)};
 }
 
 }  // namespace kvserve::router

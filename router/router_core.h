@@ -110,7 +110,8 @@ class RouterCore {
     std::shared_ptr<Job> job;
     bool started = false;  // a response arrived: the request can no longer move
     int attempts = 1;
-    uint64_t instance_id = 0;  // the worker process it went to (0: not known yet)
+    uint64_t instance_id = 0;       // the worker process it went to (0: not known yet)
+    std::vector<BlockHash> hashes;  // its prompt's blocks, recorded in the index as assumed
   };
   // A request to place again: its job, the placements it had, and the worker it leaves.
   struct Move {

@@ -16,7 +16,30 @@ const prometheus::Histogram::BucketBoundaries& Buckets() {
 
 }  // namespace
 
-RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {}
+RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  };
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+  };
+  load_ =
+      gauge("kvserve_router_worker_load_blocks", "Blocks of the requests in flight on the worker");
+  index_blocks_ =
+      gauge("kvserve_router_index_blocks", "Blocks the prefix index holds for the worker");
+  event_lag_ = gauge("kvserve_router_kv_event_lag_seconds",
+                     "Delay of the worker's last KV-event batch (receive time - its timestamp)");
+  routed_ = counter("kvserve_router_routed_total", "Requests sent to each worker");
+  event_batches_ = counter("kvserve_router_kv_event_batches_total", "KV-event batches received");
+  event_gaps_ = counter("kvserve_router_kv_event_gaps_total",
+                        "KV-event batches out of sequence (each asks the worker for a snapshot)");
+  snapshots_ = counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)");
+  dropped_ = counter("kvserve_router_dropped_messages_total",
+                     "Messages from the worker dropped as malformed or impossible");
+  index_evictions_ = counter("kvserve_router_index_evictions_total",
+                             "Prefix-index entries of the worker dropped for a bound (its pool "
+                             "size, the cap on assumed entries)");
+}
 
 void RouterMetrics::CountRequest(const std::string& endpoint, int status) {
   prometheus::BuildCounter()
@@ -34,12 +57,7 @@ void RouterMetrics::CountDecision(const std::string& reason, const std::string& 
       .Register(*registry_)
       .Add({{"reason", reason}})
       .Increment();
-  prometheus::BuildCounter()
-      .Name("kvserve_router_routed_total")
-      .Help("Requests sent to each worker")
-      .Register(*registry_)
-      .Add({{"worker", worker}})
-      .Increment();
+  routed_->Add({{"worker", worker}}).Increment();
 }
 
 void RouterMetrics::CountCached(int64_t predicted, int64_t reported) {
@@ -52,44 +70,37 @@ void RouterMetrics::CountCached(int64_t predicted, int64_t reported) {
 }
 
 void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen) {
-  auto gauge = [&](const char* name, const char* help, double v) {
-    prometheus::BuildGauge()
-        .Name(name)
-        .Help(help)
-        .Register(*registry_)
-        .Add({{"worker", worker}})
-        .Set(v);
-  };
-  gauge("kvserve_router_worker_load_blocks", "Blocks of the requests in flight on the worker",
-        static_cast<double>(seen.load_blocks));
-  gauge("kvserve_router_index_blocks", "Blocks the prefix index holds for the worker",
-        static_cast<double>(seen.index_blocks));
-  gauge("kvserve_router_kv_event_lag_seconds",
-        "Delay of the worker's last KV-event batch (receive time - its timestamp)",
-        seen.event_lag_s);
+  const prometheus::Labels labels = {{"worker", worker}};
+  load_->Add(labels).Set(static_cast<double>(seen.load_blocks));
+  index_blocks_->Add(labels).Set(static_cast<double>(seen.index_blocks));
+  event_lag_->Add(labels).Set(seen.event_lag_s);
   absl::MutexLock lock(&mu_);
   WorkerSeen& last = last_[worker];
   // Each series exists from the worker's first heartbeat (at 0), so that rates and alerts on
-  // them see zero rather than nothing.
-  auto counter = [&](const char* name, const char* help, int64_t now, int64_t& before) {
-    auto& c = prometheus::BuildCounter()
-                  .Name(name)
-                  .Help(help)
-                  .Register(*registry_)
-                  .Add({{"worker", worker}});
+  // them see zero rather than nothing; a count that went down (the worker restarted) adds 0.
+  auto add = [&](prometheus::Family<prometheus::Counter>* family, int64_t now, int64_t& before) {
+    prometheus::Counter& c = family->Add(labels);
     if (now > before) c.Increment(static_cast<double>(now - before));
     before = now;
   };
-  counter("kvserve_router_kv_event_batches_total", "KV-event batches received", seen.event_batches,
-          last.event_batches);
-  counter("kvserve_router_kv_event_gaps_total",
-          "KV-event batches out of sequence (each asks the worker for a snapshot)", seen.gaps,
-          last.gaps);
-  counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)", seen.snapshots,
-          last.snapshots);
-  counter("kvserve_router_dropped_messages_total",
-          "Messages from the worker dropped as malformed or impossible", seen.dropped,
-          last.dropped);
+  add(event_batches_, seen.event_batches, last.event_batches);
+  add(event_gaps_, seen.gaps, last.gaps);
+  add(snapshots_, seen.snapshots, last.snapshots);
+  add(dropped_, seen.dropped, last.dropped);
+  add(index_evictions_, seen.index_evictions, last.index_evictions);
+}
+
+void RouterMetrics::RemoveWorker(const std::string& worker) {
+  const prometheus::Labels labels = {{"worker", worker}};
+  for (prometheus::Family<prometheus::Gauge>* f : {load_, index_blocks_, event_lag_}) {
+    f->Remove(&f->Add(labels));
+  }
+  for (prometheus::Family<prometheus::Counter>* f :
+       {routed_, event_batches_, event_gaps_, snapshots_, dropped_, index_evictions_}) {
+    f->Remove(&f->Add(labels));
+  }
+  absl::MutexLock lock(&mu_);
+  last_.erase(worker);
 }
 
 void RouterMetrics::ObserveTtft(double s) {

@@ -10,6 +10,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace kvserve::router {
@@ -26,16 +29,22 @@ class RouterMetrics {
   // (cumulative), last event lag.
   struct WorkerSeen {
     int64_t load_blocks = 0, index_blocks = 0;
-    int64_t event_batches = 0, gaps = 0, snapshots = 0, dropped = 0;
+    int64_t event_batches = 0, gaps = 0, snapshots = 0, dropped = 0, index_evictions = 0;
     double event_lag_s = 0;
   };
   void SetWorker(const std::string& worker, const WorkerSeen& seen);
+  // The worker left: its series go (a discovered fleet that churns would grow them forever).
+  void RemoveWorker(const std::string& worker);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  // The per-worker families (label "worker"); owned by registry_.
+  prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_;
+  prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *snapshots_,
+      *dropped_, *index_evictions_;
   absl::Mutex mu_;
   // Cumulative counts already added, by worker.
   std::map<std::string, WorkerSeen> last_ ABSL_GUARDED_BY(mu_);

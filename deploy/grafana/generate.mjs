@@ -66,6 +66,9 @@ const dashboards = {
         [`sum by (worker) (${rate(`kvserve_router_kv_event_gaps_total{${nsw}}`)})`, '{{worker}} gaps'],
         [`sum by (worker) (${rate(`kvserve_router_kv_snapshots_total{${nsw}}`)})`, '{{worker}} snapshots']),
       p('Prefix index blocks per worker', 'short', [`max by (worker) (kvserve_router_index_blocks{${nsw}})`, '{{worker}}']),
+      p('Index evictions and dropped worker messages', 'ops',
+        [`sum by (worker) (${rate(`kvserve_router_index_evictions_total{${nsw}}`)})`, '{{worker}} evicted'],
+        [`sum by (worker) (${rate(`kvserve_router_dropped_messages_total{${nsw}}`)})`, '{{worker}} dropped']),
     ],
   },
   'kvserve-lifecycle': {

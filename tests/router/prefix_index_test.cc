@@ -126,5 +126,68 @@ TEST(PrefixIndexTest, MalformedHashesAreIgnored) {
   EXPECT_EQ(index.num_blocks(0), 0u);
 }
 
+// A worker's stream cannot make the index hold more than the worker's pool.
+TEST(PrefixIndexTest, ConfirmedEntriesAreBoundedByThePool) {
+  PrefixIndex index;
+  index.SetCapacity(0, 4);
+  const auto chain = Chain(6);
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 1, {chain[0], chain[1], chain[2], chain[3]})),
+            PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.num_blocks(0), 4u);
+  // One more than the pool holds: a broken stream, cleared and resynced.
+  EXPECT_EQ(index.ApplyEvents(0, Batch(7, 2, {chain[4]})), PrefixIndex::Apply::kGap);
+  EXPECT_EQ(index.num_blocks(0), 0u);
+  EXPECT_FALSE(index.synced(0));
+  EXPECT_EQ(index.evictions(0), 5);
+  // A snapshot past the pool keeps what the pool could hold.
+  pb::KvSnapshot snap;
+  snap.set_instance_id(7);
+  snap.set_seq(9);
+  for (const BlockHash& h : chain) {
+    pb::CachedBlock* b = snap.add_blocks();
+    b->set_block_hash(h.ToBytes());
+    b->set_medium(pb::MEDIUM_DEVICE);
+  }
+  index.ApplySnapshot(0, snap);
+  EXPECT_EQ(index.num_blocks(0), 4u);
+  EXPECT_EQ(index.evictions(0), 7);
+  // A smaller pool reported later clears what no longer fits.
+  index.SetCapacity(0, 2);
+  EXPECT_EQ(index.num_blocks(0), 0u);
+}
+
+TEST(PrefixIndexTest, AssumedEntriesExpireAndAreForgottenOnFailure) {
+  PrefixIndex index;
+  const auto chain = Chain(4);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  index.RecordRouted(0, {chain[0], chain[1]}, t0);
+  index.RecordRouted(0, {chain[2], chain[3]}, t0 + absl::Seconds(10));
+  EXPECT_EQ(index.LongestPrefix(0, chain).device_blocks, 4);
+  index.Expire(t0 + PrefixIndex::kRoutedTtl);  // the first two expire
+  EXPECT_EQ(index.LongestPrefix(0, chain).total(), 0);
+  EXPECT_EQ(index.num_blocks(0), 2u);
+  index.ForgetRouted(0, {chain[2], chain[3]});  // their request failed
+  EXPECT_EQ(index.num_blocks(0), 0u);
+
+  // Confirmed by the worker's events: no longer assumed, so neither expiry nor a failure of
+  // the request drops them.
+  index.RecordRouted(1, chain, t0);
+  EXPECT_EQ(index.ApplyEvents(1, Batch(3, 1, {chain[0], chain[1]})), PrefixIndex::Apply::kApplied);
+  index.ForgetRouted(1, chain);
+  index.Expire(t0 + absl::Hours(1));
+  EXPECT_EQ(index.LongestPrefix(1, chain).device_blocks, 2);
+}
+
+TEST(PrefixIndexTest, AssumedEntriesAreCappedByThePool) {
+  PrefixIndex index;
+  index.SetCapacity(0, 3);
+  const auto chain = Chain(8);
+  index.RecordRouted(0, chain);
+  EXPECT_EQ(index.num_blocks(0), 3u);
+  EXPECT_EQ(index.evictions(0), 5);
+  EXPECT_EQ(index.LongestPrefix(0, {chain[5], chain[6], chain[7]}).device_blocks,
+            3);  // newest kept
+}
+
 }  // namespace
 }  // namespace kvserve::router
