@@ -72,6 +72,10 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
       } else {
         const uint8_t bit = Bit(e.all_cleared().medium());
         absl::erase_if(worker.blocks, [&](auto& kv) { return (kv.second &= ~bit) == 0; });
+        if (e.all_cleared().medium() == pb::MEDIUM_DEVICE) {  // what was assumed is device
+          worker.routed.clear();
+          worker.routed_order.clear();
+        }
       }
     }
   }

@@ -178,6 +178,17 @@ TEST(PrefixIndexTest, AssumedEntriesExpireAndAreForgottenOnFailure) {
   EXPECT_EQ(index.LongestPrefix(1, chain).device_blocks, 2);
 }
 
+TEST(PrefixIndexTest, ClearingTheDeviceTierDropsAssumedEntries) {
+  PrefixIndex index;
+  const auto chain = Chain(2);
+  EXPECT_EQ(index.ApplyEvents(0, Batch(3, 1, {})), PrefixIndex::Apply::kApplied);
+  index.RecordRouted(0, chain);
+  pb::KvEventBatch b = Batch(3, 2, {});
+  b.add_events()->mutable_all_cleared()->set_medium(pb::MEDIUM_DEVICE);
+  EXPECT_EQ(index.ApplyEvents(0, b), PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.num_blocks(0), 0u);
+}
+
 TEST(PrefixIndexTest, AssumedEntriesAreCappedByThePool) {
   PrefixIndex index;
   index.SetCapacity(0, 3);
