@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -76,7 +77,10 @@ std::map<std::string, int64_t> EarlierRecycles() {
 
 void RecordRecycle(const std::string& reason) {
   std::map<std::string, int64_t> counts = EarlierRecycles();
-  ++counts[reason.empty() ? "recycle" : reason];
+  // The reason may come from the network: only [A-Za-z0-9_], at most 32, keep the format intact.
+  std::string name;
+  for (char c : reason.substr(0, 32)) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  ++counts[name.empty() ? "recycle" : name];
   std::vector<std::string> items;
   for (const auto& [r, n] : counts) items.push_back(absl::StrCat(r, "=", n));
   setenv(kRecyclesEnv, absl::StrJoin(items, ",").c_str(), 1);
