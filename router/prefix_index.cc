@@ -20,6 +20,15 @@ void PrefixIndex::Clear(Worker& worker) {
   worker.routed_order.clear();
 }
 
+bool PrefixIndex::PopOldestRouted(Worker& worker) {
+  const auto [when, h] = worker.routed_order.front();
+  worker.routed_order.pop_front();
+  auto it = worker.routed.find(h);
+  if (it == worker.routed.end() || it->second != when) return false;  // a stale order entry
+  worker.routed.erase(it);
+  return true;
+}
+
 bool PrefixIndex::OverCapacity(Worker& worker) {
   if (worker.capacity == 0 || worker.blocks.size() <= worker.capacity) return false;
   worker.evictions += static_cast<int64_t>(worker.blocks.size() + worker.routed.size());
@@ -119,13 +128,7 @@ void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes, absl::
     worker.routed_order.emplace_back(now, h);
   }
   while (worker.routed.size() > cap) {
-    const auto [when, h] = worker.routed_order.front();
-    worker.routed_order.pop_front();
-    auto it = worker.routed.find(h);
-    if (it != worker.routed.end() && it->second == when) {
-      worker.routed.erase(it);
-      ++worker.evictions;
-    }
+    if (PopOldestRouted(worker)) ++worker.evictions;
   }
 }
 
@@ -138,10 +141,7 @@ void PrefixIndex::ForgetRouted(int w, absl::Span<const BlockHash> hashes) {
 void PrefixIndex::Expire(absl::Time now) {
   for (auto& [w, worker] : workers_) {
     while (!worker.routed_order.empty() && worker.routed_order.front().first + kRoutedTtl <= now) {
-      const auto [when, h] = worker.routed_order.front();
-      worker.routed_order.pop_front();
-      auto it = worker.routed.find(h);
-      if (it != worker.routed.end() && it->second == when) worker.routed.erase(it);
+      PopOldestRouted(worker);
     }
     // Stale order entries (confirmed or forgotten hashes) are bounded by the live ones.
     if (worker.routed.empty()) worker.routed_order.clear();

@@ -90,6 +90,9 @@ class PrefixIndex {
   };
   // Forgets everything `worker` was thought to hold.
   static void Clear(Worker& worker);
+  // Drops the oldest entry of routed_order (non-empty) and, unless that entry is stale (the
+  // hash since confirmed, forgotten or routed again), its assumed entry: true then.
+  static bool PopOldestRouted(Worker& worker);
   // Whether `worker` holds more than its pool could: then it is cleared and unsynced.
   static bool OverCapacity(Worker& worker);
   Worker& Get(int w);
