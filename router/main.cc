@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/curve.h"
 #include "common/file_util.h"
 #include "common/hf_config.h"
 #include "common/init.h"
@@ -56,6 +57,11 @@ ABSL_FLAG(int64_t, max_prompt_bytes, 0,
           "--max-model-len, at least 1 MiB)");
 ABSL_FLAG(int64_t, max_logprob_entries, 1 << 20,
           "Most n x max_tokens x (1 + top alternatives) of a request with logprobs");
+ABSL_FLAG(std::string, curve_secret_key_file, "",
+          "This router's CURVE secret key (kvserve-keygen): the links to workers are "
+          "authenticated and encrypted; the workers must list its public key");
+ABSL_FLAG(std::string, curve_server_key_file, "",
+          "The workers' CURVE public key (or their secret-key file)");
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
 ABSL_FLAG(
@@ -91,6 +97,25 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
   return l;
 }
 
+absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
+  const std::string own = absl::GetFlag(FLAGS_curve_secret_key_file);
+  const std::string server = absl::GetFlag(FLAGS_curve_server_key_file);
+  if (own.empty() != server.empty()) {
+    return absl::InvalidArgumentError(
+        "--curve-secret-key-file and --curve-server-key-file go together");
+  }
+  if (own.empty()) {
+    LOG(INFO) << "links to workers unauthenticated (no CURVE keys): workers must run on "
+                 "loopback or with --insecure";
+    return std::nullopt;
+  }
+  CurveClientKeys keys;
+  ASSIGN_OR_RETURN(keys.own, ReadCurveKeyPair(own));
+  ASSIGN_OR_RETURN(keys.server_key, ReadCurvePublicKey(server));
+  LOG(INFO) << "CURVE on: this router's public key is " << keys.own.public_key;
+  return keys;
+}
+
 absl::Status Serve() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) return absl::InvalidArgumentError("--model DIR is required");
@@ -108,6 +133,7 @@ absl::Status Serve() {
         "--w-prefill, --w-load and --balance-abs-threshold must be >= 0, "
         "--balance-rel-threshold >= 1");
   }
+  ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(w, ':');

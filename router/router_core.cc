@@ -31,7 +31,7 @@ bool RefusedWhileDraining(const pb::GenerateResponse& r) {
 }  // namespace
 
 RouterCore::RouterCore(const RouterOptions& options) : options_(options) {
-  pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout);
+  pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve);
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
   if (options.workers_dns) {
     discovery_ = std::make_unique<DnsDiscovery>(

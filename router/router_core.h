@@ -46,6 +46,8 @@ struct RouterOptions {
   // Recycle coordinator: at most this many workers draining or recycling at once.
   int max_unavailable = 1;
   std::string coordinator_id = "router";
+  // CURVE: every link to a worker authenticates with these (worker_pool.h).
+  std::optional<CurveClientKeys> curve;
 };
 
 // A worker as the admin API shows it.

@@ -16,24 +16,56 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-WorkerPool::WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout)
-    : ctx_(ctx), index_(index), heartbeat_timeout_(heartbeat_timeout) {}
+WorkerPool::WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
+                       std::optional<CurveClientKeys> curve)
+    : ctx_(ctx), index_(index), heartbeat_timeout_(heartbeat_timeout), curve_(std::move(curve)) {}
 
-int WorkerPool::Add(const WorkerEndpoint& e) {
-  Worker w;
-  w.endpoint = e;
+void WorkerPool::Secure(zmq::socket_t& socket) const {
+  if (!curve_) return;
+  // The keys were read (and so CURVE found working) at start; this cannot fail after that.
+  absl::Status s = MakeCurveClient(socket, curve_->own, curve_->server_key);
+  CHECK(s.ok()) << s;
+}
+
+void WorkerPool::Connect(Worker& w) const {
+  const WorkerEndpoint& e = w.endpoint;
   w.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   w.dealer->set(zmq::sockopt::linger, 0);
   w.dealer->set(zmq::sockopt::ipv6, 1);  // discovered workers may have IPv6 addresses
+  Secure(*w.dealer);
   w.dealer->connect(absl::StrCat("tcp://", e.host, ":", e.port));
   w.sub = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::sub);
   w.sub->set(zmq::sockopt::linger, 0);
   w.sub->set(zmq::sockopt::ipv6, 1);
   w.sub->set(zmq::sockopt::rcvhwm, 0);
+  Secure(*w.sub);
   for (const char* topic : {"kv", "status", "control"}) w.sub->set(zmq::sockopt::subscribe, topic);
   w.sub->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
+  w.connected = Clock::now();
+}
+
+int WorkerPool::Add(const WorkerEndpoint& e) {
+  Worker w;
+  w.endpoint = e;
+  Connect(w);
   workers_.push_back(std::move(w));
   return static_cast<int>(workers_.size()) - 1;
+}
+
+void WorkerPool::ReconnectSilent() {
+  const auto now = Clock::now();
+  const auto after = std::max<Clock::duration>(
+      std::chrono::seconds(5),
+      2 * std::chrono::milliseconds(absl::ToInt64Milliseconds(heartbeat_timeout_)));
+  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+    Worker& worker = workers_[w];
+    if (!worker.active || now - std::max(worker.last_heartbeat, worker.connected) < after) continue;
+    LOG_EVERY_T(WARNING, 30) << "no heartbeat from worker " << worker.endpoint.name
+                             << ": connecting again (a worker that refuses this router's CURVE "
+                                "key looks the same: see its kvserve_zmq_authentications_total)";
+    ++worker.counters.reconnects;
+    Connect(worker);
+  }
 }
 
 void WorkerPool::Remove(int w) {
@@ -137,6 +169,7 @@ WorkerPool::Counters WorkerPool::counters(int w) const {
 }
 
 std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {
+  ReconnectSilent();
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<int, bool>> owner;  // (worker, is_sub)
   for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/curve.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/prefix_index.h"
@@ -44,10 +45,13 @@ class WorkerPool {
     int64_t snapshots = 0;
     int64_t recycle_asks = 0;
     int64_t dropped = 0;          // messages malformed or with impossible values, dropped
+    int64_t reconnects = 0;       // sockets made anew after a silence (worker_pool.cc)
     double last_event_lag_s = 0;  // receive time − the batch's timestamp, last batch
   };
 
-  WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout);
+  // With `curve`, every socket to a worker is a CURVE client (common/curve.h).
+  WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
+             std::optional<CurveClientKeys> curve = std::nullopt);
 
   // Connects to a worker; returns its index (stable until Remove).
   int Add(const WorkerEndpoint& endpoint);
@@ -75,18 +79,27 @@ class WorkerPool {
     WorkerEndpoint endpoint;
     std::unique_ptr<zmq::socket_t> dealer, sub;
     std::optional<kvserve::v1::WorkerStatus> status;
-    std::chrono::steady_clock::time_point last_heartbeat;
+    std::chrono::steady_clock::time_point last_heartbeat, connected;
     bool active = true;
     Counters counters;
   };
   // A message from worker w's PUB socket; one that is malformed or impossible is counted in
   // counters().dropped and ignored.
   void HandleSub(int w, const ReceivedMessage& m);
+  // (Re)makes the worker's sockets and connects them.
+  void Connect(Worker& w) const;
+  // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
+  // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
+  // gets new sockets.
+  void ReconnectSilent();
+  // Makes `socket` a CURVE client when the pool has keys.
+  void Secure(zmq::socket_t& socket) const;
   absl::Status ApplySub(Worker& worker, int w, const ReceivedMessage& m);
 
   zmq::context_t& ctx_;
   PrefixIndex* index_;
   absl::Duration heartbeat_timeout_;
+  std::optional<CurveClientKeys> curve_;
   std::vector<Worker> workers_;
   std::vector<std::tuple<int, uint64_t, std::string>> recycle_asks_;
   Counters counters_;

@@ -1,5 +1,6 @@
 // kvserve-cluster: a local cluster on one machine: N kvserve-worker processes and one
-// kvserve-router in front, on loopback. Supervises them (a worker that dies is restarted on
+// kvserve-router in front, on loopback, their links authenticated with CURVE keys made at
+// start (--curve=false: plain). Supervises them (a worker that dies is restarted on
 // its ports) and stops them all on SIGINT/SIGTERM. Prints the router URL once it is ready.
 //
 //   kvserve-cluster --model DIR --workers 2 --port 8000 [-- worker flags...]
@@ -26,6 +27,7 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "common/curve.h"
 #include "common/file_util.h"
 #include "common/init.h"
 
@@ -44,6 +46,9 @@ ABSL_FLAG(std::string, worker_args, "",
 ABSL_FLAG(std::string, router_args, "",
           "Extra flags for the router, space-separated (e.g. \"--admin-token T --w-load 0.5\")");
 ABSL_FLAG(int32_t, max_model_len, 2048, "Passed to the workers and the router");
+ABSL_FLAG(bool, curve, true,
+          "Authenticate and encrypt the router-worker links with fresh CURVE keys (kept in the "
+          "log directory); false: plain ZeroMQ on loopback");
 
 namespace {
 
@@ -145,6 +150,30 @@ std::string MakePrivateDir() {
   return dir;
 }
 
+// Fresh router and worker key pairs under dir/keys: router.key, worker.key, worker.pub and
+// clients/router.pub (the worker's allowed clients). Exits saying why if it cannot.
+void MakeClusterKeys(const std::string& dir) {
+  const auto write = [&](const std::string& name, const kvserve::CurveKeyFile& key) {
+    if (absl::Status s = kvserve::WriteCurveKeyFile(dir + "/keys/" + name, key,
+                                                    "kvserve-cluster's key, made at start");
+        !s.ok()) {
+      std::cerr << "kvserve-cluster: " << s.message() << "\n";
+      std::exit(1);
+    }
+  };
+  std::filesystem::create_directories(dir + "/keys/clients");
+  absl::StatusOr<kvserve::CurveKeyPair> router = kvserve::GenerateCurveKeyPair();
+  absl::StatusOr<kvserve::CurveKeyPair> worker = kvserve::GenerateCurveKeyPair();
+  if (!router.ok() || !worker.ok()) {
+    std::cerr << "kvserve-cluster: no CURVE keys (" << router.status() << "); try --curve=false\n";
+    std::exit(1);
+  }
+  write("router.key", {true, router->secret_key});
+  write("clients/router.pub", {false, router->public_key});
+  write("worker.key", {true, worker->secret_key});
+  write("worker.pub", {false, worker->public_key});
+}
+
 // The processes of one local cluster: worker i on ports base + 3i (requests), + 1 (events) and
 // + 2 (metrics and probes), the router in front; logs and ports files in `logs`.
 class Cluster {
@@ -156,7 +185,10 @@ class Cluster {
         logs_(MakePrivateDir()),
         n_(absl::GetFlag(FLAGS_workers)),
         base_(absl::GetFlag(FLAGS_base_port)),
-        max_len_(std::to_string(absl::GetFlag(FLAGS_max_model_len))) {}
+        max_len_(std::to_string(absl::GetFlag(FLAGS_max_model_len))),
+        curve_(absl::GetFlag(FLAGS_curve)) {
+    if (curve_) MakeClusterKeys(logs_);
+  }
 
   // Starts the workers, then the router once every worker is ready; false after saying which
   // process did not start and why. A stop signal ends it early (true).
@@ -242,6 +274,10 @@ class Cluster {
                                   std::to_string(absl::GetFlag(FLAGS_tensor_parallel_size)),
                                   "--ports-file",
                                   WorkerFile(i, "ports")};
+    if (curve_) {
+      a.insert(a.end(), {"--curve-secret-key-file", logs_ + "/keys/worker.key",
+                         "--curve-allowed-clients-dir", logs_ + "/keys/clients"});
+    }
     a.insert(a.end(), worker_flags_.begin(), worker_flags_.end());
     return a;
   }
@@ -266,6 +302,10 @@ class Cluster {
                                   max_len_,
                                   "--ports-file",
                                   logs_ + "/router.ports"};
+    if (curve_) {
+      a.insert(a.end(), {"--curve-secret-key-file", logs_ + "/keys/router.key",
+                         "--curve-server-key-file", logs_ + "/keys/worker.pub"});
+    }
     for (absl::string_view f :
          absl::StrSplit(absl::GetFlag(FLAGS_router_args), ' ', absl::SkipEmpty())) {
       a.emplace_back(f);
@@ -278,6 +318,7 @@ class Cluster {
   const std::string logs_;
   const int n_, base_;
   const std::string max_len_;
+  const bool curve_;
   std::vector<pid_t> workers_;
   pid_t router_ = -1;
 };

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/curve.h"
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/status_macros.h"
@@ -28,8 +29,17 @@
 #include "worker/server/worker_server.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address the ZeroMQ sockets bind to (0.0.0.0: every interface; the ZeroMQ ports are "
-          "not authenticated yet: expose them to the routers only, docs/SECURITY.md)");
+          "Address the ZeroMQ sockets bind to (0.0.0.0: every interface). Other than loopback it "
+          "needs CURVE keys (--curve-secret-key-file) or --insecure");
+ABSL_FLAG(std::string, curve_secret_key_file, "",
+          "This worker's CURVE secret key (kvserve-keygen); with it every ZeroMQ connection is "
+          "authenticated and encrypted, and only keys in --curve-allowed-clients-dir get in");
+ABSL_FLAG(std::string, curve_allowed_clients_dir, "",
+          "Directory of the routers' public keys, one file each (re-read within a second of a "
+          "change)");
+ABSL_FLAG(bool, insecure, false,
+          "Allow a non-loopback --host without CURVE keys: anyone who reaches the ZeroMQ ports "
+          "can submit, abort, drain and recycle (docs/SECURITY.md)");
 ABSL_FLAG(std::string, metrics_host, "",
           "Address of /metrics, /health and /ready (default: --host)");
 ABSL_FLAG(int32_t, port, 5570,
@@ -90,6 +100,37 @@ void RecordRecycle(const std::string& reason) {
 
 namespace kvserve::worker {
 
+// CURVE keys, or the loopback / --insecure rule when there are none.
+absl::Status CurveFromFlags(WorkerServerOptions* o) {
+  const std::string key_file = absl::GetFlag(FLAGS_curve_secret_key_file);
+  const std::string clients = absl::GetFlag(FLAGS_curve_allowed_clients_dir);
+  if (key_file.empty() != clients.empty()) {
+    return absl::InvalidArgumentError(
+        "--curve-secret-key-file and --curve-allowed-clients-dir go together");
+  }
+  if (key_file.empty()) {
+    if (IsLoopbackHost(o->host)) {
+      LOG(INFO) << "ZeroMQ sockets unauthenticated (no CURVE keys): listening on loopback only";
+      return absl::OkStatus();
+    }
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--host ", o->host,
+          " is not loopback: give CURVE keys (--curve-secret-key-file and "
+          "--curve-allowed-clients-dir, made with kvserve-keygen) or pass --insecure"));
+    }
+    LOG(WARNING) << "--insecure: ZeroMQ sockets on " << o->host
+                 << " are unauthenticated; whoever reaches them can submit, abort, drain and "
+                    "recycle";
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(CurveKeyPair own, ReadCurveKeyPair(key_file));
+  o->curve_secret_key = own.secret_key;
+  o->curve_allowed_clients_dir = clients;
+  LOG(INFO) << "CURVE on: this worker's public key is " << own.public_key;
+  return absl::OkStatus();
+}
+
 // Serves until stopped or recycled; `*drain_reason` says why it drained.
 absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
   ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
@@ -120,6 +161,7 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
       absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
   o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
   o.earlier_recycles = EarlierRecycles();
+  RETURN_IF_ERROR(CurveFromFlags(&o));
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (o.worker_id.empty()) {
     char host[256] = {};

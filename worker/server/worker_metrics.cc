@@ -237,6 +237,14 @@ void WorkerMetrics::CountDropped(const std::string& reason) {
       .Increment();
 }
 
+void WorkerMetrics::UpdateAuthentications(int64_t accepted, int64_t refused) {
+  const char* help = "ZeroMQ connections the CURVE handler accepted or refused";
+  Add(C("kvserve_zmq_authentications_total", help, {{"result", "accepted"}}),
+      static_cast<double>(accepted));
+  Add(C("kvserve_zmq_authentications_total", help, {{"result", "refused"}}),
+      static_cast<double>(refused));
+}
+
 std::string WorkerMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -57,6 +57,9 @@ class WorkerMetrics {
   void StartRecycleCounts(const std::map<std::string, int64_t>& earlier);
   void CountRecycle(const std::string& reason);
   void CountDropped(const std::string& reason);
+  // Totals of ZeroMQ peers the CURVE handler accepted and refused (the series exist only when
+  // CURVE is on).
+  void UpdateAuthentications(int64_t accepted, int64_t refused);
 
   // Any thread: the text exposition format.
   [[nodiscard]] std::string Serialize() const;

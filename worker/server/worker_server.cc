@@ -76,6 +76,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   // (one that still loses some sees the gap in seq and resyncs from a snapshot).
   s->pub_->set(zmq::sockopt::sndhwm, 100000);
   s->router_->set(zmq::sockopt::router_mandatory, false);
+  if (!options.curve_secret_key.empty()) {
+    ASSIGN_OR_RETURN(s->zap_, ZapAuthenticator::Start(s->ctx_, options.curve_allowed_clients_dir));
+    RETURN_IF_ERROR(MakeCurveServer(*s->router_, options.curve_secret_key));
+    RETURN_IF_ERROR(MakeCurveServer(*s->pub_, options.curve_secret_key));
+  }
   ASSIGN_OR_RETURN(s->port_, Bind(*s->router_, options.host, options.port, "--port"));
   ASSIGN_OR_RETURN(s->events_port_,
                    Bind(*s->pub_, options.host, options.events_port, "--events-port"));
@@ -138,6 +143,7 @@ WorkerServer::~WorkerServer() {
   if (http_) http_->Stop();
   router_.reset();
   pub_.reset();
+  zap_.reset();
   ctx_.close();
 }
 
@@ -508,6 +514,7 @@ bool WorkerServer::RecycleDue(std::string* reason) {
 
 void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
   if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
+  if (zap_) metrics_->UpdateAuthentications(zap_->accepted(), zap_->refused());
   metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
                    Seconds(Clock::now() - started_), event_seq_);
 }

@@ -29,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/curve.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
@@ -62,6 +63,10 @@ struct WorkerServerOptions {
   // kvserve_recycles_total continues from them instead of restarting at 0.
   std::map<std::string, int64_t> earlier_recycles;
   bool vllm_metric_names = true;
+  // CURVE (common/curve.h): the worker's secret key and the directory of the router keys it
+  // accepts. Empty: the sockets are unauthenticated.
+  std::string curve_secret_key;
+  std::string curve_allowed_clients_dir;
 };
 
 class WorkerServer : private KvEventListener {
@@ -124,6 +129,7 @@ class WorkerServer : private KvEventListener {
   WorkerServerOptions options_;
   std::unique_ptr<Engine> engine_;
   zmq::context_t ctx_;
+  std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key
   std::unique_ptr<zmq::socket_t> router_, pub_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<WorkerMetrics> metrics_;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"
 
@@ -145,8 +146,10 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
   return std::make_pair(std::stoi(out.substr(sp + 1, 3)), out.substr(body + 4));
 }
 
-Client::Client(zmq::context_t& ctx, int port) : socket_(ctx, zmq::socket_type::dealer) {
+Client::Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve)
+    : socket_(ctx, zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);
+  if (curve != nullptr) CHECK(MakeCurveClient(socket_, curve->own, curve->server_key).ok());
   socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
 }
 

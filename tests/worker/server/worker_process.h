@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/curve.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "zmq.hpp"
@@ -48,7 +49,8 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
 // A DEALER client that sends generate requests and collects responses.
 class Client {
  public:
-  Client(zmq::context_t& ctx, int port);
+  // With `curve`, a CURVE client with those keys (common/curve.h).
+  Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve = nullptr);
   absl::Status Send(const google::protobuf::Message& m);
   // Next message (type, payload) within timeout_ms, nullopt on timeout.
   std::optional<ReceivedMessage> Receive(int timeout_ms);
