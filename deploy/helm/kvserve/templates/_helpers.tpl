@@ -62,6 +62,60 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-auth" (include "kvserve.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
 
+{{/* CURVE keys (values curve.*): the Secret that holds them. */}}
+{{- define "kvserve.curveSecretName" -}}
+{{- default (printf "%s-curve" (include "kvserve.fullname" .)) .Values.curve.existingSecret }}
+{{- end }}
+
+{{/* The file that stands for the public key of `who` (router or worker): who.pub in a Secret
+from kvserve-keygen; the chart's own Secret has secret keys only, and kvserve reads a secret-key
+file where a public key is asked for as its public half. */}}
+{{- define "kvserve.curvePublicFile" -}}
+{{- .who }}.{{ if .ctx.Values.curve.existingSecret }}pub{{ else }}key{{ end }}
+{{- end }}
+
+{{/* The CURVE flags of `own` (router or worker), its keys mounted at /etc/kvserve/curve. */}}
+{{- define "kvserve.curveArgs" -}}
+{{- if .ctx.Values.curve.enabled }}
+- --curve-secret-key-file
+- /etc/kvserve/curve/{{ .own }}.key
+{{- if eq .own "router" }}
+- --curve-server-key-file
+- /etc/kvserve/curve/{{ include "kvserve.curvePublicFile" (dict "ctx" .ctx "who" "worker") }}
+{{- else }}
+- --curve-allowed-clients-dir
+- /etc/kvserve/curve/clients
+{{- end }}
+{{- else if eq .own "worker" }}
+- --insecure
+{{- end }}
+{{- end }}
+
+{{/* The volume of those keys: own secret key, and the peer's public one. */}}
+{{- define "kvserve.curveVolume" -}}
+{{- if .ctx.Values.curve.enabled }}
+{{- $peer := include "kvserve.curvePublicFile" (dict "ctx" .ctx "who" (ternary "worker" "router" (eq .own "router"))) }}
+- name: curve
+  secret:
+    secretName: {{ include "kvserve.curveSecretName" .ctx }}
+    # Readable by the pods' fsGroup (podSecurityContext), not by others.
+    defaultMode: 0440
+    items:
+      - key: {{ .own }}.key
+        path: {{ .own }}.key
+      - key: {{ $peer }}
+        path: {{ if eq .own "router" }}{{ $peer }}{{ else }}clients/{{ $peer }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{- define "kvserve.curveMount" -}}
+{{- if .Values.curve.enabled }}
+- name: curve
+  mountPath: /etc/kvserve/curve
+  readOnly: true
+{{- end }}
+{{- end }}
+
 {{/* Where the model directory is inside every container. */}}
 {{- define "kvserve.modelDir" -}}
 {{- $sub := .Values.model.subPath | trimPrefix "/" | trimSuffix "/" }}
