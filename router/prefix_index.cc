@@ -127,6 +127,10 @@ void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes, absl::
     worker.routed[h] = now;
     worker.routed_order.emplace_back(now, h);
   }
+  TrimRouted(worker, cap);
+}
+
+void PrefixIndex::TrimRouted(Worker& worker, size_t cap) {
   while (worker.routed.size() > cap) {
     if (PopOldestRouted(worker)) ++worker.evictions;
   }
@@ -152,6 +156,7 @@ void PrefixIndex::SetCapacity(int w, size_t blocks) {
   Worker& worker = Get(w);
   worker.capacity = blocks;
   OverCapacity(worker);
+  if (blocks > 0) TrimRouted(worker, blocks);  // a smaller pool than before
 }
 
 void PrefixIndex::RemoveWorker(int w) { workers_.erase(w); }

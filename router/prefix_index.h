@@ -93,6 +93,8 @@ class PrefixIndex {
   // Drops the oldest entry of routed_order (non-empty) and, unless that entry is stale (the
   // hash since confirmed, forgotten or routed again), its assumed entry: true then.
   static bool PopOldestRouted(Worker& worker);
+  // Drops the oldest approximate entries past `cap`, counting them as evictions.
+  static void TrimRouted(Worker& worker, size_t cap);
   // Whether `worker` holds more than its pool could: then it is cleared and unsynced.
   static bool OverCapacity(Worker& worker);
   Worker& Get(int w);

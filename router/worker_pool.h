@@ -61,6 +61,9 @@ class WorkerPool {
   // the messages that answer requests (GenerateResponse, ControlReply) with their worker.
   std::vector<std::pair<int, ReceivedMessage>> Poll(int timeout_ms);
   absl::Status Send(int w, const google::protobuf::Message& message);
+  // A message from worker w's PUB socket, as Poll hands it on (public for the fuzzer): one that
+  // is malformed or impossible is counted in counters().dropped and ignored.
+  void HandleSub(int w, const ReceivedMessage& m);
 
   // Routing views: eligible = heartbeat within the timeout and READY.
   [[nodiscard]] std::vector<WorkerView> Views() const;
@@ -83,9 +86,6 @@ class WorkerPool {
     bool active = true;
     Counters counters;
   };
-  // A message from worker w's PUB socket; one that is malformed or impossible is counted in
-  // counters().dropped and ignored.
-  void HandleSub(int w, const ReceivedMessage& m);
   // (Re)makes the worker's sockets and connects them.
   void Connect(Worker& w) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this

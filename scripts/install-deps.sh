@@ -17,7 +17,7 @@ packages=(
   golang-1.19-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-gopkg-yaml.v3-dev golang-github-xeipuuv-gojsonschema-dev
   podman runc debootstrap
-  clang-16
+  clang-16 libclang-rt-16-dev llvm-16
 )
 
 missing=()

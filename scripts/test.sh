@@ -27,3 +27,7 @@ fi
 # Clang's thread-safety analysis (ABSL_GUARDED_BY and friends) over every C++ file both builds
 # compile, the CUDA code included through the emulated one: syntax only, no second test run.
 bash scripts/check-thread-safety.sh "$build" ${emulated:-}
+
+# The libFuzzer targets (tests/fuzz) with ASan and UBSan, 20 s each over their seeds and
+# regression inputs (about 7 minutes with the build; docs/SECURITY.md keeps the longer runs).
+bash scripts/fuzz.sh "${KVSERVE_FUZZ_SECONDS:-20}"

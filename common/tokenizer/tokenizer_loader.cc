@@ -149,7 +149,10 @@ class TokenizerLoader {
     }
     std::vector<std::pair<std::string, std::string>> merges;
     simdjson::dom::array merges_arr;
-    if (auto m = Get(model, "merges"); m && m->get_array().get(merges_arr) != simdjson::SUCCESS) {
+    // As in Hugging Face tokenizers, a BPE model has merges (an empty list at least).
+    auto merges_json = Get(model, "merges");
+    if (!merges_json) return Error("'model.merges' is missing");
+    if (merges_json->get_array().get(merges_arr) != simdjson::SUCCESS) {
       return Error("'model.merges' is not an array");
     }
     merges.reserve(merges_arr.size());

@@ -200,5 +200,19 @@ TEST(PrefixIndexTest, AssumedEntriesAreCappedByThePool) {
             3);  // newest kept
 }
 
+// Found by prefix_index_fuzz: a worker that comes back with a smaller pool kept the assumed
+// entries of the larger one until the next routing.
+TEST(PrefixIndexTest, ASmallerPoolTrimsAssumedEntriesAtOnce) {
+  PrefixIndex index;
+  index.SetCapacity(0, 8);
+  const auto chain = Chain(8);
+  index.RecordRouted(0, chain);
+  ASSERT_EQ(index.num_blocks(0), 8u);
+  index.SetCapacity(0, 2);
+  EXPECT_EQ(index.num_blocks(0), 2u);
+  EXPECT_EQ(index.evictions(0), 6);
+  EXPECT_EQ(index.LongestPrefix(0, {chain[6], chain[7]}).device_blocks, 2);  // newest kept
+}
+
 }  // namespace
 }  // namespace kvserve::router

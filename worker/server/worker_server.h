@@ -80,6 +80,9 @@ class WorkerServer : private KvEventListener {
   // Serves until drained after SIGTERM (`*stop` true) or a granted recycle.
   absl::StatusOr<Exit> Run(const std::atomic<bool>* stop);
 
+  // One message from the ROUTER socket, as Run's loop hands it on (public for the fuzzer).
+  void HandleMessage(const ReceivedMessage& m);
+
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] int events_port() const { return events_port_; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
@@ -109,7 +112,6 @@ class WorkerServer : private KvEventListener {
   void AbortForDrainTimeout();
   // The engine's cache changes, queued for the next KV-event batch.
   void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
-  void HandleMessage(const ReceivedMessage& m);
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c);
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s);

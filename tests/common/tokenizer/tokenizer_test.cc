@@ -152,6 +152,8 @@ TEST(TokenizerTest, UnsupportedComponentsAreNamed) {
        },
        "decoder 'WordPiece'"},
       {[](json& j) { j["model"]["merges"].push_back("zz q"); }, "not in the vocabulary"},
+      // Found by tokenizer_json_fuzz: a missing list was read as an empty array (undefined).
+      {[](json& j) { j["model"].erase("merges"); }, "'model.merges' is missing"},
       {[](json& j) {
          j["pre_tokenizer"] = {
              {"type", "Sequence"},

@@ -1,0 +1,23 @@
+// The OpenAI request parser (router/openai_request.h) on arbitrary bodies: the first byte picks
+// /v1/completions or /v1/chat/completions. Any body gets a request or an InvalidArgument; a
+// parsed request passes the logprob budget check without overflow.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "router/openai_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool chat = data[0] & 1;
+  const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  kvserve::router::RequestLimits limits;
+  limits.max_prompt_bytes = 1 << 16;
+  limits.max_prompt_ids = 4096;
+  absl::StatusOr<kvserve::router::ParsedRequest> r =
+      kvserve::router::ParseCompletionRequest(body, chat, limits);
+  if (r.ok()) {
+    kvserve::router::CheckLogprobBudget(*r, r->max_tokens, limits).IgnoreError();
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+// What a worker reads from anyone who reaches its ROUTER socket (worker/server/worker_server.h):
+// messages in the form of frames.h (GenerateRequest, AbortRequest, Control or an unknown type,
+// arbitrary payloads) handed to a real WorkerServer with the tiny CPU model, as its loop hands
+// them on. Each generate request is aborted after the input (the engine never runs a step, so
+// inputs stay cheap) and a drain is lifted; nothing may fault.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/fuzz/frames.h"
+#include "tests/fuzz/fuzz_env.h"
+#include "worker/server/worker_server.h"
+
+namespace pb = ::kvserve::v1;
+namespace kw = ::kvserve::worker;
+
+namespace {
+
+constexpr const char* kTypes[] = {"GenerateRequest", "AbortRequest", "Control", "KvSnapshot"};
+kw::WorkerServer* server = nullptr;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kw::EngineConfig config;
+  config.model_dir = kvserve::fuzz::DirFromEnv("KVSERVE_FUZZ_MODEL");
+  config.max_model_len = 128;
+  config.cache.num_blocks = 64;
+  auto engine = kw::Engine::Create(config);
+  if (!engine.ok()) abort();
+  kw::WorkerServerOptions o;
+  o.worker_id = "fuzz";
+  auto s = kw::WorkerServer::Create(o, std::move(*engine));
+  if (!s.ok()) abort();
+  server = s->release();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<std::string> started;
+  for (const kvserve::fuzz::Record& r : kvserve::fuzz::ReadRecords(data, size)) {
+    const char* type = kTypes[r.type % std::size(kTypes)];
+    server->HandleMessage({"peer", type, r.payload});
+    pb::GenerateRequest g;
+    if (type == kTypes[0] && g.ParseFromString(r.payload)) started.push_back(g.request_id());
+  }
+  for (const std::string& id : started) {
+    pb::AbortRequest a;
+    a.set_request_id(id);
+    server->HandleMessage({"peer", "AbortRequest", a.SerializeAsString()});
+  }
+  pb::Control undrain;
+  undrain.set_action(pb::CONTROL_ACTION_UNDRAIN);
+  server->HandleMessage({"peer", "Control", undrain.SerializeAsString()});
+  return 0;
+}
