@@ -1,5 +1,11 @@
 #include "router/auth.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/string_util.h"
+
 namespace kvserve::router {
 namespace {
 
@@ -27,6 +33,26 @@ absl::Status CheckAdminToken(const std::string& token, std::string_view authoriz
   if (token.empty()) return absl::NotFoundError("the admin API is off (--admin-token)");
   if (BearerMatches(authorization, token)) return absl::OkStatus();
   return absl::UnauthenticatedError("admin token required");
+}
+
+absl::StatusOr<std::vector<std::string>> ParseApiKeys(std::string_view text,
+                                                      std::string_view source) {
+  std::vector<std::string> keys;
+  for (absl::string_view line : absl::StrSplit(Sv(text), '\n')) {
+    if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "#")) continue;
+    for (absl::string_view key : absl::StrSplit(line, ',')) {
+      key = absl::StripAsciiWhitespace(key);
+      if (!key.empty()) keys.emplace_back(key);
+    }
+  }
+  if (keys.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(source), " holds no API key"));
+  }
+  return keys;
+}
+
+std::string ParseToken(std::string_view text) {
+  return std::string(absl::StripAsciiWhitespace(Sv(text)));
 }
 
 }  // namespace kvserve::router

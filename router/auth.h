@@ -3,6 +3,9 @@
 //
 //   if (absl::Status s = CheckApiKey(keys, request.authorization); !s.ok()) reply 401;
 //
+// Secrets may come from files (--api-keys-file, --admin-token-file), as a mounted Kubernetes
+// Secret gives them, so that they appear in no command line.
+//
 // Pure functions; any thread.
 #ifndef KVSERVE_ROUTER_AUTH_H_
 #define KVSERVE_ROUTER_AUTH_H_
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace kvserve::router {
 
@@ -22,6 +26,15 @@ absl::Status CheckApiKey(const std::vector<std::string>& keys, std::string_view 
 // OK when `authorization` is "Bearer TOKEN"; NotFound when `token` is empty (the admin API is
 // off); else Unauthenticated.
 absl::Status CheckAdminToken(const std::string& token, std::string_view authorization);
+
+// The keys in a file's text: separated by commas or newlines, surrounding whitespace trimmed,
+// lines starting with '#' skipped. InvalidArgument naming `source` when there is none (a file
+// meant to hold keys and holding none must not open the API).
+absl::StatusOr<std::vector<std::string>> ParseApiKeys(std::string_view text,
+                                                      std::string_view source);
+
+// A token file's text without surrounding whitespace (empty: the admin API stays off).
+std::string ParseToken(std::string_view text);
 
 }  // namespace kvserve::router
 

@@ -19,6 +19,7 @@
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "router/auth.h"
 #include "router/http_front.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
@@ -41,6 +42,11 @@ ABSL_FLAG(int32_t, max_unavailable, 1,
           "Recycle coordinator: most workers draining or recycling at once");
 ABSL_FLAG(std::string, api_keys, "",
           "Comma-separated keys; when set, /v1/* needs Authorization: Bearer KEY");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "A file of API keys (comma- or newline-separated, '#' comments), added to --api-keys; "
+          "keeps them out of the process list");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "A file holding the admin token, instead of --admin-token (empty file: admin API off)");
 ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
 ABSL_FLAG(double, w_load, 0.25, "prefix policy: cost weight of each block of load");
 ABSL_FLAG(int64_t, balance_abs_threshold, 512,
@@ -95,6 +101,28 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
   l.max_prompt_ids = max_model_len;
   l.max_logprob_entries = absl::GetFlag(FLAGS_max_logprob_entries);
   return l;
+}
+
+// API keys and the admin token, from the flags and the files they name.
+absl::Status SecretsFromFlags(FrontOptions* f) {
+  for (absl::string_view k :
+       absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
+    f->api_keys.emplace_back(k);
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_api_keys_file); !file.empty()) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+    ASSIGN_OR_RETURN(std::vector<std::string> keys, ParseApiKeys(text, "--api-keys-file " + file));
+    f->api_keys.insert(f->api_keys.end(), keys.begin(), keys.end());
+  }
+  f->admin_token = absl::GetFlag(FLAGS_admin_token);
+  if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
+    if (!f->admin_token.empty()) {
+      return absl::InvalidArgumentError("--admin-token and --admin-token-file exclude each other");
+    }
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+    f->admin_token = ParseToken(text);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
@@ -164,12 +192,8 @@ absl::Status Serve() {
   f.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (f.served_model_name.empty())
     f.served_model_name = std::filesystem::path(model).filename().string();
-  for (absl::string_view k :
-       absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
-    f.api_keys.emplace_back(k);
-  }
+  RETURN_IF_ERROR(SecretsFromFlags(&f));
   f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
-  f.admin_token = absl::GetFlag(FLAGS_admin_token);
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)

