@@ -1,5 +1,6 @@
 #include "router/openai_handlers.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <map>
@@ -83,6 +84,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   std::string request_id_;
   int64_t created_ = 0;
   int prompt_tokens_ = 0;
+  int max_tokens_ = 0;  // per choice: a worker's tokens past it are not taken
   std::vector<Choice> choices_;
   Clock::time_point start_;
   bool first_token_seen_ = false;
@@ -92,6 +94,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
 void Completion::Start(const std::vector<int>& ids, int max_tokens,
                        const std::string& session_header) {
   prompt_tokens_ = static_cast<int>(ids.size());
+  max_tokens_ = max_tokens;
   request_id_ = ctx_.NextRequestId(req_.chat);
   start_ = Clock::now();
   created_ = UnixSeconds();
@@ -161,7 +164,8 @@ void Completion::OnResponse(const pb::GenerateResponse& r) {
       SendChunk(index, emitted, c.done ? c.finish : "", lp);
     }
   }
-  if (r.has_usage()) return Finish(r.usage().cached_prompt_tokens());
+  // The worker's count of cached prompt tokens, within what the prompt can have.
+  if (r.has_usage()) return Finish(std::clamp(r.usage().cached_prompt_tokens(), 0, prompt_tokens_));
   if (AllDone()) {  // every choice stopped on a stop string: the worker can stop too
     ctx_.core->Abort(request_id_);
     Finish(0);
@@ -172,8 +176,10 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
   const bool failed = r.finish_reason() == pb::FINISH_REASON_ERROR ||
                       (r.finish_reason() == pb::FINISH_REASON_ABORT && !AllDone());
   if (!failed) return false;
-  const int code =
-      r.error().code() == 0 ? static_cast<int>(absl::StatusCode::kInternal) : r.error().code();
+  // A code outside absl's range (from a broken worker) reports as internal.
+  const int code = r.error().code() >= 1 && r.error().code() <= 16
+                       ? r.error().code()
+                       : static_cast<int>(absl::StatusCode::kInternal);
   const OpenAiError e =
       OpenAiErrorFromStatus(absl::Status(static_cast<absl::StatusCode>(code), r.error().message()));
   finished_ = true;
@@ -188,7 +194,8 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
 
 std::string Completion::Decode(Choice& c, const pb::GenerateResponse& r, json& lp_entries) {
   std::string emitted;
-  for (int i = 0; i < r.token_ids_size() && !c.done; ++i) {
+  // A worker never sends more than max_tokens per choice; tokens past them are not kept.
+  for (int i = 0; i < r.token_ids_size() && !c.done && c.tokens < max_tokens_; ++i) {
     const int id = r.token_ids(i);
     ++c.tokens;
     if (absl::StatusOr<std::string> piece = c.detok->Append(id); piece.ok()) {
@@ -214,7 +221,10 @@ std::string Completion::Decode(Choice& c, const pb::GenerateResponse& r, json& l
 void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, json& lp_entries) {
   json top = json::array();
   json top_map = json::object();
+  // At most the alternatives asked for, whatever the worker sent.
+  const int wanted = req_.logprobs.value_or(0);
   for (const pb::TokenLogprob& t : p.top()) {
+    if (static_cast<int>(top.size()) >= wanted) break;
     top.push_back({{"token", TokenText(t.token_id())}, {"logprob", t.logprob()}});
     top_map[TokenText(t.token_id())] = t.logprob();
   }
