@@ -125,22 +125,15 @@ absl::Status CurveFromFlags(WorkerServerOptions* o) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(CurveKeyPair own, ReadCurveKeyPair(key_file));
+  RETURN_IF_ERROR(ReadAllowedClients(clients).status());  // before the weights load
   o->curve_secret_key = own.secret_key;
   o->curve_allowed_clients_dir = clients;
   LOG(INFO) << "CURVE on: this worker's public key is " << own.public_key;
   return absl::OkStatus();
 }
 
-// Serves until stopped or recycled; `*drain_reason` says why it drained.
-absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
-  ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
-  ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
-  std::cerr << engine->preflight_report() << "\n";
-  // Warm up: one tiny request through every layer before reporting ready.
-  RETURN_IF_ERROR(engine->AddRequest({.request_id = "warmup", .prompt = {0}, .max_tokens = 1}));
-  while (engine->HasWork()) RETURN_IF_ERROR(engine->Step().status());
-
+// The server's options from the flags; checked before the engine loads its weights.
+absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
   WorkerServerOptions o;
   o.host = absl::GetFlag(FLAGS_host);
   o.metrics_host =
@@ -168,6 +161,20 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
     gethostname(host, sizeof(host) - 1);
     o.worker_id = absl::StrCat(host, ":", o.port);
   }
+  return o;
+}
+
+// Serves until stopped or recycled; `*drain_reason` says why it drained.
+absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
+  ASSIGN_OR_RETURN(WorkerServerOptions o, OptionsFromFlags());
+  ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
+  ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
+  std::cerr << engine->preflight_report() << "\n";
+  // Warm up: one tiny request through every layer before reporting ready.
+  RETURN_IF_ERROR(engine->AddRequest({.request_id = "warmup", .prompt = {0}, .max_tokens = 1}));
+  while (engine->HasWork()) RETURN_IF_ERROR(engine->Step().status());
+
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server,
                    WorkerServer::Create(o, std::move(engine)));
   nlohmann::json ports = {{"port", server->port()},
