@@ -1,5 +1,7 @@
 // A small HTTP/1.1 server (Boost.Beast) for the worker's /metrics, /health and /ready: one
-// thread, one request per connection. The handler runs on that thread and must be
+// thread, asynchronous, one request per connection. A request must arrive and its answer leave
+// within 5 s, and at most 64 connections stay open (a new one closes the oldest), so idle or
+// slow clients never keep a probe from its answer. The handler runs on that thread and must be
 // thread-safe with respect to the engine thread (it reads atomics and the metrics registry).
 //
 //   ASSIGN_OR_RETURN(auto http, HttpServer::Start(0, [](const std::string& path) { ... }));

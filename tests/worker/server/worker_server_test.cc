@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <future>
 #include <random>
 #include <set>
 #include <thread>
@@ -433,6 +434,38 @@ TEST(WorkerServerTest, MalformedTrafficNeverStopsServing) {
   ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
   EXPECT_NE(metrics.second.find("kvserve_dropped_messages_total"), std::string::npos);
   EXPECT_TRUE(w->Alive());
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
+// Issue 26: one silent connection used to freeze /health, /ready and /metrics (the server read
+// synchronously, with no deadline), and a liveness probe would then restart a healthy worker.
+TEST(WorkerServerTest, IdleAndSlowClientsNeverHoldUpProbes) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) {  // more than the server keeps open
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(w->metrics_port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    if (i % 2 == 1) (void)!write(fd, "GET /hea", 8);  // half a request line
+    held.push_back(fd);
+  }
+  // A probe on a thread of its own: if the server were stuck it would never return, and the
+  // test fails after a generous wait instead of hanging (killing the worker frees the thread).
+  for (const char* path : {"/health", "/ready", "/metrics"}) {
+    auto done = std::make_shared<std::promise<int>>();
+    std::future<int> status = done->get_future();
+    std::thread([port = w->metrics_port(), path, done] {
+      absl::StatusOr<std::pair<int, std::string>> r = HttpGet(port, path);
+      done->set_value(r.ok() ? r->first : -1);
+    }).detach();
+    ASSERT_EQ(status.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << path << " did not answer while other connections were open";
+    EXPECT_EQ(status.get(), 200) << path;
+  }
+  for (int fd : held) close(fd);
   EXPECT_EQ(w->Terminate(), 0);
 }
 
