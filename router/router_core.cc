@@ -213,8 +213,9 @@ void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
     }
     bool lost = true;
     for (const WorkerView& v : views) {
-      // Eligible, or draining on purpose (it finishes what it has): not lost.
-      if (v.id == p.worker && (v.eligible || st->state() != pb::WORKER_STATE_READY)) lost = false;
+      // Heard from within the timeout, whether serving or draining on purpose (it finishes
+      // what it has): not lost. A stale heartbeat is lost in every state, draining included.
+      if (v.id == p.worker && v.fresh) lost = false;
     }
     // Restarted (killed and brought back before its heartbeat went stale): the new process
     // never heard of the request.

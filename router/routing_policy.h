@@ -32,6 +32,7 @@ struct WorkerView {
   int id = 0;
   std::string name;
   bool eligible = true;       // healthy and READY (not draining, recycling or starting)
+  bool fresh = true;          // its last heartbeat is within the timeout, whatever its state
   int64_t active_blocks = 0;  // referenced device blocks
   int64_t waiting = 0;        // queued requests
 };

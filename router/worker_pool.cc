@@ -218,8 +218,8 @@ std::vector<WorkerView> WorkerPool::Views() const {
     WorkerView v;
     v.id = w;
     v.name = worker.endpoint.name;
-    v.eligible = worker.status.has_value() && now - worker.last_heartbeat <= timeout &&
-                 worker.status->state() == pb::WORKER_STATE_READY;
+    v.fresh = worker.status.has_value() && now - worker.last_heartbeat <= timeout;
+    v.eligible = v.fresh && worker.status->state() == pb::WORKER_STATE_READY;
     if (worker.status) {
       for (const pb::BlockCounts& b : worker.status->blocks()) {
         if (b.medium() == pb::MEDIUM_DEVICE) v.active_blocks = b.active();

@@ -1,15 +1,17 @@
 // A worker that breaks the protocol, behind a real router front (HttpFront + RouterCore): more
 // tokens than max_tokens, more logprob alternatives than asked, a sample index past n, a cached
-// count past the prompt, an error code outside absl's range. The client gets what it asked for
-// and a clean error, never the worker's excess.
+// count past the prompt, an error code outside absl's range, a hang while draining. The client
+// gets what it asked for and a clean error, never the worker's excess or an endless wait.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "common/zmq_framing.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/http_front.h"
@@ -46,6 +48,10 @@ class BrokenWorker {
   }
   int port() const { return port_; }
   int events_port() const { return events_port_; }
+  // The state its heartbeats report from now on.
+  void SetState(pb::WorkerState state) { state_ = state; }
+  // Stops heartbeating and answering, like a process that hangs.
+  void Freeze() { frozen_ = true; }
 
  private:
   void Loop() {
@@ -59,6 +65,11 @@ class BrokenWorker {
     b->set_total(64);
     b->set_free(64);
     while (!stop_) {
+      if (frozen_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      st.set_state(state_.load());
       SendMessage(pub_, "status", st).IgnoreError();
       zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(50));
@@ -76,7 +87,8 @@ class BrokenWorker {
   zmq::context_t ctx_;
   zmq::socket_t pub_{ctx_, zmq::socket_type::pub}, router_{ctx_, zmq::socket_type::router};
   int port_ = 0, events_port_ = 0;
-  std::atomic<bool> stop_{false};
+  std::atomic<pb::WorkerState> state_{pb::WORKER_STATE_READY};
+  std::atomic<bool> stop_{false}, frozen_{false};
   std::thread thread_;
 };
 
@@ -110,6 +122,7 @@ class WorkerRepliesTest : public ::testing::Test {
                                          kvserve::testing::NpmTokenizerDir("llama3")));
     RouterOptions o;
     o.workers.push_back({"broken", "127.0.0.1", worker_->port(), worker_->events_port()});
+    o.heartbeat_timeout = absl::Milliseconds(500);
     o.metrics = &metrics_;
     core_ = std::make_unique<RouterCore>(o);
     core_->Start();
@@ -190,6 +203,40 @@ TEST_F(WorkerRepliesTest, AnErrorCodeOutsideAbslsRangeIsAnInternalError) {
                              {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 2}});
   EXPECT_EQ(status, 500) << body.dump();
   EXPECT_NE(body["error"]["message"].get<std::string>().find("boom"), std::string::npos);
+}
+
+// Issue 26: the router trusted a draining worker whatever its heartbeat's age, so a worker that
+// hung while draining left its requests waiting forever.
+TEST_F(WorkerRepliesTest, AWorkerThatHangsWhileDrainingFailsItsRequests) {
+  Start([](const pb::GenerateRequest& req) {
+    pb::GenerateResponse r;  // one token, then nothing: the request stays in flight
+    r.set_request_id(req.request_id());
+    r.add_token_ids(1000);
+    return std::vector<pb::GenerateResponse>{r};
+  });
+  auto job = std::make_shared<Job>();
+  job->request.set_request_id("r1");
+  job->request.add_prompt_token_ids(1);
+  job->request.set_max_tokens(100);
+  auto tokens = std::make_shared<std::atomic<int>>(0);
+  auto failed = std::make_shared<std::promise<std::string>>();
+  job->on_response = [tokens, failed](const pb::GenerateResponse& r) {
+    *tokens += r.token_ids_size();
+    if (r.finish_reason() == pb::FINISH_REASON_ERROR) failed->set_value(r.error().message());
+  };
+  std::future<std::string> error = failed->get_future();
+  core_->Submit(job);
+  for (int i = 0; i < 250 && *tokens == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(*tokens, 1);
+  worker_->SetState(pb::WORKER_STATE_DRAINING);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the router sees it draining
+  worker_->Freeze();
+  // Ends within the heartbeat timeout plus a turn of the core; the wait is only a hang guard.
+  ASSERT_EQ(error.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "the request hangs on a worker that stopped while draining";
+  EXPECT_THAT(error.get(), ::testing::HasSubstr("stopped responding"));
 }
 
 }  // namespace
