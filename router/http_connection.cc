@@ -42,7 +42,16 @@ void HttpConnection::OnRead(beast::error_code ec) {
   r.authorization = std::string(req[http::field::authorization]);
   r.session_id = std::string(req["x-session-id"]);
   path_ = r.path;
+  // From here on the only read is Drain: it notices a client that closes before its answer.
+  reading_ = true;
+  Drain(std::make_shared<std::array<char, 65536>>(), 0);
   handler_(shared_from_this(), r);
+}
+
+void HttpConnection::ClientGone() {
+  if (gone_) return;
+  gone_ = true;  // later Writes are dropped; a write under way finishes or fails on its own
+  if (on_gone_) std::exchange(on_gone_, nullptr)();
 }
 
 void HttpConnection::Respond(int status, std::string body, std::string_view content_type) {
@@ -68,14 +77,15 @@ void HttpConnection::LingeringClose() {
     beast::error_code ec;
     self->socket_.close(ec);  // a client that neither finishes nor closes
   });
-  Drain(std::make_shared<std::array<char, 65536>>(), 0);
+  if (!reading_) Drain(std::make_shared<std::array<char, 65536>>(), 0);
 }
 
 void HttpConnection::Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t total) {
   if (total > (64u << 20)) return;
   socket_.async_read_some(asio::buffer(*buf),
                           [self = shared_from_this(), buf, total](beast::error_code ec, size_t n) {
-                            if (!ec) self->Drain(buf, total + n);
+                            if (ec) return self->ClientGone();  // closed, reset or timed out
+                            self->Drain(buf, total + n);
                           });
 }
 
@@ -97,10 +107,8 @@ void HttpConnection::WriteNext() {
   asio::async_write(socket_, asio::buffer(writes_.front()),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
                       if (ec) {
-                        self->gone_ = true;
                         self->writes_.clear();
-                        if (self->on_gone_) std::exchange(self->on_gone_, nullptr)();
-                        return;
+                        return self->ClientGone();
                       }
                       self->writes_.pop_front();
                       if (!self->writes_.empty()) return self->WriteNext();

@@ -59,7 +59,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void StartEventStream();
   void Write(std::string data, bool last);
   void CountStreamed(int status);
-  // Called once if a write fails (the client went away), before any further Write is dropped.
+  // Called once when the client goes away (it closes or resets the connection, or a write
+  // fails), streaming or not, before any further Write is dropped. As with vLLM, a client that
+  // shuts down its sending side after the request counts as gone.
   void SetOnClientGone(std::function<void()> on_gone) { on_gone_ = std::move(on_gone); }
 
   [[nodiscard]] const boost::asio::any_io_executor& executor() const { return executor_; }
@@ -70,7 +72,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // Lingering close: stop sending, then read and drop what the client still sends (an
   // oversized body, say) so that it sees the response instead of a connection reset.
   void LingeringClose();
+  // Reads and drops what the client sends after its request (up to 64 MiB); its end is
+  // ClientGone.
   void Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t total);
+  void ClientGone();
   // The metric label: a known path, or "other" (labels must not grow with what clients send).
   [[nodiscard]] std::string Endpoint() const;
 
@@ -85,6 +90,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::deque<std::string> writes_;
   bool close_after_ = false;
   bool gone_ = false;
+  bool reading_ = false;  // Drain is under way
   std::function<void()> on_gone_;
 };
 

@@ -3,8 +3,8 @@
 // request queued behind it on that worker (not started) completes on the other worker, new
 // requests keep succeeding; the supervisor restarts the worker and the router resyncs its
 // index from the new instance (its old cache is dropped, a snapshot applied). A client that
-// disconnects mid-stream aborts its request on the worker. A second cluster whose worker ports
-// are taken fails at once, saying why, with a non-zero exit.
+// disconnects, mid-stream or waiting for a whole answer, aborts its request on the worker. A
+// second cluster whose worker ports are taken fails at once, saying why, with a non-zero exit.
 //
 //   node cluster_fault_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
@@ -161,6 +161,18 @@ test('a client that disconnects aborts its request on the worker', async () => {
   const running = await waitFor('the running request', async () => (await admin()).find((w) => w.num_running === 1), 10000);
   controller.abort();
   // 3000 tokens would take many seconds; the abort frees the worker almost at once.
+  await waitFor('the abort', async () => (await admin()).find((w) => w.name === running.name && w.num_running === 0), 5000);
+});
+
+// Issue 26: a non-streaming client that went away was not noticed (nothing is written to it
+// until the end), so the worker generated all of it anyway.
+test('a non-streaming client that disconnects aborts its request on the worker', async () => {
+  const controller = new AbortController();
+  const pending = completion({ prompt: 'Go on and on', max_tokens: 3000, ignore_eos: true, user: 'quiet-leaver' },
+    controller.signal).catch((e) => e);
+  const running = await waitFor('the running request', async () => (await admin()).find((w) => w.num_running === 1), 10000);
+  controller.abort();
+  assert.equal((await pending).name, 'AbortError');
   await waitFor('the abort', async () => (await admin()).find((w) => w.name === running.name && w.num_running === 0), 5000);
 });
 
