@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,6 +37,45 @@ absl::Status CheckHostTierFits(const PoolPlan& p, int ranks) {
       "--swap-space: a host tier of %.1f GiB (%d blocks of %d bytes on each of %d ranks) is more "
       "than 70%% of this machine's %.1f GiB of memory",
       host_tier / kGiB, p.host_blocks, p.block_bytes, ranks, memory / kGiB));
+}
+
+// Bytes of memory this process may still take: the kernel's MemAvailable, and under a cgroup
+// v2 limit (a container's) what is left of it. 0 when neither can be read.
+double AvailableMemory() {
+  double available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(1 << 10, '\n');
+  }
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"),
+      current_file("/sys/fs/cgroup/memory.current");
+  std::string max;
+  double current = 0;
+  if (max_file >> max && max != "max" && current_file >> current) {
+    const double left = std::max(0.0, std::stod(max) - current);
+    available = available > 0 ? std::min(available, left) : left;
+  }
+  return available;
+}
+
+// The pools the CPU holds (the device pool on the CPU backend, the host tier on any) are
+// committed when they are made: they must fit in the memory available now, or the worker
+// would be killed later, under traffic, instead of refused here.
+absl::Status CheckPoolsFitInMemory(const EngineConfig& config, const PoolPlan& p, int ranks) {
+  const bool cpu = config.backend.device == Device::kCpu;
+  const double pools =
+      (static_cast<double>(cpu ? p.device_blocks : 0) + p.host_blocks) * p.block_bytes * ranks;
+  const double available = AvailableMemory();
+  if (available <= 0 || pools <= available) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the KV pools need %.1f GiB of host memory (%s%d host blocks, %d bytes each, on %d ranks) "
+      "and %.1f GiB is available (MemAvailable, or the cgroup's memory.max): lower %s",
+      pools / kGiB, cpu ? absl::StrCat(p.device_blocks, " CPU blocks and ") : "", p.host_blocks,
+      p.block_bytes, ranks, available / kGiB,
+      cpu ? "--kv-cache-memory-gib / --num-blocks or --swap-space" : "--swap-space"));
 }
 
 std::string GraphsLine(const GraphRecording& g, bool sized_by_gpu) {
@@ -79,6 +120,7 @@ absl::StatusOr<PoolPlan> PlanPools(const EngineConfig& config, const KvCacheSpec
     p.host_blocks = BlocksIn(c.swap_space_gib, p.block_bytes);
   }
   RETURN_IF_ERROR(CheckHostTierFits(p, ranks));
+  RETURN_IF_ERROR(CheckPoolsFitInMemory(config, p, ranks));
   if (c.host_prefix_cache && p.host_blocks == 0) {
     return absl::InvalidArgumentError("--host-prefix-cache needs a host tier: set --swap-space");
   }

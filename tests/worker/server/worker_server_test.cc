@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
 #include <random>
 #include <set>
@@ -467,6 +468,35 @@ TEST(WorkerServerTest, IdleAndSlowClientsNeverHoldUpProbes) {
   }
   for (int fd : held) close(fd);
   EXPECT_EQ(w->Terminate(), 0);
+}
+
+// Issue 26: the CPU pool was calloc'ed, its pages mapped on first use, so RSS grew under traffic
+// and a pool larger than the machine was accepted at start and killed later.
+TEST(WorkerServerTest, KvPoolsAreCommittedAtStartOrRefused) {
+  const std::vector<std::string> args = {"--model", FixtureModel("tiny-llama3"), "--max-model-len",
+                                         "256",     "--kv-cache-memory-gib",     "0.25"};
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+  std::ifstream status("/proc/" + std::to_string(w->pid()) + "/status");
+  int64_t rss_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::stoll(line.substr(6));
+  }
+  EXPECT_GE(rss_kib, 256 * 1024) << "the 0.25 GiB pool is not resident once ready";
+  EXPECT_EQ(w->Terminate(), 0);
+
+  std::string command = KVSERVE_WORKER_BINARY;
+  for (const char* a :
+       {"--model", "", "--max-model-len", "256", "--kv-cache-memory-gib", "100000"}) {
+    command += std::string(" '") + (*a ? a : FixtureModel("tiny-llama3").c_str()) + "'";
+  }
+  FILE* out = popen((command + " 2>&1").c_str(), "r");
+  ASSERT_NE(out, nullptr);
+  std::string said;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), out) != nullptr) said += buf;
+  EXPECT_NE(pclose(out), 0);
+  EXPECT_NE(said.find("GiB is available"), std::string::npos) << said;
+  EXPECT_NE(said.find("lower --kv-cache-memory-gib"), std::string::npos) << said;
 }
 
 TEST(WorkerServerTest, SigtermFinishesInFlightRequestsThenExits) {
