@@ -7,7 +7,8 @@
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET]        # default 20; scripts/test.sh runs this
 #   KVSERVE_FUZZ_TARGETS="openai_request_fuzz" bash scripts/fuzz.sh 3600
 # A crash fails the run; its input is in build-fuzz/crashes/TARGET/ and its report in
-# build-fuzz/fuzz-logs/TARGET.log.
+# build-fuzz/fuzz-logs/TARGET.log. KVSERVE_FUZZ_SEED fixes libFuzzer's seed (CI: 1, so that a
+# run is repeatable; 0, the default, draws one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
@@ -35,7 +36,8 @@ for t in $targets; do
   before=$(ls "$corpus" | wc -l)
   result=ok
   "$build/bin/$t" "${dirs[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
-    -print_final_stats=1 -artifact_prefix="$build/crashes/$name/" >"$log" 2>&1 || result=FAILED
+    -seed="${KVSERVE_FUZZ_SEED:-0}" -print_final_stats=1 -artifact_prefix="$build/crashes/$name/" \
+    >"$log" 2>&1 || result=FAILED
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   printf '%-22s %12s %8s  %s\n' "$t" "${runs:-?}" $(($(ls "$corpus" | wc -l) - before)) "$result"
   [[ $result == ok ]] || { failed+=("$t"); tail -40 "$log"; }
