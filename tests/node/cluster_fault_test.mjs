@@ -4,7 +4,8 @@
 // requests keep succeeding; the supervisor restarts the worker and the router resyncs its
 // index from the new instance (its old cache is dropped, a snapshot applied). A client that
 // disconnects, mid-stream or waiting for a whole answer, aborts its request on the worker. A
-// second cluster whose worker ports are taken fails at once, saying why, with a non-zero exit.
+// model path full of shell syntax starts a cluster as it is. A second cluster whose worker ports
+// are taken fails at once, saying why, with a non-zero exit.
 //
 //   node cluster_fault_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
@@ -174,6 +175,18 @@ test('a non-streaming client that disconnects aborts its request on the worker',
   controller.abort();
   assert.equal((await pending).name, 'AbortError');
   await waitFor('the abort', async () => (await admin()).find((w) => w.name === running.name && w.num_running === 0), 5000);
+});
+
+// Issue 25: kvserve-cluster built shell commands with single-quoted paths; a path with a quote
+// broke out of them. It now starts its processes with an argument vector.
+test('a model path with quotes, spaces and $(...) is passed as it is, never to a shell', async () => {
+  const odd = path.join(tmp, 'it\'s a "model" $(touch pwned) `touch pwned2`');
+  fs.symlinkSync(model, odd);
+  const second = await startCluster(bin, ['--model', odd, '--workers', '1',
+    '--port', String(await freeRange(1)), '--base-port', String(await freeRange(3))]);
+  second.kill('SIGTERM');
+  await new Promise((r) => second.once('exit', r));
+  for (const f of ['pwned', 'pwned2']) assert.ok(!fs.existsSync(f) && !fs.existsSync(path.join(tmp, f)), `${f} was made`);
 });
 
 test('a cluster whose worker ports are taken exits at once with the worker\'s reason', async () => {

@@ -3,7 +3,11 @@
 // gets nothing now, with or without a key of its own, and the worker stays ready; a router whose
 // key is listed only later gets in without a restart of either; a worker refuses to expose
 // unauthenticated sockets beyond loopback unless told --insecure.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -149,6 +153,30 @@ TEST(WorkerExposureTest, UnauthenticatedSocketsStayOnLoopbackUnlessInsecure) {
   args.push_back("--insecure");
   ASSERT_OK_AND_ASSIGN(auto insecure, WorkerProcess::Start(args));
   EXPECT_EQ(insecure->Terminate(), 0);
+}
+
+// Whether something listens on address:port (a TCP connect succeeds).
+bool Listens(const char* address, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, address, &a.sin_addr);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// Issue 25: the metrics port bound every interface whenever --host was anything but the
+// literal 127.0.0.1. It now listens on --metrics-host, which defaults to --host.
+TEST(WorkerExposureTest, MetricsListenWhereTheOperatorSays) {
+  std::vector<std::string> args = ModelArgs();
+  args.insert(args.end(), {"--host", "127.0.0.2"});  // loopback, but not the literal 127.0.0.1
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+  EXPECT_TRUE(Listens("127.0.0.2", w->metrics_port()));
+  EXPECT_FALSE(Listens("127.0.0.1", w->metrics_port())) << "the metrics port is on every interface";
+  EXPECT_FALSE(Listens("127.0.0.1", w->port()));
+  EXPECT_EQ(w->Terminate(), 0);
 }
 
 }  // namespace
