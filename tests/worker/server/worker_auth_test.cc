@@ -141,14 +141,8 @@ TEST_F(WorkerAuthTest, ARouterListedLaterGetsInWithoutARestart) {
 TEST(WorkerExposureTest, UnauthenticatedSocketsStayOnLoopbackUnlessInsecure) {
   std::vector<std::string> args = ModelArgs();
   args.insert(args.end(), {"--host", "0.0.0.0"});
-  std::string command = KVSERVE_WORKER_BINARY;
-  for (const std::string& a : args) command += " '" + a + "'";
-  FILE* out = popen((command + " 2>&1").c_str(), "r");
-  ASSERT_NE(out, nullptr);
-  std::string said;
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), out) != nullptr) said += buf;
-  EXPECT_NE(pclose(out), 0);
+  const auto [status, said] = RunWorkerToExit(args);
+  EXPECT_NE(status, 0);
   EXPECT_THAT(said, HasSubstr("--host 0.0.0.0 is not loopback: give CURVE keys"));
   args.push_back("--insecure");
   ASSERT_OK_AND_ASSIGN(auto insecure, WorkerProcess::Start(args));

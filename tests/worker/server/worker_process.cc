@@ -118,6 +118,18 @@ WorkerProcess::~WorkerProcess() {
   }
 }
 
+std::pair<int, std::string> RunWorkerToExit(const std::vector<std::string>& args) {
+  std::string command = KVSERVE_WORKER_BINARY;
+  for (const std::string& a : args) command += " '" + a + "'";  // test arguments: no quotes
+  FILE* out = popen((command + " 2>&1").c_str(), "r");
+  if (out == nullptr) return {-1, "popen failed"};
+  std::string said;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), out)) > 0;) said.append(buf, n);
+  const int status = pclose(out);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, said};
+}
+
 absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -43,6 +43,10 @@ class WorkerProcess {
   std::string ports_file_;
 };
 
+// Runs kvserve-worker with exactly `args` to its exit (one that refuses to start); returns
+// {exit status, what it printed on stdout and stderr}.
+std::pair<int, std::string> RunWorkerToExit(const std::vector<std::string>& args);
+
 // GET http://127.0.0.1:port/path; returns {status, body}.
 absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string& path);
 

@@ -484,17 +484,10 @@ TEST(WorkerServerTest, KvPoolsAreCommittedAtStartOrRefused) {
   EXPECT_GE(rss_kib, 256 * 1024) << "the 0.25 GiB pool is not resident once ready";
   EXPECT_EQ(w->Terminate(), 0);
 
-  std::string command = KVSERVE_WORKER_BINARY;
-  for (const char* a :
-       {"--model", "", "--max-model-len", "256", "--kv-cache-memory-gib", "100000"}) {
-    command += std::string(" '") + (*a ? a : FixtureModel("tiny-llama3").c_str()) + "'";
-  }
-  FILE* out = popen((command + " 2>&1").c_str(), "r");
-  ASSERT_NE(out, nullptr);
-  std::string said;
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), out) != nullptr) said += buf;
-  EXPECT_NE(pclose(out), 0);
+  const auto [exit_status, said] =
+      RunWorkerToExit({"--model", FixtureModel("tiny-llama3"), "--max-model-len", "256",
+                       "--kv-cache-memory-gib", "100000"});
+  EXPECT_NE(exit_status, 0);
   EXPECT_NE(said.find("GiB is available"), std::string::npos) << said;
   EXPECT_NE(said.find("lower --kv-cache-memory-gib"), std::string::npos) << said;
 }
