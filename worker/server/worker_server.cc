@@ -381,6 +381,15 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
       pb::Usage* u = delta.mutable_usage();
       u->set_prompt_tokens(o.num_prompt_tokens);
       u->set_cached_prompt_tokens(o.num_cached_prompt_tokens);
+      // Counted before the last reply goes out (a scrape after the answer sees it).
+      const double e2e = Seconds(now - route.arrival);
+      const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
+      const double tpot =
+          route.completion_tokens > 1
+              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
+              : 0;
+      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot,
+                                o.finish_reason == FinishReason::kLength ? "length" : "stop");
     }
     if (route.stream) {
       Reply(route.identity, delta);
@@ -405,14 +414,6 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
           Reply(route.identity, p);
         }
       }
-      const double e2e = Seconds(now - route.arrival);
-      const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
-      const double tpot =
-          route.completion_tokens > 1
-              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
-              : 0;
-      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot,
-                                o.finish_reason == FinishReason::kLength ? "length" : "stop");
       ++served_requests_;
       routes_.erase(it);
     }
