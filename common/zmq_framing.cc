@@ -11,6 +11,8 @@ absl::Status FromZmqError(const zmq::error_t& e, std::string_view what) {
   std::string message = absl::StrCat(Sv(what), ": ", e.what());
   if (e.num() == EAGAIN) return absl::UnavailableError(message);
   if (e.num() == ETERM || e.num() == ENOTSOCK) return absl::CancelledError(message);
+  // A ROUTER socket with ROUTER_MANDATORY: no peer has that routing id (it disconnected).
+  if (e.num() == EHOSTUNREACH) return absl::NotFoundError(message);
   return absl::InternalError(message);
 }
 

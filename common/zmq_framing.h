@@ -32,7 +32,8 @@ struct ReceivedMessage {
 };
 
 // Sends `frames` as one multipart message. Unavailable if the socket cannot send now with
-// `flags` = dontwait (EAGAIN), Internal for other ZeroMQ errors.
+// `flags` = dontwait (EAGAIN), NotFound if a ROUTER_MANDATORY socket has no peer of that
+// routing id (EHOSTUNREACH), Internal for other ZeroMQ errors.
 absl::Status SendFrames(zmq::socket_t& socket, absl::Span<const std::string_view> frames,
                         zmq::send_flags flags = zmq::send_flags::none);
 

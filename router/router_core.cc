@@ -147,6 +147,10 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
 void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
   auto it = inflight_.find(r.request_id());
   if (it == inflight_.end() || it->second.worker != worker) return;  // a moved request's old one
+  if (!InSequence(it->first, it->second, r)) {
+    inflight_.erase(it);
+    return;
+  }
   if (RefusedWhileDraining(r) && CanMove(it->second)) {
     // The worker started draining before it saw the request: send it elsewhere.
     std::vector<Move> moves;
@@ -166,6 +170,32 @@ void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
                                   r.usage().cached_prompt_tokens());
   }
   job->on_response(r);
+}
+
+bool RouterCore::InSequence(const std::string& request_id, Placed& p,
+                            const pb::GenerateResponse& r) {
+  if (r.seq() == p.next_seq) {
+    ++p.next_seq;
+    return true;
+  }
+  ++reply_gaps_;
+  std::string worker_name;
+  for (const WorkerView& v : pool_->Views()) {
+    if (v.id == p.worker) worker_name = v.name;
+  }
+  LOG_EVERY_T(WARNING, 10) << "worker " << worker_name << ": reply " << r.seq() << " to "
+                           << request_id << " where " << p.next_seq << " was due";
+  if (options_.metrics != nullptr) options_.metrics->CountReplyGap(worker_name);
+  pb::AbortRequest a;
+  a.set_request_id(request_id);
+  a.set_reason("replies lost on the link");
+  pool_->Send(p.worker, a).IgnoreError();
+  index_.ForgetRouted(p.worker, p.hashes);
+  p.job->on_response(ErrorResponse(
+      request_id, absl::StatusCode::kUnavailable,
+      absl::StrCat("replies from the worker were lost on the way (reply ", r.seq(), " came where ",
+                   p.next_seq, " was due); the request was stopped, retry it")));
+  return false;
 }
 
 void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {

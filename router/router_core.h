@@ -104,6 +104,8 @@ class RouterCore {
 
   // Requests moved to another worker because theirs went silent before they started.
   [[nodiscard]] int64_t moved() const { return moved_.load(); }
+  // Requests ended because a worker's replies to them came out of sequence (one was lost).
+  [[nodiscard]] int64_t reply_gaps() const { return reply_gaps_.load(); }
 
  private:
   // A placed request, as the core thread tracks it.
@@ -114,6 +116,7 @@ class RouterCore {
     int attempts = 1;
     uint64_t instance_id = 0;       // the worker process it went to (0: not known yet)
     std::vector<BlockHash> hashes;  // its prompt's blocks, recorded in the index as assumed
+    uint32_t next_seq = 1;          // the GenerateResponse.seq its next reply must have
   };
   // A request to place again: its job, the placements it had, and the worker it leaves.
   struct Move {
@@ -134,6 +137,9 @@ class RouterCore {
   void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls);
   void SendAborts(const std::vector<std::string>& aborts);
   void HandleResponse(int worker, const kvserve::v1::GenerateResponse& r);
+  // Whether `r` is the reply `p` expects next; if not (one was lost or repeated on the link),
+  // ends the request with an error, aborts it on the worker and counts the gap.
+  bool InSequence(const std::string& request_id, Placed& p, const kvserve::v1::GenerateResponse& r);
   void UpdateReadiness(const std::vector<WorkerView>& views);
   void Coordinate(const std::vector<WorkerView>& views);
   // Moves or fails the requests of workers that stopped responding or restarted.
@@ -173,7 +179,7 @@ class RouterCore {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> eligible_{0}, known_{0};
-  std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0};
+  std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0}, reply_gaps_{0};
 
   mutable absl::Mutex info_mu_;
   std::vector<WorkerInfo> info_ ABSL_GUARDED_BY(info_mu_);

@@ -36,6 +36,9 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   snapshots_ = counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)");
   dropped_ = counter("kvserve_router_dropped_messages_total",
                      "Messages from the worker dropped as malformed or impossible");
+  reply_gaps_ = counter("kvserve_router_reply_gaps_total",
+                        "Requests ended because the worker's replies to them came out of sequence "
+                        "(a reply lost on the link)");
   index_evictions_ = counter("kvserve_router_index_evictions_total",
                              "Prefix-index entries of the worker dropped for a bound (its pool "
                              "size, the cap on assumed entries)");
@@ -88,6 +91,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   add(snapshots_, seen.snapshots, last.snapshots);
   add(dropped_, seen.dropped, last.dropped);
   add(index_evictions_, seen.index_evictions, last.index_evictions);
+  reply_gaps_->Add(labels);  // exists at 0 from the first heartbeat
 }
 
 void RouterMetrics::RemoveWorker(const std::string& worker) {
@@ -96,11 +100,16 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
     f->Remove(&f->Add(labels));
   }
   for (prometheus::Family<prometheus::Counter>* f :
-       {routed_, event_batches_, event_gaps_, snapshots_, dropped_, index_evictions_}) {
+       {routed_, event_batches_, event_gaps_, snapshots_, dropped_, index_evictions_,
+        reply_gaps_}) {
     f->Remove(&f->Add(labels));
   }
   absl::MutexLock lock(&mu_);
   last_.erase(worker);
+}
+
+void RouterMetrics::CountReplyGap(const std::string& worker) {
+  reply_gaps_->Add({{"worker", worker}}).Increment();
 }
 
 void RouterMetrics::ObserveTtft(double s) {

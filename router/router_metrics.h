@@ -35,6 +35,8 @@ class RouterMetrics {
   void SetWorker(const std::string& worker, const WorkerSeen& seen);
   // The worker left: its series go (a discovered fleet that churns would grow them forever).
   void RemoveWorker(const std::string& worker);
+  // A request ended because the worker's replies to it came out of sequence (router_core.h).
+  void CountReplyGap(const std::string& worker);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;
@@ -44,7 +46,7 @@ class RouterMetrics {
   // The per-worker families (label "worker"); owned by registry_.
   prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_;
   prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *snapshots_,
-      *dropped_, *index_evictions_;
+      *dropped_, *index_evictions_, *reply_gaps_;
   absl::Mutex mu_;
   // Cumulative counts already added, by worker.
   std::map<std::string, WorkerSeen> last_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,8 @@
 // A worker that breaks the protocol, behind a real router front (HttpFront + RouterCore): more
 // tokens than max_tokens, more logprob alternatives than asked, a sample index past n, a cached
-// count past the prompt, an error code outside absl's range, a hang while draining. The client
-// gets what it asked for and a clean error, never the worker's excess or an endless wait.
+// count past the prompt, an error code outside absl's range, a hang while draining, replies out
+// of sequence. The client gets what it asked for and a clean error, never the worker's excess or
+// an endless wait.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,7 +32,8 @@ int BoundPort(zmq::socket_t& s) {
   return std::stoi(e.substr(e.rfind(':') + 1));
 }
 
-// Heartbeats as a ready worker; answers each request with `reply(request)`'s messages.
+// Heartbeats as a ready worker; answers each request with `reply(request)`'s messages, numbered
+// 1, 2, 3, ... unless a message sets its own seq.
 class BrokenWorker {
  public:
   using Reply = std::function<std::vector<pb::GenerateResponse>(const pb::GenerateRequest&)>;
@@ -77,7 +79,10 @@ class BrokenWorker {
       auto m = ReceiveMessage(router_, /*with_prefix=*/true);
       pb::GenerateRequest req;
       if (!m.ok() || !m->has_value() || !ParseMessage(**m, &req).ok()) continue;
-      for (const pb::GenerateResponse& r : reply_(req)) {
+      uint32_t seq = 0;
+      for (pb::GenerateResponse r : reply_(req)) {
+        if (r.seq() == 0) r.set_seq(++seq);  // numbered as a worker numbers them, unless set
+        seq = r.seq();
         SendMessage(router_, (*m)->prefix, r).IgnoreError();
       }
     }
@@ -237,6 +242,30 @@ TEST_F(WorkerRepliesTest, AWorkerThatHangsWhileDrainingFailsItsRequests) {
   ASSERT_EQ(error.wait_for(std::chrono::seconds(20)), std::future_status::ready)
       << "the request hangs on a worker that stopped while draining";
   EXPECT_THAT(error.get(), ::testing::HasSubstr("stopped responding"));
+}
+
+// Issue 26: replies carried no sequence number, so a reply lost on the link was missing text
+// or a request that never ended. A gap (or a repeat) now ends the request with a clear error,
+// counted per worker.
+TEST_F(WorkerRepliesTest, ARepliesGapEndsTheRequestWithAClearError) {
+  Start([](const pb::GenerateRequest& req) {
+    std::vector<pb::GenerateResponse> out(2);
+    for (pb::GenerateResponse& r : out) r.set_request_id(req.request_id());
+    out[0].add_token_ids(1000);
+    out[1].set_seq(req.prompt_token_ids_size() > 3 ? 1 : 3);  // a repeat of 1, or 2 missing
+    out[1].set_finish_reason(pb::FINISH_REASON_LENGTH);
+    out[1].mutable_usage()->set_prompt_tokens(1);
+    return out;
+  });
+  for (const char* prompt : {"hi", "one two three four five six"}) {
+    auto [status, body] = Post(front_->port(), "/v1/completions",
+                               {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 2}});
+    EXPECT_EQ(status, 503) << body.dump();
+    EXPECT_THAT(body["error"]["message"].get<std::string>(), ::testing::HasSubstr("were lost"));
+  }
+  EXPECT_EQ(core_->reply_gaps(), 2);
+  EXPECT_THAT(metrics_.Serialize(),
+              ::testing::HasSubstr("kvserve_router_reply_gaps_total{worker=\"broken\"} 2"));
 }
 
 }  // namespace

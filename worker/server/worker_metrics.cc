@@ -245,6 +245,18 @@ void WorkerMetrics::UpdateAuthentications(int64_t accepted, int64_t refused) {
       static_cast<double>(refused));
 }
 
+void WorkerMetrics::UpdateReplies(size_t waiting, int64_t waited, int64_t dropped) {
+  G("kvserve_replies_waiting", "Replies waiting for a router peer that does not read fast enough")
+      .Set(static_cast<double>(waiting));
+  Add(C("kvserve_replies_waited_total",
+        "Replies that waited because the router peer's send queue was full"),
+      static_cast<double>(waited));
+  Add(C("kvserve_replies_dropped_total",
+        "Replies dropped because their router peer was gone or did not read for the give-up time "
+        "(its requests are aborted)"),
+      static_cast<double>(dropped));
+}
+
 std::string WorkerMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

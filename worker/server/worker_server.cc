@@ -75,7 +75,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   // Event batches are small; a deep queue keeps a briefly slow subscriber from losing any
   // (one that still loses some sees the gap in seq and resyncs from a snapshot).
   s->pub_->set(zmq::sockopt::sndhwm, 100000);
-  s->router_->set(zmq::sockopt::router_mandatory, false);
+  // A reply that cannot go out now waits in the reply queue instead of vanishing (without
+  // ROUTER_MANDATORY, ZeroMQ drops it silently past the high-water mark).
+  s->router_->set(zmq::sockopt::router_mandatory, true);
+  s->replies_ = std::make_unique<ReplyQueue>(
+      s->router_.get(),
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options.reply_give_up)));
   if (!options.curve_secret_key.empty()) {
     ASSIGN_OR_RETURN(s->zap_, ZapAuthenticator::Start(s->ctx_, options.curve_allowed_clients_dir));
     RETURN_IF_ERROR(MakeCurveServer(*s->router_, options.curve_secret_key));
@@ -148,8 +153,27 @@ WorkerServer::~WorkerServer() {
 }
 
 void WorkerServer::Reply(const std::string& identity, const google::protobuf::Message& m) {
-  absl::Status s = SendMessage(*router_, identity, m, zmq::send_flags::dontwait);
-  if (!s.ok()) VLOG(1) << "reply to a gone peer dropped: " << s;
+  replies_->Send(identity, m);
+}
+
+void WorkerServer::Respond(Route& route, pb::GenerateResponse& r) {
+  r.set_seq(++route.seq);
+  Reply(route.identity, r);
+}
+
+void WorkerServer::FlushReplies() {
+  for (const std::string& peer : replies_->Flush(Clock::now())) {
+    // Nobody will read these requests' answers: stop them.
+    for (auto it = routes_.begin(); it != routes_.end();) {
+      if (it->second.identity != peer) {
+        ++it;
+        continue;
+      }
+      engine_->Abort(it->first).IgnoreError();
+      metrics_->CountRequestEnd("abort");
+      routes_.erase(it++);
+    }
+  }
 }
 
 void WorkerServer::Publish(const std::string& topic, const google::protobuf::Message& m) {
@@ -158,9 +182,10 @@ void WorkerServer::Publish(const std::string& topic, const google::protobuf::Mes
 }
 
 void WorkerServer::SendError(const std::string& identity, const std::string& request_id,
-                             const absl::Status& status) {
+                             const absl::Status& status, uint32_t seq) {
   pb::GenerateResponse r;
   r.set_request_id(request_id);
+  r.set_seq(seq);
   r.set_finish_reason(pb::FINISH_REASON_ERROR);
   r.mutable_error()->set_code(static_cast<int>(status.code()));
   r.mutable_error()->set_message(std::string(status.message()));
@@ -172,7 +197,7 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     pb::GenerateRequest req;
     if (absl::Status s = ParseMessage(m, &req); !s.ok()) {
       metrics_->CountDropped("malformed_payload");
-      SendError(m.prefix, "", s);
+      SendError(m.prefix, "", s, /*seq=*/0);
       return;
     }
     HandleGenerate(m.prefix, req);
@@ -192,7 +217,7 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     r.set_finish_reason(pb::FINISH_REASON_ABORT);
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
     r.mutable_error()->set_message(req.reason().empty() ? "aborted" : req.reason());
-    Reply(it->second.identity, r);
+    Respond(it->second, r);
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
   } else if (m.type == "Control") {
@@ -392,7 +417,7 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
                                 o.finish_reason == FinishReason::kLength ? "length" : "stop");
     }
     if (route.stream) {
-      Reply(route.identity, delta);
+      Respond(route, delta);
     } else {
       pb::GenerateResponse& acc = route.pending[o.sample_index];
       acc.set_request_id(o.request_id);
@@ -411,7 +436,7 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
         for (const auto& p : route.pending) completion += p.token_ids_size();
         for (auto& p : route.pending) {
           if (p.has_usage()) p.mutable_usage()->set_completion_tokens(completion);
-          Reply(route.identity, p);
+          Respond(route, p);
         }
       }
       ++served_requests_;
@@ -516,6 +541,7 @@ bool WorkerServer::RecycleDue(std::string* reason) {
 void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
   if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
   if (zap_) metrics_->UpdateAuthentications(zap_->accepted(), zap_->refused());
+  metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
   metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
                    Seconds(Clock::now() - started_), event_seq_);
 }
@@ -533,6 +559,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       StartDrain("sigterm", /*recycle=*/false);
     }
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
+    FlushReplies();
     PublishEvents();
     const auto now = Clock::now();
     if (now >= next_heartbeat_) Heartbeat(now);
@@ -545,7 +572,10 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
 absl::Status WorkerServer::ReceiveMessages() {
   zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
   try {
-    zmq::poll(items, 1, std::chrono::milliseconds(engine_->HasWork() ? 0 : 10));
+    // Replies that wait for a slow router are retried often (ZeroMQ cannot say when a peer's
+    // queue has room).
+    const int wait_ms = engine_->HasWork() ? 0 : replies_->waiting() > 0 ? 1 : 10;
+    zmq::poll(items, 1, std::chrono::milliseconds(wait_ms));
   } catch (const zmq::error_t& e) {
     if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
   }
@@ -566,7 +596,7 @@ absl::Status WorkerServer::StepEngine() {
   absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
   if (!outs.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;
-    for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status());
+    for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status(), ++route.seq);
     PublishStatus();
     return outs.status();
   }
@@ -625,7 +655,7 @@ void WorkerServer::AbortForDrainTimeout() {
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
     r.mutable_error()->set_message(
         absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
-    Reply(it->second.identity, r);
+    Respond(it->second, r);
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
   }

@@ -1,7 +1,9 @@
 // kvserve-worker's serving loop: the engine plus its ZeroMQ endpoints and HTTP probes.
 //
 //   ROUTER --port         GenerateRequest / AbortRequest / Control in; GenerateResponse deltas
-//                         and ControlReply out, to the sender's routing id
+//                         (numbered per request: seq 1, 2, ...) and ControlReply out, to the
+//                         sender's routing id; a reply to a slow reader waits, never vanishes
+//                         (reply_queue.h)
 //   PUB    --events-port  topic "kv": KvEventBatch (every change to the cached-block set, per
 //                         medium, seq +1 per batch) and KvSnapshot (on request); topic "status":
 //                         WorkerStatus heartbeats; topic "control": RECYCLE_REQUEST
@@ -34,6 +36,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/server/http_server.h"
+#include "worker/server/reply_queue.h"
 #include "worker/server/worker_metrics.h"
 #include "zmq.hpp"
 
@@ -67,6 +70,9 @@ struct WorkerServerOptions {
   // accepts. Empty: the sockets are unauthenticated.
   std::string curve_secret_key;
   std::string curve_allowed_clients_dir;
+  // A router peer that has not taken a waiting reply for this long is given up: its replies
+  // are dropped and its requests aborted (reply_queue.h).
+  absl::Duration reply_give_up = absl::Seconds(30);
 };
 
 class WorkerServer : private KvEventListener {
@@ -98,6 +104,7 @@ class WorkerServer : private KvEventListener {
     int completion_tokens = 0;
     std::vector<kvserve::v1::GenerateResponse> pending;  // per sample, non-streaming
     int predicted_cached = -1;
+    uint32_t seq = 0;  // replies sent so far (GenerateResponse.seq)
   };
 
   using Clock = std::chrono::steady_clock;
@@ -114,9 +121,15 @@ class WorkerServer : private KvEventListener {
   void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c);
-  void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s);
+  // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
+  void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
+                 uint32_t seq = 1);
   void SendOutputs(std::vector<SequenceOutput>& outs);
   void Reply(const std::string& identity, const google::protobuf::Message& m);
+  // Numbers `r` as the route's next reply and sends it.
+  void Respond(Route& route, kvserve::v1::GenerateResponse& r);
+  // Sends waiting replies; aborts the requests of router peers given up on.
+  void FlushReplies();
   void Publish(const std::string& topic, const google::protobuf::Message& m);
   void PublishEvents();
   void PublishAllCleared();
@@ -133,6 +146,7 @@ class WorkerServer : private KvEventListener {
   zmq::context_t ctx_;
   std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key
   std::unique_ptr<zmq::socket_t> router_, pub_;
+  std::unique_ptr<ReplyQueue> replies_;  // every reply on router_
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<WorkerMetrics> metrics_;
   int port_ = 0, events_port_ = 0;

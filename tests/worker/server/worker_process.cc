@@ -158,9 +158,13 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
   return std::make_pair(std::stoi(out.substr(sp + 1, 3)), out.substr(body + 4));
 }
 
-Client::Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve)
+Client::Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve, bool small_buffers)
     : socket_(ctx, zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);
+  if (small_buffers) {
+    socket_.set(zmq::sockopt::rcvhwm, 1);
+    socket_.set(zmq::sockopt::rcvbuf, 4096);
+  }
   if (curve != nullptr) CHECK(MakeCurveClient(socket_, curve->own, curve->server_key).ok());
   socket_.connect(absl::StrCat("tcp://127.0.0.1:", port));
 }

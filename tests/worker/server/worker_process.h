@@ -53,8 +53,11 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
 // A DEALER client that sends generate requests and collects responses.
 class Client {
  public:
-  // With `curve`, a CURVE client with those keys (common/curve.h).
-  Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve = nullptr);
+  // With `curve`, a CURVE client with those keys (common/curve.h). A `small_buffers` client
+  // holds one message and a few kB in its queues, so that a worker's replies back up fast
+  // while it does not read.
+  Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve = nullptr,
+         bool small_buffers = false);
   absl::Status Send(const google::protobuf::Message& m);
   // Next message (type, payload) within timeout_ms, nullopt on timeout.
   std::optional<ReceivedMessage> Receive(int timeout_ms);

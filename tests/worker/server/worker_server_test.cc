@@ -492,6 +492,50 @@ TEST(WorkerServerTest, KvPoolsAreCommittedAtStartOrRefused) {
   EXPECT_NE(said.find("lower --kv-cache-memory-gib"), std::string::npos) << said;
 }
 
+// Issue 26: replies went out with ROUTER_MANDATORY off, so past the high-water mark of a router
+// that read slowly they vanished: missing text, or a request that never ended. Now they wait,
+// numbered 1, 2, 3, ... per request.
+TEST(WorkerServerTest, RepliesToASlowReaderArriveInOrderAndWhole) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  zmq::context_t ctx;
+  Client c(ctx, w->port(), nullptr, /*small_buffers=*/true);
+  constexpr int kTokens = 200;
+  // Send requests and read nothing until replies wait at the worker (the kernel's socket
+  // buffers take the first megabytes).
+  int sent = 0;
+  double waiting = 0;
+  while (sent < 600 && waiting <= 0) {
+    for (int i = 0; i < 12; ++i, ++sent) {
+      pb::GenerateRequest r = MakeRequest(absl::StrCat("r", sent), {1, 2, 3, 4}, kTokens);
+      r.mutable_sampling()->set_logprobs(20);  // large replies fill the queues sooner
+      ASSERT_OK(c.Send(r));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+    waiting = MetricValue(metrics.second, "kvserve_replies_waiting{");
+  }
+  const int kRequests = sent;
+  std::map<std::string, uint32_t> seq;
+  std::map<std::string, int> tokens;
+  int finished = 0;
+  while (finished < kRequests) {
+    std::optional<ReceivedMessage> m = c.Receive(20000);
+    ASSERT_TRUE(m.has_value()) << "replies stopped with " << finished << " requests finished";
+    pb::GenerateResponse r;
+    ASSERT_OK(ParseMessage(*m, &r));
+    ASSERT_EQ(r.seq(), ++seq[r.request_id()]) << r.request_id();
+    tokens[r.request_id()] += r.token_ids_size();
+    ASSERT_NE(r.finish_reason(), pb::FINISH_REASON_ERROR) << r.error().message();
+    finished += r.has_usage();
+  }
+  for (const auto& [id, n] : tokens) EXPECT_EQ(n, kTokens) << id;
+  ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+  EXPECT_GT(MetricValue(metrics.second, "kvserve_replies_waited_total{"), 0)
+      << "the test never made the worker's replies wait";
+  EXPECT_EQ(MetricValue(metrics.second, "kvserve_replies_dropped_total{"), 0);
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
 TEST(WorkerServerTest, SigtermFinishesInFlightRequestsThenExits) {
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
   zmq::context_t ctx;
