@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/tokenizer/tokenizer.h"
+#include "router/http_connection.h"
 #include "router/openai_request.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
@@ -22,7 +23,9 @@ struct FrontOptions {
   int port = 8000;
   std::string served_model_name;
   int max_model_len = 4096;
-  size_t max_body_bytes = 8u << 20;
+  ConnectionLimits connection;  // per connection: body size, read and write deadlines
+  // Connections open at once; past it a new one gets a 503 with Retry-After and is closed.
+  int max_connections = 4096;
   // When set, /v1/* needs "Authorization: Bearer <key>" with one of these keys.
   std::vector<std::string> api_keys;
   // Apply Unicode NFC and trim trailing whitespace of system messages before tokenizing, so

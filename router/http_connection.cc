@@ -5,6 +5,8 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 
+#include "absl/time/time.h"
+
 namespace kvserve::router {
 
 namespace asio = boost::asio;
@@ -12,23 +14,49 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-HttpConnection::HttpConnection(tcp::socket socket, size_t max_body_bytes, RouterMetrics* metrics)
+HttpConnection::HttpConnection(tcp::socket socket, const ConnectionLimits& limits,
+                               RouterMetrics* metrics)
     : socket_(std::move(socket)),
       executor_(socket_.get_executor()),
-      max_body_bytes_(max_body_bytes),
-      metrics_(metrics) {}
+      limits_(limits),
+      metrics_(metrics),
+      read_timer_(executor_),
+      write_timer_(executor_) {
+  metrics_->AddOpenConnections(1);
+  if (limits_.send_buffer_bytes > 0) {
+    beast::error_code ignored;
+    socket_.set_option(asio::socket_base::send_buffer_size(limits_.send_buffer_bytes), ignored);
+  }
+}
+
+HttpConnection::~HttpConnection() { metrics_->AddOpenConnections(-1); }
 
 void HttpConnection::Start(Handler handler) {
   handler_ = std::move(handler);
   parser_.emplace();
-  parser_->body_limit(max_body_bytes_);
+  parser_->body_limit(limits_.max_body_bytes);
+  // A client that sends its request slowly (or never) holds a connection: not past the deadline.
+  read_timer_.expires_after(limits_.read_timeout);
+  read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec) return;  // cancelled: the request was read
+    self->read_timed_out_ = true;
+    beast::error_code ignored;
+    self->socket_.cancel(ignored);
+  });
   http::async_read(socket_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
 }
 
 void HttpConnection::OnRead(beast::error_code ec) {
+  read_timer_.cancel();
   if (ec == http::error::body_limit) {
     return RespondError(MakeOpenAiError(413, "invalid_request_error", "request body too large"));
+  }
+  if (read_timed_out_) {
+    return RespondError(MakeOpenAiError(
+        408, "invalid_request_error",
+        "the request was not received within " +
+            absl::FormatDuration(absl::FromChrono(limits_.read_timeout))));
   }
   if (ec) return;
   http::request<http::string_body>& req = parser_->get();
@@ -64,8 +92,20 @@ void HttpConnection::Respond(int status, std::string body, std::string_view cont
   res->keep_alive(false);
   res->body() = std::move(body);
   res->prepare_payload();
+  ArmWriteDeadline();
   http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code, size_t) {
+    self->write_timer_.cancel();
     self->LingeringClose();
+  });
+}
+
+void HttpConnection::ArmWriteDeadline() {
+  write_timer_.expires_after(limits_.write_timeout);
+  write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec) return;  // cancelled: the write finished
+    self->metrics_->CountSlowClient();
+    beast::error_code ignored;
+    self->socket_.close(ignored);  // the write fails, which ends the connection
   });
 }
 
@@ -98,18 +138,31 @@ void HttpConnection::StartEventStream() {
 
 void HttpConnection::Write(std::string data, bool last) {
   if (gone_) return;
+  queued_bytes_ += data.size();
+  if (queued_bytes_ > limits_.max_queued_bytes) {
+    // The client reads slower than its stream is made: drop it rather than buffer without end.
+    // A write under way fails on the closed socket and clears the queue.
+    metrics_->CountSlowClient();
+    beast::error_code ignored;
+    socket_.close(ignored);
+    return ClientGone();
+  }
   writes_.push_back(std::move(data));
   close_after_ = close_after_ || last;
   if (writes_.size() == 1) WriteNext();
 }
 
 void HttpConnection::WriteNext() {
+  ArmWriteDeadline();
   asio::async_write(socket_, asio::buffer(writes_.front()),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                      self->write_timer_.cancel();
                       if (ec) {
                         self->writes_.clear();
+                        self->queued_bytes_ = 0;
                         return self->ClientGone();
                       }
+                      self->queued_bytes_ -= self->writes_.front().size();
                       self->writes_.pop_front();
                       if (!self->writes_.empty()) return self->WriteNext();
                       if (self->close_after_) {

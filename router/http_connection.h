@@ -1,10 +1,12 @@
 // One client connection of the router's HTTP front (Boost.Beast): reads one request (bodies past
-// the limit get a 413), hands it to the front's handler, and sends one response, either whole
-// (Respond) or as a stream of server-sent events (StartEventStream, then Write). Every
-// response closes the connection. A client that goes away mid-stream is reported once through
-// SetOnClientGone. Request counts by endpoint and status go to the router's metrics.
+// the limit get a 413, a request not read within its deadline a 408), hands it to the front's
+// handler, and sends one response, either whole (Respond) or as a stream of server-sent events
+// (StartEventStream, then Write). Every response closes the connection. A client that goes away
+// mid-stream, stops reading (a write makes no progress within its deadline) or lets more than
+// the limit of a stream wait unsent, is reported once through SetOnClientGone and dropped.
+// Request counts by endpoint and status go to the router's metrics.
 //
-//   auto conn = std::make_shared<HttpConnection>(std::move(socket), options, metrics);
+//   auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, metrics);
 //   conn->Start([](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
 //     c->Respond(200, "ok\n", "text/plain");
 //   });
@@ -14,9 +16,11 @@
 #define KVSERVE_ROUTER_HTTP_CONNECTION_H_
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -28,6 +32,17 @@
 #include "router/router_metrics.h"
 
 namespace kvserve::router {
+
+// What one connection may take of the router.
+struct ConnectionLimits {
+  size_t max_body_bytes = 8u << 20;
+  std::chrono::milliseconds read_timeout{30000};   // the whole request, from the connection
+  std::chrono::milliseconds write_timeout{30000};  // each write (a stream's chunk, a response)
+  size_t max_queued_bytes = 4u << 20;              // a stream's bytes not yet sent
+  // The socket's SO_SNDBUF (0: the kernel's autotuning, up to megabytes a connection): what a
+  // client that stops reading can hold in the kernel before the limits above see it.
+  int send_buffer_bytes = 0;
+};
 
 struct HttpRequest {
   std::string method;
@@ -43,8 +58,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   using Handler = std::function<void(const std::shared_ptr<HttpConnection>&, const HttpRequest&)>;
 
   // `metrics` must outlive the connection.
-  HttpConnection(boost::asio::ip::tcp::socket socket, size_t max_body_bytes,
+  HttpConnection(boost::asio::ip::tcp::socket socket, const ConnectionLimits& limits,
                  RouterMetrics* metrics);
+  ~HttpConnection();
 
   // Reads the request and calls `handler` with it (not for an unreadable request, which is
   // dropped, or an oversized one, which gets a 413).
@@ -69,6 +85,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  private:
   void OnRead(boost::beast::error_code ec);
   void WriteNext();
+  // Closes the connection if the write under way makes no progress within the write timeout.
+  void ArmWriteDeadline();
   // Lingering close: stop sending, then read and drop what the client still sends (an
   // oversized body, say) so that it sees the response instead of a connection reset.
   void LingeringClose();
@@ -81,8 +99,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::any_io_executor executor_;
-  size_t max_body_bytes_;
+  ConnectionLimits limits_;
   RouterMetrics* metrics_;
+  boost::asio::steady_timer read_timer_, write_timer_;
+  bool read_timed_out_ = false;
+  size_t queued_bytes_ = 0;  // in writes_
   Handler handler_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

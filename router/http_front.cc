@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "glog/logging.h"
 #include "router/admin_handlers.h"
 #include "router/auth.h"
 #include "router/http_connection.h"
@@ -20,6 +21,7 @@ struct HttpFront::Impl {
   FrontContext ctx;
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_backoff{io};
 
   void Accept();
   void Dispatch(const std::shared_ptr<HttpConnection>& conn, const HttpRequest& r);
@@ -53,14 +55,30 @@ int QueryInt(const std::string& query, std::string_view name, int fallback) {
 
 void HttpFront::Impl::Accept() {
   acceptor.async_accept([this](boost::beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
     if (ec) {
-      if (ec != asio::error::operation_aborted) Accept();
+      // Out of file descriptors, say: try again shortly rather than at once, which would spin.
+      LOG_EVERY_T(WARNING, 10) << "kvserve-router: accept: " << ec.message();
+      accept_backoff.expires_after(std::chrono::milliseconds(50));
+      accept_backoff.async_wait([this](boost::beast::error_code e) {
+        if (!e) Accept();
+      });
       return;
     }
-    auto conn = std::make_shared<HttpConnection>(std::move(socket), ctx.options.max_body_bytes,
+    const bool full = ctx.metrics->open_connections() >= ctx.options.max_connections;
+    auto conn = std::make_shared<HttpConnection>(std::move(socket), ctx.options.connection,
                                                  ctx.metrics);
-    conn->Start(
-        [this](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) { Dispatch(c, r); });
+    if (full) {
+      ctx.metrics->CountRefusedConnection();
+      conn->RespondError(MakeOpenAiError(
+          503, "service_unavailable",
+          absl::StrCat("the router has ", ctx.options.max_connections,
+                       " connections open (--max-connections); retry shortly")));
+    } else {
+      conn->Start([this](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
+        Dispatch(c, r);
+      });
+    }
     Accept();
   });
 }

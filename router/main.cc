@@ -2,6 +2,7 @@
 // the worker that caches its prefix (or the least loaded), streams OpenAI-style responses.
 //
 //   kvserve-router --model DIR --workers 127.0.0.1:5570:5571,127.0.0.1:5580:5581 --port 8000
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,20 @@ ABSL_FLAG(std::string, curve_secret_key_file, "",
           "authenticated and encrypted; the workers must list its public key");
 ABSL_FLAG(std::string, curve_server_key_file, "",
           "The workers' CURVE public key (or their secret-key file)");
+ABSL_FLAG(int32_t, max_connections, 4096,
+          "HTTP connections open at once; past it a new one gets a 503 with Retry-After (the "
+          "process's open-file limit is raised to its hard limit at start)");
+ABSL_FLAG(double, client_read_timeout_seconds, 30,
+          "A client must send its whole request within this long of connecting (else 408)");
+ABSL_FLAG(double, client_write_timeout_seconds, 30,
+          "A client that takes none of a response or stream chunk for this long is dropped and "
+          "its request aborted");
+ABSL_FLAG(int64_t, max_client_buffer_bytes, 4 << 20,
+          "Most bytes of a stream waiting for a slow client; past it the client is dropped and "
+          "its request aborted");
+ABSL_FLAG(int32_t, client_send_buffer_bytes, 0,
+          "SO_SNDBUF of client connections (0: the kernel's autotuning); smaller bounds the kernel "
+          "memory a client that stops reading holds, and finds it sooner");
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
 ABSL_FLAG(
@@ -144,6 +159,42 @@ absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
   return keys;
 }
 
+// Connection limits from the flags, checked against the process's open-file limit (raised to its
+// hard limit: each connection is a descriptor).
+absl::Status ConnectionsFromFlags(FrontOptions* f) {
+  const double read_s = absl::GetFlag(FLAGS_client_read_timeout_seconds);
+  const double write_s = absl::GetFlag(FLAGS_client_write_timeout_seconds);
+  if (!(read_s > 0) || !(write_s > 0)) {
+    return absl::InvalidArgumentError(
+        "--client-read-timeout-seconds and --client-write-timeout-seconds must be > 0");
+  }
+  if (absl::GetFlag(FLAGS_max_connections) < 1 || absl::GetFlag(FLAGS_max_client_buffer_bytes) < 1) {
+    return absl::InvalidArgumentError(
+        "--max-connections and --max-client-buffer-bytes must be at least 1");
+  }
+  f->connection.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_s * 1000));
+  f->connection.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(write_s * 1000));
+  f->connection.max_queued_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_client_buffer_bytes));
+  f->max_connections = absl::GetFlag(FLAGS_max_connections);
+  f->connection.send_buffer_bytes = std::max(0, absl::GetFlag(FLAGS_client_send_buffer_bytes));
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  // Room for the listening socket, the links to workers, logs: 256 descriptors.
+  const rlim_t spare = 256;
+  if (files.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(f->max_connections) + spare > files.rlim_cur) {
+    const int fit = files.rlim_cur > spare ? static_cast<int>(files.rlim_cur - spare) : 1;
+    LOG(WARNING) << "--max-connections " << f->max_connections << " lowered to " << fit
+                 << ": the open-file limit is " << files.rlim_cur << " (ulimit -n)";
+    f->max_connections = fit;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Serve() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) return absl::InvalidArgumentError("--model DIR is required");
@@ -193,6 +244,7 @@ absl::Status Serve() {
   if (f.served_model_name.empty())
     f.served_model_name = std::filesystem::path(model).filename().string();
   RETURN_IF_ERROR(SecretsFromFlags(&f));
+  RETURN_IF_ERROR(ConnectionsFromFlags(&f));
   f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0

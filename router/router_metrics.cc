@@ -39,6 +39,15 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   reply_gaps_ = counter("kvserve_router_reply_gaps_total",
                         "Requests ended because the worker's replies to them came out of sequence "
                         "(a reply lost on the link)");
+  open_connections_ = &gauge("kvserve_router_open_connections", "HTTP connections open")->Add({});
+  refused_connections_ =
+      &counter("kvserve_router_connections_refused_total",
+               "HTTP connections refused with a 503 because --max-connections were open")
+           ->Add({});
+  slow_clients_ = &counter("kvserve_router_slow_clients_total",
+                           "Streaming clients dropped (their request aborted) because they did not "
+                           "read: a write made no progress, or too much of the stream waited")
+                       ->Add({});
   index_evictions_ = counter("kvserve_router_index_evictions_total",
                              "Prefix-index entries of the worker dropped for a bound (its pool "
                              "size, the cap on assumed entries)");
@@ -107,6 +116,12 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
   absl::MutexLock lock(&mu_);
   last_.erase(worker);
 }
+
+void RouterMetrics::AddOpenConnections(int delta) { open_connections_->Increment(delta); }
+
+void RouterMetrics::CountRefusedConnection() { refused_connections_->Increment(); }
+
+void RouterMetrics::CountSlowClient() { slow_clients_->Increment(); }
 
 void RouterMetrics::CountReplyGap(const std::string& worker) {
   reply_gaps_->Add({{"worker", worker}}).Increment();

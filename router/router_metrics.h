@@ -37,6 +37,14 @@ class RouterMetrics {
   void RemoveWorker(const std::string& worker);
   // A request ended because the worker's replies to it came out of sequence (router_core.h).
   void CountReplyGap(const std::string& worker);
+  // HTTP connections: open now (+1 / -1), refused at the cap, dropped for not reading their
+  // stream (router/http_connection.h).
+  void AddOpenConnections(int delta);
+  [[nodiscard]] int open_connections() const {
+    return static_cast<int>(open_connections_->Value());
+  }
+  void CountRefusedConnection();
+  void CountSlowClient();
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;
@@ -45,6 +53,8 @@ class RouterMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   // The per-worker families (label "worker"); owned by registry_.
   prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_;
+  prometheus::Gauge* open_connections_;
+  prometheus::Counter *refused_connections_, *slow_clients_;
   prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *snapshots_,
       *dropped_, *index_evictions_, *reply_gaps_;
   absl::Mutex mu_;

@@ -3,23 +3,13 @@
 // count past the prompt, an error code outside absl's range, a hang while draining, replies out
 // of sequence. The client gets what it asked for and a clean error, never the worker's excess or
 // an endless wait.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <future>
 #include <thread>
 
-#include "common/zmq_framing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "router/http_front.h"
-#include "router/router_core.h"
-#include "router/router_metrics.h"
-#include "tests/testing/paths.h"
-#include "tests/testing/status_matchers.h"
+#include "tests/router/scripted_worker.h"
 
 namespace kvserve::router {
 namespace {
@@ -27,138 +17,7 @@ namespace {
 namespace pb = ::kvserve::v1;
 using json = nlohmann::json;
 
-int BoundPort(zmq::socket_t& s) {
-  const std::string e = s.get(zmq::sockopt::last_endpoint);
-  return std::stoi(e.substr(e.rfind(':') + 1));
-}
-
-// Heartbeats as a ready worker; answers each request with `reply(request)`'s messages, numbered
-// 1, 2, 3, ... unless a message sets its own seq.
-class BrokenWorker {
- public:
-  using Reply = std::function<std::vector<pb::GenerateResponse>(const pb::GenerateRequest&)>;
-  explicit BrokenWorker(Reply reply) : reply_(std::move(reply)) {
-    pub_.bind("tcp://127.0.0.1:*");
-    router_.bind("tcp://127.0.0.1:*");
-    port_ = BoundPort(router_);
-    events_port_ = BoundPort(pub_);
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~BrokenWorker() {
-    stop_ = true;
-    thread_.join();
-  }
-  int port() const { return port_; }
-  int events_port() const { return events_port_; }
-  // The state its heartbeats report from now on.
-  void SetState(pb::WorkerState state) { state_ = state; }
-  // Stops heartbeating and answering, like a process that hangs.
-  void Freeze() { frozen_ = true; }
-
- private:
-  void Loop() {
-    pb::WorkerStatus st;
-    st.set_instance_id(1);
-    st.set_state(pb::WORKER_STATE_READY);
-    st.set_model_id("tiny");
-    st.set_block_size(16);
-    pb::BlockCounts* b = st.add_blocks();
-    b->set_medium(pb::MEDIUM_DEVICE);
-    b->set_total(64);
-    b->set_free(64);
-    while (!stop_) {
-      if (frozen_) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        continue;
-      }
-      st.set_state(state_.load());
-      SendMessage(pub_, "status", st).IgnoreError();
-      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(50));
-      if (!(item.revents & ZMQ_POLLIN)) continue;
-      auto m = ReceiveMessage(router_, /*with_prefix=*/true);
-      pb::GenerateRequest req;
-      if (!m.ok() || !m->has_value() || !ParseMessage(**m, &req).ok()) continue;
-      uint32_t seq = 0;
-      for (pb::GenerateResponse r : reply_(req)) {
-        if (r.seq() == 0) r.set_seq(++seq);  // numbered as a worker numbers them, unless set
-        seq = r.seq();
-        SendMessage(router_, (*m)->prefix, r).IgnoreError();
-      }
-    }
-  }
-
-  Reply reply_;
-  zmq::context_t ctx_;
-  zmq::socket_t pub_{ctx_, zmq::socket_type::pub}, router_{ctx_, zmq::socket_type::router};
-  int port_ = 0, events_port_ = 0;
-  std::atomic<pb::WorkerState> state_{pb::WORKER_STATE_READY};
-  std::atomic<bool> stop_{false}, frozen_{false};
-  std::thread thread_;
-};
-
-// POST `body` to path; returns {status, parsed body}.
-std::pair<int, json> Post(int port, const std::string& path, const json& body) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const std::string text = body.dump();
-  const std::string req =
-      "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-      "Connection: close\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
-  EXPECT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::string out;
-  char buf[8192];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-  close(fd);
-  const size_t body_at = out.find("\r\n\r\n");
-  if (out.size() < 12 || body_at == std::string::npos) return {0, nullptr};
-  return {std::stoi(out.substr(9, 3)), json::parse(out.substr(body_at + 4), nullptr, false)};
-}
-
-class WorkerRepliesTest : public ::testing::Test {
- protected:
-  void Start(BrokenWorker::Reply reply) {
-    worker_ = std::make_unique<BrokenWorker>(std::move(reply));
-    ASSERT_OK_AND_ASSIGN(tokenizer_, tokenizer::Tokenizer::FromDirectory(
-                                         kvserve::testing::NpmTokenizerDir("llama3")));
-    RouterOptions o;
-    o.workers.push_back({"broken", "127.0.0.1", worker_->port(), worker_->events_port()});
-    o.heartbeat_timeout = absl::Milliseconds(500);
-    o.metrics = &metrics_;
-    core_ = std::make_unique<RouterCore>(o);
-    core_->Start();
-    FrontOptions f;
-    f.host = "127.0.0.1";
-    f.port = 0;
-    f.served_model_name = "tiny";
-    f.max_model_len = 256;
-    ASSERT_OK_AND_ASSIGN(front_, HttpFront::Start(f, tokenizer_.get(), core_.get(), &metrics_));
-    const auto eligible = [&] {
-      const std::vector<WorkerInfo> w = core_->Workers();
-      return !w.empty() && w[0].eligible;
-    };
-    for (int i = 0; i < 250 && !eligible(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_TRUE(eligible());
-  }
-  void TearDown() override {
-    if (front_) front_->Stop();
-    core_.reset();
-    front_.reset();
-    worker_.reset();
-  }
-
-  std::unique_ptr<BrokenWorker> worker_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  RouterMetrics metrics_;
-  std::unique_ptr<RouterCore> core_;
-  std::unique_ptr<HttpFront> front_;
-};
+using WorkerRepliesTest = ScriptedFrontTest;
 
 TEST_F(WorkerRepliesTest, ExcessFromAWorkerNeverReachesTheClient) {
   Start([](const pb::GenerateRequest& req) {
@@ -265,7 +124,7 @@ TEST_F(WorkerRepliesTest, ARepliesGapEndsTheRequestWithAClearError) {
   }
   EXPECT_EQ(core_->reply_gaps(), 2);
   EXPECT_THAT(metrics_.Serialize(),
-              ::testing::HasSubstr("kvserve_router_reply_gaps_total{worker=\"broken\"} 2"));
+              ::testing::HasSubstr("kvserve_router_reply_gaps_total{worker=\"scripted\"} 2"));
 }
 
 }  // namespace

@@ -442,6 +442,12 @@ TEST(WorkerServerTest, MalformedTrafficNeverStopsServing) {
 // synchronously, with no deadline), and a liveness probe would then restart a healthy worker.
 TEST(WorkerServerTest, IdleAndSlowClientsNeverHoldUpProbes) {
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  // The ports file comes just before the serving loop marks the worker READY.
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<std::pair<int, std::string>> ready = HttpGet(w->metrics_port(), "/ready");
+    if (ready.ok() && ready->first == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::vector<int> held;
   for (int i = 0; i < 100; ++i) {  // more than the server keeps open
     const int fd = socket(AF_INET, SOCK_STREAM, 0);

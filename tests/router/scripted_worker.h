@@ -1,0 +1,91 @@
+// Test helpers for the router against a worker that follows a script instead of a model: a
+// ScriptedWorker (ready heartbeats, each request answered with the script's messages), a real
+// router front before it (HttpFront + RouterCore), and a raw HTTP POST.
+#ifndef KVSERVE_TESTS_ROUTER_SCRIPTED_WORKER_H_
+#define KVSERVE_TESTS_ROUTER_SCRIPTED_WORKER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "nlohmann/json.hpp"
+#include "router/http_front.h"
+#include "router/router_core.h"
+#include "router/router_metrics.h"
+#include "zmq.hpp"
+
+namespace kvserve::router {
+
+// Heartbeats as a ready worker; answers each request with `reply(request)`'s messages, numbered
+// 1, 2, 3, ... unless a message sets its own seq: all at once, or one per `pace` as a model
+// would make them (then an AbortRequest stops the answer). Counts the aborts it receives.
+class ScriptedWorker {
+ public:
+  using Reply =
+      std::function<std::vector<kvserve::v1::GenerateResponse>(const kvserve::v1::GenerateRequest&)>;
+  explicit ScriptedWorker(Reply reply,
+                          std::chrono::microseconds pace = std::chrono::microseconds(0));
+  ~ScriptedWorker();
+  int port() const { return port_; }
+  int events_port() const { return events_port_; }
+  int aborts() const { return aborts_.load(); }
+  // The state its heartbeats report from now on.
+  void SetState(kvserve::v1::WorkerState state) { state_ = state; }
+  // Stops heartbeating and answering, like a process that hangs.
+  void Freeze() { frozen_ = true; }
+
+ private:
+  void Loop();
+  // A READY heartbeat, at most every 50 ms.
+  void Heartbeat();
+  void Answer(const std::string& peer, const kvserve::v1::GenerateRequest& req);
+  // Waits up to `timeout` for a message; true if it was an AbortRequest.
+  bool ReceiveAbort(std::chrono::microseconds timeout);
+
+  Reply reply_;
+  std::chrono::microseconds pace_;
+  std::chrono::steady_clock::time_point last_heartbeat_;
+  zmq::context_t ctx_;
+  zmq::socket_t pub_{ctx_, zmq::socket_type::pub}, router_{ctx_, zmq::socket_type::router};
+  int port_ = 0, events_port_ = 0;
+  std::atomic<kvserve::v1::WorkerState> state_{kvserve::v1::WORKER_STATE_READY};
+  std::atomic<bool> stop_{false}, frozen_{false};
+  std::atomic<int> aborts_{0};
+  std::thread thread_;
+};
+
+// The front's options in these tests: model "tiny", max_model_len 256.
+FrontOptions TinyFront();
+
+// A ScriptedWorker named "scripted" behind a real HttpFront and RouterCore on 127.0.0.1 (any
+// free port).
+class ScriptedFrontTest : public ::testing::Test {
+ protected:
+  void Start(ScriptedWorker::Reply reply, FrontOptions front = TinyFront(),
+             std::chrono::microseconds pace = std::chrono::microseconds(0));
+  void TearDown() override;
+
+  std::unique_ptr<ScriptedWorker> worker_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  RouterMetrics metrics_;
+  std::unique_ptr<RouterCore> core_;
+  std::unique_ptr<HttpFront> front_;
+};
+
+// A connected TCP socket to 127.0.0.1:port (-1 on failure); a `receive_buffer` > 0 is its
+// SO_RCVBUF, so that what the client does not read backs up at the server sooner.
+int ConnectTo(int port, int receive_buffer = 0);
+
+// POST `body` to path over a fresh connection; returns {status, parsed body}.
+std::pair<int, nlohmann::json> Post(int port, const std::string& path, const nlohmann::json& body);
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_TESTS_ROUTER_SCRIPTED_WORKER_H_
