@@ -59,7 +59,8 @@ absl::Status ValidateBackend(const BackendConfig& b) {
 absl::StatusOr<Device> ParseDevice(std::string_view name) {
   if (name == "cpu") return Device::kCpu;
   if (name == "cuda") return Device::kCuda;
-  return Unknown("--device", name, "cpu, cuda");
+  if (name == "null") return Device::kNull;
+  return Unknown("--device", name, "cpu, cuda, null");
 }
 
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name) {
@@ -76,7 +77,16 @@ absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name) {
   return Unknown("--attention-kernel", name, "simt, tensor-cores");
 }
 
-std::string_view DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+std::string_view DeviceName(Device device) {
+  switch (device) {
+    case Device::kCuda:
+      return "cuda";
+    case Device::kNull:
+      return "null";
+    default:
+      return "cpu";
+  }
+}
 
 absl::Status EngineConfig::Validate() const {
   if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
@@ -84,6 +94,9 @@ absl::Status EngineConfig::Validate() const {
   RETURN_IF_ERROR(ValidateCache(cache));
   RETURN_IF_ERROR(ValidateBackend(backend));
   RETURN_IF_ERROR(AtLeast("--tensor-parallel-size", parallel.tensor_parallel_size, 1));
+  if (backend.device == Device::kNull && parallel.tensor_parallel_size != 1) {
+    return absl::InvalidArgumentError("--device null runs one rank: --tensor-parallel-size 1");
+  }
   if (parallel.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--tp-timeout-seconds must be > 0");
   }

@@ -23,7 +23,10 @@
 
 namespace kvserve::worker {
 
-enum class Device { kCpu, kCuda };
+// kNull runs no model: the weights are not read and every step draws a fixed token at once, on
+// the CPU backend's pools. The worker's server, scheduler, KV accounting and protocol are real,
+// which makes it the load for measuring the router on its own (docs/RELIABILITY.md).
+enum class Device { kCpu, kCuda, kNull };
 // The weights' type: kAuto is float32 on the CPU backend; on CUDA the checkpoint's 16-bit type
 // (bfloat16 for a float32 checkpoint).
 enum class WeightDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
@@ -31,7 +34,7 @@ enum class WeightDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
 // quantized caches at head_dim 64 or 128; other shapes stay SIMT).
 enum class AttentionKernel { kSimt, kTensorCores };
 
-// Flag spellings ("cpu", "cuda"; "auto", "float32", "float", "bfloat16", "float16", "half";
+// Flag spellings ("cpu", "cuda", "null"; "auto", "float32", "float", "bfloat16", "float16", "half";
 // "simt", "tensor-cores"). InvalidArgument naming the flag and the choices.
 absl::StatusOr<Device> ParseDevice(std::string_view name);
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);

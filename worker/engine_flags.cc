@@ -26,7 +26,9 @@ ABSL_FLAG(double, gpu_memory_utilization, 0.9,
 ABSL_FLAG(int32_t, num_blocks, 0, "KV pool size in blocks (overrides --kv-cache-memory-gib)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
 ABSL_FLAG(std::string, device, "cpu",
-          "cpu, or cuda (tensor-parallel rank r on GPU r, NCCL between ranks; needs a CUDA build)");
+          "cpu, cuda (tensor-parallel rank r on GPU r, NCCL between ranks; needs a CUDA build), or "
+          "null (no model: a fixed token at once, the weights not read; for measuring the "
+          "router)");
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
           "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");

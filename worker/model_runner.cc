@@ -125,6 +125,7 @@ absl::Status ModelRunner::LoadRank(int r) {
                        ? hooks_.make_backend()
                        : kernels::CreateCpuBackend({.num_threads = config.backend.cpu_threads});
   }
+  if (config.backend.device == Device::kNull) return absl::OkStatus();  // no weights
   if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, size()));
   ASSIGN_OR_RETURN(rank.model,
                    Model::Load(config.model_dir, config.model, rank.backend.get(),
@@ -233,6 +234,7 @@ absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& cop
         2 * absl::ToInt64Milliseconds(config_.parallel.collective_timeout)));
   }
   Rank& rank = ranks_[r];
+  if (config_.backend.device == Device::kNull) return NullForward(batch);
   if (!copies.empty()) {
     std::vector<kernels::KvCacheView> device = rank.device->Views();
     std::vector<kernels::KvCacheView> host = rank.host ? rank.host->Views() : device;
@@ -255,6 +257,19 @@ absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& cop
   }
   if (batch.token_ids.empty()) return ForwardOutput();
   return rank.model->Forward(batch, *rank.device);
+}
+
+ForwardOutput ModelRunner::NullForward(const ForwardBatch& batch) const {
+  const std::vector<int>& eos = config_.model.eos_token_ids;
+  int32_t token = 0;
+  while (std::find(eos.begin(), eos.end(), token) != eos.end()) ++token;
+  ForwardOutput out;
+  out.tokens.assign(batch.samples.size(), token);
+  out.logprobs.resize(batch.logprobs.size());
+  for (TokenLogprobs& lp : out.logprobs) lp.token = token;
+  out.logits.assign(batch.host_logit_rows.size() * static_cast<size_t>(config_.model.vocab_size),
+                    0.0f);
+  return out;
 }
 
 void ModelRunner::WorkerLoop(int r) {

@@ -91,7 +91,9 @@ class ModelRunner {
 
   [[nodiscard]] int size() const { return static_cast<int>(ranks_.size()); }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
-  [[nodiscard]] int64_t weight_bytes(int rank) const { return ranks_[rank].model->weight_bytes(); }
+  [[nodiscard]] int64_t weight_bytes(int rank) const {
+    return ranks_[rank].model != nullptr ? ranks_[rank].model->weight_bytes() : 0;
+  }
   [[nodiscard]] KvStorage& device_kv(int rank) { return *ranks_[rank].device; }
   [[nodiscard]] kernels::Backend& backend(int rank) { return *ranks_[rank].backend; }
   [[nodiscard]] const KvStorage* host_kv(int rank) const { return ranks_[rank].host.get(); }
@@ -113,6 +115,9 @@ class ModelRunner {
   absl::Status AllocatePools();
   absl::StatusOr<ForwardOutput> RunRank(int rank, const BlockCopies& copies,
                                         const ForwardBatch& batch, int64_t step);
+  // --device null: a fixed token (the first id that is not an end of sequence) for every draw,
+  // log-probability 0, zero logits.
+  [[nodiscard]] ForwardOutput NullForward(const ForwardBatch& batch) const;
   void WorkerLoop(int rank);
 
   // Blocks of the device pools that fit in --gpu-memory-utilization (see RunnerConfig).

@@ -65,7 +65,7 @@ double AvailableMemory() {
 // committed when they are made: they must fit in the memory available now, or the worker
 // would be killed later, under traffic, instead of refused here.
 absl::Status CheckPoolsFitInMemory(const EngineConfig& config, const PoolPlan& p, int ranks) {
-  const bool cpu = config.backend.device == Device::kCpu;
+  const bool cpu = config.backend.device != Device::kCuda;  // null: the CPU backend's pools
   const double pools =
       (static_cast<double>(cpu ? p.device_blocks : 0) + p.host_blocks) * p.block_bytes * ranks;
   const double available = AvailableMemory();
@@ -107,7 +107,7 @@ absl::StatusOr<PoolPlan> PlanPools(const EngineConfig& config, const KvCacheSpec
       kv_spec.BytesPerBlock(Model::LocalKvHeads(model, ranks), c.block_size, model.head_dim);
   if (c.num_blocks > 0) {
     p.device_blocks = c.num_blocks;
-  } else if (config.backend.device == Device::kCpu) {
+  } else if (config.backend.device != Device::kCuda) {
     p.device_blocks = BlocksIn(c.kv_cache_memory_gib, p.block_bytes);
     if (p.device_blocks < 1) {
       return absl::InvalidArgumentError(absl::StrCat("--kv-cache-memory-gib (",

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <random>
@@ -540,6 +541,27 @@ TEST(WorkerServerTest, RepliesToASlowReaderArriveInOrderAndWhole) {
       << "the test never made the worker's replies wait";
   EXPECT_EQ(MetricValue(metrics.second, "kvserve_replies_dropped_total{"), 0);
   EXPECT_EQ(w->Terminate(), 0);
+}
+
+// Issue 26: --device null serves the real protocol with no model behind it (config.json is all it
+// reads), so that the router can be measured on its own.
+TEST(WorkerServerTest, TheNullDeviceAnswersAFixedTokenWithoutWeights) {
+  char dir[] = "/tmp/kvserve-null-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::filesystem::copy_file(FixtureModel("tiny-llama3") + "/config.json",
+                             std::string(dir) + "/config.json");
+  ASSERT_OK_AND_ASSIGN(
+      auto w, WorkerProcess::Start({"--model", dir, "--device", "null", "--max-model-len", "256",
+                                    "--num-blocks", "256"}));
+  zmq::context_t ctx;
+  Client c(ctx, w->port());
+  pb::GenerateRequest r = MakeRequest("null", {1, 2, 3, 4}, 7);
+  r.mutable_sampling()->set_n(2);
+  auto got = RunRequests(c, {r});
+  ASSERT_EQ(got["null"].size(), 14u);
+  for (int32_t t : got["null"]) EXPECT_EQ(t, got["null"][0]);
+  EXPECT_EQ(w->Terminate(), 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(WorkerServerTest, SigtermFinishesInFlightRequestsThenExits) {
