@@ -30,6 +30,8 @@ json WorkerJson(const WorkerInfo& w) {
             {"cached_evictable", w.device_blocks_cached}}},
           {"router",
            {{"load_blocks", w.load_blocks},
+            {"inflight_requests", w.inflight_requests},
+            {"inflight_limit", w.inflight_limit},
             {"index_blocks", w.index_blocks},
             {"kv_event_batches", w.event_batches},
             {"kv_event_gaps", w.event_gaps},

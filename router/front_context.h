@@ -1,15 +1,19 @@
 // What the handlers of the router's HTTP front share: its options, the tokenizer, the core that
 // places requests on workers, the metrics and the request ids. Owned by HttpFront.
 //
-// Handlers run on the front's I/O thread; so does every use of this context but `core`'s
-// thread-safe calls.
+// Handlers run on the front's handler threads (--api-threads), several at once: what they use of
+// this context is constant after start, atomic, or thread-safe (the tokenizer, the core's calls,
+// the metrics).
 #ifndef KVSERVE_ROUTER_FRONT_CONTEXT_H_
 #define KVSERVE_ROUTER_FRONT_CONTEXT_H_
 
+#include <atomic>
+#include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/http_connection.h"
 #include "router/openai_request.h"
@@ -34,8 +38,14 @@ struct FrontOptions {
   // The admin API (/admin/workers, drain / undrain / recycle) needs this bearer token; empty
   // turns it off.
   std::string admin_token;
+  // Threads that run the handlers (the sockets have a thread of their own).
+  int api_threads = 2;
   // Caps on one request's stops, messages, prompt size and logprobs (400 past them).
   RequestLimits limits;
+  // A generation request that has not finished this long after it arrived ends with a 504 (and
+  // is aborted on its worker); a client may ask for less with the X-Request-Timeout header
+  // (seconds). Zero: no deadline but the client's.
+  absl::Duration request_timeout = absl::ZeroDuration();
 };
 
 struct FrontContext {
@@ -43,8 +53,10 @@ struct FrontContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   RouterCore* core = nullptr;
   RouterMetrics* metrics = nullptr;
+  // The handler threads; a request's own work (a Completion) runs on a strand of it.
+  boost::asio::thread_pool* handlers = nullptr;
   std::string id_prefix;  // random per process, so that ids differ across router replicas
-  uint64_t next_id = 1;
+  std::atomic<uint64_t> next_id{1};
 
   // "chatcmpl-PREFIX-N" or "cmpl-PREFIX-N", as OpenAI names them.
   std::string NextRequestId(bool chat) {

@@ -53,10 +53,10 @@ void HttpConnection::OnRead(beast::error_code ec) {
     return RespondError(MakeOpenAiError(413, "invalid_request_error", "request body too large"));
   }
   if (read_timed_out_) {
-    return RespondError(MakeOpenAiError(
-        408, "invalid_request_error",
-        "the request was not received within " +
-            absl::FormatDuration(absl::FromChrono(limits_.read_timeout))));
+    return RespondError(
+        MakeOpenAiError(408, "invalid_request_error",
+                        "the request was not received within " +
+                            absl::FormatDuration(absl::FromChrono(limits_.read_timeout))));
   }
   if (ec) return;
   http::request<http::string_body>& req = parser_->get();
@@ -69,11 +69,19 @@ void HttpConnection::OnRead(beast::error_code ec) {
   r.body = std::move(req.body());
   r.authorization = std::string(req[http::field::authorization]);
   r.session_id = std::string(req["x-session-id"]);
+  r.timeout = std::string(req["x-request-timeout"]);
   path_ = r.path;
   // From here on the only read is Drain: it notices a client that closes before its answer.
   reading_ = true;
   Drain(std::make_shared<std::array<char, 65536>>(), 0);
   handler_(shared_from_this(), r);
+}
+
+void HttpConnection::SetOnClientGone(std::function<void()> on_gone) {
+  asio::post(executor_, [self = shared_from_this(), on_gone = std::move(on_gone)]() mutable {
+    if (self->gone_) return on_gone();
+    self->on_gone_ = std::move(on_gone);
+  });
 }
 
 void HttpConnection::ClientGone() {
@@ -83,6 +91,13 @@ void HttpConnection::ClientGone() {
 }
 
 void HttpConnection::Respond(int status, std::string body, std::string_view content_type) {
+  asio::post(executor_, [self = shared_from_this(), status, body = std::move(body),
+                         type = std::string(content_type)]() mutable {
+    self->DoRespond(status, std::move(body), type);
+  });
+}
+
+void HttpConnection::DoRespond(int status, std::string body, const std::string& content_type) {
   metrics_->CountRequest(Endpoint(), status);
   auto res = std::make_shared<http::response<http::string_body>>();
   res->result(static_cast<http::status>(status));
@@ -137,6 +152,12 @@ void HttpConnection::StartEventStream() {
 }
 
 void HttpConnection::Write(std::string data, bool last) {
+  asio::post(executor_, [self = shared_from_this(), data = std::move(data), last]() mutable {
+    self->DoWrite(std::move(data), last);
+  });
+}
+
+void HttpConnection::DoWrite(std::string data, bool last) {
   if (gone_) return;
   queued_bytes_ += data.size();
   if (queued_bytes_ > limits_.max_queued_bytes) {

@@ -11,7 +11,8 @@
 //     c->Respond(200, "ok\n", "text/plain");
 //   });
 //
-// Runs on the front's I/O thread: every method is called there.
+// Its socket belongs to the front's I/O thread. The public methods may be called from any
+// thread: each hands its work to the I/O thread, in the order of the calls.
 #ifndef KVSERVE_ROUTER_HTTP_CONNECTION_H_
 #define KVSERVE_ROUTER_HTTP_CONNECTION_H_
 
@@ -51,6 +52,7 @@ struct HttpRequest {
   std::string body;
   std::string authorization;  // the Authorization header
   std::string session_id;     // the X-Session-Id header
+  std::string timeout;        // the X-Request-Timeout header (seconds)
 };
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
@@ -76,13 +78,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void Write(std::string data, bool last);
   void CountStreamed(int status);
   // Called once when the client goes away (it closes or resets the connection, or a write
-  // fails), streaming or not, before any further Write is dropped. As with vLLM, a client that
-  // shuts down its sending side after the request counts as gone.
-  void SetOnClientGone(std::function<void()> on_gone) { on_gone_ = std::move(on_gone); }
-
-  [[nodiscard]] const boost::asio::any_io_executor& executor() const { return executor_; }
+  // fails), streaming or not, before any further Write is dropped; at once if it has already
+  // gone. As with vLLM, a client that shuts down its sending side after the request counts as
+  // gone. Runs on the I/O thread.
+  void SetOnClientGone(std::function<void()> on_gone);
 
  private:
+  // The I/O thread's side of Respond and Write.
+  void DoRespond(int status, std::string body, const std::string& content_type);
+  void DoWrite(std::string data, bool last);
   void OnRead(boost::beast::error_code ec);
   void WriteNext();
   // Closes the connection if the write under way makes no progress within the write timeout.

@@ -19,6 +19,7 @@ using tcp = asio::ip::tcp;
 
 struct HttpFront::Impl {
   FrontContext ctx;
+  std::unique_ptr<asio::thread_pool> handlers;
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_backoff{io};
@@ -66,17 +67,17 @@ void HttpFront::Impl::Accept() {
       return;
     }
     const bool full = ctx.metrics->open_connections() >= ctx.options.max_connections;
-    auto conn = std::make_shared<HttpConnection>(std::move(socket), ctx.options.connection,
-                                                 ctx.metrics);
+    auto conn =
+        std::make_shared<HttpConnection>(std::move(socket), ctx.options.connection, ctx.metrics);
     if (full) {
       ctx.metrics->CountRefusedConnection();
-      conn->RespondError(MakeOpenAiError(
-          503, "service_unavailable",
-          absl::StrCat("the router has ", ctx.options.max_connections,
-                       " connections open (--max-connections); retry shortly")));
+      conn->RespondError(
+          MakeOpenAiError(503, "service_unavailable",
+                          absl::StrCat("the router has ", ctx.options.max_connections,
+                                       " connections open (--max-connections); retry shortly")));
     } else {
       conn->Start([this](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
-        Dispatch(c, r);
+        asio::post(*handlers, [this, c, r] { Dispatch(c, r); });  // off the socket thread
       });
     }
     Accept();
@@ -132,6 +133,8 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   impl.ctx.tokenizer = tokenizer;
   impl.ctx.core = core;
   impl.ctx.metrics = metrics;
+  impl.handlers = std::make_unique<asio::thread_pool>(std::max(1, options.api_threads));
+  impl.ctx.handlers = impl.handlers.get();
   impl.ctx.id_prefix = absl::StrFormat("%08x-", std::random_device{}());
   boost::beast::error_code ec;
   tcp::endpoint ep(asio::ip::make_address(options.host, ec),
@@ -158,6 +161,8 @@ void HttpFront::Stop() {
   if (!thread_.joinable()) return;
   impl_->io.stop();
   thread_.join();
+  impl_->handlers->stop();
+  impl_->handlers->join();
 }
 
 HttpFront::~HttpFront() { Stop(); }

@@ -1,5 +1,7 @@
-// kvserve-router's HTTP front door (Boost.Beast, async, one I/O thread): accepts connections
-// and routes each request by method and path to its handler: the OpenAI API
+// kvserve-router's HTTP front door (Boost.Beast, async): one I/O thread owns every socket and
+// does nothing else; the handlers (parsing, tokenization, detokenization, stop strings, JSON) run
+// on --api-threads threads, so one large prompt does not hold up other clients' streams. Each
+// request is routed by method and path to its handler: the OpenAI API
 // (router/openai_handlers.h: /v1/completions, /v1/chat/completions, /v1/models), the operator
 // endpoints (router/admin_handlers.h: /admin/*, /tokenize, /detokenize), and /health, /ready
 // and /metrics. /v1/* needs an API key when --api-keys is set (router/auth.h).
@@ -31,7 +33,7 @@ class HttpFront {
                                                           RouterCore* core, RouterMetrics* metrics);
   ~HttpFront();
   [[nodiscard]] int port() const;
-  // Stops serving and joins the I/O thread; idempotent.
+  // Stops serving and joins its threads; idempotent.
   void Stop();
 
   struct Impl;

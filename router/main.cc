@@ -69,6 +69,9 @@ ABSL_FLAG(std::string, curve_secret_key_file, "",
           "authenticated and encrypted; the workers must list its public key");
 ABSL_FLAG(std::string, curve_server_key_file, "",
           "The workers' CURVE public key (or their secret-key file)");
+ABSL_FLAG(int32_t, api_threads, 2,
+          "Threads for the HTTP handlers: parsing, tokenization, detokenization, stop strings "
+          "(the sockets have a thread of their own)");
 ABSL_FLAG(int32_t, max_connections, 4096,
           "HTTP connections open at once; past it a new one gets a 503 with Retry-After (the "
           "process's open-file limit is raised to its hard limit at start)");
@@ -83,6 +86,17 @@ ABSL_FLAG(int64_t, max_client_buffer_bytes, 4 << 20,
 ABSL_FLAG(int32_t, client_send_buffer_bytes, 0,
           "SO_SNDBUF of client connections (0: the kernel's autotuning); smaller bounds the kernel "
           "memory a client that stops reading holds, and finds it sooner");
+ABSL_FLAG(double, request_timeout_seconds, 600,
+          "A generation request not finished this long after it arrived ends with a 504 and is "
+          "aborted on its worker; clients may ask for less with X-Request-Timeout (0: no "
+          "deadline but the client's)");
+ABSL_FLAG(int32_t, max_inflight_per_worker, 0,
+          "Requests one worker takes from this router at once (0: the --max-num-seqs the worker "
+          "reports); the rest wait in the router's queue");
+ABSL_FLAG(int32_t, max_queued_requests, 1024,
+          "Requests waiting at the router for a worker with room; past it, 429 with Retry-After");
+ABSL_FLAG(double, max_queue_wait_seconds, 30,
+          "A request that waited this long at the router for a worker with room gets a 429");
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
 ABSL_FLAG(
@@ -168,14 +182,20 @@ absl::Status ConnectionsFromFlags(FrontOptions* f) {
     return absl::InvalidArgumentError(
         "--client-read-timeout-seconds and --client-write-timeout-seconds must be > 0");
   }
-  if (absl::GetFlag(FLAGS_max_connections) < 1 || absl::GetFlag(FLAGS_max_client_buffer_bytes) < 1) {
+  if (absl::GetFlag(FLAGS_max_connections) < 1 ||
+      absl::GetFlag(FLAGS_max_client_buffer_bytes) < 1) {
     return absl::InvalidArgumentError(
         "--max-connections and --max-client-buffer-bytes must be at least 1");
   }
   f->connection.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_s * 1000));
   f->connection.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(write_s * 1000));
-  f->connection.max_queued_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_client_buffer_bytes));
+  f->connection.max_queued_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_client_buffer_bytes));
   f->max_connections = absl::GetFlag(FLAGS_max_connections);
+  f->api_threads = absl::GetFlag(FLAGS_api_threads);
+  if (f->api_threads < 1 || f->api_threads > 256) {
+    return absl::InvalidArgumentError("--api-threads must be in 1..256");
+  }
   f->connection.send_buffer_bytes = std::max(0, absl::GetFlag(FLAGS_client_send_buffer_bytes));
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -192,6 +212,26 @@ absl::Status ConnectionsFromFlags(FrontOptions* f) {
                  << ": the open-file limit is " << files.rlim_cur << " (ulimit -n)";
     f->max_connections = fit;
   }
+  return absl::OkStatus();
+}
+
+// Admission and deadlines: the router's queue, per-worker limits, the request timeout.
+absl::Status AdmissionFromFlags(RouterOptions* o, FrontOptions* f) {
+  const double timeout = absl::GetFlag(FLAGS_request_timeout_seconds);
+  const double wait = absl::GetFlag(FLAGS_max_queue_wait_seconds);
+  if (!(timeout >= 0) || !(wait > 0)) {
+    return absl::InvalidArgumentError(
+        "--request-timeout-seconds must be >= 0 and --max-queue-wait-seconds > 0");
+  }
+  if (absl::GetFlag(FLAGS_max_inflight_per_worker) < 0 ||
+      absl::GetFlag(FLAGS_max_queued_requests) < 0) {
+    return absl::InvalidArgumentError(
+        "--max-inflight-per-worker and --max-queued-requests must be >= 0");
+  }
+  f->request_timeout = absl::Seconds(timeout);
+  o->max_inflight_per_worker = absl::GetFlag(FLAGS_max_inflight_per_worker);
+  o->max_queued = absl::GetFlag(FLAGS_max_queued_requests);
+  o->max_queue_wait = absl::Seconds(wait);
   return absl::OkStatus();
 }
 
@@ -245,6 +285,7 @@ absl::Status Serve() {
     f.served_model_name = std::filesystem::path(model).filename().string();
   RETURN_IF_ERROR(SecretsFromFlags(&f));
   RETURN_IF_ERROR(ConnectionsFromFlags(&f));
+  RETURN_IF_ERROR(AdmissionFromFlags(&o, &f));
   f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0

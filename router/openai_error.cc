@@ -41,6 +41,8 @@ OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view c
       return MakeOpenAiError(404, "invalid_request_error", message, code);
     case absl::StatusCode::kResourceExhausted:
       return MakeOpenAiError(429, "rate_limit_error", message, code);
+    case absl::StatusCode::kDeadlineExceeded:
+      return MakeOpenAiError(504, "timeout", message, code);
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kFailedPrecondition:
       return MakeOpenAiError(503, "service_unavailable", message, code);

@@ -1,10 +1,14 @@
 #include "router/openai_handlers.h"
 
 #include <algorithm>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
+#include <cmath>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tokenizer/incremental_detokenizer.h"
@@ -51,14 +55,21 @@ struct Choice {
 };
 
 // One completion request from its parsed body to its last byte. Owned by the job's response
-// callback and the connection's gone callback; lives until both are dropped.
+// callback and the connection's gone callback; lives until both are dropped. Runs on a strand
+// of the handler threads: one of its steps at a time, in order.
 class Completion : public std::enable_shared_from_this<Completion> {
  public:
   Completion(FrontContext& ctx, std::shared_ptr<HttpConnection> conn, ParsedRequest req)
-      : ctx_(ctx), conn_(std::move(conn)), req_(std::move(req)) {}
+      : ctx_(ctx),
+        conn_(std::move(conn)),
+        req_(std::move(req)),
+        strand_(boost::asio::make_strand(*ctx.handlers)) {}
+  [[nodiscard]] const auto& strand() const { return strand_; }
 
-  // Places the request; `session_header` is the X-Session-Id header.
-  void Start(const std::vector<int>& ids, int max_tokens, const std::string& session_header);
+  // Places the request; `session_header` is the X-Session-Id header; `deadline` when it must
+  // have ended.
+  void Start(const std::vector<int>& ids, int max_tokens, const std::string& session_header,
+             Clock::time_point deadline);
 
  private:
   std::shared_ptr<Job> MakeJob(const std::vector<int>& ids, int max_tokens);
@@ -89,10 +100,14 @@ class Completion : public std::enable_shared_from_this<Completion> {
   Clock::time_point start_;
   bool first_token_seen_ = false;
   bool finished_ = false;
+  // A stream's header goes out with its first response, so that a request refused before it
+  // ran (the router's queue full, say) gets its own status, not an error inside a 200.
+  bool stream_started_ = false;
+  boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 
 void Completion::Start(const std::vector<int>& ids, int max_tokens,
-                       const std::string& session_header) {
+                       const std::string& session_header, Clock::time_point deadline) {
   prompt_tokens_ = static_cast<int>(ids.size());
   max_tokens_ = max_tokens;
   request_id_ = ctx_.NextRequestId(req_.chat);
@@ -106,19 +121,21 @@ void Completion::Start(const std::vector<int>& ids, int max_tokens,
   }
   std::shared_ptr<Job> job = MakeJob(ids, max_tokens);
   job->session_key = session_header.empty() ? req_.user : session_header;
+  job->deadline = deadline;
   // The job keeps this completion alive until the core drops it (after the last response).
   std::shared_ptr<Completion> self = shared_from_this();
   job->on_response = [self](const pb::GenerateResponse& r) {
-    boost::asio::post(self->conn_->executor(), [self, r] { self->OnResponse(r); });
+    boost::asio::post(self->strand_, [self, r] { self->OnResponse(r); });
   };
   // Weak: the connection must not keep its completion alive (the job does, until it ends).
   conn_->SetOnClientGone([weak = weak_from_this()] {  // stop the work on the worker
     const std::shared_ptr<Completion> self = weak.lock();
     if (self == nullptr) return;
-    if (!self->finished_) self->ctx_.core->Abort(self->request_id_);
-    self->finished_ = true;
+    boost::asio::post(self->strand_, [self] {
+      if (!self->finished_) self->ctx_.core->Abort(self->request_id_);
+      self->finished_ = true;
+    });
   });
-  if (req_.stream) conn_->StartEventStream();
   ctx_.core->Submit(std::move(job));
 }
 
@@ -145,6 +162,10 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
 
 void Completion::OnResponse(const pb::GenerateResponse& r) {
   if (finished_ || HandleFailure(r)) return;
+  if (req_.stream && !stream_started_) {
+    stream_started_ = true;
+    conn_->StartEventStream();
+  }
   const int index = r.sample_index();
   if (index < 0 || index >= static_cast<int>(choices_.size())) return;
   if (!first_token_seen_ && r.token_ids_size() > 0) {
@@ -183,7 +204,8 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
   const OpenAiError e =
       OpenAiErrorFromStatus(absl::Status(static_cast<absl::StatusCode>(code), r.error().message()));
   finished_ = true;
-  if (req_.stream) {
+  if (stream_started_) {
+    conn_->CountStreamed(e.http_status);
     conn_->Write("data: " + e.json + "\n\n", false);
     conn_->Write("data: [DONE]\n\n", true);
   } else {
@@ -327,6 +349,23 @@ bool Completion::AllDone() const {
   return true;
 }
 
+// When a request arriving now must have ended: the sooner of --request-timeout-seconds (zero:
+// none) and the X-Request-Timeout header's seconds (empty: none). InvalidArgument naming the
+// header for a value that is not a positive number of seconds.
+absl::StatusOr<Clock::time_point> Deadline(absl::Duration server, const std::string& header) {
+  absl::Duration timeout = server > absl::ZeroDuration() ? server : absl::InfiniteDuration();
+  if (!header.empty()) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(header, &seconds) || !(seconds > 0) || !std::isfinite(seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat("X-Request-Timeout: '", header.substr(0, 32),
+                                                     "' is not a positive number of seconds"));
+    }
+    timeout = std::min(timeout, absl::Seconds(seconds));
+  }
+  if (timeout >= absl::Hours(24 * 365)) return Clock::time_point::max();  // none, in effect
+  return Clock::now() + absl::ToChronoNanoseconds(timeout);
+}
+
 }  // namespace
 
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
@@ -358,8 +397,14 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
   if (absl::Status s = CheckLogprobBudget(*parsed, max_tokens, ctx.options.limits); !s.ok()) {
     return conn->RespondError(OpenAiErrorFromStatus(s));
   }
-  std::make_shared<Completion>(ctx, conn, *std::move(parsed))
-      ->Start(*ids, max_tokens, request.session_id);
+  absl::StatusOr<Clock::time_point> deadline =
+      Deadline(ctx.options.request_timeout, request.timeout);
+  if (!deadline.ok()) return conn->RespondError(OpenAiErrorFromStatus(deadline.status()));
+  auto completion = std::make_shared<Completion>(ctx, conn, *std::move(parsed));
+  boost::asio::dispatch(completion->strand(), [completion, ids = *std::move(ids), max_tokens,
+                                               session = request.session_id, at = *deadline] {
+    completion->Start(ids, max_tokens, session, at);
+  });
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {

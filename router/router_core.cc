@@ -94,6 +94,7 @@ void RouterCore::Loop() {
     }
     Inbox inbox = TakeInbox();
     SendControls(inbox.controls);
+    PlaceQueued();  // those waiting came first
     for (auto& job : inbox.jobs) Place(job);
     SendAborts(inbox.aborts);
     for (auto& [w, m] : pool_->Poll(inbox.jobs.empty() ? 5 : 0)) {
@@ -101,10 +102,12 @@ void RouterCore::Loop() {
       pb::GenerateResponse r;
       if (ParseMessage(m, &r).ok()) HandleResponse(w, r);
     }
+    PlaceQueued();  // finished requests made room
     const std::vector<WorkerView> views = pool_->Views();
     UpdateReadiness(views);
     if (auto now = std::chrono::steady_clock::now();
         now - last_info_ > std::chrono::milliseconds(50)) {
+      ExpireWaits();
       PublishInfo(views);
       index_.Expire(absl::Now());
       last_info_ = now;
@@ -134,7 +137,12 @@ void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction
 void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
   for (const std::string& id : aborts) {
     auto it = inflight_.find(id);
-    if (it == inflight_.end()) continue;
+    if (it == inflight_.end()) {  // still waiting for a worker, or already ended
+      std::erase_if(queue_,
+                    [&](const Waiting& w) { return w.move.job->request.request_id() == id; });
+      queued_ = static_cast<int>(queue_.size());
+      continue;
+    }
     pb::AbortRequest a;
     a.set_request_id(id);
     a.set_reason("client disconnected");
@@ -304,28 +312,38 @@ void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
   PlaceMoves(moves);
 }
 
-absl::flat_hash_map<int, int64_t> RouterCore::InflightBlocks() const {
+absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
   // Each request in flight counts for the blocks it will hold.
-  absl::flat_hash_map<int, int64_t> blocks;
+  absl::flat_hash_map<int, Load> load;
   for (const auto& [id, placed] : inflight_) {
     const pb::GenerateRequest& r = placed.job->request;
     const pb::WorkerStatus* st = pool_->status(placed.worker);
     const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
-    blocks[placed.worker] += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
+    Load& l = load[placed.worker];
+    l.blocks += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
+    ++l.requests;
   }
-  return blocks;
+  return load;
+}
+
+int RouterCore::InflightLimit(int w) const {
+  if (options_.max_inflight_per_worker > 0) return options_.max_inflight_per_worker;
+  const pb::WorkerStatus* st = pool_->status(w);
+  return st != nullptr ? std::max(0, st->max_num_seqs()) : 0;
 }
 
 void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
   std::vector<WorkerInfo> info;
-  absl::flat_hash_map<int, int64_t> inflight = InflightBlocks();
+  absl::flat_hash_map<int, Load> inflight = InflightLoad();
   for (const WorkerView& v : views) {
     WorkerInfo w;
     w.id = v.id;
     w.name = v.name;
     w.eligible = v.eligible;
     const WorkerPool::Counters c = pool_->counters(v.id);
-    w.load_blocks = inflight[v.id];
+    w.load_blocks = inflight[v.id].blocks;
+    w.inflight_requests = inflight[v.id].requests;
+    w.inflight_limit = InflightLimit(v.id);
     w.index_blocks = static_cast<int64_t>(index_.num_blocks(v.id));
     w.event_batches = c.event_batches;
     w.event_gaps = c.gaps;
@@ -338,7 +356,8 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
                                            .snapshots = c.snapshots,
                                            .dropped = c.dropped,
                                            .index_evictions = index_.evictions(v.id),
-                                           .event_lag_s = c.last_event_lag_s});
+                                           .event_lag_s = c.last_event_lag_s,
+                                           .inflight_requests = w.inflight_requests});
     }
     if (const pb::WorkerStatus* st = pool_->status(v.id)) {
       w.state = pb::WorkerState_Name(st->state());
@@ -365,14 +384,108 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
 }
 
 void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclude) {
+  Move move{job, attempts, exclude};
+  // A new request waits behind those already waiting; one that moves came before them.
+  const bool moves = attempts > 1;
+  if (!queue_.empty() && !moves) return Enqueue(std::move(move), /*front=*/false);
+  if (TryPlace(job, attempts, exclude) == Placement::kFull) Enqueue(std::move(move), moves);
+}
+
+void RouterCore::Enqueue(Move move, bool front) {
+  if (static_cast<int>(queue_.size()) >= options_.max_queued) {
+    if (options_.metrics != nullptr) options_.metrics->CountRejected("queue_full");
+    move.job->on_response(ErrorResponse(
+        move.job->request.request_id(), absl::StatusCode::kResourceExhausted,
+        absl::StrCat("the router is at capacity: ", queue_.size(),
+                     " requests wait for a worker (--max-queued-requests); retry later")));
+    return;
+  }
+  Waiting w{std::move(move), std::chrono::steady_clock::now()};
+  if (front) {
+    queue_.push_front(std::move(w));
+  } else {
+    queue_.push_back(std::move(w));
+  }
+  queued_ = static_cast<int>(queue_.size());
+  if (options_.metrics != nullptr) options_.metrics->SetQueueDepth(queued_);
+}
+
+void RouterCore::PlaceQueued() {
+  if (queue_.empty()) return;
+  while (!queue_.empty()) {
+    const Waiting& w = queue_.front();
+    if (TryPlace(w.move.job, w.move.attempts, w.move.from) == Placement::kFull) break;
+    if (options_.metrics != nullptr) {
+      options_.metrics->ObserveQueueWait(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - w.since).count());
+    }
+    queue_.pop_front();
+  }
+  queued_ = static_cast<int>(queue_.size());
+  if (options_.metrics != nullptr) options_.metrics->SetQueueDepth(queued_);
+}
+
+void RouterCore::ExpireWaits() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto max_wait =
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.max_queue_wait));
+  const auto expire = [&](Job& job, absl::StatusCode code, const char* reason,
+                          absl::string_view why) {
+    if (options_.metrics != nullptr) options_.metrics->CountRejected(reason);
+    job.on_response(ErrorResponse(job.request.request_id(), code, why));
+  };
+  constexpr absl::string_view kDeadline =
+      "the request did not finish within its deadline (--request-timeout-seconds, or the "
+      "X-Request-Timeout header)";
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = *it->move.job;
+    if (now >= job.deadline) {
+      expire(job, absl::StatusCode::kDeadlineExceeded, "deadline", kDeadline);
+    } else if (now - it->since >= max_wait) {
+      expire(job, absl::StatusCode::kResourceExhausted, "queue_timeout",
+             absl::StrCat("no worker had room for the request within ",
+                          absl::FormatDuration(options_.max_queue_wait),
+                          " (--max-queue-wait-seconds); retry later"));
+    } else {
+      ++it;
+      continue;
+    }
+    it = queue_.erase(it);
+  }
+  queued_ = static_cast<int>(queue_.size());
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    Placed& p = it->second;
+    if (now < p.job->deadline) {
+      ++it;
+      continue;
+    }
+    pb::AbortRequest a;
+    a.set_request_id(it->first);
+    a.set_reason("deadline passed");
+    pool_->Send(p.worker, a).IgnoreError();
+    index_.ForgetRouted(p.worker, p.hashes);
+    expire(*p.job, absl::StatusCode::kDeadlineExceeded, "deadline", kDeadline);
+    inflight_.erase(it++);
+  }
+}
+
+RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int attempts,
+                                           int exclude) {
   std::vector<WorkerView> views = pool_->Views();
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
-  // a request would look busy. The worker that just failed this request is not eligible.
-  absl::flat_hash_map<int, int64_t> inflight_blocks = InflightBlocks();
+  // a request would look busy. The worker that just failed this request is not eligible, nor
+  // one at its limit of requests; when only the limit stands in the way, the job waits.
+  absl::flat_hash_map<int, Load> load = InflightLoad();
+  bool ready = false, room = false;
   for (WorkerView& v : views) {
     if (v.id == exclude) v.eligible = false;
-    v.active_blocks = inflight_blocks[v.id];
+    v.active_blocks = load[v.id].blocks;
+    ready = ready || v.eligible;
+    const int limit = InflightLimit(v.id);
+    if (limit > 0 && load[v.id].requests >= limit) v.eligible = false;
+    room = room || v.eligible;
   }
+  if (ready && !room) return Placement::kFull;
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
   std::vector<BlockHash> hashes;
   for (const WorkerView& v : views) {
@@ -387,7 +500,10 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   absl::StatusOr<Decision> d =
       Route(options_.routing, views, index_, hashes, job->session_key, &round_robin_);
   const std::string& id = job->request.request_id();
-  if (!d.ok()) return job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));
+  if (!d.ok()) {
+    job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));
+    return Placement::kFailed;
+  }
   if (options_.metrics != nullptr) {
     std::string name;
     for (const WorkerView& v : views) {
@@ -399,11 +515,13 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, st->block_size()));
   if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
-    return job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
+    job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
+    return Placement::kFailed;
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
   inflight_[id] = Placed{
       d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0, std::move(hashes)};
+  return Placement::kPlaced;
 }
 
 }  // namespace kvserve::router

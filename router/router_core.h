@@ -48,6 +48,14 @@ struct RouterOptions {
   std::string coordinator_id = "router";
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
+  // Admission: requests one worker takes from this router at once (0: the max_num_seqs its
+  // heartbeat reports; unlimited when it reports none). A request that finds every ready
+  // worker at its limit waits in the router's queue, first come first placed.
+  int max_inflight_per_worker = 0;
+  // The queue: past this many waiting, or this long waited, a request is refused with
+  // ResourceExhausted (a 429 with Retry-After at the front).
+  int max_queued = 1024;
+  absl::Duration max_queue_wait = absl::Seconds(30);
 };
 
 // A worker as the admin API shows it.
@@ -62,11 +70,16 @@ struct WorkerInfo {
   uint64_t instance_id = 0;
   // The router's side: its in-flight load, its index, the KV-event stream's health.
   int64_t load_blocks = 0, index_blocks = 0, event_batches = 0, event_gaps = 0, snapshots = 0;
+  // Requests the router has on it now, and the most it sends at once (0: no limit).
+  int inflight_requests = 0, inflight_limit = 0;
 };
 
 struct Job {
   kvserve::v1::GenerateRequest request;
   std::string session_key;
+  // Past it the request ends with DeadlineExceeded, queued or running (and is aborted on its
+  // worker). The default: none.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // Called on the core thread for every response (and once with an error response when the
   // job cannot be placed or its worker is lost).
   std::function<void(const kvserve::v1::GenerateResponse&)> on_response;
@@ -106,6 +119,8 @@ class RouterCore {
   [[nodiscard]] int64_t moved() const { return moved_.load(); }
   // Requests ended because a worker's replies to them came out of sequence (one was lost).
   [[nodiscard]] int64_t reply_gaps() const { return reply_gaps_.load(); }
+  // Requests waiting in the router's queue for a worker with room. Any thread.
+  [[nodiscard]] int queued() const { return queued_.load(); }
 
  private:
   // A placed request, as the core thread tracks it.
@@ -123,6 +138,17 @@ class RouterCore {
     std::shared_ptr<Job> job;
     int attempts;
     int from;
+  };
+  // A request waiting for a worker with room.
+  struct Waiting {
+    Move move;
+    std::chrono::steady_clock::time_point since;
+  };
+  enum class Placement { kPlaced, kFull, kFailed };
+  // What in-flight requests hold of a worker, from the router's own books.
+  struct Load {
+    int64_t blocks = 0;
+    int requests = 0;
   };
   // What other threads queued for the core thread.
   struct Inbox {
@@ -145,7 +171,18 @@ class RouterCore {
   // Moves or fails the requests of workers that stopped responding or restarted.
   void RescueLost(const std::vector<WorkerView>& views);
 
+  // Places the job, or queues it when every ready worker is at its limit (at the queue's front
+  // for a request that moves: it came first).
   void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1);
+  // kFull: no ready worker has room (nothing was done); kFailed: the job was ended with an error.
+  Placement TryPlace(const std::shared_ptr<Job>& job, int attempts, int exclude);
+  void Enqueue(Move move, bool front);
+  // Places queued requests in order while workers have room.
+  void PlaceQueued();
+  // Ends queued requests that waited too long and requests past their deadline.
+  void ExpireWaits();
+  // The most requests worker `w` takes at once (0: no limit).
+  [[nodiscard]] int InflightLimit(int w) const;
   // Whether `p` may be placed again: nothing of it streamed and it has placements left.
   [[nodiscard]] static bool CanMove(const Placed& p) {
     return !p.started && p.attempts < kMaxPlacementAttempts;
@@ -159,8 +196,8 @@ class RouterCore {
   // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
   // that had not started move to other workers, started ones end with an error).
   void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
-  // Blocks each worker's in-flight requests will hold, from the router's own books.
-  absl::flat_hash_map<int, int64_t> InflightBlocks() const;
+  // What each worker's in-flight requests will hold, from the router's own books.
+  absl::flat_hash_map<int, Load> InflightLoad() const;
 
   // Constant after construction.
   RouterOptions options_;
@@ -171,6 +208,7 @@ class RouterCore {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<DnsDiscovery> discovery_;
   absl::flat_hash_map<std::string, Placed> inflight_;
+  std::deque<Waiting> queue_;
   absl::flat_hash_set<std::string> revoked_;  // RevokeKey of each revoke sent
   std::chrono::steady_clock::time_point last_info_;
   uint64_t round_robin_ = 0;
@@ -178,7 +216,7 @@ class RouterCore {
   // Read by any thread.
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> eligible_{0}, known_{0};
+  std::atomic<int> eligible_{0}, known_{0}, queued_{0};
   std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0}, reply_gaps_{0};
 
   mutable absl::Mutex info_mu_;

@@ -39,6 +39,23 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   reply_gaps_ = counter("kvserve_router_reply_gaps_total",
                         "Requests ended because the worker's replies to them came out of sequence "
                         "(a reply lost on the link)");
+  inflight_ =
+      gauge("kvserve_router_worker_inflight_requests",
+            "Requests the router has on the worker now (--max-inflight-per-worker caps it)");
+  queue_depth_ =
+      &gauge("kvserve_router_queue_depth", "Requests waiting at the router for a worker with room")
+           ->Add({});
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("kvserve_router_queue_wait_seconds")
+                     .Help("Time a request waited at the router for a worker with room")
+                     .Register(*registry_)
+                     .Add({}, Buckets());
+  rejected_ = counter("kvserve_router_rejected_requests_total",
+                      "Requests refused for overload (queue_full, queue_timeout: 429) or ended at "
+                      "their deadline (deadline: 504)");
+  for (const char* reason : {"queue_full", "queue_timeout", "deadline"}) {
+    rejected_->Add({{"reason", reason}});
+  }
   open_connections_ = &gauge("kvserve_router_open_connections", "HTTP connections open")->Add({});
   refused_connections_ =
       &counter("kvserve_router_connections_refused_total",
@@ -86,6 +103,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   load_->Add(labels).Set(static_cast<double>(seen.load_blocks));
   index_blocks_->Add(labels).Set(static_cast<double>(seen.index_blocks));
   event_lag_->Add(labels).Set(seen.event_lag_s);
+  inflight_->Add(labels).Set(seen.inflight_requests);
   absl::MutexLock lock(&mu_);
   WorkerSeen& last = last_[worker];
   // Each series exists from the worker's first heartbeat (at 0), so that rates and alerts on
@@ -105,7 +123,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
 
 void RouterMetrics::RemoveWorker(const std::string& worker) {
   const prometheus::Labels labels = {{"worker", worker}};
-  for (prometheus::Family<prometheus::Gauge>* f : {load_, index_blocks_, event_lag_}) {
+  for (prometheus::Family<prometheus::Gauge>* f : {load_, index_blocks_, event_lag_, inflight_}) {
     f->Remove(&f->Add(labels));
   }
   for (prometheus::Family<prometheus::Counter>* f :
@@ -115,6 +133,14 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
   }
   absl::MutexLock lock(&mu_);
   last_.erase(worker);
+}
+
+void RouterMetrics::SetQueueDepth(int depth) { queue_depth_->Set(depth); }
+
+void RouterMetrics::ObserveQueueWait(double seconds) { queue_wait_->Observe(seconds); }
+
+void RouterMetrics::CountRejected(const std::string& reason) {
+  rejected_->Add({{"reason", reason}}).Increment();
 }
 
 void RouterMetrics::AddOpenConnections(int delta) { open_connections_->Increment(delta); }

@@ -13,6 +13,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace kvserve::router {
@@ -31,6 +32,7 @@ class RouterMetrics {
     int64_t load_blocks = 0, index_blocks = 0;
     int64_t event_batches = 0, gaps = 0, snapshots = 0, dropped = 0, index_evictions = 0;
     double event_lag_s = 0;
+    int inflight_requests = 0;
   };
   void SetWorker(const std::string& worker, const WorkerSeen& seen);
   // The worker left: its series go (a discovered fleet that churns would grow them forever).
@@ -39,6 +41,12 @@ class RouterMetrics {
   void CountReplyGap(const std::string& worker);
   // HTTP connections: open now (+1 / -1), refused at the cap, dropped for not reading their
   // stream (router/http_connection.h).
+  // Admission (router_core.h): requests waiting for a worker with room, how long each waited
+  // when it left the queue for a worker, and requests refused ("queue_full", "queue_timeout")
+  // or ended at their deadline ("deadline").
+  void SetQueueDepth(int depth);
+  void ObserveQueueWait(double seconds);
+  void CountRejected(const std::string& reason);
   void AddOpenConnections(int delta);
   [[nodiscard]] int open_connections() const {
     return static_cast<int>(open_connections_->Value());
@@ -52,7 +60,10 @@ class RouterMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   // The per-worker families (label "worker"); owned by registry_.
-  prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_;
+  prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_, *inflight_;
+  prometheus::Gauge* queue_depth_;
+  prometheus::Histogram* queue_wait_;
+  prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Gauge* open_connections_;
   prometheus::Counter *refused_connections_, *slow_clients_;
   prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *snapshots_,

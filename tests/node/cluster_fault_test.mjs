@@ -88,7 +88,9 @@ before(async () => {
   workerBase = await freeRange(6);
   cluster = await startCluster(bin, ['--model', model, '--workers', '2', '--port', String(http),
     '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
-    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1`,
+    // Two requests per worker from the router, one running at the worker: a second request
+    // queues at the worker itself (the router's admission would otherwise hold it back).
+    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1 --max-inflight-per-worker 2`,
     '--', '--max-num-seqs', '1', '--num-blocks', '1024']);
   base = `http://127.0.0.1:${http}`;
 });

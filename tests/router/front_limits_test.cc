@@ -59,8 +59,8 @@ TEST_F(FrontLimitsTest, ASlowOrSilentClientIsCutOffAtTheReadDeadline) {
     close(fd);
   }
   // A client that sends in time is served.
-  auto [status, body] =
-      Post(front_->port(), "/v1/completions", {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 1}});
+  auto [status, body] = Post(front_->port(), "/v1/completions",
+                             {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 1}});
   EXPECT_EQ(status, 200) << body.dump();
 }
 
@@ -99,12 +99,15 @@ TEST_F(FrontLimitsTest, ConnectionsPastTheCapGetA503WithRetryAfter) {
 void ExpectNonReaderDropped(const ScriptedWorker& worker, const HttpFront& front,
                             RouterMetrics& metrics) {
   const int client = ConnectTo(front.port(), /*receive_buffer=*/2048);
-  const std::string body =
-      json{{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 3000}, {"stream", true},
-           {"logprobs", 5}}
-          .dump();
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string body = json{
+      {"model", "tiny"},
+      {"prompt", "hi"},
+      {"max_tokens", 3000},
+      {"stream", true},
+      {"logprobs", 5}}.dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   ASSERT_EQ(write(client, req.data(), req.size()), static_cast<ssize_t>(req.size()));
   for (int i = 0; i < 2000 && worker.aborts() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

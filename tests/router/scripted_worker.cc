@@ -49,6 +49,7 @@ void ScriptedWorker::Heartbeat() {
   b->set_total(64);
   b->set_free(64);
   st.set_state(state_.load());
+  st.set_max_num_seqs(max_num_seqs_.load());
   SendMessage(pub_, "status", st).IgnoreError();
 }
 
@@ -59,6 +60,11 @@ void ScriptedWorker::Loop() {
       continue;
     }
     Heartbeat();
+    if (!holding_ && !held_.empty()) {
+      for (const auto& [peer, r] : held_) SendMessage(router_, peer, r).IgnoreError();
+      held_.clear();
+      held_count_ = 0;
+    }
     zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(50));
     if (!(item.revents & ZMQ_POLLIN)) continue;
@@ -85,9 +91,16 @@ bool ScriptedWorker::ReceiveAbort(std::chrono::microseconds timeout) {
 
 void ScriptedWorker::Answer(const std::string& peer, const pb::GenerateRequest& req) {
   uint32_t seq = 0;
-  for (pb::GenerateResponse r : reply_(req)) {
+  std::vector<pb::GenerateResponse> replies = reply_(req);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    pb::GenerateResponse& r = replies[i];
     if (r.seq() == 0) r.set_seq(++seq);  // numbered as a worker numbers them, unless set
     seq = r.seq();
+    if (holding_ && i + 1 == replies.size()) {
+      held_.emplace_back(peer, r);
+      ++held_count_;
+      return;
+    }
     SendMessage(router_, peer, r).IgnoreError();
     if (pace_.count() == 0) continue;
     Heartbeat();
@@ -105,9 +118,9 @@ FrontOptions TinyFront() {
 void ScriptedFrontTest::Start(ScriptedWorker::Reply reply, FrontOptions f,
                               std::chrono::microseconds pace) {
   worker_ = std::make_unique<ScriptedWorker>(std::move(reply), pace);
-  ASSERT_OK_AND_ASSIGN(tokenizer_, tokenizer::Tokenizer::FromDirectory(
-                                       kvserve::testing::NpmTokenizerDir("llama3")));
-  RouterOptions o;
+  ASSERT_OK_AND_ASSIGN(
+      tokenizer_, tokenizer::Tokenizer::FromDirectory(kvserve::testing::NpmTokenizerDir("llama3")));
+  RouterOptions o = router_options_;
   o.workers.push_back({"scripted", "127.0.0.1", worker_->port(), worker_->events_port()});
   o.heartbeat_timeout = absl::Milliseconds(500);
   o.metrics = &metrics_;
@@ -149,18 +162,27 @@ int ConnectTo(int port, int receive_buffer) {
   return fd;
 }
 
-std::pair<int, json> Post(int port, const std::string& path, const json& body) {
+std::string PostRaw(int port, const std::string& path, const json& body,
+                    const std::string& headers) {
   const int fd = ConnectTo(port);
   EXPECT_GE(fd, 0);
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string text = body.dump();
   const std::string req =
-      "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+      "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
       "Connection: close\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
   EXPECT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
   std::string out;
   char buf[8192];
   for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
   close(fd);
+  return out;
+}
+
+std::pair<int, json> Post(int port, const std::string& path, const json& body,
+                          const std::string& headers) {
+  const std::string out = PostRaw(port, path, body, headers);
   const size_t body_at = out.find("\r\n\r\n");
   if (out.size() < 12 || body_at == std::string::npos) return {0, nullptr};
   return {std::stoi(out.substr(9, 3)), json::parse(out.substr(body_at + 4), nullptr, false)};

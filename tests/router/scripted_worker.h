@@ -26,16 +26,23 @@ namespace kvserve::router {
 // Heartbeats as a ready worker; answers each request with `reply(request)`'s messages, numbered
 // 1, 2, 3, ... unless a message sets its own seq: all at once, or one per `pace` as a model
 // would make them (then an AbortRequest stops the answer). Counts the aborts it receives.
+// While holding, the last message of each answer is kept back (the request stays in flight)
+// until Hold(false).
 class ScriptedWorker {
  public:
-  using Reply =
-      std::function<std::vector<kvserve::v1::GenerateResponse>(const kvserve::v1::GenerateRequest&)>;
+  using Reply = std::function<std::vector<kvserve::v1::GenerateResponse>(
+      const kvserve::v1::GenerateRequest&)>;
   explicit ScriptedWorker(Reply reply,
                           std::chrono::microseconds pace = std::chrono::microseconds(0));
   ~ScriptedWorker();
   int port() const { return port_; }
   int events_port() const { return events_port_; }
   int aborts() const { return aborts_.load(); }
+  // Requests whose last message is held back now.
+  int held() const { return held_count_.load(); }
+  void Hold(bool hold) { holding_ = hold; }
+  // The --max-num-seqs its heartbeats report (0: none).
+  void SetMaxNumSeqs(int n) { max_num_seqs_ = n; }
   // The state its heartbeats report from now on.
   void SetState(kvserve::v1::WorkerState state) { state_ = state; }
   // Stops heartbeating and answering, like a process that hangs.
@@ -57,7 +64,9 @@ class ScriptedWorker {
   int port_ = 0, events_port_ = 0;
   std::atomic<kvserve::v1::WorkerState> state_{kvserve::v1::WORKER_STATE_READY};
   std::atomic<bool> stop_{false}, frozen_{false};
-  std::atomic<int> aborts_{0};
+  std::atomic<int> aborts_{0}, held_count_{0}, max_num_seqs_{0};
+  std::atomic<bool> holding_{false};
+  std::vector<std::pair<std::string, kvserve::v1::GenerateResponse>> held_;  // (peer, message)
   std::thread thread_;
 };
 
@@ -72,6 +81,8 @@ class ScriptedFrontTest : public ::testing::Test {
              std::chrono::microseconds pace = std::chrono::microseconds(0));
   void TearDown() override;
 
+  // Set before Start (its workers and metrics are Start's).
+  RouterOptions router_options_;
   std::unique_ptr<ScriptedWorker> worker_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   RouterMetrics metrics_;
@@ -83,8 +94,14 @@ class ScriptedFrontTest : public ::testing::Test {
 // SO_RCVBUF, so that what the client does not read backs up at the server sooner.
 int ConnectTo(int port, int receive_buffer = 0);
 
+// POST `body` to path over a fresh connection, with `headers` ("Name: value\r\n" each); returns
+// the whole response as sent (read until the server closes, 30 s at most).
+std::string PostRaw(int port, const std::string& path, const nlohmann::json& body,
+                    const std::string& headers = "");
+
 // POST `body` to path over a fresh connection; returns {status, parsed body}.
-std::pair<int, nlohmann::json> Post(int port, const std::string& path, const nlohmann::json& body);
+std::pair<int, nlohmann::json> Post(int port, const std::string& path, const nlohmann::json& body,
+                                    const std::string& headers = "");
 
 }  // namespace kvserve::router
 

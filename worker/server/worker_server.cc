@@ -517,6 +517,7 @@ void WorkerServer::PublishStatus() {
   st.set_kv_cache_dtype(engine_->kv_spec().CacheKeyDType());
   st.set_kv_quant(engine_->kv_spec().CacheKeyQuant());
   st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
+  st.set_max_num_seqs(engine_->config().scheduler.max_num_seqs);
   Publish("status", st);
 }
 
