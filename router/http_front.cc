@@ -23,6 +23,7 @@ struct HttpFront::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_backoff{io};
+  int port = 0;  // bound
 
   void Accept();
   void Dispatch(const std::shared_ptr<HttpConnection>& conn, const HttpRequest& r);
@@ -147,6 +148,7 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   if (!ec) impl.acceptor.bind(ep, ec);
   if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("--port ", options.port, ": ", ec.message()));
+  impl.port = impl.acceptor.local_endpoint().port();
   impl.Accept();
   f->thread_ = std::thread([&impl] {
     auto guard = asio::make_work_guard(impl.io);
@@ -155,7 +157,15 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   return f;
 }
 
-int HttpFront::port() const { return impl_->acceptor.local_endpoint().port(); }
+int HttpFront::port() const { return impl_->port; }
+
+void HttpFront::StopAccepting() {
+  asio::post(impl_->io, [impl = impl_.get()] {
+    boost::beast::error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->accept_backoff.cancel();
+  });
+}
 
 void HttpFront::Stop() {
   if (!thread_.joinable()) return;

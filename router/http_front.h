@@ -33,6 +33,8 @@ class HttpFront {
                                                           RouterCore* core, RouterMetrics* metrics);
   ~HttpFront();
   [[nodiscard]] int port() const;
+  // Closes the listening socket: no new connection; those open go on. Any thread.
+  void StopAccepting();
   // Stops serving and joins its threads; idempotent.
   void Stop();
 

@@ -69,6 +69,9 @@ ABSL_FLAG(std::string, curve_secret_key_file, "",
           "authenticated and encrypted; the workers must list its public key");
 ABSL_FLAG(std::string, curve_server_key_file, "",
           "The workers' CURVE public key (or their secret-key file)");
+ABSL_FLAG(double, shutdown_timeout_seconds, 30,
+          "On SIGTERM the router takes no new connection and waits this long at most for those "
+          "open to finish");
 ABSL_FLAG(int32_t, api_threads, 2,
           "Threads for the HTTP handlers: parsing, tokenization, detokenization, stop strings "
           "(the sockets have a thread of their own)");
@@ -304,6 +307,17 @@ absl::Status Serve() {
         file, absl::StrCat("{\"port\": ", front->port(), ", \"pid\": ", getpid(), "}\n")));
   }
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // SIGTERM: take no new connection, let those open finish (their streams end whole), then go.
+  front->StopAccepting();
+  const absl::Time give_up =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_seconds));
+  while (metrics.open_connections() > 0 && absl::Now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (metrics.open_connections() > 0) {
+    LOG(WARNING) << "kvserve-router: " << metrics.open_connections()
+                 << " connections still open after --shutdown-timeout-seconds; closing them";
+  }
   front->Stop();
   core.reset();  // its jobs hold the front's connections
   return absl::OkStatus();

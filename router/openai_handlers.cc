@@ -35,6 +35,22 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// A completions stream chunk's logprobs, in the legacy shape, from chat-style entries.
+json CompletionLogprobs(const json& entries) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const json& e : entries) {
+    out["tokens"].push_back(e["token"]);
+    out["token_logprobs"].push_back(e["logprob"]);
+    json top = json::object();
+    for (const json& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
+    out["top_logprobs"].push_back(std::move(top));
+  }
+  return out;
+}
+
 json FinishReason(const std::string& finish) {
   return finish.empty() ? json(nullptr) : json(finish);
 }
@@ -177,11 +193,13 @@ void Completion::OnResponse(const pb::GenerateResponse& r) {
     json lp_entries = json::array();
     const std::string emitted = Decode(c, r, lp_entries);
     c.text += emitted;
-    if (req_.stream && (!emitted.empty() || c.done)) {
+    // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
+    // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
+    const bool logprobs_due = req_.logprobs && !lp_entries.empty();
+    if (req_.stream && (!emitted.empty() || c.done || logprobs_due)) {
       json lp = nullptr;
-      if (req_.logprobs) {
-        lp = req_.chat ? json{{"content", lp_entries}} : json{{"tokens", json::array()}};
-      }
+      if (req_.logprobs)
+        lp = req_.chat ? json{{"content", lp_entries}} : CompletionLogprobs(lp_entries);
       SendChunk(index, emitted, c.done ? c.finish : "", lp);
     }
   }

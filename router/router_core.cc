@@ -476,8 +476,10 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   // a request would look busy. The worker that just failed this request is not eligible, nor
   // one at its limit of requests; when only the limit stands in the way, the job waits.
   absl::flat_hash_map<int, Load> load = InflightLoad();
-  bool ready = false, room = false;
+  // A worker not heard from yet (the router just started) may be about to take it: wait too.
+  bool ready = false, room = false, unheard = false;
   for (WorkerView& v : views) {
+    unheard = unheard || pool_->status(v.id) == nullptr;
     if (v.id == exclude) v.eligible = false;
     v.active_blocks = load[v.id].blocks;
     ready = ready || v.eligible;
@@ -485,7 +487,7 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     if (limit > 0 && load[v.id].requests >= limit) v.eligible = false;
     room = room || v.eligible;
   }
-  if (ready && !room) return Placement::kFull;
+  if ((ready || unheard) && !room) return Placement::kFull;
   // Prompt block hashes with the cache key the (first eligible) worker advertises.
   std::vector<BlockHash> hashes;
   for (const WorkerView& v : views) {

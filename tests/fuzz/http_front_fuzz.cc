@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   kr::RouterOptions o;
   o.workers.push_back({"nobody", "127.0.0.1", 1, 2});
   o.metrics = metrics;
+  o.max_queued = 0;  // the worker never answers: refuse at once rather than queue
   core = new kr::RouterCore(o);
   core->Start();
   kr::FrontOptions f;
