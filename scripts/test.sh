@@ -28,7 +28,7 @@ fi
 # compile, the CUDA code included through the emulated one: syntax only, no second test run.
 bash scripts/check-thread-safety.sh "$build" ${emulated:-}
 
-# The libFuzzer targets (tests/fuzz) with ASan and UBSan, 20 s each over their seeds and
-# regression inputs, seed 1 (about 7 minutes with the build; docs/SECURITY.md keeps the longer
+# The libFuzzer targets (tests/fuzz) with ASan and UBSan, 15 s each over their seeds and
+# regression inputs, seed 1 (about 6 minutes with the build; docs/SECURITY.md keeps the longer
 # runs).
-KVSERVE_FUZZ_SEED="${KVSERVE_FUZZ_SEED:-1}" bash scripts/fuzz.sh "${KVSERVE_FUZZ_SECONDS:-20}"
+KVSERVE_FUZZ_SEED="${KVSERVE_FUZZ_SEED:-1}" bash scripts/fuzz.sh "${KVSERVE_FUZZ_SECONDS:-15}"

@@ -210,12 +210,31 @@ class ResultLog {
   std::vector<Result> results_ ABSL_GUARDED_BY(mu_);
 };
 
+// A prompt's ids as text: a common English word per id.
+std::string AsText(const std::vector<int>& ids) {
+  static constexpr std::string_view kWords[] = {
+      "the",   "of",    "and",   "to",    "in",     "is",     "that",  "for",  "it",    "as",
+      "with",  "was",   "on",    "be",    "by",     "at",     "this",  "from", "or",    "an",
+      "which", "one",   "all",   "were",  "their",  "there",  "been",  "has",  "when",  "who",
+      "more",  "no",    "if",    "out",   "so",     "said",   "what",  "up",   "its",   "about",
+      "into",  "than",  "them",  "can",   "only",   "other",  "new",   "some", "could", "time",
+      "these", "two",   "may",   "then",  "do",     "first",  "any",   "my",   "now",   "such",
+      "like",  "our",   "over",  "man",   "me",     "even",   "most",  "made", "after", "also",
+      "did",   "many",  "before", "must", "through", "back",  "years", "where", "much", "your"};
+  std::string text;
+  for (int id : ids) {
+    if (!text.empty()) text += ' ';
+    text += kWords[static_cast<size_t>(id) % std::size(kWords)];
+  }
+  return text;
+}
+
 // Sends one streamed completion and times it from the server-sent events.
 Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<int>& prompt,
-               int max_tokens, std::string* answer) {
+               bool text_prompt, int max_tokens, std::string* answer) {
   Result r;
   const json body = {{"model", model},
-                     {"prompt", prompt},
+                     {"prompt", text_prompt ? json(AsText(prompt)) : json(prompt)},
                      {"max_tokens", max_tokens},
                      {"temperature", 0},
                      {"ignore_eos", true},
@@ -352,14 +371,15 @@ absl::StatusOr<std::string> ServedModel(const ServingOptions& o, const Endpoint&
 
 // One session's turns in order, each prompt the history so far; an answer joins the history as
 // the router tokenizes it (no BOS). Stops at the first failure.
-void RunSession(const Endpoint& ep, const std::string& model, const Session& session, Gate& gate,
-                ResultLog& log) {
+void RunSession(const Endpoint& ep, const std::string& model, bool text_prompts,
+                const Session& session, Gate& gate, ResultLog& log) {
   std::vector<int> history;
   for (const Turn& turn : session) {
     history.insert(history.end(), turn.new_ids.begin(), turn.new_ids.end());
     std::string answer;
     gate.Enter();
-    Result r = SendOne(ep, model, history, turn.max_tokens, session.size() > 1 ? &answer : nullptr);
+    Result r = SendOne(ep, model, history, text_prompts, turn.max_tokens,
+                       session.size() > 1 ? &answer : nullptr);
     gate.Leave();
     const bool ok = r.ok;
     log.Add(std::move(r));
@@ -450,7 +470,8 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
       std::this_thread::sleep_until(next);
     }
-    threads.emplace_back([&, session] { RunSession(*ep, *model, session, gate, log); });
+    threads.emplace_back(
+        [&, session] { RunSession(*ep, *model, o.text_prompts, session, gate, log); });
   }
   for (std::thread& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();

@@ -41,6 +41,9 @@ struct ServingOptions {
   int vocab_size = 32000;  // prompt token ids are drawn from [100, vocab_size)
   int block_size = 16;     // for the ideal hit rate of shared-prefix
   int random_input_len = 256, random_output_len = 32;
+  // Send each prompt as text, one English word per token id, for the router to tokenize
+  // (the prompt's token count then differs a little from its ids').
+  bool text_prompts = false;
   int gsp_num_groups = 16, gsp_prompts_per_group = 4, gsp_system_prompt_len = 512,
       gsp_question_len = 32, gsp_output_len = 16;
   int multi_turn_conversations = 8, multi_turn_turns = 4, multi_turn_input_len = 64,

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The router's own capacity and added latency (docs/RELIABILITY.md): two kvserve-worker
+# --device null (the real server and protocol, a fixed token at once, no model), a router in
+# front with --api-threads N, and kvserve-bench serve with one output token per request:
+#   saturation   unlimited rate, 32 in flight: requests/s
+#   half load    a Poisson rate of half that: p50 / p99 time to the first token, which is the
+#                router's added latency plus the null workers' turn (an upper bound)
+# for 100- and 4000-token prompts, sent as token ids and as text (tokenized by the router).
+#
+#   tests/bench/router_capacity.sh BUILD_BIN_DIR TOKENIZER_DIR [API_THREADS...] > table.md
+set -euo pipefail
+bin=$1
+tokenizer=$2
+shift 2
+threads=("$@")
+[[ $# -gt 0 ]] || threads=(1 2)
+work=$(mktemp -d /tmp/kvserve-capacity-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin/kvserve-make-model" --tokenizer "$tokenizer" --out "$work/model" > /dev/null
+free_port() {
+  node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })'
+}
+field() { node -p "require('$work/r.json').$1"; }
+
+workers=()
+for i in 0 1; do
+  p=$(free_port); e=$(free_port); m=$(free_port)
+  "$bin/kvserve-worker" --model "$work/model" --device null --num-blocks 16384 --max-num-seqs 256 \
+    --max-model-len 8192 --port "$p" --events-port "$e" --metrics-port "$m" > "$work/worker$i.log" 2>&1 &
+  pids+=($!)
+  workers+=("127.0.0.1:$p:$e")
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$m/ready" > /dev/null && break; sleep 0.1; done
+done
+
+echo "| --api-threads | prompt | tokens | saturation (req/s) | half load (req/s) | p50 TTFT (ms) | p99 TTFT (ms) | failed |"
+echo "|---|---|---|---|---|---|---|---|"
+for n in "${threads[@]}"; do
+  port=$(free_port)
+  "$bin/kvserve-router" --model "$work/model" --served-model-name tiny --port "$port" \
+    --workers "$(IFS=,; echo "${workers[*]}")" --api-threads "$n" --max-model-len 8192 \
+    --max-queued-requests 100000 > "$work/router$n.log" 2>&1 &
+  router=$!
+  pids+=($router)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/ready" > /dev/null && break; sleep 0.1; done
+  for len in 100 4000; do
+    prompts=$(( len == 100 ? 3000 : 600 ))
+    for format in ids text; do
+      text=false; [[ $format == text ]] && text=true
+      bench() {
+        "$bin/kvserve-bench" serve --url "http://127.0.0.1:$port" --random-input-len "$len" \
+          --random-output-len 1 --vocab-size 120000 --text-prompts="$text" "$@" \
+          --json_out "$work/r.json" > /dev/null
+      }
+      bench --num-prompts "$prompts" --max-concurrency 32
+      sat=$(field request_throughput)
+      bench --num-prompts $(( prompts / 2 )) --request-rate "$(node -p "$sat / 2")"
+      printf '| %s | %s | %s | %.0f | %.0f | %.2f | %.2f | %s |\n' "$n" "$format" "$len" "$sat" \
+        "$(field request_throughput)" "$(field median_ttft_ms)" "$(field p99_ttft_ms)" \
+        "$(field failed)"
+    done
+  done
+  kill "$router"; wait "$router" 2>/dev/null || true
+done
