@@ -69,6 +69,7 @@ void HttpConnection::OnRead(beast::error_code ec) {
   r.body = std::move(req.body());
   r.authorization = std::string(req[http::field::authorization]);
   r.session_id = std::string(req["x-session-id"]);
+  r.received = std::chrono::steady_clock::now();
   r.timeout = std::string(req["x-request-timeout"]);
   path_ = r.path;
   // From here on the only read is Drain: it notices a client that closes before its answer.

@@ -50,9 +50,10 @@ struct HttpRequest {
   std::string path;   // the target without its query
   std::string query;  // after '?', or empty
   std::string body;
-  std::string authorization;  // the Authorization header
-  std::string session_id;     // the X-Session-Id header
-  std::string timeout;        // the X-Request-Timeout header (seconds)
+  std::string authorization;                       // the Authorization header
+  std::string session_id;                          // the X-Session-Id header
+  std::string timeout;                             // the X-Request-Timeout header (seconds)
+  std::chrono::steady_clock::time_point received;  // when its last byte was read
 };
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {

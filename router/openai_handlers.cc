@@ -85,11 +85,12 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // Places the request; `session_header` is the X-Session-Id header; `deadline` when it must
   // have ended.
   void Start(const std::vector<int>& ids, int max_tokens, const std::string& session_header,
-             Clock::time_point deadline);
+             Clock::time_point deadline, Clock::time_point received);
 
  private:
   std::shared_ptr<Job> MakeJob(const std::vector<int>& ids, int max_tokens);
-  void OnResponse(const pb::GenerateResponse& r);
+  // `arrived`: when the reply reached the router's core.
+  void OnResponse(const pb::GenerateResponse& r, Clock::time_point arrived);
   // Whether `r` ends the request with an error, which it then reports.
   bool HandleFailure(const pb::GenerateResponse& r);
   // Decodes `r`'s tokens into the choice; returns the text to send (stop strings held back).
@@ -119,11 +120,13 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // A stream's header goes out with its first response, so that a request refused before it
   // ran (the router's queue full, say) gets its own status, not an error inside a 200.
   bool stream_started_ = false;
+  bool first_chunk_sent_ = false;
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 
 void Completion::Start(const std::vector<int>& ids, int max_tokens,
-                       const std::string& session_header, Clock::time_point deadline) {
+                       const std::string& session_header, Clock::time_point deadline,
+                       Clock::time_point received) {
   prompt_tokens_ = static_cast<int>(ids.size());
   max_tokens_ = max_tokens;
   request_id_ = ctx_.NextRequestId(req_.chat);
@@ -138,10 +141,12 @@ void Completion::Start(const std::vector<int>& ids, int max_tokens,
   std::shared_ptr<Job> job = MakeJob(ids, max_tokens);
   job->session_key = session_header.empty() ? req_.user : session_header;
   job->deadline = deadline;
+  job->received = received;
   // The job keeps this completion alive until the core drops it (after the last response).
   std::shared_ptr<Completion> self = shared_from_this();
   job->on_response = [self](const pb::GenerateResponse& r) {
-    boost::asio::post(self->strand_, [self, r] { self->OnResponse(r); });
+    boost::asio::post(self->strand_,
+                      [self, r, arrived = Clock::now()] { self->OnResponse(r, arrived); });
   };
   // Weak: the connection must not keep its completion alive (the job does, until it ends).
   conn_->SetOnClientGone([weak = weak_from_this()] {  // stop the work on the worker
@@ -176,7 +181,7 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
   return job;
 }
 
-void Completion::OnResponse(const pb::GenerateResponse& r) {
+void Completion::OnResponse(const pb::GenerateResponse& r, Clock::time_point arrived) {
   if (finished_ || HandleFailure(r)) return;
   if (req_.stream && !stream_started_) {
     stream_started_ = true;
@@ -201,6 +206,10 @@ void Completion::OnResponse(const pb::GenerateResponse& r) {
       if (req_.logprobs)
         lp = req_.chat ? json{{"content", lp_entries}} : CompletionLogprobs(lp_entries);
       SendChunk(index, emitted, c.done ? c.finish : "", lp);
+      if (!first_chunk_sent_) {
+        first_chunk_sent_ = true;
+        ctx_.metrics->ObserveAdded("to_client", SecondsSince(arrived));
+      }
     }
   }
   // The worker's count of cached prompt tokens, within what the prompt can have.
@@ -419,10 +428,10 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
       Deadline(ctx.options.request_timeout, request.timeout);
   if (!deadline.ok()) return conn->RespondError(OpenAiErrorFromStatus(deadline.status()));
   auto completion = std::make_shared<Completion>(ctx, conn, *std::move(parsed));
-  boost::asio::dispatch(completion->strand(), [completion, ids = *std::move(ids), max_tokens,
-                                               session = request.session_id, at = *deadline] {
-    completion->Start(ids, max_tokens, session, at);
-  });
+  boost::asio::dispatch(
+      completion->strand(),
+      [completion, ids = *std::move(ids), max_tokens, session = request.session_id, at = *deadline,
+       received = request.received] { completion->Start(ids, max_tokens, session, at, received); });
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {

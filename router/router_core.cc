@@ -388,7 +388,16 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   // A new request waits behind those already waiting; one that moves came before them.
   const bool moves = attempts > 1;
   if (!queue_.empty() && !moves) return Enqueue(std::move(move), /*front=*/false);
-  if (TryPlace(job, attempts, exclude) == Placement::kFull) Enqueue(std::move(move), moves);
+  const Placement placed = TryPlace(job, attempts, exclude);
+  if (placed == Placement::kFull) return Enqueue(std::move(move), moves);
+  // The router's own time from the request's last byte to its worker (waits in the queue and
+  // moves are not the router's overhead, so only a first placement at once counts).
+  if (placed == Placement::kPlaced && !moves && options_.metrics != nullptr &&
+      job->received != std::chrono::steady_clock::time_point()) {
+    options_.metrics->ObserveAdded(
+        "to_worker",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - job->received).count());
+  }
 }
 
 void RouterCore::Enqueue(Move move, bool front) {

@@ -80,6 +80,9 @@ struct Job {
   // Past it the request ends with DeadlineExceeded, queued or running (and is aborted on its
   // worker). The default: none.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // When its HTTP request was read (the router's added latency is measured from it; unset: not
+  // measured).
+  std::chrono::steady_clock::time_point received;
   // Called on the core thread for every response (and once with an error response when the
   // job cannot be placed or its worker is lost).
   std::function<void(const kvserve::v1::GenerateResponse&)> on_response;

@@ -153,6 +153,17 @@ void RouterMetrics::CountReplyGap(const std::string& worker) {
   reply_gaps_->Add({{"worker", worker}}).Increment();
 }
 
+void RouterMetrics::ObserveAdded(const std::string& stage, double s) {
+  static const prometheus::Histogram::BucketBoundaries kFine = {
+      25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3};
+  prometheus::BuildHistogram()
+      .Name("kvserve_router_added_latency_seconds")
+      .Help("The router's own part of a request's latency, by stage (to_worker, to_client)")
+      .Register(*registry_)
+      .Add({{"stage", stage}}, kFine)
+      .Observe(s);
+}
+
 void RouterMetrics::ObserveTtft(double s) {
   prometheus::BuildHistogram()
       .Name("kvserve_router_time_to_first_token_seconds")

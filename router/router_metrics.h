@@ -53,6 +53,10 @@ class RouterMetrics {
   }
   void CountRefusedConnection();
   void CountSlowClient();
+  // The router's own part of a request's latency: "to_worker" from the request's last byte to
+  // its GenerateRequest on the way to the worker (parsing, tokenization, hashing, placement),
+  // "to_client" from a stream's first reply at the router to its chunk handed to the socket.
+  void ObserveAdded(const std::string& stage, double seconds);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;

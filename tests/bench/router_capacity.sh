@@ -3,8 +3,10 @@
 # --device null (the real server and protocol, a fixed token at once, no model), a router in
 # front with --api-threads N, and kvserve-bench serve with one output token per request:
 #   saturation   unlimited rate, 32 in flight: requests/s
-#   half load    a Poisson rate of half that: p50 / p99 time to the first token, which is the
-#                router's added latency plus the null workers' turn (an upper bound)
+#   half load    a Poisson rate of half that: p50 / p99 time to the first token at the client
+#                (the router, the null workers, the kernel and the client together), and the
+#                router's own part from its kvserve_router_added_latency_seconds histogram:
+#                request to worker (parse, tokenize, hash, place) and first reply to client
 # for 100- and 4000-token prompts, sent as token ids and as text (tokenized by the router).
 #
 #   tests/bench/router_capacity.sh BUILD_BIN_DIR TOKENIZER_DIR [API_THREADS...] > table.md
@@ -39,8 +41,13 @@ for i in 0 1; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$m/ready" > /dev/null && break; sleep 0.1; done
 done
 
-echo "| --api-threads | prompt | tokens | saturation (req/s) | half load (req/s) | p50 TTFT (ms) | p99 TTFT (ms) | failed |"
-echo "|---|---|---|---|---|---|---|---|"
+here=$(cd "$(dirname "$0")" && pwd)
+added() {  # p50 and p99 (ms) of the router's added latency at `stage` over the last run
+  node "$here/quantiles.mjs" "$work/before.txt" "$work/after.txt" \
+    kvserve_router_added_latency_seconds "stage=\"$1\""
+}
+echo "| --api-threads | prompt | tokens | saturation (req/s) | half load (req/s) | TTFT p50 / p99 (ms) | router: to worker p50 / p99 (ms) | router: to client p50 / p99 (ms) | failed |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for n in "${threads[@]}"; do
   port=$(free_port)
   "$bin/kvserve-router" --model "$work/model" --served-model-name tiny --port "$port" \
@@ -60,10 +67,14 @@ for n in "${threads[@]}"; do
       }
       bench --num-prompts "$prompts" --max-concurrency 32
       sat=$(field request_throughput)
+      curl -s "http://127.0.0.1:$port/metrics" > "$work/before.txt"
       bench --num-prompts $(( prompts / 2 )) --request-rate "$(node -p "$sat / 2")"
-      printf '| %s | %s | %s | %.0f | %.0f | %.2f | %.2f | %s |\n' "$n" "$format" "$len" "$sat" \
-        "$(field request_throughput)" "$(field median_ttft_ms)" "$(field p99_ttft_ms)" \
-        "$(field failed)"
+      curl -s "http://127.0.0.1:$port/metrics" > "$work/after.txt"
+      read -r w50 w99 <<< "$(added to_worker)"
+      read -r c50 c99 <<< "$(added to_client)"
+      printf '| %s | %s | %s | %.0f | %.0f | %.2f / %.2f | %.3f / %.3f | %.3f / %.3f | %s |\n' \
+        "$n" "$format" "$len" "$sat" "$(field request_throughput)" "$(field median_ttft_ms)" \
+        "$(field p99_ttft_ms)" "$w50" "$w99" "$c50" "$c99" "$(field failed)"
     done
   done
   kill "$router"; wait "$router" 2>/dev/null || true

@@ -72,6 +72,9 @@ TEST_F(AdmissionTest, ARequestPastEveryWorkersLimitWaitsAtTheRouterThenRuns) {
   for (auto& f : sent) EXPECT_THAT(f.get(), StartsWith("HTTP/1.1 200"));
   EXPECT_EQ(core_->queued(), 0);
   EXPECT_THAT(metrics_.Serialize(), HasSubstr("kvserve_router_queue_wait_seconds_count 1"));
+  // The router's own latency counts the two placed at once, not the one that waited.
+  EXPECT_THAT(metrics_.Serialize(),
+              HasSubstr("kvserve_router_added_latency_seconds_count{stage=\"to_worker\"} 2"));
 }
 
 TEST_F(AdmissionTest, PastTheQueuesDepthA429WithRetryAfter) {
