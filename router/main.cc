@@ -94,8 +94,8 @@ ABSL_FLAG(double, request_timeout_seconds, 600,
           "aborted on its worker; clients may ask for less with X-Request-Timeout (0: no "
           "deadline but the client's)");
 ABSL_FLAG(int32_t, max_inflight_per_worker, 0,
-          "Requests one worker takes from this router at once (0: the --max-num-seqs the worker "
-          "reports); the rest wait in the router's queue");
+          "Sequences (a request of n samples is n) one worker takes from this router at once (0: "
+          "the --max-num-seqs the worker reports); the rest wait in the router's queue");
 ABSL_FLAG(int32_t, max_queued_requests, 1024,
           "Requests waiting at the router for a worker with room; past it, 429 with Retry-After");
 ABSL_FLAG(double, max_queue_wait_seconds, 30,

@@ -322,6 +322,7 @@ absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
     Load& l = load[placed.worker];
     l.blocks += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
     ++l.requests;
+    l.sequences += std::max(1, r.sampling().n());
   }
   return load;
 }
@@ -493,7 +494,9 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     v.active_blocks = load[v.id].blocks;
     ready = ready || v.eligible;
     const int limit = InflightLimit(v.id);
-    if (limit > 0 && load[v.id].requests >= limit) v.eligible = false;
+    const Load& l = load[v.id];
+    const int n = std::max(1, job->request.sampling().n());
+    if (limit > 0 && l.sequences > 0 && l.sequences + n > limit) v.eligible = false;
     room = room || v.eligible;
   }
   if ((ready || unheard) && !room) return Placement::kFull;

@@ -48,9 +48,10 @@ struct RouterOptions {
   std::string coordinator_id = "router";
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
-  // Admission: requests one worker takes from this router at once (0: the max_num_seqs its
-  // heartbeat reports; unlimited when it reports none). A request that finds every ready
-  // worker at its limit waits in the router's queue, first come first placed.
+  // Admission: sequences (a request of n samples is n) one worker takes from this router at
+  // once (0: the max_num_seqs its heartbeat reports; unlimited when it reports none); a worker
+  // with nothing in flight takes any request. A request that finds every ready worker at its
+  // limit waits in the router's queue, first come first placed.
   int max_inflight_per_worker = 0;
   // The queue: past this many waiting, or this long waited, a request is refused with
   // ResourceExhausted (a 429 with Retry-After at the front).
@@ -152,6 +153,7 @@ class RouterCore {
   struct Load {
     int64_t blocks = 0;
     int requests = 0;
+    int sequences = 0;  // a request of n samples runs n
   };
   // What other threads queued for the core thread.
   struct Inbox {
@@ -184,7 +186,7 @@ class RouterCore {
   void PlaceQueued();
   // Ends queued requests that waited too long and requests past their deadline.
   void ExpireWaits();
-  // The most requests worker `w` takes at once (0: no limit).
+  // The most sequences worker `w` takes at once (0: no limit).
   [[nodiscard]] int InflightLimit(int w) const;
   // Whether `p` may be placed again: nothing of it streamed and it has placements left.
   [[nodiscard]] static bool CanMove(const Placed& p) {

@@ -77,6 +77,25 @@ TEST_F(AdmissionTest, ARequestPastEveryWorkersLimitWaitsAtTheRouterThenRuns) {
               HasSubstr("kvserve_router_added_latency_seconds_count{stage=\"to_worker\"} 2"));
 }
 
+TEST_F(AdmissionTest, ARequestOfNSamplesTakesNOfTheLimit) {
+  StartHolding();
+  std::vector<std::future<std::string>> sent;
+  sent.push_back(Send());
+  ASSERT_TRUE(WaitFor([&] { return worker_->held() == 1; }));
+  json two = kRequest;
+  two["n"] = 2;  // 1 + 2 sequences is past the worker's 2: it waits
+  sent.push_back(std::async(std::launch::async, [port = front_->port(), two] {
+    return PostRaw(port, "/v1/completions", two);
+  }));
+  ASSERT_TRUE(WaitFor([&] { return core_->queued() == 1; }));
+  worker_->Hold(false);
+  for (auto& f : sent) EXPECT_THAT(f.get(), StartsWith("HTTP/1.1 200"));
+  // A worker with nothing in flight takes a request of more samples than its limit.
+  json three = kRequest;
+  three["n"] = 3;
+  EXPECT_THAT(PostRaw(front_->port(), "/v1/completions", three), StartsWith("HTTP/1.1 200"));
+}
+
 TEST_F(AdmissionTest, PastTheQueuesDepthA429WithRetryAfter) {
   router_options_.max_queued = 1;
   StartHolding();
