@@ -120,8 +120,9 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(ParseAttentionKernel("flash"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel 'flash' is not one of simt, tensor-cores")));
-  EXPECT_THAT(ParseDevice("tpu"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("--device 'tpu' is not one of cpu, cuda, null")));
+  EXPECT_THAT(ParseDevice("tpu"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--device 'tpu' is not one of cpu, cuda, null")));
   c = testing::FixtureConfig("tiny-llama3");
   // The CPU backend has one attention kernel.
   c.backend.attention_kernel = AttentionKernel::kTensorCores;

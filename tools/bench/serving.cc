@@ -213,14 +213,14 @@ class ResultLog {
 // A prompt's ids as text: a common English word per id.
 std::string AsText(const std::vector<int>& ids) {
   static constexpr std::string_view kWords[] = {
-      "the",   "of",    "and",   "to",    "in",     "is",     "that",  "for",  "it",    "as",
-      "with",  "was",   "on",    "be",    "by",     "at",     "this",  "from", "or",    "an",
-      "which", "one",   "all",   "were",  "their",  "there",  "been",  "has",  "when",  "who",
-      "more",  "no",    "if",    "out",   "so",     "said",   "what",  "up",   "its",   "about",
-      "into",  "than",  "them",  "can",   "only",   "other",  "new",   "some", "could", "time",
-      "these", "two",   "may",   "then",  "do",     "first",  "any",   "my",   "now",   "such",
-      "like",  "our",   "over",  "man",   "me",     "even",   "most",  "made", "after", "also",
-      "did",   "many",  "before", "must", "through", "back",  "years", "where", "much", "your"};
+      "the",   "of",   "and",    "to",   "in",      "is",    "that",  "for",   "it",    "as",
+      "with",  "was",  "on",     "be",   "by",      "at",    "this",  "from",  "or",    "an",
+      "which", "one",  "all",    "were", "their",   "there", "been",  "has",   "when",  "who",
+      "more",  "no",   "if",     "out",  "so",      "said",  "what",  "up",    "its",   "about",
+      "into",  "than", "them",   "can",  "only",    "other", "new",   "some",  "could", "time",
+      "these", "two",  "may",    "then", "do",      "first", "any",   "my",    "now",   "such",
+      "like",  "our",  "over",   "man",  "me",      "even",  "most",  "made",  "after", "also",
+      "did",   "many", "before", "must", "through", "back",  "years", "where", "much",  "your"};
   std::string text;
   for (int id : ids) {
     if (!text.empty()) text += ' ';
