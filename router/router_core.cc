@@ -1,5 +1,8 @@
 #include "router/router_core.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +33,9 @@ bool RefusedWhileDraining(const pb::GenerateResponse& r) {
 
 }  // namespace
 
-RouterCore::RouterCore(const RouterOptions& options) : options_(options) {
+RouterCore::RouterCore(const RouterOptions& options)
+    : options_(options), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  PCHECK(wake_fd_ >= 0) << "eventfd";
   pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve);
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
   if (options.workers_dns) {
@@ -40,7 +45,15 @@ RouterCore::RouterCore(const RouterOptions& options) : options_(options) {
   }
 }
 
-RouterCore::~RouterCore() { Stop(); }
+RouterCore::~RouterCore() {
+  Stop();
+  close(wake_fd_);
+}
+
+void RouterCore::Wake() {
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
 
 void RouterCore::Start() {
   thread_ = std::thread([this] { Loop(); });
@@ -52,13 +65,19 @@ void RouterCore::Stop() {
 }
 
 void RouterCore::Submit(std::shared_ptr<Job> job) {
-  absl::MutexLock lock(&mu_);
-  inbox_.jobs.push_back(std::move(job));
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.jobs.push_back(std::move(job));
+  }
+  Wake();
 }
 
 void RouterCore::Abort(const std::string& request_id) {
-  absl::MutexLock lock(&mu_);
-  inbox_.aborts.push_back(request_id);
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.aborts.push_back(request_id);
+  }
+  Wake();
 }
 
 std::vector<WorkerInfo> RouterCore::Workers() const {
@@ -80,8 +99,11 @@ absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlActi
     }
   }
   if (id < 0) return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
-  absl::MutexLock lock(&mu_);
-  inbox_.controls.emplace_back(id, action);
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.controls.emplace_back(id, action);
+  }
+  Wake();
   return absl::OkStatus();
 }
 
@@ -97,7 +119,7 @@ void RouterCore::Loop() {
     PlaceQueued();  // those waiting came first
     for (auto& job : inbox.jobs) Place(job);
     SendAborts(inbox.aborts);
-    for (auto& [w, m] : pool_->Poll(inbox.jobs.empty() ? 5 : 0)) {
+    for (auto& [w, m] : pool_->Poll(inbox.jobs.empty() ? 5 : 0, wake_fd_)) {
       if (m.type != "GenerateResponse") continue;
       pb::GenerateResponse r;
       if (ParseMessage(m, &r).ok()) HandleResponse(w, r);
@@ -118,6 +140,8 @@ void RouterCore::Loop() {
 }
 
 RouterCore::Inbox RouterCore::TakeInbox() {
+  uint64_t wakes = 0;
+  (void)!read(wake_fd_, &wakes, sizeof(wakes));  // reset: what woke us is taken now
   Inbox taken;
   absl::MutexLock lock(&mu_);
   std::swap(taken, inbox_);

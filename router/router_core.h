@@ -204,8 +204,12 @@ class RouterCore {
   // What each worker's in-flight requests will hold, from the router's own books.
   absl::flat_hash_map<int, Load> InflightLoad() const;
 
+  // Wakes the core loop from its poll (an eventfd): new work for it came in.
+  void Wake();
+
   // Constant after construction.
   RouterOptions options_;
+  int wake_fd_ = -1;  // an eventfd, written by Wake, polled and read by the core loop
 
   // Owned by the core thread (Loop and what it calls).
   zmq::context_t ctx_;

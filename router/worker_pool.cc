@@ -168,10 +168,14 @@ WorkerPool::Counters WorkerPool::counters(int w) const {
   return workers_[w].counters;
 }
 
-std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {
+std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms, int wake_fd) {
   ReconnectSilent();
   std::vector<zmq::pollitem_t> items;
-  std::vector<std::pair<int, bool>> owner;  // (worker, is_sub)
+  std::vector<std::pair<int, bool>> owner;  // (worker, is_sub); (-1, false) for wake_fd
+  if (wake_fd >= 0) {
+    items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+    owner.emplace_back(-1, false);
+  }
   for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
     if (!workers_[w].active) continue;
     items.push_back({workers_[w].dealer->handle(), 0, ZMQ_POLLIN, 0});
@@ -190,6 +194,7 @@ std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms) {
   for (size_t i = 0; i < items.size(); ++i) {
     if (!(items[i].revents & ZMQ_POLLIN)) continue;
     const auto [w, is_sub] = owner[i];
+    if (w < 0) continue;  // the caller's wake-up: it reads its own descriptor
     zmq::socket_t& s = is_sub ? *workers_[w].sub : *workers_[w].dealer;
     for (int k = 0; k < 1024; ++k) {
       auto m = ReceiveMessage(s, /*with_prefix=*/is_sub, zmq::recv_flags::dontwait);
