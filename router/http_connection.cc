@@ -75,7 +75,7 @@ void HttpConnection::OnRead(beast::error_code ec) {
   // From here on the only read is Drain: it notices a client that closes before its answer.
   reading_ = true;
   Drain(std::make_shared<std::array<char, 65536>>(), 0);
-  handler_(shared_from_this(), r);
+  handler_(shared_from_this(), std::move(r));
 }
 
 void HttpConnection::SetOnClientGone(std::function<void()> on_gone) {

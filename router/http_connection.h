@@ -58,7 +58,7 @@ struct HttpRequest {
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  using Handler = std::function<void(const std::shared_ptr<HttpConnection>&, const HttpRequest&)>;
+  using Handler = std::function<void(const std::shared_ptr<HttpConnection>&, HttpRequest)>;
 
   // `metrics` must outlive the connection.
   HttpConnection(boost::asio::ip::tcp::socket socket, const ConnectionLimits& limits,

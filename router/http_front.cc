@@ -77,8 +77,9 @@ void HttpFront::Impl::Accept() {
                           absl::StrCat("the router has ", ctx.options.max_connections,
                                        " connections open (--max-connections); retry shortly")));
     } else {
-      conn->Start([this](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
-        asio::post(*handlers, [this, c, r] { Dispatch(c, r); });  // off the socket thread
+      conn->Start([this](const std::shared_ptr<HttpConnection>& c, HttpRequest r) {
+        // Off the socket thread; the body moves along, it is not copied.
+        asio::post(*handlers, [this, c, r = std::move(r)] { Dispatch(c, r); });
       });
     }
     Accept();
