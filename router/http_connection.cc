@@ -52,7 +52,7 @@ void HttpConnection::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     return RespondError(MakeOpenAiError(413, "invalid_request_error", "request body too large"));
   }
-  if (read_timed_out_) {
+  if (ec && read_timed_out_) {  // a read that completed as the timer fired is served
     return RespondError(
         MakeOpenAiError(408, "invalid_request_error",
                         "the request was not received within " +
