@@ -21,6 +21,7 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using FrontLimitsTest = ScriptedFrontTest;
+using kvserve::testing::ConnectLoopback;
 
 // What the server sends until it closes the connection (at most 20 s: a hang guard).
 std::string ReadToEnd(int fd) {
@@ -49,8 +50,8 @@ TEST_F(FrontLimitsTest, ASlowOrSilentClientIsCutOffAtTheReadDeadline) {
   FrontOptions f = TinyFront();
   f.connection.read_timeout = std::chrono::milliseconds(500);
   Start([](const pb::GenerateRequest& req) { return Tokens(req, 1); }, f);
-  const int silent = ConnectTo(front_->port());
-  const int slow = ConnectTo(front_->port());
+  const int silent = ConnectLoopback(front_->port());
+  const int slow = ConnectLoopback(front_->port());
   const std::string partial =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"model\"";
   ASSERT_EQ(write(slow, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
@@ -69,12 +70,12 @@ TEST_F(FrontLimitsTest, ConnectionsPastTheCapGetA503WithRetryAfter) {
   f.max_connections = 4;
   Start([](const pb::GenerateRequest& req) { return Tokens(req, 1); }, f);
   std::vector<int> held;
-  for (int i = 0; i < 4; ++i) held.push_back(ConnectTo(front_->port()));
+  for (int i = 0; i < 4; ++i) held.push_back(ConnectLoopback(front_->port()));
   for (int i = 0; i < 500 && metrics_.open_connections() < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(metrics_.open_connections(), 4);
-  const int extra = ConnectTo(front_->port());
+  const int extra = ConnectLoopback(front_->port());
   const std::string refused = ReadToEnd(extra);
   close(extra);
   EXPECT_THAT(refused, StartsWith("HTTP/1.1 503"));
@@ -98,7 +99,7 @@ TEST_F(FrontLimitsTest, ConnectionsPastTheCapGetA503WithRetryAfter) {
 // the kernel does not take the whole stream.)
 void ExpectNonReaderDropped(const ScriptedWorker& worker, const HttpFront& front,
                             RouterMetrics& metrics) {
-  const int client = ConnectTo(front.port(), /*receive_buffer=*/2048);
+  const int client = ConnectLoopback(front.port(), /*receive_buffer=*/2048);
   const std::string body = json{
       {"model", "tiny"},
       {"prompt", "hi"},

@@ -146,25 +146,9 @@ void ScriptedFrontTest::TearDown() {
   worker_.reset();
 }
 
-int ConnectTo(int port, int receive_buffer) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (receive_buffer > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
-  }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::string PostRaw(int port, const std::string& path, const json& body,
                     const std::string& headers) {
-  const int fd = ConnectTo(port);
+  const int fd = kvserve::testing::ConnectLoopback(port);
   EXPECT_GE(fd, 0);
   timeval tv{30, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

@@ -19,6 +19,7 @@
 #include "router/http_front.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
+#include "tests/testing/net.h"
 #include "zmq.hpp"
 
 namespace kvserve::router {
@@ -89,10 +90,6 @@ class ScriptedFrontTest : public ::testing::Test {
   std::unique_ptr<RouterCore> core_;
   std::unique_ptr<HttpFront> front_;
 };
-
-// A connected TCP socket to 127.0.0.1:port (-1 on failure); a `receive_buffer` > 0 is its
-// SO_RCVBUF, so that what the client does not read backs up at the server sooner.
-int ConnectTo(int port, int receive_buffer = 0);
 
 // POST `body` to path over a fresh connection, with `headers` ("Name: value\r\n" each); returns
 // the whole response as sent (read until the server closes, 30 s at most).

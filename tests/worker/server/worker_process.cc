@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/net.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve::testing {
@@ -131,15 +132,8 @@ std::pair<int, std::string> RunWorkerToExit(const std::vector<std::string>& args
 }
 
 absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return absl::UnavailableError("connect failed");
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return absl::UnavailableError("connect failed");
   const std::string req =
       absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   if (write(fd, req.data(), req.size()) < 0) {
