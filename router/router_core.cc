@@ -417,8 +417,9 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   if (placed == Placement::kFull) return Enqueue(std::move(move), moves);
   // The router's own time from the request's last byte to its worker (waits in the queue and
   // moves are not the router's overhead, so only a first placement at once counts).
-  if (placed == Placement::kPlaced && !moves && options_.metrics != nullptr &&
-      job->received != std::chrono::steady_clock::time_point()) {
+  if (placed != Placement::kPlaced || moves || options_.metrics == nullptr) return;
+  options_.metrics->ObserveQueueWait(0);  // quantiles of the wait cover every request
+  if (job->received != std::chrono::steady_clock::time_point()) {
     options_.metrics->ObserveAdded(
         "to_worker",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - job->received).count());

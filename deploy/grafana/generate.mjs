@@ -71,6 +71,28 @@ const dashboards = {
         [`sum by (worker) (${rate(`kvserve_router_dropped_messages_total{${nsw}}`)})`, '{{worker}} dropped']),
     ],
   },
+  'kvserve-admission': {
+    title: 'kvserve / Admission and connections',
+    panels: [
+      p('Requests waiting at the routers', 'short', [`sum(kvserve_router_queue_depth{${ns}})`, 'queued']),
+      p('Wait at the router for a worker with room', 's', ...quantiles('kvserve_router_queue_wait_seconds')),
+      p('Refused (429) and timed-out (504) requests', 'reqps',
+        [`sum by (reason) (${rate(`kvserve_router_rejected_requests_total{${ns}}`)})`, '{{reason}}']),
+      p('Requests in flight per worker (router view)', 'short',
+        [`sum by (worker) (kvserve_router_worker_inflight_requests{${nsw}})`, '{{worker}}']),
+      p("Router's own added latency (p99)", 's', [
+        `histogram_quantile(0.99, sum by (le, stage) (${rate(`kvserve_router_added_latency_seconds_bucket{${ns}}`)}))`,
+        '{{stage}}']),
+      p('Client connections', 'short',
+        [`sum(kvserve_router_open_connections{${ns}})`, 'open'],
+        [`sum(${rate(`kvserve_router_connections_refused_total{${ns}}`)})`, 'refused/s'],
+        [`sum(${rate(`kvserve_router_slow_clients_total{${ns}}`)})`, 'slow clients dropped/s']),
+      p('Replies lost, waiting and dropped on the worker link', 'short',
+        [`sum by (worker) (${rate(`kvserve_router_reply_gaps_total{${nsw}}`)})`, '{{worker}} gaps/s'],
+        [`sum by (worker) (kvserve_replies_waiting{${nsw}})`, '{{worker}} waiting'],
+        [`sum by (worker) (${rate(`kvserve_replies_dropped_total{${nsw}}`)})`, '{{worker}} dropped/s']),
+    ],
+  },
   'kvserve-lifecycle': {
     title: 'kvserve / Lifecycle',
     panels: [

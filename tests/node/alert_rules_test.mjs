@@ -23,9 +23,10 @@ function promtool(...args) {
 
 test('promtool check rules and the unit tests pass', () => {
   const rules = writeAlertRules(root, [], path.join(tmp, 'rules.yml'));
-  assert.deepEqual(rules.map((r) => r.alert).sort(), ['ErrorRateHigh', 'KVCacheUsageHigh', 'KVEventGaps',
-    'NoReadyWorker', 'PreemptionStorm', 'PrefixHitRateCollapse', 'RecyclesTooFrequent', 'RoutingAccuracyLow',
-    'SwapThrash', 'TTFTHigh', 'WorkersMissing']);
+  assert.deepEqual(rules.map((r) => r.alert).sort(), ['ConnectionsRefused', 'ErrorRateHigh', 'KVCacheUsageHigh',
+    'KVEventGaps', 'NoReadyWorker', 'PreemptionStorm', 'PrefixHitRateCollapse', 'QueueWaitHigh',
+    'RecyclesTooFrequent', 'ReplyGaps', 'RequestsRefused', 'RoutingAccuracyLow', 'SwapThrash', 'TTFTHigh',
+    'WorkersMissing']);
   let r = promtool('check', 'rules', 'rules.yml');
   assert.equal(r.status, 0, r.out);
   fs.copyFileSync(path.join(root, 'tests/deploy/alerts_test.yaml'), path.join(tmp, 'alerts_test.yaml'));

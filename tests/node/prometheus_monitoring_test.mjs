@@ -28,7 +28,8 @@ let routerAddress;
 // Thresholds that make every alert's condition true on a cluster that is merely serving.
 const mustFire = ['kvUsageRatio=-1', 'preemptionsPerSecond=-1', 'swapBytesPerSecond=-1', 'prefixHitRate=2',
   'prefixHitRateBaseline=-1', 'routingAccuracy=1000', 'kvEventGapsPerSecond=-1', 'recyclesPerHour=-1',
-  'errorRatio=-1', 'ttftP99Seconds=-1', 'readyWorkersRatio=100'].map((kv) => `monitoring.alerts.${kv}`);
+  'errorRatio=-1', 'ttftP99Seconds=-1', 'readyWorkersRatio=100', 'refusedRatio=-1', 'queueWaitP99Seconds=-1',
+  'connectionsRefusedPerSecond=-1', 'replyGapsPer15m=-1'].map((kv) => `monitoring.alerts.${kv}`);
 
 async function query(expr) {
   const r = await fetch(`${promUrl}/api/v1/query?${new URLSearchParams({ query: expr })}`);
@@ -136,7 +137,7 @@ test('every alert expression returns data when its threshold must be crossed', a
 test('every loaded rule evaluates without error', async () => {
   const body = await (await fetch(`${promUrl}/api/v1/rules`)).json();
   const rules = body.data.groups.flatMap((g) => g.rules);
-  assert.equal(rules.length, 11);
+  assert.equal(rules.length, 15);
   for (const r of rules) {
     assert.equal(r.health, 'ok', `${r.name}: ${r.lastError}`);
     assert.notEqual(r.lastEvaluation, '0001-01-01T00:00:00Z', `${r.name} never evaluated`);

@@ -71,7 +71,10 @@ TEST_F(AdmissionTest, ARequestPastEveryWorkersLimitWaitsAtTheRouterThenRuns) {
   worker_->Hold(false);
   for (auto& f : sent) EXPECT_THAT(f.get(), StartsWith("HTTP/1.1 200"));
   EXPECT_EQ(core_->queued(), 0);
-  EXPECT_THAT(metrics_.Serialize(), HasSubstr("kvserve_router_queue_wait_seconds_count 1"));
+  // Every request's wait is observed, 0 for those placed at once.
+  EXPECT_THAT(metrics_.Serialize(), HasSubstr("kvserve_router_queue_wait_seconds_count 3"));
+  EXPECT_THAT(metrics_.Serialize(),
+              HasSubstr("kvserve_router_queue_wait_seconds_bucket{le=\"0.005\"} 2"));
   // The router's own latency counts the two placed at once, not the one that waited.
   EXPECT_THAT(metrics_.Serialize(),
               HasSubstr("kvserve_router_added_latency_seconds_count{stage=\"to_worker\"} 2"));
