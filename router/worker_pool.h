@@ -105,6 +105,7 @@ class WorkerPool {
   std::vector<Worker> workers_;
   std::vector<std::tuple<int, uint64_t, std::string>> recycle_asks_;
   Counters counters_;
+  std::vector<char> event_arena_block_ = std::vector<char>(256 << 10);  // see ApplySub
 };
 
 }  // namespace kvserve::router

@@ -100,7 +100,7 @@ std::string_view Tokenizer::TokenBytes(int id) const {
 bool Tokenizer::IsSpecial(int id) const { return IsValidId(id) && decode_[id].special; }
 
 bool Tokenizer::IsValidId(int id) const {
-  return id >= 0 && id < static_cast<int>(decode_.size()) && decode_[id].valid;
+  return id >= 0 && id < static_cast<int>(valid_.size()) && valid_[id];
 }
 
 std::optional<int> Tokenizer::TokenToId(std::string_view token) const {

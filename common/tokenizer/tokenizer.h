@@ -69,7 +69,6 @@ class Tokenizer {
   struct DecodeEntry {
     std::string bytes;
     bool special = false;
-    bool valid = false;
   };
   struct PreTokenizeStep {
     std::unique_ptr<RegexSplitter> splitter;
@@ -90,6 +89,7 @@ class Tokenizer {
   std::vector<int> prefix_ids_;  // post-processor's special tokens around the sequence
   std::vector<int> suffix_ids_;
   std::vector<DecodeEntry> decode_;
+  std::vector<bool> valid_;  // ids that have an entry, as bits: a 4K-id prompt is checked in cache
   StringMap<int> token_to_id_;  // file spelling -> id
   std::optional<int> bos_id_, eos_id_;
   std::string bos_token_, eos_token_;

@@ -187,12 +187,15 @@ class TokenizerLoader {
   // The ByteLevel decoder turns each token's characters back into bytes; a token with a
   // character outside the alphabet is kept as its own UTF-8 (Hugging Face does the same).
   static void SetDecode(Tokenizer* tok, int id, const std::string& token, bool special) {
-    if (static_cast<size_t>(id) >= tok->decode_.size()) tok->decode_.resize(id + 1);
+    if (static_cast<size_t>(id) >= tok->decode_.size()) {
+      tok->decode_.resize(id + 1);
+      tok->valid_.resize(id + 1);
+    }
+    tok->valid_[id] = true;
     Tokenizer::DecodeEntry& e = tok->decode_[id];
     e.bytes.clear();
     if (!ByteLevelToBytes(token, &e.bytes)) e.bytes = token;
     e.special = special;
-    e.valid = true;
   }
 
   absl::Status LoadAddedTokens(Object root, Tokenizer* tok) {
