@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/kv_format.h"
+#include "kernels/logits_processing.h"
 #include "kernels/sampling.h"
 
 namespace kvserve::kernels {
@@ -227,6 +228,9 @@ class Backend {
   virtual void WriteKv(const WriteKvParams& p) = 0;
   virtual void PagedAttention(const PagedAttentionParams& p) = 0;
   virtual void CopyBlocks(const CopyBlocksParams& p) = 0;
+  // Changes logits rows in place by the rule of kernels/logits_processing.h (penalties, biases,
+  // bans, allowed ids), before Sample and Logprobs.
+  virtual void AdjustLogits(const AdjustLogitsParams& p) = 0;
   // Draws tokens by the rule of kernels/sampling.h (the same tokens on every backend).
   virtual void Sample(const SampleParams& p) = 0;
   // Log-probabilities of drawn tokens and the top alternatives (kernels/sampling.h).

@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/kv_ops.h"
+#include "kernels/cpu/logits_processing.h"
 #include "kernels/cpu/sampling.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -307,6 +308,7 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void AdjustLogits(const AdjustLogitsParams& p) override { cpu::AdjustLogits(p); }
   void Sample(const SampleParams& p) override { cpu::Sample(p); }
   void Logprobs(const LogprobsParams& p) override { cpu::Logprobs(p); }
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/logits_processing.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling.h"
 
@@ -470,6 +471,11 @@ class CudaBackend final : public Backend {
     Current();
     KVSERVE_CUDA_CHECK(cudaMemGetInfo(free, total));
     return true;
+  }
+
+  void AdjustLogits(const AdjustLogitsParams& p) override {
+    Current();
+    cuda::LaunchAdjustLogits(p, stream_);
   }
 
   void Sample(const SampleParams& p) override {

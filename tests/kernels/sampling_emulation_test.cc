@@ -10,13 +10,16 @@
 #include "tests/testing/cuda_emulator/emulator.h"
 // clang-format on
 
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/logits_processing.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "tests/kernels/attention_cases.h"
+#include "tests/kernels/logits_cases.h"
 #include "tests/kernels/sampling_cases.h"
 
 namespace kvserve::kernels {
@@ -84,6 +87,31 @@ TEST(SamplingEmulationTest, SampleAndLogprobsMatchTheCpuTwin) {
         const int at = k * kMaxTopLogprobs + i;
         EXPECT_EQ(ids[at], want_ids[at]) << "logprob request " << k << " rank " << i;
         EXPECT_NEAR(values[at], want_values[at], 1e-5) << "logprob request " << k << " rank " << i;
+      }
+    }
+  }
+}
+
+// The logits adjustments (penalties, biases, bans, allowed ids) change the same logits, bit for
+// bit, as the CPU twin, on whole rows and vocabulary slices.
+TEST(SamplingEmulationTest, AdjustLogitsMatchesTheCpuTwin) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(5);
+  for (const SamplingCase& sc :
+       {SamplingCase{6, 1000, 1000, false}, SamplingCase{4, 5000, 1280, true}}) {
+    SCOPED_TRACE(sc.Name());
+    std::vector<float> got = SamplingLogits(sc, rng);
+    std::vector<float> want = got;
+    const LogitsCase c = RandomLogitsCase(sc.rows, sc.vocab, rng);
+    const AdjustLogitsParams p = c.Params(got.data(), sc.rows, sc.vocab, sc.shard);
+    emulation::Launch({static_cast<int>(c.rows.size()), 1, 1}, cuda::logits::kThreads, 0,
+                      [&] { cuda::logits::AdjustLogitsKernel(p); });
+    cpu->AdjustLogits(c.Params(want.data(), sc.rows, sc.vocab, sc.shard));
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+      } else {
+        ASSERT_EQ(got[i], want[i]) << i;
       }
     }
   }

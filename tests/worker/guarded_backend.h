@@ -81,6 +81,9 @@ class GuardedCpuBackend final : public kernels::Backend {
   void CopyBlocks(const kernels::CopyBlocksParams& p) override {
     Run([&] { inner_->CopyBlocks(p); });
   }
+  void AdjustLogits(const kernels::AdjustLogitsParams& p) override {
+    Run([&] { inner_->AdjustLogits(p); });
+  }
   void Sample(const kernels::SampleParams& p) override {
     Run([&] { inner_->Sample(p); });
   }
