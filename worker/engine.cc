@@ -1,8 +1,10 @@
 #include "worker/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -154,6 +156,44 @@ absl::Status Engine::Validate(const RequestInput& in) const {
           absl::StrCat("stop token id ", t, " is outside the vocabulary"));
     }
   }
+  return ValidateAdjustments(s, in.max_tokens);
+}
+
+absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens) const {
+  const int vocab = model_config_.vocab_size;
+  auto in_vocab = [&](int32_t id, absl::string_view what) {
+    return id >= 0 && id < vocab ? absl::OkStatus()
+                                 : absl::InvalidArgumentError(absl::StrCat(
+                                       what, ": token id ", id, " is outside the vocabulary [0, ",
+                                       vocab, ")"));
+  };
+  for (const auto& [name, value] :
+       {std::pair{"presence_penalty", s.presence_penalty},
+        std::pair{"frequency_penalty", s.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
+    }
+  }
+  if (!(s.repetition_penalty > 0.0f && std::isfinite(s.repetition_penalty))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0, got ", s.repetition_penalty));
+  }
+  if (s.min_tokens < 0 || s.min_tokens > max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens must be in [0, max_tokens=",
+                                                   max_tokens, "], got ", s.min_tokens));
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    RETURN_IF_ERROR(in_vocab(id, "logit_bias"));
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias of token ", id, " must be in [-100, 100], got ", bias));
+    }
+  }
+  for (const std::vector<int32_t>& word : s.bad_words) {
+    if (word.empty()) return absl::InvalidArgumentError("bad_words: a word has no tokens");
+    for (int32_t id : word) RETURN_IF_ERROR(in_vocab(id, "bad_words"));
+  }
+  for (int32_t id : s.allowed_token_ids) RETURN_IF_ERROR(in_vocab(id, "allowed_token_ids"));
   return absl::OkStatus();
 }
 
@@ -213,10 +253,12 @@ void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logp
   ++counters_.generated_tokens;
   if (logprobs != nullptr) seq.logprobs.push_back(*logprobs);
   UpdateHashes(seq);
-  if (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) !=
-          in.stop_token_ids.end() ||
-      (!in.sampling.ignore_eos &&
-       std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end())) {
+  // Before min_tokens, EOS and the stop ids are banned from the draw and end nothing.
+  const bool may_stop = seq.num_output_tokens() > in.sampling.min_tokens;
+  if (may_stop && (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) !=
+                       in.stop_token_ids.end() ||
+                   (!in.sampling.ignore_eos &&
+                    std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()))) {
     seq.finish_reason = FinishReason::kStop;
     seq.stop_token = token;
   } else if (seq.num_output_tokens() >= in.max_tokens || seq.num_tokens() >= max_model_len_) {
@@ -260,7 +302,8 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
 
 StepPlan Engine::Schedule() {
   Scheduler::Output chosen = scheduler_->Schedule();
-  return BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(), config_.cache.block_size);
+  return BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(), config_.cache.block_size,
+                       eos_ids_);
 }
 
 std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,

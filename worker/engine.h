@@ -143,6 +143,8 @@ class Engine {
   std::vector<SequenceOutput> CollectOutputs();
 
   absl::Status Validate(const RequestInput& in) const;
+  // The logits adjustments' parameters: ranges, and ids inside the vocabulary.
+  absl::Status ValidateAdjustments(const SamplingParams& s, int max_tokens) const;
   void UpdateHashes(Sequence& seq);
   // `logprobs`: the token's, when the request wants them (else null).
   void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs);

@@ -8,9 +8,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/block_hash.h"
+#include "kernels/logits_processing.h"
 
 namespace kvserve::worker {
 
@@ -23,6 +26,29 @@ struct SamplingParams {
   std::optional<int> logprobs;  // top-N alternatives to return (0: only the sampled token's)
   bool ignore_eos = false;
   int n = 1;  // parallel samples; sample i uses seed + i
+  // The logits adjustments (kernels/logits_processing.h, worker/logits_processor.h).
+  float presence_penalty = 0.0f;    // [-2, 2], over generated tokens
+  float frequency_penalty = 0.0f;   // [-2, 2], over generated tokens
+  float repetition_penalty = 1.0f;  // > 0, over prompt and generated tokens; 1: off
+  int min_tokens = 0;               // EOS and stop ids neither drawn nor acted on before
+  std::vector<std::pair<int32_t, float>> logit_bias;  // distinct ids, ascending
+  std::vector<std::vector<int32_t>> bad_words;        // token sequences never generated
+  std::vector<int32_t> allowed_token_ids;             // distinct, ascending; empty: every id
+
+  [[nodiscard]] bool penalized() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
+  [[nodiscard]] bool adjusts_logits() const {
+    return penalized() || min_tokens > 0 || !logit_bias.empty() || !bad_words.empty() ||
+           !allowed_token_ids.empty();
+  }
+};
+
+// A sequence's distinct tokens for the penalties, brought up to date before each draw.
+struct TokenCounts {
+  std::vector<kernels::TokenCount> entries;
+  absl::flat_hash_map<int32_t, int32_t> index;  // id -> its entry
+  int counted = 0;                              // leading tokens of Sequence::tokens counted
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -65,6 +91,7 @@ struct Sequence {
   std::vector<TokenLogprobs> logprobs;
   int64_t rng_seed = 0;
   size_t num_emitted = 0;  // generated tokens already reported by Step()
+  TokenCounts counts;      // kept only when the request's penalties need them
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

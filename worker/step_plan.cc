@@ -2,15 +2,18 @@
 
 #include <algorithm>
 
+#include "worker/logits_processor.h"
 #include "worker/sampler.h"
 
 namespace kvserve::worker {
 namespace {
 
 // Adds the draws of `seq`'s last token to the batch: n for a request's first token (sample i
-// seeded rng_seed + i), else one.
-void AddDraws(const Sequence& seq, int32_t logit_row, ForwardBatch& batch, RowUse& use) {
+// seeded rng_seed + i), else one; and its row's logits adjustments.
+void AddDraws(Sequence& seq, int32_t logit_row, absl::Span<const int32_t> eos_ids,
+              ForwardBatch& batch, RowUse& use) {
   const Request& req = *seq.request;
+  AddLogitsAdjustment(seq, logit_row, eos_ids, batch);
   const SamplingParams& sampling = req.input.sampling;
   const bool fork = !req.forked && sampling.n > 1;
   use.first_sample = static_cast<int>(batch.samples.size());
@@ -27,7 +30,8 @@ void AddDraws(const Sequence& seq, int32_t logit_row, ForwardBatch& batch, RowUs
 }
 
 // Adds `seq`'s `n` new tokens (from num_computed_tokens on) and their logits rows.
-void AddSequence(Sequence& seq, int n, int block_size, StepPlan& plan) {
+void AddSequence(Sequence& seq, int n, int block_size, absl::Span<const int32_t> eos_ids,
+                 StepPlan& plan) {
   ForwardBatch& batch = plan.batch;
   const int start = seq.num_computed_tokens;
   batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
@@ -50,7 +54,7 @@ void AddSequence(Sequence& seq, int n, int block_size, StepPlan& plan) {
       use.host_row = static_cast<int>(batch.host_logit_rows.size());
       batch.host_logit_rows.push_back(logit_row);
     }
-    if (last) AddDraws(seq, logit_row, batch, use);
+    if (last) AddDraws(seq, logit_row, eos_ids, batch, use);
     plan.rows.push_back(use);
   }
   for (int i = 0; i < batch.max_blocks_per_seq; ++i) {
@@ -62,7 +66,7 @@ void AddSequence(Sequence& seq, int n, int block_size, StepPlan& plan) {
 }  // namespace
 
 StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopies copies,
-                       int block_size) {
+                       int block_size, absl::Span<const int32_t> eos_ids) {
   StepPlan plan;
   plan.scheduled = std::move(scheduled);
   plan.copies = std::move(copies);
@@ -71,7 +75,7 @@ StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopi
     max_blocks = std::max<int>(max_blocks, static_cast<int>(s.seq->block_table.size()));
   }
   plan.batch.max_blocks_per_seq = max_blocks;
-  for (const auto& [seq, n] : plan.scheduled) AddSequence(*seq, n, block_size, plan);
+  for (const auto& [seq, n] : plan.scheduled) AddSequence(*seq, n, block_size, eos_ids, plan);
   return plan;
 }
 

@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "absl/types/span.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/model/model.h"
 #include "worker/request.h"
@@ -37,10 +38,11 @@ struct StepPlan {
 };
 
 // The batch of the scheduled sequences' new tokens: positions, KV slots, block tables; a logits
-// row for each sequence's last token (drawing n samples for a request's first token, 1 after)
-// and for every prompt position of a request that returns its prompt logits.
+// row for each sequence's last token (drawing n samples for a request's first token, 1 after,
+// with its logits adjustments: worker/logits_processor.h, given the model's `eos_ids`) and for
+// every prompt position of a request that returns its prompt logits.
 StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopies copies,
-                       int block_size);
+                       int block_size, absl::Span<const int32_t> eos_ids);
 
 }  // namespace kvserve::worker
 

@@ -17,6 +17,16 @@
 namespace kvserve::worker {
 namespace {
 
+// Appends `v`'s bytes to `out`, padded to 8 bytes; returns where they start.
+template <typename V>
+size_t Pack(const V& v, std::vector<uint8_t>& out) {
+  const size_t at = out.size();
+  const size_t bytes = v.size() * sizeof(v[0]);
+  out.resize(at + (bytes + 7) / 8 * 8);
+  if (bytes > 0) std::memcpy(out.data() + at, v.data(), bytes);
+  return at;
+}
+
 // Null for an empty (absent) tensor.
 const float* OrNull(const kernels::Buffer<float>& b) { return b.empty() ? nullptr : b.data(); }
 
@@ -245,6 +255,26 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, 
   }
 }
 
+void Model::Adjust(const ForwardBatch& b, float* logits, int64_t rows) {
+  std::vector<uint8_t>& host = scratch_.adjust_host;
+  host.clear();
+  const size_t rows_at = Pack(b.adjustments, host), allowed_at = Pack(b.allowed_ids, host),
+               biases_at = Pack(b.biases, host), counts_at = Pack(b.token_counts, host);
+  uint8_t* lists = Reserve(scratch_.adjust, host.size());
+  backend_->Upload(lists, host.data(), host.size());
+  kernels::AdjustLogitsParams p;
+  p.logits = logits;
+  p.num_rows = rows;
+  p.vocab = config_.vocab_size;
+  p.shard_vocab = vocab_shard_;
+  p.rows = reinterpret_cast<const kernels::LogitsAdjustment*>(lists + rows_at);
+  p.num_adjustments = static_cast<int64_t>(b.adjustments.size());
+  p.allowed_ids = reinterpret_cast<const int32_t*>(lists + allowed_at);
+  p.biases = reinterpret_cast<const kernels::TokenBias*>(lists + biases_at);
+  p.counts = reinterpret_cast<const kernels::TokenCount*>(lists + counts_at);
+  backend_->AdjustLogits(p);
+}
+
 void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
                  const kernels::SampleRequest* samples,
                  const kernels::LogprobRequest* logprob_requests, ForwardOutput* out) {
@@ -255,6 +285,8 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   const auto num = static_cast<int64_t>(b.logprobs.size());
   const int64_t words = n + num * (1 + 2 * kTop);
   uint32_t* results = Reserve(scratch_.results, words);
+  // The logits are this step's own scratch: adjusted where they lie.
+  if (!b.adjustments.empty()) Adjust(b, const_cast<float*>(logits), rows);
   kernels::SampleParams sp;
   sp.logits = logits;
   sp.num_rows = rows;
@@ -322,13 +354,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   Scratch& s = scratch_;
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.
   s.batch_host.clear();
-  auto pack = [&](const auto& v) {
-    const size_t at = s.batch_host.size();
-    const size_t bytes = v.size() * sizeof(v[0]);
-    s.batch_host.resize(at + (bytes + 7) / 8 * 8);
-    if (bytes > 0) std::memcpy(s.batch_host.data() + at, v.data(), bytes);
-    return at;
-  };
+  auto pack = [&](const auto& v) { return Pack(v, s.batch_host); };
   const size_t token_ids_at = pack(b.token_ids), positions_at = pack(b.positions),
                slots_at = pack(b.slot_mapping), query_start_at = pack(b.query_start),
                query_len_at = pack(b.query_len), context_len_at = pack(b.context_len),
@@ -519,9 +545,7 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
   const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
   const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
-  if (shard_.rank == 0 && !b.samples.empty()) {
-    Draw(b, logits, rows, samples, logprob_requests, &out);
-  }
+  // The prompt logits first: the draw's adjustments change the rows it reads.
   if (shard_.rank == 0 && !b.host_logit_rows.empty()) {
     // Gathered (whole rows, from every rank's slice) into a fixed buffer and brought back a few
     // rows at a time.
@@ -540,6 +564,9 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
       }
       backend_->Download(out.logits.data() + k0 * vocab, host_rows, sizeof(float) * m * vocab);
     }
+  }
+  if (shard_.rank == 0 && !b.samples.empty()) {
+    Draw(b, logits, rows, samples, logprob_requests, &out);
   }
   // Collectives that a peer's stall or failure aborted meanwhile leave garbage in the logits:
   // the step fails instead of returning what was drawn from them.

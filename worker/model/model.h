@@ -47,6 +47,12 @@ struct ForwardBatch {
   std::vector<kernels::SampleRequest> samples;
   // Logprobs of drawn tokens, computed on the backend; each `sample` indexes samples.
   std::vector<kernels::LogprobRequest> logprobs;
+  // Changes to logits rows before the draw and the logprobs (penalties, biases, bans, allowed
+  // ids: kernels/logits_processing.h), with the lists their ranges index.
+  std::vector<kernels::LogitsAdjustment> adjustments;
+  std::vector<int32_t> allowed_ids;
+  std::vector<kernels::TokenBias> biases;
+  std::vector<kernels::TokenCount> token_counts;
   // Indexes into logit_rows of the rows whose logits come back (prompt logits).
   std::vector<int32_t> host_logit_rows;
 };
@@ -141,6 +147,8 @@ class Model {
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
+    std::vector<uint8_t> adjust_host;  // the logits adjustments' lists, packed (Adjust)
+    kernels::Buffer<uint8_t> adjust;
   };
   // buf, grown to at least n entries; the decode graphs keep the old one when they read it
   // (graphs_use).
@@ -190,6 +198,8 @@ class Model {
   absl::StatusOr<ForwardOutput> Finish(const ForwardBatch& b, const float* logits, int64_t rows,
                                        const kernels::SampleRequest* samples,
                                        const kernels::LogprobRequest* logprob_requests);
+  // Applies the batch's logits adjustments to `logits` (this step's, changed in place).
+  void Adjust(const ForwardBatch& b, float* logits, int64_t rows);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
