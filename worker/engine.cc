@@ -162,14 +162,13 @@ absl::Status Engine::Validate(const RequestInput& in) const {
 absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens) const {
   const int vocab = model_config_.vocab_size;
   auto in_vocab = [&](int32_t id, absl::string_view what) {
-    return id >= 0 && id < vocab ? absl::OkStatus()
-                                 : absl::InvalidArgumentError(absl::StrCat(
-                                       what, ": token id ", id, " is outside the vocabulary [0, ",
-                                       vocab, ")"));
+    return id >= 0 && id < vocab
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrCat(
+                     what, ": token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
   };
-  for (const auto& [name, value] :
-       {std::pair{"presence_penalty", s.presence_penalty},
-        std::pair{"frequency_penalty", s.frequency_penalty}}) {
+  for (const auto& [name, value] : {std::pair{"presence_penalty", s.presence_penalty},
+                                    std::pair{"frequency_penalty", s.frequency_penalty}}) {
     if (!(value >= -2.0f && value <= 2.0f)) {
       return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
     }
@@ -179,8 +178,8 @@ absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens
         absl::StrCat("repetition_penalty must be > 0, got ", s.repetition_penalty));
   }
   if (s.min_tokens < 0 || s.min_tokens > max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("min_tokens must be in [0, max_tokens=",
-                                                   max_tokens, "], got ", s.min_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_tokens must be in [0, max_tokens=", max_tokens, "], got ", s.min_tokens));
   }
   for (const auto& [id, bias] : s.logit_bias) {
     RETURN_IF_ERROR(in_vocab(id, "logit_bias"));

@@ -110,22 +110,36 @@ TEST(EngineCudaBf16Test, Bf16WeightsTrackTransformersAndTheCpuTwin) {
 }
 
 // Seeded top-k / top-p / min-p sampling with n = 2 and logprobs for every fixture prompt on
-// `device` (forked samples, which copy their shared last block before writing it); checks that
-// steps replayed graphs exactly when asked to.
-Results SeededSamples(const Reference& ref, const std::string& device, int graph_max_batch) {
+// `device` (forked samples, which copy their shared last block before writing it), `adjusted`:
+// with every logits adjustment too (penalties, logit_bias, bad words, min_tokens, allowed ids);
+// checks that steps replayed graphs exactly when asked to.
+Results SeededSamples(const Reference& ref, const std::string& device, int graph_max_batch,
+                      bool adjusted = false) {
   EngineConfig config = FixtureConfig("tiny-llama3");
   config.backend.device = *ParseDevice(device);
   config.dtype = WeightDtype::kFloat32;
   config.backend.cuda_graph_max_batch = graph_max_batch;
   auto engine = testing::MakeEngine(config);
-  for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], 24);
+  // (Adjusted: the two shorter prompts, 12 tokens each, to keep the emulated run short.)
+  const size_t prompts = adjusted ? 2 : ref.prompts.size();
+  for (size_t i = 0; i < prompts; ++i) {
+    RequestInput in = testing::GreedyRequest(std::to_string(i), ref.prompts[i], adjusted ? 12 : 24);
     in.sampling.temperature = 0.8f;
     in.sampling.top_k = 40;
     in.sampling.top_p = 0.9f;
     in.sampling.min_p = 0.01f;
     in.sampling.seed = 7 + i;
     in.sampling.n = 2;
+    if (adjusted) {
+      in.sampling.presence_penalty = 0.5f;
+      in.sampling.frequency_penalty = 0.3f;
+      in.sampling.repetition_penalty = 1.2f;
+      in.sampling.logit_bias = {{5, 3.0f}, {100, -2.0f}};
+      in.sampling.bad_words = {{7}, {11, 12}};
+      in.sampling.min_tokens = 4;
+      in.sampling.ignore_eos = false;
+      if (i == 1) in.sampling.allowed_token_ids = {2, 5, 9, 40, 41, 600};
+    }
     EXPECT_OK(engine->AddRequest(in));
   }
   Results results = testing::RunToCompletion(*engine);
@@ -145,6 +159,16 @@ TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
   const Reference ref = LoadReference("tiny-llama3");
   Results cpu = SeededSamples(ref, "cpu", 0), gpu = SeededSamples(ref, "cuda", 0);
   ExpectCpuSamples(gpu, cpu);
+}
+
+// With penalties, biases, bans and allowed ids: the CPU's tokens too, eager and in graphs.
+TEST(EngineCudaSamplingTest, AdjustedSamplesAreTheCpus) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  Results cpu = SeededSamples(ref, "cpu", 0, true);
+  Results gpu = SeededSamples(ref, "cuda", 0, true), graphs = SeededSamples(ref, "cuda", 16, true);
+  ExpectCpuSamples(gpu, cpu);
+  ExpectCpuSamples(graphs, cpu);
 }
 
 // Without --num-blocks the pool takes what --gpu-memory-utilization leaves once the weights and

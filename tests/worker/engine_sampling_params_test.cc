@@ -43,7 +43,8 @@ std::vector<float> Penalize(std::vector<float> logits, const SamplingParams& s,
 // The argmax of a row and its margin over the runner-up.
 std::pair<int32_t, float> Top(const std::vector<float>& row) {
   int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(row.size()); ++i) best = row[i] > row[best] ? i : best;
+  for (int32_t i = 1; i < static_cast<int32_t>(row.size()); ++i)
+    best = row[i] > row[best] ? i : best;
   float second = -INFINITY;
   for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) {
     if (i != best) second = std::max(second, row[i]);

@@ -63,13 +63,19 @@ TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
        absl::StatusCode::kInvalidArgument, "repetition_penalty must be > 0"},
       {[](RequestInput& r) { r.sampling.min_tokens = 5; }, absl::StatusCode::kInvalidArgument,
        "min_tokens must be in [0, max_tokens=4], got 5"},
-      {[](RequestInput& r) { r.sampling.logit_bias = {{1024, 1.0f}}; },
+      {[](RequestInput& r) {
+         r.sampling.logit_bias = {{1024, 1.0f}};
+       },
        absl::StatusCode::kInvalidArgument, "logit_bias: token id 1024 is outside the vocabulary"},
-      {[](RequestInput& r) { r.sampling.logit_bias = {{3, 101.0f}}; },
+      {[](RequestInput& r) {
+         r.sampling.logit_bias = {{3, 101.0f}};
+       },
        absl::StatusCode::kInvalidArgument, "logit_bias of token 3 must be in [-100, 100]"},
       {[](RequestInput& r) { r.sampling.bad_words = {{}}; }, absl::StatusCode::kInvalidArgument,
        "bad_words: a word has no tokens"},
-      {[](RequestInput& r) { r.sampling.bad_words = {{3, -2}}; },
+      {[](RequestInput& r) {
+         r.sampling.bad_words = {{3, -2}};
+       },
        absl::StatusCode::kInvalidArgument, "bad_words: token id -2"},
       {[](RequestInput& r) { r.sampling.allowed_token_ids = {5000}; },
        absl::StatusCode::kInvalidArgument, "allowed_token_ids: token id 5000"},
