@@ -178,6 +178,15 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
   if (req_.logprobs) s->set_logprobs(*req_.logprobs);
   s->set_ignore_eos(req_.ignore_eos);
   s->set_n(req_.n);
+  s->set_presence_penalty(req_.presence_penalty);
+  s->set_frequency_penalty(req_.frequency_penalty);
+  s->set_repetition_penalty(req_.repetition_penalty);
+  s->set_min_tokens(req_.min_tokens);
+  for (const auto& [id, bias] : req_.logit_bias) (*s->mutable_logit_bias())[id] = bias;
+  for (const std::vector<int32_t>& word : req_.bad_word_ids) {
+    s->add_bad_words()->mutable_ids()->Add(word.begin(), word.end());
+  }
+  for (int32_t id : req_.allowed_token_ids) s->add_allowed_token_ids(id);
   return job;
 }
 
@@ -248,7 +257,8 @@ std::string Completion::Decode(Choice& c, const pb::GenerateResponse& r, json& l
     const int id = r.token_ids(i);
     ++c.tokens;
     if (absl::StatusOr<std::string> piece = c.detok->Append(id); piece.ok()) {
-      StopStringMatcher::Result m = c.stop->Append(*piece);
+      // Stop strings count from the min_tokens-th token on (vLLM's rule).
+      StopStringMatcher::Result m = c.stop->Append(*piece, c.tokens >= req_.min_tokens);
       emitted += m.emit;
       if (m.stopped) {
         if (req_.include_stop_str_in_output) emitted += m.matched;
@@ -408,6 +418,9 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
   absl::StatusOr<std::vector<int>> ids =
       PromptIds(*ctx.tokenizer, *parsed, ctx.options.normalize_prompts);
   if (!ids.ok()) return conn->RespondError(OpenAiErrorFromStatus(ids.status()));
+  if (absl::Status s = ResolveTokenParameters(*ctx.tokenizer, &*parsed); !s.ok()) {
+    return conn->RespondError(OpenAiErrorFromStatus(s));
+  }
   const int prompt_tokens = static_cast<int>(ids->size());
   const int limit = ctx.options.max_model_len;
   int max_tokens = parsed->max_tokens;

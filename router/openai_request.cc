@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
@@ -80,24 +81,6 @@ bool NonEmptyArray(object o, std::string_view key) {
 // refused when it asks for something, so that no answer silently ignores it; its neutral value
 // (0, 1, false, empty) passes, as clients send those by default.
 absl::Status RefuseUnserved(object o, bool chat, int n) {
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    ASSIGN_OR_RETURN(double v, Number(o, key, 0.0, -2.0, 2.0));
-    if (v != 0) return Unserved(key, " or 0");
-  }
-  const double huge = std::numeric_limits<double>::max();
-  ASSIGN_OR_RETURN(double repetition, Number(o, "repetition_penalty", 1.0, -huge, huge));
-  if (repetition != 1) return Unserved("repetition_penalty", " or 1");
-  ASSIGN_OR_RETURN(int64_t min_tokens, Integer(o, "min_tokens", 0, 0, INT32_MAX));
-  if (min_tokens != 0) return Unserved("min_tokens", " or 0");
-  if (auto e = Field(o, "logit_bias")) {
-    object bias;
-    if (e->get_object().get(bias) != simdjson::SUCCESS)
-      return Bad("logit_bias", "must be an object");
-    if (bias.size() != 0) return Unserved("logit_bias", " or {}");
-  }
-  for (const char* key : {"bad_words", "allowed_token_ids"}) {
-    if (NonEmptyArray(o, key)) return Unserved(key, " or []");
-  }
   for (const char* key : {"use_beam_search", "echo"}) {
     ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
     if (on) return Unserved(key, " or false");
@@ -256,6 +239,101 @@ absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t> TokenId(element e, std::string_view param) {
+  int64_t id;
+  if (e.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+    return Bad(param, "token ids must be non-negative 32-bit integers");
+  }
+  return static_cast<int32_t>(id);
+}
+
+// logit_bias: {"token id": bias}, OpenAI's shape (keys are ids written as strings).
+absl::Status ParseLogitBias(object o, const RequestLimits& limits, ParsedRequest* r) {
+  auto e = Field(o, "logit_bias");
+  if (!e) return absl::OkStatus();
+  object bias;
+  if (e->get_object().get(bias) != simdjson::SUCCESS) {
+    return Bad("logit_bias", "must be an object mapping token ids to biases");
+  }
+  if (bias.size() > static_cast<size_t>(limits.max_token_list_ids)) {
+    return Bad("logit_bias", absl::StrCat("has ", bias.size(), " entries; the limit is ",
+                                          limits.max_token_list_ids, " (--max-token-list-ids)"));
+  }
+  for (auto [key, value] : bias) {
+    int32_t id;
+    if (!absl::SimpleAtoi(Sv(key), &id) || id < 0) {
+      return Bad("logit_bias", absl::StrCat("key '", Sv(key.substr(0, 32)), "' is not a token id"));
+    }
+    double v;
+    if (value.get_double().get(v) != simdjson::SUCCESS) {
+      int64_t i;
+      if (value.get_int64().get(i) != simdjson::SUCCESS) {
+        return Bad("logit_bias", absl::StrCat("the bias of token ", id, " must be a number"));
+      }
+      v = static_cast<double>(i);
+    }
+    if (!(v >= -100 && v <= 100)) {
+      return Bad("logit_bias",
+                 absl::StrCat("the bias of token ", id, " must be in [-100, 100], got ", v));
+    }
+    r->logit_bias.emplace_back(id, static_cast<float>(v));
+  }
+  return absl::OkStatus();
+}
+
+// The logits adjustments: penalties, min_tokens, logit_bias, bad_words, allowed_token_ids.
+absl::Status ParseAdjustments(object o, const RequestLimits& limits, ParsedRequest* r) {
+  ASSIGN_OR_RETURN(double presence, Number(o, "presence_penalty", 0.0, -2.0, 2.0));
+  r->presence_penalty = static_cast<float>(presence);
+  ASSIGN_OR_RETURN(double frequency, Number(o, "frequency_penalty", 0.0, -2.0, 2.0));
+  r->frequency_penalty = static_cast<float>(frequency);
+  const double huge = std::numeric_limits<float>::max();
+  ASSIGN_OR_RETURN(double repetition, Number(o, "repetition_penalty", 1.0, -huge, huge));
+  if (!(repetition > 0))
+    return Bad("repetition_penalty", absl::StrCat("must be > 0, got ", repetition));
+  r->repetition_penalty = static_cast<float>(repetition);
+  ASSIGN_OR_RETURN(int64_t min_tokens, Integer(o, "min_tokens", 0, 0, INT32_MAX));
+  r->min_tokens = static_cast<int>(min_tokens);
+  RETURN_IF_ERROR(ParseLogitBias(o, limits, r));
+  if (auto e = Field(o, "allowed_token_ids")) {
+    simdjson::dom::array ids;
+    if (e->get_array().get(ids) != simdjson::SUCCESS) {
+      return Bad("allowed_token_ids", "must be a list of token ids");
+    }
+    if (ids.size() > static_cast<size_t>(limits.max_token_list_ids)) {
+      return Bad("allowed_token_ids",
+                 absl::StrCat("has ", ids.size(), " ids; the limit is ", limits.max_token_list_ids,
+                              " (--max-token-list-ids)"));
+    }
+    for (element id : ids) {
+      ASSIGN_OR_RETURN(int32_t v, TokenId(id, "allowed_token_ids"));
+      r->allowed_token_ids.push_back(v);
+    }
+  }
+  if (auto e = Field(o, "bad_words")) {
+    simdjson::dom::array words;
+    if (e->get_array().get(words) != simdjson::SUCCESS) {
+      return Bad("bad_words", "must be a list of strings");
+    }
+    if (words.size() > static_cast<size_t>(limits.max_stop_strings)) {
+      return Bad("bad_words", absl::StrCat("has ", words.size(), " words; the limit is ",
+                                           limits.max_stop_strings, " (--max-stop-strings)"));
+    }
+    for (element w : words) {
+      std::string_view word;
+      if (w.get_string().get(word) != simdjson::SUCCESS)
+        return Bad("bad_words", "must hold strings");
+      if (word.size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+        return Bad("bad_words",
+                   absl::StrCat("a word has ", word.size(), " bytes; the limit is ",
+                                limits.max_stop_string_bytes, " (--max-stop-string-bytes)"));
+      }
+      r->bad_words.emplace_back(word);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The stop conditions: "stop" (a string or a list of them) and "stop_token_ids".
 absl::Status AddStop(std::string_view one, const RequestLimits& limits, ParsedRequest* r) {
   if (one.empty()) return absl::OkStatus();
@@ -375,6 +453,11 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
   RETURN_IF_ERROR(ParseStops(o, limits, &r));
   RETURN_IF_ERROR(ParseOptions(o, &r));
+  RETURN_IF_ERROR(ParseAdjustments(o, limits, &r));
+  if (r.min_tokens > r.max_tokens && r.max_tokens_given) {
+    return Bad("min_tokens", absl::StrCat("must be at most ", max_key, " (", r.max_tokens,
+                                          "), got ", r.min_tokens));
+  }
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   return r;
 }

@@ -1,8 +1,8 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
 // /v1/chat/completions, into the router's request description. Unknown fields are ignored;
 // a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
-// known parameter kvserve does not serve (penalties, logit_bias, echo, best_of > n, guided
-// decoding, response_format other than text, tools) when it asks for anything. The body is
+// known parameter kvserve does not serve (echo, prompt_logprobs, best_of > n, beam search,
+// guided decoding, response_format other than text, tools) when it asks for anything. The body is
 // untrusted: malformed JSON, invalid UTF-8 and wrong types are errors, never crashes.
 //
 //   absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body, /*chat=*/false);
@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,9 @@ struct RequestLimits {
   // --max-logprob-entries: n × max_tokens × (1 + top alternatives) for a request with logprobs,
   // what the router keeps per token and choice (about 300 bytes each).
   int64_t max_logprob_entries = 1 << 20;
+  // --max-token-list-ids: entries of logit_bias, ids of allowed_token_ids (and bad_words count
+  // against the stop-string limits).
+  int max_token_list_ids = 1 << 17;
 };
 
 struct ParsedRequest {
@@ -67,6 +71,16 @@ struct ParsedRequest {
   std::optional<int> truncate_prompt_tokens;
   bool skip_special_tokens = true;          // in the returned text (vLLM's extra parameter)
   bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
+  // Logits adjustments (worker/logits_processor.h); ids are checked against the vocabulary and
+  // bad words tokenized by ResolveTokenParameters (router/prompt.h).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int min_tokens = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::string> bad_words;
+  std::vector<std::vector<int32_t>> bad_word_ids;
+  std::vector<int32_t> allowed_token_ids;
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see

@@ -1,6 +1,8 @@
 #include "router/prompt.h"
 
 #include <cctype>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -39,9 +41,11 @@ absl::StatusOr<std::vector<int>> ChatIds(const tokenizer::Tokenizer& tok, const 
 
 }  // namespace
 
-absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok, ParsedRequest r,
-                                           bool normalize) {
-  if (normalize) Normalize(r);
+absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok,
+                                           const ParsedRequest& request, bool normalize) {
+  std::optional<ParsedRequest> normalized;
+  if (normalize) Normalize(normalized.emplace(request));
+  const ParsedRequest& r = normalized ? *normalized : request;
   std::vector<int> ids;
   if (r.chat) {
     ASSIGN_OR_RETURN(ids, ChatIds(tok, r));
@@ -61,6 +65,30 @@ absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok, Pars
   }
   if (ids.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   return ids;
+}
+
+absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedRequest* r) {
+  auto check = [&](int32_t id, const char* param) {
+    return tok.IsValidId(id) ? absl::OkStatus()
+                             : absl::InvalidArgumentError(absl::StrCat(
+                                   param, ": token id ", id, " is not in the vocabulary"));
+  };
+  for (const auto& [id, bias] : r->logit_bias) RETURN_IF_ERROR(check(id, "logit_bias"));
+  for (int32_t id : r->allowed_token_ids) RETURN_IF_ERROR(check(id, "allowed_token_ids"));
+  r->bad_word_ids.clear();
+  for (const std::string& word : r->bad_words) {
+    std::string_view bare = word;
+    while (!bare.empty() && bare.front() == ' ') bare.remove_prefix(1);
+    if (bare.empty()) return absl::InvalidArgumentError("bad_words: a word is empty");
+    ASSIGN_OR_RETURN(std::vector<int> alone, tok.Encode(bare, false));
+    ASSIGN_OR_RETURN(std::vector<int> spaced, tok.Encode(" " + std::string(bare), false));
+    if (!spaced.empty() && !alone.empty() && spaced.front() != alone.front() &&
+        spaced.size() == alone.size()) {
+      r->bad_word_ids.emplace_back(spaced.begin(), spaced.end());
+    }
+    if (!alone.empty()) r->bad_word_ids.emplace_back(alone.begin(), alone.end());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvserve::router

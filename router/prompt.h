@@ -1,6 +1,7 @@
 // A request's prompt as token ids: a chat rendered with the tokenizer's chat template, a text
 // prompt encoded, or given ids checked against the vocabulary; optionally NFC-normalized first
-// (--normalize-prompts) and truncated to its last truncate_prompt_tokens.
+// (--normalize-prompts) and truncated to its last truncate_prompt_tokens; and the ids and
+// words of the logits adjustments.
 //
 //   ASSIGN_OR_RETURN(std::vector<int> ids, PromptIds(tokenizer, request, normalize));
 //
@@ -18,8 +19,13 @@ namespace kvserve::router {
 
 // InvalidArgument naming the field for a template that fails, an id outside the vocabulary or
 // an empty prompt.
-absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tokenizer, ParsedRequest r,
-                                           bool normalize);
+absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tokenizer,
+                                           const ParsedRequest& r, bool normalize);
+
+// Checks the ids of logit_bias and allowed_token_ids against the vocabulary and tokenizes the
+// bad words into r->bad_word_ids as vLLM does (each word as it stands, and after a space when
+// that gives a different first token and as many tokens). InvalidArgument naming the field.
+absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tokenizer, ParsedRequest* r);
 
 }  // namespace kvserve::router
 

@@ -10,10 +10,14 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) {
   }
 }
 
-StopStringMatcher::Result StopStringMatcher::Append(std::string_view delta) {
+StopStringMatcher::Result StopStringMatcher::Append(std::string_view delta, bool check) {
   Result r;
   if (stopped_) return r;
   pending_.append(delta);
+  if (!check) {
+    r.emit.swap(pending_);
+    return r;
+  }
   // The earliest occurrence of any stop string ends the stream.
   size_t first = std::string::npos;
   const std::string* which = nullptr;

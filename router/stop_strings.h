@@ -29,7 +29,9 @@ class StopStringMatcher {
   // Empty strings in `stops` are ignored.
   explicit StopStringMatcher(std::vector<std::string> stops);
 
-  Result Append(std::string_view delta);
+  // `check` false: the text is final as it is, held-back text included, and no stop string
+  // is looked for in it (before min_tokens).
+  Result Append(std::string_view delta, bool check = true);
   // End of stream without a stop: the held-back text.
   std::string Flush();
   [[nodiscard]] bool stopped() const { return stopped_; }

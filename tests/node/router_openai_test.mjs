@@ -135,10 +135,15 @@ test('errors in OpenAI shape', async () => {
     (e) => e.status === 400 && e.error?.param === 'n');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 5000 }),
     (e) => e.status === 400 && e.code === 'context_length_exceeded' && e.param === 'prompt');
-  // A parameter kvserve does not serve is refused, not silently ignored.
+  // A parameter kvserve does not serve is refused, not silently ignored; served ones are
+  // checked.
   await assert.rejects(client.chat.completions.create({
-    model: 'tiny', messages: [{ role: 'user', content: 'x' }], presence_penalty: 0.5 }),
+    model: 'tiny', messages: [{ role: 'user', content: 'x' }], presence_penalty: 2.5 }),
   (e) => e.status === 400 && e.param === 'presence_penalty');
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', logit_bias: { 999999999: 5 } }),
+    (e) => e.status === 400 && e.param === 'logit_bias' && /not in the vocabulary/.test(e.message));
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', echo: true }),
+    (e) => e.status === 400 && e.param === 'echo');
   await assert.rejects(client.chat.completions.create({
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }),
   (e) => e.status === 400 && e.param === 'response_format');
@@ -146,6 +151,71 @@ test('errors in OpenAI shape', async () => {
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
     presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: 'text' } });
   assert.equal(neutral.choices[0].finish_reason, 'length');
+});
+
+// The ids of a text without special tokens, and each id's text.
+async function tokenize(text) {
+  const r = await fetch(`${base}/tokenize`, { method: 'POST', body: JSON.stringify({ prompt: text, add_special_tokens: false }) });
+  return (await r.json()).tokens;
+}
+
+// A completion's tokens (as text) and text, streamed or not, with greedy decoding.
+async function complete(params, stream) {
+  const body = { model: 'tiny', prompt: 'The router sends each request', max_tokens: 8, temperature: 0, logprobs: 0, ...params };
+  if (!stream) {
+    const r = await client.completions.create(body);
+    const c = r.choices[0];
+    return { tokens: c.logprobs.tokens, top: c.logprobs.top_logprobs, text: c.text, finish: c.finish_reason };
+  }
+  const out = { tokens: [], top: [], text: '', finish: null };
+  for await (const chunk of await client.completions.create({ ...body, stream: true })) {
+    for (const c of chunk.choices) {
+      out.text += c.text;
+      out.tokens.push(...(c.logprobs?.tokens ?? []));
+      out.top.push(...(c.logprobs?.top_logprobs ?? []));
+      out.finish = c.finish_reason ?? out.finish;
+    }
+  }
+  return out;
+}
+
+test('logits adjustments: logit_bias, allowed_token_ids, bad_words, min_tokens, penalties', async () => {
+  const [the] = await tokenize(' the');
+  const [fox, dog] = [(await tokenize(' fox'))[0], (await tokenize(' dog'))[0]];
+  assert.equal((await tokenize(' the the fox')).length, 3);  // one token each
+  const plain = await complete({}, false);
+  for (const stream of [false, true]) {
+    const biased = await complete({ logit_bias: { [the]: 100 } }, stream);
+    assert.equal(biased.text, ' the'.repeat(8), `stream ${stream}`);
+    const allowed = await complete({ allowed_token_ids: [fox, dog], temperature: 1, seed: 5, max_tokens: 24 }, stream);
+    assert.deepEqual([...new Set(allowed.tokens)].sort(), [' dog', ' fox'], `stream ${stream}`);
+    // The greedy path's first token, banned as a word: it never comes.
+    const banned = await complete({ bad_words: [plain.tokens[0].trim()] }, stream);
+    assert.ok(!banned.tokens.includes(plain.tokens[0]), JSON.stringify(banned.tokens));
+    // A stop string matching the first token ends nothing before min_tokens.
+    const early = await complete({ stop: [plain.tokens[0]] }, stream);
+    assert.equal(early.text, '');
+    const held = await complete({ stop: [plain.tokens[0]], min_tokens: 3 }, stream);
+    assert.ok(held.text.startsWith(plain.tokens.slice(0, 3).join('')), JSON.stringify(held));
+    // Penalties, exactly: with ' the' and ' fox' the only ids allowed and ' the' biased to win,
+    // the processed logprobs give their logit difference at every step; a presence penalty
+    // takes 2 from it once ' the' is out, a frequency penalty 1.5 per time.
+    const gap = async (params) => {
+      const r = await complete({ max_tokens: 3, logprobs: 2, allowed_token_ids: [the, fox], logit_bias: { [the]: 100 },
+        ...params }, stream);
+      assert.deepEqual(r.tokens, [' the', ' the', ' the']);
+      return r.top.map((t) => t[' the'] - t[' fox']);
+    };
+    const free = await gap({});
+    const near = (a, b) => assert.ok(Math.abs(a - b) < 1e-3, `${a} vs ${b}`);
+    const presence = await gap({ presence_penalty: 2 });
+    [0, 2, 2].forEach((d, i) => near(presence[i], free[i] - d));
+    const frequency = await gap({ frequency_penalty: 1.5 });
+    [0, 1.5, 3].forEach((d, i) => near(frequency[i], free[i] - d));
+  }
+  const chat = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 3, temperature: 0, logit_bias: { [the]: 100 }, presence_penalty: -2, min_tokens: 3 });
+  assert.equal(chat.choices[0].message.content, ' the'.repeat(3));
 });
 
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {

@@ -108,6 +108,65 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
   }
 }
 
+// The logits adjustments are parsed with their ranges: penalties, min_tokens, logit_bias (ids
+// as string keys), bad_words, allowed_token_ids.
+TEST(OpenAiRequestTest, ParsesLogitsAdjustments) {
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(R"({"model": "m", "prompt": "x",
+      "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.1,
+      "min_tokens": 4, "max_tokens": 8, "logit_bias": {"50256": -100, "7": 2.5},
+      "bad_words": ["foo", " bar baz"], "allowed_token_ids": [3, 1, 3]})",
+                                                               /*chat=*/false));
+  EXPECT_EQ(r.presence_penalty, 0.5f);
+  EXPECT_EQ(r.frequency_penalty, -1.0f);
+  EXPECT_EQ(r.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.min_tokens, 4);
+  EXPECT_THAT(r.logit_bias,
+              ::testing::UnorderedElementsAre(std::pair{50256, -100.0f}, std::pair{7, 2.5f}));
+  EXPECT_THAT(r.bad_words, ::testing::ElementsAre("foo", " bar baz"));
+  EXPECT_THAT(r.allowed_token_ids, ::testing::ElementsAre(3, 1, 3));
+
+  struct Case {
+    json extra;
+    bool chat;
+    const char* message;
+  };
+  const std::vector<Case> bad = {
+      {{{"presence_penalty", 2.5}}, false, "presence_penalty: must be in [-2, 2], got 2.5"},
+      {{{"frequency_penalty", -3}}, true, "frequency_penalty: must be in [-2, 2]"},
+      {{{"repetition_penalty", 0}}, false, "repetition_penalty: must be > 0, got 0"},
+      {{{"repetition_penalty", "x"}}, false, "repetition_penalty: must be a number"},
+      {{{"min_tokens", -1}}, false, "min_tokens: must be in [0, "},
+      {{{"min_tokens", 9}, {"max_tokens", 8}}, false, "min_tokens: must be at most max_tokens (8)"},
+      {{{"logit_bias", 5}}, false, "logit_bias: must be an object"},
+      {{{"logit_bias", {{"abc", 1}}}}, true, "logit_bias: key 'abc' is not a token id"},
+      {{{"logit_bias", {{"-4", 1}}}}, true, "logit_bias: key '-4' is not a token id"},
+      {{{"logit_bias", {{"4", 101}}}},
+       true,
+       "logit_bias: the bias of token 4 must be in [-100, 100]"},
+      {{{"logit_bias", {{"4", "up"}}}}, true, "logit_bias: the bias of token 4 must be a number"},
+      {{{"bad_words", "x"}}, false, "bad_words: must be a list of strings"},
+      {{{"bad_words", {1}}}, false, "bad_words: must hold strings"},
+      {{{"allowed_token_ids", {-1}}}, false, "allowed_token_ids: token ids must be non-negative"},
+      {{{"allowed_token_ids", 3}}, false, "allowed_token_ids: must be a list of token ids"},
+  };
+  for (const Case& c : bad) {
+    json body = c.chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                       : json{{"model", "m"}, {"prompt", "x"}};
+    body.update(c.extra);
+    EXPECT_THAT(ParseCompletionRequest(body.dump(), c.chat),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
+        << body;
+  }
+  RequestLimits limits;
+  limits.max_token_list_ids = 2;
+  EXPECT_THAT(ParseCompletionRequest(R"({"model": "m", "prompt": "x",
+      "allowed_token_ids": [1, 2, 3]})",
+                                     false, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("allowed_token_ids: has 3 ids; the limit is 2 "
+                                 "(--max-token-list-ids)")));
+}
+
 // Parameters kvserve does not serve are refused, naming them, as soon as they ask for
 // anything; their neutral values (what clients send by default) pass.
 TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
@@ -117,14 +176,6 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
     const char* param;  // nullptr: accepted
   };
   const std::vector<Case> cases = {
-      {{{"presence_penalty", 0.5}}, false, "presence_penalty"},
-      {{{"frequency_penalty", -1}}, true, "frequency_penalty"},
-      {{{"frequency_penalty", 3}}, false, "frequency_penalty"},
-      {{{"repetition_penalty", 1.1}}, false, "repetition_penalty"},
-      {{{"min_tokens", 4}}, false, "min_tokens"},
-      {{{"logit_bias", {{"50256", -100}}}}, true, "logit_bias"},
-      {{{"logit_bias", 5}}, false, "logit_bias"},
-      {{{"bad_words", {"x"}}}, false, "bad_words"},
       {{{"use_beam_search", true}}, false, "use_beam_search"},
       {{{"echo", true}}, false, "echo"},
       {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},

@@ -41,6 +41,17 @@ TEST(StopStringsTest, EarliestStopWinsAndHeldTextIsReleased) {
   EXPECT_EQ(m.Flush(), "ab");  // end of stream: nothing stopped it
 }
 
+// Before min_tokens the text is final as it comes, held-back text included, and nothing stops.
+TEST(StopStringsTest, UncheckedTextIsEmittedWhole) {
+  StopStringMatcher m({"abc"});
+  EXPECT_EQ(m.Append("xab").emit, "x");
+  EXPECT_EQ(m.Append("cab", /*check=*/false).emit, "abcab");
+  EXPECT_FALSE(m.stopped());
+  const StopStringMatcher::Result r = m.Append("xabc");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.emit, "x");
+}
+
 TEST(StopStringsTest, Utf8StopsAndEmptyStopsIgnored) {
   EXPECT_EQ(Feed({"世界"}, {"你好", "世", "界！"}),
             std::make_pair(std::string("你好"), std::string("世界")));
