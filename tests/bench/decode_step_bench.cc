@@ -1,5 +1,7 @@
 // One decode step of the tiny fixture models on the CPU backend at batch 1, 16 and 64 with
-// 256 tokens of context each: the engine's whole step (schedule, forward, sample).
+// 256 tokens of context each: the engine's whole step (schedule, forward, sample); the second
+// argument 1 turns every penalty on (presence, frequency, repetition) with a logit_bias, for
+// their cost side by side.
 #include <cstdlib>
 #include <string>
 
@@ -18,6 +20,7 @@ std::string Fixture(const char* model) {
 
 void BM_DecodeStep(benchmark::State& state, const char* model) {
   const int batch = static_cast<int>(state.range(0));
+  const bool penalties = state.range(1) != 0;
   EngineConfig config;
   config.model_dir = Fixture(model);
   config.max_model_len = 4096;
@@ -32,9 +35,15 @@ void BM_DecodeStep(benchmark::State& state, const char* model) {
   for (int i = 0; i < batch; ++i) {
     RequestInput in;
     in.request_id = std::to_string(i);
-    in.prompt.assign(256, 5 + i);
+    for (int j = 0; j < 256; ++j) in.prompt.push_back((5 + i + 7 * j) % 1000);
     in.max_tokens = 3000;
     in.sampling.ignore_eos = true;
+    if (penalties) {
+      in.sampling.presence_penalty = 0.5f;
+      in.sampling.frequency_penalty = 0.5f;
+      in.sampling.repetition_penalty = 1.1f;
+      in.sampling.logit_bias = {{3, 1.0f}, {500, -1.0f}};
+    }
     CHECK((*engine)->AddRequest(in).ok());
   }
   CHECK((*engine)->Step().ok());  // prefill
@@ -47,21 +56,15 @@ void BM_DecodeStep(benchmark::State& state, const char* model) {
       static_cast<double>(state.iterations() * batch), benchmark::Counter::kIsRate);
 }
 BENCHMARK_CAPTURE(BM_DecodeStep, tiny_llama3, "tiny-llama3")
-    ->Arg(1)
-    ->Arg(16)
-    ->Arg(64)
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(200);
 BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen2, "tiny-qwen2")
-    ->Arg(1)
-    ->Arg(16)
-    ->Arg(64)
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(200);
 BENCHMARK_CAPTURE(BM_DecodeStep, tiny_qwen3, "tiny-qwen3")
-    ->Arg(1)
-    ->Arg(16)
-    ->Arg(64)
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(200);
 

@@ -2,7 +2,10 @@
 // for batch 1 / 64 / 256 × vocabulary 128,256 (Llama 3) and 151,936 (Qwen 2/3) with the
 // parameter mixes a server sees (greedy, temperature alone, top-p, top-k + top-p + min-p),
 // and whether every GPU token equals the CPU's; plus the logprobs (top 5) of those draws. Logits
-// are N(0, 3²) with a few spikes, like a language model's. Prints a table; exits 1 on a mismatch.
+// are N(0, 3²) with a few spikes, like a language model's. Then the logits adjustments
+// (kernels/logits_processing.h: every penalty over 2,000 distinct tokens per row, two biases),
+// their lists uploaded as the engine does each step, against the CPU twin bit for bit. Prints a
+// table; exits 1 on a mismatch.
 //
 //   sampling_bench [--quick]
 #include <cuda_runtime.h>
@@ -142,6 +145,75 @@ bool RunMix(Backend& gpu, Backend& cpu, const Mix& m, int batch, int64_t vocab,
   return match;
 }
 
+// The adjustments of `batch` rows (a sequence of 2,000 distinct tokens each, every penalty on,
+// two biases): their lists uploaded and the kernel run, timed as one step's cost; the adjusted
+// rows compared with the CPU twin's. Prints the row; returns whether they are the same bits.
+bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector<float> logits,
+               DeviceBuffers& d, std::mt19937& rng) {
+  std::vector<LogitsAdjustment> rows;
+  std::vector<TokenBias> biases;
+  std::vector<TokenCount> counts;
+  for (int r = 0; r < batch; ++r) {
+    LogitsAdjustment a{.row = r, .repetition_penalty = 1.1f, .frequency_penalty = 0.5f,
+                       .presence_penalty = 0.5f};
+    a.bias_begin = static_cast<int32_t>(biases.size());
+    biases.push_back({static_cast<int32_t>(rng() % vocab), 2.0f});
+    biases.push_back({static_cast<int32_t>(vocab - 1), -100.0f});
+    if (biases[biases.size() - 2].id == vocab - 1) biases.pop_back();
+    a.bias_end = static_cast<int32_t>(biases.size());
+    a.counts_begin = static_cast<int32_t>(counts.size());
+    const int64_t start = rng() % vocab;
+    for (int i = 0; i < 2000; ++i) {  // distinct ids: a stride walk
+      counts.push_back({static_cast<int32_t>((start + int64_t{i} * 61) % vocab),
+                        static_cast<int32_t>(i % 4), i % 3 == 0 ? 1 : 0});
+    }
+    a.counts_end = static_cast<int32_t>(counts.size());
+    rows.push_back(a);
+  }
+  std::vector<uint8_t> host;
+  auto pack = [&](const auto& v) {
+    const size_t at = host.size(), bytes = v.size() * sizeof(v[0]);
+    host.resize(at + (bytes + 7) / 8 * 8);
+    std::memcpy(host.data() + at, v.data(), bytes);
+    return at;
+  };
+  const size_t rows_at = pack(rows), biases_at = pack(biases), counts_at = pack(counts);
+  uint8_t* lists = nullptr;
+  KVSERVE_CUDA_CHECK(cudaMalloc(&lists, host.size()));
+  AdjustLogitsParams p;
+  p.logits = d.logits_;
+  p.num_rows = batch;
+  p.vocab = vocab;
+  p.shard_vocab = vocab;
+  p.rows = reinterpret_cast<const LogitsAdjustment*>(lists + rows_at);
+  p.num_adjustments = batch;
+  p.biases = reinterpret_cast<const TokenBias*>(lists + biases_at);
+  p.counts = reinterpret_cast<const TokenCount*>(lists + counts_at);
+  const double us = MeanMicros(gpu, [&] {
+    gpu.Upload(lists, host.data(), host.size());
+    gpu.AdjustLogits(p);
+  });
+  // Once more on fresh rows, for the comparison.
+  const size_t n = size_t(batch) * vocab;
+  KVSERVE_CUDA_CHECK(
+      cudaMemcpy(d.logits_, logits.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  gpu.AdjustLogits(p);
+  std::vector<float> got(n);
+  KVSERVE_CUDA_CHECK(cudaMemcpy(got.data(), d.logits_, n * sizeof(float), cudaMemcpyDeviceToHost));
+  AdjustLogitsParams c = p;
+  c.logits = logits.data();
+  c.rows = rows.data();
+  c.biases = biases.data();
+  c.counts = counts.data();
+  cpu.AdjustLogits(c);
+  const bool same = std::memcmp(got.data(), logits.data(), n * sizeof(float)) == 0;
+  KVSERVE_CUDA_CHECK(cudaFree(lists));
+  std::printf("%-24s %5d %7ld %10.1f %10s %8s %10s %s\n", "adjust (2000 tokens)", batch,
+              long(vocab), us, "", "", "", same ? "same" : "DIFFER");
+  std::fflush(stdout);
+  return same;
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   auto gpu_or = CreateCudaBackend({});
@@ -166,6 +238,11 @@ int Main(int argc, char** argv) {
     DeviceBuffers d(logits, batches.back());
     for (int batch : batches) {
       for (const Mix& m : mixes) all_match &= RunMix(gpu, *cpu, m, batch, vocab, logits, d);
+    }
+    for (int batch : batches) {
+      all_match &= RunAdjust(gpu, *cpu, batch, vocab,
+                             std::vector<float>(logits.begin(), logits.begin() + batch * vocab), d,
+                             rng);
     }
   }
   return all_match ? 0 : 1;
