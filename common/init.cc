@@ -4,7 +4,9 @@
 #include <cctype>
 #include <string>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -44,6 +46,13 @@ std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage) {
     if (!name) continue;
     for (size_t k = 2; k < end; ++k) {
       if (a[k] == '-') a[k] = '_';
+    }
+    // vLLM's negative form of a boolean, --no-enable-prefix-caching, is Abseil's
+    // --noenable_prefix_caching.
+    const size_t dashes = a[1] == '-' ? 2 : 1;
+    if (a.compare(dashes, 3, "no_") == 0 && a.find('=') == std::string::npos) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(a.substr(dashes + 3));
+      if (flag != nullptr && flag->IsOfType<bool>()) a.erase(dashes + 2, 1);
     }
   }
   for (std::string& a : storage) args.push_back(a.data());

@@ -15,7 +15,8 @@ namespace kvserve {
 
 // Parses flags (exits with a one-line reason on a bad flag; --help prints every flag) and
 // starts logging. Flag names may use dashes or underscores (--max-num-seqs or
-// --max_num_seqs). Returns the positional arguments, argv[0] first. Call once, first thing.
+// --max_num_seqs), and a boolean's negation vLLM's way too (--no-enable-prefix-caching).
+// Returns the positional arguments, argv[0] first. Call once, first thing.
 std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage);
 
 }  // namespace kvserve

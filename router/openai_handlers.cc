@@ -168,6 +168,7 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
   g.set_max_tokens(max_tokens);
   g.set_stream(true);
   g.set_cache_salt(req_.cache_salt);
+  g.set_priority(req_.priority);
   for (int32_t t : req_.stop_token_ids) g.add_stop_token_ids(t);
   pb::SamplingParams* s = g.mutable_sampling();
   s->set_temperature(req_.temperature);

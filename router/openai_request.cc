@@ -405,7 +405,7 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
 }
 
 // Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
-// truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output.
+// truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output, priority.
 absl::Status ParseOptions(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->stream, Bool(o, "stream", false));
   if (auto so = Field(o, "stream_options")) {
@@ -424,6 +424,8 @@ absl::Status ParseOptions(object o, ParsedRequest* r) {
   }
   ASSIGN_OR_RETURN(r->skip_special_tokens, Bool(o, "skip_special_tokens", true));
   ASSIGN_OR_RETURN(r->include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
+  ASSIGN_OR_RETURN(int64_t priority, Integer(o, "priority", 0, INT32_MIN, INT32_MAX));
+  r->priority = static_cast<int>(priority);
   return absl::OkStatus();
 }
 

@@ -81,6 +81,7 @@ struct ParsedRequest {
   std::vector<std::string> bad_words;
   std::vector<std::vector<int32_t>> bad_word_ids;
   std::vector<int32_t> allowed_token_ids;
+  int priority = 0;  // vLLM's: lower runs first on a worker with --scheduling-policy priority
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see

@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
+  if (config.seed) e->seeds_.seed(*config.seed);
   if (e->config_.model_id.empty()) {
     e->config_.model_id = std::filesystem::path(config.model_dir).filename().string();
   }
@@ -136,6 +137,11 @@ absl::Status Engine::Validate(const RequestInput& in) const {
         absl::StrCat("prompt (", in.prompt.size(), " tokens) + max_tokens (", in.max_tokens,
                      ") exceeds the maximum model length (", max_model_len_, ")"));
   }
+  if (in.priority != 0 && !config_.priority_scheduling) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority ", in.priority,
+                     " needs --scheduling-policy priority (this worker serves in arrival order)"));
+  }
   const SamplingParams& s = in.sampling;
   if (!(s.temperature >= 0.0f)) return absl::InvalidArgumentError("temperature must be >= 0");
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
@@ -209,7 +215,12 @@ absl::Status Engine::AddRequest(RequestInput input) {
   req->input = std::move(input);
   req->arrival = next_arrival_++;
   if (req->input.sampling.top_k == -1) req->input.sampling.top_k = 0;
-  uint64_t seed = req->input.sampling.seed ? *req->input.sampling.seed : std::random_device{}();
+  uint64_t seed = 0;
+  if (req->input.sampling.seed) {
+    seed = *req->input.sampling.seed;
+  } else {
+    seed = config_.seed ? seeds_() : std::random_device{}();
+  }
   auto seq = std::make_unique<Sequence>();
   seq->id = next_seq_id_++;
   seq->request = req.get();

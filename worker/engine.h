@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   int64_t next_arrival_ = 0;
+  std::mt19937_64 seeds_;  // requests' seeds under --seed (EngineConfig::seed)
   int64_t next_seq_id_ = 0;
   EngineStats counters_;
 };

@@ -11,6 +11,7 @@
 #ifndef KVSERVE_WORKER_ENGINE_CONFIG_H_
 #define KVSERVE_WORKER_ENGINE_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,10 +48,13 @@ struct CacheConfig {
   bool enable_prefix_caching = true;
   double kv_cache_memory_gib = 0.5;  // device pool size on the CPU backend
   int num_blocks = 0;                // device pool size in blocks; overrides the sizes when > 0
-  KvQuantOptions kv_quant;           // --kv-cache-dtype, granularity, group size, fp layers
-  double swap_space_gib = 0.0;       // host tier for swapping and the host prefix cache
-  int num_host_blocks = 0;           // overrides swap_space_gib when > 0
-  bool host_prefix_cache = false;    // spill evicted prefix blocks to the host tier
+  // Device pool size in bytes per rank on any backend (vLLM's --kv-cache-memory-bytes; on the
+  // GPU it replaces --gpu-memory-utilization's share); 0: unset. --num-blocks wins over it.
+  int64_t kv_cache_memory_bytes = 0;
+  KvQuantOptions kv_quant;         // --kv-cache-dtype, granularity, group size, fp layers
+  double swap_space_gib = 0.0;     // host tier for swapping and the host prefix cache
+  int num_host_blocks = 0;         // overrides swap_space_gib when > 0
+  bool host_prefix_cache = false;  // spill evicted prefix blocks to the host tier
 };
 
 // What runs the model on each rank. Shared with the model runner (RunnerConfig).
@@ -83,6 +87,12 @@ struct EngineConfig {
   BackendConfig backend;
   ParallelConfig parallel;
   SchedulerConfig scheduler;
+  // --scheduling-policy priority: requests' priorities order the waiting queue (lower first);
+  // fcfs (vLLM's default): arrival order, and a request with a priority is refused.
+  bool priority_scheduling = false;
+  // --seed: requests without a seed draw theirs from a generator seeded with it, so that a
+  // replayed workload gives the same outputs; unset: each such request gets a random seed.
+  std::optional<uint64_t> seed;
 
   // Checks the settings among themselves: ranges, and options that need another (CUDA graphs
   // need CUDA, swap preemption needs a host tier). InvalidArgument naming the flag.

@@ -64,6 +64,22 @@ ABSL_FLAG(int32_t, long_prefill_token_threshold, 0,
           "(0: off)");
 ABSL_FLAG(int32_t, max_num_partial_prefills, 0, "Most prefilling sequences per step (0: no cap)");
 ABSL_FLAG(int32_t, max_long_partial_prefills, 1, "Most long prompts prefilling at once");
+// vLLM's engine flags, with vLLM's meaning (docs/ROUTER.md, "Moving from vLLM").
+ABSL_FLAG(bool, enforce_eager, false,
+          "Never record CUDA graphs (vLLM's flag; wins over --cuda-graph-max-batch)");
+ABSL_FLAG(std::string, seed, "",
+          "Requests without a seed draw theirs from a generator seeded with this, so that a "
+          "replayed workload gives the same outputs (empty: a random seed each)");
+ABSL_FLAG(std::string, scheduling_policy, "fcfs",
+          "fcfs (arrival order; a request with a priority is refused) or priority (lower "
+          "priority values first, then arrival)");
+ABSL_FLAG(int32_t, num_gpu_blocks_override, 0, "vLLM's name for --num-blocks");
+ABSL_FLAG(int64_t, kv_cache_memory_bytes, 0,
+          "KV pool size in bytes per rank on any device, instead of --gpu-memory-utilization's "
+          "share or --kv-cache-memory-gib (0: unset)");
+ABSL_FLAG(bool, enable_chunked_prefill, true,
+          "Prefill prompts in chunks of the step budget: kvserve always does "
+          "(--no-enable-chunked-prefill is refused)");
 
 namespace kvserve::worker {
 namespace {
@@ -76,12 +92,25 @@ absl::StatusOr<PreemptionMode> ParsePreemptionMode(const std::string& mode) {
       absl::StrCat("--preemption-mode '", mode, "' is not one of auto, swap, recompute"));
 }
 
-CacheConfig CacheConfigFromFlags() {
+absl::StatusOr<CacheConfig> CacheConfigFromFlags() {
   CacheConfig c;
   c.block_size = absl::GetFlag(FLAGS_block_size);
   c.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   c.kv_cache_memory_gib = absl::GetFlag(FLAGS_kv_cache_memory_gib);
+  c.kv_cache_memory_bytes = absl::GetFlag(FLAGS_kv_cache_memory_bytes);
+  if (c.kv_cache_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--kv-cache-memory-bytes must be >= 0");
+  }
   c.num_blocks = absl::GetFlag(FLAGS_num_blocks);
+  const int override_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
+  if (override_blocks != 0) {
+    if (c.num_blocks != 0 && c.num_blocks != override_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat("--num-gpu-blocks-override (", override_blocks,
+                                                     ") and --num-blocks (", c.num_blocks,
+                                                     ") disagree; they are the same setting"));
+    }
+    c.num_blocks = override_blocks;
+  }
   c.kv_quant.dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   c.kv_quant.granularity = absl::GetFlag(FLAGS_kv_quant_granularity);
   c.kv_quant.group_size = absl::GetFlag(FLAGS_kv_quant_group_size);
@@ -97,7 +126,8 @@ absl::StatusOr<BackendConfig> BackendConfigFromFlags() {
   b.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   b.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   ASSIGN_OR_RETURN(b.attention_kernel, ParseAttentionKernel(absl::GetFlag(FLAGS_attention_kernel)));
-  b.cuda_graph_max_batch = absl::GetFlag(FLAGS_cuda_graph_max_batch);
+  b.cuda_graph_max_batch =
+      absl::GetFlag(FLAGS_enforce_eager) ? 0 : absl::GetFlag(FLAGS_cuda_graph_max_batch);
   return b;
 }
 
@@ -109,7 +139,33 @@ absl::StatusOr<SchedulerConfig> SchedulerConfigFromFlags() {
   s.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
   s.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
   ASSIGN_OR_RETURN(s.preemption_mode, ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode)));
+  if (!absl::GetFlag(FLAGS_enable_chunked_prefill)) {
+    return absl::InvalidArgumentError(
+        "--no-enable-chunked-prefill: kvserve always prefills prompts in chunks of "
+        "--max-num-batched-tokens, beside running decodes; to prefill a prompt in one step, set "
+        "--max-num-batched-tokens to at least --max-model-len");
+  }
   return s;
+}
+
+// vLLM's --scheduling-policy and --seed.
+absl::Status PolicyFromFlags(EngineConfig& c) {
+  const std::string policy = absl::GetFlag(FLAGS_scheduling_policy);
+  if (policy != "fcfs" && policy != "priority") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scheduling-policy '", policy, "' is not one of fcfs, priority"));
+  }
+  c.priority_scheduling = policy == "priority";
+  const std::string seed = absl::GetFlag(FLAGS_seed);
+  if (!seed.empty()) {
+    uint64_t value;
+    if (!absl::SimpleAtoi(seed, &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--seed '", seed, "' is not a non-negative integer"));
+    }
+    c.seed = value;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -122,12 +178,28 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags() {
   c.model_id = absl::GetFlag(FLAGS_served_model_name);
   c.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   ASSIGN_OR_RETURN(c.dtype, ParseWeightDtype(absl::GetFlag(FLAGS_dtype)));
-  c.cache = CacheConfigFromFlags();
+  ASSIGN_OR_RETURN(c.cache, CacheConfigFromFlags());
   ASSIGN_OR_RETURN(c.backend, BackendConfigFromFlags());
   c.parallel.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   c.parallel.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_timeout_seconds));
   ASSIGN_OR_RETURN(c.scheduler, SchedulerConfigFromFlags());
+  RETURN_IF_ERROR(PolicyFromFlags(c));
   return c;
+}
+
+absl::Status TakePositionalModel(const std::vector<char*>& positional) {
+  if (positional.size() <= 1) return absl::OkStatus();
+  if (positional.size() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", positional[2],
+                                                   "': give the model once, as MODEL or --model"));
+  }
+  const std::string model = positional[1], flag = absl::GetFlag(FLAGS_model);
+  if (!flag.empty() && flag != model) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model is given twice: '", model, "' and --model '", flag, "'"));
+  }
+  absl::SetFlag(&FLAGS_model, model);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RunnerTestHooks> TestHooksFromFlags() {

@@ -195,9 +195,14 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> original(argv, argv + argc);
-  kvserve::InitProgram(
+  const std::vector<char*> positional = kvserve::InitProgram(
       argc, argv,
-      "kvserve-worker --model DIR [--port P --events-port E --metrics-port M] [engine flags]");
+      "kvserve-worker [MODEL | --model DIR] [--port P --events-port E --metrics-port M] "
+      "[engine flags]");
+  if (absl::Status s = kvserve::worker::TakePositionalModel(positional); !s.ok()) {
+    std::cerr << "kvserve-worker: " << s.message() << "\n";
+    return 1;
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   std::string drain_reason;

@@ -107,6 +107,14 @@ absl::StatusOr<PoolPlan> PlanPools(const EngineConfig& config, const KvCacheSpec
       kv_spec.BytesPerBlock(Model::LocalKvHeads(model, ranks), c.block_size, model.head_dim);
   if (c.num_blocks > 0) {
     p.device_blocks = c.num_blocks;
+  } else if (c.kv_cache_memory_bytes > 0) {
+    p.device_blocks = static_cast<int>(std::min<int64_t>(
+        INT32_MAX, c.kv_cache_memory_bytes / static_cast<int64_t>(p.block_bytes)));
+    if (p.device_blocks < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-cache-memory-bytes (", c.kv_cache_memory_bytes, ") holds no block of ",
+                       p.block_bytes, " bytes"));
+    }
   } else if (config.backend.device != Device::kCuda) {
     p.device_blocks = BlocksIn(c.kv_cache_memory_gib, p.block_bytes);
     if (p.device_blocks < 1) {

@@ -218,6 +218,49 @@ test('logits adjustments: logit_bias, allowed_token_ids, bad_words, min_tokens, 
   assert.equal(chat.choices[0].message.content, ' the'.repeat(3));
 });
 
+test("a worker started with vLLM's command line serves; priority and --seed as vLLM defines them", async () => {
+  const startVllmStyle = async (extra) => {
+    const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    await start(children, path.join(bin, 'kvserve-worker'), [model, '--tensor-parallel-size', '1',
+      '--gpu-memory-utilization', '0.9', '--max-model-len', '1024', '--block-size', '16', '--swap-space', '0.01',
+      '--max-num-seqs', '8', '--max-num-batched-tokens', '512', '--enable-prefix-caching', '--kv-cache-dtype', 'auto',
+      '--enforce-eager', '--served-model-name', 'tiny', '--host', '127.0.0.1', '--port', String(port),
+      '--events-port', String(events), '--metrics-port', String(metrics), '--num-gpu-blocks-override', '256', ...extra],
+    /kvserve-worker ready/);
+    await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
+      '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+    for (let i = 0; i < 100 && (await fetch(`http://127.0.0.1:${http}/ready`)).status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return new OpenAI({ baseURL: `http://127.0.0.1:${http}/v1`, apiKey: 'unused', maxRetries: 0 });
+  };
+  const sampled = { model: 'tiny', prompt: 'Seeded by the worker', max_tokens: 6, temperature: 1 };
+  const a = await startVllmStyle(['--seed', '7', '--scheduling-policy', 'priority']);
+  const first = await a.completions.create(sampled);
+  assert.equal(first.usage.completion_tokens, 6);
+  const urgent = await a.completions.create({ ...sampled, priority: -5, seed: 1 });
+  assert.equal(urgent.usage.completion_tokens, 6);
+  // The same --seed, a fresh worker: the same first unseeded sample. (fcfs, the default policy,
+  // refuses a priority.)
+  const b = await startVllmStyle(['--seed', '7', '--no-enable-prefix-caching']);
+  assert.equal((await b.completions.create(sampled)).choices[0].text, first.choices[0].text);
+  await assert.rejects(b.completions.create({ ...sampled, priority: 1 }),
+    (e) => e.status === 400 && /--scheduling-policy priority/.test(e.message));
+  // What cannot hold is refused at start, saying why.
+  for (const [args, message] of [
+    [['--no-enable-chunked-prefill'], /always prefills prompts in chunks/],
+    [[model], /unexpected argument/],
+    [['--model', `${model}-other`], /the model is given twice/],
+    [['--num-blocks', '64', '--num-gpu-blocks-override', '32'], /disagree/],
+    [['--scheduling-policy', 'lifo'], /not one of fcfs, priority/],
+  ]) {
+    const r = spawnSync(path.join(bin, 'kvserve-worker'), [model, '--port', '0', '--events-port', '0',
+      '--metrics-port', '0', ...args], { encoding: 'utf8', timeout: 30000 });
+    assert.notEqual(r.status, 0, args.join(' '));
+    assert.match(r.stderr, message, args.join(' '));
+  }
+});
+
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {
   const post = (path, body, type = 'application/json') =>
     fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });
