@@ -55,6 +55,8 @@ TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
        "stop token id 4096"},
       {[](RequestInput& r) { r.request_id = ""; }, absl::StatusCode::kInvalidArgument,
        "request_id"},
+      {[](RequestInput& r) { r.priority = 3; }, absl::StatusCode::kInvalidArgument,
+       "priority 3 needs --scheduling-policy priority"},
       {[](RequestInput& r) { r.sampling.presence_penalty = 2.5f; },
        absl::StatusCode::kInvalidArgument, "presence_penalty must be in [-2, 2], got 2.5"},
       {[](RequestInput& r) { r.sampling.frequency_penalty = -3; },
@@ -178,6 +180,21 @@ TEST(EngineValidationTest, PreflightReportsTheBudget) {
   EXPECT_THAT(r, HasSubstr("K fp32, V fp32"));
   EXPECT_THAT(r, HasSubstr("100 blocks x 16 tokens = 1600 tokens"));
   EXPECT_THAT(r, HasSubstr("1 sequences at --max-model-len=1024 (64 blocks each)"));
+}
+
+// vLLM's --kv-cache-memory-bytes sizes the pool in bytes (12288 per block here); --num-blocks
+// wins over it, and too few bytes for one block are refused naming the flag.
+TEST(EngineValidationTest, KvCacheMemoryBytesSizesThePool) {
+  EngineConfig c = testing::FixtureConfig("tiny-llama3", 0);
+  c.cache.kv_cache_memory_bytes = 12288 * 70 + 100;
+  EXPECT_EQ(testing::MakeEngine(c)->stats().blocks_total, 70);
+  c.cache.num_blocks = 90;
+  EXPECT_EQ(testing::MakeEngine(c)->stats().blocks_total, 90);
+  c.cache.num_blocks = 0;
+  c.cache.kv_cache_memory_bytes = 1000;
+  EXPECT_THAT(Engine::Create(c).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--kv-cache-memory-bytes (1000) holds no block of 12288 bytes")));
 }
 
 // The weights' line names their type; bf16 matrices take half the bytes (norms stay float32).
