@@ -34,7 +34,6 @@ ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
 ABSL_FLAG(double, top_p, 1.0, "Nucleus sampling");
 ABSL_FLAG(int32_t, top_k, 0, "Top-k sampling (0: off)");
 ABSL_FLAG(double, min_p, 0.0, "Min-p sampling");
-ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1: random)");
 ABSL_FLAG(int32_t, n, 1, "Parallel samples per prompt");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS");
 ABSL_FLAG(std::string, dump_logits, "", "Write prompt logits to this safetensors file");
@@ -99,7 +98,7 @@ absl::Status AddPrompts(Engine& engine, const std::vector<std::vector<int32_t>>&
     in.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
     in.sampling.top_k = absl::GetFlag(FLAGS_top_k);
     in.sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
-    if (absl::GetFlag(FLAGS_seed) >= 0) in.sampling.seed = absl::GetFlag(FLAGS_seed);
+    in.sampling.seed = engine.config().seed;  // the engine's --seed: every prompt's (unset: random)
     in.sampling.n = absl::GetFlag(FLAGS_n);
     in.sampling.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
     in.return_prompt_logits = dump;

@@ -255,16 +255,16 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, 
   }
 }
 
-void Model::Adjust(const ForwardBatch& b, float* logits, int64_t rows) {
+void Model::StageAdjustments(const ForwardBatch& b) {
+  kernels::AdjustLogitsParams& p = scratch_.adjust_params;
+  p = {};
+  if (shard_.rank != 0 || b.adjustments.empty()) return;
   std::vector<uint8_t>& host = scratch_.adjust_host;
   host.clear();
   const size_t rows_at = Pack(b.adjustments, host), allowed_at = Pack(b.allowed_ids, host),
                biases_at = Pack(b.biases, host), counts_at = Pack(b.token_counts, host);
   uint8_t* lists = Reserve(scratch_.adjust, host.size());
   backend_->Upload(lists, host.data(), host.size());
-  kernels::AdjustLogitsParams p;
-  p.logits = logits;
-  p.num_rows = rows;
   p.vocab = config_.vocab_size;
   p.shard_vocab = vocab_shard_;
   p.rows = reinterpret_cast<const kernels::LogitsAdjustment*>(lists + rows_at);
@@ -272,7 +272,6 @@ void Model::Adjust(const ForwardBatch& b, float* logits, int64_t rows) {
   p.allowed_ids = reinterpret_cast<const int32_t*>(lists + allowed_at);
   p.biases = reinterpret_cast<const kernels::TokenBias*>(lists + biases_at);
   p.counts = reinterpret_cast<const kernels::TokenCount*>(lists + counts_at);
-  backend_->AdjustLogits(p);
 }
 
 void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
@@ -286,7 +285,11 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   const int64_t words = n + num * (1 + 2 * kTop);
   uint32_t* results = Reserve(scratch_.results, words);
   // The logits are this step's own scratch: adjusted where they lie.
-  if (!b.adjustments.empty()) Adjust(b, const_cast<float*>(logits), rows);
+  if (kernels::AdjustLogitsParams a = scratch_.adjust_params; a.num_adjustments > 0) {
+    a.logits = const_cast<float*>(logits);
+    a.num_rows = rows;
+    backend_->AdjustLogits(a);
+  }
   kernels::SampleParams sp;
   sp.logits = logits;
   sp.num_rows = rows;
@@ -350,6 +353,8 @@ absl::Status Model::AllGather(const float* in, size_t count, float* out) {
 }
 
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
+  // Uploaded before the model's ops are queued: an upload waits for the stream to be idle.
+  StageAdjustments(b);
   if (graphs_ != nullptr && graphs_->Fits(b)) return ForwardGraph(b, kv);
   Scratch& s = scratch_;
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.

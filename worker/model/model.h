@@ -147,8 +147,9 @@ class Model {
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
-    std::vector<uint8_t> adjust_host;  // the logits adjustments' lists, packed (Adjust)
-    kernels::Buffer<uint8_t> adjust;
+    std::vector<uint8_t> adjust_host;           // the logits adjustments' lists, packed
+    kernels::Buffer<uint8_t> adjust;            // and uploaded (StageAdjustments)
+    kernels::AdjustLogitsParams adjust_params;  // the step's, but for the logits
   };
   // buf, grown to at least n entries; the decode graphs keep the old one when they read it
   // (graphs_use).
@@ -198,8 +199,9 @@ class Model {
   absl::StatusOr<ForwardOutput> Finish(const ForwardBatch& b, const float* logits, int64_t rows,
                                        const kernels::SampleRequest* samples,
                                        const kernels::LogprobRequest* logprob_requests);
-  // Applies the batch's logits adjustments to `logits` (this step's, changed in place).
-  void Adjust(const ForwardBatch& b, float* logits, int64_t rows);
+  // Uploads the batch's logits adjustments (rank 0, which draws) into scratch_.adjust_params,
+  // which Draw then applies to the step's logits in place; clears them for a batch without.
+  void StageAdjustments(const ForwardBatch& b);
   // Draws the batch's samples from `logits` (`rows` rows, sliced when the LM head is) and
   // computes the logprobs asked for, into out->tokens and out->logprobs.
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
