@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/host_device.h"
+#include "kernels/rounded.h"
 
 namespace kvserve::kernels {
 
@@ -56,34 +57,6 @@ struct AdjustLogitsParams {
   const TokenCount* counts = nullptr;
 };
 
-namespace logits_internal {
-
-KVSERVE_HD inline float Mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-KVSERVE_HD inline float Sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-KVSERVE_HD inline float Div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-}  // namespace logits_internal
-
 // Where id `id` of row `row` is (SampleParams' layout).
 KVSERVE_HD inline int64_t LogitIndex(int64_t num_rows, int64_t vocab, int64_t shard_vocab,
                                      int64_t row, int64_t id) {
@@ -92,20 +65,14 @@ KVSERVE_HD inline int64_t LogitIndex(int64_t num_rows, int64_t vocab, int64_t sh
   return s * num_rows * shard + row * shard + (id - s * shard);
 }
 
-KVSERVE_HD inline float Biased(float logit, float bias) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(logit, bias);
-#else
-  return logit + bias;
-#endif
-}
+KVSERVE_HD inline float Biased(float logit, float bias) { return rounded::Add(logit, bias); }
 
 // A token's logit after the penalties (step 3), as separately rounded operations.
 KVSERVE_HD inline float Penalized(float logit, const TokenCount& c, float repetition,
                                   float frequency, float presence) {
-  using logits_internal::Div;
-  using logits_internal::Mul;
-  using logits_internal::Sub;
+  using rounded::Div;
+  using rounded::Mul;
+  using rounded::Sub;
   if (repetition != 1.0f && (c.in_prompt != 0 || c.output_count > 0)) {
     logit = logit > 0.0f ? Div(logit, repetition) : Mul(logit, repetition);
   }

@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/host_device.h"
+#include "kernels/rounded.h"
 
 namespace kvserve::kernels {
 
@@ -88,22 +89,6 @@ inline constexpr int kRadixBuckets = 1 << kRadixBits;
 
 namespace sampling_internal {
 
-KVSERVE_HD inline float Mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-KVSERVE_HD inline float Add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
 KVSERVE_HD inline uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -115,18 +100,14 @@ KVSERVE_HD inline uint64_t SplitMix64(uint64_t x) {
 
 // 1 / temperature, correctly rounded on both sides.
 KVSERVE_HD inline float InverseTemperature(float temperature) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(1.0f, temperature);
-#else
-  return 1.0f / temperature;
-#endif
+  return rounded::Div(1.0f, temperature);
 }
 
 // floor(2^40 · 2^u) with u = (logit - max_logit) · inv_t · log2(e) ≤ 0, 2^frac(u) by a fixed
 // polynomial. 0 below e^-30 (and for NaN).
 KVSERVE_HD inline uint64_t TokenWeight(float logit, float max_logit, float inv_t) {
-  using sampling_internal::Add;
-  using sampling_internal::Mul;
+  using rounded::Add;
+  using rounded::Mul;
   const float x = Mul(Add(logit, -max_logit), inv_t);
   if (!(x > -30.0f)) return 0;
   const float u = Mul(x, 1.44269504088896341f);

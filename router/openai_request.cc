@@ -247,6 +247,24 @@ absl::StatusOr<int32_t> TokenId(element e, std::string_view param) {
   return static_cast<int32_t>(id);
 }
 
+// The list of token ids at `key`, at most `limit` of them (the flag `flag` sets it).
+absl::Status TokenIds(object o, const char* key, int limit, const char* flag,
+                      std::vector<int32_t>* out) {
+  auto e = Field(o, key);
+  if (!e) return absl::OkStatus();
+  simdjson::dom::array ids;
+  if (e->get_array().get(ids) != simdjson::SUCCESS) return Bad(key, "must be a list of token ids");
+  if (ids.size() > static_cast<size_t>(limit)) {
+    return Bad(key,
+               absl::StrCat("has ", ids.size(), " ids; the limit is ", limit, " (", flag, ")"));
+  }
+  for (element id : ids) {
+    ASSIGN_OR_RETURN(int32_t v, TokenId(id, key));
+    out->push_back(v);
+  }
+  return absl::OkStatus();
+}
+
 // logit_bias: {"token id": bias}, OpenAI's shape (keys are ids written as strings).
 absl::Status ParseLogitBias(object o, const RequestLimits& limits, ParsedRequest* r) {
   auto e = Field(o, "logit_bias");
@@ -295,21 +313,8 @@ absl::Status ParseAdjustments(object o, const RequestLimits& limits, ParsedReque
   ASSIGN_OR_RETURN(int64_t min_tokens, Integer(o, "min_tokens", 0, 0, INT32_MAX));
   r->min_tokens = static_cast<int>(min_tokens);
   RETURN_IF_ERROR(ParseLogitBias(o, limits, r));
-  if (auto e = Field(o, "allowed_token_ids")) {
-    simdjson::dom::array ids;
-    if (e->get_array().get(ids) != simdjson::SUCCESS) {
-      return Bad("allowed_token_ids", "must be a list of token ids");
-    }
-    if (ids.size() > static_cast<size_t>(limits.max_token_list_ids)) {
-      return Bad("allowed_token_ids",
-                 absl::StrCat("has ", ids.size(), " ids; the limit is ", limits.max_token_list_ids,
-                              " (--max-token-list-ids)"));
-    }
-    for (element id : ids) {
-      ASSIGN_OR_RETURN(int32_t v, TokenId(id, "allowed_token_ids"));
-      r->allowed_token_ids.push_back(v);
-    }
-  }
+  RETURN_IF_ERROR(TokenIds(o, "allowed_token_ids", limits.max_token_list_ids,
+                           "--max-token-list-ids", &r->allowed_token_ids));
   if (auto e = Field(o, "bad_words")) {
     simdjson::dom::array words;
     if (e->get_array().get(words) != simdjson::SUCCESS) {
@@ -364,25 +369,8 @@ absl::Status ParseStops(object o, const RequestLimits& limits, ParsedRequest* r)
       return Bad("stop", "must be a string or a list of strings");
     }
   }
-  if (auto s = Field(o, "stop_token_ids")) {
-    simdjson::dom::array ids;
-    if (s->get_array().get(ids) != simdjson::SUCCESS) {
-      return Bad("stop_token_ids", "must be a list of token ids");
-    }
-    if (ids.size() > static_cast<size_t>(limits.max_stop_token_ids)) {
-      return Bad("stop_token_ids",
-                 absl::StrCat("has ", ids.size(), " ids; the limit is ", limits.max_stop_token_ids,
-                              " (--max-stop-token-ids)"));
-    }
-    for (element e : ids) {
-      int64_t id;
-      if (e.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
-        return Bad("stop_token_ids", "must be non-negative 32-bit integers");
-      }
-      r->stop_token_ids.push_back(static_cast<int32_t>(id));
-    }
-  }
-  return absl::OkStatus();
+  return TokenIds(o, "stop_token_ids", limits.max_stop_token_ids, "--max-stop-token-ids",
+                  &r->stop_token_ids);
 }
 
 // The chat's messages and template options, or the completion's prompt.
