@@ -38,6 +38,20 @@ KvDType AutoKvType(DType weights) {
                                   : KvDType::kFp32;
 }
 
+// The adjustments' id lists as the kernels read them (kernels/logits_processing.h): ascending,
+// one entry per id; of two biases for an id, the later one.
+void OrderAdjustmentLists(SamplingParams& s) {
+  std::vector<std::pair<int32_t, float>>& bias = s.logit_bias;
+  std::stable_sort(bias.begin(), bias.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto last = std::unique(bias.rbegin(), bias.rend(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; });
+  bias.erase(bias.begin(), last.base());
+  std::vector<int32_t>& allowed = s.allowed_token_ids;
+  std::sort(allowed.begin(), allowed.end());
+  allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config,
@@ -215,6 +229,7 @@ absl::Status Engine::AddRequest(RequestInput input) {
   req->input = std::move(input);
   req->arrival = next_arrival_++;
   if (req->input.sampling.top_k == -1) req->input.sampling.top_k = 0;
+  OrderAdjustmentLists(req->input.sampling);
   uint64_t seed = 0;
   if (req->input.sampling.seed) {
     seed = *req->input.sampling.seed;

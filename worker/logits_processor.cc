@@ -98,7 +98,9 @@ void AddLogitsAdjustment(Sequence& seq, int32_t logit_row, absl::Span<const int3
                               seq.counts.entries.end());
   }
   a.counts_end = static_cast<int32_t>(batch.token_counts.size());
-  batch.adjustments.push_back(a);
+  const bool empty = a.allowed_end == a.allowed_begin && a.bias_end == a.bias_begin &&
+                     a.counts_end == a.counts_begin;
+  if (!empty) batch.adjustments.push_back(a);  // (min_tokens alone, once reached: nothing)
 }
 
 }  // namespace kvserve::worker

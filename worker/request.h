@@ -31,9 +31,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2], over generated tokens
   float repetition_penalty = 1.0f;  // > 0, over prompt and generated tokens; 1: off
   int min_tokens = 0;               // EOS and stop ids neither drawn nor acted on before
-  std::vector<std::pair<int32_t, float>> logit_bias;  // distinct ids, ascending
-  std::vector<std::vector<int32_t>> bad_words;        // token sequences never generated
-  std::vector<int32_t> allowed_token_ids;             // distinct, ascending; empty: every id
+  // Any order; Engine::AddRequest sorts them by id, keeping one entry per id (the last bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::vector<int32_t>> bad_words;  // token sequences never generated
+  std::vector<int32_t> allowed_token_ids;       // empty: every id
 
   [[nodiscard]] bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;

@@ -154,8 +154,8 @@ bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector
   std::vector<TokenBias> biases;
   std::vector<TokenCount> counts;
   for (int r = 0; r < batch; ++r) {
-    LogitsAdjustment a{.row = r, .repetition_penalty = 1.1f, .frequency_penalty = 0.5f,
-                       .presence_penalty = 0.5f};
+    LogitsAdjustment a{
+        .row = r, .repetition_penalty = 1.1f, .frequency_penalty = 0.5f, .presence_penalty = 0.5f};
     a.bias_begin = static_cast<int32_t>(biases.size());
     biases.push_back({static_cast<int32_t>(rng() % vocab), 2.0f});
     biases.push_back({static_cast<int32_t>(vocab - 1), -100.0f});
@@ -240,9 +240,9 @@ int Main(int argc, char** argv) {
       for (const Mix& m : mixes) all_match &= RunMix(gpu, *cpu, m, batch, vocab, logits, d);
     }
     for (int batch : batches) {
-      all_match &= RunAdjust(gpu, *cpu, batch, vocab,
-                             std::vector<float>(logits.begin(), logits.begin() + batch * vocab), d,
-                             rng);
+      all_match &=
+          RunAdjust(gpu, *cpu, batch, vocab,
+                    std::vector<float>(logits.begin(), logits.begin() + batch * vocab), d, rng);
     }
   }
   return all_match ? 0 : 1;

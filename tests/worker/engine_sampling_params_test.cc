@@ -146,8 +146,8 @@ TEST(EngineSamplingParamsTest, MinTokensHoldsBackEosAndStopIds) {
   auto engine = testing::MakeEngine(testing::FixtureConfig("tiny-llama3"));
   RequestInput in = testing::GreedyRequest("eos", {5, 6, 7}, 8);
   in.sampling.ignore_eos = false;
-  in.sampling.allowed_token_ids = {2, 40, 41};  // EOS is 2
-  in.sampling.logit_bias = {{2, 100.0f}, {41, 50.0f}};
+  in.sampling.allowed_token_ids = {41, 2, 40, 2};  // EOS is 2; any order, repeats allowed
+  in.sampling.logit_bias = {{41, 50.0f}, {2, 1.0f}, {2, 100.0f}};  // the later bias of 2 holds
   in.stop_token_ids = {41};
   EXPECT_EQ(Generate(*engine, in), (std::vector<int32_t>{2}));
   in.request_id = "held";
@@ -181,7 +181,7 @@ TEST(EngineSamplingParamsTest, AllowedTokenIdsBoundSampledTokens) {
   in.sampling.temperature = 1.5f;
   in.sampling.seed = 3;
   in.sampling.n = 3;
-  in.sampling.allowed_token_ids = {10, 20, 30, 1000};
+  in.sampling.allowed_token_ids = {1000, 30, 10, 20, 30};
   in.sampling.presence_penalty = 1.0f;
   EXPECT_OK(engine->AddRequest(in));
   testing::Results r = testing::RunToCompletion(*engine, /*check_invariants=*/true);

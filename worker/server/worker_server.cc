@@ -60,23 +60,17 @@ absl::StatusOr<int> Bind(zmq::socket_t& s, const std::string& host, int port, co
   }
 }
 
-// The logits adjustments of `sp` (ranges are the engine's to check): the bias and the allowed
-// ids sorted by id, once each.
+// The logits adjustments of `sp` (ranges and order are the engine's to check and make).
 void CopyAdjustments(const pb::SamplingParams& sp, SamplingParams& out) {
   out.presence_penalty = sp.presence_penalty();
   out.frequency_penalty = sp.frequency_penalty();
   out.repetition_penalty = sp.repetition_penalty() == 0 ? 1.0f : sp.repetition_penalty();
   out.min_tokens = sp.min_tokens();
   out.logit_bias.assign(sp.logit_bias().begin(), sp.logit_bias().end());
-  std::sort(out.logit_bias.begin(), out.logit_bias.end());
   for (const pb::TokenIds& word : sp.bad_words()) {
     out.bad_words.emplace_back(word.ids().begin(), word.ids().end());
   }
   out.allowed_token_ids.assign(sp.allowed_token_ids().begin(), sp.allowed_token_ids().end());
-  std::sort(out.allowed_token_ids.begin(), out.allowed_token_ids.end());
-  out.allowed_token_ids.erase(
-      std::unique(out.allowed_token_ids.begin(), out.allowed_token_ids.end()),
-      out.allowed_token_ids.end());
 }
 
 }  // namespace
