@@ -57,13 +57,16 @@ struct SampleParams {
 };
 
 // Log-probabilities of drawn tokens, from the raw logits (before temperature and filters, as
-// vLLM reports them): for request k, the token that sample `sample` drew (SampleParams::tokens),
-// its log-softmax value over logits row `row`, and the row's `top_n` most likely ids with
-// theirs, best first (the lower id first among equal logits; NaN logits last).
+// vLLM reports them), or of given ones (a prompt's): for request k, the token that sample
+// `sample` drew (SampleParams::tokens), or `token` when `sample` is -1; its log-softmax value over
+// logits row `row`; its rank (how many ids have a logit at least as large, itself included: 1 for
+// the most likely; NaN logits count for none); and the row's `top_n` most likely ids with theirs,
+// best first (the lower id first among equal logits; NaN logits last).
 struct LogprobRequest {
   int32_t row = 0;
-  int32_t sample = 0;
-  int32_t top_n = 0;  // at most kMaxTopLogprobs
+  int32_t sample = 0;  // -1: score `token`
+  int32_t top_n = 0;   // at most kMaxTopLogprobs
+  int32_t token = 0;
 };
 
 inline constexpr int kMaxTopLogprobs = 20;
@@ -71,12 +74,13 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct LogprobsParams {
   const float* logits = nullptr;  // laid out as in SampleParams
   int64_t num_rows = 0, vocab = 0, shard_vocab = 0;
-  const int32_t* tokens = nullptr;  // the drawn tokens (backend memory)
+  const int32_t* tokens = nullptr;  // the drawn tokens (backend memory); unread when no sample
   const LogprobRequest* requests = nullptr;
   int64_t num_requests = 0;
-  // Outputs (backend memory): [num_requests], and [num_requests][kMaxTopLogprobs] of which the
-  // first top_n entries of each request are written.
+  // Outputs (backend memory): [num_requests] each, and [num_requests][kMaxTopLogprobs] of which
+  // the first top_n entries of each request are written.
   float* logprob = nullptr;
+  int32_t* rank = nullptr;
   int32_t* top_ids = nullptr;
   float* top_logprobs = nullptr;
 };

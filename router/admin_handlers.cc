@@ -90,12 +90,13 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
     if (!p.ok()) return RespondStatus(conn, p.status());
     r = *std::move(p);
   } else if (j.contains("prompt") && j["prompt"].is_string()) {
-    r.prompt_text = j["prompt"].get<std::string>();
-    if (static_cast<int64_t>(r.prompt_text->size()) > ctx.options.limits.max_prompt_bytes) {
+    r.prompts.push_back({j["prompt"].get<std::string>(), {}});
+    const std::string& text = *r.prompts.back().text;
+    if (static_cast<int64_t>(text.size()) > ctx.options.limits.max_prompt_bytes) {
       return RespondStatus(
-          conn, absl::InvalidArgumentError(absl::StrCat(
-                    "prompt: has ", r.prompt_text->size(), " bytes of text; the limit is ",
-                    ctx.options.limits.max_prompt_bytes, " (--max-prompt-bytes)")));
+          conn, absl::InvalidArgumentError(
+                    absl::StrCat("prompt: has ", text.size(), " bytes of text; the limit is ",
+                                 ctx.options.limits.max_prompt_bytes, " (--max-prompt-bytes)")));
     }
     if (j.contains("add_special_tokens")) {
       if (!j["add_special_tokens"].is_boolean()) {

@@ -59,6 +59,9 @@ ABSL_FLAG(int32_t, max_stop_strings, 64, "Most stop strings in one request");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 1024, "Longest stop string, in bytes");
 ABSL_FLAG(int32_t, max_stop_token_ids, 1024, "Most stop_token_ids in one request");
 ABSL_FLAG(int32_t, max_messages, 4096, "Most chat messages in one request");
+ABSL_FLAG(int32_t, max_prompts, 1024,
+          "Most prompts in one /v1/completions request (a list of prompts); their text counts "
+          "against --max-prompt-bytes in all");
 ABSL_FLAG(int32_t, max_token_list_ids, 1 << 17,
           "Most logit_bias entries, and most allowed_token_ids, in one request (bad_words count "
           "against --max-stop-strings and --max-stop-string-bytes)");
@@ -66,7 +69,9 @@ ABSL_FLAG(int64_t, max_prompt_bytes, 0,
           "Most bytes of prompt text (all messages) before tokenization (0: 64 per token of "
           "--max-model-len, at least 1 MiB)");
 ABSL_FLAG(int64_t, max_logprob_entries, 1 << 20,
-          "Most n x max_tokens x (1 + top alternatives) of a request with logprobs");
+          "Most prompts x n x max_tokens x (1 + top alternatives) of a request with logprobs, "
+          "and prompt tokens x n x (1 + top alternatives) of one with prompt_logprobs or echo "
+          "and logprobs");
 ABSL_FLAG(std::string, curve_secret_key_file, "",
           "This router's CURVE secret key (kvserve-keygen): the links to workers are "
           "authenticated and encrypted; the workers must list its public key");
@@ -122,6 +127,7 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
         {"--max-stop-string-bytes", absl::GetFlag(FLAGS_max_stop_string_bytes)},
         {"--max-stop-token-ids", absl::GetFlag(FLAGS_max_stop_token_ids)},
         {"--max-messages", absl::GetFlag(FLAGS_max_messages)},
+        {"--max-prompts", absl::GetFlag(FLAGS_max_prompts)},
         {"--max-token-list-ids", absl::GetFlag(FLAGS_max_token_list_ids)},
         {"--max-logprob-entries", absl::GetFlag(FLAGS_max_logprob_entries)}}) {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
@@ -131,6 +137,7 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
   l.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   l.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
   l.max_messages = absl::GetFlag(FLAGS_max_messages);
+  l.max_prompts = absl::GetFlag(FLAGS_max_prompts);
   l.max_token_list_ids = absl::GetFlag(FLAGS_max_token_list_ids);
   l.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes) > 0
                            ? absl::GetFlag(FLAGS_max_prompt_bytes)

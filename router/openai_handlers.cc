@@ -8,9 +8,11 @@
 #include <cmath>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/utf8.h"
 #include "nlohmann/json.hpp"
@@ -35,43 +37,74 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A completions stream chunk's logprobs, in the legacy shape, from chat-style entries.
-json CompletionLogprobs(const json& entries) {
-  json out = {{"tokens", json::array()},
-              {"token_logprobs", json::array()},
-              {"top_logprobs", json::array()},
-              {"text_offset", json::array()}};
-  for (const json& e : entries) {
-    out["tokens"].push_back(e["token"]);
-    out["token_logprobs"].push_back(e["logprob"]);
-    json top = json::object();
-    for (const json& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
-    out["top_logprobs"].push_back(std::move(top));
-  }
-  return out;
+// Characters of UTF-8 text, as Python's len() counts them (vLLM's text_offset unit).
+int64_t CodePoints(std::string_view s) {
+  int64_t n = 0;
+  for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
 }
+
+// Logprobs in the completions (legacy) shape: parallel lists.
+struct LegacyLogprobs {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offset = json::array();
+
+  void Add(const std::string& token, json logprob, json top, int64_t offset) {
+    tokens.push_back(token);
+    token_logprobs.push_back(std::move(logprob));
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(offset);
+  }
+  [[nodiscard]] bool empty() const { return tokens.empty(); }
+  [[nodiscard]] json ToJson() const {
+    return {{"tokens", tokens},
+            {"token_logprobs", token_logprobs},
+            {"top_logprobs", top_logprobs},
+            {"text_offset", text_offset}};
+  }
+};
 
 json FinishReason(const std::string& finish) {
   return finish.empty() ? json(nullptr) : json(finish);
 }
 
-// One choice's decoding state.
-struct Choice {
-  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
-  std::unique_ptr<StopStringMatcher> stop;
-  std::string text;
-  int tokens = 0;
-  bool done = false;
-  bool role_sent = false;  // chat streams send the role in a choice's first chunk
-  std::string finish;
-  json logprobs = json::array();  // chat: content entries; completions: built at the end
-  std::vector<std::string> lp_tokens;
-  std::vector<float> lp_values;
-  json lp_top = json::array();
+// One prompt of the request (completions may send a list): its job on a worker.
+struct PromptJob {
+  std::vector<int> ids;
+  std::string job_id;  // the request id the worker knows it by
+  std::string echo;    // the text its choices start with, with echo
+  bool ended = false;  // its last reply came, or it was aborted
+  int cached = 0;
+  std::vector<pb::PositionLogprobs> prompt_logprobs;  // from its first reply, when asked for
 };
 
-// One completion request from its parsed body to its last byte. Owned by the job's response
-// callback and the connection's gone callback; lives until both are dropped. Runs on a strand
+// One choice's decoding state.
+struct Choice {
+  int prompt = 0;  // its PromptJob
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+  std::unique_ptr<StopStringMatcher> stop;
+  std::string text;  // generated (after the echo)
+  int tokens = 0;
+  bool done = false;
+  bool echoed = false;     // its prompt's echo went out (stream) or was taken (whole)
+  bool role_sent = false;  // chat streams send the role in a choice's first chunk
+  std::string finish;
+  json logprobs = json::array();  // chat: content entries
+  LegacyLogprobs legacy;          // completions
+  int64_t offset = 0;             // completions: characters before the next logprobs token
+};
+
+// What one reply adds to a choice: text to send, logprobs entries in the endpoint's shape.
+struct ChoiceDelta {
+  std::string echo;  // the prompt's, in the choice's first delta
+  std::string text;
+  json chat_logprobs = json::array();
+  LegacyLogprobs legacy;
+  [[nodiscard]] bool has_logprobs() const { return !chat_logprobs.empty() || !legacy.empty(); }
+};
+
+// One completion request from its parsed body to its last byte. Owned by the jobs' response
+// callbacks and the connection's gone callback; lives until all are dropped. Runs on a strand
 // of the handler threads: one of its steps at a time, in order.
 class Completion : public std::enable_shared_from_this<Completion> {
  public:
@@ -82,26 +115,36 @@ class Completion : public std::enable_shared_from_this<Completion> {
         strand_(boost::asio::make_strand(*ctx.handlers)) {}
   [[nodiscard]] const auto& strand() const { return strand_; }
 
-  // Places the request; `session_header` is the X-Session-Id header; `deadline` when it must
-  // have ended.
-  void Start(const std::vector<int>& ids, int max_tokens, const std::string& session_header,
-             Clock::time_point deadline, Clock::time_point received);
+  // Places a job per prompt (`prompts`: their ids); `session_header` is the X-Session-Id
+  // header; `deadline` when it must have ended.
+  void Start(std::vector<std::vector<int>> prompts, int max_tokens,
+             const std::string& session_header, Clock::time_point deadline,
+             Clock::time_point received);
 
  private:
-  std::shared_ptr<Job> MakeJob(const std::vector<int>& ids, int max_tokens);
+  std::shared_ptr<Job> MakeJob(const PromptJob& p) const;
+  [[nodiscard]] std::string EchoText(size_t prompt) const;
   // `arrived`: when the reply reached the router's core.
-  void OnResponse(const pb::GenerateResponse& r, Clock::time_point arrived);
+  void OnResponse(size_t prompt, const pb::GenerateResponse& r, Clock::time_point arrived);
   // Whether `r` ends the request with an error, which it then reports.
   bool HandleFailure(const pb::GenerateResponse& r);
-  // Decodes `r`'s tokens into the choice; returns the text to send (stop strings held back).
-  std::string Decode(Choice& c, const pb::GenerateResponse& r, json& lp_entries);
-  void AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, json& lp_entries);
-  void SendChunk(int index, const std::string& text, const std::string& finish, const json& lp);
-  void Finish(int cached);
-  [[nodiscard]] json Usage(int cached) const;
+  // The echo of the choice's prompt (text, and prompt logprobs with logprobs), once.
+  void Echo(Choice& c, ChoiceDelta& d);
+  // Decodes `r`'s tokens into the choice (stop strings held back).
+  void Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d);
+  void AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, ChoiceDelta& d);
+  void SendChunk(int index, const ChoiceDelta& d, const std::string& finish);
+  // Ends the prompt's job (aborting it on its worker when it still runs) and, the last one,
+  // the request.
+  void EndPrompt(size_t prompt, bool abort);
+  void AbortAll();
+  void Finish();
+  [[nodiscard]] json Usage() const;
   [[nodiscard]] json ChoiceLogprobs(const Choice& c) const;
+  [[nodiscard]] json PromptLogprobs(const PromptJob& p) const;
   [[nodiscard]] json ChoicesJson() const;
-  [[nodiscard]] bool AllDone() const;
+  [[nodiscard]] bool PromptDone(size_t prompt) const;
+  [[nodiscard]] bool AllChoicesDone() const;
   [[nodiscard]] std::string TokenText(int id) const {
     return Utf8Lossy(ctx_.tokenizer->TokenBytes(id));
   }
@@ -111,9 +154,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
   ParsedRequest req_;
   std::string request_id_;
   int64_t created_ = 0;
-  int prompt_tokens_ = 0;
   int max_tokens_ = 0;  // per choice: a worker's tokens past it are not taken
-  std::vector<Choice> choices_;
+  std::vector<PromptJob> prompts_;
+  std::vector<Choice> choices_;  // prompt-major, then n (OpenAI's index)
   Clock::time_point start_;
   bool first_token_seen_ = false;
   bool finished_ = false;
@@ -124,48 +167,66 @@ class Completion : public std::enable_shared_from_this<Completion> {
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 
-void Completion::Start(const std::vector<int>& ids, int max_tokens,
+void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
                        const std::string& session_header, Clock::time_point deadline,
                        Clock::time_point received) {
-  prompt_tokens_ = static_cast<int>(ids.size());
   max_tokens_ = max_tokens;
   request_id_ = ctx_.NextRequestId(req_.chat);
   start_ = Clock::now();
   created_ = UnixSeconds();
-  choices_.resize(req_.n);
-  for (Choice& c : choices_) {
-    c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
-                                                                  req_.skip_special_tokens);
-    c.stop = std::make_unique<StopStringMatcher>(req_.stop);
+  prompts_.resize(prompts.size());
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    PromptJob& p = prompts_[k];
+    p.ids = std::move(prompts[k]);
+    p.job_id = prompts.size() == 1 ? request_id_ : absl::StrCat(request_id_, "-", k);
+    if (req_.echo) p.echo = EchoText(k);
+    for (int i = 0; i < req_.n; ++i) {
+      Choice& c = choices_.emplace_back();
+      c.prompt = static_cast<int>(k);
+      c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
+                                                                    req_.skip_special_tokens);
+      c.stop = std::make_unique<StopStringMatcher>(req_.stop);
+    }
   }
-  std::shared_ptr<Job> job = MakeJob(ids, max_tokens);
-  job->session_key = session_header.empty() ? req_.user : session_header;
-  job->deadline = deadline;
-  job->received = received;
-  // The job keeps this completion alive until the core drops it (after the last response).
-  std::shared_ptr<Completion> self = shared_from_this();
-  job->on_response = [self](const pb::GenerateResponse& r) {
-    boost::asio::post(self->strand_,
-                      [self, r, arrived = Clock::now()] { self->OnResponse(r, arrived); });
-  };
-  // Weak: the connection must not keep its completion alive (the job does, until it ends).
-  conn_->SetOnClientGone([weak = weak_from_this()] {  // stop the work on the worker
+  // Weak: the connection must not keep its completion alive (the jobs do, until they end).
+  conn_->SetOnClientGone([weak = weak_from_this()] {  // stop the work on the workers
     const std::shared_ptr<Completion> self = weak.lock();
     if (self == nullptr) return;
     boost::asio::post(self->strand_, [self] {
-      if (!self->finished_) self->ctx_.core->Abort(self->request_id_);
+      if (!self->finished_) self->AbortAll();
       self->finished_ = true;
     });
   });
-  ctx_.core->Submit(std::move(job));
+  // Each job keeps this completion alive until the core drops it (after its last response).
+  std::shared_ptr<Completion> self = shared_from_this();
+  for (size_t k = 0; k < prompts_.size(); ++k) {
+    std::shared_ptr<Job> job = MakeJob(prompts_[k]);
+    job->session_key = session_header.empty() ? req_.user : session_header;
+    job->deadline = deadline;
+    job->received = received;
+    job->on_response = [self, k](const pb::GenerateResponse& r) {
+      boost::asio::post(self->strand_,
+                        [self, k, r, arrived = Clock::now()] { self->OnResponse(k, r, arrived); });
+    };
+    ctx_.core->Submit(std::move(job));
+  }
 }
 
-std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_tokens) {
+std::string Completion::EchoText(size_t prompt) const {
+  const PromptInput& in = req_.prompts[prompt];
+  // A text prompt as sent (unless truncated); token ids as the tokenizer decodes them.
+  if (in.text && !req_.truncate_prompt_tokens) return *in.text;
+  absl::StatusOr<std::string> text =
+      ctx_.tokenizer->Decode(prompts_[prompt].ids, req_.skip_special_tokens);
+  return text.ok() ? Utf8Lossy(*text) : std::string();
+}
+
+std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
   auto job = std::make_shared<Job>();
   pb::GenerateRequest& g = job->request;
-  g.set_request_id(request_id_);
-  for (int id : ids) g.add_prompt_token_ids(id);
-  g.set_max_tokens(max_tokens);
+  g.set_request_id(p.job_id);
+  for (int id : p.ids) g.add_prompt_token_ids(id);
+  g.set_max_tokens(std::max(max_tokens_, 1));  // echo with max_tokens 0: the one is not taken
   g.set_stream(true);
   g.set_cache_salt(req_.cache_salt);
   g.set_priority(req_.priority);
@@ -177,6 +238,7 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
   s->set_min_p(req_.min_p);
   if (req_.seed) s->set_seed(*req_.seed);
   if (req_.logprobs) s->set_logprobs(*req_.logprobs);
+  if (std::optional<int> top = req_.worker_prompt_logprobs()) s->set_prompt_logprobs(*top);
   s->set_ignore_eos(req_.ignore_eos);
   s->set_n(req_.n);
   s->set_presence_penalty(req_.presence_penalty);
@@ -191,31 +253,33 @@ std::shared_ptr<Job> Completion::MakeJob(const std::vector<int>& ids, int max_to
   return job;
 }
 
-void Completion::OnResponse(const pb::GenerateResponse& r, Clock::time_point arrived) {
-  if (finished_ || HandleFailure(r)) return;
+void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
+                            Clock::time_point arrived) {
+  if (finished_ || prompts_[prompt].ended || HandleFailure(r)) return;
   if (req_.stream && !stream_started_) {
     stream_started_ = true;
     conn_->StartEventStream();
   }
-  const int index = r.sample_index();
-  if (index < 0 || index >= static_cast<int>(choices_.size())) return;
+  PromptJob& p = prompts_[prompt];
+  if (p.prompt_logprobs.empty() && r.prompt_logprobs_size() > 0) {
+    p.prompt_logprobs.assign(r.prompt_logprobs().begin(), r.prompt_logprobs().end());
+  }
+  if (r.sample_index() < 0 || r.sample_index() >= req_.n) return;
+  const int index = static_cast<int>(prompt) * req_.n + r.sample_index();
   if (!first_token_seen_ && r.token_ids_size() > 0) {
     first_token_seen_ = true;
     ctx_.metrics->ObserveTtft(SecondsSince(start_));
   }
   Choice& c = choices_[index];
   if (!c.done) {
-    json lp_entries = json::array();
-    const std::string emitted = Decode(c, r, lp_entries);
-    c.text += emitted;
+    ChoiceDelta d;
+    Echo(c, d);
+    Decode(c, r, d);
+    c.text += d.text;
     // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
     // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
-    const bool logprobs_due = req_.logprobs && !lp_entries.empty();
-    if (req_.stream && (!emitted.empty() || c.done || logprobs_due)) {
-      json lp = nullptr;
-      if (req_.logprobs)
-        lp = req_.chat ? json{{"content", lp_entries}} : CompletionLogprobs(lp_entries);
-      SendChunk(index, emitted, c.done ? c.finish : "", lp);
+    if (req_.stream && (!d.echo.empty() || !d.text.empty() || c.done || d.has_logprobs())) {
+      SendChunk(index, d, c.done ? c.finish : "");
       if (!first_chunk_sent_) {
         first_chunk_sent_ = true;
         ctx_.metrics->ObserveAdded("to_client", SecondsSince(arrived));
@@ -223,16 +287,16 @@ void Completion::OnResponse(const pb::GenerateResponse& r, Clock::time_point arr
     }
   }
   // The worker's count of cached prompt tokens, within what the prompt can have.
-  if (r.has_usage()) return Finish(std::clamp(r.usage().cached_prompt_tokens(), 0, prompt_tokens_));
-  if (AllDone()) {  // every choice stopped on a stop string: the worker can stop too
-    ctx_.core->Abort(request_id_);
-    Finish(0);
+  if (r.has_usage()) {
+    p.cached = std::clamp(r.usage().cached_prompt_tokens(), 0, static_cast<int>(p.ids.size()));
+    return EndPrompt(prompt, /*abort=*/false);
   }
+  // Every choice of the prompt stopped on a stop string: its worker can stop too.
+  if (PromptDone(prompt)) EndPrompt(prompt, /*abort=*/true);
 }
-
 bool Completion::HandleFailure(const pb::GenerateResponse& r) {
   const bool failed = r.finish_reason() == pb::FINISH_REASON_ERROR ||
-                      (r.finish_reason() == pb::FINISH_REASON_ABORT && !AllDone());
+                      (r.finish_reason() == pb::FINISH_REASON_ABORT && !AllChoicesDone());
   if (!failed) return false;
   // A code outside absl's range (from a broken worker) reports as internal.
   const int code = r.error().code() >= 1 && r.error().code() <= 16
@@ -240,6 +304,7 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
                        : static_cast<int>(absl::StatusCode::kInternal);
   const OpenAiError e =
       OpenAiErrorFromStatus(absl::Status(static_cast<absl::StatusCode>(code), r.error().message()));
+  AbortAll();  // the other prompts' jobs
   finished_ = true;
   if (stream_started_) {
     conn_->CountStreamed(e.http_status);
@@ -251,8 +316,32 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
   return true;
 }
 
-std::string Completion::Decode(Choice& c, const pb::GenerateResponse& r, json& lp_entries) {
-  std::string emitted;
+void Completion::Echo(Choice& c, ChoiceDelta& d) {
+  if (c.echoed || !req_.echo) return;
+  c.echoed = true;
+  const PromptJob& p = prompts_[c.prompt];
+  d.echo = p.echo;
+  if (!req_.logprobs) return;
+  // The prompt's tokens with their logprobs (the first has none), as vLLM echoes them.
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    const std::string token = TokenText(p.ids[i]);
+    json logprob = nullptr, top = nullptr;
+    if (i > 0 && i - 1 < p.prompt_logprobs.size()) {
+      const pb::PositionLogprobs& lp = p.prompt_logprobs[i - 1];
+      logprob = lp.sampled().logprob();
+      top = json::object();
+      for (const pb::TokenLogprob& t : lp.top()) {
+        if (static_cast<int>(top.size()) >= *req_.logprobs) break;
+        top[TokenText(t.token_id())] = t.logprob();
+      }
+    }
+    d.legacy.Add(token, logprob, top, c.offset);
+    c.legacy.Add(token, std::move(logprob), std::move(top), c.offset);
+    c.offset += CodePoints(token);
+  }
+}
+
+void Completion::Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d) {
   // A worker never sends more than max_tokens per choice; tokens past them are not kept.
   for (int i = 0; i < r.token_ids_size() && !c.done && c.tokens < max_tokens_; ++i) {
     const int id = r.token_ids(i);
@@ -260,56 +349,61 @@ std::string Completion::Decode(Choice& c, const pb::GenerateResponse& r, json& l
     if (absl::StatusOr<std::string> piece = c.detok->Append(id); piece.ok()) {
       // Stop strings count from the min_tokens-th token on (vLLM's rule).
       StopStringMatcher::Result m = c.stop->Append(*piece, c.tokens >= req_.min_tokens);
-      emitted += m.emit;
+      d.text += m.emit;
       if (m.stopped) {
-        if (req_.include_stop_str_in_output) emitted += m.matched;
+        if (req_.include_stop_str_in_output) d.text += m.matched;
         c.done = true;
         c.finish = "stop";
       }
     }
-    if (req_.logprobs && i < r.logprobs_size()) AddLogprobs(c, id, r.logprobs(i), lp_entries);
+    if (req_.logprobs && i < r.logprobs_size()) AddLogprobs(c, id, r.logprobs(i), d);
   }
   if (!c.done && r.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
-    emitted += c.stop->Append(c.detok->Finish()).emit;
-    emitted += c.stop->Flush();
+    d.text += c.stop->Append(c.detok->Finish()).emit;
+    d.text += c.stop->Flush();
     c.done = true;
     c.finish = r.finish_reason() == pb::FINISH_REASON_LENGTH ? "length" : "stop";
   }
-  return emitted;
 }
 
-void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, json& lp_entries) {
-  json top = json::array();
-  json top_map = json::object();
+void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, ChoiceDelta& d) {
   // At most the alternatives asked for, whatever the worker sent.
   const int wanted = req_.logprobs.value_or(0);
+  const std::string token = TokenText(id);
+  if (req_.chat) {
+    json top = json::array();
+    for (const pb::TokenLogprob& t : p.top()) {
+      if (static_cast<int>(top.size()) >= wanted) break;
+      top.push_back({{"token", TokenText(t.token_id())}, {"logprob", t.logprob()}});
+    }
+    json entry = {{"token", token}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
+    c.logprobs.push_back(entry);
+    d.chat_logprobs.push_back(std::move(entry));
+    return;
+  }
+  json top = json::object();
   for (const pb::TokenLogprob& t : p.top()) {
     if (static_cast<int>(top.size()) >= wanted) break;
-    top.push_back({{"token", TokenText(t.token_id())}, {"logprob", t.logprob()}});
-    top_map[TokenText(t.token_id())] = t.logprob();
+    top[TokenText(t.token_id())] = t.logprob();
   }
-  json entry = {
-      {"token", TokenText(id)}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
-  c.logprobs.push_back(entry);
-  lp_entries.push_back(entry);
-  c.lp_tokens.push_back(TokenText(id));
-  c.lp_values.push_back(p.sampled().logprob());
-  c.lp_top.push_back(top_map);
+  d.legacy.Add(token, p.sampled().logprob(), top, c.offset);
+  c.legacy.Add(token, p.sampled().logprob(), std::move(top), c.offset);
+  c.offset += CodePoints(token);
 }
 
-void Completion::SendChunk(int index, const std::string& text, const std::string& finish,
-                           const json& lp) {
+void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& finish) {
   json choice = {{"index", index}};
   if (req_.chat) {
     Choice& c = choices_[index];
     json delta = json::object();
     if (!c.role_sent) delta["role"] = "assistant", c.role_sent = true;
-    if (!text.empty() || finish.empty()) delta["content"] = text;
+    if (!d.text.empty() || finish.empty()) delta["content"] = d.text;
     choice["delta"] = delta;
+    choice["logprobs"] = req_.logprobs ? json{{"content", d.chat_logprobs}} : json(nullptr);
   } else {
-    choice["text"] = text;
+    choice["text"] = d.echo + d.text;
+    choice["logprobs"] = req_.logprobs ? d.legacy.ToJson() : json(nullptr);
   }
-  choice["logprobs"] = lp;
   choice["finish_reason"] = FinishReason(finish);
   json chunk = {{"id", request_id_},
                 {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
@@ -319,7 +413,25 @@ void Completion::SendChunk(int index, const std::string& text, const std::string
   conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
 }
 
-void Completion::Finish(int cached) {
+void Completion::EndPrompt(size_t prompt, bool abort) {
+  PromptJob& p = prompts_[prompt];
+  if (p.ended) return;
+  p.ended = true;
+  if (abort) ctx_.core->Abort(p.job_id);
+  for (const PromptJob& other : prompts_) {
+    if (!other.ended) return;
+  }
+  Finish();
+}
+
+void Completion::AbortAll() {
+  for (PromptJob& p : prompts_) {
+    if (!p.ended) ctx_.core->Abort(p.job_id);
+    p.ended = true;
+  }
+}
+
+void Completion::Finish() {
   if (finished_) return;
   finished_ = true;
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
@@ -330,7 +442,7 @@ void Completion::Finish(int cached) {
                                     {"created", created_},
                                     {"model", req_.model},
                                     {"choices", ChoicesJson()},
-                                    {"usage", Usage(cached)}}));
+                                    {"usage", Usage()}}));
   }
   conn_->CountStreamed(200);
   if (req_.include_usage) {
@@ -339,7 +451,7 @@ void Completion::Finish(int cached) {
                   {"created", created_},
                   {"model", req_.model},
                   {"choices", json::array()},
-                  {"usage", Usage(cached)}};
+                  {"usage", Usage()}};
     conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
   }
   conn_->Write("data: [DONE]\n\n", true);
@@ -349,38 +461,71 @@ json Completion::ChoicesJson() const {
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
+    const PromptJob& p = prompts_[c.prompt];
     json choice = {{"index", i}};
     if (req_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
-      choice["text"] = c.text;
+      choice["text"] = p.echo + c.text;
     }
     choice["logprobs"] = ChoiceLogprobs(c);
     choice["finish_reason"] = c.finish;
+    if (req_.prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobs(p);
     choices.push_back(std::move(choice));
   }
   return choices;
 }
 
-json Completion::Usage(int cached) const {
-  int completion = 0;
+// vLLM's shape: null for the first token, then per token {id: {logprob, rank, decoded_token}}
+// holding the prompt token and the top alternatives.
+json Completion::PromptLogprobs(const PromptJob& p) const {
+  json out = json::array({nullptr});
+  const int wanted = req_.prompt_logprobs.value_or(0);
+  for (const pb::PositionLogprobs& lp : p.prompt_logprobs) {
+    json position = json::object();
+    int rank = 1;
+    for (const pb::TokenLogprob& t : lp.top()) {
+      if (rank > wanted) break;
+      position[std::to_string(t.token_id())] = {
+          {"logprob", t.logprob()}, {"rank", rank++}, {"decoded_token", TokenText(t.token_id())}};
+    }
+    position[std::to_string(lp.sampled().token_id())] = {
+        {"logprob", lp.sampled().logprob()},
+        {"rank", lp.rank()},
+        {"decoded_token", TokenText(lp.sampled().token_id())}};
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
+json Completion::Usage() const {
+  int prompt = 0, completion = 0, cached = 0;
+  for (const PromptJob& p : prompts_) {
+    prompt += static_cast<int>(p.ids.size());
+    cached += p.cached;
+  }
+  // Each choice's prompt counts once per prompt, as OpenAI and vLLM count it.
   for (const Choice& c : choices_) completion += c.tokens;
-  return {{"prompt_tokens", prompt_tokens_},
+  return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
-          {"total_tokens", prompt_tokens_ + completion},
+          {"total_tokens", prompt + completion},
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json Completion::ChoiceLogprobs(const Choice& c) const {
   if (!req_.logprobs) return nullptr;
   if (req_.chat) return {{"content", c.logprobs}};
-  return {{"tokens", c.lp_tokens},
-          {"token_logprobs", c.lp_values},
-          {"top_logprobs", c.lp_top},
-          {"text_offset", json::array()}};
+  return c.legacy.ToJson();
 }
 
-bool Completion::AllDone() const {
+bool Completion::PromptDone(size_t prompt) const {
+  for (size_t i = prompt * req_.n; i < (prompt + 1) * req_.n; ++i) {
+    if (!choices_[i].done) return false;
+  }
+  return true;
+}
+
+bool Completion::AllChoicesDone() const {
   for (const Choice& c : choices_) {
     if (!c.done) return false;
   }
@@ -404,6 +549,38 @@ absl::StatusOr<Clock::time_point> Deadline(absl::Duration server, const std::str
   return Clock::now() + absl::ToChronoNanoseconds(timeout);
 }
 
+// Each prompt's ids (chat: the one), within the model's context with `max_tokens` more (chat
+// without max_tokens: as many as fit, set here), and the prompts' tokens in all.
+absl::StatusOr<std::vector<std::vector<int>>> TokenizePrompts(const FrontContext& ctx,
+                                                              const ParsedRequest& r,
+                                                              int* max_tokens,
+                                                              int64_t* total_tokens) {
+  const size_t count = r.chat ? 1 : r.prompts.size();
+  std::vector<std::vector<int>> prompts;
+  *total_tokens = 0;
+  for (size_t k = 0; k < count; ++k) {
+    ASSIGN_OR_RETURN(std::vector<int> ids,
+                     PromptIds(*ctx.tokenizer, r, ctx.options.normalize_prompts, k));
+    const int prompt_tokens = static_cast<int>(ids.size());
+    const int limit = ctx.options.max_model_len;
+    if (r.chat && !r.max_tokens_given) *max_tokens = limit - prompt_tokens;
+    // int64: prompt_tokens + max_tokens overflows int for max_tokens near 2^31. Echo with
+    // max_tokens 0 still runs one step.
+    if (int64_t{prompt_tokens} + std::max(*max_tokens, 1) > limit ||
+        *max_tokens < (r.echo ? 0 : 1)) {
+      const std::string param =
+          r.chat ? "messages" : (count > 1 ? absl::StrCat("prompt[", k, "]") : "prompt");
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: this model's maximum context length is %d tokens; the request has %d prompt "
+          "tokens and asks for %d more",
+          param, limit, prompt_tokens, *max_tokens));
+    }
+    *total_tokens += prompt_tokens;
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
+}
+
 }  // namespace
 
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
@@ -416,36 +593,31 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
         absl::NotFoundError(absl::StrCat("The model '", parsed->model, "' does not exist")),
         "model_not_found"));
   }
-  absl::StatusOr<std::vector<int>> ids =
-      PromptIds(*ctx.tokenizer, *parsed, ctx.options.normalize_prompts);
-  if (!ids.ok()) return conn->RespondError(OpenAiErrorFromStatus(ids.status()));
+  int max_tokens = parsed->max_tokens;
+  int64_t prompt_tokens = 0;
+  absl::StatusOr<std::vector<std::vector<int>>> prompts =
+      TokenizePrompts(ctx, *parsed, &max_tokens, &prompt_tokens);
+  if (!prompts.ok()) {
+    const bool too_long = absl::StrContains(prompts.status().message(), "maximum context length");
+    return conn->RespondError(
+        OpenAiErrorFromStatus(prompts.status(), too_long ? "context_length_exceeded" : ""));
+  }
   if (absl::Status s = ResolveTokenParameters(*ctx.tokenizer, &*parsed); !s.ok()) {
     return conn->RespondError(OpenAiErrorFromStatus(s));
   }
-  const int prompt_tokens = static_cast<int>(ids->size());
-  const int limit = ctx.options.max_model_len;
-  int max_tokens = parsed->max_tokens;
-  if (chat && !parsed->max_tokens_given) max_tokens = limit - prompt_tokens;
-  // int64: prompt_tokens + max_tokens overflows int for max_tokens near 2^31.
-  if (int64_t{prompt_tokens} + max_tokens > limit || max_tokens < 1) {
-    return conn->RespondError(OpenAiErrorFromStatus(
-        absl::InvalidArgumentError(absl::StrFormat(
-            "%s: this model's maximum context length is %d tokens; the request has %d prompt "
-            "tokens and asks for %d more",
-            chat ? "messages" : "prompt", limit, prompt_tokens, max_tokens)),
-        "context_length_exceeded"));
-  }
-  if (absl::Status s = CheckLogprobBudget(*parsed, max_tokens, ctx.options.limits); !s.ok()) {
+  if (absl::Status s = CheckLogprobBudget(*parsed, max_tokens, ctx.options.limits, prompt_tokens);
+      !s.ok()) {
     return conn->RespondError(OpenAiErrorFromStatus(s));
   }
   absl::StatusOr<Clock::time_point> deadline =
       Deadline(ctx.options.request_timeout, request.timeout);
   if (!deadline.ok()) return conn->RespondError(OpenAiErrorFromStatus(deadline.status()));
   auto completion = std::make_shared<Completion>(ctx, conn, *std::move(parsed));
-  boost::asio::dispatch(
-      completion->strand(),
-      [completion, ids = *std::move(ids), max_tokens, session = request.session_id, at = *deadline,
-       received = request.received] { completion->Start(ids, max_tokens, session, at, received); });
+  boost::asio::dispatch(completion->strand(), [completion, prompts = *std::move(prompts),
+                                               max_tokens, session = request.session_id,
+                                               at = *deadline, received = request.received] {
+    completion->Start(prompts, max_tokens, session, at, received);
+  });
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {

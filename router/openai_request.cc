@@ -81,12 +81,10 @@ bool NonEmptyArray(object o, std::string_view key) {
 // refused when it asks for something, so that no answer silently ignores it; its neutral value
 // (0, 1, false, empty) passes, as clients send those by default.
 absl::Status RefuseUnserved(object o, bool chat, int n) {
-  for (const char* key : {"use_beam_search", "echo"}) {
-    ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
-    if (on) return Unserved(key, " or false");
-  }
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                          "structured_outputs", "prompt_logprobs"}) {
+  ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
+  if (beam) return Unserved("use_beam_search", " or false");
+  for (const char* key :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
     if (Field(o, key)) return Unserved(key, "");
   }
   if (auto e = Field(o, "response_format")) {
@@ -99,6 +97,11 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
     if (type != "text") return Unserved("response_format", " or {\"type\": \"text\"}");
   }
   if (chat) {
+    ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
+    if (echo) return Bad("echo", "is served on /v1/completions only; leave it unset or false");
+    if (Field(o, "prompt_logprobs")) {
+      return Bad("prompt_logprobs", "is served on /v1/completions only; leave it unset");
+    }
     for (const char* key : {"tools", "functions"}) {
       if (NonEmptyArray(o, key)) {
         return Bad(key, "function calling is not supported by kvserve; leave it unset or []");
@@ -110,7 +113,11 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
   if (!suffix.empty()) return Unserved("suffix", " or \"\"");
   // best_of == n asks for nothing more: every sample is returned.
   ASSIGN_OR_RETURN(int64_t best_of, Integer(o, "best_of", n, n, 128));
-  if (best_of != n) return Bad("best_of", "must equal n: kvserve returns every sample it draws");
+  if (best_of != n) {
+    return Bad("best_of",
+               "must equal n: kvserve returns every sample it draws (vLLM's V1 engine dropped "
+               "best_of too); ask for n samples with logprobs and keep the best by their sum");
+  }
   return absl::OkStatus();
 }
 
@@ -171,6 +178,26 @@ absl::Status ParseMessages(object o, const RequestLimits& limits, ParsedRequest*
   return absl::OkStatus();
 }
 
+// One prompt's token ids, `param` naming it in errors.
+absl::Status AddIdsPrompt(simdjson::dom::array arr, const std::string& param,
+                          const RequestLimits& limits, ParsedRequest* r) {
+  if (arr.size() == 0) return Bad(param, "must not be empty");
+  if (static_cast<int64_t>(arr.size()) > limits.max_prompt_ids) {
+    return Bad(param, absl::StrCat("has ", arr.size(), " token ids; the model's context holds ",
+                                   limits.max_prompt_ids));
+  }
+  PromptInput& p = r->prompts.emplace_back();
+  for (element t : arr) {
+    int64_t id;
+    if (t.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+      return Bad(param, "token ids must be non-negative 32-bit integers");
+    }
+    p.ids.push_back(static_cast<int32_t>(id));
+  }
+  return absl::OkStatus();
+}
+
+// "prompt": a string, a list of token ids, or a list of either (several prompts).
 absl::Status ParsePrompt(object o, const RequestLimits& limits, ParsedRequest* r) {
   auto e = Field(o, "prompt");
   if (!e) return Bad("prompt", "is required");
@@ -180,32 +207,32 @@ absl::Status ParsePrompt(object o, const RequestLimits& limits, ParsedRequest* r
     if (static_cast<int64_t>(text.size()) > limits.max_prompt_bytes) {
       return TooLong("prompt", static_cast<int64_t>(text.size()), limits);
     }
-    r->prompt_text = std::string(text);
+    r->prompts.push_back({std::string(text), {}});
     return absl::OkStatus();
   }
-  if (e->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
-    return Bad("prompt", "must be a string, a list of token ids, or a list with one string");
-  }
+  constexpr const char* kShape =
+      "must be a string, a list of token ids, or a list of strings or of token-id lists";
+  if (e->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) return Bad("prompt", kShape);
   element first = arr.at(0);
-  if (first.get_string().get(text) == simdjson::SUCCESS) {
-    if (arr.size() != 1)
-      return Bad("prompt", "lists of several prompts are not supported; send one per request");
-    if (static_cast<int64_t>(text.size()) > limits.max_prompt_bytes) {
-      return TooLong("prompt", static_cast<int64_t>(text.size()), limits);
-    }
-    r->prompt_text = std::string(text);
-    return absl::OkStatus();
+  if (first.is_int64() || first.is_uint64()) return AddIdsPrompt(arr, "prompt", limits, r);
+  if (arr.size() > static_cast<size_t>(limits.max_prompts)) {
+    return Bad("prompt", absl::StrCat("has ", arr.size(), " prompts; the limit is ",
+                                      limits.max_prompts, " (--max-prompts)"));
   }
-  if (static_cast<int64_t>(arr.size()) > limits.max_prompt_ids) {
-    return Bad("prompt", absl::StrCat("has ", arr.size(), " token ids; the model's context holds ",
-                                      limits.max_prompt_ids));
-  }
-  for (element t : arr) {
-    int64_t id;
-    if (t.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
-      return Bad("prompt", "token ids must be non-negative 32-bit integers");
+  int64_t bytes = 0;
+  size_t i = 0;
+  for (element p : arr) {
+    const std::string param = absl::StrCat("prompt[", i++, "]");
+    simdjson::dom::array ids;
+    if (p.get_string().get(text) == simdjson::SUCCESS) {
+      bytes += static_cast<int64_t>(text.size());
+      if (bytes > limits.max_prompt_bytes) return TooLong("prompt", bytes, limits);
+      r->prompts.push_back({std::string(text), {}});
+    } else if (p.get_array().get(ids) == simdjson::SUCCESS) {
+      RETURN_IF_ERROR(AddIdsPrompt(ids, param, limits, r));
+    } else {
+      return Bad(param, "must be a string or a list of token ids");
     }
-    r->prompt_ids.push_back(static_cast<int32_t>(id));
   }
   return absl::OkStatus();
 }
@@ -392,6 +419,16 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
   return absl::OkStatus();
 }
 
+// Completions' echo and vLLM's prompt_logprobs.
+absl::Status ParseEcho(object o, ParsedRequest* r) {
+  ASSIGN_OR_RETURN(r->echo, Bool(o, "echo", false));
+  if (Field(o, "prompt_logprobs")) {
+    ASSIGN_OR_RETURN(int64_t top, Integer(o, "prompt_logprobs", 0, 0, 20));
+    r->prompt_logprobs = static_cast<int>(top);
+  }
+  return absl::OkStatus();
+}
+
 // Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
 // truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output, priority.
 absl::Status ParseOptions(object o, ParsedRequest* r) {
@@ -435,10 +472,12 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   ASSIGN_OR_RETURN(r.model, String(o, "model"));
   if (r.model.empty()) return Bad("model", "is required");
   RETURN_IF_ERROR(ParseInput(o, chat, limits, &r));
+  if (!chat) RETURN_IF_ERROR(ParseEcho(o, &r));
   const char* max_key =
       chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens_given = Field(o, max_key).has_value();
-  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, 1, INT32_MAX));
+  // max_tokens 0 with echo scores the prompt and generates nothing (vLLM's rule).
+  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, r.echo ? 0 : 1, INT32_MAX));
   r.max_tokens = static_cast<int>(max_tokens);
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
   RETURN_IF_ERROR(ParseStops(o, limits, &r));
@@ -449,20 +488,37 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
                                           "), got ", r.min_tokens));
   }
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
+  if (r.prompt_logprobs && r.stream) {
+    return Bad("prompt_logprobs", "is not served with stream: true (as in vLLM); use echo");
+  }
   return r;
 }
 
 absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
-                                const RequestLimits& limits) {
-  if (!r.logprobs) return absl::OkStatus();
-  const int64_t entries = int64_t{r.n} * max_tokens * (1 + *r.logprobs);
-  if (entries <= limits.max_logprob_entries) return absl::OkStatus();
-  return Bad(
-      "logprobs",
-      absl::StrCat("n × max_tokens × (1 + alternatives) = ", r.n, " × ", max_tokens, " × ",
-                   1 + *r.logprobs, " = ", entries, " log-probability entries; the", " limit is ",
-                   limits.max_logprob_entries,
-                   " (--max-logprob-entries): ask for fewer tokens, choices or alternatives"));
+                                const RequestLimits& limits, int64_t prompt_tokens) {
+  const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(r.prompts.size()));
+  if (r.logprobs) {
+    const int64_t entries = prompts * r.n * max_tokens * (1 + *r.logprobs);
+    if (entries > limits.max_logprob_entries) {
+      return Bad("logprobs",
+                 absl::StrCat("prompts × n × max_tokens × (1 + alternatives) = ", prompts, " × ",
+                              r.n, " × ", max_tokens, " × ", 1 + *r.logprobs, " = ", entries,
+                              " log-probability entries; the limit is ", limits.max_logprob_entries,
+                              " (--max-logprob-entries): ask for fewer tokens, choices or "
+                              "alternatives"));
+    }
+  }
+  if (std::optional<int> top = r.worker_prompt_logprobs()) {
+    const int64_t entries = prompt_tokens * r.n * (1 + *top);
+    if (entries > limits.max_logprob_entries) {
+      return Bad(
+          r.prompt_logprobs ? "prompt_logprobs" : "echo",
+          absl::StrCat("prompt tokens × n × (1 + alternatives) = ", prompt_tokens, " × ", r.n,
+                       " × ", 1 + *top, " = ", entries, " log-probability entries; the limit is ",
+                       limits.max_logprob_entries, " (--max-logprob-entries)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvserve::router

@@ -1,8 +1,9 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
 // /v1/chat/completions, into the router's request description. Unknown fields are ignored;
 // a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
-// known parameter kvserve does not serve (echo, prompt_logprobs, best_of > n, beam search,
-// guided decoding, response_format other than text, tools) when it asks for anything. The body is
+// known parameter kvserve does not serve (best_of > n, beam search, guided decoding,
+// response_format other than text, tools; echo and prompt_logprobs on chat) when it asks for
+// anything. The body is
 // untrusted: malformed JSON, invalid UTF-8 and wrong types are errors, never crashes.
 //
 //   absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body, /*chat=*/false);
@@ -10,6 +11,7 @@
 #ifndef KVSERVE_ROUTER_OPENAI_REQUEST_H_
 #define KVSERVE_ROUTER_OPENAI_REQUEST_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,6 +34,7 @@ struct RequestLimits {
   int max_messages = 4096;             // --max-messages
   int64_t max_prompt_bytes = 1 << 20;  // --max-prompt-bytes: text before tokenization, in all
   int64_t max_prompt_ids = 1 << 20;    // token ids of a token-id prompt (the context length)
+  int max_prompts = 1024;              // --max-prompts: prompts in one completions request
   // --max-logprob-entries: n × max_tokens × (1 + top alternatives) for a request with logprobs,
   // what the router keeps per token and choice (about 300 bytes each).
   int64_t max_logprob_entries = 1 << 20;
@@ -40,12 +43,17 @@ struct RequestLimits {
   int max_token_list_ids = 1 << 17;
 };
 
+// A completions prompt: text, or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 struct ParsedRequest {
   bool chat = false;
   std::string model;
-  // Completions: a text prompt or token ids. Chat: messages.
-  std::optional<std::string> prompt_text;
-  std::vector<int32_t> prompt_ids;
+  // Completions: one prompt or several (a list), each answered by n choices. Chat: messages.
+  std::vector<PromptInput> prompts;
   std::vector<tokenizer::ChatMessage> messages;
   bool add_generation_prompt = true;
   bool add_special_tokens = true;  // text prompts: BOS and the like, as vLLM's extra parameter
@@ -82,6 +90,17 @@ struct ParsedRequest {
   std::vector<std::vector<int32_t>> bad_word_ids;
   std::vector<int32_t> allowed_token_ids;
   int priority = 0;  // vLLM's: lower runs first on a worker with --scheduling-policy priority
+  // Completions: each choice's text (and logprobs) starts with its prompt's; max_tokens may be 0.
+  bool echo = false;
+  // Completions: vLLM's per-prompt-token logprobs with this many alternatives (not streamed).
+  std::optional<int> prompt_logprobs;
+
+  // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
+  // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.
+  [[nodiscard]] std::optional<int> worker_prompt_logprobs() const {
+    if (echo && logprobs) return std::max(*logprobs, prompt_logprobs.value_or(0));
+    return prompt_logprobs;
+  }
 };
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see
@@ -89,10 +108,12 @@ struct ParsedRequest {
 absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat,
                                                      const RequestLimits& limits = {});
 
-// InvalidArgument naming "logprobs" when n × max_tokens × (1 + alternatives) of a request with
-// logprobs is over limits.max_logprob_entries; OK otherwise.
+// InvalidArgument naming "logprobs" when prompts × n × max_tokens × (1 + alternatives) of a
+// request with logprobs is over limits.max_logprob_entries, or naming "prompt_logprobs" (or
+// "echo") when `prompt_tokens` (over all prompts) × n × (1 + alternatives) of one returning its
+// prompts' logprobs is; OK otherwise.
 absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
-                                const RequestLimits& limits);
+                                const RequestLimits& limits, int64_t prompt_tokens = 0);
 
 }  // namespace kvserve::router
 

@@ -14,7 +14,7 @@ namespace {
 
 // NFC everywhere, and no trailing whitespace on system messages, so that near-identical
 // prompts share prefix blocks.
-void Normalize(ParsedRequest& r) {
+void NormalizeMessages(ParsedRequest& r) {
   for (tokenizer::ChatMessage& m : r.messages) {
     m.content = Utf8Nfc(m.content);
     if (m.role == "system") {
@@ -23,7 +23,6 @@ void Normalize(ParsedRequest& r) {
       }
     }
   }
-  if (r.prompt_text) r.prompt_text = Utf8Nfc(*r.prompt_text);
 }
 
 absl::StatusOr<std::vector<int>> ChatIds(const tokenizer::Tokenizer& tok, const ParsedRequest& r) {
@@ -42,28 +41,35 @@ absl::StatusOr<std::vector<int>> ChatIds(const tokenizer::Tokenizer& tok, const 
 }  // namespace
 
 absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok,
-                                           const ParsedRequest& request, bool normalize) {
-  std::optional<ParsedRequest> normalized;
-  if (normalize) Normalize(normalized.emplace(request));
-  const ParsedRequest& r = normalized ? *normalized : request;
+                                           const ParsedRequest& request, bool normalize,
+                                           size_t index) {
+  const ParsedRequest& r = request;
+  const std::string param =
+      r.prompts.size() > 1 ? absl::StrCat("prompt[", index, "]") : std::string("prompt");
   std::vector<int> ids;
-  if (r.chat) {
+  if (r.chat && normalize) {
+    ParsedRequest normalized = r;
+    NormalizeMessages(normalized);
+    ASSIGN_OR_RETURN(ids, ChatIds(tok, normalized));
+  } else if (r.chat) {
     ASSIGN_OR_RETURN(ids, ChatIds(tok, r));
-  } else if (r.prompt_text) {
-    ASSIGN_OR_RETURN(ids, tok.Encode(*r.prompt_text, r.add_special_tokens));
+  } else if (index >= r.prompts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(param, ": is required"));
+  } else if (const PromptInput& p = r.prompts[index]; p.text) {
+    ASSIGN_OR_RETURN(ids, tok.Encode(normalize ? Utf8Nfc(*p.text) : *p.text, r.add_special_tokens));
   } else {
-    ids.assign(r.prompt_ids.begin(), r.prompt_ids.end());
+    ids.assign(p.ids.begin(), p.ids.end());
     for (int id : ids) {
       if (!tok.IsValidId(id)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("prompt: token id ", id, " is not in the vocabulary"));
+            absl::StrCat(param, ": token id ", id, " is not in the vocabulary"));
       }
     }
   }
   if (r.truncate_prompt_tokens && static_cast<int>(ids.size()) > *r.truncate_prompt_tokens) {
     ids.erase(ids.begin(), ids.end() - *r.truncate_prompt_tokens);
   }
-  if (ids.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(param, ": must not be empty"));
   return ids;
 }
 

@@ -17,10 +17,11 @@
 
 namespace kvserve::router {
 
-// InvalidArgument naming the field for a template that fails, an id outside the vocabulary or
-// an empty prompt.
+// The ids of completions prompt `index` (chat: the messages); InvalidArgument naming the field
+// for a template that fails, an id outside the vocabulary or an empty prompt.
 absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tokenizer,
-                                           const ParsedRequest& r, bool normalize);
+                                           const ParsedRequest& r, bool normalize,
+                                           size_t index = 0);
 
 // Checks the ids of logit_bias and allowed_token_ids against the vocabulary and tokenizes the
 // bad words into r->bad_word_ids as vLLM does (each word as it stands, and after a space when

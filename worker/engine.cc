@@ -170,6 +170,9 @@ absl::Status Engine::Validate(const RequestInput& in) const {
   if (s.logprobs && (*s.logprobs < 0 || *s.logprobs > 20)) {
     return absl::InvalidArgumentError("logprobs must be in [0, 20]");
   }
+  if (s.prompt_logprobs && (*s.prompt_logprobs < 0 || *s.prompt_logprobs > 20)) {
+    return absl::InvalidArgumentError("prompt_logprobs must be in [0, 20]");
+  }
   for (int32_t t : in.stop_token_ids) {
     if (t < 0 || t >= vocab) {
       return absl::InvalidArgumentError(
@@ -356,6 +359,10 @@ void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
     req.prompt_logits.resize(static_cast<size_t>(seq.num_prompt_tokens) * vocab);
     std::copy(row, row + vocab, req.prompt_logits.begin() + int64_t{use.position} * vocab);
   }
+  if (use.prompt_logprobs >= 0 && !req.prompt_logprobs_sent) {  // kept for the first output
+    req.prompt_logprobs.resize(seq.num_prompt_tokens - 1);
+    req.prompt_logprobs[use.position] = out.logprobs[use.prompt_logprobs];
+  }
   if (use.num_samples == 0) return;
   absl::Span<const int32_t> tokens(out.tokens.data() + use.first_sample, use.num_samples);
   const TokenLogprobs* logprobs =
@@ -391,6 +398,10 @@ std::vector<SequenceOutput> Engine::CollectOutputs() {
         o.stop_token = seq->stop_token;
         o.num_prompt_tokens = seq->num_prompt_tokens;
         o.num_cached_prompt_tokens = std::max(0, req->num_cached_prompt_tokens);
+        if (req->input.sampling.prompt_logprobs && !req->prompt_logprobs_sent) {
+          o.prompt_logprobs = std::move(req->prompt_logprobs);
+          req->prompt_logprobs_sent = true;
+        }
         outs.push_back(std::move(o));
         any_output = true;
       }

@@ -45,6 +45,8 @@ struct SequenceOutput {
   int num_prompt_tokens = 0;
   int num_cached_prompt_tokens = 0;
   std::vector<float> prompt_logits;  // on the request's last output, when asked for
+  // On the request's first output, when asked for: entry i for prompt token i + 1.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 struct EngineStats {

@@ -35,6 +35,8 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<std::vector<int32_t>> bad_words;  // token sequences never generated
   std::vector<int32_t> allowed_token_ids;       // empty: every id
+  // vLLM's: each prompt token's logprob (after the first) with this many alternatives.
+  std::optional<int> prompt_logprobs;
 
   [[nodiscard]] bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
@@ -64,6 +66,11 @@ struct RequestInput {
   std::string cache_salt;
   // Return the logits at every prompt position (for --dump-logits and parity tests).
   bool return_prompt_logits = false;
+
+  // Whether every prompt position's logits are computed (not read from the prefix cache).
+  [[nodiscard]] bool needs_prompt_rows() const {
+    return return_prompt_logits || sampling.prompt_logprobs.has_value();
+  }
 };
 
 struct Request;
@@ -73,6 +80,7 @@ enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
 struct TokenLogprobs {
   int32_t token = 0;
   float logprob = 0.0f;
+  int32_t rank = 0;                            // kernels::LogprobRequest's
   std::vector<std::pair<int32_t, float>> top;  // best first
 };
 
@@ -107,7 +115,9 @@ struct Request {
   bool forked = false;
   int num_cached_prompt_tokens = -1;  // prefix-cache hit at first admission
   std::vector<float> prompt_logits;   // [num_prompt_tokens, vocab] when requested
-  int prompt_logits_rows = 0;
+  // With sampling.prompt_logprobs: entry i for prompt token i + 1; sent with the first output.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
 
 }  // namespace kvserve::worker

@@ -37,7 +37,8 @@ void AddSequence(Sequence& seq, int n, int block_size, absl::Span<const int32_t>
   batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
   batch.query_len.push_back(n);
   batch.context_len.push_back(start + n);
-  const bool prompt_logits = seq.request->input.return_prompt_logits && seq.sample_index == 0;
+  const RequestInput& input = seq.request->input;
+  const bool prompt_rows = input.needs_prompt_rows() && seq.sample_index == 0;
   for (int pos = start; pos < start + n; ++pos) {
     const int row = static_cast<int>(batch.token_ids.size());
     batch.token_ids.push_back(seq.tokens[pos]);
@@ -45,14 +46,19 @@ void AddSequence(Sequence& seq, int n, int block_size, absl::Span<const int32_t>
     batch.slot_mapping.push_back(int64_t{seq.block_table[pos / block_size]} * block_size +
                                  pos % block_size);
     const bool last = pos + 1 == seq.num_tokens();
-    const bool prompt_row = prompt_logits && pos < seq.num_prompt_tokens;
+    const bool prompt_row = prompt_rows && pos < seq.num_prompt_tokens;
     if (!last && !prompt_row) continue;
     RowUse use{&seq, pos};
     const auto logit_row = static_cast<int32_t>(batch.logit_rows.size());
     batch.logit_rows.push_back(row);
-    if (prompt_row) {
+    if (prompt_row && input.return_prompt_logits) {
       use.host_row = static_cast<int>(batch.host_logit_rows.size());
       batch.host_logit_rows.push_back(logit_row);
+    }
+    if (prompt_row && input.sampling.prompt_logprobs && pos + 1 < seq.num_prompt_tokens) {
+      use.prompt_logprobs = static_cast<int>(batch.logprobs.size());
+      batch.logprobs.push_back(
+          {logit_row, -1, *input.sampling.prompt_logprobs, seq.tokens[pos + 1]});
     }
     if (last) AddDraws(seq, logit_row, eos_ids, batch, use);
     plan.rows.push_back(use);

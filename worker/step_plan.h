@@ -23,11 +23,12 @@ namespace kvserve::worker {
 // A logits row of the batch and what it is for.
 struct RowUse {
   Sequence* seq = nullptr;
-  int position = 0;         // the token position whose logits the row holds
-  int host_row = -1;        // its index in the output's logits (prompt logits), or -1
-  int first_sample = 0;     // its draws: the output's tokens [first_sample, + num_samples)
-  int num_samples = 0;      // 0: a prompt row that draws nothing
-  int first_logprobs = -1;  // the draws' logprobs from here in the output's, when asked for
+  int position = 0;          // the token position whose logits the row holds
+  int host_row = -1;         // its index in the output's logits (prompt logits), or -1
+  int first_sample = 0;      // its draws: the output's tokens [first_sample, + num_samples)
+  int num_samples = 0;       // 0: a prompt row that draws nothing
+  int first_logprobs = -1;   // the draws' logprobs from here in the output's, when asked for
+  int prompt_logprobs = -1;  // the logprobs of prompt token position + 1 in the output's, or -1
 };
 
 struct StepPlan {
@@ -40,7 +41,8 @@ struct StepPlan {
 // The batch of the scheduled sequences' new tokens: positions, KV slots, block tables; a logits
 // row for each sequence's last token (drawing n samples for a request's first token, 1 after,
 // with its logits adjustments: worker/logits_processor.h, given the model's `eos_ids`) and for
-// every prompt position of a request that returns its prompt logits.
+// every prompt position of a request that returns its prompt logits or prompt logprobs (the
+// latter scoring the next prompt token on the backend).
 StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopies copies,
                        int block_size, absl::Span<const int32_t> eos_ids);
 

@@ -166,15 +166,20 @@ void Sample(const SampleParams& p) {
 }
 
 void TopLogprobs(const float* logits, int64_t vocab, int32_t token, int top_n, float* logprob,
-                 int32_t* ids, float* values) {
+                 int32_t* rank, int32_t* ids, float* values) {
   double max = -std::numeric_limits<double>::infinity();
   for (int64_t i = 0; i < vocab; ++i) {
     if (!std::isnan(logits[i])) max = std::max(max, static_cast<double>(logits[i]));
   }
   double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  int32_t at_least = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    sum += std::exp(static_cast<double>(logits[i]) - max);
+    at_least += logits[i] >= logits[token] ? 1 : 0;
+  }
   const double log_z = max + std::log(sum);
   *logprob = static_cast<float>(logits[token] - log_z);
+  *rank = at_least;
   const int n = static_cast<int>(std::min<int64_t>(top_n, vocab));
   if (n <= 0) return;
   std::vector<int32_t> order(vocab);
@@ -194,8 +199,8 @@ void Logprobs(const LogprobsParams& p) {
   for (int64_t k = 0; k < p.num_requests; ++k) {
     const LogprobRequest& q = p.requests[k];
     TopLogprobs(RowOf(p.logits, p.num_rows, p.vocab, p.shard_vocab, q.row, row), p.vocab,
-                p.tokens[q.sample], q.top_n, p.logprob + k, p.top_ids + k * kMaxTopLogprobs,
-                p.top_logprobs + k * kMaxTopLogprobs);
+                q.sample >= 0 ? p.tokens[q.sample] : q.token, q.top_n, p.logprob + k, p.rank + k,
+                p.top_ids + k * kMaxTopLogprobs, p.top_logprobs + k * kMaxTopLogprobs);
   }
 }
 

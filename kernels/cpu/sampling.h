@@ -18,10 +18,11 @@ int32_t SampleRow(const float* logits, int64_t vocab, const SampleRequest& reque
 // Every request of `p` (host pointers).
 void Sample(const SampleParams& p);
 
-// The log-softmax of `vocab` contiguous logits at `token` (*logprob) and the `top_n` most likely
-// ids with their values into ids[0..top_n) / values[0..top_n) (LogprobRequest's order).
+// The log-softmax of `vocab` contiguous logits at `token` (*logprob), its rank, and the `top_n`
+// most likely ids with their values into ids[0..top_n) / values[0..top_n) (LogprobRequest's
+// definitions).
 void TopLogprobs(const float* logits, int64_t vocab, int32_t token, int top_n, float* logprob,
-                 int32_t* ids, float* values);
+                 int32_t* rank, int32_t* ids, float* values);
 
 // Every request of `p` (host pointers).
 void Logprobs(const LogprobsParams& p);

@@ -336,18 +336,25 @@ __global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
   if (threadIdx.x == 0) sh.max_logit = block_max;
   __syncthreads();
   const double max = sh.max_logit;
+  const float token = row.At(q.sample >= 0 ? p.tokens[q.sample] : q.token);
   double sum = 0.0;
+  uint64_t at_least = 0;
   for (int64_t i = threadIdx.x; i < row.vocab; i += kThreads) {
-    sum += exp(static_cast<double>(row.At(i)) - max);
+    const float l = row.At(i);
+    sum += exp(static_cast<double>(l) - max);
+    at_least += l >= token ? 1 : 0;
   }
   __syncthreads();  // the union held the float reduction
   const double block_sum = cub::BlockReduce<double, kThreads>(sh.cub.dsum).Sum(sum);
   if (threadIdx.x == 0) sh.dtotal = block_sum;
   __syncthreads();
+  const uint64_t block_rank = cub::BlockReduce<uint64_t, kThreads>(sh.cub.sum).Sum(at_least);
   const double log_z = max + log(sh.dtotal);
   if (threadIdx.x == 0) {
-    p.logprob[blockIdx.x] = static_cast<float>(row.At(p.tokens[q.sample]) - log_z);
+    p.logprob[blockIdx.x] = static_cast<float>(token - log_z);
+    p.rank[blockIdx.x] = static_cast<int32_t>(block_rank);
   }
+  __syncthreads();  // the union held the rank's reduction
   const int n = static_cast<int>(min(static_cast<int64_t>(q.top_n), row.vocab));
   if (n <= 0) return;
   const RowLogitKeys keys{&row};

@@ -500,11 +500,11 @@ TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
     }
 
     // Logprobs of those draws: the same top ids (ties by id), values within float rounding.
-    const std::vector<LogprobRequest> lq = LogprobRequestsFor(requests);
+    const std::vector<LogprobRequest> lq = LogprobRequestsFor(requests, c.vocab);
     const size_t nl = lq.size(), top = nl * kMaxTopLogprobs;
     Dev<LogprobRequest> d_lq(lq);
     Dev<float> d_logprob(nl), d_top_values(top);
-    Dev<int32_t> d_top_ids(std::vector<int32_t>(top, -1));
+    Dev<int32_t> d_top_ids(std::vector<int32_t>(top, -1)), d_rank(nl);
     LogprobsParams lp;
     lp.num_rows = c.rows;
     lp.vocab = c.vocab;
@@ -514,20 +514,23 @@ TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
     lp.tokens = d_tokens.get();
     lp.requests = d_lq.get();
     lp.logprob = d_logprob.get();
+    lp.rank = d_rank.get();
     lp.top_ids = d_top_ids.get();
     lp.top_logprobs = d_top_values.get();
     gpu_->Logprobs(lp);
     Sync();
     std::vector<float> want_logprob(nl), want_values(top);
-    std::vector<int32_t> want_ids(top, -1);
+    std::vector<int32_t> want_ids(top, -1), want_rank(nl);
     lp.logits = logits.data();
     lp.tokens = expected.data();
     lp.requests = lq.data();
     lp.logprob = want_logprob.data();
+    lp.rank = want_rank.data();
     lp.top_ids = want_ids.data();
     lp.top_logprobs = want_values.data();
     cpu_->Logprobs(lp);
     EXPECT_LE(WorstRatio(d_logprob.Host(), want_logprob, 1e-5, 1e-6), 1.0) << "logprobs differ";
+    EXPECT_EQ(d_rank.Host(), want_rank);
     const std::vector<int32_t> ids = d_top_ids.Host();
     const std::vector<float> values = d_top_values.Host();
     for (size_t k = 0; k < nl; ++k) {

@@ -139,6 +139,7 @@ Results SeededSamples(const Reference& ref, const std::string& device, int graph
       in.sampling.min_tokens = 4;
       in.sampling.ignore_eos = false;
       if (i == 1) in.sampling.allowed_token_ids = {2, 5, 9, 40, 41, 600};
+      in.sampling.prompt_logprobs = 3;  // scored on the backend, unadjusted
     }
     EXPECT_OK(engine->AddRequest(in));
   }
@@ -169,6 +170,22 @@ TEST(EngineCudaSamplingTest, AdjustedSamplesAreTheCpus) {
   Results gpu = SeededSamples(ref, "cuda", 0, true), graphs = SeededSamples(ref, "cuda", 16, true);
   ExpectCpuSamples(gpu, cpu);
   ExpectCpuSamples(graphs, cpu);
+  // The prompts' logprobs: the same ranks and alternatives, values within 1e-3.
+  for (const auto& [id, samples] : cpu) {
+    const std::vector<TokenLogprobs>& want = samples.at(0).prompt_logprobs;
+    const std::vector<TokenLogprobs>& got = gpu[id][0].prompt_logprobs;
+    ASSERT_EQ(got.size(), ref.prompts[std::stoi(id)].size() - 1) << id;
+    ASSERT_EQ(want.size(), got.size()) << id;
+    for (size_t p = 0; p < got.size(); ++p) {
+      EXPECT_EQ(got[p].token, want[p].token) << id << " " << p;
+      EXPECT_EQ(got[p].rank, want[p].rank) << id << " " << p;
+      EXPECT_NEAR(got[p].logprob, want[p].logprob, 1e-3) << id << " " << p;
+      ASSERT_EQ(got[p].top.size(), want[p].top.size()) << id << " " << p;
+      for (size_t k = 0; k < got[p].top.size(); ++k) {
+        EXPECT_EQ(got[p].top[k].first, want[p].top[k].first) << id << " " << p << " " << k;
+      }
+    }
+  }
 }
 
 // Without --num-blocks the pool takes what --gpu-memory-utilization leaves once the weights and

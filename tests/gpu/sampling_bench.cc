@@ -54,14 +54,15 @@ struct DeviceBuffers {
     KVSERVE_CUDA_CHECK(cudaMalloc(&logprobs, max_batch * sizeof(float)));
     KVSERVE_CUDA_CHECK(cudaMalloc(&top_logprobs, max_batch * kMaxTopLogprobs * sizeof(float)));
     KVSERVE_CUDA_CHECK(cudaMalloc(&top_ids, max_batch * kMaxTopLogprobs * sizeof(int32_t)));
+    KVSERVE_CUDA_CHECK(cudaMalloc(&ranks, max_batch * sizeof(int32_t)));
     KVSERVE_CUDA_CHECK(
         cudaMemcpy(logits_, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
   ~DeviceBuffers() {
-    for (void* ptr :
-         {static_cast<void*>(logits_), static_cast<void*>(requests), static_cast<void*>(tokens),
-          static_cast<void*>(logprob_requests), static_cast<void*>(logprobs),
-          static_cast<void*>(top_logprobs), static_cast<void*>(top_ids)}) {
+    for (void* ptr : {static_cast<void*>(logits_), static_cast<void*>(requests),
+                      static_cast<void*>(tokens), static_cast<void*>(logprob_requests),
+                      static_cast<void*>(logprobs), static_cast<void*>(top_logprobs),
+                      static_cast<void*>(top_ids), static_cast<void*>(ranks)}) {
       cudaFree(ptr);
     }
   }
@@ -70,7 +71,7 @@ struct DeviceBuffers {
   int32_t* tokens = nullptr;
   LogprobRequest* logprob_requests = nullptr;
   float *logprobs = nullptr, *top_logprobs = nullptr;
-  int32_t* top_ids = nullptr;
+  int32_t *top_ids = nullptr, *ranks = nullptr;
 };
 
 // N(0, 3²) logits with four likely tokens per row.
@@ -135,6 +136,7 @@ bool RunMix(Backend& gpu, Backend& cpu, const Mix& m, int batch, int64_t vocab,
   lp.requests = d.logprob_requests;
   lp.num_requests = batch;
   lp.logprob = d.logprobs;
+  lp.rank = d.ranks;
   lp.top_ids = d.top_ids;
   lp.top_logprobs = d.top_logprobs;
   const double lp_us = MeanMicros(gpu, [&] { gpu.Logprobs(lp); });

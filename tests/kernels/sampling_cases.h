@@ -59,10 +59,16 @@ inline std::vector<SampleRequest> SamplingRequests(const SamplingCase& c, int co
 }
 
 // Logprobs of every third draw, top_n cycling through 0..20.
-inline std::vector<LogprobRequest> LogprobRequestsFor(const std::vector<SampleRequest>& requests) {
+// Logprobs of every third draw, and of given tokens (a prompt's) on the other rows.
+inline std::vector<LogprobRequest> LogprobRequestsFor(const std::vector<SampleRequest>& requests,
+                                                      int64_t vocab) {
   std::vector<LogprobRequest> lq;
-  for (int k = 0; k < static_cast<int>(requests.size()); k += 3) {
-    lq.push_back({requests[k].row, k, k % 21});
+  for (int k = 0; k < static_cast<int>(requests.size()); ++k) {
+    if (k % 3 == 0) {
+      lq.push_back({requests[k].row, k, k % 21});
+    } else if (k % 3 == 1) {
+      lq.push_back({requests[k].row, -1, k % 7, static_cast<int32_t>((k * 7919LL) % vocab)});
+    }
   }
   return lq;
 }

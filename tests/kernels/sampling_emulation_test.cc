@@ -59,7 +59,7 @@ TEST(SamplingEmulationTest, SampleAndLogprobsMatchTheCpuTwin) {
                                  << requests[k].min_p;
     }
 
-    const std::vector<LogprobRequest> lq = LogprobRequestsFor(requests);
+    const std::vector<LogprobRequest> lq = LogprobRequestsFor(requests, c.vocab);
     const auto nl = static_cast<int>(lq.size());
     LogprobsParams lp;
     lp.logits = logits.data();
@@ -72,16 +72,20 @@ TEST(SamplingEmulationTest, SampleAndLogprobsMatchTheCpuTwin) {
     std::vector<float> logprob(nl), want_logprob(nl), values(nl * kMaxTopLogprobs),
         want_values(nl * kMaxTopLogprobs);
     std::vector<int32_t> ids(nl * kMaxTopLogprobs, -1), want_ids(nl * kMaxTopLogprobs, -1);
+    std::vector<int32_t> rank(nl, -1), want_rank(nl, -2);
     lp.logprob = logprob.data();
+    lp.rank = rank.data();
     lp.top_ids = ids.data();
     lp.top_logprobs = values.data();
     emulation::Launch({nl, 1, 1}, cuda::sampling::kThreads, 0,
                       [&] { cuda::sampling::LogprobsKernel(lp); });
     lp.logprob = want_logprob.data();
+    lp.rank = want_rank.data();
     lp.top_ids = want_ids.data();
     lp.top_logprobs = want_values.data();
     cpu->Logprobs(lp);
     EXPECT_LE(WorstRatio(logprob, want_logprob, 1e-5, 1e-6), 1.0) << "logprobs differ";
+    EXPECT_EQ(rank, want_rank);
     for (int k = 0; k < nl; ++k) {
       for (int i = 0; i < std::min<int64_t>(lq[k].top_n, c.vocab); ++i) {
         const int at = k * kMaxTopLogprobs + i;

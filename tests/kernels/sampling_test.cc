@@ -252,9 +252,10 @@ TEST(SamplingTest, SlicedRowsDrawLikeContiguousOnes) {
 TEST(SamplingTest, LogprobsAreLogSoftmaxOfRawLogits) {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f, 2.9f, 3.0f};
   float logprob = 0;
-  int32_t ids[3];
+  int32_t rank = 0, ids[3];
   float values[3];
-  cpu::TopLogprobs(logits.data(), 6, 2, 3, &logprob, ids, values);
+  cpu::TopLogprobs(logits.data(), 6, 2, 3, &logprob, &rank, ids, values);
+  EXPECT_EQ(rank, 4);  // 3.0, 3.0 and 2.9 are larger
   double z = 0;
   for (float l : logits) z += std::exp(l);
   EXPECT_NEAR(logprob, 2.0 - std::log(z), 1e-6);
@@ -263,6 +264,8 @@ TEST(SamplingTest, LogprobsAreLogSoftmaxOfRawLogits) {
   EXPECT_EQ(ids[2], 4);
   EXPECT_NEAR(values[0], 3.0 - std::log(z), 1e-6);
   EXPECT_NEAR(values[1] - values[2], 0.1, 1e-6);
+  cpu::TopLogprobs(logits.data(), 6, 5, 0, &logprob, &rank, ids, values);
+  EXPECT_EQ(rank, 2) << "ties count";
 }
 
 // Logprobs read the tokens the draws produced and the same sliced layout as sampling.
@@ -271,9 +274,11 @@ TEST(SamplingTest, LogprobsFollowTheDrawsOverSlicedRows) {
   const int64_t rows = 2, vocab = 700, shard = 256;
   auto [logits, sliced] = MakeSlicedRows(rng, rows, vocab, shard);
   const std::vector<int32_t> tokens = {17, 650, 3};
-  const std::vector<LogprobRequest> requests = {{0, 1, 5}, {1, 0, 20}, {1, 2, 0}};
-  std::vector<float> logprob(3), top_values(3 * kMaxTopLogprobs);
-  std::vector<int32_t> top_ids(3 * kMaxTopLogprobs, -1);
+  // The last scores a given token (a prompt's), not a draw.
+  const std::vector<LogprobRequest> requests = {{0, 1, 5}, {1, 0, 20}, {1, 2, 0}, {0, -1, 3, 699}};
+  const int n = static_cast<int>(requests.size());
+  std::vector<float> logprob(n), top_values(n * kMaxTopLogprobs);
+  std::vector<int32_t> top_ids(n * kMaxTopLogprobs, -1), rank(n);
   LogprobsParams p;
   p.logits = sliced.data();
   p.num_rows = rows;
@@ -281,18 +286,21 @@ TEST(SamplingTest, LogprobsFollowTheDrawsOverSlicedRows) {
   p.shard_vocab = shard;
   p.tokens = tokens.data();
   p.requests = requests.data();
-  p.num_requests = 3;
+  p.num_requests = n;
   p.logprob = logprob.data();
+  p.rank = rank.data();
   p.top_ids = top_ids.data();
   p.top_logprobs = top_values.data();
   cpu::Logprobs(p);
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < n; ++k) {
     const LogprobRequest& q = requests[k];
     float want = 0;
-    int32_t ids[kMaxTopLogprobs];
+    int32_t want_rank = 0, ids[kMaxTopLogprobs];
     float values[kMaxTopLogprobs];
-    cpu::TopLogprobs(logits[q.row].data(), vocab, tokens[q.sample], q.top_n, &want, ids, values);
+    const int32_t token = q.sample >= 0 ? tokens[q.sample] : q.token;
+    cpu::TopLogprobs(logits[q.row].data(), vocab, token, q.top_n, &want, &want_rank, ids, values);
     EXPECT_EQ(logprob[k], want) << k;
+    EXPECT_EQ(rank[k], want_rank) << k;
     for (int i = 0; i < q.top_n; ++i) {
       EXPECT_EQ(top_ids[k * kMaxTopLogprobs + i], ids[i]) << k << " " << i;
       EXPECT_EQ(top_values[k * kMaxTopLogprobs + i], values[i]) << k << " " << i;

@@ -13,6 +13,7 @@ import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
 import { freePort, makeModel, startAndWait as start } from './harness.mjs';
+import { readSafetensors } from './safetensors.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-router-'));
@@ -142,8 +143,10 @@ test('errors in OpenAI shape', async () => {
   (e) => e.status === 400 && e.param === 'presence_penalty');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', logit_bias: { 999999999: 5 } }),
     (e) => e.status === 400 && e.param === 'logit_bias' && /not in the vocabulary/.test(e.message));
-  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', echo: true }),
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], echo: true }),
     (e) => e.status === 400 && e.param === 'echo');
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 0 }),
+    (e) => e.status === 400 && e.param === 'max_tokens');
   await assert.rejects(client.chat.completions.create({
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }),
   (e) => e.status === 400 && e.param === 'response_format');
@@ -259,6 +262,112 @@ test("a worker started with vLLM's command line serves; priority and --seed as v
     assert.notEqual(r.status, 0, args.join(' '));
     assert.match(r.stderr, message, args.join(' '));
   }
+});
+
+// The transformers fixture served whole: its weights with Llama 3's tokenizer (whose first 1024
+// ids cover the fixture's vocabulary), prompts sent as token ids.
+async function startFixture() {
+  const src = new URL('../fixtures/models/tiny-llama3/', import.meta.url).pathname;
+  const dir = path.join(tmp, 'fixture');
+  fs.mkdirSync(dir, { recursive: true });
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors']) fs.copyFileSync(path.join(src, f), path.join(dir, f));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(tokenizerDir, f), path.join(dir, f));
+  const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  await start(children, path.join(bin, 'kvserve-worker'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
+    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024',
+    '--num-blocks', '256'], /kvserve-worker ready/);
+  await start(children, path.join(bin, 'kvserve-router'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
+    '--port', String(http), '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+  for (let i = 0; i < 100 && (await fetch(`http://127.0.0.1:${http}/ready`)).status !== 200; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const reference = JSON.parse(fs.readFileSync(path.join(src, 'reference.json'), 'utf8'));
+  const logits = readSafetensors(path.join(src, 'reference_logits.safetensors'));
+  return { client: new OpenAI({ baseURL: `http://127.0.0.1:${http}/v1`, apiKey: 'unused', maxRetries: 0 }), reference, logits };
+}
+
+// log-softmax of row `row` of a [positions, vocab] tensor at `id`, and the largest |logit|.
+function logSoftmaxAt(t, row, id) {
+  const vocab = t.shape[1];
+  const r = t.data.subarray(row * vocab, (row + 1) * vocab);
+  let max = -Infinity, scale = 0;
+  for (const l of r) { max = Math.max(max, l); scale = Math.max(scale, Math.abs(l)); }
+  let sum = 0;
+  for (const l of r) sum += Math.exp(l - max);
+  return { value: r[id] - max - Math.log(sum), scale, rank: r.filter((l) => l >= r[id]).length };
+}
+
+test('echo, prompt_logprobs and lists of prompts (transformers fixture)', async () => {
+  const { client: fx, reference, logits } = await startFixture();
+  const [short, prompt] = reference.prompts;
+  const ref = logits.logits_1;
+  // echo + logprobs + max_tokens 0: the prompt scored, nothing generated; each token's logprob is
+  // transformers' log-softmax within the fixtures' tolerance (1e-4 of the largest logit, twice).
+  const scored = await fx.completions.create({ model: 'fixture', prompt, echo: true, logprobs: 3, max_tokens: 0 });
+  const c = scored.choices[0];
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(c.logprobs.tokens.length, prompt.length);
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  assert.equal(c.logprobs.top_logprobs[0], null);
+  assert.equal(c.text, c.logprobs.tokens.join(''));
+  for (let i = 1; i < prompt.length; i++) {
+    const want = logSoftmaxAt(ref, i - 1, prompt[i]);
+    assert.ok(Math.abs(c.logprobs.token_logprobs[i] - want.value) <= 2e-4 * want.scale, `position ${i}`);
+    assert.equal(Object.keys(c.logprobs.top_logprobs[i]).length <= 3, true);
+    assert.equal(c.logprobs.text_offset[i], c.logprobs.tokens.slice(0, i).join('').length);
+  }
+  // vLLM's prompt_logprobs: {id: {logprob, rank, decoded_token}} with the prompt token and the top 2.
+  const vllm = await fx.completions.create({ model: 'fixture', prompt, prompt_logprobs: 2, max_tokens: 1, temperature: 0 });
+  const pl = vllm.choices[0].prompt_logprobs;
+  assert.equal(pl.length, prompt.length);
+  assert.equal(pl[0], null);
+  for (let i = 1; i < prompt.length; i++) {
+    const want = logSoftmaxAt(ref, i - 1, prompt[i]);
+    const got = pl[i][String(prompt[i])];
+    assert.ok(Math.abs(got.logprob - want.value) <= 2e-4 * want.scale, `position ${i}`);
+    assert.ok(Math.abs(got.rank - want.rank) <= 1, `position ${i} rank ${got.rank} vs ${want.rank}`);
+    assert.ok(Object.keys(pl[i]).length <= 3);
+  }
+  // Streamed echo: the prompt's text and logprobs first, then what is generated.
+  let text = '';
+  const tokens = [], values = [];
+  for await (const chunk of await fx.completions.create({ model: 'fixture', prompt: short, echo: true, logprobs: 1,
+    max_tokens: 2, temperature: 0, stream: true })) {
+    for (const ch of chunk.choices) {
+      text += ch.text;
+      tokens.push(...(ch.logprobs?.tokens ?? []));
+      values.push(...(ch.logprobs?.token_logprobs ?? []));
+    }
+  }
+  assert.equal(tokens.length, short.length + 2);
+  assert.equal(values[0], null);
+  assert.equal(text, tokens.join(''));
+  // A list of prompts: choices prompt-major then n, each the answer its prompt gets alone.
+  const list = await fx.completions.create({ model: 'fixture', prompt: reference.prompts, n: 2, max_tokens: 4, temperature: 0 });
+  assert.deepEqual(list.choices.map((ch) => ch.index), [0, 1, 2, 3, 4, 5]);
+  let promptTokens = 0;
+  for (const [k, p] of reference.prompts.entries()) {
+    const alone = await fx.completions.create({ model: 'fixture', prompt: p, max_tokens: 4, temperature: 0 });
+    assert.equal(list.choices[2 * k].text, alone.choices[0].text, `prompt ${k}`);
+    assert.equal(list.choices[2 * k + 1].text, alone.choices[0].text, `prompt ${k}`);
+    promptTokens += p.length;
+  }
+  assert.equal(list.usage.prompt_tokens, promptTokens);
+  assert.equal(list.usage.completion_tokens, 24);
+  // Text prompts in a list (the generated model: Llama 3's whole vocabulary), echoed, streamed:
+  // each choice starts with its own prompt.
+  const texts = ['Hello', 'The fixture'];
+  const streamed = ['', ''];
+  for await (const chunk of await client.completions.create({ model: 'tiny', prompt: texts, echo: true, max_tokens: 3,
+    stream: true })) {
+    for (const ch of chunk.choices) streamed[ch.index] += ch.text;
+  }
+  texts.forEach((t, k) => assert.ok(streamed[k].startsWith(t), JSON.stringify(streamed)));
+  await assert.rejects(fx.completions.create({ model: 'fixture', prompt: [short, [5000000]], max_tokens: 1 }),
+    (e) => e.status === 400 && /prompt\[1\]: token id 5000000/.test(e.message));
+  await assert.rejects(fx.completions.create({ model: 'fixture', prompt, prompt_logprobs: 1, stream: true }),
+    (e) => e.status === 400 && e.param === 'prompt_logprobs');
 });
 
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {

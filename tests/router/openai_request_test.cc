@@ -33,7 +33,8 @@ TEST(OpenAiRequestTest, ParsesCompletions) {
                {"some_future_field", {1, 2}}};
   ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), false));
   EXPECT_EQ(r.model, "m");
-  EXPECT_EQ(*r.prompt_text, "Hello");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "Hello");
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.temperature, 0.5f);
   EXPECT_EQ(r.top_k, 40);
@@ -45,7 +46,8 @@ TEST(OpenAiRequestTest, ParsesCompletions) {
   EXPECT_EQ(r.cache_salt, "t");
   EXPECT_EQ(*r.truncate_prompt_tokens, 100);
   ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": [1, 2, 3]})", false));
-  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r.max_tokens, 16);
   EXPECT_FALSE(r.max_tokens_given);
 }
@@ -89,7 +91,7 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
       {R"({"model": "m", "prompt": "x", "stop": 5})", false, "stop"},
       {R"({"model": "m", "prompt": "x", "logprobs": 50})", false, "logprobs"},
       {R"({"model": "m", "prompt": [1, -2]})", false, "prompt"},
-      {R"({"model": "m", "prompt": ["a", "b"]})", false, "prompt"},
+      {R"({"model": "m", "prompt": [["a"]]})", false, "prompt[0]"},
       {R"({"model": "m", "prompt": "x", "stream": "yes"})", false, "stream"},
       {R"({"model": "m", "messages": []})", true, "messages"},
       {R"({"model": "m", "messages": [{"content": "x"}]})", true, "messages[0].role"},
@@ -177,9 +179,12 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
   };
   const std::vector<Case> cases = {
       {{{"use_beam_search", true}}, false, "use_beam_search"},
-      {{{"echo", true}}, false, "echo"},
+      {{{"echo", true}}, true, "echo"},
       {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},
-      {{{"prompt_logprobs", 1}}, false, "prompt_logprobs"},
+      {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
+      {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
+      {{{"prompt_logprobs", 21}}, false, "prompt_logprobs"},
+      {{{"max_tokens", 0}}, false, "max_tokens"},
       {{{"response_format", {{"type", "json_object"}}}}, true, "response_format"},
       {{{"response_format", "json"}}, true, "response_format"},
       {{{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, true, "tools"},
@@ -194,6 +199,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
         {"bad_words", json::array()},
         {"echo", false},
         {"response_format", {{"type", "text"}}},
+        {"prompt_logprobs", 0},
         {"suffix", ""},
         {"best_of", 2},
         {"n", 2}},
@@ -281,11 +287,78 @@ TEST(OpenAiRequestTest, LogprobBudget) {
   EXPECT_OK(CheckLogprobBudget(r, 100, l));  // 2 × 100 × 5 = 1000
   EXPECT_THAT(CheckLogprobBudget(r, 101, l),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("logprobs: n × max_tokens × (1 + alternatives) = 2 × 101 × 5 = "
-                                 "1010 log-probability entries; the limit is 1000")));
+                       HasSubstr("logprobs: prompts × n × max_tokens × (1 + alternatives) = 1 × "
+                                 "2 × 101 × 5 = 1010 log-probability entries; the limit is 1000")));
+  r.prompts.resize(2);
+  EXPECT_THAT(CheckLogprobBudget(r, 100, l),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("= 2 × 2 × 100 × 5 = 2000")));
   r.n = 128;
   r.logprobs = 20;
   EXPECT_FALSE(CheckLogprobBudget(r, INT32_MAX, l).ok());  // no overflow
+  // The prompts' logprobs: prompt tokens (all prompts) × n × (1 + alternatives).
+  ParsedRequest scored;
+  scored.prompt_logprobs = 4;
+  scored.n = 2;
+  EXPECT_OK(CheckLogprobBudget(scored, 1, l, 100));
+  EXPECT_THAT(CheckLogprobBudget(scored, 1, l, 101),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("prompt_logprobs: prompt tokens × n × (1 + alternatives) = 101")));
+  ParsedRequest echoed;
+  echoed.echo = true;
+  echoed.logprobs = 9;
+  EXPECT_THAT(CheckLogprobBudget(echoed, 0, l, 101),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("echo: ")));
+}
+
+// A list of prompts: strings or token-id lists, each answered on its own; limits on their count
+// and their bytes in all; echo allows max_tokens 0 and returns the prompt's logprobs with
+// logprobs.
+TEST(OpenAiRequestTest, ListsOfPromptsAndEcho) {
+  RequestLimits l;
+  l.max_prompts = 3;
+  l.max_prompt_bytes = 10;
+  l.max_prompt_ids = 4;
+  auto parse = [&](json body) {
+    body["model"] = "m";
+    return ParseCompletionRequest(body.dump(), false, l);
+  };
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, parse({{"prompt", {"ab", "cd", "e"}}}));
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(*r.prompts[1].text, "cd");
+  ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", {{1, 2}, {3}}}}));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
+  EXPECT_FALSE(r.prompts[1].text);
+  ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", json::array({"ab", {5, 6}})}}));
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{5, 6}));
+  struct Bad {
+    json prompt;
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{"a", "b", "c", "d"}, "prompt: has 4 prompts; the limit is 3 (--max-prompts)"},
+           {{"abcdef", "ghijk"}, "prompt: has over 11 bytes of text; the limit is 10"},
+           {{{1}, json::array()}, "prompt[1]: must not be empty"},
+           {{{1}, {1, 2, 3, 4, 5}}, "prompt[1]: has 5 token ids"},
+           {json::array({"a", 1}), "prompt[1]: must be a string or a list of token ids"},
+           {json::array({{1}, {-1}}), "prompt[1]: token ids must be non-negative"},
+           {json::array(), "prompt: must be a string"},
+       }) {
+    EXPECT_THAT(parse({{"prompt", b.prompt}}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(b.message)))
+        << b.prompt;
+  }
+  ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", "x"}, {"echo", true}, {"max_tokens", 0}}));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.max_tokens, 0);
+  EXPECT_FALSE(r.worker_prompt_logprobs()) << "echo alone scores nothing";
+  ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", "x"}, {"echo", true}, {"logprobs", 3}}));
+  EXPECT_EQ(r.worker_prompt_logprobs(), 3);
+  ASSERT_OK_AND_ASSIGN(
+      r, parse({{"prompt", "x"}, {"echo", true}, {"logprobs", 3}, {"prompt_logprobs", 5}}));
+  EXPECT_EQ(r.worker_prompt_logprobs(), 5);
+  ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", "x"}, {"prompt_logprobs", 0}}));
+  EXPECT_EQ(r.worker_prompt_logprobs(), 0);
 }
 
 TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {

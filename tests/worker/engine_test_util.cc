@@ -40,6 +40,10 @@ Results RunToCompletion(Engine& engine, bool check_invariants, int max_steps) {
       r.logprobs.insert(r.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
       if (o.finish_reason != FinishReason::kNone) r.finish = o.finish_reason;
       r.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
+      if (!o.prompt_logprobs.empty()) {
+        EXPECT_TRUE(results[o.request_id][0].prompt_logprobs.empty()) << "sent twice";
+        results[o.request_id][0].prompt_logprobs = std::move(o.prompt_logprobs);
+      }
       if (o.request_finished && !o.prompt_logits.empty()) {
         results[o.request_id][0].prompt_logits = std::move(o.prompt_logits);
       }

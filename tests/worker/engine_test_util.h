@@ -20,6 +20,7 @@ struct SampleResult {
   FinishReason finish = FinishReason::kNone;
   int num_cached_prompt_tokens = 0;
   std::vector<float> prompt_logits;
+  std::vector<TokenLogprobs> prompt_logprobs;  // on sample 0
 };
 // request id -> sample index -> result
 using Results = std::map<std::string, std::map<int, SampleResult>>;

@@ -17,6 +17,9 @@
 namespace kvserve::worker {
 namespace {
 
+// A logprobs request's results, in 32-bit words: its logprob, its rank, the top ids and values.
+constexpr int64_t kLogprobWords = 2 + 2 * kernels::kMaxTopLogprobs;
+
 // Appends `v`'s bytes to `out`, padded to 8 bytes; returns where they start.
 template <typename V>
 size_t Pack(const V& v, std::vector<uint8_t>& out) {
@@ -234,17 +237,19 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, 
                             .rounded_gemm_k = config_.hidden_size});
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
-  Reserve(scratch_.results, samples * (1 + 1 + 2 * kernels::kMaxTopLogprobs));
+  // Logprobs: one per draw, and one per prompt row (prompt_logprobs).
+  Reserve(scratch_.results, samples + (samples + logit_rows) * kLogprobWords);
   Reserve(scratch_.host_rows, HostRowsPerCopy() * config_.vocab_size);
   // The packed batch (Forward) at its largest: each part padded to 8 bytes, a sequence per
-  // logits row at most, the block tables at their widest, a logprobs request per sample.
+  // logits row at most, the block tables at their widest, a logprobs request per sample and
+  // per logits row.
   auto part = [](int64_t n, size_t bytes) { return (static_cast<size_t>(n) * bytes + 7) / 8 * 8; };
   Reserve(scratch_.batch, 2 * part(tokens, sizeof(int32_t)) + part(tokens, sizeof(int64_t)) +
                               3 * part(seqs, sizeof(int32_t)) +
                               part(seqs * graph_max_blocks_per_seq_, sizeof(int32_t)) +
                               part(samples, sizeof(kernels::SampleRequest)) +
                               part(logit_rows, sizeof(int32_t)) +
-                              part(samples, sizeof(kernels::LogprobRequest)));
+                              part(samples + logit_rows, sizeof(kernels::LogprobRequest)));
   // Decode graphs replay batches of up to graph_max_batch_ rows: within these bounds. With
   // tensor parallelism, the graphs hold the collectives too (stream-ordered ones only).
   const int64_t max_batch = std::min<int64_t>({graph_max_batch_, tokens, logit_rows});
@@ -278,11 +283,11 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
                  const kernels::SampleRequest* samples,
                  const kernels::LogprobRequest* logprob_requests, ForwardOutput* out) {
   // The results in one backend array, so they come back in one copy: the tokens, then per
-  // logprobs request its logprob, kMaxTopLogprobs ids and kMaxTopLogprobs values.
+  // logprobs request its logprob, rank, kMaxTopLogprobs ids and kMaxTopLogprobs values.
   constexpr int kTop = kernels::kMaxTopLogprobs;
   const auto n = static_cast<int64_t>(b.samples.size());
   const auto num = static_cast<int64_t>(b.logprobs.size());
-  const int64_t words = n + num * (1 + 2 * kTop);
+  const int64_t words = n + num * kLogprobWords;
   uint32_t* results = Reserve(scratch_.results, words);
   // The logits are this step's own scratch: adjusted where they lie.
   if (kernels::AdjustLogitsParams a = scratch_.adjust_params; a.num_adjustments > 0) {
@@ -298,7 +303,7 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   sp.requests = samples;
   sp.num_requests = n;
   sp.tokens = reinterpret_cast<int32_t*>(results);
-  backend_->Sample(sp);
+  if (n > 0) backend_->Sample(sp);
   uint32_t* lp_words = results + n;
   if (num > 0) {
     kernels::LogprobsParams lp;
@@ -310,8 +315,9 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     lp.requests = logprob_requests;
     lp.num_requests = num;
     lp.logprob = reinterpret_cast<float*>(lp_words);
-    lp.top_ids = reinterpret_cast<int32_t*>(lp_words + num);
-    lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (1 + kTop));
+    lp.rank = reinterpret_cast<int32_t*>(lp_words + num);
+    lp.top_ids = reinterpret_cast<int32_t*>(lp_words + num * 2);
+    lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (2 + kTop));
     backend_->Logprobs(lp);
   }
   std::vector<uint32_t>& host = scratch_.results_host;
@@ -323,13 +329,14 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   for (int64_t k = 0; k < num; ++k) {
     const kernels::LogprobRequest& q = b.logprobs[k];
     TokenLogprobs t;
-    t.token = out->tokens[q.sample];
+    t.token = q.sample >= 0 ? out->tokens[q.sample] : q.token;
     std::memcpy(&t.logprob, h + k, sizeof(float));
+    std::memcpy(&t.rank, h + num + k, sizeof(int32_t));
     for (int i = 0; i < std::min<int64_t>(q.top_n, config_.vocab_size); ++i) {
       int32_t id;
       float value;
-      std::memcpy(&id, h + num + k * kTop + i, sizeof(id));
-      std::memcpy(&value, h + num * (1 + kTop) + k * kTop + i, sizeof(value));
+      std::memcpy(&id, h + num * 2 + k * kTop + i, sizeof(id));
+      std::memcpy(&value, h + num * (2 + kTop) + k * kTop + i, sizeof(value));
       t.top.emplace_back(id, value);
     }
     out->logprobs.push_back(std::move(t));
@@ -547,7 +554,8 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
   // A tensor-parallel step ends with its collectives done (or failed) on every rank: waited
   // for here where nothing is downloaded below, by the downloads otherwise. (That also runs an
   // emulated device, whose queued work runs only when something waits for it.)
-  const bool downloads = shard_.rank == 0 && (!b.samples.empty() || !b.host_logit_rows.empty());
+  const bool draws = !b.samples.empty() || !b.logprobs.empty();
+  const bool downloads = shard_.rank == 0 && (draws || !b.host_logit_rows.empty());
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
   const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
   // The prompt logits first: the draw's adjustments change the rows it reads.
@@ -570,7 +578,7 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
       backend_->Download(out.logits.data() + k0 * vocab, host_rows, sizeof(float) * m * vocab);
     }
   }
-  if (shard_.rank == 0 && !b.samples.empty()) {
+  if (shard_.rank == 0 && draws) {
     Draw(b, logits, rows, samples, logprob_requests, &out);
   }
   // Collectives that a peer's stall or failure aborted meanwhile leave garbage in the logits:

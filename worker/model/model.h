@@ -45,7 +45,8 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // token rows whose logits are computed
   // Tokens to draw on the backend; each request's `row` indexes logit_rows.
   std::vector<kernels::SampleRequest> samples;
-  // Logprobs of drawn tokens, computed on the backend; each `sample` indexes samples.
+  // Logprobs of drawn tokens (each `sample` indexes samples) and of given ones (a prompt's),
+  // computed on the backend.
   std::vector<kernels::LogprobRequest> logprobs;
   // Changes to logits rows before the draw and the logprobs (penalties, biases, bans, allowed
   // ids: kernels/logits_processing.h), with the lists their ranges index.

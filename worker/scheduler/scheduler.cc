@@ -20,7 +20,7 @@ bool Before(const Sequence* a, const Sequence* b) {
 bool Prefilling(const Sequence& seq) { return seq.num_tokens() - seq.num_computed_tokens > 1; }
 
 bool ReturnsPromptLogits(const Sequence& seq) {
-  return seq.request->input.return_prompt_logits && seq.sample_index == 0;
+  return seq.request->input.needs_prompt_rows() && seq.sample_index == 0;
 }
 
 // The running slots a sequence takes: a request's first sequence before it forks holds one for
@@ -213,7 +213,7 @@ void Scheduler::AdmitWaiting(StepBudget& b, Output& out) {
   for (Sequence* seq : waiting_) {
     if (b.tokens == 0 || b.slots + Slots(*seq) > config_.max_num_seqs) break;
     if (!PrefillAllowed(*seq, b)) continue;
-    const bool want_logits = seq->request->input.return_prompt_logits;
+    const bool want_logits = seq->request->input.needs_prompt_rows();
     std::vector<CachedBlock> cached =
         want_logits ? std::vector<CachedBlock>() : kv_->FindCachedBlocks(*seq);
     const size_t usable = static_cast<size_t>((seq->num_tokens() - 1) / kv_->block_size());

@@ -33,6 +33,17 @@ double RssMb() {
 
 pb::Medium ToProto(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE; }
 
+void ToProto(const TokenLogprobs& lp, pb::PositionLogprobs* p) {
+  p->mutable_sampled()->set_token_id(lp.token);
+  p->mutable_sampled()->set_logprob(lp.logprob);
+  p->set_rank(lp.rank);
+  for (auto [tok, logprob] : lp.top) {
+    pb::TokenLogprob* t = p->add_top();
+    t->set_token_id(tok);
+    t->set_logprob(logprob);
+  }
+}
+
 pb::FinishReason ToProto(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -282,6 +293,7 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
   in.sampling.min_p = sp.min_p();
   if (sp.has_seed()) in.sampling.seed = sp.seed();
   if (sp.has_logprobs()) in.sampling.logprobs = sp.logprobs();
+  if (sp.has_prompt_logprobs()) in.sampling.prompt_logprobs = sp.prompt_logprobs();
   in.sampling.ignore_eos = sp.ignore_eos();
   in.sampling.n = sp.n() == 0 ? 1 : sp.n();
   CopyAdjustments(sp, in.sampling);
@@ -404,16 +416,8 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
     delta.set_request_id(o.request_id);
     delta.set_sample_index(o.sample_index);
     for (int32_t t : o.new_tokens) delta.add_token_ids(t);
-    for (const TokenLogprobs& lp : o.new_logprobs) {
-      pb::PositionLogprobs* p = delta.add_logprobs();
-      p->mutable_sampled()->set_token_id(lp.token);
-      p->mutable_sampled()->set_logprob(lp.logprob);
-      for (auto [tok, logprob] : lp.top) {
-        pb::TokenLogprob* t = p->add_top();
-        t->set_token_id(tok);
-        t->set_logprob(logprob);
-      }
-    }
+    for (const TokenLogprobs& lp : o.new_logprobs) ToProto(lp, delta.add_logprobs());
+    for (const TokenLogprobs& lp : o.prompt_logprobs) ToProto(lp, delta.add_prompt_logprobs());
     delta.set_finish_reason(ToProto(o.finish_reason));
     if (o.stop_token) delta.set_stop_token_id(*o.stop_token);
     if (o.request_finished) {
@@ -438,6 +442,7 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
       acc.set_sample_index(o.sample_index);
       acc.mutable_token_ids()->MergeFrom(delta.token_ids());
       acc.mutable_logprobs()->MergeFrom(delta.logprobs());
+      acc.mutable_prompt_logprobs()->MergeFrom(delta.prompt_logprobs());
       if (delta.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
         acc.set_finish_reason(delta.finish_reason());
         if (delta.has_stop_token_id()) acc.set_stop_token_id(delta.stop_token_id());
