@@ -50,7 +50,7 @@ void AnswerAsks(const CoordinatorOptions& options, absl::Span<const RecycleView>
   int unavailable = 0;
   for (const RecycleView& w : workers) {
     names[w.id] = w.name;
-    unavailable += w.eligible ? 0 : 1;
+    unavailable += w.eligible && !w.grant_in_flight ? 0 : 1;
   }
   std::stable_sort(asks.begin(), asks.end(), [&](const RecycleAsk& a, const RecycleAsk& b) {
     return names[a.worker] < names[b.worker];

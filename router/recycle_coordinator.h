@@ -5,7 +5,8 @@
 //   1. a worker holding a revocable grant beyond the limit, counting those already out for good
 //      and keeping the earliest grants (then by name), gets a revoke (once per grant);
 //   2. recycle asks are answered lowest name first: a grant while fewer than the limit are out
-//      of rotation, else a deny. A limit of 0 turns this replica's coordinator off.
+//      of rotation (counting this replica's grants its heartbeats do not show yet), else a
+//      deny. A limit of 0 turns this replica's coordinator off.
 //
 //   CoordinatorDecision d = CoordinateRecycles(options, workers, asks, already_revoked);
 //   for (const auto& [worker, control] : d.messages) pool.Send(worker, control);
@@ -33,6 +34,9 @@ struct RecycleView {
   bool recycle_pending = false;  // holds a revocable grant
   int64_t recycle_grant_ms = 0;  // when it was granted
   uint64_t instance_id = 0;
+  // This replica granted it a slot that its heartbeats do not show yet: out of rotation for the
+  // asks (a second ask answered before that heartbeat must not get a slot too).
+  bool grant_in_flight = false;
 };
 
 // A worker's ask for a recycle slot (its Control RECYCLE_REQUEST).

@@ -245,10 +245,22 @@ void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
   std::vector<RecycleView> workers;
   for (const WorkerView& v : views) {
     RecycleView w{.id = v.id, .name = v.name, .eligible = v.eligible};
-    if (const pb::WorkerStatus* st = pool_->status(v.id); st != nullptr) {
+    const pb::WorkerStatus* st = pool_->status(v.id);
+    if (st != nullptr) {
       w.recycle_pending = st->recycle_pending();
       w.recycle_grant_ms = st->recycle_grant_ms();
       w.instance_id = st->instance_id();
+    }
+    // A grant stays in flight until the worker's heartbeats show it out of rotation (or two
+    // heartbeat timeouts pass: the grant was lost, or refused).
+    if (auto it = grants_in_flight_.find(v.id); it != grants_in_flight_.end()) {
+      const bool shown = !v.eligible || w.recycle_pending;
+      const auto age = std::chrono::steady_clock::now() - it->second;
+      if (shown || age > 2 * absl::ToChronoNanoseconds(options_.heartbeat_timeout)) {
+        grants_in_flight_.erase(it);
+      } else {
+        w.grant_in_flight = true;
+      }
     }
     workers.push_back(std::move(w));
   }
@@ -258,7 +270,12 @@ void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
   }
   CoordinatorDecision d = CoordinateRecycles({options_.max_unavailable, options_.coordinator_id},
                                              workers, std::move(asks), revoked_);
-  for (auto& [w, control] : d.messages) pool_->Send(w, control).IgnoreError();
+  for (auto& [w, control] : d.messages) {
+    if (control.action() == pb::CONTROL_ACTION_RECYCLE_GRANT) {
+      grants_in_flight_[w] = std::chrono::steady_clock::now();
+    }
+    pool_->Send(w, control).IgnoreError();
+  }
   for (std::string& key : d.revoked) revoked_.insert(std::move(key));
   grants_ += d.grants;
   revokes_ += static_cast<int64_t>(d.revoked.size());

@@ -219,6 +219,8 @@ class RouterCore {
   absl::flat_hash_map<std::string, Placed> inflight_;
   std::deque<Waiting> queue_;
   absl::flat_hash_set<std::string> revoked_;  // RevokeKey of each revoke sent
+  // Workers this replica granted a recycle slot, and when: until their heartbeats show it.
+  absl::flat_hash_map<int, std::chrono::steady_clock::time_point> grants_in_flight_;
   std::chrono::steady_clock::time_point last_info_;
   uint64_t round_robin_ = 0;
 

@@ -62,6 +62,20 @@ TEST(RecycleCoordinatorTest, WorkersAlreadyOutOfRotationCountAgainstTheLimit) {
   EXPECT_EQ(d.grants, 0);
 }
 
+// A grant this replica sent a moment ago, which the worker's heartbeat does not show yet, holds
+// the slot: the next ask is denied, not granted a second slot.
+TEST(RecycleCoordinatorTest, GrantsInFlightCountAgainstTheLimit) {
+  std::vector<RecycleView> workers = {Worker(0), Worker(1)};
+  CoordinatorDecision d = CoordinateRecycles({.max_unavailable = 1}, workers, {Ask(0)}, {});
+  ASSERT_EQ(d.grants, 1);
+  workers[0].grant_in_flight = true;  // still eligible in the router's view
+  d = CoordinateRecycles({.max_unavailable = 1}, workers, {Ask(1)}, {});
+  const std::vector<std::pair<int, pb::ControlAction>> want = {
+      {1, pb::CONTROL_ACTION_RECYCLE_DENY}};
+  EXPECT_EQ(Actions(d), want);
+  EXPECT_TRUE(d.revoked.empty()) << "in-flight grants revoke nothing";
+}
+
 TEST(RecycleCoordinatorTest, ZeroLimitDeniesEveryAskAndRevokesNothing) {
   const std::vector<RecycleView> workers = {Holding(0, 5), Holding(1, 6), Worker(2)};
   const CoordinatorDecision d = CoordinateRecycles({.max_unavailable = 0}, workers, {Ask(2)}, {});
