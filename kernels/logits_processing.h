@@ -2,7 +2,8 @@
 // (vLLM's order and definitions), applied in place by every backend with the same arithmetic
 // (the CPU twin in kernels/cpu/logits_processing.cc, the CUDA kernel in
 // kernels/cuda/logits_processing.cuh), so that both draw the same token bit for bit:
-//  1. allowed ids: when the row has a list, every other id gets -inf;
+//  1. allowed ids: when the row has a list, every other id gets -inf; likewise when it has a
+//     bitmask (structured outputs' allowed tokens), every id whose bit is clear;
 //  2. biases, in order of the list: logit + bias (banned ids come as a -inf bias: bad words,
 //     and the stop ids while min_tokens is not reached);
 //  3. penalties, per distinct token of the sequence: the repetition penalty r (CTRL / Hugging
@@ -41,6 +42,9 @@ struct LogitsAdjustment {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   int32_t allowed_begin = 0, allowed_end = 0;  // ascending ids; empty: every id allowed
+  // The row's bitmask: (vocab + 31) / 32 words of mask_words from here, id allowed when bit
+  // id % 32 of word id / 32 is set; -1: none.
+  int32_t mask_begin = -1;
   int32_t bias_begin = 0, bias_end = 0;
   int32_t counts_begin = 0, counts_end = 0;
 };
@@ -55,7 +59,14 @@ struct AdjustLogitsParams {
   const int32_t* allowed_ids = nullptr;
   const TokenBias* biases = nullptr;
   const TokenCount* counts = nullptr;
+  const uint32_t* mask_words = nullptr;
 };
+
+// Whether row `a`'s bitmask (if any) allows `id`.
+KVSERVE_HD inline bool MaskAllows(const AdjustLogitsParams& p, const LogitsAdjustment& a,
+                                  int64_t id) {
+  return a.mask_begin < 0 || ((p.mask_words[a.mask_begin + (id >> 5)] >> (id & 31)) & 1u) != 0;
+}
 
 // Where id `id` of row `row` is (SampleParams' layout).
 KVSERVE_HD inline int64_t LogitIndex(int64_t num_rows, int64_t vocab, int64_t shard_vocab,

@@ -250,6 +250,14 @@ std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
     s->add_bad_words()->mutable_ids()->Add(word.begin(), word.end());
   }
   for (int32_t id : req_.allowed_token_ids) s->add_allowed_token_ids(id);
+  if (const std::optional<structured::ConstraintSpec>& c = req_.constraint; c) {
+    if (c->kind == structured::ConstraintSpec::Kind::kRegex) {
+      s->mutable_constraint()->set_regex(c->regex);
+    } else {
+      s->mutable_constraint()->mutable_choice()->mutable_choices()->Add(c->choices.begin(),
+                                                                        c->choices.end());
+    }
+  }
   return job;
 }
 

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -83,9 +84,8 @@ bool NonEmptyArray(object o, std::string_view key) {
 absl::Status RefuseUnserved(object o, bool chat, int n) {
   ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
   if (beam) return Unserved("use_beam_search", " or false");
-  for (const char* key :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
-    if (Field(o, key)) return Unserved(key, "");
+  for (const char* key : {"guided_json", "guided_grammar"}) {
+    if (Field(o, key)) return Unserved(key, " (guided_regex and guided_choice are served)");
   }
   if (auto e = Field(o, "response_format")) {
     object format;
@@ -419,6 +419,88 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
   return absl::OkStatus();
 }
 
+// A choice list at `e` into `spec`.
+absl::Status ChoiceList(element e, const std::string& param, const RequestLimits& limits,
+                        structured::ConstraintSpec* spec) {
+  simdjson::dom::array arr;
+  if (e.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
+    return Bad(param, "must be a non-empty list of strings");
+  }
+  if (arr.size() > static_cast<size_t>(limits.max_choices)) {
+    return Bad(param,
+               absl::StrCat("has ", arr.size(), " choices; the limit is ", limits.max_choices));
+  }
+  spec->kind = structured::ConstraintSpec::Kind::kChoice;
+  int64_t bytes = 0;
+  for (element c : arr) {
+    std::string_view text;
+    if (c.get_string().get(text) != simdjson::SUCCESS) return Bad(param, "must hold strings");
+    bytes += static_cast<int64_t>(text.size());
+    spec->choices.emplace_back(text);
+  }
+  if (bytes > limits.max_constraint_bytes) {
+    return Bad(param, absl::StrCat("has ", bytes, " bytes of choices; the limit is ",
+                                   limits.max_constraint_bytes));
+  }
+  return absl::OkStatus();
+}
+
+// A regex at `e` into `spec`.
+absl::Status RegexText(element e, const std::string& param, const RequestLimits& limits,
+                       structured::ConstraintSpec* spec) {
+  std::string_view text;
+  if (e.get_string().get(text) != simdjson::SUCCESS) return Bad(param, "must be a string");
+  if (text.size() > static_cast<size_t>(limits.max_constraint_bytes)) {
+    return Bad(param, absl::StrCat("has ", text.size(), " bytes; the limit is ",
+                                   limits.max_constraint_bytes));
+  }
+  spec->kind = structured::ConstraintSpec::Kind::kRegex;
+  spec->regex = std::string(text);
+  return absl::OkStatus();
+}
+
+// The constraint of structured outputs: vLLM's guided_regex / guided_choice or
+// structured_outputs {regex | choice}; at most one; compiled here so that a bad one is a 400.
+absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedRequest* r) {
+  std::vector<std::pair<std::string, element>> given;
+  for (const char* key : {"guided_regex", "guided_choice"}) {
+    if (auto e = Field(o, key)) given.emplace_back(key, *e);
+  }
+  if (auto e = Field(o, "structured_outputs")) {
+    object so;
+    if (e->get_object().get(so) != simdjson::SUCCESS) {
+      return Bad("structured_outputs", "must be an object");
+    }
+    for (const char* key : {"json", "grammar", "json_object", "structural_tag"}) {
+      if (Field(so, key)) {
+        return Bad(absl::StrCat("structured_outputs.", key),
+                   "is not supported by kvserve yet (regex and choice are)");
+      }
+    }
+    for (const char* key : {"regex", "choice"}) {
+      if (auto f = Field(so, key)) given.emplace_back(absl::StrCat("structured_outputs.", key), *f);
+    }
+  }
+  if (given.empty()) return absl::OkStatus();
+  if (given.size() > 1) {
+    return Bad(given[1].first,
+               absl::StrCat("only one constraint may be given; ", given[0].first, " is too"));
+  }
+  const auto& [param, e] = given[0];
+  structured::ConstraintSpec spec;
+  if (absl::EndsWith(param, "choice")) {
+    RETURN_IF_ERROR(ChoiceList(e, param, limits, &spec));
+  } else {
+    RETURN_IF_ERROR(RegexText(e, param, limits, &spec));
+  }
+  if (absl::StatusOr<structured::Dfa> dfa = structured::CompileConstraint(spec); !dfa.ok()) {
+    // (A pattern past the automaton's limits is the request's fault too: a 400.)
+    return absl::InvalidArgumentError(absl::StrCat(param, ": ", dfa.status().message()));
+  }
+  r->constraint = std::move(spec);
+  return absl::OkStatus();
+}
+
 // Completions' echo and vLLM's prompt_logprobs.
 absl::Status ParseEcho(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->echo, Bool(o, "echo", false));
@@ -488,6 +570,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
                                           "), got ", r.min_tokens));
   }
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
+  RETURN_IF_ERROR(ParseConstraint(o, limits, &r));
   if (r.prompt_logprobs && r.stream) {
     return Bad("prompt_logprobs", "is not served with stream: true (as in vLLM); use echo");
   }

@@ -1,9 +1,9 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
 // /v1/chat/completions, into the router's request description. Unknown fields are ignored;
 // a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
-// known parameter kvserve does not serve (best_of > n, beam search, guided decoding,
-// response_format other than text, tools; echo and prompt_logprobs on chat) when it asks for
-// anything. The body is
+// known parameter kvserve does not serve (best_of > n, beam search, guided_json and
+// guided_grammar, response_format other than text, tools; echo and prompt_logprobs on chat)
+// when it asks for anything. The body is
 // untrusted: malformed JSON, invalid UTF-8 and wrong types are errors, never crashes.
 //
 //   absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body, /*chat=*/false);
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/structured/constraint.h"
 #include "common/tokenizer/chat_template.h"
 
 namespace kvserve::router {
@@ -41,6 +42,9 @@ struct RequestLimits {
   // --max-token-list-ids: entries of logit_bias, ids of allowed_token_ids (and bad_words count
   // against the stop-string limits).
   int max_token_list_ids = 1 << 17;
+  // A constraint's size (structured outputs): a regex's bytes, and a choice list's strings.
+  int max_constraint_bytes = 1 << 16;
+  int max_choices = 1024;
 };
 
 // A completions prompt: text, or token ids.
@@ -94,6 +98,9 @@ struct ParsedRequest {
   bool echo = false;
   // Completions: vLLM's per-prompt-token logprobs with this many alternatives (not streamed).
   std::optional<int> prompt_logprobs;
+  // Structured outputs (guided_regex, guided_choice, structured_outputs.regex / .choice), checked
+  // by compiling it.
+  std::optional<structured::ConstraintSpec> constraint;
 
   // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
   // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.

@@ -109,6 +109,9 @@ absl::Status Engine::Plan() {
   for (int id : GenerationEos(config_.model_dir)) {
     if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
+  constraints_ =
+      std::make_unique<Constraints>(config_.model_dir, model_config_.vocab_size,
+                                    std::vector<int32_t>(eos_ids_.begin(), eos_ids_.end()));
   return absl::OkStatus();
 }
 
@@ -222,6 +225,9 @@ absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens
 absl::Status Engine::AddRequest(RequestInput input) {
   RETURN_IF_ERROR(Validate(input));
   auto req = std::make_unique<Request>();
+  if (input.constraint) {
+    ASSIGN_OR_RETURN(req->constraint, constraints_->Compile(*input.constraint));
+  }
   CacheKey key{config_.model_id,
                kv_spec_.CacheKeyDType(),
                kv_spec_.CacheKeyQuant(),
@@ -245,6 +251,10 @@ absl::Status Engine::AddRequest(RequestInput input) {
   seq->tokens = req->input.prompt;
   seq->num_prompt_tokens = static_cast<int>(seq->tokens.size());
   seq->rng_seed = static_cast<int64_t>(seed);
+  if (req->constraint != nullptr) {
+    seq->constraint_state = req->constraint->dfa.start();
+    seq->allowed_mask = constraints_->Mask(*req->constraint, seq->constraint_state);
+  }
   UpdateHashes(*seq);
   scheduler_->Add(seq.get());
   req->sequences.push_back(std::move(seq));
@@ -289,9 +299,21 @@ void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logp
                     std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()))) {
     seq.finish_reason = FinishReason::kStop;
     seq.stop_token = token;
+  } else if (seq.request->constraint != nullptr && AdvanceConstraint(seq, token)) {
+    seq.finish_reason = FinishReason::kStop;  // the constraint is complete: nothing may follow
   } else if (seq.num_output_tokens() >= in.max_tokens || seq.num_tokens() >= max_model_len_) {
     seq.finish_reason = FinishReason::kLength;
   }
+}
+
+bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
+  CompiledConstraint& c = *seq.request->constraint;
+  seq.constraint_state = constraints_->Advance(c, seq.constraint_state, token);
+  // Only a token the mask allowed is drawn, so the state stays alive; a dead one (a stop id
+  // outside the language, once min_tokens is reached) ends the sequence too.
+  if (seq.constraint_state == structured::Dfa::kDead) return true;
+  seq.allowed_mask = constraints_->Mask(c, seq.constraint_state);
+  return !c.has_next[seq.constraint_state];
 }
 
 void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs) {
@@ -305,6 +327,8 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
     child->num_prompt_tokens = first.num_prompt_tokens;
     child->block_hashes = first.block_hashes;
     child->rng_seed = first.rng_seed + i;
+    child->constraint_state = first.constraint_state;
+    child->allowed_mask = first.allowed_mask;
     kv_->Fork(first, *child);
     scheduler_->AddRunning(child.get());
     req.sequences.push_back(std::move(child));
@@ -424,6 +448,7 @@ std::vector<SequenceOutput> Engine::CollectOutputs() {
 
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
+  s.constraints_compiled = constraints_->compiled();
   const Scheduler::Counters& c = scheduler_->counters();
   s.prefix_queried_tokens = c.prefix_queried_tokens;
   s.prefix_hit_tokens = c.prefix_hit_tokens;

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "common/kv_format.h"
 #include "kernels/backend.h"
+#include "worker/constraints.h"
 #include "worker/engine_config.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/model/model.h"
@@ -55,6 +56,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;  // tokens run through the model (prefill, recompute, decode)
   int64_t computed_prompt_tokens = 0;
   int64_t generated_tokens = 0;
+  int64_t constraints_compiled = 0;  // structured-outputs constraints compiled (cache misses)
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_hit_tokens_device = 0;
@@ -151,6 +153,9 @@ class Engine {
   void UpdateHashes(Sequence& seq);
   // `logprobs`: the token's, when the request wants them (else null).
   void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs);
+  // Moves the sequence's constraint past `token`; whether the constraint is then complete (or
+  // broken): the sequence ends.
+  bool AdvanceConstraint(Sequence& seq, int32_t token);
   // Makes the request's n - 1 further samples and appends the first token to each;
   // tokens[i] is sample i's (drawn with seed rng_seed + i), logprobs[i] its logprobs (or null).
   void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs);
@@ -171,6 +176,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Constraints> constraints_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   int64_t next_arrival_ = 0;
   std::mt19937_64 seeds_;  // requests' seeds under --seed (EngineConfig::seed)

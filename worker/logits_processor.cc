@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/structured/token_mask.h"
+
 namespace kvserve::worker {
 namespace {
 
@@ -69,13 +71,18 @@ void AddLogitsAdjustment(Sequence& seq, int32_t logit_row, absl::Span<const int3
                          ForwardBatch& batch) {
   const RequestInput& in = seq.request->input;
   const SamplingParams& s = in.sampling;
-  if (!s.adjusts_logits()) return;
+  if (!s.adjusts_logits() && seq.allowed_mask == nullptr) return;
   kernels::LogitsAdjustment a;
   a.row = logit_row;
   a.allowed_begin = static_cast<int32_t>(batch.allowed_ids.size());
   batch.allowed_ids.insert(batch.allowed_ids.end(), s.allowed_token_ids.begin(),
                            s.allowed_token_ids.end());
   a.allowed_end = static_cast<int32_t>(batch.allowed_ids.size());
+  if (seq.allowed_mask != nullptr) {
+    a.mask_begin = static_cast<int32_t>(batch.mask_words.size());
+    batch.mask_words.insert(batch.mask_words.end(), seq.allowed_mask->words.begin(),
+                            seq.allowed_mask->words.end());
+  }
 
   const absl::Span<const int32_t> output(seq.tokens.data() + seq.num_prompt_tokens,
                                          seq.num_output_tokens());
@@ -99,7 +106,7 @@ void AddLogitsAdjustment(Sequence& seq, int32_t logit_row, absl::Span<const int3
   }
   a.counts_end = static_cast<int32_t>(batch.token_counts.size());
   const bool empty = a.allowed_end == a.allowed_begin && a.bias_end == a.bias_begin &&
-                     a.counts_end == a.counts_begin;
+                     a.counts_end == a.counts_begin && a.mask_begin < 0;
   if (!empty) batch.adjustments.push_back(a);  // (min_tokens alone, once reached: nothing)
 }
 

@@ -1,5 +1,6 @@
 // From a sequence's sampling parameters and tokens to the adjustments of its next draw's
-// logits row (kernels/logits_processing.h): allowed ids, logit_bias, bans (bad words, and EOS
+// logits row (kernels/logits_processing.h): allowed ids, a constraint's allowed-token mask
+// (Sequence::allowed_mask), logit_bias, bans (bad words, and EOS
 // and the stop ids until min_tokens) and the token counts of the penalties, kept per sequence
 // and brought up to date incrementally (Sequence::counts).
 //

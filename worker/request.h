@@ -13,7 +13,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/block_hash.h"
+#include "common/structured/constraint.h"
+#include "common/structured/dfa.h"
 #include "kernels/logits_processing.h"
+
+namespace kvserve::structured {
+struct TokenMask;
+}  // namespace kvserve::structured
 
 namespace kvserve::worker {
 
@@ -66,6 +72,8 @@ struct RequestInput {
   std::string cache_salt;
   // Return the logits at every prompt position (for --dump-logits and parity tests).
   bool return_prompt_logits = false;
+  // Structured outputs: what the generated text must match (worker/constraints.h).
+  std::optional<structured::ConstraintSpec> constraint;
 
   // Whether every prompt position's logits are computed (not read from the prefix cache).
   [[nodiscard]] bool needs_prompt_rows() const {
@@ -74,6 +82,7 @@ struct RequestInput {
 };
 
 struct Request;
+struct CompiledConstraint;
 
 enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
 
@@ -101,6 +110,9 @@ struct Sequence {
   int64_t rng_seed = 0;
   size_t num_emitted = 0;  // generated tokens already reported by Step()
   TokenCounts counts;      // kept only when the request's penalties need them
+  // With a constraint: the automaton's state after the generated tokens, and what it allows.
+  structured::Dfa::State constraint_state = 0;
+  std::shared_ptr<const structured::TokenMask> allowed_mask;
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
@@ -113,8 +125,9 @@ struct Request {
   int64_t arrival = 0;    // admission order, for FCFS among equal priorities
   std::vector<std::unique_ptr<Sequence>> sequences;  // 1 until the prompt is done, then n
   bool forked = false;
-  int num_cached_prompt_tokens = -1;  // prefix-cache hit at first admission
-  std::vector<float> prompt_logits;   // [num_prompt_tokens, vocab] when requested
+  int num_cached_prompt_tokens = -1;               // prefix-cache hit at first admission
+  std::shared_ptr<CompiledConstraint> constraint;  // compiled input.constraint
+  std::vector<float> prompt_logits;                // [num_prompt_tokens, vocab] when requested
   // With sampling.prompt_logprobs: entry i for prompt token i + 1; sent with the first output.
   std::vector<TokenLogprobs> prompt_logprobs;
   bool prompt_logprobs_sent = false;

@@ -19,6 +19,11 @@ void AdjustLogits(const AdjustLogitsParams& p) {
         }
       }
     }
+    if (a.mask_begin >= 0) {
+      for (int64_t id = 0; id < p.vocab; ++id) {
+        if (!MaskAllows(p, a, id)) at(id) = -std::numeric_limits<float>::infinity();
+      }
+    }
     for (int32_t i = a.bias_begin; i < a.bias_end; ++i) {
       float& logit = at(p.biases[i].id);
       logit = Biased(logit, p.biases[i].bias);

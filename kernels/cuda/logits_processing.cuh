@@ -25,6 +25,11 @@ __global__ void __launch_bounds__(kThreads) AdjustLogitsKernel(AdjustLogitsParam
       if (!SortedContains(allowed, num_allowed, static_cast<int32_t>(id))) at(id) = -INFINITY;
     }
   }
+  if (a.mask_begin >= 0) {
+    for (int64_t id = threadIdx.x; id < p.vocab; id += kThreads) {
+      if (!MaskAllows(p, a, id)) at(id) = -INFINITY;
+    }
+  }
   __syncthreads();
   for (int32_t i = a.bias_begin + static_cast<int32_t>(threadIdx.x); i < a.bias_end;
        i += kThreads) {

@@ -20,6 +20,7 @@ struct LogitsCase {
   std::vector<int32_t> allowed_ids;
   std::vector<TokenBias> biases;
   std::vector<TokenCount> counts;
+  std::vector<uint32_t> mask_words;
 
   AdjustLogitsParams Params(float* logits, int64_t num_rows, int64_t vocab, int64_t shard) const {
     AdjustLogitsParams p;
@@ -32,6 +33,7 @@ struct LogitsCase {
     p.allowed_ids = allowed_ids.data();
     p.biases = biases.data();
     p.counts = counts.data();
+    p.mask_words = mask_words.data();
     return p;
   }
 };
@@ -46,8 +48,8 @@ inline std::vector<int32_t> DistinctIds(int64_t vocab, int n, std::mt19937& rng)
 }
 
 // Adjustments for every other row of `num_rows` (the rest stay as they are): a quarter with
-// allowed ids, most with biases (an eighth of them bans) and token counts under random
-// penalties, some with a penalty of exactly 1 or 0.
+// allowed ids, about three in eight with a bitmask (some with both), most with biases (an eighth of
+// them bans) and token counts under random penalties, some with a penalty of exactly 1 or 0.
 inline LogitsCase RandomLogitsCase(int64_t num_rows, int64_t vocab, std::mt19937& rng) {
   LogitsCase c;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -65,6 +67,13 @@ inline LogitsCase RandomLogitsCase(int64_t num_rows, int64_t vocab, std::mt19937
       }
     }
     a.allowed_end = static_cast<int32_t>(c.allowed_ids.size());
+    if (k % 4 == 1 || k % 8 == 3) {  // a bitmask: each id allowed with probability 1/3
+      a.mask_begin = static_cast<int32_t>(c.mask_words.size());
+      for (int64_t w = 0; w < (vocab + 31) / 32; ++w) {
+        c.mask_words.push_back(static_cast<uint32_t>(rng() & rng() & rng()) |
+                               static_cast<uint32_t>(rng() & rng()));
+      }
+    }
     a.bias_begin = static_cast<int32_t>(c.biases.size());
     for (int32_t id : DistinctIds(vocab, static_cast<int>(rng() % 300), rng)) {
       const float bias =

@@ -1,6 +1,6 @@
 // The CPU twin of the logits adjustments (kernels/cpu/logits_processing.h) against the
-// definitions, written here per id from sets and maps: vLLM's order (allowed ids, biases,
-// penalties), the CTRL repetition penalty over prompt and output, OpenAI's frequency and
+// definitions, written here per id from sets and maps: vLLM's order (allowed ids and bitmasks,
+// biases, penalties), the CTRL repetition penalty over prompt and output, OpenAI's frequency and
 // presence penalties over the output, on whole rows and on vocabulary slices.
 #include "kernels/cpu/logits_processing.h"
 
@@ -33,6 +33,9 @@ std::vector<float> Expected(const std::vector<float>& row, const LogitsAdjustmen
   for (int32_t id = 0; id < static_cast<int32_t>(row.size()); ++id) {
     float v = row[id];
     if (!allowed.empty() && allowed.count(id) == 0) v = -kInf;
+    if (a.mask_begin >= 0 && ((c.mask_words[a.mask_begin + id / 32] >> (id % 32)) & 1) == 0) {
+      v = -kInf;
+    }
     if (auto it = bias.find(id); it != bias.end()) v += it->second;
     if (auto it = counts.find(id); it != counts.end()) {
       const TokenCount& t = it->second;

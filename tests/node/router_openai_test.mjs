@@ -370,6 +370,48 @@ test('echo, prompt_logprobs and lists of prompts (transformers fixture)', async 
     (e) => e.status === 400 && e.param === 'prompt_logprobs');
 });
 
+// Every choice's text and finish reason, streamed or not, from completions or chat.
+async function choicesOf(params, stream) {
+  const chat = 'messages' in params;
+  const api = chat ? client.chat.completions : client.completions;
+  if (!stream) {
+    const r = await api.create(params);
+    return r.choices.map((c) => ({ text: chat ? c.message.content : c.text, finish: c.finish_reason }));
+  }
+  const out = Array.from({ length: params.n ?? 1 }, () => ({ text: '', finish: null }));
+  for await (const chunk of await api.create({ ...params, stream: true })) {
+    for (const c of chunk.choices) {
+      out[c.index].text += (chat ? c.delta?.content : c.text) ?? '';
+      out[c.index].finish = c.finish_reason ?? out[c.index].finish;
+    }
+  }
+  return out;
+}
+
+test('structured outputs: choice and regex constraints, streamed and not', async () => {
+  const choices = ['red', 'green', 'dark blue', 'vert foncé'];
+  const pattern = String.raw`\d{3}-\d{4}( ext\. [0-9]{1,3})?`;
+  const re = new RegExp(`^(?:${pattern})$`);
+  for (const stream of [false, true]) {
+    const picked = await choicesOf({ model: 'tiny', prompt: 'Pick a color:', max_tokens: 16, temperature: 1, n: 6,
+      seed: 3, guided_choice: choices }, stream);
+    for (const c of picked) {
+      assert.ok(choices.includes(c.text), JSON.stringify(c));
+      assert.equal(c.finish, 'stop');
+    }
+    const phones = await choicesOf({ model: 'tiny', messages: [{ role: 'user', content: 'A phone number?' }],
+      max_tokens: 24, temperature: 1, n: 4, seed: 9, structured_outputs: { regex: pattern } }, stream);
+    for (const c of phones) {
+      assert.match(c.text, re);
+      assert.equal(c.finish, 'stop');
+    }
+  }
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_regex: '(?=a)b' }),
+    (e) => e.status === 400 && e.param === 'guided_regex' && /lookaround/.test(e.message));
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_json: { type: 'object' } }),
+    (e) => e.status === 400 && e.param === 'guided_json');
+});
+
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {
   const post = (path, body, type = 'application/json') =>
     fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });

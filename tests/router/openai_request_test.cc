@@ -181,6 +181,10 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"use_beam_search", true}}, false, "use_beam_search"},
       {{{"echo", true}}, true, "echo"},
       {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},
+      {{{"guided_grammar", "root ::= x"}}, false, "guided_grammar"},
+      {{{"structured_outputs", {{"json", {{"type", "object"}}}}}},
+       false,
+       "structured_outputs.json"},
       {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
       {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
       {{{"prompt_logprobs", 21}}, false, "prompt_logprobs"},
@@ -359,6 +363,57 @@ TEST(OpenAiRequestTest, ListsOfPromptsAndEcho) {
   EXPECT_EQ(r.worker_prompt_logprobs(), 5);
   ASSERT_OK_AND_ASSIGN(r, parse({{"prompt", "x"}, {"prompt_logprobs", 0}}));
   EXPECT_EQ(r.worker_prompt_logprobs(), 0);
+}
+
+// Structured outputs: vLLM's guided_regex and guided_choice, and structured_outputs' regex and
+// choice, compiled while parsing so that a bad pattern is a 400 naming the parameter.
+TEST(OpenAiRequestTest, ParsesConstraints) {
+  auto parse = [](json extra, bool chat = false) {
+    json body = chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                     : json{{"model", "m"}, {"prompt", "x"}};
+    body.update(extra);
+    return ParseCompletionRequest(body.dump(), chat);
+  };
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, parse({{"guided_regex", "[0-9]+"}}));
+  ASSERT_TRUE(r.constraint);
+  EXPECT_EQ(r.constraint->regex, "[0-9]+");
+  ASSERT_OK_AND_ASSIGN(r, parse({{"guided_choice", {"yes", "no"}}}, true));
+  EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kChoice);
+  EXPECT_EQ(r.constraint->choices, (std::vector<std::string>{"yes", "no"}));
+  ASSERT_OK_AND_ASSIGN(r, parse({{"structured_outputs", {{"regex", "a|b"}}}}));
+  EXPECT_EQ(r.constraint->regex, "a|b");
+  ASSERT_OK_AND_ASSIGN(r, parse({{"structured_outputs", {{"choice", {"x"}}}}}));
+  EXPECT_EQ(r.constraint->choices, std::vector<std::string>{"x"});
+  ASSERT_OK_AND_ASSIGN(r, parse(json::object()));
+  EXPECT_FALSE(r.constraint);
+  struct Bad {
+    json extra;
+    const char* param;
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{{"guided_regex", "(a"}}, "guided_regex", "a '(' without its ')' at offset 2"},
+           {{{"guided_regex", "(?=a)"}}, "guided_regex", "lookaround is not supported"},
+           {{{"guided_regex", "(a|b)*a(a|b){14}"}}, "guided_regex", "too large"},
+           {{{"guided_regex", 5}}, "guided_regex", "must be a string"},
+           {{{"guided_choice", json::array()}}, "guided_choice", "non-empty list of strings"},
+           {{{"guided_choice", {"a", 1}}}, "guided_choice", "must hold strings"},
+           {{{"guided_choice", {"a"}}, {"guided_regex", "a"}},
+            "guided_choice",
+            "only one constraint may be given; guided_regex is too"},
+           {{{"structured_outputs", {{"grammar", "x"}}}},
+            "structured_outputs.grammar",
+            "not supported by kvserve yet"},
+           {{{"structured_outputs", "a"}}, "structured_outputs", "must be an object"},
+           {{{"guided_regex", std::string(70000, 'a')}}, "guided_regex", "the limit is 65536"},
+       }) {
+    absl::StatusOr<ParsedRequest> bad = parse(b.extra);
+    EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(b.message)))
+        << b.extra;
+    if (!bad.ok()) {
+      EXPECT_EQ(json::parse(OpenAiErrorFromStatus(bad.status()).json)["error"]["param"], b.param);
+    }
+  }
 }
 
 TEST(OpenAiRequestTest, ErrorShapeForOtherCodes) {

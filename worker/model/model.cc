@@ -267,7 +267,8 @@ void Model::StageAdjustments(const ForwardBatch& b) {
   std::vector<uint8_t>& host = scratch_.adjust_host;
   host.clear();
   const size_t rows_at = Pack(b.adjustments, host), allowed_at = Pack(b.allowed_ids, host),
-               biases_at = Pack(b.biases, host), counts_at = Pack(b.token_counts, host);
+               biases_at = Pack(b.biases, host), counts_at = Pack(b.token_counts, host),
+               masks_at = Pack(b.mask_words, host);
   uint8_t* lists = Reserve(scratch_.adjust, host.size());
   backend_->Upload(lists, host.data(), host.size());
   p.vocab = config_.vocab_size;
@@ -277,6 +278,7 @@ void Model::StageAdjustments(const ForwardBatch& b) {
   p.allowed_ids = reinterpret_cast<const int32_t*>(lists + allowed_at);
   p.biases = reinterpret_cast<const kernels::TokenBias*>(lists + biases_at);
   p.counts = reinterpret_cast<const kernels::TokenCount*>(lists + counts_at);
+  p.mask_words = reinterpret_cast<const uint32_t*>(lists + masks_at);
 }
 
 void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,

@@ -54,6 +54,7 @@ struct ForwardBatch {
   std::vector<int32_t> allowed_ids;
   std::vector<kernels::TokenBias> biases;
   std::vector<kernels::TokenCount> token_counts;
+  std::vector<uint32_t> mask_words;  // allowed-token bitmasks (structured outputs)
   // Indexes into logit_rows of the rows whose logits come back (prompt logits).
   std::vector<int32_t> host_logit_rows;
 };

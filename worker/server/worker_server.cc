@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -32,6 +33,21 @@ double RssMb() {
 }
 
 pb::Medium ToProto(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE; }
+
+std::optional<structured::ConstraintSpec> ConstraintFromProto(const pb::Constraint& c) {
+  structured::ConstraintSpec spec;
+  switch (c.kind_case()) {
+    case pb::Constraint::kRegex:
+      spec.regex = c.regex();
+      return spec;
+    case pb::Constraint::kChoice:
+      spec.kind = structured::ConstraintSpec::Kind::kChoice;
+      spec.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      return spec;
+    default:
+      return std::nullopt;
+  }
+}
 
 void ToProto(const TokenLogprobs& lp, pb::PositionLogprobs* p) {
   p->mutable_sampled()->set_token_id(lp.token);
@@ -294,6 +310,7 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
   if (sp.has_seed()) in.sampling.seed = sp.seed();
   if (sp.has_logprobs()) in.sampling.logprobs = sp.logprobs();
   if (sp.has_prompt_logprobs()) in.sampling.prompt_logprobs = sp.prompt_logprobs();
+  in.constraint = ConstraintFromProto(sp.constraint());
   in.sampling.ignore_eos = sp.ignore_eos();
   in.sampling.n = sp.n() == 0 ? 1 : sp.n();
   CopyAdjustments(sp, in.sampling);

@@ -1,0 +1,89 @@
+#include "common/structured/token_mask.h"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+#include <utility>
+
+namespace kvserve::structured {
+
+int32_t TokenMask::Count() const {
+  int32_t n = 0;
+  for (uint32_t w : words) n += std::popcount(w);
+  return n;
+}
+
+std::vector<std::string> VocabularyBytes(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<std::string> out(tokenizer.vocab_size());
+  for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsValidId(id) && !tokenizer.IsSpecial(id)) out[id] = tokenizer.TokenBytes(id);
+  }
+  return out;
+}
+
+// Built breadth-first from the ids sorted by their bytes: the tokens under a node are one run
+// of that order, so a node's children are found by splitting its run on the next byte, and
+// every node's children are stored next to each other.
+TokenTrie::TokenTrie(const std::vector<std::string>& tokens)
+    : vocab_size_(static_cast<int32_t>(tokens.size())) {
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < vocab_size_; ++id) {
+    if (!tokens[id].empty()) order.push_back(id);
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return tokens[a] != tokens[b] ? tokens[a] < tokens[b] : a < b;
+  });
+  struct Pending {
+    int32_t node;
+    size_t depth, begin, end;  // the run of `order` below the node
+  };
+  nodes_.emplace_back();
+  edge_byte_.push_back(0);
+  std::vector<Pending> level = {{0, 0, 0, order.size()}}, next;
+  while (!level.empty()) {
+    next.clear();
+    for (const Pending& p : level) {
+      size_t i = p.begin;
+      Node& node = nodes_[p.node];
+      node.first_token = static_cast<int32_t>(token_ids_.size());
+      for (; i < p.end && tokens[order[i]].size() == p.depth; ++i) token_ids_.push_back(order[i]);
+      node.num_tokens = static_cast<int32_t>(token_ids_.size()) - node.first_token;
+      nodes_[p.node].first_child = static_cast<int32_t>(nodes_.size());
+      while (i < p.end) {
+        const char byte = tokens[order[i]][p.depth];
+        size_t j = i;
+        while (j < p.end && tokens[order[j]][p.depth] == byte) ++j;
+        const auto child = static_cast<int32_t>(nodes_.size());
+        nodes_.emplace_back();
+        edge_byte_.push_back(static_cast<uint8_t>(byte));
+        ++nodes_[p.node].num_children;
+        next.push_back({child, p.depth + 1, i, j});
+        i = j;
+      }
+    }
+    std::swap(level, next);
+  }
+}
+
+TokenMask TokenTrie::Allowed(const Dfa& dfa, Dfa::State state) const {
+  TokenMask mask(vocab_size_);
+  if (state == Dfa::kDead) return mask;
+  std::vector<std::pair<int32_t, Dfa::State>> stack = {{0, state}};
+  while (!stack.empty()) {
+    const auto [at, s] = stack.back();
+    stack.pop_back();
+    const Node& node = nodes_[at];
+    for (int32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      const Dfa::State t = dfa.Next(s, edge_byte_[c]);
+      if (t == Dfa::kDead) continue;
+      const Node& child = nodes_[c];
+      for (int32_t k = child.first_token; k < child.first_token + child.num_tokens; ++k) {
+        mask.Set(token_ids_[k]);
+      }
+      if (child.num_children > 0) stack.emplace_back(c, t);
+    }
+  }
+  return mask;
+}
+
+}  // namespace kvserve::structured

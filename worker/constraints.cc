@@ -1,0 +1,85 @@
+#include "worker/constraints.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace kvserve::worker {
+
+using structured::Dfa;
+
+CompiledConstraint::CompiledConstraint(Dfa d) : dfa(std::move(d)), has_next(dfa.num_states()) {
+  for (Dfa::State s = 0; s < dfa.num_states(); ++s) {
+    for (int b = 0; b < 256 && !has_next[s]; ++b) {
+      has_next[s] = dfa.Next(s, static_cast<uint8_t>(b)) != Dfa::kDead;
+    }
+  }
+}
+
+Constraints::Constraints(std::string model_dir, int32_t model_vocab, std::vector<int32_t> eos_ids,
+                         size_t max_cached)
+    : model_dir_(std::move(model_dir)),
+      model_vocab_(model_vocab),
+      eos_ids_(std::move(eos_ids)),
+      max_cached_(max_cached) {}
+
+absl::Status Constraints::LoadVocabulary() {
+  if (trie_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::FromDirectory(model_dir_);
+  if (!tok.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("structured outputs need the model's tokenizer: ", tok.status().message()));
+  }
+  vocab_ = structured::VocabularyBytes(**tok);
+  vocab_.resize(model_vocab_);   // ids past the tokenizer's are never allowed
+  for (int32_t id : eos_ids_) {  // EOS only ends the text, where the automaton accepts
+    if (id >= 0 && id < model_vocab_) vocab_[id].clear();
+  }
+  trie_ = std::make_unique<structured::TokenTrie>(vocab_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
+    const structured::ConstraintSpec& spec) {
+  RETURN_IF_ERROR(LoadVocabulary());
+  const std::string key = spec.Key();
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    lru_.splice(lru_.end(), lru_, it->second);
+    return it->second->second;
+  }
+  ASSIGN_OR_RETURN(Dfa dfa, structured::CompileConstraint(spec));
+  ++compiled_;
+  auto compiled = std::make_shared<CompiledConstraint>(std::move(dfa));
+  lru_.emplace_back(key, compiled);
+  cache_[key] = std::prev(lru_.end());
+  if (lru_.size() > max_cached_) {  // requests still running keep theirs
+    cache_.erase(lru_.front().first);
+    lru_.pop_front();
+  }
+  return compiled;
+}
+
+std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstraint& c,
+                                                               Dfa::State state) {
+  if (auto it = c.masks.find(state); it != c.masks.end()) return it->second;
+  auto mask = std::make_shared<structured::TokenMask>(trie_->Allowed(c.dfa, state));
+  if (c.dfa.accepting(state)) {
+    for (int32_t id : eos_ids_) {
+      if (id >= 0 && id < model_vocab_) mask->Set(id);
+    }
+  }
+  if (c.masks.size() >= CompiledConstraint::kMaxMasks) c.masks.clear();  // sequences keep theirs
+  c.masks.emplace(state, mask);
+  return mask;
+}
+
+Dfa::State Constraints::Advance(const CompiledConstraint& c, Dfa::State state,
+                                int32_t token) const {
+  if (token < 0 || token >= model_vocab_ || vocab_[token].empty()) return Dfa::kDead;
+  return c.dfa.Walk(state, vocab_[token]);
+}
+
+}  // namespace kvserve::worker

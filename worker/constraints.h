@@ -1,0 +1,76 @@
+// Structured-outputs constraints on the engine thread (docs/STRUCTURED_OUTPUTS.md): each
+// request's constraint compiled once (shared by the requests that send the same source, a
+// bounded cache), the vocabulary trie built from the model's tokenizer.json on first use, and
+// per automaton state the allowed-token mask, sized for the model's vocabulary, with EOS allowed
+// exactly where the automaton accepts.
+//
+//   ASSIGN_OR_RETURN(auto c, constraints.Compile(spec));       // AddRequest
+//   seq.constraint_state = c->dfa.start();
+//   seq.allowed_mask = constraints.Mask(*c, seq.constraint_state);
+//   ... after each token: state = constraints.Advance(*c, state, token)
+//
+// Not thread-safe: the engine thread only.
+#ifndef KVSERVE_WORKER_CONSTRAINTS_H_
+#define KVSERVE_WORKER_CONSTRAINTS_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/structured/constraint.h"
+#include "common/structured/token_mask.h"
+
+namespace kvserve::worker {
+
+struct CompiledConstraint {
+  explicit CompiledConstraint(structured::Dfa d);
+  structured::Dfa dfa;
+  std::vector<bool> has_next;  // per state: some byte continues it
+  // The masks of the states met so far (at most kMaxMasks: emptied when full).
+  static constexpr size_t kMaxMasks = 1024;
+  absl::flat_hash_map<structured::Dfa::State, std::shared_ptr<const structured::TokenMask>> masks;
+};
+
+class Constraints {
+ public:
+  // `model_dir`: where tokenizer.json is; `model_vocab`: the logits' width; `eos_ids`: the
+  // model's, allowed in accepting states. Keeps at most `max_cached` compiled constraints.
+  Constraints(std::string model_dir, int32_t model_vocab, std::vector<int32_t> eos_ids,
+              size_t max_cached = 256);
+
+  // The compiled form of `spec`. FailedPrecondition when the model has no usable tokenizer;
+  // InvalidArgument / ResourceExhausted from compiling.
+  absl::StatusOr<std::shared_ptr<CompiledConstraint>> Compile(
+      const structured::ConstraintSpec& spec);
+
+  // The tokens allowed from `state` (a live state of c's automaton).
+  std::shared_ptr<const structured::TokenMask> Mask(CompiledConstraint& c,
+                                                    structured::Dfa::State state);
+  // The state after `token` (Dfa::kDead for a token that leaves the language, e.g. EOS).
+  [[nodiscard]] structured::Dfa::State Advance(const CompiledConstraint& c,
+                                               structured::Dfa::State state, int32_t token) const;
+
+  [[nodiscard]] int64_t compiled() const { return compiled_; }  // cache misses so far
+
+ private:
+  absl::Status LoadVocabulary();
+
+  std::string model_dir_;
+  int32_t model_vocab_;
+  std::vector<int32_t> eos_ids_;
+  size_t max_cached_;
+  std::vector<std::string> vocab_;  // token bytes, model_vocab_ entries (empty: never allowed)
+  std::unique_ptr<structured::TokenTrie> trie_;
+  // Least recently used last; the map points into the list.
+  std::list<std::pair<std::string, std::shared_ptr<CompiledConstraint>>> lru_;
+  absl::flat_hash_map<std::string, decltype(lru_)::iterator> cache_;
+  int64_t compiled_ = 0;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_CONSTRAINTS_H_
