@@ -251,11 +251,20 @@ std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
   }
   for (int32_t id : req_.allowed_token_ids) s->add_allowed_token_ids(id);
   if (const std::optional<structured::ConstraintSpec>& c = req_.constraint; c) {
-    if (c->kind == structured::ConstraintSpec::Kind::kRegex) {
-      s->mutable_constraint()->set_regex(c->regex);
-    } else {
-      s->mutable_constraint()->mutable_choice()->mutable_choices()->Add(c->choices.begin(),
-                                                                        c->choices.end());
+    switch (c->kind) {
+      case structured::ConstraintSpec::Kind::kRegex:
+        s->mutable_constraint()->set_regex(c->regex);
+        break;
+      case structured::ConstraintSpec::Kind::kChoice:
+        s->mutable_constraint()->mutable_choice()->mutable_choices()->Add(c->choices.begin(),
+                                                                          c->choices.end());
+        break;
+      case structured::ConstraintSpec::Kind::kJsonSchema:
+        s->mutable_constraint()->set_json_schema(c->json_schema);
+        break;
+      case structured::ConstraintSpec::Kind::kJsonObject:
+        s->mutable_constraint()->set_json_object(true);
+        break;
     }
   }
   return job;

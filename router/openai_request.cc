@@ -84,17 +84,8 @@ bool NonEmptyArray(object o, std::string_view key) {
 absl::Status RefuseUnserved(object o, bool chat, int n) {
   ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
   if (beam) return Unserved("use_beam_search", " or false");
-  for (const char* key : {"guided_json", "guided_grammar"}) {
-    if (Field(o, key)) return Unserved(key, " (guided_regex and guided_choice are served)");
-  }
-  if (auto e = Field(o, "response_format")) {
-    object format;
-    std::string_view type;
-    if (e->get_object().get(format) != simdjson::SUCCESS ||
-        format["type"].get(type) != simdjson::SUCCESS) {
-      return Bad("response_format", "must be an object with a string \"type\"");
-    }
-    if (type != "text") return Unserved("response_format", " or {\"type\": \"text\"}");
+  if (Field(o, "guided_grammar")) {
+    return Unserved("guided_grammar", " (guided_json, guided_regex and guided_choice are served)");
   }
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
@@ -445,6 +436,57 @@ absl::Status ChoiceList(element e, const std::string& param, const RequestLimits
   return absl::OkStatus();
 }
 
+// A JSON schema at `e` (an object, or a string holding one) into `spec`.
+absl::Status SchemaText(element e, const std::string& param, const RequestLimits& limits,
+                        structured::ConstraintSpec* spec) {
+  std::string_view text;
+  std::string schema;
+  if (e.get_string().get(text) == simdjson::SUCCESS) {
+    schema = std::string(text);
+  } else if (e.is_object() || e.is_bool()) {
+    schema = simdjson::minify(e);
+  } else {
+    return Bad(param, "must be a JSON schema (an object, or a string holding one)");
+  }
+  if (schema.size() > static_cast<size_t>(limits.max_constraint_bytes)) {
+    return Bad(param, absl::StrCat("has ", schema.size(), " bytes; the limit is ",
+                                   limits.max_constraint_bytes));
+  }
+  spec->kind = structured::ConstraintSpec::Kind::kJsonSchema;
+  spec->json_schema = std::move(schema);
+  return absl::OkStatus();
+}
+
+// OpenAI's response_format: text (no constraint), json_object, or json_schema {schema, strict}.
+absl::Status ResponseFormat(element e, std::vector<std::pair<std::string, element>>* given) {
+  object format;
+  std::string_view type;
+  if (e.get_object().get(format) != simdjson::SUCCESS ||
+      format["type"].get(type) != simdjson::SUCCESS) {
+    return Bad("response_format", "must be an object with a string \"type\"");
+  }
+  if (type == "text") return absl::OkStatus();
+  if (type == "json_object") {
+    given->emplace_back("response_format", e);
+    return absl::OkStatus();
+  }
+  if (type != "json_schema") {
+    return Bad("response_format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  object js;
+  if (auto j = Field(format, "json_schema"); !j || j->get_object().get(js) != simdjson::SUCCESS) {
+    return Bad("response_format.json_schema", "must be an object with a \"schema\"");
+  }
+  auto schema = Field(js, "schema");
+  if (!schema) return Bad("response_format.json_schema.schema", "is required");
+  // strict (true or false) is accepted: the output always keeps to the schema.
+  if (auto strict = Field(js, "strict"); strict && !strict->is_bool() && !strict->is_null()) {
+    return Bad("response_format.json_schema.strict", "must be a boolean");
+  }
+  given->emplace_back("response_format.json_schema.schema", *schema);
+  return absl::OkStatus();
+}
+
 // A regex at `e` into `spec`.
 absl::Status RegexText(element e, const std::string& param, const RequestLimits& limits,
                        structured::ConstraintSpec* spec) {
@@ -459,25 +501,31 @@ absl::Status RegexText(element e, const std::string& param, const RequestLimits&
   return absl::OkStatus();
 }
 
-// The constraint of structured outputs: vLLM's guided_regex / guided_choice or
-// structured_outputs {regex | choice}; at most one; compiled here so that a bad one is a 400.
+// The constraint of structured outputs: vLLM's guided_json / guided_regex / guided_choice,
+// structured_outputs {json | json_object | regex | choice}, or OpenAI's response_format; at most
+// one; compiled here so that a bad one is a 400.
 absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedRequest* r) {
   std::vector<std::pair<std::string, element>> given;
-  for (const char* key : {"guided_regex", "guided_choice"}) {
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice"}) {
     if (auto e = Field(o, key)) given.emplace_back(key, *e);
   }
+  if (auto e = Field(o, "response_format")) RETURN_IF_ERROR(ResponseFormat(*e, &given));
   if (auto e = Field(o, "structured_outputs")) {
     object so;
     if (e->get_object().get(so) != simdjson::SUCCESS) {
       return Bad("structured_outputs", "must be an object");
     }
-    for (const char* key : {"json", "grammar", "json_object", "structural_tag"}) {
+    for (const char* key : {"grammar", "structural_tag"}) {
       if (Field(so, key)) {
         return Bad(absl::StrCat("structured_outputs.", key),
-                   "is not supported by kvserve yet (regex and choice are)");
+                   "is not supported by kvserve yet (json, json_object, regex and choice are)");
       }
     }
-    for (const char* key : {"regex", "choice"}) {
+    if (auto f = Field(so, "json_object")) {
+      if (!f->is_bool()) return Bad("structured_outputs.json_object", "must be a boolean");
+      if (f->get_bool().value()) given.emplace_back("structured_outputs.json_object", *f);
+    }
+    for (const char* key : {"json", "regex", "choice"}) {
       if (auto f = Field(so, key)) given.emplace_back(absl::StrCat("structured_outputs.", key), *f);
     }
   }
@@ -490,12 +538,16 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
   structured::ConstraintSpec spec;
   if (absl::EndsWith(param, "choice")) {
     RETURN_IF_ERROR(ChoiceList(e, param, limits, &spec));
-  } else {
+  } else if (absl::EndsWith(param, "regex")) {
     RETURN_IF_ERROR(RegexText(e, param, limits, &spec));
+  } else if (param == "response_format" || absl::EndsWith(param, "json_object")) {
+    spec.kind = structured::ConstraintSpec::Kind::kJsonObject;
+  } else {
+    RETURN_IF_ERROR(SchemaText(e, param, limits, &spec));
   }
-  if (absl::StatusOr<structured::Dfa> dfa = structured::CompileConstraint(spec); !dfa.ok()) {
+  if (auto grammar = structured::CompileConstraint(spec); !grammar.ok()) {
     // (A pattern past the automaton's limits is the request's fault too: a 400.)
-    return absl::InvalidArgumentError(absl::StrCat(param, ": ", dfa.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(param, ": ", grammar.status().message()));
   }
   r->constraint = std::move(spec);
   return absl::OkStatus();

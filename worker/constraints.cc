@@ -8,15 +8,7 @@
 
 namespace kvserve::worker {
 
-using structured::Dfa;
-
-CompiledConstraint::CompiledConstraint(Dfa d) : dfa(std::move(d)), has_next(dfa.num_states()) {
-  for (Dfa::State s = 0; s < dfa.num_states(); ++s) {
-    for (int b = 0; b < 256 && !has_next[s]; ++b) {
-      has_next[s] = dfa.Next(s, static_cast<uint8_t>(b)) != Dfa::kDead;
-    }
-  }
-}
+using structured::GrammarMatcher;
 
 Constraints::Constraints(std::string model_dir, int32_t model_vocab, std::vector<int32_t> eos_ids,
                          size_t max_cached)
@@ -47,12 +39,16 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
   RETURN_IF_ERROR(LoadVocabulary());
   const std::string key = spec.Key();
   if (auto it = cache_.find(key); it != cache_.end()) {
-    lru_.splice(lru_.end(), lru_, it->second);
-    return it->second->second;
+    if (it->second->second->matcher.size() <= CompiledConstraint::kMaxMatcherSize) {
+      lru_.splice(lru_.end(), lru_, it->second);
+      return it->second->second;
+    }
+    lru_.erase(it->second);  // grown too large: compiled afresh below
+    cache_.erase(it);
   }
-  ASSIGN_OR_RETURN(Dfa dfa, structured::CompileConstraint(spec));
+  ASSIGN_OR_RETURN(structured::Grammar grammar, structured::CompileConstraint(spec));
   ++compiled_;
-  auto compiled = std::make_shared<CompiledConstraint>(std::move(dfa));
+  auto compiled = std::make_shared<CompiledConstraint>(std::move(grammar));
   lru_.emplace_back(key, compiled);
   cache_[key] = std::prev(lru_.end());
   if (lru_.size() > max_cached_) {  // requests still running keep theirs
@@ -63,10 +59,10 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
 }
 
 std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstraint& c,
-                                                               Dfa::State state) {
+                                                               GrammarMatcher::State state) {
   if (auto it = c.masks.find(state); it != c.masks.end()) return it->second;
-  auto mask = std::make_shared<structured::TokenMask>(trie_->Allowed(c.dfa, state));
-  if (c.dfa.accepting(state)) {
+  auto mask = std::make_shared<structured::TokenMask>(trie_->Allowed(c.matcher, state));
+  if (c.matcher.accepting(state)) {
     for (int32_t id : eos_ids_) {
       if (id >= 0 && id < model_vocab_) mask->Set(id);
     }
@@ -76,10 +72,10 @@ std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstrain
   return mask;
 }
 
-Dfa::State Constraints::Advance(const CompiledConstraint& c, Dfa::State state,
-                                int32_t token) const {
-  if (token < 0 || token >= model_vocab_ || vocab_[token].empty()) return Dfa::kDead;
-  return c.dfa.Walk(state, vocab_[token]);
+GrammarMatcher::State Constraints::Advance(CompiledConstraint& c, GrammarMatcher::State state,
+                                           int32_t token) const {
+  if (token < 0 || token >= model_vocab_ || vocab_[token].empty()) return GrammarMatcher::kDead;
+  return c.matcher.Walk(state, vocab_[token]);
 }
 
 }  // namespace kvserve::worker

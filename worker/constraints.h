@@ -1,11 +1,11 @@
 // Structured-outputs constraints on the engine thread (docs/STRUCTURED_OUTPUTS.md): each
 // request's constraint compiled once (shared by the requests that send the same source, a
 // bounded cache), the vocabulary trie built from the model's tokenizer.json on first use, and
-// per automaton state the allowed-token mask, sized for the model's vocabulary, with EOS allowed
-// exactly where the automaton accepts.
+// per matcher state the allowed-token mask, sized for the model's vocabulary, with EOS allowed
+// exactly where the grammar accepts.
 //
 //   ASSIGN_OR_RETURN(auto c, constraints.Compile(spec));       // AddRequest
-//   seq.constraint_state = c->dfa.start();
+//   seq.constraint_state = c->matcher.start();
 //   seq.allowed_mask = constraints.Mask(*c, seq.constraint_state);
 //   ... after each token: state = constraints.Advance(*c, state, token)
 //
@@ -27,12 +27,17 @@
 namespace kvserve::worker {
 
 struct CompiledConstraint {
-  explicit CompiledConstraint(structured::Dfa d);
-  structured::Dfa dfa;
-  std::vector<bool> has_next;  // per state: some byte continues it
+  explicit CompiledConstraint(structured::Grammar g)
+      : matcher(std::make_shared<const structured::Grammar>(std::move(g))) {}
+  structured::GrammarMatcher matcher;  // shared by the requests with this constraint
   // The masks of the states met so far (at most kMaxMasks: emptied when full).
   static constexpr size_t kMaxMasks = 1024;
-  absl::flat_hash_map<structured::Dfa::State, std::shared_ptr<const structured::TokenMask>> masks;
+  absl::flat_hash_map<structured::GrammarMatcher::State,
+                      std::shared_ptr<const structured::TokenMask>>
+      masks;
+  // Past this many memoized stacks and states, later requests compile the constraint afresh
+  // (the running ones keep this one), so that one matcher's memory stays bounded.
+  static constexpr int64_t kMaxMatcherSize = 100'000;  // ~1 KiB of moves per state
 };
 
 class Constraints {
@@ -47,12 +52,13 @@ class Constraints {
   absl::StatusOr<std::shared_ptr<CompiledConstraint>> Compile(
       const structured::ConstraintSpec& spec);
 
-  // The tokens allowed from `state` (a live state of c's automaton).
+  // The tokens allowed from `state` (a live state of c's matcher).
   std::shared_ptr<const structured::TokenMask> Mask(CompiledConstraint& c,
-                                                    structured::Dfa::State state);
-  // The state after `token` (Dfa::kDead for a token that leaves the language, e.g. EOS).
-  [[nodiscard]] structured::Dfa::State Advance(const CompiledConstraint& c,
-                                               structured::Dfa::State state, int32_t token) const;
+                                                    structured::GrammarMatcher::State state);
+  // The state after `token` (kDead for a token that leaves the language, e.g. EOS).
+  [[nodiscard]] structured::GrammarMatcher::State Advance(CompiledConstraint& c,
+                                                          structured::GrammarMatcher::State state,
+                                                          int32_t token) const;
 
   [[nodiscard]] int64_t compiled() const { return compiled_; }  // cache misses so far
 

@@ -252,7 +252,7 @@ absl::Status Engine::AddRequest(RequestInput input) {
   seq->num_prompt_tokens = static_cast<int>(seq->tokens.size());
   seq->rng_seed = static_cast<int64_t>(seed);
   if (req->constraint != nullptr) {
-    seq->constraint_state = req->constraint->dfa.start();
+    seq->constraint_state = req->constraint->matcher.start();
     seq->allowed_mask = constraints_->Mask(*req->constraint, seq->constraint_state);
   }
   UpdateHashes(*seq);
@@ -311,9 +311,9 @@ bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
   seq.constraint_state = constraints_->Advance(c, seq.constraint_state, token);
   // Only a token the mask allowed is drawn, so the state stays alive; a dead one (a stop id
   // outside the language, once min_tokens is reached) ends the sequence too.
-  if (seq.constraint_state == structured::Dfa::kDead) return true;
+  if (seq.constraint_state == structured::GrammarMatcher::kDead) return true;
   seq.allowed_mask = constraints_->Mask(c, seq.constraint_state);
-  return !c.has_next[seq.constraint_state];
+  return !c.matcher.has_next(seq.constraint_state);
 }
 
 void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs) {

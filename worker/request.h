@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/block_hash.h"
 #include "common/structured/constraint.h"
-#include "common/structured/dfa.h"
+#include "common/structured/grammar.h"
 #include "kernels/logits_processing.h"
 
 namespace kvserve::structured {
@@ -111,7 +111,7 @@ struct Sequence {
   size_t num_emitted = 0;  // generated tokens already reported by Step()
   TokenCounts counts;      // kept only when the request's penalties need them
   // With a constraint: the automaton's state after the generated tokens, and what it allows.
-  structured::Dfa::State constraint_state = 0;
+  structured::GrammarMatcher::State constraint_state = 0;
   std::shared_ptr<const structured::TokenMask> allowed_mask;
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/structured/json_schema.h"
 #include "common/structured/nfa.h"
 #include "common/structured/regex.h"
 #include "common/utf8.h"
@@ -12,13 +13,26 @@ namespace kvserve::structured {
 
 std::string ConstraintSpec::Key() const {
   if (kind == Kind::kRegex) return absl::StrCat("regex:", regex);
+  if (kind == Kind::kJsonSchema) return absl::StrCat("json:", json_schema);
+  if (kind == Kind::kJsonObject) return "json_object";
   std::string key = "choice";
   for (const std::string& c : choices) absl::StrAppend(&key, ":", c.size(), ":", c);
   return key;
 }
 
-absl::StatusOr<Dfa> CompileConstraint(const ConstraintSpec& spec) {
-  if (spec.kind == ConstraintSpec::Kind::kRegex) return CompileRegex(spec.regex);
+absl::StatusOr<Grammar> CompileConstraint(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kRegex: {
+      ASSIGN_OR_RETURN(Dfa dfa, CompileRegex(spec.regex));
+      return SingleRuleGrammar(std::move(dfa));
+    }
+    case ConstraintSpec::Kind::kJsonSchema:
+      return CompileJsonSchema(spec.json_schema);
+    case ConstraintSpec::Kind::kJsonObject:
+      return JsonObjectGrammar();
+    case ConstraintSpec::Kind::kChoice:
+      break;
+  }
   if (spec.choices.empty()) return absl::InvalidArgumentError("the list of choices is empty");
   const RegexLimits limits;
   Nfa nfa(limits.max_nfa_states);
@@ -30,7 +44,8 @@ absl::StatusOr<Dfa> CompileConstraint(const ConstraintSpec& spec) {
     const Nfa::Fragment f = nfa.Literal(spec.choices[i]);
     any = any ? nfa.Alternate(*any, f) : f;
   }
-  return nfa.ToDfa(*any, limits.max_dfa_states, limits.max_work);
+  ASSIGN_OR_RETURN(Dfa dfa, nfa.ToDfa(*any, limits.max_dfa_states, limits.max_work));
+  return SingleRuleGrammar(std::move(dfa));
 }
 
 }  // namespace kvserve::structured

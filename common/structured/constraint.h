@@ -1,9 +1,10 @@
 // What a request constrains its output to, as the router receives it and the worker compiles
-// it (docs/STRUCTURED_OUTPUTS.md): a regular expression over the whole output, or one of a list
-// of strings. The router compiles it too, to refuse a bad one with a 400 before routing.
+// it (docs/STRUCTURED_OUTPUTS.md): a regular expression over the whole output, one of a list of
+// strings, JSON valid under a schema, or any JSON object. The router compiles it too, to refuse
+// a bad one with a 400 before routing.
 //
 //   ConstraintSpec spec{.kind = ConstraintSpec::Kind::kRegex, .regex = "\\d{3}"};
-//   ASSIGN_OR_RETURN(Dfa dfa, CompileConstraint(spec));
+//   ASSIGN_OR_RETURN(Grammar g, CompileConstraint(spec));
 //
 // Pure functions; any thread.
 #ifndef KVSERVE_COMMON_STRUCTURED_CONSTRAINT_H_
@@ -13,24 +14,26 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/structured/dfa.h"
+#include "common/structured/grammar.h"
 
 namespace kvserve::structured {
 
 struct ConstraintSpec {
-  enum class Kind { kRegex, kChoice };
+  enum class Kind { kRegex, kChoice, kJsonSchema, kJsonObject };
   Kind kind = Kind::kRegex;
   std::string regex;                 // kRegex: ECMAScript syntax (common/structured/regex.h)
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them
+  std::string json_schema;           // kJsonSchema: a JSON text (common/structured/json_schema.h)
 
   // The source as one string (a cache key).
   [[nodiscard]] std::string Key() const;
   bool operator==(const ConstraintSpec&) const = default;
 };
 
-// The automaton of `spec`. InvalidArgument for a bad pattern or an empty list of choices (or
-// one that is not UTF-8); ResourceExhausted past the automaton's limits.
-absl::StatusOr<Dfa> CompileConstraint(const ConstraintSpec& spec);
+// The grammar of `spec` (one rule for a regex or choice). InvalidArgument for a bad pattern, an
+// empty list of choices (or one that is not UTF-8), a bad or unsupported schema;
+// ResourceExhausted past the automata's limits.
+absl::StatusOr<Grammar> CompileConstraint(const ConstraintSpec& spec);
 
 }  // namespace kvserve::structured
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvserve::structured {
 namespace {
@@ -104,15 +106,18 @@ class Closures {
   uint32_t generation_ = 0;
 };
 
-// Keeps the states that can reach an accepting one, renumbered; InvalidArgument if the start
-// cannot.
-absl::StatusOr<Dfa> Prune(const std::vector<Dfa::State>& next, const std::vector<bool>& accepting) {
+// Keeps the states that can reach an accepting one (a call counts as a way there), renumbered;
+// InvalidArgument if the start cannot.
+absl::StatusOr<RuleDfa> Prune(const std::vector<Dfa::State>& next,
+                              const std::vector<bool>& accepting,
+                              const std::vector<std::vector<CallEdge>>& calls) {
   const auto n = static_cast<int32_t>(accepting.size());
   std::vector<std::vector<int32_t>> from(n);
   for (int32_t s = 0; s < n; ++s) {
     for (int b = 0; b < 256; ++b) {
       if (const Dfa::State t = next[s * 256 + b]; t != Dfa::kDead) from[t].push_back(s);
     }
+    for (const CallEdge& c : calls[s]) from[c.to].push_back(s);
   }
   std::vector<bool> live(accepting);
   std::vector<int32_t> stack;
@@ -134,14 +139,18 @@ absl::StatusOr<Dfa> Prune(const std::vector<Dfa::State>& next, const std::vector
   }
   std::vector<Dfa::State> pruned(static_cast<size_t>(count) * 256, Dfa::kDead);
   std::vector<bool> pruned_accepting(count);
+  std::vector<std::vector<CallEdge>> pruned_calls(count);
   for (int32_t s = 0; s < n; ++s) {
     if (id[s] == Dfa::kDead) continue;
     pruned_accepting[id[s]] = accepting[s];
     for (int b = 0; b < 256; ++b) {
       if (const Dfa::State t = next[s * 256 + b]; t != Dfa::kDead) pruned[id[s] * 256 + b] = id[t];
     }
+    for (const CallEdge& c : calls[s]) {
+      if (id[c.to] != Dfa::kDead) pruned_calls[id[s]].push_back({c.rule, id[c.to]});
+    }
   }
-  return Dfa(std::move(pruned), std::move(pruned_accepting), 0);
+  return RuleDfa{Dfa(std::move(pruned), std::move(pruned_accepting), 0), std::move(pruned_calls)};
 }
 
 }  // namespace
@@ -246,6 +255,20 @@ Nfa::Fragment Nfa::Star(Fragment a) {
   return f;
 }
 
+Nfa::Fragment Nfa::Plus(Fragment a) {
+  Fragment f{NewState(), NewState()};
+  states_[f.start].epsilon = {a.start};
+  states_[a.end].epsilon.push_back(a.start);
+  states_[a.end].epsilon.push_back(f.end);
+  return f;
+}
+
+Nfa::Fragment Nfa::Call(int32_t rule) {
+  Fragment f{NewState(), NewState()};
+  states_[f.start].calls.push_back({rule, f.end});
+  return f;
+}
+
 Nfa::Fragment Nfa::Optional(Fragment a) {
   Fragment f{NewState(), NewState()};
   states_[f.start].epsilon = {a.start, f.end};
@@ -254,6 +277,14 @@ Nfa::Fragment Nfa::Optional(Fragment a) {
 }
 
 absl::StatusOr<Dfa> Nfa::ToDfa(Fragment f, int32_t max_states, int64_t max_work) const {
+  ASSIGN_OR_RETURN(RuleDfa r, ToRuleDfa(f, max_states, max_work));
+  for (const auto& calls : r.calls) {
+    if (!calls.empty()) return absl::InternalError("ToDfa: the fragment has calls");
+  }
+  return std::move(r.dfa);
+}
+
+absl::StatusOr<RuleDfa> Nfa::ToRuleDfa(Fragment f, int32_t max_states, int64_t max_work) const {
   if (too_large()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the pattern is too large: its automaton passes ", max_states_, " states"));
@@ -275,10 +306,12 @@ absl::StatusOr<Dfa> Nfa::ToDfa(Fragment f, int32_t max_states, int64_t max_work)
   std::deque<std::vector<int32_t>> sets;
   std::vector<Dfa::State> next;
   std::vector<bool> accepting;
+  std::vector<std::vector<CallEdge>> calls;
   auto intern = [&](std::vector<int32_t> set) -> Dfa::State {
     auto [it, added] = ids.try_emplace(set, static_cast<Dfa::State>(sets.size()));
     if (added) {
       accepting.push_back(std::binary_search(set.begin(), set.end(), f.end));
+      calls.emplace_back();
       next.resize(next.size() + 256, Dfa::kDead);
       sets.push_back(std::move(set));
     }
@@ -307,12 +340,22 @@ absl::StatusOr<Dfa> Nfa::ToDfa(Fragment f, int32_t max_states, int64_t max_work)
       const Dfa::State t = intern(std::move(target));
       for (int b = classes[c].first; b <= classes[c].second; ++b) next[d * 256 + b] = t;
     }
+    std::map<int32_t, std::vector<int32_t>> called;  // rule -> NFA states after the call
+    for (int32_t s : sets[d]) {
+      for (const CallEdge& c : states_[s].calls) called[c.rule].push_back(c.to);
+    }
+    for (auto& [rule, after] : called) {
+      std::vector<int32_t> target = closures.Of(after);
+      work += static_cast<int64_t>(target.size());
+      const Dfa::State t = intern(std::move(target));
+      calls[d].push_back({rule, t});
+    }
     if (work > max_work) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the pattern is too complex: building its automaton passes ", max_work, " steps"));
     }
   }
-  return Prune(next, accepting);
+  return Prune(next, accepting, calls);
 }
 
 }  // namespace kvserve::structured

@@ -31,6 +31,19 @@ CodePointSet Normalize(CodePointSet set);
 // Every code point (surrogates aside, which UTF-8 cannot encode) not in `set`.
 CodePointSet Complement(const CodePointSet& set);
 
+// A rule's call edge out of a state: match rule `rule`, then go on from `to`.
+struct CallEdge {
+  int32_t rule = 0;
+  int32_t to = 0;
+  bool operator==(const CallEdge&) const = default;
+};
+
+// A grammar rule's automaton: bytes move as in a Dfa, calls as listed per state.
+struct RuleDfa {
+  Dfa dfa;
+  std::vector<std::vector<CallEdge>> calls;  // [num_states]
+};
+
 class Nfa {
  public:
   // A piece of automaton with one entry and one exit state.
@@ -48,9 +61,20 @@ class Nfa {
   Fragment Concat(Fragment a, Fragment b);
   Fragment Alternate(Fragment a, Fragment b);
   Fragment Star(Fragment a);
+  Fragment Plus(Fragment a);
   Fragment Optional(Fragment a);
   // A fragment that matches nothing (the empty set), e.g. a class with no code points.
   Fragment Nothing();
+  // What rule `rule` of a grammar matches (common/structured/grammar.h): an edge the subset
+  // construction keeps as a call, never expanded here.
+  Fragment Call(int32_t rule);
+
+  // For automata wired by hand: a fresh state, a byte-range move, an empty move.
+  int32_t AddState() { return NewState(); }
+  void AddEdge(int32_t from, uint8_t lo, uint8_t hi, int32_t to) {
+    states_[from].edges.push_back({lo, hi, to});
+  }
+  void Link(int32_t from, int32_t to) { states_[from].epsilon.push_back(to); }
 
   [[nodiscard]] int32_t num_states() const { return static_cast<int32_t>(states_.size()); }
   [[nodiscard]] bool too_large() const { return num_states() > max_states_; }
@@ -61,6 +85,10 @@ class Nfa {
   // reached: a bound on the time a hostile pattern can take).
   [[nodiscard]] absl::StatusOr<Dfa> ToDfa(Fragment f, int32_t max_states,
                                           int64_t max_work = 20'000'000) const;
+  // The same for a fragment with calls: per DFA state, the calls that leave it (sorted by
+  // rule). A call counts as able to reach acceptance (the grammar checks its rules match).
+  [[nodiscard]] absl::StatusOr<RuleDfa> ToRuleDfa(Fragment f, int32_t max_states,
+                                                  int64_t max_work = 20'000'000) const;
 
  private:
   struct Edge {
@@ -70,6 +98,7 @@ class Nfa {
   struct State {
     std::vector<Edge> edges;
     std::vector<int32_t> epsilon;
+    std::vector<CallEdge> calls;  // `to` is an NFA state here
   };
 
   int32_t NewState();

@@ -65,25 +65,4 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens)
   }
 }
 
-TokenMask TokenTrie::Allowed(const Dfa& dfa, Dfa::State state) const {
-  TokenMask mask(vocab_size_);
-  if (state == Dfa::kDead) return mask;
-  std::vector<std::pair<int32_t, Dfa::State>> stack = {{0, state}};
-  while (!stack.empty()) {
-    const auto [at, s] = stack.back();
-    stack.pop_back();
-    const Node& node = nodes_[at];
-    for (int32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
-      const Dfa::State t = dfa.Next(s, edge_byte_[c]);
-      if (t == Dfa::kDead) continue;
-      const Node& child = nodes_[c];
-      for (int32_t k = child.first_token; k < child.first_token + child.num_tokens; ++k) {
-        mask.Set(token_ids_[k]);
-      }
-      if (child.num_children > 0) stack.emplace_back(c, t);
-    }
-  }
-  return mask;
-}
-
 }  // namespace kvserve::structured

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/structured/dfa.h"
@@ -41,8 +42,10 @@ class TokenTrie {
 
   [[nodiscard]] int32_t vocab_size() const { return vocab_size_; }
   [[nodiscard]] int32_t num_nodes() const { return static_cast<int32_t>(nodes_.size()); }
-  // The ids whose bytes keep `dfa` alive from `state` (none from Dfa::kDead).
-  [[nodiscard]] TokenMask Allowed(const Dfa& dfa, Dfa::State state) const;
+  // The ids whose bytes keep `automaton` alive from `state` (none from kDead): a Dfa or a
+  // GrammarMatcher, anything with State, kDead and Next(state, byte).
+  template <typename Automaton>
+  [[nodiscard]] TokenMask Allowed(Automaton& automaton, typename Automaton::State state) const;
 
  private:
   struct Node {
@@ -54,6 +57,29 @@ class TokenTrie {
   std::vector<int32_t> token_ids_;
   int32_t vocab_size_ = 0;
 };
+
+template <typename Automaton>
+TokenMask TokenTrie::Allowed(Automaton& automaton, typename Automaton::State state) const {
+  using State = typename Automaton::State;
+  TokenMask mask(vocab_size_);
+  if (state == Automaton::kDead) return mask;
+  std::vector<std::pair<int32_t, State>> stack = {{0, state}};
+  while (!stack.empty()) {
+    const auto [at, s] = stack.back();
+    stack.pop_back();
+    const Node& node = nodes_[at];
+    for (int32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      const State t = automaton.Next(s, edge_byte_[c]);
+      if (t == Automaton::kDead) continue;
+      const Node& child = nodes_[c];
+      for (int32_t k = child.first_token; k < child.first_token + child.num_tokens; ++k) {
+        mask.Set(token_ids_[k]);
+      }
+      if (child.num_children > 0) stack.emplace_back(c, t);
+    }
+  }
+  return mask;
+}
 
 }  // namespace kvserve::structured
 

@@ -74,3 +74,22 @@ export function makeModel(bin, tokenizerDir, dir) {
   const made = spawnSync(path.join(bin, 'kvserve-make-model'), ['--tokenizer', tokenizerDir, '--out', dir]);
   assert.equal(made.status, 0, String(made.stderr));
 }
+
+// A kvserve-worker serving the model at `model` behind a kvserve-router, both on free loopback
+// ports (recorded in `children` for cleanup); resolves with the router's base URL once the
+// router counts the worker as ready.
+export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1024) {
+  const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
+    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
+    '--max-model-len', String(maxModelLen), '--num-blocks', '512'], /kvserve-worker ready/);
+  await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1',
+    '--port', String(http), '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', String(maxModelLen)],
+  /kvserve-router ready/);
+  const base = `http://127.0.0.1:${http}`;
+  for (let i = 0; i < 200; i++) {
+    if ((await fetch(`${base}/ready`)).status === 200) break;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  return base;
+}

@@ -148,8 +148,8 @@ test('errors in OpenAI shape', async () => {
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 0 }),
     (e) => e.status === 400 && e.param === 'max_tokens');
   await assert.rejects(client.chat.completions.create({
-    model: 'tiny', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }),
-  (e) => e.status === 400 && e.param === 'response_format');
+    model: 'tiny', messages: [{ role: 'user', content: 'x' }], response_format: { type: 'yaml' } }),
+  (e) => e.status === 400 && e.param === 'response_format.type');
   const neutral = await client.chat.completions.create({
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
     presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: 'text' } });
@@ -408,8 +408,8 @@ test('structured outputs: choice and regex constraints, streamed and not', async
   }
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_regex: '(?=a)b' }),
     (e) => e.status === 400 && e.param === 'guided_regex' && /lookaround/.test(e.message));
-  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_json: { type: 'object' } }),
-    (e) => e.status === 400 && e.param === 'guided_json');
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_json: { not: {} } }),
+    (e) => e.status === 400 && e.param === 'guided_json' && /'not'/.test(e.message));
 });
 
 test('bad HTTP bodies get the right status and an OpenAI error body', async () => {

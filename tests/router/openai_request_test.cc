@@ -180,16 +180,12 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
   const std::vector<Case> cases = {
       {{{"use_beam_search", true}}, false, "use_beam_search"},
       {{{"echo", true}}, true, "echo"},
-      {{{"guided_json", {{"type", "object"}}}}, true, "guided_json"},
       {{{"guided_grammar", "root ::= x"}}, false, "guided_grammar"},
-      {{{"structured_outputs", {{"json", {{"type", "object"}}}}}},
-       false,
-       "structured_outputs.json"},
       {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
       {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
       {{{"prompt_logprobs", 21}}, false, "prompt_logprobs"},
       {{{"max_tokens", 0}}, false, "max_tokens"},
-      {{{"response_format", {{"type", "json_object"}}}}, true, "response_format"},
+      {{{"response_format", {{"type", "yaml"}}}}, true, "response_format.type"},
       {{{"response_format", "json"}}, true, "response_format"},
       {{{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, true, "tools"},
       {{{"suffix", "end"}}, false, "suffix"},
@@ -386,6 +382,27 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
   EXPECT_EQ(r.constraint->choices, std::vector<std::string>{"x"});
   ASSERT_OK_AND_ASSIGN(r, parse(json::object()));
   EXPECT_FALSE(r.constraint);
+  // JSON: a schema as an object or a string; json_object; OpenAI's response_format.
+  const json schema = {{"type", "object"},
+                       {"properties", {{"b", {{"type", "integer"}}}, {"a", true}}}};
+  for (const json& extra :
+       {json{{"guided_json", schema}}, json{{"guided_json", schema.dump()}},
+        json{{"structured_outputs", {{"json", schema}}}},
+        json{{"response_format",
+              {{"type", "json_schema"},
+               {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}}}) {
+    ASSERT_OK_AND_ASSIGN(r, parse(extra, true));
+    ASSERT_TRUE(r.constraint) << extra;
+    EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kJsonSchema);
+    EXPECT_EQ(r.constraint->json_schema, schema.dump()) << "keys keep their order";
+  }
+  for (const json& extra : {json{{"response_format", {{"type", "json_object"}}}},
+                            json{{"structured_outputs", {{"json_object", true}}}}}) {
+    ASSERT_OK_AND_ASSIGN(r, parse(extra));
+    EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kJsonObject) << extra;
+  }
+  ASSERT_OK_AND_ASSIGN(r, parse({{"response_format", {{"type", "text"}}}}));
+  EXPECT_FALSE(r.constraint);
   struct Bad {
     json extra;
     const char* param;
@@ -405,6 +422,17 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
             "structured_outputs.grammar",
             "not supported by kvserve yet"},
            {{{"structured_outputs", "a"}}, "structured_outputs", "must be an object"},
+           {{{"guided_json", {{"type", "object"}, {"properties", {{"a", {{"not", true}}}}}}}},
+            "guided_json",
+            "unsupported keyword 'not' at #/properties/a"},
+           {{{"guided_json", "{"}}, "guided_json", "not valid JSON"},
+           {{{"guided_json", 3}}, "guided_json", "must be a JSON schema"},
+           {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}},
+            "response_format.json_schema.schema",
+            "is required"},
+           {{{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}},
+            "response_format",
+            "only one constraint may be given"},
            {{{"guided_regex", std::string(70000, 'a')}}, "guided_regex", "the limit is 65536"},
        }) {
     absl::StatusOr<ParsedRequest> bad = parse(b.extra);

@@ -44,6 +44,13 @@ std::optional<structured::ConstraintSpec> ConstraintFromProto(const pb::Constrai
       spec.kind = structured::ConstraintSpec::Kind::kChoice;
       spec.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
       return spec;
+    case pb::Constraint::kJsonSchema:
+      spec.kind = structured::ConstraintSpec::Kind::kJsonSchema;
+      spec.json_schema = c.json_schema();
+      return spec;
+    case pb::Constraint::kJsonObject:
+      spec.kind = structured::ConstraintSpec::Kind::kJsonObject;
+      return spec;
     default:
       return std::nullopt;
   }

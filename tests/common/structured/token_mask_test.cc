@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/structured/grammar.h"
+#include "common/structured/json_schema.h"
 #include "common/structured/regex.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
@@ -84,6 +86,48 @@ TEST_P(TokenMaskVocabTest, TrieMasksEqualBruteForce) {
     }
   }
   EXPECT_GE(states, 20);
+}
+
+// The same for grammar states: JSON schemas (nested objects, arrays, recursion, escapes).
+TEST_P(TokenMaskVocabTest, GrammarMasksEqualBruteForce) {
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::FromDirectory(testing::NpmTokenizerDir(GetParam()));
+  ASSERT_OK(tok);
+  const std::vector<std::string> vocab = VocabularyBytes(**tok);
+  const TokenTrie trie(vocab);
+  const std::vector<std::string> schemas = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+          "tags": {"type": "array", "items": {"enum": ["a", "b\"c"]}, "maxItems": 3},
+          "n": {"type": "integer", "minimum": -20, "maximum": 300}}, "required": ["name"]})",
+      R"({"$defs": {"t": {"type": "object", "properties": {"v": {"type": "number"},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}}, "$ref": "#/$defs/t"})",
+      R"({"type": "object"})",
+  };
+  std::mt19937 rng(5);
+  int states = 0;
+  for (const std::string& schema : schemas) {
+    absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+    ASSERT_OK(g) << schema;
+    GrammarMatcher m(std::make_shared<const Grammar>(*std::move(g)));
+    GrammarMatcher::State s = m.start();
+    for (int step = 0; step < 20 && s != GrammarMatcher::kDead; ++step) {
+      const TokenMask got = trie.Allowed(m, s);
+      TokenMask want(static_cast<int32_t>(vocab.size()));
+      for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+        if (!vocab[id].empty() && m.Walk(s, vocab[id]) != GrammarMatcher::kDead) want.Set(id);
+      }
+      ASSERT_EQ(got.Count(), want.Count()) << schema << " step " << step;
+      EXPECT_TRUE(got == want) << schema << " step " << step;
+      ++states;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < trie.vocab_size(); ++id) {
+        if (got.Has(id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      s = m.Walk(s, vocab[allowed[rng() % allowed.size()]]);
+    }
+  }
+  EXPECT_GE(states, 30);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMaskVocabTest, ::testing::Values("llama3", "qwen3"));

@@ -1,0 +1,210 @@
+// The pushdown matcher on hand-built grammars, and JSON schemas compiled to grammars: what they
+// accept and refuse, checked on texts whose validity is known.
+#include "common/structured/json_schema.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/structured/grammar.h"
+#include "common/structured/json_terminals.h"
+#include "common/structured/regex.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvserve::structured {
+namespace {
+
+GrammarMatcher Matcher(Grammar g, int32_t max_depth = 64) {
+  return GrammarMatcher(std::make_shared<const Grammar>(std::move(g)), max_depth);
+}
+
+// S ::= ( "(" S ")" S )?
+absl::StatusOr<Grammar> Parens() {
+  GrammarBuilder b;
+  const int32_t s = b.Declare("S");
+  Nfa& n = b.nfa();
+  b.Define(s, n.Optional(n.Concat(n.Concat(n.Literal("("), n.Call(s)),
+                                  n.Concat(n.Literal(")"), n.Call(s)))));
+  return std::move(b).Build(s);
+}
+
+TEST(GrammarTest, BalancedParentheses) {
+  ASSERT_OK_AND_ASSIGN(Grammar g, Parens());
+  GrammarMatcher m = Matcher(std::move(g));
+  for (const char* yes : {"", "()", "(())()", "((()))(()())"}) EXPECT_TRUE(m.Matches(yes)) << yes;
+  for (const char* no : {"(", "())", ")(", "(()"}) EXPECT_FALSE(m.Matches(no)) << no;
+  const GrammarMatcher::State open = m.Walk(m.start(), "(((");
+  ASSERT_NE(open, GrammarMatcher::kDead);
+  EXPECT_FALSE(m.accepting(open));
+  EXPECT_TRUE(m.has_next(open));
+  EXPECT_EQ(m.Walk(m.start(), ")"), GrammarMatcher::kDead);
+  EXPECT_EQ(m.Walk(m.start(), "(("), m.Walk(m.start(), "(("));  // memoized: one state
+}
+
+TEST(GrammarTest, DepthIsBounded) {
+  ASSERT_OK_AND_ASSIGN(Grammar g, Parens());
+  GrammarMatcher m = Matcher(std::move(g), /*max_depth=*/4);
+  EXPECT_TRUE(m.Matches("((()))"));
+  EXPECT_EQ(m.Walk(m.start(), "(((((("), GrammarMatcher::kDead);
+}
+
+TEST(GrammarTest, RefusesBadGrammars) {
+  {  // A ::= A "x" | "y"
+    GrammarBuilder b;
+    const int32_t a = b.Declare("A");
+    b.Define(a, b.nfa().Alternate(b.nfa().Concat(b.nfa().Call(a), b.nfa().Literal("x")),
+                                  b.nfa().Literal("y")));
+    EXPECT_THAT(std::move(b).Build(a).status().message(), ::testing::HasSubstr("left-recursive"));
+  }
+  {  // A ::= "x" A
+    GrammarBuilder b;
+    const int32_t a = b.Declare("A");
+    b.Define(a, b.nfa().Concat(b.nfa().Literal("x"), b.nfa().Call(a)));
+    EXPECT_THAT(std::move(b).Build(a).status().message(), ::testing::HasSubstr("no finite"));
+  }
+  {
+    GrammarBuilder b;
+    const int32_t a = b.Declare("A");
+    b.Declare("B");
+    b.Define(a, b.nfa().Call(1));
+    EXPECT_THAT(std::move(b).Build(a).status().message(),
+                ::testing::HasSubstr("'B' is not defined"));
+  }
+}
+
+TEST(JsonTerminalsTest, IntegerRangesAreExact) {
+  const std::vector<std::pair<std::optional<int64_t>, std::optional<int64_t>>> ranges = {
+      {0, 0},
+      {-5, 17},
+      {3, 250},
+      {-250, -3},
+      {99, 101},
+      {0, std::nullopt},
+      {-12, std::nullopt},
+      {std::nullopt, -7},
+      {std::nullopt, 45},
+      {std::nullopt, std::nullopt},
+      {100, 1000}};
+  for (const auto& [lo, hi] : ranges) {
+    const std::string regex = IntegerRangeRegex(lo, hi);
+    ASSERT_OK_AND_ASSIGN(Dfa dfa, CompileRegex(regex));
+    for (int64_t x = -1200; x <= 1200; ++x) {
+      const bool in = (!lo || x >= *lo) && (!hi || x <= *hi);
+      ASSERT_EQ(dfa.Matches(std::to_string(x)), in) << regex << " " << x;
+    }
+    EXPECT_FALSE(dfa.Matches("-0")) << regex;
+    EXPECT_FALSE(dfa.Matches("007")) << regex;
+    EXPECT_EQ(dfa.Matches("123456789012"), !hi) << regex;
+  }
+}
+
+class JsonSchemaTest : public ::testing::Test {
+ protected:
+  static GrammarMatcher Compile(const std::string& schema) {
+    absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+    EXPECT_OK(g) << schema;
+    return Matcher(g.ok() ? *std::move(g) : SingleRuleGrammar(*CompileRegex("x")));
+  }
+  static void Expect(const std::string& schema, const std::vector<std::string>& valid,
+                     const std::vector<std::string>& invalid) {
+    GrammarMatcher m = Compile(schema);
+    for (const std::string& v : valid) EXPECT_TRUE(m.Matches(v)) << schema << " should take " << v;
+    for (const std::string& v : invalid) {
+      EXPECT_FALSE(m.Matches(v)) << schema << " should refuse " << v;
+    }
+  }
+  static std::string Refusal(const std::string& schema) {
+    return std::string(CompileJsonSchema(schema).status().message());
+  }
+};
+
+TEST_F(JsonSchemaTest, Objects) {
+  Expect(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+             "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+             "required": ["name"], "additionalProperties": false})",
+         {R"({"name":"bob","age":42})", R"({"name":"bob"})",
+          "{ \"name\" : \"b\\u00e9\" ,\n \"age\" : 7 }", R"({"name":""})"},
+         {R"({"age":4})", R"({"name":"toolong"})", R"({"name":"a","age":121})",
+          R"({"name":"a","age":-1})", R"({"age":3,"name":"a"})", R"({"name":"a",})", "{}"});
+  Expect(R"({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})",
+         {"{}", R"({"a":true})", R"({"b":null})", R"({"a":false,"b":null})"},
+         {R"({,"b":null})", R"({"b":null,"a":true})", R"({"a":true,})"});
+  Expect(R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+         {"{}", R"({"x":1,"y":-2})"}, {R"({"x":"1"})"});
+}
+
+TEST_F(JsonSchemaTest, ScalarsEnumsAndFormats) {
+  Expect(R"({"enum": ["a", 1, null, {"k": [1, 2]}]})", {R"("a")", "1", "null", R"({"k":[1,2]})"},
+         {"2", R"("b")", R"({"k":[2,1]})"});
+  Expect(R"({"const": "x\"y"})", {R"("x\"y")"}, {R"("xy")"});
+  Expect(R"({"type": ["string", "null"], "pattern": "^[a-z]+\"?$"})",
+         {R"("abc\"")", R"("abc")", "null"}, {R"("ABC")", R"("")", R"("ab"c")"});
+  Expect(R"({"type": "string", "pattern": "b"})", {R"("abc")", R"("b")"}, {R"("ac")"});
+  Expect(R"({"type": "string", "format": "date"})", {R"("2024-02-28")"},
+         {R"("2024-13-01")", R"("2024-04-31")"});
+  Expect(R"({"type": "number"})", {"0", "-1.5e3", "12.25"}, {"01", "1.", ".5", "-"});
+  Expect(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 3.5})", {"1", "3"}, {"0", "4"});
+  Expect(R"({"type": "string", "minLength": 2, "maxLength": 3})",
+         {R"("ab")", R"("a\nb")", R"("éé")"}, {R"("a")", R"("abcd")", R"("\ud800x")"});
+  Expect("{}", {"1", R"({"a":[true,{"b":null}]})", R"("x")"}, {"", "[1,]"});
+}
+
+TEST_F(JsonSchemaTest, ArraysRefsAndAlternatives) {
+  Expect(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2})",
+         {"[true]", "[true, false]"}, {"[]", "[true,true,true]", "[1]"});
+  Expect(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]})",
+         {R"([1,"a"])"}, {"[1]", R"(["a",1])"});
+  const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}, "$ref": "#/$defs/node"})";
+  Expect(tree, {R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})"}, {R"({"v":1,"kids":[{}]})"});
+  Expect(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})", {"5", R"("x")"},
+         {R"("xy")", "true"});
+  Expect(
+      R"({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+             "required": ["kind"]}, {"type": "object", "properties": {"kind": {"const": "b"}},
+             "required": ["kind"]}]})",
+      {R"({"kind":"a","x":1})", R"({"kind":"b"})"}, {R"({"kind":"c"})"});
+  Expect(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+             {"required": ["a"]}]})",
+         {R"({"a":1})"}, {"{}"});
+}
+
+TEST_F(JsonSchemaTest, JsonObjectAndWhitespace) {
+  ASSERT_OK_AND_ASSIGN(Grammar g, JsonObjectGrammar());
+  GrammarMatcher m = Matcher(std::move(g));
+  EXPECT_TRUE(m.Matches("{}"));
+  EXPECT_TRUE(m.Matches(R"({"a": [1, {"b": null}], "c": "x"})"));
+  EXPECT_FALSE(m.Matches("[]"));
+  EXPECT_FALSE(m.Matches(R"({"a":})"));
+  EXPECT_TRUE(m.Matches("{" + std::string(20, ' ') + "}"));
+  EXPECT_FALSE(m.Matches("{" + std::string(21, ' ') + "}"));
+  EXPECT_TRUE(m.Matches("{\"a\"" + std::string(20, '\n') + ":[1" + std::string(20, ' ') + "]}"));
+  EXPECT_FALSE(m.Matches("{\"a\":[1" + std::string(21, ' ') + "]}"));
+  GrammarMatcher list = Compile(R"({"type": "array", "items": {"type": "integer"}})");
+  EXPECT_TRUE(list.Matches("[" + std::string(20, '\t') + "]"));
+  EXPECT_FALSE(list.Matches("[" + std::string(21, '\t') + "]"));
+  EXPECT_FALSE(list.Matches("[ 1" + std::string(21, '\t') + "]"));
+}
+
+TEST_F(JsonSchemaTest, RefusesWhatItCannotKeep) {
+  EXPECT_THAT(Refusal(R"({"not": {"type": "string"}})"), ::testing::HasSubstr("'not' at #"));
+  EXPECT_THAT(Refusal(R"({"properties": {"a": {"type": "number", "multipleOf": 2}}})"),
+              ::testing::HasSubstr("'multipleOf' at #/properties/a"));
+  EXPECT_THAT(Refusal(R"({"type": "array", "uniqueItems": true})"),
+              ::testing::HasSubstr("uniqueItems"));
+  EXPECT_THAT(Refusal(R"({"oneOf": [{"type": "integer"}, {"minimum": 2}]})"),
+              ::testing::HasSubstr("oneOf"));
+  EXPECT_THAT(Refusal(R"({"type": "string", "format": "hostname"})"),
+              ::testing::HasSubstr("format: hostname"));
+  EXPECT_THAT(Refusal(R"({"$ref": "#/$defs/missing"})"), ::testing::HasSubstr("does not resolve"));
+  EXPECT_THAT(Refusal(R"({"$ref": "other.json"})"), ::testing::HasSubstr("another document"));
+  EXPECT_THAT(Refusal("{"), ::testing::HasSubstr("not valid JSON"));
+  EXPECT_THAT(Refusal(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
+              ::testing::HasSubstr("no integer"));
+  EXPECT_THAT(Refusal(R"({"type": "strin"})"), ::testing::HasSubstr("unknown type"));
+}
+
+}  // namespace
+}  // namespace kvserve::structured
