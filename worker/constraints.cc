@@ -1,5 +1,6 @@
 #include "worker/constraints.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,13 +42,14 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
   if (auto it = cache_.find(key); it != cache_.end()) {
     if (it->second->second->matcher.size() <= CompiledConstraint::kMaxMatcherSize) {
       lru_.splice(lru_.end(), lru_, it->second);
+      ++counters_.reused;
       return it->second->second;
     }
     lru_.erase(it->second);  // grown too large: compiled afresh below
     cache_.erase(it);
   }
   ASSIGN_OR_RETURN(structured::Grammar grammar, structured::CompileConstraint(spec));
-  ++compiled_;
+  ++counters_.compiled;
   auto compiled = std::make_shared<CompiledConstraint>(std::move(grammar));
   lru_.emplace_back(key, compiled);
   cache_[key] = std::prev(lru_.end());
@@ -60,8 +62,15 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
 
 std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstraint& c,
                                                                GrammarMatcher::State state) {
-  if (auto it = c.masks.find(state); it != c.masks.end()) return it->second;
+  if (auto it = c.masks.find(state); it != c.masks.end()) {
+    ++counters_.masks_reused;
+    return it->second;
+  }
+  const auto start = std::chrono::steady_clock::now();
   auto mask = std::make_shared<structured::TokenMask>(trie_->Allowed(c.matcher, state));
+  counters_.mask_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++counters_.masks_walked;
   if (c.matcher.accepting(state)) {
     for (int32_t id : eos_ids_) {
       if (id >= 0 && id < model_vocab_) mask->Set(id);

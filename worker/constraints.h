@@ -60,7 +60,14 @@ class Constraints {
                                                           structured::GrammarMatcher::State state,
                                                           int32_t token) const;
 
-  [[nodiscard]] int64_t compiled() const { return compiled_; }  // cache misses so far
+  struct Counters {
+    int64_t compiled = 0;      // constraints compiled (cache misses)
+    int64_t reused = 0;        // constraints found compiled (cache hits)
+    int64_t masks_walked = 0;  // masks computed by a trie walk
+    int64_t masks_reused = 0;  // masks found in a constraint's cache
+    double mask_seconds = 0;   // time in the walks
+  };
+  [[nodiscard]] const Counters& counters() const { return counters_; }
 
  private:
   absl::Status LoadVocabulary();
@@ -74,7 +81,7 @@ class Constraints {
   // Least recently used last; the map points into the list.
   std::list<std::pair<std::string, std::shared_ptr<CompiledConstraint>>> lru_;
   absl::flat_hash_map<std::string, decltype(lru_)::iterator> cache_;
-  int64_t compiled_ = 0;
+  Counters counters_;
 };
 
 }  // namespace kvserve::worker

@@ -448,7 +448,12 @@ std::vector<SequenceOutput> Engine::CollectOutputs() {
 
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
-  s.constraints_compiled = constraints_->compiled();
+  const Constraints::Counters& cc = constraints_->counters();
+  s.constraints_compiled = cc.compiled;
+  s.constraints_reused = cc.reused;
+  s.constraint_masks_walked = cc.masks_walked;
+  s.constraint_masks_reused = cc.masks_reused;
+  s.constraint_mask_seconds = cc.mask_seconds;
   const Scheduler::Counters& c = scheduler_->counters();
   s.prefix_queried_tokens = c.prefix_queried_tokens;
   s.prefix_hit_tokens = c.prefix_hit_tokens;

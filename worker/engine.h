@@ -57,6 +57,10 @@ struct EngineStats {
   int64_t computed_prompt_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t constraints_compiled = 0;  // structured-outputs constraints compiled (cache misses)
+  int64_t constraints_reused = 0;    // found compiled (cache hits)
+  int64_t constraint_masks_walked = 0;
+  int64_t constraint_masks_reused = 0;
+  double constraint_mask_seconds = 0;
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_hit_tokens_device = 0;

@@ -76,8 +76,8 @@ export function makeModel(bin, tokenizerDir, dir) {
 }
 
 // A kvserve-worker serving the model at `model` behind a kvserve-router, both on free loopback
-// ports (recorded in `children` for cleanup); resolves with the router's base URL once the
-// router counts the worker as ready.
+// ports (recorded in `children` for cleanup); resolves with the router's base URL and the
+// worker's metrics URL once the router counts the worker as ready.
 export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1024) {
   const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
   await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
@@ -91,5 +91,5 @@ export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1
     if ((await fetch(`${base}/ready`)).status === 200) break;
     await new Promise((res) => setTimeout(res, 50));
   }
-  return base;
+  return { base, metrics: `http://127.0.0.1:${metrics}/metrics` };
 }

@@ -24,11 +24,13 @@ const suite = path.join(here, 'node_modules/json-schema-test-suite/tests/draft4'
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-structured-'));
 const children = [];
 let client;
+let metricsUrl;
 
 before(async () => {
   const model = path.join(tmp, 'tiny');
   makeModel(bin, tokenizerDir, model);
-  const base = await startWorkerAndRouter(bin, model, children);
+  const { base, metrics } = await startWorkerAndRouter(bin, model, children);
+  metricsUrl = metrics;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
 });
 
@@ -153,4 +155,17 @@ test('response_format json_object, and json_schema through the client\'s zod hel
   await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
     response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'object', properties: { a: { not: {} } } } } } }),
   (e) => e.status === 400 && e.param === 'response_format.json_schema.schema' && /'not' at #\/properties\/a/.test(e.message));
+});
+
+test('the worker counts compiled constraints and masks', async () => {
+  const lines = (await (await fetch(metricsUrl)).text()).split('\n');
+  const value = (name, result) => {
+    const line = lines.find((l) => l.startsWith(`${name}{`) && (!result || l.includes(`result="${result}"`)));
+    return Number(line?.split(' ').pop());
+  };
+  assert.ok(value('kvserve_structured_constraints_total', 'compiled') >= 50);
+  assert.ok(value('kvserve_structured_constraints_total', 'cached') >= 1);
+  assert.ok(value('kvserve_structured_masks_total', 'computed') > 0);
+  assert.ok(value('kvserve_structured_masks_total', 'cached') > 0);
+  assert.ok(value('kvserve_structured_mask_seconds_total') > 0);
 });

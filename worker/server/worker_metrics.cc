@@ -161,6 +161,18 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
   Add(C("kvserve_prefix_cache_hit_tokens_total", "Prompt tokens found in the prefix cache",
         {{"tier", "host"}}),
       s.prefix_hit_tokens_host);
+  constexpr const char* kConstraintsHelp = "Structured-outputs constraints by whether compiled";
+  Add(C("kvserve_structured_constraints_total", kConstraintsHelp, {{"result", "compiled"}}),
+      s.constraints_compiled);
+  Add(C("kvserve_structured_constraints_total", kConstraintsHelp, {{"result", "cached"}}),
+      s.constraints_reused);
+  constexpr const char* kMasksHelp = "Structured-outputs token masks by whether computed";
+  Add(C("kvserve_structured_masks_total", kMasksHelp, {{"result", "computed"}}),
+      s.constraint_masks_walked);
+  Add(C("kvserve_structured_masks_total", kMasksHelp, {{"result", "cached"}}),
+      s.constraint_masks_reused);
+  Add(C("kvserve_structured_mask_seconds_total", "Time computing token masks"),
+      s.constraint_mask_seconds);
   Add(C("kvserve_kv_evictions_total", "Cached device blocks evicted"), s.evictions);
   Add(C("kvserve_kv_host_spilled_blocks_total", "Evicted device blocks saved to the host tier"),
       s.host_spilled_blocks);
