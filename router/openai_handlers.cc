@@ -265,6 +265,9 @@ std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
       case structured::ConstraintSpec::Kind::kJsonObject:
         s->mutable_constraint()->set_json_object(true);
         break;
+      case structured::ConstraintSpec::Kind::kGrammar:
+        s->mutable_constraint()->set_grammar(c->grammar);
+        break;
     }
   }
   return job;

@@ -84,9 +84,6 @@ bool NonEmptyArray(object o, std::string_view key) {
 absl::Status RefuseUnserved(object o, bool chat, int n) {
   ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
   if (beam) return Unserved("use_beam_search", " or false");
-  if (Field(o, "guided_grammar")) {
-    return Unserved("guided_grammar", " (guided_json, guided_regex and guided_choice are served)");
-  }
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
     if (echo) return Bad("echo", "is served on /v1/completions only; leave it unset or false");
@@ -487,26 +484,27 @@ absl::Status ResponseFormat(element e, std::vector<std::pair<std::string, elemen
   return absl::OkStatus();
 }
 
-// A regex at `e` into `spec`.
-absl::Status RegexText(element e, const std::string& param, const RequestLimits& limits,
-                       structured::ConstraintSpec* spec) {
+// A regex or a GBNF grammar at `e` into `spec`, as `kind`.
+absl::Status ConstraintText(element e, const std::string& param, const RequestLimits& limits,
+                            structured::ConstraintSpec::Kind kind,
+                            structured::ConstraintSpec* spec) {
   std::string_view text;
   if (e.get_string().get(text) != simdjson::SUCCESS) return Bad(param, "must be a string");
   if (text.size() > static_cast<size_t>(limits.max_constraint_bytes)) {
     return Bad(param, absl::StrCat("has ", text.size(), " bytes; the limit is ",
                                    limits.max_constraint_bytes));
   }
-  spec->kind = structured::ConstraintSpec::Kind::kRegex;
-  spec->regex = std::string(text);
+  spec->kind = kind;
+  (kind == structured::ConstraintSpec::Kind::kRegex ? spec->regex : spec->grammar) = text;
   return absl::OkStatus();
 }
 
-// The constraint of structured outputs: vLLM's guided_json / guided_regex / guided_choice,
-// structured_outputs {json | json_object | regex | choice}, or OpenAI's response_format; at most
-// one; compiled here so that a bad one is a 400.
+// The constraint of structured outputs: vLLM's guided_json / guided_regex / guided_choice /
+// guided_grammar, structured_outputs {json | json_object | regex | choice | grammar}, or OpenAI's
+// response_format; at most one; compiled here so that a bad one is a 400.
 absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedRequest* r) {
   std::vector<std::pair<std::string, element>> given;
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice"}) {
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
     if (auto e = Field(o, key)) given.emplace_back(key, *e);
   }
   if (auto e = Field(o, "response_format")) RETURN_IF_ERROR(ResponseFormat(*e, &given));
@@ -515,17 +513,16 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
     if (e->get_object().get(so) != simdjson::SUCCESS) {
       return Bad("structured_outputs", "must be an object");
     }
-    for (const char* key : {"grammar", "structural_tag"}) {
-      if (Field(so, key)) {
-        return Bad(absl::StrCat("structured_outputs.", key),
-                   "is not supported by kvserve yet (json, json_object, regex and choice are)");
-      }
+    if (Field(so, "structural_tag")) {
+      return Bad("structured_outputs.structural_tag",
+                 "is not supported by kvserve yet (json, json_object, regex, choice and grammar "
+                 "are)");
     }
     if (auto f = Field(so, "json_object")) {
       if (!f->is_bool()) return Bad("structured_outputs.json_object", "must be a boolean");
       if (f->get_bool().value()) given.emplace_back("structured_outputs.json_object", *f);
     }
-    for (const char* key : {"json", "regex", "choice"}) {
+    for (const char* key : {"json", "regex", "choice", "grammar"}) {
       if (auto f = Field(so, key)) given.emplace_back(absl::StrCat("structured_outputs.", key), *f);
     }
   }
@@ -539,7 +536,11 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
   if (absl::EndsWith(param, "choice")) {
     RETURN_IF_ERROR(ChoiceList(e, param, limits, &spec));
   } else if (absl::EndsWith(param, "regex")) {
-    RETURN_IF_ERROR(RegexText(e, param, limits, &spec));
+    RETURN_IF_ERROR(
+        ConstraintText(e, param, limits, structured::ConstraintSpec::Kind::kRegex, &spec));
+  } else if (absl::EndsWith(param, "grammar")) {
+    RETURN_IF_ERROR(
+        ConstraintText(e, param, limits, structured::ConstraintSpec::Kind::kGrammar, &spec));
   } else if (param == "response_format" || absl::EndsWith(param, "json_object")) {
     spec.kind = structured::ConstraintSpec::Kind::kJsonObject;
   } else {

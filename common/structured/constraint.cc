@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/structured/gbnf.h"
 #include "common/structured/json_schema.h"
 #include "common/structured/nfa.h"
 #include "common/structured/regex.h"
@@ -15,6 +16,7 @@ std::string ConstraintSpec::Key() const {
   if (kind == Kind::kRegex) return absl::StrCat("regex:", regex);
   if (kind == Kind::kJsonSchema) return absl::StrCat("json:", json_schema);
   if (kind == Kind::kJsonObject) return "json_object";
+  if (kind == Kind::kGrammar) return absl::StrCat("gbnf:", grammar);
   std::string key = "choice";
   for (const std::string& c : choices) absl::StrAppend(&key, ":", c.size(), ":", c);
   return key;
@@ -30,6 +32,8 @@ absl::StatusOr<Grammar> CompileConstraint(const ConstraintSpec& spec) {
       return CompileJsonSchema(spec.json_schema);
     case ConstraintSpec::Kind::kJsonObject:
       return JsonObjectGrammar();
+    case ConstraintSpec::Kind::kGrammar:
+      return CompileGbnf(spec.grammar);
     case ConstraintSpec::Kind::kChoice:
       break;
   }

@@ -1,7 +1,7 @@
 // What a request constrains its output to, as the router receives it and the worker compiles
 // it (docs/STRUCTURED_OUTPUTS.md): a regular expression over the whole output, one of a list of
-// strings, JSON valid under a schema, or any JSON object. The router compiles it too, to refuse
-// a bad one with a 400 before routing.
+// strings, JSON valid under a schema, any JSON object, or a sentence of a GBNF grammar. The router
+// compiles it too, to refuse a bad one with a 400 before routing.
 //
 //   ConstraintSpec spec{.kind = ConstraintSpec::Kind::kRegex, .regex = "\\d{3}"};
 //   ASSIGN_OR_RETURN(Grammar g, CompileConstraint(spec));
@@ -19,11 +19,12 @@
 namespace kvserve::structured {
 
 struct ConstraintSpec {
-  enum class Kind { kRegex, kChoice, kJsonSchema, kJsonObject };
+  enum class Kind { kRegex, kChoice, kJsonSchema, kJsonObject, kGrammar };
   Kind kind = Kind::kRegex;
   std::string regex;                 // kRegex: ECMAScript syntax (common/structured/regex.h)
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them
   std::string json_schema;           // kJsonSchema: a JSON text (common/structured/json_schema.h)
+  std::string grammar;               // kGrammar: GBNF (common/structured/gbnf.h)
 
   // The source as one string (a cache key).
   [[nodiscard]] std::string Key() const;

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-
 #include "benchmark/benchmark.h"
 #include "common/structured/grammar.h"
 #include "common/structured/json_schema.h"
@@ -148,7 +147,8 @@ void BM_SchemaStepsWithCache(benchmark::State& state) {
         }
         const TokenMask& mask = *it->second;
         step_us.push_back(
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
         std::vector<int32_t> allowed;
         for (int32_t id = 0; id < Trie().vocab_size(); ++id) {
           if (mask.Has(id)) allowed.push_back(id);

@@ -180,7 +180,6 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
   const std::vector<Case> cases = {
       {{{"use_beam_search", true}}, false, "use_beam_search"},
       {{{"echo", true}}, true, "echo"},
-      {{{"guided_grammar", "root ::= x"}}, false, "guided_grammar"},
       {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
       {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
       {{{"prompt_logprobs", 21}}, false, "prompt_logprobs"},
@@ -401,6 +400,9 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
     ASSERT_OK_AND_ASSIGN(r, parse(extra));
     EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kJsonObject) << extra;
   }
+  ASSERT_OK_AND_ASSIGN(r, parse({{"guided_grammar", "root ::= [0-9]+"}}));
+  EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kGrammar);
+  EXPECT_EQ(r.constraint->grammar, "root ::= [0-9]+");
   ASSERT_OK_AND_ASSIGN(r, parse({{"response_format", {{"type", "text"}}}}));
   EXPECT_FALSE(r.constraint);
   struct Bad {
@@ -418,9 +420,13 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
            {{{"guided_choice", {"a"}}, {"guided_regex", "a"}},
             "guided_choice",
             "only one constraint may be given; guided_regex is too"},
-           {{{"structured_outputs", {{"grammar", "x"}}}},
-            "structured_outputs.grammar",
+           {{{"structured_outputs", {{"structural_tag", "x"}}}},
+            "structured_outputs.structural_tag",
             "not supported by kvserve yet"},
+           {{{"guided_grammar", "root ::= x"}}, "guided_grammar", "rule 'x' is not defined"},
+           {{{"structured_outputs", {{"grammar", "start ::= \"a\""}}}},
+            "structured_outputs.grammar",
+            "the grammar has no rule 'root'"},
            {{{"structured_outputs", "a"}}, "structured_outputs", "must be an object"},
            {{{"guided_json", {{"type", "object"}, {"properties", {{"a", {{"not", true}}}}}}}},
             "guided_json",

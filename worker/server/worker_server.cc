@@ -51,6 +51,10 @@ std::optional<structured::ConstraintSpec> ConstraintFromProto(const pb::Constrai
     case pb::Constraint::kJsonObject:
       spec.kind = structured::ConstraintSpec::Kind::kJsonObject;
       return spec;
+    case pb::Constraint::kGrammar:
+      spec.kind = structured::ConstraintSpec::Kind::kGrammar;
+      spec.grammar = c.grammar();
+      return spec;
     default:
       return std::nullopt;
   }
