@@ -10,6 +10,7 @@
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "router/http_connection.h"
 #include "router/openai_request.h"
+#include "router/reasoning.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 
@@ -46,6 +48,9 @@ struct FrontOptions {
   // is aborted on its worker); a client may ask for less with the X-Request-Timeout header
   // (seconds). Zero: no deadline but the client's.
   absl::Duration request_timeout = absl::ZeroDuration();
+  // --reasoning-parser: chat outputs' reasoning block goes to reasoning_content, and a
+  // constraint holds after it.
+  std::optional<ReasoningTags> reasoning;
 };
 
 struct FrontContext {

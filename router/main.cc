@@ -22,6 +22,7 @@
 #include "glog/logging.h"
 #include "router/auth.h"
 #include "router/http_front.h"
+#include "router/reasoning.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
 ABSL_FLAG(std::string, served_model_name, "",
@@ -110,6 +111,9 @@ ABSL_FLAG(double, max_queue_wait_seconds, 30,
           "A request that waited this long at the router for a worker with room gets a 429");
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
+ABSL_FLAG(std::string, reasoning_parser, "",
+          "Chat outputs' reasoning block (<think>...</think>) goes to reasoning_content, and a "
+          "structured-outputs constraint holds after it: qwen3 or deepseek_r1 (empty: off)");
 ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
@@ -302,6 +306,9 @@ absl::Status Serve() {
   RETURN_IF_ERROR(ConnectionsFromFlags(&f));
   RETURN_IF_ERROR(AdmissionFromFlags(&o, &f));
   f.normalize_prompts = absl::GetFlag(FLAGS_normalize_prompts);
+  if (const std::string parser = absl::GetFlag(FLAGS_reasoning_parser); !parser.empty()) {
+    ASSIGN_OR_RETURN(f.reasoning, ReasoningTagsFor(parser));
+  }
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "router/openai_request.h"
 #include "router/prompt.h"
+#include "router/reasoning.h"
 #include "router/stop_strings.h"
 
 namespace kvserve::router {
@@ -89,6 +90,8 @@ struct Choice {
   bool echoed = false;     // its prompt's echo went out (stream) or was taken (whole)
   bool role_sent = false;  // chat streams send the role in a choice's first chunk
   std::string finish;
+  std::unique_ptr<ReasoningSplitter> reasoning;  // chat with a reasoning parser
+  std::string reasoning_text;
   json logprobs = json::array();  // chat: content entries
   LegacyLogprobs legacy;          // completions
   int64_t offset = 0;             // completions: characters before the next logprobs token
@@ -98,6 +101,7 @@ struct Choice {
 struct ChoiceDelta {
   std::string echo;  // the prompt's, in the choice's first delta
   std::string text;
+  std::string reasoning;  // chat with a reasoning parser: reasoning_content
   json chat_logprobs = json::array();
   LegacyLogprobs legacy;
   [[nodiscard]] bool has_logprobs() const { return !chat_logprobs.empty() || !legacy.empty(); }
@@ -132,6 +136,11 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Echo(Choice& c, ChoiceDelta& d);
   // Decodes `r`'s tokens into the choice (stop strings held back).
   void Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d);
+  // Moves the reasoning block's text of d.text to d.reasoning.
+  static void SplitReasoning(Choice& c, ChoiceDelta& d);
+  // With a reasoning parser: whether the chat prompt opened the block, so the output starts
+  // in it (then a constraint holds after the block).
+  void StartReasoning(const std::vector<int>& prompt);
   void AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, ChoiceDelta& d);
   void SendChunk(int index, const ChoiceDelta& d, const std::string& finish);
   // Ends the prompt's job (aborting it on its worker when it still runs) and, the last one,
@@ -164,6 +173,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // ran (the router's queue full, say) gets its own status, not an error inside a 200.
   bool stream_started_ = false;
   bool first_chunk_sent_ = false;
+  bool reasoning_inside_ = false;  // the chat prompt opened a reasoning block
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 
@@ -171,6 +181,7 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
                        const std::string& session_header, Clock::time_point deadline,
                        Clock::time_point received) {
   max_tokens_ = max_tokens;
+  if (req_.chat && ctx_.options.reasoning) StartReasoning(prompts[0]);
   request_id_ = ctx_.NextRequestId(req_.chat);
   start_ = Clock::now();
   created_ = UnixSeconds();
@@ -186,6 +197,10 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
       c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*ctx_.tokenizer,
                                                                     req_.skip_special_tokens);
       c.stop = std::make_unique<StopStringMatcher>(req_.stop);
+      if (req_.chat && ctx_.options.reasoning) {
+        c.reasoning =
+            std::make_unique<ReasoningSplitter>(*ctx_.options.reasoning, reasoning_inside_);
+      }
     }
   }
   // Weak: the connection must not keep its completion alive (the jobs do, until they end).
@@ -210,6 +225,27 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
     };
     ctx_.core->Submit(std::move(job));
   }
+}
+
+void Completion::StartReasoning(const std::vector<int>& prompt) {
+  const ReasoningTags& tags = *ctx_.options.reasoning;
+  const size_t tail = std::min<size_t>(prompt.size(), 16);
+  const absl::StatusOr<std::string> text =
+      ctx_.tokenizer->Decode(absl::MakeConstSpan(prompt).last(tail));
+  reasoning_inside_ = text.ok() && PromptOpensReasoning(*text, tags);
+  if (req_.constraint) req_.constraint->reasoning = {tags.start, tags.end, reasoning_inside_};
+}
+
+void Completion::SplitReasoning(Choice& c, ChoiceDelta& d) {
+  ReasoningSplitter::Parts parts = c.reasoning->Append(d.text);
+  if (c.done) {
+    ReasoningSplitter::Parts rest = c.reasoning->Finish();
+    parts.reasoning += rest.reasoning;
+    parts.content += rest.content;
+  }
+  d.text = std::move(parts.content);
+  d.reasoning = std::move(parts.reasoning);
+  c.reasoning_text += d.reasoning;
 }
 
 std::string Completion::EchoText(size_t prompt) const {
@@ -269,6 +305,12 @@ std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
         s->mutable_constraint()->set_grammar(c->grammar);
         break;
     }
+    if (!c->reasoning.start.empty()) {
+      pb::ReasoningBlock* block = s->mutable_constraint()->mutable_reasoning();
+      block->set_start(c->reasoning.start);
+      block->set_end(c->reasoning.end);
+      block->set_inside(c->reasoning.inside);
+    }
   }
   return job;
 }
@@ -295,10 +337,12 @@ void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
     ChoiceDelta d;
     Echo(c, d);
     Decode(c, r, d);
+    if (c.reasoning) SplitReasoning(c, d);
     c.text += d.text;
     // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
     // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
-    if (req_.stream && (!d.echo.empty() || !d.text.empty() || c.done || d.has_logprobs())) {
+    if (req_.stream && (!d.echo.empty() || !d.text.empty() || !d.reasoning.empty() || c.done ||
+                        d.has_logprobs())) {
       SendChunk(index, d, c.done ? c.finish : "");
       if (!first_chunk_sent_) {
         first_chunk_sent_ = true;
@@ -417,7 +461,8 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
     Choice& c = choices_[index];
     json delta = json::object();
     if (!c.role_sent) delta["role"] = "assistant", c.role_sent = true;
-    if (!d.text.empty() || finish.empty()) delta["content"] = d.text;
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.text.empty() || (finish.empty() && d.reasoning.empty())) delta["content"] = d.text;
     choice["delta"] = delta;
     choice["logprobs"] = req_.logprobs ? json{{"content", d.chat_logprobs}} : json(nullptr);
   } else {
@@ -485,6 +530,10 @@ json Completion::ChoicesJson() const {
     json choice = {{"index", i}};
     if (req_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (c.reasoning) {
+        choice["message"]["reasoning_content"] =
+            c.reasoning_text.empty() ? json(nullptr) : json(c.reasoning_text);
+      }
     } else {
       choice["text"] = p.echo + c.text;
     }

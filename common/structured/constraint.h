@@ -26,8 +26,19 @@ struct ConstraintSpec {
   std::string json_schema;           // kJsonSchema: a JSON text (common/structured/json_schema.h)
   std::string grammar;               // kGrammar: GBNF (common/structured/gbnf.h)
 
+  // With a reasoning model: the constraint holds after a reasoning block `start`...`end` (any
+  // text without `end`), which may be left out; `inside`: the prompt opened the block, so the
+  // output starts in it and must close it. Empty tags: no reasoning block.
+  struct Reasoning {
+    std::string start, end;
+    bool inside = false;
+    bool operator==(const Reasoning&) const = default;
+  };
+  Reasoning reasoning;
+
   // The source as one string (a cache key).
   [[nodiscard]] std::string Key() const;
+  [[nodiscard]] std::string ContentKey() const;  // the same without the reasoning block
   bool operator==(const ConstraintSpec&) const = default;
 };
 

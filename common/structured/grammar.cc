@@ -146,6 +146,25 @@ Grammar SingleRuleGrammar(Dfa dfa) {
   return g;
 }
 
+Grammar PrefixedGrammar(Grammar g, const Dfa& prefix) {
+  // The prefix's states, and one more past the call of g's root: the only accepting one.
+  const Dfa::State done = prefix.num_states();
+  std::vector<Dfa::State> next(static_cast<size_t>(done + 1) * 256, Dfa::kDead);
+  std::vector<bool> accepting(done + 1, false);
+  std::vector<std::vector<CallEdge>> calls(done + 1);
+  accepting[done] = true;
+  for (Dfa::State s = 0; s < done; ++s) {
+    for (int b = 0; b < 256; ++b) next[s * 256 + b] = prefix.Next(s, static_cast<uint8_t>(b));
+    if (prefix.accepting(s)) calls[s].push_back({g.root, done});
+  }
+  g.rules.push_back(
+      RuleDfa{Dfa(std::move(next), std::move(accepting), prefix.start()), std::move(calls)});
+  g.names.emplace_back("prefix");
+  g.root = static_cast<int32_t>(g.rules.size()) - 1;
+  IndexByteMoves(g);
+  return g;
+}
+
 int32_t GrammarBuilder::Declare(std::string name) {
   names_.push_back(std::move(name));
   bodies_.emplace_back();

@@ -55,6 +55,9 @@ struct Grammar {
 // One rule, as a Grammar (what a regex or a choice list becomes).
 Grammar SingleRuleGrammar(Dfa dfa);
 
+// `g` after a prefix: the sentences are a string `prefix` accepts followed by one of g's.
+Grammar PrefixedGrammar(Grammar g, const Dfa& prefix);
+
 class GrammarBuilder {
  public:
   explicit GrammarBuilder(GrammarLimits limits = {})

@@ -75,21 +75,30 @@ export function makeModel(bin, tokenizerDir, dir) {
   assert.equal(made.status, 0, String(made.stderr));
 }
 
-// A kvserve-worker serving the model at `model` behind a kvserve-router, both on free loopback
-// ports (recorded in `children` for cleanup); resolves with the router's base URL and the
-// worker's metrics URL once the router counts the worker as ready.
-export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1024) {
-  const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
-    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
-    '--max-model-len', String(maxModelLen), '--num-blocks', '512'], /kvserve-worker ready/);
+// A kvserve-router (with `extraArgs`) in front of the worker at `worker` (host:port:events),
+// on a free loopback port; resolves with its base URL once it counts the worker as ready.
+export async function startRouter(bin, model, children, worker, extraArgs = [], maxModelLen = 1024) {
+  const http = await freePort();
   await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1',
-    '--port', String(http), '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', String(maxModelLen)],
+    '--port', String(http), '--workers', worker, '--max-model-len', String(maxModelLen), ...extraArgs],
   /kvserve-router ready/);
   const base = `http://127.0.0.1:${http}`;
   for (let i = 0; i < 200; i++) {
     if ((await fetch(`${base}/ready`)).status === 200) break;
     await new Promise((res) => setTimeout(res, 50));
   }
-  return { base, metrics: `http://127.0.0.1:${metrics}/metrics` };
+  return base;
+}
+
+// A kvserve-worker serving the model at `model` behind a kvserve-router, both on free loopback
+// ports (recorded in `children` for cleanup); resolves with the router's base URL, the worker's
+// address (for more routers) and its metrics URL once the router counts the worker as ready.
+export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1024) {
+  const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
+  await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
+    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
+    '--max-model-len', String(maxModelLen), '--num-blocks', '512'], /kvserve-worker ready/);
+  const worker = `127.0.0.1:${port}:${events}`;
+  const base = await startRouter(bin, model, children, worker, [], maxModelLen);
+  return { base, worker, metrics: `http://127.0.0.1:${metrics}/metrics` };
 }

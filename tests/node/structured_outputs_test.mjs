@@ -16,7 +16,7 @@ import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 
-import { makeModel, startWorkerAndRouter } from './harness.mjs';
+import { makeModel, startRouter, startWorkerAndRouter } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -25,12 +25,15 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-structured-'));
 const children = [];
 let client;
 let metricsUrl;
+let reasoningClient;  // a second router, with --reasoning-parser qwen3
 
 before(async () => {
   const model = path.join(tmp, 'tiny');
   makeModel(bin, tokenizerDir, model);
-  const { base, metrics } = await startWorkerAndRouter(bin, model, children);
+  const { base, worker, metrics } = await startWorkerAndRouter(bin, model, children);
   metricsUrl = metrics;
+  const reasoningBase = await startRouter(bin, model, children, worker, ['--reasoning-parser', 'qwen3']);
+  reasoningClient = new OpenAI({ baseURL: `${reasoningBase}/v1`, apiKey: 'unused', maxRetries: 0 });
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
 });
 
@@ -205,4 +208,33 @@ term ::= [0-9]{1,2} | "(" expr ")"`;
   assert.ok(finished >= 6, `only ${finished} of 12 finished`);
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', guided_grammar: 'root ::= root "a" | "b"' }),
     (e) => e.status === 400 && e.param === 'guided_grammar' && /left-recursive/.test(e.message));
+});
+
+// With --reasoning-parser: reasoning_content in every chat message (null when the output has no
+// <think> block), the same split streamed as whole, and a JSON schema still kept by the content.
+test('reasoning parser: reasoning_content, streamed and whole, with a constraint', async () => {
+  const params = { model: 'tiny', messages: [{ role: 'user', content: 'Think, then answer.' }], max_tokens: 60,
+    temperature: 1, n: 4, seed: 17 };
+  const whole = await reasoningClient.chat.completions.create(params);
+  const streamed = Array.from({ length: 4 }, () => ({ content: '', reasoning: '' }));
+  for await (const chunk of await reasoningClient.chat.completions.create({ ...params, stream: true })) {
+    for (const c of chunk.choices) {
+      streamed[c.index].content += c.delta?.content ?? '';
+      streamed[c.index].reasoning += c.delta?.reasoning_content ?? '';
+    }
+  }
+  for (const [i, c] of whole.choices.entries()) {
+    assert.ok('reasoning_content' in c.message, JSON.stringify(c.message));
+    assert.equal(streamed[i].content, c.message.content);
+    assert.equal(streamed[i].reasoning, c.message.reasoning_content ?? '');
+  }
+  const plain = await client.chat.completions.create({ ...params, n: 1 });
+  assert.ok(!('reasoning_content' in plain.choices[0].message), 'no parser, no field');
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+  const r = await reasoningClient.chat.completions.create({ ...params, max_tokens: 200,
+    response_format: { type: 'json_schema', json_schema: { name: 'ok', schema } } });
+  for (const c of r.choices) {
+    if (c.finish_reason !== 'stop') continue;
+    assert.equal(typeof JSON.parse(c.message.content).ok, 'boolean', JSON.stringify(c.message));
+  }
 });

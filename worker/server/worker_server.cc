@@ -36,6 +36,9 @@ pb::Medium ToProto(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb:
 
 std::optional<structured::ConstraintSpec> ConstraintFromProto(const pb::Constraint& c) {
   structured::ConstraintSpec spec;
+  if (c.has_reasoning()) {
+    spec.reasoning = {c.reasoning().start(), c.reasoning().end(), c.reasoning().inside()};
+  }
   switch (c.kind_case()) {
     case pb::Constraint::kRegex:
       spec.regex = c.regex();

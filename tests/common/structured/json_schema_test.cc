@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/structured/constraint.h"
 #include "common/structured/grammar.h"
 #include "common/structured/json_terminals.h"
 #include "common/structured/regex.h"
@@ -204,6 +205,33 @@ TEST_F(JsonSchemaTest, RefusesWhatItCannotKeep) {
   EXPECT_THAT(Refusal(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
               ::testing::HasSubstr("no integer"));
   EXPECT_THAT(Refusal(R"({"type": "strin"})"), ::testing::HasSubstr("unknown type"));
+}
+
+// A constraint after a reasoning block: the block is free text up to its end tag, and may be
+// left out unless the prompt opened it.
+TEST(ConstraintTest, HoldsAfterTheReasoningBlock) {
+  ConstraintSpec spec{.kind = ConstraintSpec::Kind::kJsonSchema,
+                      .json_schema = R"({"type": "integer", "maximum": 9})"};
+  spec.reasoning = {"<think>", "</think>", false};
+  ASSERT_OK_AND_ASSIGN(Grammar g, CompileConstraint(spec));
+  GrammarMatcher m = Matcher(std::move(g));
+  for (const char* yes : {"7", "<think>hm <think> </thin </think>\n\n7", "<think></think>3"}) {
+    EXPECT_TRUE(m.Matches(yes)) << yes;
+  }
+  for (const char* no :
+       {"<think>7", "<think>a</think>10", "x</think>7", "<think>a</think>b</think>7"}) {
+    EXPECT_FALSE(m.Matches(no)) << no;
+  }
+  spec.reasoning.inside = true;
+  ASSERT_OK_AND_ASSIGN(g, CompileConstraint(spec));
+  GrammarMatcher inside = Matcher(std::move(g));
+  EXPECT_TRUE(inside.Matches("thinking</think> 5"));
+  EXPECT_FALSE(inside.Matches("5"));
+  ConstraintSpec plain = spec;
+  plain.reasoning = {};
+  EXPECT_NE(spec.Key(), plain.Key());
+  spec.reasoning.end = std::string(65, 'x');
+  EXPECT_THAT(CompileConstraint(spec).status().message(), ::testing::HasSubstr("1 to 64 bytes"));
 }
 
 }  // namespace
