@@ -181,12 +181,13 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) && {
   Grammar g;
   g.root = root;
   int64_t total = 0;
+  Nfa::Determinizer determinizer(nfa_);
   for (int32_t r = 0; r < num_rules(); ++r) {
     if (!defined_[r]) {
       return absl::InvalidArgumentError(absl::StrCat("rule '", names_[r], "' is not defined"));
     }
     absl::StatusOr<RuleDfa> dfa =
-        nfa_.ToRuleDfa(bodies_[r], limits_.max_rule_states, limits_.max_work);
+        determinizer.Run(bodies_[r], limits_.max_rule_states, limits_.max_work);
     if (!dfa.ok()) {
       return absl::Status(dfa.status().code(),
                           absl::StrCat("rule '", names_[r], "': ", dfa.status().message()));

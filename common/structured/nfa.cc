@@ -72,6 +72,8 @@ void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<ByteSequence>& out) {
   out.push_back(std::move(seq));
 }
 
+}  // namespace
+
 // Epsilon closures of NFA state sets, with marks reused across calls (one pass over what is
 // reached, not over the whole NFA).
 template <typename States>
@@ -105,6 +107,8 @@ class Closures {
   std::vector<uint32_t> mark_;
   uint32_t generation_ = 0;
 };
+
+namespace {
 
 // Keeps the states that can reach an accepting one (a call counts as a way there), renumbered;
 // InvalidArgument if the start cannot.
@@ -285,23 +289,32 @@ absl::StatusOr<Dfa> Nfa::ToDfa(Fragment f, int32_t max_states, int64_t max_work)
 }
 
 absl::StatusOr<RuleDfa> Nfa::ToRuleDfa(Fragment f, int32_t max_states, int64_t max_work) const {
-  if (too_large()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the pattern is too large: its automaton passes ", max_states_, " states"));
-  }
+  return Determinizer(*this).Run(f, max_states, max_work);
+}
+
+Nfa::Determinizer::Determinizer(const Nfa& nfa)
+    : nfa_(nfa), closures_(std::make_unique<Closures<std::vector<State>>>(nfa.states_)) {
   // Bytes that no edge tells apart share a class: one move per class instead of per byte.
   std::array<bool, 257> boundary{};
   boundary[0] = boundary[256] = true;
-  for (const State& s : states_) {
+  for (const State& s : nfa.states_) {
     for (const Edge& e : s.edges) boundary[e.lo] = boundary[e.hi + 1] = true;
   }
-  std::vector<std::pair<int, int>> classes;  // [first byte, last byte]
-  std::array<int, 256> class_of{};
   for (int b = 0; b < 256; ++b) {
-    if (boundary[b]) classes.emplace_back(b, b);
-    classes.back().second = b;
-    class_of[b] = static_cast<int>(classes.size()) - 1;
+    if (boundary[b]) classes_.emplace_back(b, b);
+    classes_.back().second = b;
+    class_of_[b] = static_cast<int>(classes_.size()) - 1;
   }
+}
+
+Nfa::Determinizer::~Determinizer() = default;
+
+absl::StatusOr<RuleDfa> Nfa::Determinizer::Run(Fragment f, int32_t max_states, int64_t max_work) {
+  if (nfa_.too_large()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the pattern is too large: its automaton passes ", nfa_.max_states_, " states"));
+  }
+  const std::vector<State>& states = nfa_.states_;
   absl::flat_hash_map<std::vector<int32_t>, Dfa::State> ids;
   std::deque<std::vector<int32_t>> sets;
   std::vector<Dfa::State> next;
@@ -317,9 +330,8 @@ absl::StatusOr<RuleDfa> Nfa::ToRuleDfa(Fragment f, int32_t max_states, int64_t m
     }
     return it->second;
   };
-  Closures closures(states_);
-  intern(closures.Of({f.start}));
-  std::vector<std::vector<int32_t>> moved(classes.size());
+  intern(closures_->Of({f.start}));
+  std::vector<std::vector<int32_t>> moved(classes_.size());
   int64_t work = 0;  // edges followed and states reached: what building costs
   for (size_t d = 0; d < sets.size(); ++d) {
     if (static_cast<int32_t>(sets.size()) > max_states) {
@@ -327,25 +339,25 @@ absl::StatusOr<RuleDfa> Nfa::ToRuleDfa(Fragment f, int32_t max_states, int64_t m
           "the pattern is too large: its deterministic automaton passes ", max_states, " states"));
     }
     for (int32_t s : sets[d]) {
-      for (const Edge& e : states_[s].edges) {
-        for (int c = class_of[e.lo]; c <= class_of[e.hi]; ++c) moved[c].push_back(e.to);
-        work += class_of[e.hi] - class_of[e.lo] + 1;
+      for (const Edge& e : states[s].edges) {
+        for (int c = class_of_[e.lo]; c <= class_of_[e.hi]; ++c) moved[c].push_back(e.to);
+        work += class_of_[e.hi] - class_of_[e.lo] + 1;
       }
     }
-    for (size_t c = 0; c < classes.size(); ++c) {
+    for (size_t c = 0; c < classes_.size(); ++c) {
       if (moved[c].empty()) continue;
-      std::vector<int32_t> target = closures.Of(moved[c]);
+      std::vector<int32_t> target = closures_->Of(moved[c]);
       work += static_cast<int64_t>(target.size());
       moved[c].clear();
       const Dfa::State t = intern(std::move(target));
-      for (int b = classes[c].first; b <= classes[c].second; ++b) next[d * 256 + b] = t;
+      for (int b = classes_[c].first; b <= classes_[c].second; ++b) next[d * 256 + b] = t;
     }
     std::map<int32_t, std::vector<int32_t>> called;  // rule -> NFA states after the call
     for (int32_t s : sets[d]) {
-      for (const CallEdge& c : states_[s].calls) called[c.rule].push_back(c.to);
+      for (const CallEdge& c : states[s].calls) called[c.rule].push_back(c.to);
     }
     for (auto& [rule, after] : called) {
-      std::vector<int32_t> target = closures.Of(after);
+      std::vector<int32_t> target = closures_->Of(after);
       work += static_cast<int64_t>(target.size());
       const Dfa::State t = intern(std::move(target));
       calls[d].push_back({rule, t});

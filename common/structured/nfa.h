@@ -11,7 +11,9 @@
 #ifndef KVSERVE_COMMON_STRUCTURED_NFA_H_
 #define KVSERVE_COMMON_STRUCTURED_NFA_H_
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -43,6 +45,9 @@ struct RuleDfa {
   Dfa dfa;
   std::vector<std::vector<CallEdge>> calls;  // [num_states]
 };
+
+template <typename States>
+class Closures;
 
 class Nfa {
  public:
@@ -90,6 +95,10 @@ class Nfa {
   [[nodiscard]] absl::StatusOr<RuleDfa> ToRuleDfa(Fragment f, int32_t max_states,
                                                   int64_t max_work = 20'000'000) const;
 
+  // ToRuleDfa for many fragments of one NFA (a grammar's rules): the byte classes and the
+  // closures' marks are made once, not once per fragment.
+  class Determinizer;
+
  private:
   struct Edge {
     uint8_t lo = 0, hi = 0;
@@ -106,6 +115,19 @@ class Nfa {
 
   std::vector<State> states_;
   int32_t max_states_;
+};
+
+class Nfa::Determinizer {
+ public:
+  explicit Determinizer(const Nfa& nfa);
+  ~Determinizer();
+  absl::StatusOr<RuleDfa> Run(Fragment f, int32_t max_states, int64_t max_work);
+
+ private:
+  const Nfa& nfa_;
+  std::unique_ptr<Closures<std::vector<State>>> closures_;
+  std::vector<std::pair<int, int>> classes_;  // [first byte, last byte]
+  std::array<int, 256> class_of_{};
 };
 
 }  // namespace kvserve::structured
