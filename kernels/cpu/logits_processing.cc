@@ -1,5 +1,6 @@
 #include "kernels/cpu/logits_processing.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvserve::kernels::cpu {
@@ -19,9 +20,13 @@ void AdjustLogits(const AdjustLogitsParams& p) {
         }
       }
     }
-    if (a.mask_begin >= 0) {
-      for (int64_t id = 0; id < p.vocab; ++id) {
-        if (!MaskAllows(p, a, id)) at(id) = -std::numeric_limits<float>::infinity();
+    if (a.mask_begin >= 0) {  // a word at a time: a word that allows all 32 ids is skipped
+      for (int64_t base = 0; base < p.vocab; base += 32) {
+        const uint32_t word = p.mask_words[a.mask_begin + (base >> 5)];
+        if (word == ~0u) continue;
+        for (int64_t id = base; id < std::min<int64_t>(base + 32, p.vocab); ++id) {
+          if (!MaskAllows(p, a, id)) at(id) = -std::numeric_limits<float>::infinity();
+        }
       }
     }
     for (int32_t i = a.bias_begin; i < a.bias_end; ++i) {
