@@ -47,6 +47,11 @@ class Constraints {
   Constraints(std::string model_dir, int32_t model_vocab, std::vector<int32_t> eos_ids,
               size_t max_cached = 256);
 
+  // Reads the tokenizer and builds the vocabulary trie now (a worker does it at start-up, so
+  // that the first constrained request does not wait for it). FailedPrecondition when the model
+  // has no usable tokenizer (then constrained requests are refused).
+  absl::Status LoadVocabulary();
+
   // The compiled form of `spec`. FailedPrecondition when the model has no usable tokenizer;
   // InvalidArgument / ResourceExhausted from compiling.
   absl::StatusOr<std::shared_ptr<CompiledConstraint>> Compile(
@@ -70,8 +75,6 @@ class Constraints {
   [[nodiscard]] const Counters& counters() const { return counters_; }
 
  private:
-  absl::Status LoadVocabulary();
-
   std::string model_dir_;
   int32_t model_vocab_;
   std::vector<int32_t> eos_ids_;

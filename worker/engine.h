@@ -101,6 +101,9 @@ class Engine {
   // runner failed; the engine cannot step again.
   absl::StatusOr<std::vector<SequenceOutput>> Step();
   [[nodiscard]] bool HasWork() const { return !requests_.empty(); }
+  // Loads what structured outputs need (the vocabulary trie) now rather than on the first
+  // constrained request; an error says they are unavailable (no usable tokenizer).
+  absl::Status PreloadConstraints() { return constraints_->LoadVocabulary(); }
   // Whether a request has been scheduled at least once (queue-time metrics). Unknown or
   // finished ids count as started.
   [[nodiscard]] bool Started(const std::string& request_id) const;

@@ -174,6 +174,9 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
   // Warm up: one tiny request through every layer before reporting ready.
   RETURN_IF_ERROR(engine->AddRequest({.request_id = "warmup", .prompt = {0}, .max_tokens = 1}));
   while (engine->HasWork()) RETURN_IF_ERROR(engine->Step().status());
+  if (absl::Status s = engine->PreloadConstraints(); !s.ok()) {
+    std::cerr << "kvserve-worker: structured outputs are unavailable: " << s.message() << "\n";
+  }
 
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server,
                    WorkerServer::Create(o, std::move(engine)));

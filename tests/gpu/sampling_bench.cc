@@ -150,11 +150,15 @@ bool RunMix(Backend& gpu, Backend& cpu, const Mix& m, int batch, int64_t vocab,
 // The adjustments of `batch` rows (a sequence of 2,000 distinct tokens each, every penalty on,
 // two biases): their lists uploaded and the kernel run, timed as one step's cost; the adjusted
 // rows compared with the CPU twin's. Prints the row; returns whether they are the same bits.
+// `with_mask`: each row also has a structured-outputs bitmask (random, about half the ids
+// allowed), uploaded with the lists each time as the engine does per step.
 bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector<float> logits,
-               DeviceBuffers& d, std::mt19937& rng) {
+               DeviceBuffers& d, std::mt19937& rng, bool with_mask) {
   std::vector<LogitsAdjustment> rows;
   std::vector<TokenBias> biases;
   std::vector<TokenCount> counts;
+  std::vector<uint32_t> mask_words;
+  const int64_t words = (vocab + 31) / 32;
   for (int r = 0; r < batch; ++r) {
     LogitsAdjustment a{
         .row = r, .repetition_penalty = 1.1f, .frequency_penalty = 0.5f, .presence_penalty = 0.5f};
@@ -170,6 +174,10 @@ bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector
                         static_cast<int32_t>(i % 4), i % 3 == 0 ? 1 : 0});
     }
     a.counts_end = static_cast<int32_t>(counts.size());
+    if (with_mask) {
+      a.mask_begin = static_cast<int32_t>(mask_words.size());
+      for (int64_t w = 0; w < words; ++w) mask_words.push_back(static_cast<uint32_t>(rng()));
+    }
     rows.push_back(a);
   }
   std::vector<uint8_t> host;
@@ -180,6 +188,7 @@ bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector
     return at;
   };
   const size_t rows_at = pack(rows), biases_at = pack(biases), counts_at = pack(counts);
+  const size_t mask_at = pack(mask_words);
   uint8_t* lists = nullptr;
   KVSERVE_CUDA_CHECK(cudaMalloc(&lists, host.size()));
   AdjustLogitsParams p;
@@ -191,6 +200,7 @@ bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector
   p.num_adjustments = batch;
   p.biases = reinterpret_cast<const TokenBias*>(lists + biases_at);
   p.counts = reinterpret_cast<const TokenCount*>(lists + counts_at);
+  if (with_mask) p.mask_words = reinterpret_cast<const uint32_t*>(lists + mask_at);
   const double us = MeanMicros(gpu, [&] {
     gpu.Upload(lists, host.data(), host.size());
     gpu.AdjustLogits(p);
@@ -207,11 +217,13 @@ bool RunAdjust(Backend& gpu, Backend& cpu, int batch, int64_t vocab, std::vector
   c.rows = rows.data();
   c.biases = biases.data();
   c.counts = counts.data();
+  if (with_mask) c.mask_words = mask_words.data();
   cpu.AdjustLogits(c);
   const bool same = std::memcmp(got.data(), logits.data(), n * sizeof(float)) == 0;
   KVSERVE_CUDA_CHECK(cudaFree(lists));
-  std::printf("%-24s %5d %7ld %10.1f %10s %8s %10s %s\n", "adjust (2000 tokens)", batch,
-              long(vocab), us, "", "", "", same ? "same" : "DIFFER");
+  std::printf("%-24s %5d %7ld %10.1f %10s %8s %10s %s\n",
+              with_mask ? "adjust + mask" : "adjust (2000 tokens)", batch, long(vocab), us, "", "",
+              "", same ? "same" : "DIFFER");
   std::fflush(stdout);
   return same;
 }
@@ -242,9 +254,11 @@ int Main(int argc, char** argv) {
       for (const Mix& m : mixes) all_match &= RunMix(gpu, *cpu, m, batch, vocab, logits, d);
     }
     for (int batch : batches) {
-      all_match &=
-          RunAdjust(gpu, *cpu, batch, vocab,
-                    std::vector<float>(logits.begin(), logits.begin() + batch * vocab), d, rng);
+      for (bool with_mask : {false, true}) {
+        all_match &= RunAdjust(gpu, *cpu, batch, vocab,
+                               std::vector<float>(logits.begin(), logits.begin() + batch * vocab),
+                               d, rng, with_mask);
+      }
     }
   }
   return all_match ? 0 : 1;
