@@ -304,21 +304,8 @@ absl::StatusOr<Nfa::Fragment> BuildOnce(const Item& item, Nfa& nfa) {
 }
 
 absl::StatusOr<Nfa::Fragment> BuildItem(const Item& item, Nfa& nfa) {
-  Nfa::Fragment f = nfa.Empty();
-  for (int64_t i = 0; i < item.min; ++i) {
-    ASSIGN_OR_RETURN(Nfa::Fragment x, BuildOnce(item, nfa));
-    f = nfa.Concat(f, x);
-  }
-  if (item.max < 0) {
-    ASSIGN_OR_RETURN(Nfa::Fragment x, BuildOnce(item, nfa));
-    return nfa.Concat(f, nfa.Star(x));
-  }
-  Nfa::Fragment tail = nfa.Empty();
-  for (int64_t i = item.min; i < item.max; ++i) {
-    ASSIGN_OR_RETURN(Nfa::Fragment x, BuildOnce(item, nfa));
-    tail = nfa.Optional(nfa.Concat(x, tail));
-  }
-  return nfa.Concat(f, tail);
+  return Repeat(
+      nfa, [&] { return BuildOnce(item, nfa); }, item.min, item.max);
 }
 
 absl::StatusOr<Nfa::Fragment> Build(const Alternatives& alts, Nfa& nfa) {

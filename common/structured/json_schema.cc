@@ -181,26 +181,6 @@ class SchemaCompiler {
     return nfa().Concat(Ws(), nfa().Concat(nfa().Literal(text), Ws()));
   }
 
-  // `make()` at least `min` and at most `max` (-1: unbounded) times.
-  template <typename Make>
-  absl::StatusOr<Fragment> Repeat(Make make, int64_t min, int64_t max) {
-    Fragment f = nfa().Empty();
-    for (int64_t i = 0; i < min; ++i) {
-      ASSIGN_OR_RETURN(Fragment x, make());
-      f = nfa().Concat(f, x);
-    }
-    if (max < 0) {
-      ASSIGN_OR_RETURN(Fragment x, make());
-      return nfa().Concat(f, nfa().Star(x));
-    }
-    Fragment tail = nfa().Empty();
-    for (int64_t i = min; i < max; ++i) {
-      ASSIGN_OR_RETURN(Fragment x, make());
-      tail = nfa().Optional(nfa().Concat(x, tail));
-    }
-    return nfa().Concat(f, tail);
-  }
-
   absl::StatusOr<std::pair<int64_t, int64_t>> Counts(const Json& s, std::string_view path,
                                                      const char* min_key, const char* max_key) {
     int64_t min = 0, max = -1;
@@ -325,8 +305,10 @@ class SchemaCompiler {
       if (!dfa.ok()) return Invalid(path, absl::StrCat("pattern: ", dfa.status().message()));
       body = JsonEscaped(*dfa, nfa());
     } else {
-      ASSIGN_OR_RETURN(body, Repeat([&]() -> absl::StatusOr<Fragment> { return JsonChar(nfa()); },
-                                    counts.first, counts.second));
+      ASSIGN_OR_RETURN(body,
+                       Repeat(
+                           nfa(), [&]() -> absl::StatusOr<Fragment> { return JsonChar(nfa()); },
+                           counts.first, counts.second));
     }
     return nfa().Concat(nfa().Literal("\""), nfa().Concat(body, nfa().Literal("\"")));
   }
@@ -493,6 +475,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& s, const std::string&
                                           Child(path, "items"), depth + 1));
     builder_.Define(rule, item);
     ASSIGN_OR_RETURN(Fragment rest, Repeat(
+                                        nfa(),
                                         [&]() -> absl::StatusOr<Fragment> {
                                           return nfa().Concat(comma(), nfa().Call(rule));
                                         },

@@ -117,6 +117,31 @@ class Nfa {
   int32_t max_states_;
 };
 
+// `make()` (a fresh fragment each call, as absl::StatusOr<Nfa::Fragment>) at least `min` and at
+// most `max` (-1: unbounded) times: x...x x* or x...x (x(x(...)?)?)?, built from the inside out.
+// Stops making copies once the NFA is too large (ToDfa then refuses it).
+template <typename Make>
+absl::StatusOr<Nfa::Fragment> Repeat(Nfa& nfa, Make make, int64_t min, int64_t max) {
+  Nfa::Fragment f = nfa.Empty();
+  for (int64_t i = 0; i < min && !nfa.too_large(); ++i) {
+    absl::StatusOr<Nfa::Fragment> x = make();
+    if (!x.ok()) return x.status();
+    f = nfa.Concat(f, *x);
+  }
+  if (max < 0) {
+    absl::StatusOr<Nfa::Fragment> x = make();
+    if (!x.ok()) return x.status();
+    return nfa.Concat(f, nfa.Star(*x));
+  }
+  Nfa::Fragment tail = nfa.Empty();
+  for (int64_t i = min; i < max && !nfa.too_large(); ++i) {
+    absl::StatusOr<Nfa::Fragment> x = make();
+    if (!x.ok()) return x.status();
+    tail = nfa.Optional(nfa.Concat(*x, tail));
+  }
+  return nfa.Concat(f, tail);
+}
+
 class Nfa::Determinizer {
  public:
   explicit Determinizer(const Nfa& nfa);

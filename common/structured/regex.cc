@@ -368,22 +368,8 @@ absl::StatusOr<Nfa::Fragment> Build(const Node& n, Nfa& nfa) {
     }
     case Node::Kind::kRepeat: {
       const Node& x = n.children[0];
-      Nfa::Fragment f = nfa.Empty();
-      for (int32_t i = 0; i < n.min && !nfa.too_large(); ++i) {
-        ASSIGN_OR_RETURN(Nfa::Fragment g, Build(x, nfa));
-        f = nfa.Concat(f, g);
-      }
-      if (n.max < 0) {
-        ASSIGN_OR_RETURN(Nfa::Fragment g, Build(x, nfa));
-        return nfa.Concat(f, nfa.Star(g));
-      }
-      // x{0,k} as (x(x(...)?)?)?, built from the inside out.
-      Nfa::Fragment rest = nfa.Empty();
-      for (int32_t i = n.min; i < n.max && !nfa.too_large(); ++i) {
-        ASSIGN_OR_RETURN(Nfa::Fragment g, Build(x, nfa));
-        rest = nfa.Optional(nfa.Concat(g, rest));
-      }
-      return nfa.Concat(f, rest);
+      return Repeat(
+          nfa, [&] { return Build(x, nfa); }, n.min, n.max);
     }
   }
   return nfa.Empty();
