@@ -186,8 +186,8 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(int32_t root) && {
     if (!defined_[r]) {
       return absl::InvalidArgumentError(absl::StrCat("rule '", names_[r], "' is not defined"));
     }
-    absl::StatusOr<RuleDfa> dfa =
-        determinizer.Run(bodies_[r], limits_.max_rule_states, limits_.max_work);
+    absl::StatusOr<RuleDfa> dfa = determinizer.Run(bodies_[r], limits_.max_rule_states,
+                                                   limits_.max_work - determinizer.total_work());
     if (!dfa.ok()) {
       return absl::Status(dfa.status().code(),
                           absl::StrCat("rule '", names_[r], "': ", dfa.status().message()));

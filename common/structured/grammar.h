@@ -37,7 +37,7 @@ struct GrammarLimits {
   int32_t max_nfa_states = 400000;
   int32_t max_rule_states = 10000;    // one rule's DFA
   int32_t max_total_states = 100000;  // all rules' DFAs together
-  int64_t max_work = 40'000'000;      // steps of all the subset constructions
+  int64_t max_work = 40'000'000;      // steps of all the rules' subset constructions together
 };
 
 struct Grammar {

@@ -82,6 +82,15 @@ bool HasValidation(const Json& s, std::initializer_list<std::string_view> except
   return false;
 }
 
+// The $ref of a schema that is only a reference (annotations aside).
+std::optional<std::string> PlainRef(const Json& s) {
+  if (!s.is_object() || !s.contains("$ref") || !s["$ref"].is_string() ||
+      HasValidation(s, {"$ref"})) {
+    return std::nullopt;
+  }
+  return s["$ref"].get<std::string>();
+}
+
 // Whether `v` is a JSON value of schema type `type`.
 bool HasType(const Json& v, std::string_view type) {
   if (type == "null") return v.is_null();
@@ -453,6 +462,9 @@ absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& s, const std::string&
   ASSIGN_OR_RETURN(auto counts, Counts(s, path, "minItems", "maxItems"));
   const auto [min, max] = counts;
   auto comma = [&] { return nfa().Concat(Ws(), nfa().Concat(nfa().Literal(","), Ws())); };
+  if (s.contains("prefixItems") && !s["prefixItems"].is_array()) {
+    return Invalid(path, "prefixItems must be an array");
+  }
   const Json* tuple = s.contains("prefixItems")                      ? &s["prefixItems"]
                       : s.contains("items") && s["items"].is_array() ? &s["items"]
                                                                      : nullptr;
@@ -558,9 +570,9 @@ absl::StatusOr<const Json*> SchemaCompiler::Resolve(std::string_view ref, std::s
     }
     if (at->is_object() && at->contains(key)) {
       at = &(*at)[key];
-    } else if (at->is_array() && !key.empty() &&
+    } else if (at->is_array() && !key.empty() && key.size() <= 9 &&
                key.find_first_not_of("0123456789") == std::string::npos &&
-               std::stoull(key.substr(0, 9)) < at->size()) {
+               std::stoull(key) < at->size()) {
       at = &(*at)[std::stoull(key)];
     } else {
       return Invalid(path, absl::StrCat("$ref ", Sv(ref), " does not resolve"));
@@ -617,8 +629,9 @@ absl::StatusOr<Fragment> SchemaCompiler::AllOf(const Json& s, const std::string&
       if (!p->get<bool>()) return Invalid(path, "allOf holds the schema false");
       continue;
     }
-    if (p->is_object() && p->contains("$ref") && !HasValidation(*p, {"$ref"})) {
-      ASSIGN_OR_RETURN(p, Resolve((*p)["$ref"].get<std::string>(), path));
+    if (!p->is_object()) return Invalid(path, "allOf must hold schemas");
+    if (const std::optional<std::string> ref = PlainRef(*p)) {
+      ASSIGN_OR_RETURN(p, Resolve(*ref, path));
     }
     auto m = Merge(std::move(merged), *p);
     if (auto* conflict = std::get_if<std::string>(&m)) {
@@ -646,8 +659,8 @@ absl::StatusOr<Fragment> SchemaCompiler::AnyOf(const Json& s, const std::string&
     const std::string at = Child(path, absl::StrCat(key, "/", i));
     const Json* branch = &branches[i];
     if (merge) {
-      if (branch->is_object() && branch->contains("$ref") && !HasValidation(*branch, {"$ref"})) {
-        ASSIGN_OR_RETURN(branch, Resolve((*branch)["$ref"].get<std::string>(), at));
+      if (const std::optional<std::string> ref = PlainRef(*branch)) {
+        ASSIGN_OR_RETURN(branch, Resolve(*ref, at));
       }
       if (!branch->is_object()) return Unsupported(absl::StrCat(key, " of boolean schemas"), path);
       auto m = Merge(siblings, *branch);

@@ -367,6 +367,7 @@ absl::StatusOr<RuleDfa> Nfa::Determinizer::Run(Fragment f, int32_t max_states, i
           "the pattern is too complex: building its automaton passes ", max_work, " steps"));
     }
   }
+  total_work_ += work;
   return Prune(next, accepting, calls);
 }
 

@@ -147,9 +147,12 @@ class Nfa::Determinizer {
   explicit Determinizer(const Nfa& nfa);
   ~Determinizer();
   absl::StatusOr<RuleDfa> Run(Fragment f, int32_t max_states, int64_t max_work);
+  // The construction steps all runs so far took (a grammar's budget is for all its rules).
+  [[nodiscard]] int64_t total_work() const { return total_work_; }
 
  private:
   const Nfa& nfa_;
+  int64_t total_work_ = 0;
   std::unique_ptr<Closures<std::vector<State>>> closures_;
   std::vector<std::pair<int, int>> classes_;  // [first byte, last byte]
   std::array<int, 256> class_of_{};

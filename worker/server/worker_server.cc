@@ -607,6 +607,11 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     RETURN_IF_ERROR(ReceiveMessages());
     if (stop != nullptr && stop->load() && !stop_after_drain_) {
       stop_after_drain_ = true;
+      if (draining_) {  // a SIGTERM during a drain (a recycle's): it ends in a stop
+        LOG(INFO) << "draining: sigterm (during the " << drain_reason_ << " drain)";
+        state_ = pb::WORKER_STATE_DRAINING;
+        PublishStatus();
+      }
       StartDrain("sigterm", /*recycle=*/false);
     }
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());

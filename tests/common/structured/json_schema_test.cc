@@ -207,6 +207,30 @@ TEST_F(JsonSchemaTest, RefusesWhatItCannotKeep) {
   EXPECT_THAT(Refusal(R"({"type": "strin"})"), ::testing::HasSubstr("unknown type"));
 }
 
+// Schemas of the wrong shapes get errors, never an exception or a crash.
+TEST_F(JsonSchemaTest, HostileSchemasAreErrors) {
+  for (const char* schema : {
+           R"({"items": [1], "$ref": "#/items/0000000000000000000000001"})",
+           R"({"$defs": {"a": [true]}, "$ref": "#/$defs/a/99999999999"})",
+           R"({"allOf": [{"$ref": 5}]})",
+           R"({"allOf": [3]})",
+           R"({"anyOf": [{"$ref": []}], "type": "integer"})",
+           R"({"oneOf": [{"$ref": {}}, {"type": "string"}]})",
+           R"({"type": "array", "prefixItems": {"a": 1}})",
+           R"({"type": "object", "properties": 4})",
+           R"({"type": "object", "required": [1]})",
+           R"({"type": "string", "maxLength": 1e400})",
+           R"({"type": "integer", "minimum": -1e400})",
+           R"({"enum": 3})",
+           R"({"type": "string", "pattern": 7})",
+           R"({"patternProperties": {"(": {}}, "properties": {"a": {}}})",
+       }) {
+    const absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+    if (g.ok()) continue;  // some are valid schemas: then any grammar will do
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema << g.status();
+  }
+}
+
 // A constraint after a reasoning block: the block is free text up to its end tag, and may be
 // left out unless the prompt opened it.
 TEST(ConstraintTest, HoldsAfterTheReasoningBlock) {
