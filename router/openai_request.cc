@@ -2,9 +2,11 @@
 
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "common/utf8.h"
@@ -499,6 +501,27 @@ absl::Status ConstraintText(element e, const std::string& param, const RequestLi
   return absl::OkStatus();
 }
 
+// Whether `spec` compiles (a 400 naming `param` if not). The sources that compiled lately are
+// remembered (at most 256, forgotten all at once when full), so that requests sending the same
+// schema do not each pay its compile (tens of ms) on the handler threads.
+absl::Status CheckCompiles(const structured::ConstraintSpec& spec, const std::string& param) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* compiled ABSL_GUARDED_BY(mu) = new absl::flat_hash_set<std::string>();
+  const std::string key = spec.Key();
+  {
+    absl::MutexLock lock(&mu);
+    if (compiled->contains(key)) return absl::OkStatus();
+  }
+  if (auto grammar = structured::CompileConstraint(spec); !grammar.ok()) {
+    // (A pattern past the automaton's limits is the request's fault too: a 400.)
+    return absl::InvalidArgumentError(absl::StrCat(param, ": ", grammar.status().message()));
+  }
+  absl::MutexLock lock(&mu);
+  if (compiled->size() >= 256) compiled->clear();
+  compiled->insert(key);
+  return absl::OkStatus();
+}
+
 // The constraint of structured outputs: vLLM's guided_json / guided_regex / guided_choice /
 // guided_grammar, structured_outputs {json | json_object | regex | choice | grammar}, or OpenAI's
 // response_format; at most one; compiled here so that a bad one is a 400.
@@ -546,10 +569,7 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
   } else {
     RETURN_IF_ERROR(SchemaText(e, param, limits, &spec));
   }
-  if (auto grammar = structured::CompileConstraint(spec); !grammar.ok()) {
-    // (A pattern past the automaton's limits is the request's fault too: a 400.)
-    return absl::InvalidArgumentError(absl::StrCat(param, ": ", grammar.status().message()));
-  }
+  RETURN_IF_ERROR(CheckCompiles(spec, param));
   r->constraint = std::move(spec);
   return absl::OkStatus();
 }
