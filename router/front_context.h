@@ -21,6 +21,7 @@
 #include "router/reasoning.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
+#include "router/tool_calls.h"
 
 namespace kvserve::router {
 
@@ -51,6 +52,9 @@ struct FrontOptions {
   // --reasoning-parser: chat outputs' reasoning block goes to reasoning_content, and a
   // constraint holds after it.
   std::optional<ReasoningTags> reasoning;
+  // --enable-auto-tool-choice with --tool-call-parser: how tool_choice "auto" outputs are read;
+  // unset, such requests get a 400.
+  std::optional<ToolOutput> tool_parser;
 };
 
 struct FrontContext {

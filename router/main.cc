@@ -23,6 +23,7 @@
 #include "router/auth.h"
 #include "router/http_front.h"
 #include "router/reasoning.h"
+#include "router/tool_calls.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
 ABSL_FLAG(std::string, served_model_name, "",
@@ -114,12 +115,19 @@ ABSL_FLAG(std::string, ports_file, "",
 ABSL_FLAG(std::string, reasoning_parser, "",
           "Chat outputs' reasoning block (<think>...</think>) goes to reasoning_content, and a "
           "structured-outputs constraint holds after it: qwen3 or deepseek_r1 (empty: off)");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "How chat outputs carry tool calls under tool_choice \"auto\": hermes (Qwen, Hermes: "
+          "<tool_call> blocks) or llama3_json (Llama 3.1+ JSON); needs --enable-auto-tool-choice");
+ABSL_FLAG(bool, enable_auto_tool_choice, false,
+          "Serve tool_choice \"auto\" (the default when a request has tools), reading calls with "
+          "--tool-call-parser; without it such requests get a 400, as in vLLM");
 ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
 
 namespace {
 std::atomic<bool> g_stop{false};
+
 void OnSignal(int) { g_stop = true; }
 }  // namespace
 
@@ -149,6 +157,21 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
   l.max_prompt_ids = max_model_len;
   l.max_logprob_entries = absl::GetFlag(FLAGS_max_logprob_entries);
   return l;
+}
+
+// --enable-auto-tool-choice needs --tool-call-parser (vLLM's rule); a parser alone does nothing.
+absl::Status ToolParserFromFlags(FrontOptions* f) {
+  const std::string parser = absl::GetFlag(FLAGS_tool_call_parser);
+  std::optional<ToolOutput> format;
+  if (!parser.empty()) {
+    ASSIGN_OR_RETURN(format, ToolParserFor(parser));
+  }
+  if (!absl::GetFlag(FLAGS_enable_auto_tool_choice)) return absl::OkStatus();
+  if (!format) {
+    return absl::InvalidArgumentError("--enable-auto-tool-choice needs --tool-call-parser");
+  }
+  f->tool_parser = format;
+  return absl::OkStatus();
 }
 
 // API keys and the admin token, from the flags and the files they name.
@@ -309,6 +332,7 @@ absl::Status Serve() {
   if (const std::string parser = absl::GetFlag(FLAGS_reasoning_parser); !parser.empty()) {
     ASSIGN_OR_RETURN(f.reasoning, ReasoningTagsFor(parser));
   }
+  RETURN_IF_ERROR(ToolParserFromFlags(&f));
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
   f.max_model_len = absl::GetFlag(FLAGS_max_model_len) > 0
                         ? absl::GetFlag(FLAGS_max_model_len)

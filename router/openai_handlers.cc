@@ -6,6 +6,7 @@
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -20,6 +21,7 @@
 #include "router/prompt.h"
 #include "router/reasoning.h"
 #include "router/stop_strings.h"
+#include "router/tool_calls.h"
 
 namespace kvserve::router {
 namespace {
@@ -69,6 +71,18 @@ json FinishReason(const std::string& finish) {
   return finish.empty() ? json(nullptr) : json(finish);
 }
 
+// OpenAI's tool_calls entries, the first numbered `first` (streams number a choice's calls).
+json ToolCallsJson(const std::vector<ParsedToolCall>& calls, size_t first) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    out.push_back({{"index", first + k},
+                   {"id", calls[k].id},
+                   {"type", "function"},
+                   {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}});
+  }
+  return out;
+}
+
 // One prompt of the request (completions may send a list): its job on a worker.
 struct PromptJob {
   std::vector<int> ids;
@@ -92,6 +106,8 @@ struct Choice {
   std::string finish;
   std::unique_ptr<ReasoningSplitter> reasoning;  // chat with a reasoning parser
   std::string reasoning_text;
+  std::unique_ptr<ToolCallSplitter> tools;  // chat whose output may hold tool calls
+  std::vector<ParsedToolCall> calls;
   json logprobs = json::array();  // chat: content entries
   LegacyLogprobs legacy;          // completions
   int64_t offset = 0;             // completions: characters before the next logprobs token
@@ -101,7 +117,8 @@ struct Choice {
 struct ChoiceDelta {
   std::string echo;  // the prompt's, in the choice's first delta
   std::string text;
-  std::string reasoning;  // chat with a reasoning parser: reasoning_content
+  std::string reasoning;              // chat with a reasoning parser: reasoning_content
+  std::vector<ParsedToolCall> calls;  // tool calls completed by this reply
   json chat_logprobs = json::array();
   LegacyLogprobs legacy;
   [[nodiscard]] bool has_logprobs() const { return !chat_logprobs.empty() || !legacy.empty(); }
@@ -138,6 +155,11 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d);
   // Moves the reasoning block's text of d.text to d.reasoning.
   static void SplitReasoning(Choice& c, ChoiceDelta& d);
+  // Moves the tool calls of d.text to d.calls; a choice that stopped after calling ends with
+  // finish_reason tool_calls.
+  static void SplitToolCalls(Choice& c, ChoiceDelta& d);
+  // How the output carries tool calls; none for tool_choice none.
+  [[nodiscard]] std::optional<ToolOutput> ToolFormat() const;
   // With a reasoning parser: whether the chat prompt opened the block, so the output starts
   // in it (then a constraint holds after the block).
   void StartReasoning(const std::vector<int>& prompt);
@@ -201,6 +223,9 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
         c.reasoning =
             std::make_unique<ReasoningSplitter>(*ctx_.options.reasoning, reasoning_inside_);
       }
+      if (std::optional<ToolOutput> format = ToolFormat()) {
+        c.tools = std::make_unique<ToolCallSplitter>(*format, req_.tool_use.name);
+      }
     }
   }
   // Weak: the connection must not keep its completion alive (the jobs do, until they end).
@@ -246,6 +271,34 @@ void Completion::SplitReasoning(Choice& c, ChoiceDelta& d) {
   d.text = std::move(parts.content);
   d.reasoning = std::move(parts.reasoning);
   c.reasoning_text += d.reasoning;
+}
+
+void Completion::SplitToolCalls(Choice& c, ChoiceDelta& d) {
+  ToolCallSplitter::Parts parts = c.tools->Append(d.text);
+  if (c.done) {
+    ToolCallSplitter::Parts rest = c.tools->Finish();
+    parts.content += rest.content;
+    std::move(rest.calls.begin(), rest.calls.end(), std::back_inserter(parts.calls));
+  }
+  d.text = std::move(parts.content);
+  d.calls = std::move(parts.calls);
+  c.calls.insert(c.calls.end(), d.calls.begin(), d.calls.end());
+  if (c.done && !c.calls.empty() && c.finish == "stop") c.finish = "tool_calls";
+}
+
+std::optional<ToolOutput> Completion::ToolFormat() const {
+  if (!req_.chat) return std::nullopt;
+  switch (req_.tool_use.choice) {
+    case ToolChoice::kNone:
+      return std::nullopt;
+    case ToolChoice::kAuto:
+      return ctx_.options.tool_parser;
+    case ToolChoice::kRequired:
+      return ToolOutput::kRequiredArray;
+    case ToolChoice::kNamed:
+      return ToolOutput::kNamedArguments;
+  }
+  return std::nullopt;
 }
 
 std::string Completion::EchoText(size_t prompt) const {
@@ -338,11 +391,12 @@ void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
     Echo(c, d);
     Decode(c, r, d);
     if (c.reasoning) SplitReasoning(c, d);
+    if (c.tools) SplitToolCalls(c, d);
     c.text += d.text;
     // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
     // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
-    if (req_.stream && (!d.echo.empty() || !d.text.empty() || !d.reasoning.empty() || c.done ||
-                        d.has_logprobs())) {
+    if (req_.stream && (!d.echo.empty() || !d.text.empty() || !d.reasoning.empty() ||
+                        !d.calls.empty() || c.done || d.has_logprobs())) {
       SendChunk(index, d, c.done ? c.finish : "");
       if (!first_chunk_sent_) {
         first_chunk_sent_ = true;
@@ -462,7 +516,11 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
     json delta = json::object();
     if (!c.role_sent) delta["role"] = "assistant", c.role_sent = true;
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
-    if (!d.text.empty() || (finish.empty() && d.reasoning.empty())) delta["content"] = d.text;
+    if (!d.text.empty() || (finish.empty() && d.reasoning.empty() && d.calls.empty())) {
+      delta["content"] = d.text;
+    }
+    if (!d.calls.empty())
+      delta["tool_calls"] = ToolCallsJson(d.calls, c.calls.size() - d.calls.size());
     choice["delta"] = delta;
     choice["logprobs"] = req_.logprobs ? json{{"content", d.chat_logprobs}} : json(nullptr);
   } else {
@@ -530,6 +588,10 @@ json Completion::ChoicesJson() const {
     json choice = {{"index", i}};
     if (req_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.calls.empty()) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = ToolCallsJson(c.calls, 0);
+      }
       if (c.reasoning) {
         choice["message"]["reasoning_content"] =
             c.reasoning_text.empty() ? json(nullptr) : json(c.reasoning_text);
@@ -657,6 +719,12 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
   absl::StatusOr<ParsedRequest> parsed =
       ParseCompletionRequest(request.body, chat, ctx.options.limits);
   if (!parsed.ok()) return conn->RespondError(OpenAiErrorFromStatus(parsed.status()));
+  if (parsed->tool_use.choice == ToolChoice::kAuto && !ctx.options.tool_parser) {
+    return conn->RespondError(OpenAiErrorFromStatus(absl::InvalidArgumentError(
+        "tool_choice: \"auto\" (the default with tools) needs the router started with "
+        "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"required\", "
+        "a named function or \"none\"")));
+  }
   if (parsed->model != ctx.options.served_model_name) {
     return conn->RespondError(OpenAiErrorFromStatus(
         absl::NotFoundError(absl::StrCat("The model '", parsed->model, "' does not exist")),

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -92,10 +93,8 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
     if (Field(o, "prompt_logprobs")) {
       return Bad("prompt_logprobs", "is served on /v1/completions only; leave it unset");
     }
-    for (const char* key : {"tools", "functions"}) {
-      if (NonEmptyArray(o, key)) {
-        return Bad(key, "function calling is not supported by kvserve; leave it unset or []");
-      }
+    if (NonEmptyArray(o, "functions")) {
+      return Bad("functions", "the legacy function calling is not served; send tools instead");
     }
     return absl::OkStatus();
   }
@@ -114,6 +113,47 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
 absl::Status TooLong(std::string_view param, int64_t bytes, const RequestLimits& limits) {
   return Bad(param, absl::StrCat("has over ", bytes, " bytes of text; the limit is ",
                                  limits.max_prompt_bytes, " (--max-prompt-bytes)"));
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments"}}], arguments a JSON text (OpenAI's) or an object.
+absl::Status ParseToolCalls(object mo, const std::string& param, tokenizer::ChatMessage* msg) {
+  auto e = Field(mo, "tool_calls");
+  if (!e) return absl::OkStatus();
+  simdjson::dom::array calls;
+  if (e->get_array().get(calls) != simdjson::SUCCESS) {
+    return Bad(param + ".tool_calls", "must be a list of tool calls");
+  }
+  size_t j = 0;
+  for (element c : calls) {
+    const std::string call_param = absl::StrCat(param, ".tool_calls[", j++, "]");
+    object co, fo;
+    if (c.get_object().get(co) != simdjson::SUCCESS ||
+        co["function"].get(fo) != simdjson::SUCCESS) {
+      return Bad(call_param, "must be an object with a \"function\" object");
+    }
+    tokenizer::ToolCall call;
+    ASSIGN_OR_RETURN(call.id, String(co, "id"));
+    ASSIGN_OR_RETURN(call.name, String(fo, "name"));
+    if (call.name.empty()) return Bad(call_param + ".function.name", "is required");
+    std::string_view text;
+    if (auto a = Field(fo, "arguments"); !a) {
+      call.arguments = "{}";
+    } else if (a->get_string().get(text) == simdjson::SUCCESS) {
+      simdjson::dom::parser parser;
+      element parsed;
+      if (parser.parse(simdjson::padded_string(text)).get(parsed) != simdjson::SUCCESS) {
+        return Bad(call_param + ".function.arguments", "is not a JSON text");
+      }
+      call.arguments = std::string(text);
+    } else if (a->is_object()) {
+      call.arguments = simdjson::minify(*a);
+    } else {
+      return Bad(call_param + ".function.arguments", "must be a JSON text (a string)");
+    }
+    msg->tool_calls.push_back(std::move(call));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseMessages(object o, const RequestLimits& limits, ParsedRequest* r) {
@@ -161,7 +201,12 @@ absl::Status ParseMessages(object o, const RequestLimits& limits, ParsedRequest*
       std::string_view rt;
       if (rc->get_string().get(rt) == simdjson::SUCCESS) msg.reasoning_content = std::string(rt);
     }
+    RETURN_IF_ERROR(ParseToolCalls(mo, param, &msg));
+    ASSIGN_OR_RETURN(msg.tool_call_id, String(mo, "tool_call_id"));
     bytes += static_cast<int64_t>(msg.content.size() + msg.reasoning_content.value_or("").size());
+    for (const tokenizer::ToolCall& c : msg.tool_calls) {
+      bytes += static_cast<int64_t>(c.name.size() + c.arguments.size());
+    }
     if (bytes > limits.max_prompt_bytes) return TooLong("messages", bytes, limits);
     r->messages.push_back(std::move(msg));
   }
@@ -574,6 +619,131 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
   return absl::OkStatus();
 }
 
+bool IsToolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// One entry of `tools`: {"type": "function", "function": {"name", "description",
+// "parameters"}}.
+absl::StatusOr<ToolSpec> ParseTool(element t, const std::string& param) {
+  object to, fo;
+  if (t.get_object().get(to) != simdjson::SUCCESS) return Bad(param, "must be an object");
+  ASSIGN_OR_RETURN(std::string type, String(to, "type"));
+  if (type != "function") return Bad(param + ".type", "must be \"function\"");
+  if (auto f = Field(to, "function"); !f || f->get_object().get(fo) != simdjson::SUCCESS) {
+    return Bad(param + ".function", "must be an object with a \"name\"");
+  }
+  ToolSpec tool;
+  ASSIGN_OR_RETURN(tool.name, String(fo, "name"));
+  if (!IsToolName(tool.name)) {
+    return Bad(param + ".function.name", "must be 1 to 64 letters, digits, underscores or dashes");
+  }
+  if (auto p = Field(fo, "parameters")) {
+    if (!p->is_object()) return Bad(param + ".function.parameters", "must be a JSON schema object");
+    tool.parameters = simdjson::minify(*p);
+  }
+  tool.definition = simdjson::minify(t);
+  return tool;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+absl::Status ParseToolChoice(object o, ToolRequest* t) {
+  auto e = Field(o, "tool_choice");
+  t->choice = t->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (!e) return absl::OkStatus();
+  std::string_view text;
+  object co, fo;
+  if (e->get_string().get(text) == simdjson::SUCCESS) {
+    if (text == "none")
+      t->choice = ToolChoice::kNone;
+    else if (text == "required")
+      t->choice = ToolChoice::kRequired;
+    else if (text != "auto")
+      return Bad("tool_choice", "must be none, auto, required or a function");
+  } else if (e->get_object().get(co) == simdjson::SUCCESS &&
+             co["function"].get(fo) == simdjson::SUCCESS &&
+             fo["name"].get(text) == simdjson::SUCCESS) {
+    t->choice = ToolChoice::kNamed;
+    t->name = std::string(text);
+    const bool known = std::any_of(t->tools.begin(), t->tools.end(),
+                                   [&](const ToolSpec& s) { return s.name == t->name; });
+    if (!known) {
+      return Bad("tool_choice", absl::StrCat("names '", Sv(text.substr(0, 64)),
+                                             "', which is not one of the tools"));
+    }
+  } else {
+    return Bad("tool_choice",
+               "must be none, auto, required or {\"type\": \"function\", \"function\": "
+               "{\"name\": ...}}");
+  }
+  if (t->tools.empty() && t->choice != ToolChoice::kNone) {
+    return Bad("tool_choice", "needs tools");
+  }
+  return absl::OkStatus();
+}
+
+// The constraint of tool_choice "required" or a named function: each tool's parameters are
+// compiled alone first, so that a bad one is a 400 naming it.
+absl::Status ToolConstraint(const RequestLimits& limits, ParsedRequest* r) {
+  const ToolRequest& t = r->tool_use;
+  if (t.choice != ToolChoice::kRequired && t.choice != ToolChoice::kNamed) return absl::OkStatus();
+  if (r->constraint) {
+    return Bad("tool_choice",
+               "\"required\" and a named function constrain the output themselves; leave "
+               "response_format and structured outputs unset");
+  }
+  for (size_t i = 0; i < t.tools.size(); ++i) {
+    if (t.tools[i].parameters.empty() ||
+        (t.choice == ToolChoice::kNamed && t.tools[i].name != t.name)) {
+      continue;
+    }
+    structured::ConstraintSpec one{.kind = structured::ConstraintSpec::Kind::kJsonSchema,
+                                   .json_schema = t.tools[i].parameters};
+    RETURN_IF_ERROR(CheckCompiles(one, absl::StrCat("tools[", i, "].function.parameters")));
+  }
+  structured::ConstraintSpec spec{.kind = structured::ConstraintSpec::Kind::kJsonSchema};
+  ASSIGN_OR_RETURN(spec.json_schema, ToolChoiceSchema(t));
+  if (spec.json_schema.size() > static_cast<size_t>(limits.max_constraint_bytes)) {
+    return Bad("tools", absl::StrCat("the schema of tool_choice has ", spec.json_schema.size(),
+                                     " bytes; the limit is ", limits.max_constraint_bytes));
+  }
+  RETURN_IF_ERROR(CheckCompiles(spec, "tools"));
+  r->constraint = std::move(spec);
+  return absl::OkStatus();
+}
+
+// Chat's tools, tool_choice and parallel_tool_calls.
+absl::Status ParseTools(object o, const RequestLimits& limits, ParsedRequest* r) {
+  ToolRequest& t = r->tool_use;
+  if (auto e = Field(o, "tools")) {
+    simdjson::dom::array arr;
+    if (e->get_array().get(arr) != simdjson::SUCCESS) return Bad("tools", "must be a list");
+    if (arr.size() > static_cast<size_t>(limits.max_tools)) {
+      return Bad("tools",
+                 absl::StrCat("has ", arr.size(), " tools; the limit is ", limits.max_tools));
+    }
+    int64_t bytes = 0;
+    size_t i = 0;
+    for (element e : arr) {
+      const std::string param = absl::StrCat("tools[", i++, "]");
+      ASSIGN_OR_RETURN(ToolSpec tool, ParseTool(e, param));
+      for (const ToolSpec& other : t.tools) {
+        if (other.name == tool.name) return Bad(param + ".function.name", "names two tools");
+      }
+      bytes += static_cast<int64_t>(tool.definition.size());
+      if (bytes > limits.max_prompt_bytes) return TooLong("tools", bytes, limits);
+      t.tools.push_back(std::move(tool));
+    }
+  }
+  RETURN_IF_ERROR(ParseToolChoice(o, &t));
+  ASSIGN_OR_RETURN(t.parallel, Bool(o, "parallel_tool_calls", true));
+  return ToolConstraint(limits, r);
+}
+
 // Completions' echo and vLLM's prompt_logprobs.
 absl::Status ParseEcho(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->echo, Bool(o, "echo", false));
@@ -644,6 +814,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   }
   RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
   RETURN_IF_ERROR(ParseConstraint(o, limits, &r));
+  if (chat) RETURN_IF_ERROR(ParseTools(o, limits, &r));
   if (r.prompt_logprobs && r.stream) {
     return Bad("prompt_logprobs", "is not served with stream: true (as in vLLM); use echo");
   }

@@ -1,9 +1,8 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
 // /v1/chat/completions, into the router's request description. Unknown fields are ignored;
 // a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
-// known parameter kvserve does not serve (best_of > n, beam search, guided_json and
-// guided_grammar, response_format other than text, tools; echo and prompt_logprobs on chat)
-// when it asks for anything. The body is
+// known parameter kvserve does not serve (best_of != n, beam search, the legacy `functions`,
+// structural tags; echo and prompt_logprobs on chat) when it asks for anything. The body is
 // untrusted: malformed JSON, invalid UTF-8 and wrong types are errors, never crashes.
 //
 //   absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body, /*chat=*/false);
@@ -22,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "common/structured/constraint.h"
 #include "common/tokenizer/chat_template.h"
+#include "router/tool_calls.h"
 
 namespace kvserve::router {
 
@@ -45,6 +45,7 @@ struct RequestLimits {
   // A constraint's size (structured outputs): a regex's bytes, and a choice list's strings.
   int max_constraint_bytes = 1 << 16;
   int max_choices = 1024;
+  int max_tools = 128;  // OpenAI's limit
 };
 
 // A completions prompt: text, or token ids.
@@ -100,7 +101,10 @@ struct ParsedRequest {
   std::optional<int> prompt_logprobs;
   // Structured outputs (guided_regex, guided_choice, structured_outputs.regex / .choice), checked
   // by compiling it.
+  // tool_choice "required" or a named function sets it too (router/tool_calls.h).
   std::optional<structured::ConstraintSpec> constraint;
+  // Chat: tools, tool_choice, parallel_tool_calls.
+  ToolRequest tool_use;
 
   // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
   // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.

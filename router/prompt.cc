@@ -31,6 +31,7 @@ absl::StatusOr<std::vector<int>> ChatIds(const tokenizer::Tokenizer& tok, const 
   tokenizer::ChatRenderOptions opts;
   opts.add_generation_prompt = r.add_generation_prompt;
   opts.enable_thinking = r.enable_thinking;
+  for (const ToolSpec& tool : r.tool_use.tools) opts.tools.push_back(tool.definition);
   absl::StatusOr<std::string> text = tmpl.Render(r.messages, opts);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("messages: ", text.status().message()));

@@ -36,8 +36,7 @@ ReasoningSplitter::Parts ReasoningSplitter::Finish() {
   return out;
 }
 
-// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-static size_t PartialTag(std::string_view text, std::string_view tag) {
+size_t PartialTagLength(std::string_view text, std::string_view tag) {
   for (size_t k = std::min(text.size(), tag.size() - 1); k > 0; --k) {
     if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
   }
@@ -58,7 +57,7 @@ void ReasoningSplitter::Drain(Parts& out, bool final) {
   if (state_ == State::kReasoning) {
     const size_t end = pending_.find(tags_.end);
     if (end == std::string::npos) {
-      const size_t keep = final ? 0 : PartialTag(pending_, tags_.end);
+      const size_t keep = final ? 0 : PartialTagLength(pending_, tags_.end);
       out.reasoning += pending_.substr(0, pending_.size() - keep);
       pending_.erase(0, pending_.size() - keep);
       return;

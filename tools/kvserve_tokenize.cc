@@ -7,7 +7,8 @@
 //
 // Per-line options: "add_special_tokens" (encode; default --add_special_tokens),
 // "skip_special_tokens" (decode; default false), "add_generation_prompt" (chat; default true),
-// "enable_thinking" (chat, chatml family). A bad line gets {"error": "..."} and the tool goes
+// "enable_thinking" (chat, chatml family), "tools" (chat: a list of tool objects; messages may
+// hold "tool_calls"). A bad line gets {"error": "..."} and the tool goes
 // on with the next one; it exits non-zero only for a bad flag or an unloadable tokenizer.
 #include <iostream>
 #include <string>
@@ -29,8 +30,27 @@ ABSL_FLAG(bool, add_special_tokens, true,
 namespace kvserve {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // tools keep their keys' order
 using tokenizer::Tokenizer;
+
+// An assistant message's "tool_calls" ({"function": {"name", "arguments"}}; arguments a JSON
+// text or a JSON value).
+absl::StatusOr<std::vector<tokenizer::ToolCall>> ToolCalls(const json& m, size_t i) {
+  std::vector<tokenizer::ToolCall> calls;
+  if (!m.contains("tool_calls")) return calls;
+  for (const json& c : m["tool_calls"]) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].value("name", json()).is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].tool_calls needs {\"function\": {\"name\": ...}}"));
+    }
+    const json& f = c["function"];
+    const json arguments = f.value("arguments", json::object());
+    calls.push_back({c.value("id", std::string()), f["name"].get<std::string>(),
+                     arguments.is_string() ? arguments.get<std::string>() : arguments.dump()});
+  }
+  return calls;
+}
 
 absl::StatusOr<json> HandleMessages(const Tokenizer& tok, const json& request) {
   ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl,
@@ -49,9 +69,14 @@ absl::StatusOr<json> HandleMessages(const Tokenizer& tok, const json& request) {
     if (m.contains("reasoning_content") && m["reasoning_content"].is_string()) {
       msg.reasoning_content = m["reasoning_content"].get<std::string>();
     }
+    ASSIGN_OR_RETURN(msg.tool_calls, ToolCalls(m, i));
     messages.push_back(std::move(msg));
   }
   tokenizer::ChatRenderOptions options;
+  if (request.contains("tools")) {
+    if (!request["tools"].is_array()) return absl::InvalidArgumentError("'tools' must be an array");
+    for (const json& tool : request["tools"]) options.tools.push_back(tool.dump());
+  }
   options.add_generation_prompt = request.value("add_generation_prompt", true);
   if (request.contains("enable_thinking") && request["enable_thinking"].is_boolean()) {
     options.enable_thinking = request["enable_thinking"].get<bool>();

@@ -1,6 +1,8 @@
 #include "common/tokenizer/chat_template.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
+#include "common/status_macros.h"
 #include "common/string_util.h"
 #include "utf8proc.h"
 
@@ -56,6 +58,54 @@ bool EndsWith(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
 
+constexpr std::string_view kQwenToolsIntro =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+constexpr std::string_view kQwenToolsOutro =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+// Qwen3's system turn: the system message, and the tools when there are any.
+absl::StatusOr<std::string> ChatMlSystem(absl::Span<const ChatMessage> messages,
+                                         const ChatRenderOptions& options) {
+  const bool system = messages[0].role == "system";
+  if (options.tools.empty()) {
+    return system ? absl::StrCat("<|im_start|>system\n", messages[0].content, "<|im_end|>\n")
+                  : std::string();
+  }
+  std::string out = "<|im_start|>system\n";
+  if (system) absl::StrAppend(&out, messages[0].content, "\n\n");
+  out += kQwenToolsIntro;
+  for (size_t i = 0; i < options.tools.size(); ++i) {
+    absl::StatusOr<std::string> tool = PythonJsonText(options.tools[i]);
+    if (!tool.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tools[", i, "]: ", tool.status().message()));
+    }
+    absl::StrAppend(&out, "\n", *tool);
+  }
+  out += kQwenToolsOutro;
+  return out;
+}
+
+// An assistant turn's tool calls in Qwen3's <tool_call> blocks; `content`: the turn's text.
+absl::Status AppendToolCalls(const ChatMessage& m, size_t index, std::string_view content,
+                             std::string& out) {
+  for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+    const ToolCall& call = m.tool_calls[j];
+    absl::StatusOr<std::string> arguments = PythonJsonText(call.arguments);
+    if (!arguments.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", index, "].tool_calls[", j,
+                       "].function.arguments: ", arguments.status().message()));
+    }
+    if (j > 0 || !content.empty()) out += '\n';
+    absl::StrAppend(&out, "<tool_call>\n{\"name\": \"", call.name,
+                    "\", \"arguments\": ", *arguments, "}\n</tool_call>");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
@@ -90,8 +140,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
           "messages[", i, "].role '", role, "' is not one of system, user, assistant, tool"));
     }
   }
-  return family_ == Family::kLlama3 ? RenderLlama3(messages, options)
-                                    : RenderChatMl(messages, options);
+  if (family_ == Family::kLlama3) return RenderLlama3(messages, options);
+  return RenderChatMl(messages, options);
 }
 
 std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
@@ -107,15 +157,12 @@ std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
   return out;
 }
 
-// Mirrors Qwen3's template: a leading system message, user turns, assistant turns whose
-// reasoning is kept only after the last real user query, and tool responses folded into user
-// turns.
-std::string ChatTemplate::RenderChatMl(absl::Span<const ChatMessage> messages,
-                                       const ChatRenderOptions& options) const {
-  std::string out;
-  if (messages[0].role == "system") {
-    absl::StrAppend(&out, "<|im_start|>system\n", messages[0].content, "<|im_end|>\n");
-  }
+// Mirrors Qwen3's template: a leading system message (with the tools), user turns, assistant
+// turns whose reasoning is kept only after the last real user query (and their tool calls),
+// and tool responses folded into user turns.
+absl::StatusOr<std::string> ChatTemplate::RenderChatMl(absl::Span<const ChatMessage> messages,
+                                                       const ChatRenderOptions& options) const {
+  ASSIGN_OR_RETURN(std::string out, ChatMlSystem(messages, options));
   // The last user message that is not a wrapped tool response.
   size_t last_query = messages.size() - 1;
   for (size_t k = messages.size(); k-- > 0;) {
@@ -151,6 +198,7 @@ std::string ChatTemplate::RenderChatMl(absl::Span<const ChatMessage> messages,
       } else {
         absl::StrAppend(&out, "<|im_start|>assistant\n", Sv(content));
       }
+      RETURN_IF_ERROR(AppendToolCalls(m, i, content, out));
       out += "<|im_end|>\n";
     } else if (m.role == "tool") {
       if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";

@@ -3,7 +3,10 @@
 //   - llama3: `<|start_header_id|>role<|end_header_id|>\n\n` + content.strip() + `<|eot_id|>`,
 //     BOS first (Meta Llama 3 Instruct's template);
 //   - chatml: `<|im_start|>role\n` + content + `<|im_end|>\n` (Qwen2/2.5/3), including Qwen3's
-//     handling of `<think>` reasoning in assistant turns and `enable_thinking`.
+//     handling of `<think>` reasoning in assistant turns and `enable_thinking`, and its tools:
+//     a `# Tools` system block listing them, `<tool_call>` blocks in assistant turns, tool
+//     results as `<tool_response>` in user turns.
+// Llama 3.0's template takes no tools: they are left out of its prompts, as Jinja leaves them.
 // Rendering is native C++ (no Jinja engine); tests compare it with a Jinja renderer on the
 // real templates.
 //
@@ -25,17 +28,29 @@
 
 namespace kvserve::tokenizer {
 
+// A call an assistant turn made (OpenAI's tool_calls entry).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON text (an object)
+};
+
 struct ChatMessage {
   std::string role;  // system, user, assistant, tool
   std::string content;
   // Assistant reasoning given separately (chatml/Qwen3); otherwise taken from <think> tags.
   std::optional<std::string> reasoning_content;
+  std::vector<ToolCall> tool_calls;  // assistant
+  std::string tool_call_id;          // tool: the call it answers
 };
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
   // chatml/Qwen3: false adds an empty think block so the model answers directly.
   std::optional<bool> enable_thinking;
+  // The tools the model may call, each a JSON text ({"type": "function", "function": {...}}),
+  // written into the prompt as the template's `tojson` writes them.
+  std::vector<std::string> tools;
 };
 
 class ChatTemplate {
@@ -48,7 +63,8 @@ class ChatTemplate {
                                              std::string_view bos_token);
   static ChatTemplate ForFamily(Family family, std::string_view bos_token);
 
-  // InvalidArgument for an empty message list or an unknown role (naming it).
+  // InvalidArgument for an empty message list, an unknown role (naming it), or a tool or
+  // tool call's arguments that are not JSON.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
 
@@ -58,8 +74,8 @@ class ChatTemplate {
   ChatTemplate(Family family, std::string_view bos) : family_(family), bos_token_(bos) {}
   std::string RenderLlama3(absl::Span<const ChatMessage> messages,
                            const ChatRenderOptions& options) const;
-  std::string RenderChatMl(absl::Span<const ChatMessage> messages,
-                           const ChatRenderOptions& options) const;
+  absl::StatusOr<std::string> RenderChatMl(absl::Span<const ChatMessage> messages,
+                                           const ChatRenderOptions& options) const;
 
   Family family_;
   std::string bos_token_;

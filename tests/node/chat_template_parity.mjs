@@ -1,7 +1,9 @@
 // Chat template parity: kvserve-tokenize's native llama3 / chatml rendering against the
 // tokenizer_config.json's own Jinja template rendered by @huggingface/jinja, on a set of
 // conversations (system prompts, multi-turn, reasoning in assistant turns, tool responses,
-// whitespace and non-ASCII content), with and without a generation prompt.
+// whitespace and non-ASCII content, tools and tool calls), with and without a generation
+// prompt. Tool-call arguments go to Jinja as objects (vLLM parses them before rendering) and to
+// kvserve as the JSON text OpenAI clients send.
 //
 //   node chat_template_parity.mjs BUILD/bin/kvserve-tokenize TOKENIZER_DIR
 import fs from 'node:fs';
@@ -31,6 +33,25 @@ const conversations = [
   [u('<tool_response>\nx\n</tool_response>')],
 ];
 
+const weather = { type: 'function', function: { name: 'get_weather', description: 'Weather in a city, «now».',
+  parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1 } },
+    required: ['city'] } } };
+const clock = { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {} } } };
+const call = (name, args) => ({ id: `call_${name}`, type: 'function', function: { name, arguments: args } });
+const withTools = [
+  [[u('Weather in Paris?')], [weather]],
+  [[s('You are a helpful agent.'), u('Time and weather?')], [weather, clock]],
+  [[u('Weather?'), { role: 'assistant', content: '', tool_calls: [call('get_weather', { city: 'Paris', days: 2 })] },
+    { role: 'tool', tool_call_id: 'call_get_weather', content: '{"temp": 21}' }], [weather]],
+  [[u('Both'), { role: 'assistant', content: 'Calling two.', tool_calls: [call('now', {}),
+    call('get_weather', { city: 'Zürich "quoted"', nested: { list: [1, 2.5, true, null] } })] },
+    { role: 'tool', content: '12:00' }, { role: 'tool', content: 'rain' }, u('Thanks')], [weather, clock]],
+  [[u('Q'), { role: 'assistant', content: '<think>\nplan\n</think>\n\n', tool_calls: [call('now', {})] },
+    { role: 'tool', content: 'noon' }], [clock]],
+];
+const asSent = (m) => (m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((c) =>
+  ({ ...c, function: { ...c.function, arguments: JSON.stringify(c.function.arguments) } })) } : m);
+
 const requests = [];
 const expected = [];
 for (const messages of conversations) {
@@ -44,6 +65,14 @@ for (const messages of conversations) {
       if (enable_thinking !== undefined) req.enable_thinking = enable_thinking;
       requests.push(req);
     }
+  }
+}
+for (const [messages, tools] of withTools) {
+  for (const add_generation_prompt of [true, false]) {
+    const ctx = { messages, tools, add_generation_prompt, bos_token: tokenText(config.bos_token),
+      eos_token: tokenText(config.eos_token) };
+    expected.push(template.render(ctx));
+    requests.push({ messages: messages.map(asSent), tools, add_generation_prompt });
   }
 }
 const replies = runJsonLines(binary, ['--tokenizer', dir], requests);

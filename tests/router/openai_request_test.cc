@@ -186,7 +186,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"max_tokens", 0}}, false, "max_tokens"},
       {{{"response_format", {{"type", "yaml"}}}}, true, "response_format.type"},
       {{{"response_format", "json"}}, true, "response_format"},
-      {{{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, true, "tools"},
+      {{{"functions", {{{"name", "f"}}}}}, true, "functions"},
       {{{"suffix", "end"}}, false, "suffix"},
       {{{"best_of", 3}}, false, "best_of"},
       {{{"best_of", 1}, {"n", 2}}, false, "best_of"},
@@ -219,6 +219,95 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
     EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], c.param)
         << r.status();
   }
+}
+
+// Tools are checked entry by entry, tool_choice against them; "required" and a named function
+// become a JSON-schema constraint; assistant tool calls and tool results are kept for the
+// template.
+TEST(OpenAiRequestTest, Tools) {
+  const json weather = {{"type", "function"},
+                        {"function",
+                         {{"name", "get_weather"},
+                          {"parameters",
+                           {{"type", "object"},
+                            {"properties", {{"city", {{"type", "string"}}}}},
+                            {"required", {"city"}}}}}}};
+  struct Case {
+    json extra;
+    const char* param;  // nullptr: accepted
+  };
+  const std::vector<Case> cases = {
+      {{{"tools", {weather}}}, nullptr},
+      {{{"tools", {weather}}, {"tool_choice", "required"}}, nullptr},
+      {{{"tools", {weather}},
+        {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}},
+       nullptr},
+      {{{"tools", "x"}}, "tools"},
+      {{{"tools", {{{"type", "retrieval"}}}}}, "tools[0].type"},
+      {{{"tools", {{{"type", "function"}, {"function", {{"name", "bad name"}}}}}}},
+       "tools[0].function.name"},
+      {{{"tools", {weather, weather}}}, "tools[1].function.name"},
+      {{{"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", 3}}}}}}},
+       "tools[0].function.parameters"},
+      {{{"tools",
+         {{{"type", "function"},
+           {"function", {{"name", "f"}, {"parameters", {{"type", "object"}, {"if", true}}}}}}}},
+        {"tool_choice", "required"}},
+       "tools[0].function.parameters"},
+      {{{"tools", {weather}}, {"tool_choice", "sometimes"}}, "tool_choice"},
+      {{{"tools", {weather}},
+        {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
+       "tool_choice"},
+      {{{"tool_choice", "required"}}, "tool_choice"},
+      {{{"tools", {weather}},
+        {"tool_choice", "required"},
+        {"response_format", {{"type", "json_object"}}}},
+       "tool_choice"},
+      {{{"tools", {weather}}, {"parallel_tool_calls", "yes"}}, "parallel_tool_calls"},
+      {{{"messages",
+         {{{"role", "assistant"},
+           {"tool_calls",
+            {{{"id", "c"}, {"function", {{"name", "f"}, {"arguments", "{oops"}}}}}}}}}},
+       "messages[0].tool_calls[0].function.arguments"},
+  };
+  for (const Case& c : cases) {
+    json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}};
+    body.update(c.extra);
+    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), true);
+    if (c.param == nullptr) {
+      EXPECT_OK(r.status()) << body;
+      continue;
+    }
+    ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.param))) << body;
+    EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], c.param)
+        << r.status();
+  }
+  json body = {
+      {"model", "m"},
+      {"messages",
+       {{{"role", "user"}, {"content", "Weather?"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", "call_1"},
+            {"type", "function"},
+            {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Oslo\"}"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "cold"}}}},
+      {"tools", {weather}},
+      {"tool_choice", "required"},
+      {"parallel_tool_calls", false}};
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), true));
+  EXPECT_EQ(r.tool_use.choice, ToolChoice::kRequired);
+  EXPECT_FALSE(r.tool_use.parallel);
+  ASSERT_EQ(r.tool_use.tools.size(), 1u);
+  EXPECT_EQ(json::parse(r.tool_use.tools[0].definition), weather);
+  ASSERT_TRUE(r.constraint.has_value());
+  EXPECT_EQ(r.constraint->kind, structured::ConstraintSpec::Kind::kJsonSchema);
+  EXPECT_EQ(json::parse(r.constraint->json_schema)["maxItems"], 1);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
 }
 
 TEST(OpenAiRequestTest, VllmOutputOptions) {

@@ -1,5 +1,6 @@
 #include "common/tokenizer/chat_template.h"
 
+#include "common/json_text.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -43,6 +44,34 @@ TEST(ChatTemplateTest, ChatMlWithThinking) {
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n"
             "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+TEST(ChatTemplateTest, ChatMlTools) {
+  ChatTemplate t = ChatTemplate::ForFamily(ChatTemplate::Family::kChatMl, "");
+  ChatMessage call{"assistant", "", {}, {{"call_1", "f", R"({"a":[1,"é"]})"}}, ""};
+  ChatRenderOptions options;
+  options.tools = {R"({"type":"function","function":{"name":"f"}})"};
+  ASSERT_OK_AND_ASSIGN(
+      std::string out,
+      t.Render({{"user", "Q", {}}, call, {"tool", "R", {}, {}, "call_1"}}, options));
+  EXPECT_THAT(out, HasSubstr("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\n"
+                             "</tools>"));
+  EXPECT_THAT(out, HasSubstr("<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                             "{\"a\": [1, \"é\"]}}\n</tool_call><|im_end|>\n<|im_start|>user\n"
+                             "<tool_response>\nR\n</tool_response><|im_end|>\n"));
+  call.tool_calls[0].arguments = "{oops";
+  EXPECT_THAT(t.Render({{"user", "Q", {}}, call}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("messages[1].tool_calls[0].function.arguments")));
+}
+
+TEST(ChatTemplateTest, PythonJsonText) {
+  ASSERT_OK_AND_ASSIGN(std::string text,
+                       PythonJsonText(R"({"b":1.5,"a":{},"c":[],"d":"\u0001\"\n"})"));
+  EXPECT_EQ(text, R"({"b": 1.5, "a": {}, "c": [], "d": "\u0001\"\n"})");
+  EXPECT_THAT(PythonJsonText(std::string(600, '[') + std::string(600, ']')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("deeper")));
+  EXPECT_THAT(PythonJsonText("{"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("JSON")));
 }
 
 TEST(ChatTemplateTest, RejectsBadMessages) {
