@@ -138,7 +138,11 @@ absl::StatusOr<ToolOutput> ToolParserFor(std::string_view parser) {
 
 absl::StatusOr<std::string> ToolChoiceSchema(const ToolRequest& request) {
   auto parameters = [](const ToolSpec& tool) {
-    return tool.parameters.empty() ? Json{{"type", "object"}} : ParseJson(tool.parameters);
+    // No parameters: the function takes none (OpenAI's meaning), so its arguments are {}.
+    return tool.parameters.empty() ? Json{{"type", "object"},
+                                          {"properties", Json::object()},
+                                          {"additionalProperties", false}}
+                                   : ParseJson(tool.parameters);
   };
   if (request.choice == ToolChoice::kNamed) {
     for (const ToolSpec& tool : request.tools) {

@@ -134,7 +134,7 @@ TEST(ToolChoiceSchemaTest, RequiredMovesRefsAndBoundsParallelCalls) {
   r.choice = ToolChoice::kNamed;
   r.name = "b";
   ASSERT_OK_AND_ASSIGN(std::string named, ToolChoiceSchema(r));
-  EXPECT_EQ(named, R"({"type":"object"})");
+  EXPECT_EQ(named, R"({"type":"object","properties":{},"additionalProperties":false})");
   r.name = "c";
   EXPECT_THAT(ToolChoiceSchema(r), ::kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                                                 ::testing::HasSubstr("'c'")));
