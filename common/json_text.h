@@ -16,8 +16,13 @@
 
 namespace kvserve {
 
-// `json` re-written; InvalidArgument if it is not one JSON value.
-absl::StatusOr<std::string> PythonJsonText(std::string_view json);
+// `json` re-written; InvalidArgument if it is not one JSON value. `indent` >= 0: json.dumps's
+// indent (items on lines of their own, "," ending lines; Jinja's `tojson(indent=4)`).
+absl::StatusOr<std::string> PythonJsonText(std::string_view json, int indent = -1);
+
+// `text` as a JSON string (quoted, escaped as json.dumps escapes with ensure_ascii=False;
+// invalid UTF-8 replaced).
+std::string PythonJsonString(std::string_view text);
 
 }  // namespace kvserve
 

@@ -1,5 +1,7 @@
 #include "common/tokenizer/chat_template.h"
 
+#include <ctime>
+
 #include "absl/strings/str_cat.h"
 #include "common/json_text.h"
 #include "common/status_macros.h"
@@ -66,6 +68,12 @@ constexpr std::string_view kQwenToolsOutro =
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
 
+constexpr std::string_view kLlamaToolsIntro =
+    "Given the following functions, please respond with a JSON for a function call with its "
+    "proper arguments that best answers the given prompt.\n\nRespond in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+    "Do not use variables.\n\n";
+
 // Qwen3's system turn: the system message, and the tools when there are any.
 absl::StatusOr<std::string> ChatMlSystem(absl::Span<const ChatMessage> messages,
                                          const ChatRenderOptions& options) {
@@ -110,6 +118,11 @@ absl::Status AppendToolCalls(const ChatMessage& m, size_t index, std::string_vie
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
                                                   std::string_view bos_token) {
+  if (template_text.find("Cutting Knowledge Date") != std::string_view::npos) {
+    ChatTemplate t(Family::kLlama31, bos_token);
+    t.dated_today_ = template_text.find("strftime_now") != std::string_view::npos;
+    return t;
+  }
   if (template_text.find("<|start_header_id|>") != std::string_view::npos) {
     ChatTemplate t(Family::kLlama3, bos_token);
     t.always_generation_prompt_ =
@@ -141,6 +154,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> m
     }
   }
   if (family_ == Family::kLlama3) return RenderLlama3(messages, options);
+  if (family_ == Family::kLlama31) return RenderLlama31(messages, options);
   return RenderChatMl(messages, options);
 }
 
@@ -155,6 +169,67 @@ std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
     out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   }
   return out;
+}
+
+// Mirrors Llama 3.1's template (tools in the first user turn, its default).
+absl::StatusOr<std::string> ChatTemplate::RenderLlama31(absl::Span<const ChatMessage> messages,
+                                                        const ChatRenderOptions& options) const {
+  std::string_view system;
+  if (messages[0].role == "system") {
+    system = Trim(messages[0].content);
+    messages.remove_prefix(1);
+  }
+  const bool tools = !options.tools.empty();
+  std::string out =
+      absl::StrCat(bos_token_, "<|start_header_id|>system<|end_header_id|>\n\n",
+                   tools ? "Environment: ipython\n" : "",
+                   "Cutting Knowledge Date: December 2023\nToday Date: ", DateString(options),
+                   "\n\n", Sv(system), "<|eot_id|>");
+  if (tools) {
+    if (messages.empty()) {
+      return absl::InvalidArgumentError("messages: tools need a first user message to go in");
+    }
+    absl::StrAppend(&out, "<|start_header_id|>user<|end_header_id|>\n\n", Sv(kLlamaToolsIntro));
+    for (size_t i = 0; i < options.tools.size(); ++i) {
+      absl::StatusOr<std::string> tool = PythonJsonText(options.tools[i], /*indent=*/4);
+      if (!tool.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tools[", i, "]: ", tool.status().message()));
+      }
+      absl::StrAppend(&out, *tool, "\n\n");
+    }
+    absl::StrAppend(&out, Sv(Trim(messages[0].content)), "<|eot_id|>");
+    messages.remove_prefix(1);
+  }
+  for (const ChatMessage& m : messages) {
+    if (!m.tool_calls.empty()) {
+      if (m.tool_calls.size() != 1) {
+        return absl::InvalidArgumentError(
+            "messages: this model's template takes one tool call per assistant turn");
+      }
+      ASSIGN_OR_RETURN(std::string arguments, PythonJsonText(m.tool_calls[0].arguments));
+      absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"",
+                      m.tool_calls[0].name, "\", \"parameters\": ", arguments, "}<|eot_id|>");
+    } else if (m.role == "tool") {  // a string is `iterable` to Jinja: written as JSON
+      absl::StrAppend(&out, "<|start_header_id|>ipython<|end_header_id|>\n\n",
+                      PythonJsonString(m.content), "<|eot_id|>");
+    } else {
+      absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                      Sv(Trim(m.content)), "<|eot_id|>");
+    }
+  }
+  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string ChatTemplate::DateString(const ChatRenderOptions& options) const {
+  if (!options.date_string.empty()) return options.date_string;
+  if (!dated_today_) return "26 Jul 2024";
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  return std::string(buf, std::strftime(buf, sizeof(buf), "%d %b %Y", &tm));
 }
 
 // Mirrors Qwen3's template: a leading system message (with the tools), user turns, assistant

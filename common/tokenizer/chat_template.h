@@ -6,6 +6,9 @@
 //     handling of `<think>` reasoning in assistant turns and `enable_thinking`, and its tools:
 //     a `# Tools` system block listing them, `<tool_call>` blocks in assistant turns, tool
 //     results as `<tool_response>` in user turns.
+//   - llama31: Llama 3.1+'s (3.1, 3.2, 3.3): a system turn with the knowledge cut-off and the
+//     date, tools as JSON (indented) in the first user turn, a call as {"name", "parameters"}
+//     in an assistant turn, tool results in `ipython` turns.
 // Llama 3.0's template takes no tools: they are left out of its prompts, as Jinja leaves them.
 // Rendering is native C++ (no Jinja engine); tests compare it with a Jinja renderer on the
 // real templates.
@@ -51,11 +54,14 @@ struct ChatRenderOptions {
   // The tools the model may call, each a JSON text ({"type": "function", "function": {...}}),
   // written into the prompt as the template's `tojson` writes them.
   std::vector<std::string> tools;
+  // llama31: the date the system turn gives ("26 Jul 2024" in the template; today's date,
+  // "%d %b %Y", for templates that ask for strftime_now); set, it overrides both.
+  std::string date_string;
 };
 
 class ChatTemplate {
  public:
-  enum class Family { kLlama3, kChatMl };
+  enum class Family { kLlama3, kLlama31, kChatMl };
 
   // Picks the family from the template text. InvalidArgument if the template is empty or
   // belongs to neither family.
@@ -74,6 +80,9 @@ class ChatTemplate {
   ChatTemplate(Family family, std::string_view bos) : family_(family), bos_token_(bos) {}
   std::string RenderLlama3(absl::Span<const ChatMessage> messages,
                            const ChatRenderOptions& options) const;
+  absl::StatusOr<std::string> RenderLlama31(absl::Span<const ChatMessage> messages,
+                                            const ChatRenderOptions& options) const;
+  [[nodiscard]] std::string DateString(const ChatRenderOptions& options) const;
   absl::StatusOr<std::string> RenderChatMl(absl::Span<const ChatMessage> messages,
                                            const ChatRenderOptions& options) const;
 
@@ -81,6 +90,8 @@ class ChatTemplate {
   std::string bos_token_;
   // Some published llama3 templates end with the assistant header unconditionally.
   bool always_generation_prompt_ = false;
+  // llama31 templates that date their prompts with strftime_now (Llama 3.2).
+  bool dated_today_ = false;
 };
 
 }  // namespace kvserve::tokenizer

@@ -5,15 +5,28 @@
 // prompt. Tool-call arguments go to Jinja as objects (vLLM parses them before rendering) and to
 // kvserve as the JSON text OpenAI clients send.
 //
-//   node chat_template_parity.mjs BUILD/bin/kvserve-tokenize TOKENIZER_DIR
+// A conversation the template refuses (it raises) must be refused by kvserve too.
+//
+//   node chat_template_parity.mjs BUILD/bin/kvserve-tokenize TOKENIZER_DIR [--template FILE]
+//
+// --template: render with FILE's template instead of the tokenizer's (tests/node/chat_templates).
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
 import './jinja_python_strip.mjs';
 import { runJsonLines } from './run_tool.mjs';
 
-const [binary, dir] = process.argv.slice(2);
-const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+const [binary, tokenizerDir, flag, templateFile] = process.argv.slice(2);
+const config = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), 'utf8'));
+let dir = tokenizerDir;
+if (flag === '--template') {  // the tokenizer with another template, in a directory of its own
+  config.chat_template = fs.readFileSync(templateFile, 'utf8');
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-template-'));
+  fs.copyFileSync(path.join(tokenizerDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(config));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+}
 const tokenText = (t) => (typeof t === 'string' ? t : t?.content ?? '');
 const template = new Template(config.chat_template);
 
@@ -52,6 +65,15 @@ const withTools = [
 const asSent = (m) => (m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((c) =>
   ({ ...c, function: { ...c.function, arguments: JSON.stringify(c.function.arguments) } })) } : m);
 
+// The template's text, or {error} when it raises.
+const render = (ctx) => {
+  try {
+    return template.render(ctx);
+  } catch (e) {
+    return { error: e.message };
+  }
+};
+
 const requests = [];
 const expected = [];
 for (const messages of conversations) {
@@ -60,7 +82,7 @@ for (const messages of conversations) {
       const ctx = { messages, add_generation_prompt, bos_token: tokenText(config.bos_token),
         eos_token: tokenText(config.eos_token) };
       if (enable_thinking !== undefined) ctx.enable_thinking = enable_thinking;
-      expected.push(template.render(ctx));
+      expected.push(render(ctx));
       const req = { messages, add_generation_prompt };
       if (enable_thinking !== undefined) req.enable_thinking = enable_thinking;
       requests.push(req);
@@ -71,14 +93,15 @@ for (const [messages, tools] of withTools) {
   for (const add_generation_prompt of [true, false]) {
     const ctx = { messages, tools, add_generation_prompt, bos_token: tokenText(config.bos_token),
       eos_token: tokenText(config.eos_token) };
-    expected.push(template.render(ctx));
+    expected.push(render(ctx));
     requests.push({ messages: messages.map(asSent), tools, add_generation_prompt });
   }
 }
 const replies = runJsonLines(binary, ['--tokenizer', dir], requests);
 let failed = 0;
 replies.forEach((r, i) => {
-  if (r.text !== expected[i]) {
+  const same = typeof expected[i] === 'string' ? r.text === expected[i] : r.error !== undefined;
+  if (!same) {
     failed++;
     if (failed <= 5) {
       console.log(`MISMATCH #${i} ${JSON.stringify(requests[i]).slice(0, 200)}`);
@@ -87,5 +110,6 @@ replies.forEach((r, i) => {
     }
   }
 });
-console.log(`chat template parity (${path.basename(path.dirname(dir))}): ${replies.length - failed} passed, ${failed} failed`);
+const refused = expected.filter((e) => typeof e !== 'string').length;
+console.log(`chat template parity (${templateFile ?? path.basename(path.dirname(tokenizerDir))}, ${refused} refused): ${replies.length - failed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

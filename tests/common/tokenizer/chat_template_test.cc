@@ -13,6 +13,9 @@ using ::testing::HasSubstr;
 TEST(ChatTemplateTest, DetectsFamilies) {
   ASSERT_OK_AND_ASSIGN(ChatTemplate l, ChatTemplate::Detect("...<|start_header_id|>...", "<bos>"));
   EXPECT_EQ(l.family(), ChatTemplate::Family::kLlama3);
+  ASSERT_OK_AND_ASSIGN(ChatTemplate l31,
+                       ChatTemplate::Detect("<|start_header_id|> Cutting Knowledge Date", ""));
+  EXPECT_EQ(l31.family(), ChatTemplate::Family::kLlama31);
   ASSERT_OK_AND_ASSIGN(ChatTemplate c, ChatTemplate::Detect("{{ '<|im_start|>' }}", ""));
   EXPECT_EQ(c.family(), ChatTemplate::Family::kChatMl);
   EXPECT_THAT(ChatTemplate::Detect("", ""),
@@ -29,6 +32,25 @@ TEST(ChatTemplateTest, Llama3) {
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplateTest, Llama31ToolsInTheFirstUserTurn) {
+  ChatTemplate t = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama31, "<bos>");
+  ChatRenderOptions options;
+  options.tools = {R"({"type":"function","function":{"name":"f","parameters":{}}})"};
+  options.date_string = "01 Dec 2026";
+  ASSERT_OK_AND_ASSIGN(std::string out, t.Render({{"user", " Q ", {}}}, options));
+  EXPECT_EQ(out,
+            "<bos><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 01 Dec 2026\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please "
+            "respond with a JSON for a function call with its proper arguments that best answers "
+            "the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+            "dictionary of argument name and its value}.Do not use variables.\n\n{\n    \"type\": "
+            "\"function\",\n    \"function\": {\n        \"name\": \"f\",\n        \"parameters\": "
+            "{}\n    }\n}\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_THAT(t.Render({{"system", "S", {}}}, options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("first user message")));
 }
 
 TEST(ChatTemplateTest, ChatMlWithThinking) {
