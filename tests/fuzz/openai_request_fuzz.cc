@@ -1,11 +1,13 @@
 // The OpenAI request parser (router/openai_request.h) on arbitrary bodies: the first byte picks
 // /v1/completions or /v1/chat/completions. Any body gets a request or an InvalidArgument; a
-// parsed request passes the logprob budget check without overflow.
+// parsed request passes the logprob budget check without overflow. The body is also read as a
+// chat output by each tool-call splitter, cut into pieces of 1 to 8 bytes.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "router/openai_request.h"
+#include "router/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -18,6 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       kvserve::router::ParseCompletionRequest(body, chat, limits);
   if (r.ok()) {
     kvserve::router::CheckLogprobBudget(*r, r->max_tokens, limits).IgnoreError();
+  }
+  using kvserve::router::ToolOutput;
+  const size_t step = 1 + (data[0] >> 1) % 8;
+  for (ToolOutput format : {ToolOutput::kHermes, ToolOutput::kLlama3Json,
+                            ToolOutput::kRequiredArray, ToolOutput::kNamedArguments}) {
+    kvserve::router::ToolCallSplitter split(format, "f");
+    for (size_t i = 0; i < body.size(); i += step) split.Append(body.substr(i, step));
+    split.Finish();
   }
   return 0;
 }
