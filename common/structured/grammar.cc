@@ -10,8 +10,6 @@
 namespace kvserve::structured {
 namespace {
 
-constexpr GrammarMatcher::State kUnknown = -2;
-
 void IndexByteMoves(Grammar& g) {
   g.state_base.clear();
   g.has_byte_move.clear();
@@ -256,11 +254,7 @@ GrammarMatcher::State GrammarMatcher::Close(std::vector<int32_t> seeds) {
   return it->second;
 }
 
-GrammarMatcher::State GrammarMatcher::Next(State s, uint8_t byte) {
-  if (s == kDead) return kDead;
-  if (const State known = next_[static_cast<size_t>(s) * 256 + byte]; known != kUnknown) {
-    return known;
-  }
+GrammarMatcher::State GrammarMatcher::Step(State s, uint8_t byte) {
   std::vector<int32_t> seeds;
   for (int32_t n : configs_[s].stacks) {
     const Node node = nodes_[n];

@@ -93,8 +93,13 @@ class GrammarMatcher {
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar, int32_t max_depth = 64);
 
   [[nodiscard]] State start() const { return start_; }
-  // The state after `byte` (kDead: no sentence continues this way).
-  State Next(State s, uint8_t byte);
+  // The state after `byte` (kDead: no sentence continues this way). Inline where it was met
+  // before (a table lookup: the trie walks call it for every node they visit).
+  State Next(State s, uint8_t byte) {
+    if (s == kDead) return kDead;
+    const State known = next_[static_cast<size_t>(s) * 256 + byte];
+    return known != kUnknown ? known : Step(s, byte);
+  }
   State Walk(State s, std::string_view bytes);
   [[nodiscard]] bool accepting(State s) const { return configs_[s].accepting; }
   [[nodiscard]] bool has_next(State s) const { return !configs_[s].stacks.empty(); }
@@ -121,6 +126,10 @@ class GrammarMatcher {
     bool accepting = false;       // some stack has matched the whole root rule
   };
 
+  static constexpr State kUnknown = -2;  // in next_: not met yet
+
+  // Next's first meeting of (s, byte): the move computed and remembered.
+  State Step(State s, uint8_t byte);
   int32_t InternNode(int32_t rule, Dfa::State state, int32_t parent);
   // The state reached from the top nodes `seeds` by calls and returns (no bytes).
   State Close(std::vector<int32_t> seeds);

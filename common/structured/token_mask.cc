@@ -63,6 +63,43 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens)
     }
     std::swap(level, next);
   }
+  IndexSubtrees();
+}
+
+void TokenTrie::IndexSubtrees() {
+  // Children come after their parents, so a backward pass sees every child first.
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    Node& node = nodes_[n];
+    node.plain_depth = 0;
+    for (int32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      const int32_t below = nodes_[c].plain_depth;
+      if (below < 0 || !IsPlain(edge_byte_[c]) || node.plain_depth < 0) {
+        node.plain_depth = -1;
+      } else {
+        node.plain_depth = std::max(node.plain_depth, below + 1);
+      }
+    }
+    max_plain_depth_ = std::max(max_plain_depth_, node.plain_depth);
+  }
+  // Depth first, so that each subtree's tokens are one run.
+  subtree_ids_.reserve(token_ids_.size());
+  std::vector<std::pair<int32_t, bool>> stack = {{0, false}};  // node, children done
+  while (!stack.empty()) {
+    auto [at, done] = stack.back();
+    stack.pop_back();
+    Node& node = nodes_[at];
+    if (done) {
+      node.subtree_end = static_cast<int32_t>(subtree_ids_.size());
+      continue;
+    }
+    node.subtree_begin = static_cast<int32_t>(subtree_ids_.size());
+    subtree_ids_.insert(subtree_ids_.end(), token_ids_.begin() + node.first_token,
+                        token_ids_.begin() + node.first_token + node.num_tokens);
+    stack.emplace_back(at, true);
+    for (int32_t c = node.first_child + node.num_children; c-- > node.first_child;) {
+      stack.emplace_back(c, false);
+    }
+  }
 }
 
 }  // namespace kvserve::structured

@@ -63,6 +63,10 @@ TEST_P(TokenMaskVocabTest, TrieMasksEqualBruteForce) {
       R"(-?\d+(\.\d+)?([eE][+-]?\d+)?)",
       "[à-ÿ ]+ and [一-龥]{1,4}",
       "[^x]*",
+      // Plain text of bounded lengths: whole subtrees taken only where every one survives.
+      R"("[^"\\]{0,7}")",
+      R"([ -~]{2,40}!)",
+      R"(\{"k": "[^"\\]{3,12}", "v": "[a-z ]{0,5}"\})",
   };
   std::mt19937 rng(3);
   int states = 0;
@@ -71,7 +75,7 @@ TEST_P(TokenMaskVocabTest, TrieMasksEqualBruteForce) {
     ASSERT_OK(dfa) << p;
     // A random walk of allowed tokens; at each state the trie's mask and the brute force.
     Dfa::State s = dfa->start();
-    for (int step = 0; step < 6 && s != Dfa::kDead; ++step) {
+    for (int step = 0; step < 12 && s != Dfa::kDead; ++step) {
       const TokenMask got = trie.Allowed(*dfa, s);
       const TokenMask want = BruteForce(vocab, *dfa, s);
       ASSERT_EQ(got.Count(), want.Count()) << p << " step " << step;
@@ -102,6 +106,8 @@ TEST_P(TokenMaskVocabTest, GrammarMasksEqualBruteForce) {
       R"({"$defs": {"t": {"type": "object", "properties": {"v": {"type": "number"},
           "kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}}, "$ref": "#/$defs/t"})",
       R"({"type": "object"})",
+      R"({"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 30},
+          "free": {"type": "string"}}, "required": ["s", "free"]})",
   };
   std::mt19937 rng(5);
   int states = 0;
