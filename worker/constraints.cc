@@ -51,6 +51,7 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
   ASSIGN_OR_RETURN(structured::Grammar grammar, structured::CompileConstraint(spec));
   ++counters_.compiled;
   auto compiled = std::make_shared<CompiledConstraint>(std::move(grammar));
+  compiled->mask_words = (model_vocab_ + 31) / 32;
   lru_.emplace_back(key, compiled);
   cache_[key] = std::prev(lru_.end());
   if (lru_.size() > max_cached_) {  // requests still running keep theirs
@@ -60,12 +61,17 @@ absl::StatusOr<std::shared_ptr<CompiledConstraint>> Constraints::Compile(
   return compiled;
 }
 
+std::shared_ptr<const structured::TokenMask> Constraints::Cached(CompiledConstraint& c,
+                                                                 GrammarMatcher::State state) {
+  const auto it = c.masks.find(state);
+  if (it == c.masks.end()) return nullptr;
+  ++counters_.masks_reused;
+  return it->second;
+}
+
 std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstraint& c,
                                                                GrammarMatcher::State state) {
-  if (auto it = c.masks.find(state); it != c.masks.end()) {
-    ++counters_.masks_reused;
-    return it->second;
-  }
+  if (std::shared_ptr<const structured::TokenMask> known = Cached(c, state)) return known;
   const auto start = std::chrono::steady_clock::now();
   auto mask = std::make_shared<structured::TokenMask>(trie_->Allowed(c.matcher, state));
   counters_.mask_seconds +=

@@ -9,7 +9,8 @@
 //   seq.allowed_mask = constraints.Mask(*c, seq.constraint_state);
 //   ... after each token: state = constraints.Advance(*c, state, token)
 //
-// Not thread-safe: the engine thread only.
+// Not thread-safe: one thread at a time (the engine's, or rank 0's while the engine thread
+// waits for the step: Engine fills a step's masks from there).
 #ifndef KVSERVE_WORKER_CONSTRAINTS_H_
 #define KVSERVE_WORKER_CONSTRAINTS_H_
 
@@ -30,6 +31,7 @@ struct CompiledConstraint {
   explicit CompiledConstraint(structured::Grammar g)
       : matcher(std::make_shared<const structured::Grammar>(std::move(g))) {}
   structured::GrammarMatcher matcher;  // shared by the requests with this constraint
+  int32_t mask_words = 0;              // the words of one of its masks (the model's vocabulary)
   // The masks of the states met so far (at most kMaxMasks: emptied when full).
   static constexpr size_t kMaxMasks = 1024;
   absl::flat_hash_map<structured::GrammarMatcher::State,
@@ -60,6 +62,9 @@ class Constraints {
   // The tokens allowed from `state` (a live state of c's matcher).
   std::shared_ptr<const structured::TokenMask> Mask(CompiledConstraint& c,
                                                     structured::GrammarMatcher::State state);
+  // The mask of `state` if it was computed before, else null (nothing computed).
+  std::shared_ptr<const structured::TokenMask> Cached(CompiledConstraint& c,
+                                                      structured::GrammarMatcher::State state);
   // The state after `token` (kDead for a token that leaves the language, e.g. EOS).
   [[nodiscard]] structured::GrammarMatcher::State Advance(CompiledConstraint& c,
                                                           structured::GrammarMatcher::State state,

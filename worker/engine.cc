@@ -253,7 +253,8 @@ absl::Status Engine::AddRequest(RequestInput input) {
   seq->rng_seed = static_cast<int64_t>(seed);
   if (req->constraint != nullptr) {
     seq->constraint_state = req->constraint->matcher.start();
-    seq->allowed_mask = constraints_->Mask(*req->constraint, seq->constraint_state);
+    seq->allowed_mask = constraints_->Cached(*req->constraint, seq->constraint_state);
+    seq->mask_pending = seq->allowed_mask == nullptr;  // computed during its first step
   }
   UpdateHashes(*seq);
   scheduler_->Add(seq.get());
@@ -312,7 +313,8 @@ bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
   // Only a token the mask allowed is drawn, so the state stays alive; a dead one (a stop id
   // outside the language, once min_tokens is reached) ends the sequence too.
   if (seq.constraint_state == structured::GrammarMatcher::kDead) return true;
-  seq.allowed_mask = constraints_->Mask(c, seq.constraint_state);
+  seq.allowed_mask = constraints_->Cached(c, seq.constraint_state);
+  seq.mask_pending = seq.allowed_mask == nullptr;  // computed during the next step
   return !c.matcher.has_next(seq.constraint_state);
 }
 
@@ -329,6 +331,7 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
     child->rng_seed = first.rng_seed + i;
     child->constraint_state = first.constraint_state;
     child->allowed_mask = first.allowed_mask;
+    child->mask_pending = first.mask_pending;
     kv_->Fork(first, *child);
     scheduler_->AddRunning(child.get());
     req.sequences.push_back(std::move(child));
@@ -341,6 +344,7 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
 
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   StepPlan plan = Schedule();
+  AttachMaskFill(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
   if (plan.scheduled.empty() && plan.copies.empty()) return std::vector<SequenceOutput>();
   // With nothing scheduled, preemptions may still have planned swap-outs: the runner moves the
@@ -356,6 +360,28 @@ StepPlan Engine::Schedule() {
   Scheduler::Output chosen = scheduler_->Schedule();
   return BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(), config_.cache.block_size,
                        eos_ids_);
+}
+
+void Engine::AttachMaskFill(StepPlan& plan) {
+  struct Late {
+    int32_t offset;  // in mask_words
+    Sequence* seq;
+  };
+  std::vector<Late> late;
+  for (const kernels::LogitsAdjustment& a : plan.batch.adjustments) {
+    Sequence* seq = plan.rows[a.row].seq;
+    if (a.mask_begin >= 0 && seq->mask_pending) late.push_back({a.mask_begin, seq});
+  }
+  if (late.empty()) return;
+  plan.batch.fill_masks = [this, late = std::move(late)](std::vector<uint32_t>& words) {
+    for (const Late& l : late) {
+      Sequence& seq = *l.seq;
+      seq.allowed_mask = constraints_->Mask(*seq.request->constraint, seq.constraint_state);
+      seq.mask_pending = false;
+      std::copy(seq.allowed_mask->words.begin(), seq.allowed_mask->words.end(),
+                words.begin() + l.offset);
+    }
+  };
 }
 
 std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,

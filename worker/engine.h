@@ -149,6 +149,10 @@ class Engine {
   // The step contract (vLLM's scheduler interface): Schedule() picks the sequences and builds
   // the batch; UpdateFromOutput() applies the model's output to them and reports.
   StepPlan Schedule();
+  // Gives the batch the masks it left to compute (sequences in a constraint state met for the
+  // first time): rank 0 computes them once the forward pass is queued, so that a device runs
+  // it meanwhile (sequences and constraints are the engine thread's, which waits for the step).
+  void AttachMaskFill(StepPlan& plan);
   std::vector<SequenceOutput> UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out);
   // Parts of UpdateFromOutput: the tokens each row drew, then the outputs and retirements.
   void ApplyRow(const RowUse& use, const ForwardOutput& out);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/structured/token_mask.h"
+#include "worker/constraints.h"
 
 namespace kvserve::worker {
 namespace {
@@ -71,7 +72,7 @@ void AddLogitsAdjustment(Sequence& seq, int32_t logit_row, absl::Span<const int3
                          ForwardBatch& batch) {
   const RequestInput& in = seq.request->input;
   const SamplingParams& s = in.sampling;
-  if (!s.adjusts_logits() && seq.allowed_mask == nullptr) return;
+  if (!s.adjusts_logits() && seq.allowed_mask == nullptr && !seq.mask_pending) return;
   kernels::LogitsAdjustment a;
   a.row = logit_row;
   a.allowed_begin = static_cast<int32_t>(batch.allowed_ids.size());
@@ -82,6 +83,9 @@ void AddLogitsAdjustment(Sequence& seq, int32_t logit_row, absl::Span<const int3
     a.mask_begin = static_cast<int32_t>(batch.mask_words.size());
     batch.mask_words.insert(batch.mask_words.end(), seq.allowed_mask->words.begin(),
                             seq.allowed_mask->words.end());
+  } else if (seq.mask_pending) {  // its words come from batch.fill_masks
+    a.mask_begin = static_cast<int32_t>(batch.mask_words.size());
+    batch.mask_words.resize(batch.mask_words.size() + seq.request->constraint->mask_words, 0u);
   }
 
   const absl::Span<const int32_t> output(seq.tokens.data() + seq.num_prompt_tokens,

@@ -113,6 +113,9 @@ struct Sequence {
   // With a constraint: the automaton's state after the generated tokens, and what it allows.
   structured::GrammarMatcher::State constraint_state = 0;
   std::shared_ptr<const structured::TokenMask> allowed_mask;
+  // The mask of constraint_state is not computed yet: the next step computes it while its
+  // forward pass runs (Engine::FillMasks), and sets allowed_mask.
+  bool mask_pending = false;
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

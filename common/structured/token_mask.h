@@ -3,9 +3,9 @@
 // once and a dead prefix prunes every token below it. A subtree whose bytes below are all plain
 // text (printable ASCII but '"' and '\\') is taken whole, without visiting its nodes, when the
 // automaton survives every plain string as long as the subtree is deep (free text and the
-// characters of a JSON string: most of a permissive state's walk). A token is allowed when the automaton is
-// still alive after all its bytes (some continuation is accepted); special tokens never are (EOS
-// is the caller's: allowed exactly in accepting states).
+// characters of a JSON string: most of a permissive state's walk). A token is allowed when the
+// automaton is still alive after all its bytes (some continuation is accepted); special tokens
+// never are (EOS is the caller's: allowed exactly in accepting states).
 //
 //   TokenTrie trie(VocabularyBytes(tokenizer));
 //   TokenMask mask = trie.Allowed(dfa, state);   // mask.Has(id)

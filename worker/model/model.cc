@@ -293,6 +293,13 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
   uint32_t* results = Reserve(scratch_.results, words);
   // The logits are this step's own scratch: adjusted where they lie.
   if (kernels::AdjustLogitsParams a = scratch_.adjust_params; a.num_adjustments > 0) {
+    if (b.fill_masks) {  // the masks left to now, over the zeros staged for them
+      std::vector<uint32_t>& words = scratch_.late_masks;
+      words = b.mask_words;
+      b.fill_masks(words);
+      backend_->Upload(const_cast<uint32_t*>(a.mask_words), words.data(),
+                       words.size() * sizeof(uint32_t));
+    }
     a.logits = const_cast<float*>(logits);
     a.num_rows = rows;
     backend_->AdjustLogits(a);

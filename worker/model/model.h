@@ -13,6 +13,7 @@
 #define KVSERVE_WORKER_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,6 +56,10 @@ struct ForwardBatch {
   std::vector<kernels::TokenBias> biases;
   std::vector<kernels::TokenCount> token_counts;
   std::vector<uint32_t> mask_words;  // allowed-token bitmasks (structured outputs)
+  // When set, some masks of mask_words are left to it: rank 0 calls it with a copy of
+  // mask_words once the step's model ops are queued (a device runs the forward pass
+  // meanwhile), and adjusts the logits with what it filled in.
+  std::function<void(std::vector<uint32_t>& mask_words)> fill_masks;
   // Indexes into logit_rows of the rows whose logits come back (prompt logits).
   std::vector<int32_t> host_logit_rows;
 };
@@ -152,6 +157,7 @@ class Model {
     std::vector<uint8_t> adjust_host;           // the logits adjustments' lists, packed
     kernels::Buffer<uint8_t> adjust;            // and uploaded (StageAdjustments)
     kernels::AdjustLogitsParams adjust_params;  // the step's, but for the logits
+    std::vector<uint32_t> late_masks;           // mask_words as fill_masks completes them
   };
   // buf, grown to at least n entries; the decode graphs keep the old one when they read it
   // (graphs_use).
