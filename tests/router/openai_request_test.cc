@@ -169,6 +169,21 @@ TEST(OpenAiRequestTest, ParsesLogitsAdjustments) {
                                  "(--max-token-list-ids)")));
 }
 
+// A minimal body with `extra` merged in parses (param null) or is a 400 naming `param`.
+void ExpectParam(const json& extra, bool chat, const char* param) {
+  json body = chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                   : json{{"model", "m"}, {"prompt", "x"}};
+  body.update(extra);
+  absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), chat);
+  if (param == nullptr) {
+    EXPECT_OK(r.status()) << body;
+    return;
+  }
+  ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(param))) << body;
+  EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], param)
+      << r.status();
+}
+
 // Parameters kvserve does not serve are refused, naming them, as soon as they ask for
 // anything; their neutral values (what clients send by default) pass.
 TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
@@ -206,19 +221,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
        nullptr},
       {{{"tools", json::array()}, {"tool_choice", "none"}, {"logit_bias", nullptr}}, true, nullptr},
   };
-  for (const Case& c : cases) {
-    json body = c.chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
-                       : json{{"model", "m"}, {"prompt", "x"}};
-    body.update(c.extra);
-    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), c.chat);
-    if (c.param == nullptr) {
-      EXPECT_OK(r.status()) << body;
-      continue;
-    }
-    ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.param))) << body;
-    EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], c.param)
-        << r.status();
-  }
+  for (const Case& c : cases) ExpectParam(c.extra, c.chat, c.param);
 }
 
 // Tools are checked entry by entry, tool_choice against them; "required" and a named function
@@ -270,18 +273,7 @@ TEST(OpenAiRequestTest, Tools) {
             {{{"id", "c"}, {"function", {{"name", "f"}, {"arguments", "{oops"}}}}}}}}}},
        "messages[0].tool_calls[0].function.arguments"},
   };
-  for (const Case& c : cases) {
-    json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}};
-    body.update(c.extra);
-    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), true);
-    if (c.param == nullptr) {
-      EXPECT_OK(r.status()) << body;
-      continue;
-    }
-    ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.param))) << body;
-    EXPECT_EQ(json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"], c.param)
-        << r.status();
-  }
+  for (const Case& c : cases) ExpectParam(c.extra, /*chat=*/true, c.param);
   json body = {
       {"model", "m"},
       {"messages",
