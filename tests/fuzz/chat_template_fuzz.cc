@@ -18,9 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bos = in.ConsumeRandomLengthString(16);
   absl::StatusOr<tk::ChatTemplate> t = tk::ChatTemplate::Detect(text, bos);
   if (!t.ok()) {
-    static constexpr tk::ChatTemplate::Family kFamilies[] = {
-        tk::ChatTemplate::Family::kLlama3, tk::ChatTemplate::Family::kLlama31,
-        tk::ChatTemplate::Family::kChatMl};
+    static constexpr tk::ChatTemplate::Family kFamilies[] = {tk::ChatTemplate::Family::kLlama3,
+                                                             tk::ChatTemplate::Family::kLlama31,
+                                                             tk::ChatTemplate::Family::kChatMl};
     t = tk::ChatTemplate::ForFamily(kFamilies[in.ConsumeIntegralInRange<int>(0, 2)], bos);
   }
   static const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", ""};
@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m.content = in.ConsumeRandomLengthString(256);
     if (in.ConsumeBool()) m.reasoning_content = in.ConsumeRandomLengthString(64);
     for (int k = in.ConsumeIntegralInRange<int>(0, 2); k > 0; --k) {
-      m.tool_calls.push_back({"id", in.ConsumeRandomLengthString(16),
-                              in.ConsumeRandomLengthString(128)});
+      m.tool_calls.push_back(
+          {"id", in.ConsumeRandomLengthString(16), in.ConsumeRandomLengthString(128)});
     }
   }
   tk::ChatRenderOptions options;
