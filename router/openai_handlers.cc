@@ -224,7 +224,9 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
             std::make_unique<ReasoningSplitter>(*ctx_.options.reasoning, reasoning_inside_);
       }
       if (std::optional<ToolOutput> format = ToolFormat()) {
-        c.tools = std::make_unique<ToolCallSplitter>(*format, req_.tool_use.name);
+        std::vector<std::string> names;
+        for (const ToolSpec& tool : req_.tool_use.tools) names.push_back(tool.name);
+        c.tools = std::make_unique<ToolCallSplitter>(*format, req_.tool_use.name, std::move(names));
       }
     }
   }

@@ -1,5 +1,6 @@
 #include "router/tool_calls.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <utility>
@@ -65,17 +66,26 @@ std::string CallId() {
   return id;
 }
 
-// A call from {"name": ..., `args`: {...}} (`args` "arguments" or "parameters"; either is taken
-// when `either`); nullopt when it is not one.
-std::optional<ParsedToolCall> CallFrom(const Json& j, std::string_view args, bool either) {
+// A call from {"name": ..., `args`: {...}} (`args` "arguments" or "parameters"; either is taken,
+// and one is needed, when `either`); nullopt when it is not one, or names none of `names` (when
+// there are names).
+std::optional<ParsedToolCall> CallFrom(const Json& j, std::string_view args, bool either,
+                                       const std::vector<std::string>& names) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  const std::string name = j["name"].get<std::string>();
+  if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) {
+    return std::nullopt;
+  }
   std::string key(args);
-  if (either && !j.contains(key)) key = key == "arguments" ? "parameters" : "arguments";
+  if (either && !j.contains(key)) {
+    key = key == "arguments" ? "parameters" : "arguments";
+    if (!j.contains(key)) return std::nullopt;
+  }
   const Json arguments = j.contains(key) ? j[key] : Json::object();
   if (!arguments.is_object()) return std::nullopt;
   absl::StatusOr<std::string> text = PythonJsonText(arguments.dump());
   if (!text.ok()) return std::nullopt;
-  return ParsedToolCall{CallId(), j["name"].get<std::string>(), *std::move(text)};
+  return ParsedToolCall{CallId(), name, *std::move(text)};
 }
 
 Json ParseJson(std::string_view text) {
@@ -106,7 +116,8 @@ size_t ObjectEnd(std::string_view text, size_t begin) {
 }
 
 // Llama 3.1's format: objects joined by ';' (after an optional python tag).
-std::vector<ParsedToolCall> Llama3Calls(std::string_view text) {
+std::vector<ParsedToolCall> Llama3Calls(std::string_view text,
+                                        const std::vector<std::string>& names) {
   text = StdSv(absl::StripAsciiWhitespace(Sv(text)));
   if (absl::StartsWith(Sv(text), Sv(kPythonTag))) text.remove_prefix(kPythonTag.size());
   std::vector<ParsedToolCall> calls;
@@ -118,7 +129,7 @@ std::vector<ParsedToolCall> Llama3Calls(std::string_view text) {
     const size_t end = ObjectEnd(text, i);
     if (end == std::string_view::npos) return {};
     std::optional<ParsedToolCall> call =
-        CallFrom(ParseJson(text.substr(i, end - i)), "parameters", /*either=*/true);
+        CallFrom(ParseJson(text.substr(i, end - i)), "parameters", /*either=*/true, names);
     if (!call) return {};
     calls.push_back(*std::move(call));
     i = end;
@@ -174,8 +185,9 @@ absl::StatusOr<std::string> ToolChoiceSchema(const ToolRequest& request) {
   return schema.dump();
 }
 
-ToolCallSplitter::ToolCallSplitter(ToolOutput format, std::string name)
-    : format_(format), name_(std::move(name)) {
+ToolCallSplitter::ToolCallSplitter(ToolOutput format, std::string name,
+                                   std::vector<std::string> names)
+    : format_(format), name_(std::move(name)), names_(std::move(names)) {
   if (format_ == ToolOutput::kRequiredArray || format_ == ToolOutput::kNamedArguments) {
     state_ = State::kWhole;
   } else if (format_ == ToolOutput::kHermes) {
@@ -228,8 +240,9 @@ void ToolCallSplitter::DrainHermes(Parts& out, bool final) {
       const size_t end = pending_.find(kCallEnd);
       if (end == std::string::npos && !final) return;
       const std::string body = pending_.substr(0, end);
-      std::optional<ParsedToolCall> call = CallFrom(
-          ParseJson(StdSv(absl::StripAsciiWhitespace(body))), "arguments", /*either=*/false);
+      std::optional<ParsedToolCall> call =
+          CallFrom(ParseJson(StdSv(absl::StripAsciiWhitespace(body))), "arguments",
+                   /*either=*/false, names_);
       if (call) {
         out.calls.push_back(*std::move(call));
         called_ = true;
@@ -258,15 +271,15 @@ void ToolCallSplitter::DrainHermes(Parts& out, bool final) {
 
 void ToolCallSplitter::ParseWhole(Parts& out) {
   if (format_ == ToolOutput::kLlama3Json) {
-    out.calls = Llama3Calls(pending_);
+    out.calls = Llama3Calls(pending_, names_);
   } else if (format_ == ToolOutput::kNamedArguments) {
     Json wrapped = {{"name", name_}, {"arguments", ParseJson(pending_)}};
-    if (std::optional<ParsedToolCall> call = CallFrom(wrapped, "arguments", false)) {
+    if (std::optional<ParsedToolCall> call = CallFrom(wrapped, "arguments", false, {})) {
       out.calls.push_back(*std::move(call));
     }
   } else if (Json list = ParseJson(pending_); list.is_array()) {
     for (const Json& entry : list) {
-      std::optional<ParsedToolCall> call = CallFrom(entry, "parameters", /*either=*/false);
+      std::optional<ParsedToolCall> call = CallFrom(entry, "parameters", /*either=*/false, {});
       if (!call) {
         out.calls.clear();
         break;

@@ -10,7 +10,8 @@
 //     --tool-call-parser: `hermes` (Qwen, Hermes: `<tool_call>\n{"name": ..., "arguments":
 //     ...}\n</tool_call>` blocks after any content) or `llama3_json` (Llama 3.1+: the output is
 //     `{"name": ..., "parameters": ...}` objects joined by `;`, after an optional
-//     <|python_tag|>). Anything else, or a call that does not parse, is content.
+//     <|python_tag|>). Anything else, a call that does not parse, or one naming no tool of
+//     the request, is content.
 //
 //   ToolCallSplitter split(ToolOutput::kHermes, "");
 //   ToolCallSplitter::Parts p = split.Append(text_piece);   // content so far, calls closed
@@ -70,8 +71,9 @@ class ToolCallSplitter {
     std::vector<ParsedToolCall> calls;
   };
 
-  // `name`: the function of kNamedArguments.
-  ToolCallSplitter(ToolOutput format, std::string name);
+  // `name`: the function of kNamedArguments; `names`: the request's tools (the parsers of
+  // kHermes and kLlama3Json take calls of these only; empty: of any name).
+  ToolCallSplitter(ToolOutput format, std::string name, std::vector<std::string> names = {});
 
   Parts Append(std::string_view text);
   Parts Finish();
@@ -86,6 +88,7 @@ class ToolCallSplitter {
 
   ToolOutput format_;
   std::string name_;
+  std::vector<std::string> names_;
   State state_ = State::kStart;
   std::string pending_;  // text not yet placed
   std::string between_;  // Hermes: text after a call, content unless only whitespace

@@ -98,6 +98,23 @@ TEST(ToolCallSplitterTest, SameInAnyPieces) {
   }
 }
 
+TEST(ToolCallSplitterTest, CallsOfUnknownToolsAreContent) {
+  const std::string hermes = "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>";
+  ToolCallSplitter h(ToolOutput::kHermes, "", {"f"});
+  ToolCallSplitter::Parts p = h.Append(hermes);
+  ToolCallSplitter::Parts rest = h.Finish();
+  EXPECT_TRUE(p.calls.empty() && rest.calls.empty());
+  EXPECT_EQ(p.content + rest.content, hermes);
+  // A JSON answer is not a call: its name is no tool's, or it has no arguments.
+  for (const std::string text : {"{\"name\": \"Bob\", \"parameters\": {}}", "{\"name\": \"f\"}"}) {
+    ToolCallSplitter l(ToolOutput::kLlama3Json, "", {"f"});
+    l.Append(text);
+    rest = l.Finish();
+    EXPECT_TRUE(rest.calls.empty()) << text;
+    EXPECT_EQ(rest.content, text);
+  }
+}
+
 TEST(ToolCallSplitterTest, NamedFunctionTakesTheArguments) {
   Split got = SplitAll(ToolOutput::kNamedArguments, "{\"city\":\"Paris\"}", 3, "weather");
   ASSERT_EQ(got.calls.size(), 1u);
