@@ -208,6 +208,8 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
   start_ = Clock::now();
   created_ = UnixSeconds();
   prompts_.resize(prompts.size());
+  std::vector<std::string> tool_names;  // the calls a tool-call parser takes
+  for (const ToolSpec& tool : req_.tool_use.tools) tool_names.push_back(tool.name);
   for (size_t k = 0; k < prompts.size(); ++k) {
     PromptJob& p = prompts_[k];
     p.ids = std::move(prompts[k]);
@@ -223,10 +225,8 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
         c.reasoning =
             std::make_unique<ReasoningSplitter>(*ctx_.options.reasoning, reasoning_inside_);
       }
-      if (std::optional<ToolOutput> format = ToolFormat()) {
-        std::vector<std::string> names;
-        for (const ToolSpec& tool : req_.tool_use.tools) names.push_back(tool.name);
-        c.tools = std::make_unique<ToolCallSplitter>(*format, req_.tool_use.name, std::move(names));
+      if (const std::optional<ToolOutput> format = ToolFormat()) {
+        c.tools = std::make_unique<ToolCallSplitter>(*format, req_.tool_use.name, tool_names);
       }
     }
   }
