@@ -44,8 +44,11 @@ absl::Status ValidateBackend(const BackendConfig& b) {
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", b.gpu_memory_utilization));
   }
-  if (b.attention_kernel == AttentionKernel::kTensorCores && !cuda) {
-    return absl::InvalidArgumentError("--attention-kernel tensor-cores needs --device cuda");
+  if (b.attention_kernel != AttentionKernel::kSimt && !cuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention-kernel ",
+        b.attention_kernel == AttentionKernel::kTensorCores ? "tensor-cores" : "pipelined",
+        " needs --device cuda"));
   }
   RETURN_IF_ERROR(AtLeast("--cuda-graph-max-batch", b.cuda_graph_max_batch, 0));
   if (b.cuda_graph_max_batch > 0 && !cuda) {
@@ -74,7 +77,8 @@ absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name) {
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name) {
   if (name == "simt") return AttentionKernel::kSimt;
   if (name == "tensor-cores") return AttentionKernel::kTensorCores;
-  return Unknown("--attention-kernel", name, "simt, tensor-cores");
+  if (name == "pipelined") return AttentionKernel::kPipelined;
+  return Unknown("--attention-kernel", name, "simt, tensor-cores, pipelined");
 }
 
 std::string_view DeviceName(Device device) {

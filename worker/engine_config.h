@@ -31,12 +31,13 @@ enum class Device { kCpu, kCuda, kNull };
 // The weights' type: kAuto is float32 on the CPU backend; on CUDA the checkpoint's 16-bit type
 // (bfloat16 for a float32 checkpoint).
 enum class WeightDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
-// CUDA paged attention: SIMT (the measured default) or mma.sync tensor cores (fp16 / bf16 /
-// quantized caches at head_dim 64 or 128; other shapes stay SIMT).
-enum class AttentionKernel { kSimt, kTensorCores };
+// CUDA paged attention: SIMT (the measured default), mma.sync tensor cores (fp16 / bf16 /
+// quantized caches at head_dim 64 or 128; other shapes stay SIMT), or pipelined (decode steps
+// on the pipelined tensor-core kernel where it covers the cache, other steps as tensor-cores).
+enum class AttentionKernel { kSimt, kTensorCores, kPipelined };
 
 // Flag spellings ("cpu", "cuda", "null"; "auto", "float32", "float", "bfloat16", "float16", "half";
-// "simt", "tensor-cores"). InvalidArgument naming the flag and the choices.
+// "simt", "tensor-cores", "pipelined"). InvalidArgument naming the flag and the choices.
 absl::StatusOr<Device> ParseDevice(std::string_view name);
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name);

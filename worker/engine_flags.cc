@@ -33,8 +33,11 @@ ABSL_FLAG(std::string, dtype, "auto",
           "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
           "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");
 ABSL_FLAG(std::string, attention_kernel, "simt",
-          "CUDA paged attention: simt, or tensor-cores (mma.sync for fp16 / bf16 / fp8 / int8 / "
-          "int4 caches at head_dim 64 or 128; other shapes stay SIMT)");
+          "CUDA paged attention: simt, tensor-cores (mma.sync for fp16 / bf16 / fp8 / int8 / "
+          "int4 caches at head_dim 64 or 128; other shapes stay SIMT), or pipelined (decode "
+          "steps on the cp.async-pipelined tensor-core kernel: fp16 / bf16 and per-token fp8 / "
+          "int8 / int4 at head_dim 64, 128 or 256, up to 8 query rows per KV head; other steps "
+          "as tensor-cores)");
 ABSL_FLAG(int32_t, cuda_graph_max_batch, 0,
           "CUDA graphs: decode steps of up to this many sequences replay a graph (one per batch "
           "and context bucket, recorded at start-up) instead of launching each kernel, NCCL "

@@ -115,9 +115,12 @@ absl::Status ModelRunner::LoadRank(int r) {
   if (cuda) {
     RETURN_IF_ERROR(
         kernels::CheckCudaKvSupport(config.kv_spec, config.model.head_dim, config.block_size, r));
-    const bool tensor_cores = config.backend.attention_kernel == AttentionKernel::kTensorCores;
-    ASSIGN_OR_RETURN(rank.backend, kernels::CreateCudaBackend(
-                                       {.device = r, .attention_tensor_cores = tensor_cores}));
+    const AttentionKernel kernel = config.backend.attention_kernel;
+    ASSIGN_OR_RETURN(
+        rank.backend,
+        kernels::CreateCudaBackend({.device = r,
+                                    .attention_tensor_cores = kernel != AttentionKernel::kSimt,
+                                    .attention_pipelined = kernel == AttentionKernel::kPipelined}));
   }
 #endif
   if (!cuda) {

@@ -319,6 +319,9 @@ __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
 bool TensorCoreAttentionCovers(const AttnArgs& a);
 void LaunchTensorCoreAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
                                float* tmp_ms, cudaStream_t stream);
+// The pipelined decode kernel's launch (paged_attention_pipelined.cu), for a plan that chose it.
+void LaunchPipelinedAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
+                              float* tmp_ms, cudaStream_t stream);
 
 }  // namespace kvserve::kernels::cuda
 

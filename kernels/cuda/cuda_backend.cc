@@ -135,6 +135,7 @@ class CudaBackend final : public Backend {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
     KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    if (options_.attention_pipelined) cuda::PreparePipelinedAttention();
     return absl::OkStatus();
   }
 
@@ -435,9 +436,12 @@ class CudaBackend final : public Backend {
     const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
     const char* problem = cuda::CheckAttentionShape(a);
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
+    const bool pipelined = options_.attention_pipelined && cuda::PipelinedAttentionCovers(a);
     cuda::AttnPlan plan = cuda::PlanPagedAttention(
         a, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
-        options_.attention_blocks_per_sm, options_.attention_tensor_cores);
+        pipelined ? PipelinedBlocksPerSm(a.k_layout.dtype, a.head_dim)
+                  : options_.attention_blocks_per_sm,
+        options_.attention_tensor_cores, options_.attention_pipelined);
     plan.prefetch_k = plan.tensor_cores && options_.attention_prefetch_k;
     float* workspace = plan.workspace_floats == 0
                            ? nullptr
@@ -455,16 +459,43 @@ class CudaBackend final : public Backend {
     a.num_kv_heads = l.num_kv_heads;
     a.head_dim = l.head_dim;
     a.max_context_len = static_cast<int>(l.context);
-    const size_t floats =
-        a.num_kv_heads > 0
-            ? cuda::MaxPagedAttentionWorkspaceFloats(
-                  a, l.tokens, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
-                  options_.attention_blocks_per_sm, options_.attention_tensor_cores)
-            : 0;
+    const size_t floats = a.num_kv_heads > 0 ? MaxAttentionWorkspaceFloats(a, l.tokens) : 0;
     if (floats > 0) Scratch(attention_workspace_, sizeof(float) * floats);
     if (const int64_t n = l.rounded_gemm_rows * l.rounded_gemm_k; n > 0) {
       Scratch(rounded_x_, sizeof(uint16_t) * n);
     }
+  }
+
+  // The pipelined kernel's split target: the option, else its measured occupancy for the cache's
+  // element type (cached: the query is not cheap).
+  int PipelinedBlocksPerSm(KvDType dtype, int head_dim) {
+    if (options_.attention_blocks_per_sm > 0) return options_.attention_blocks_per_sm;
+    int& n = pipelined_occupancy_[static_cast<int>(dtype)][head_dim == 64    ? 0
+                                                           : head_dim == 128 ? 1
+                                                                             : 2];
+    if (n == 0) n = std::max(1, cuda::PipelinedAttentionBlocksPerSm(dtype, head_dim));
+    return n;
+  }
+
+  // The most split-KV workspace any step within `a` (limits) asks for: each kernel's plans,
+  // the pipelined one at the highest occupancy of any cache type.
+  size_t MaxAttentionWorkspaceFloats(const cuda::AttnArgs& a, int64_t tokens) {
+    const size_t cap = options_.max_attention_workspace_bytes / sizeof(float);
+    size_t most = cuda::MaxPagedAttentionWorkspaceFloats(a, tokens, num_sms_, cap,
+                                                         options_.attention_blocks_per_sm,
+                                                         options_.attention_tensor_cores);
+    if (options_.attention_pipelined &&
+        (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256)) {
+      int blocks = 0;
+      for (const KvDType t :
+           {KvDType::kFp16, KvDType::kBf16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
+        blocks = std::max(blocks, PipelinedBlocksPerSm(t, a.head_dim));
+      }
+      most = std::max(most, cuda::MaxPagedAttentionWorkspaceFloats(a, tokens, num_sms_, cap, blocks,
+                                                                   options_.attention_tensor_cores,
+                                                                   /*pipelined=*/true));
+    }
+    return most;
   }
 
   bool MemoryInfo(size_t* free, size_t* total) override {
@@ -568,6 +599,7 @@ class CudaBackend final : public Backend {
  private:
   CudaBackendOptions options_;
   int num_sms_ = 0;
+  int pipelined_occupancy_[6][3] = {};  // [KvDType][head_dim 64, 128, 256]; 0: not yet asked
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
   // Per-layer copy events, and the caches whose next use must wait for one.

@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   // With tensor cores: each step's K rows loaded during the step before (AttnPlan::prefetch_k).
   // Off until a GPU has timed it against the plain loop.
   bool attention_prefetch_k = false;
+  // Decode steps (at most 8 query rows per KV head) on the pipelined kernel
+  // (paged_attention_pipelined.cuh) where it covers the cache, the other steps on tensor cores.
+  // Off until a GPU has measured it.
+  bool attention_pipelined = false;
 };
 
 // Unavailable without a usable device; the backend makes `device` current on this thread.

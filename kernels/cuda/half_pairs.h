@@ -55,6 +55,27 @@ KVSERVE_HD inline uint32_t Int4PairBiased(uint32_t word, int p) {
   return (both & 0x00f0000fu) | 0x64006400u;
 }
 
+// Two tokens' words side by side (the pipelined kernel's V operand pairs tokens, not
+// channels): bytes p and p + 1 of `a` and of `b` as (a.p, b.p, a.p+1, b.p+1), so that pair 0 of
+// the result holds channel p of both tokens and pair 1 channel p + 1 (Int8PairBiased, or fp8's
+// pairwise conversion, then applies). p is 0 or 2.
+KVSERVE_HD inline uint32_t InterleaveBytes(uint32_t a, uint32_t b, int p) {
+  const auto q = static_cast<uint32_t>(p);
+  return BytePerm(a, b, q | (q + 4) << 4 | (q + 1) << 8 | (q + 5) << 12);
+}
+
+// The int4 codes of byte p (elements 2p and 2p + 1) of two tokens' words as fp16 pairs:
+// lo = (1024 + a's element 2p, 1024 + b's), hi = (1024 + 16·a's element 2p + 1, 1024 + 16·b's);
+// subtract kInt4Bias from lo; multiply hi by kInt4Sixteenth and add kInt4HighAdd.
+KVSERVE_HD inline void Int4TokenPairs(uint32_t a, uint32_t b, int p, uint32_t& lo, uint32_t& hi) {
+  const auto q = static_cast<uint32_t>(p);
+  const uint32_t both = BytePerm(a, b, q * 0x11u | (q + 4) * 0x1100u);  // (a.p, a.p, b.p, b.p)
+  lo = (both & 0x000f000fu) | 0x64006400u;
+  hi = (both & 0x00f000f0u) | 0x64006400u;
+}
+inline constexpr uint32_t kInt4Sixteenth = 0x2c002c00u;  // (1/16, 1/16)
+inline constexpr uint32_t kInt4HighAdd = 0xd400d400u;    // (−64, −64)
+
 // The low (or high) 16 bits of `word` in both halves.
 KVSERVE_HD inline uint32_t Broadcast(uint32_t word, bool high) {
   return BytePerm(word, 0u, high ? 0x3232u : 0x1010u);

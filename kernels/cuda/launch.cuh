@@ -25,7 +25,8 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, int threads, size_t shar
   ::kvserve::emulation::Enqueue(stream, [=] {
     ::kvserve::emulation::Launch(
         {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)}, threads,
-        shared_bytes, [&] { kernel(args...); });
+        shared_bytes, [&] { kernel(args...); },
+        ::kvserve::emulation::KernelSharedLimit(reinterpret_cast<const void*>(kernel)));
   });
 #else
   // clang-format would split the chevrons.

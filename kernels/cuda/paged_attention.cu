@@ -115,15 +115,31 @@ const char* CheckAttentionShape(const AttnArgs& a) {
 
 namespace {
 
+constexpr int kTile = 64;             // the pipelined kernel's tile (kTileTokens)
+constexpr int kMinSplitTokens = 256;  // its shortest split: the prologue is amortised
+
+// The pipelined kernel's split-KV factor: one wave of `target` blocks over (KV head, sequence)
+// pairs (fewer splits than that when the batch alone fills it), no split under kMinSplitTokens.
+int PipelinedSplits(const AttnArgs& a, int64_t target) {
+  const int64_t base = int64_t{a.num_kv_heads} * a.num_seqs;
+  const int64_t longest = (a.max_context_len + kMinSplitTokens - 1) / kMinSplitTokens;
+  return static_cast<int>(std::clamp<int64_t>(target / base, 1, longest));
+}
+
 // The plan's kernel, row tiling and split-KV factor, before the split is rounded to whole
-// chunks per split (which may only lower it); `per_split` gets the workspace floats a split
-// takes.
+// chunks (or tiles) per split (which may only lower it); `per_split` gets the workspace floats
+// a split takes.
 AttnPlan PlanSplits(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
-                    int min_blocks_per_sm, bool tensor_cores, int64_t* per_split_floats) {
+                    int min_blocks_per_sm, bool tensor_cores, bool pipelined,
+                    int64_t* per_split_floats) {
   AttnPlan plan;
   const int group = a.num_heads / a.num_kv_heads;
-  plan.tensor_cores = tensor_cores && TensorCoreAttentionCovers(a);
-  if (plan.tensor_cores) {  // 16 rows per warp; 64 per block once a sequence has more than 16
+  plan.pipelined = pipelined && PipelinedAttentionCovers(a);
+  plan.tensor_cores =
+      !plan.pipelined && (tensor_cores || pipelined) && TensorCoreAttentionCovers(a);
+  if (plan.pipelined) {
+    plan.rows_per_block = 8;
+  } else if (plan.tensor_cores) {  // 16 rows per warp; 64 per block once a sequence has more
     plan.rows_per_block = a.max_query_len * group > 16 ? 64 : 16;
   } else {
     plan.rows_per_block = a.max_query_len == 1 && group <= 4 && a.head_dim >= 64 ? 4 : 8;
@@ -131,9 +147,15 @@ AttnPlan PlanSplits(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
   plan.row_tiles = (a.max_query_len * group + plan.rows_per_block - 1) / plan.rows_per_block;
   const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
   const int64_t base = int64_t{plan.row_tiles} * a.num_kv_heads * a.num_seqs;
-  const int64_t target =
-      int64_t{std::max(num_sms, 1)} * (min_blocks_per_sm > 0 ? min_blocks_per_sm : 8);
-  int splits = static_cast<int>(std::clamp<int64_t>((target + base - 1) / base, 1, chunks));
+  int splits = 1;
+  if (plan.pipelined) {
+    splits = PipelinedSplits(
+        a, int64_t{std::max(num_sms, 1)} * (min_blocks_per_sm > 0 ? min_blocks_per_sm : 2));
+  } else {
+    const int64_t target =
+        int64_t{std::max(num_sms, 1)} * (min_blocks_per_sm > 0 ? min_blocks_per_sm : 8);
+    splits = static_cast<int>(std::clamp<int64_t>((target + base - 1) / base, 1, chunks));
+  }
   const int64_t rows = int64_t{a.num_seqs} * a.max_query_len * a.num_heads;
   const int64_t per_split = rows * (a.head_dim + 2);
   if (splits > 1 && static_cast<size_t>(per_split * splits) > max_workspace_floats) {
@@ -148,14 +170,21 @@ AttnPlan PlanSplits(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
 }  // namespace
 
 AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace_floats,
-                            int min_blocks_per_sm, bool tensor_cores) {
+                            int min_blocks_per_sm, bool tensor_cores, bool pipelined) {
   int64_t per_split = 0;
-  AttnPlan plan =
-      PlanSplits(a, num_sms, max_workspace_floats, min_blocks_per_sm, tensor_cores, &per_split);
+  AttnPlan plan = PlanSplits(a, num_sms, max_workspace_floats, min_blocks_per_sm, tensor_cores,
+                             pipelined, &per_split);
   const int splits = plan.num_splits;
-  const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
-  plan.chunks_per_split = (chunks + splits - 1) / splits;
-  plan.num_splits = (chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
+  if (plan.pipelined) {  // whole tiles per split
+    const int tiles = (a.max_context_len + kTile - 1) / kTile;
+    plan.split_tokens = (tiles + splits - 1) / splits * kTile;
+    plan.num_splits = (a.max_context_len + plan.split_tokens - 1) / plan.split_tokens;
+  } else {
+    const int chunks = (a.max_context_len + kChunkTokens - 1) / kChunkTokens;
+    plan.chunks_per_split = (chunks + splits - 1) / splits;
+    plan.num_splits = (chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
+    plan.split_tokens = plan.chunks_per_split * kChunkTokens;
+  }
   plan.workspace_floats =
       plan.num_splits > 1 ? static_cast<size_t>(per_split * plan.num_splits) : 0;
   return plan;
@@ -163,9 +192,10 @@ AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace
 
 size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_tokens, int num_sms,
                                         size_t max_workspace_floats, int min_blocks_per_sm,
-                                        bool tensor_cores) {
+                                        bool tensor_cores, bool pipelined) {
   size_t most = 0;
   AttnArgs a = limits;
+  a.block_size = std::max(a.block_size, 2);  // no split plan depends on it; the kernels' covers do
   // Both kernels' tilings (a float32 cache, or a layer kept at full precision, runs SIMT).
   for (const KvDType dtype : {KvDType::kFp32, KvDType::kBf16}) {
     a.k_layout.dtype = a.v_layout.dtype = dtype;
@@ -176,7 +206,7 @@ size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_toke
         a.max_query_len = static_cast<int>(q);
         int64_t per_split = 0;
         const AttnPlan plan = PlanSplits(a, num_sms, max_workspace_floats, min_blocks_per_sm,
-                                         tensor_cores, &per_split);
+                                         tensor_cores, pipelined, &per_split);
         if (plan.num_splits > 1) {
           most = std::max(most, static_cast<size_t>(per_split * plan.num_splits));
         } else if (q * (a.num_heads / a.num_kv_heads) > 64) {
@@ -197,7 +227,9 @@ void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* worksp
   float* tmp_ms = plan.num_splits > 1 ? workspace + int64_t{a.num_seqs} * a.max_query_len *
                                                         a.num_heads * plan.num_splits * a.head_dim
                                       : nullptr;
-  if (plan.tensor_cores) {
+  if (plan.pipelined) {
+    LaunchPipelinedAttention(a, plan, tmp_out, tmp_ms, stream);
+  } else if (plan.tensor_cores) {
     LaunchTensorCoreAttention(a, plan, tmp_out, tmp_ms, stream);
   } else {
     LaunchSimt(a, plan, tmp_out, tmp_ms, stream);

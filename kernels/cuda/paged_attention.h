@@ -49,12 +49,14 @@ struct AttnArgs {
 
 // How a launch is cut: set by PlanPagedAttention.
 struct AttnPlan {
-  bool tensor_cores = false;  // the mma.sync kernel (paged_attention_mma.cu) instead of SIMT
-  bool prefetch_k = false;    // tensor cores: each step's K loaded during the step before
-  int rows_per_block = 0;     // 4 or 8 (SIMT); 16, or 64 with prefill chunks (tensor cores)
-  int row_tiles = 0;          // thread blocks per (sequence, KV head, split) along the rows
-  int num_splits = 1;         // split-KV factor
-  int chunks_per_split = 0;
+  bool tensor_cores = false;    // the mma.sync kernel (paged_attention_mma.cu) instead of SIMT
+  bool pipelined = false;       // the pipelined decode kernel (paged_attention_pipelined.cu)
+  bool prefetch_k = false;      // tensor cores: each step's K loaded during the step before
+  int rows_per_block = 0;       // 4 or 8 (SIMT); 16, or 64 with prefill chunks (tensor cores)
+  int row_tiles = 0;            // thread blocks per (sequence, KV head, split) along the rows
+  int num_splits = 1;           // split-KV factor
+  int chunks_per_split = 0;     // SIMT and tensor cores: kChunkTokens-token chunks per split
+  int split_tokens = 0;         // context tokens per split (a multiple of 64)
   size_t workspace_floats = 0;  // partial outputs, maxima and sums when num_splits > 1
 };
 
@@ -62,8 +64,13 @@ struct AttnPlan {
 // are used instead). `min_blocks_per_sm` is the target of thread blocks per SM (0: default).
 // `tensor_cores` picks the tensor-core kernel where it covers the cache (fp16, bf16 and the
 // quantized formats at head_dim 64 or 128; float32 caches and head_dim 256 stay SIMT).
+// `pipelined` picks the pipelined decode kernel where it covers the step
+// (PipelinedAttentionCovers), the tensor-core kernel elsewhere; its split plan aims at one wave
+// of num_sms × min_blocks_per_sm blocks (the kernel's occupancy: PipelinedAttentionBlocksPerSm;
+// 2 when 0), each split at least 256 tokens, cut at 64-token tiles.
 AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_workspace_floats,
-                            int min_blocks_per_sm = 0, bool tensor_cores = false);
+                            int min_blocks_per_sm = 0, bool tensor_cores = false,
+                            bool pipelined = false);
 
 // The most workspace PlanPagedAttention asks for, with the same settings, for any step within
 // `limits`: up to limits.num_seqs sequences of up to limits.max_context_len tokens (heads and
@@ -71,7 +78,19 @@ AttnPlan PlanPagedAttention(const AttnArgs& args, int num_sms, size_t max_worksp
 // front.
 size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_tokens, int num_sms,
                                         size_t max_workspace_floats, int min_blocks_per_sm = 0,
-                                        bool tensor_cores = false);
+                                        bool tensor_cores = false, bool pipelined = false);
+
+// The pipelined decode kernel covers a step when every sequence's query rows of a KV head (query
+// tokens × GQA group) number at most 8, head_dim is 64, 128 or 256, the cache is fp16 / bf16
+// or fp8 / int8 / int4 with per-token parameters for K and V, and blocks hold 2 tokens or more.
+bool PipelinedAttentionCovers(const AttnArgs& args);
+// Its shared memory per block for a cache of `dtype` (bytes), and the blocks an SM holds at
+// once (cudaOccupancyMaxActiveBlocksPerMultiprocessor, after PreparePipelinedAttention).
+int PipelinedSharedBytes(KvDType dtype, int head_dim);
+int PipelinedAttentionBlocksPerSm(KvDType dtype, int head_dim);
+// Opts its instantiations in to their shared memory (over the default 48 KiB) on the current
+// device: once per device, before the first launch or occupancy query, not while capturing.
+void PreparePipelinedAttention();
 
 // Requires head_dim in {16, 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).

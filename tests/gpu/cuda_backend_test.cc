@@ -393,6 +393,39 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
   }
 }
 
+// The pipelined decode kernel (fp16 / bf16 and per-token quantized caches, head_dim 64 / 128 /
+// 256, at most 8 query rows per KV head) through the backend: its shared memory opted in, its
+// split plan from the measured occupancy, one wave and unsplit. Emulated on smaller shapes:
+// what it adds to attention_emulation_test is the backend's launch path.
+TEST_F(CudaBackendTest, PipelinedAttentionMatchesCpu) {
+#ifdef KVSERVE_CUDA_EMULATED
+  const std::vector<Shape> shapes = {
+      {8, 2, 128, 16, {{0, 1}, {700, 1}, {15, 1}}},
+      {8, 2, 64, 8, {{300, 1}, {600, 2}}},
+      {2, 2, 256, 32, {{540, 1}, {17, 1}}},
+  };
+#else
+  const std::vector<Shape> shapes = {
+      {32, 8, 128, 16, {{0, 1}, {700, 1}, {4000, 1}, {15, 1}, {1023, 1}}},
+      {16, 4, 64, 8, {{300, 1}, {1000, 2}}},  // two query tokens: 8 rows per KV head
+      {8, 8, 256, 32, {{3000, 1}, {17, 1}}},  // MHA at head_dim 256
+  };
+#endif
+  ASSERT_OK_AND_ASSIGN(auto split, CreateCudaBackend({.attention_pipelined = true}));
+  ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,
+                                                        .attention_pipelined = true}));
+  for (const FormatCase& fc : Formats()) {
+    const bool per_token = fc.k.granularity == KvGranularity::kPerToken &&
+                           fc.v.granularity == KvGranularity::kPerToken;
+    if (fc.k.dtype != KvDType::kFp16 && fc.k.dtype != KvDType::kBf16 && !per_token) continue;
+    const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
+    for (const Shape& s : shapes) {
+      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, tol.atol, tol.rtol);
+      CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, tol.atol, tol.rtol);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
   const KvFormat f{KvDType::kInt4, KvGranularity::kPerGroup, 32};
   const int64_t blocks = 12, heads = 2, bs = 16, d = 64, layers = 2;

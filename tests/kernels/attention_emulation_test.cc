@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/paged_attention_mma.cuh"
+#include "kernels/cuda/paged_attention_pipelined.cuh"
 #include "kernels/cuda/paged_attention_simt.cuh"
 #include "tests/kernels/attention_cases.h"
 
@@ -39,7 +40,17 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
                                                                a.num_heads * plan.num_splits * HD
                                       : nullptr;
   const emulation::Index grid{plan.row_tiles, a.num_kv_heads * plan.num_splits, a.num_seqs};
-  if (plan.tensor_cores) {
+  if (plan.pipelined) {
+    if constexpr (DT != KvDType::kFp32 && HD >= 64) {
+      // The launcher opts in to this much shared memory (PreparePipelinedAttention).
+      emulation::Launch(
+          grid, at::kThreads, at::PipelineShape<DT, HD>::kSharedBytes,
+          [&] { at::PagedAttentionPipelinedKernel<DT, HD>(a, plan, tmp_out, tmp_ms); },
+          emulation::kMaxOptInSharedBytes);
+    } else {
+      FAIL() << "the pipelined kernel does not take this format or head_dim";
+    }
+  } else if (plan.tensor_cores) {
     if constexpr (DT != KvDType::kFp32 && (HD == 64 || HD == 128)) {
       emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD, [&] {
         if (plan.prefetch_k) {
@@ -83,7 +94,21 @@ void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
   }
 }
 
-enum class Kernel { kSimt, kTensorCores, kTensorCoresPrefetchK };
+enum class Kernel { kSimt, kTensorCores, kTensorCoresPrefetchK, kPipelined };
+
+const char* KernelName(Kernel k) {
+  switch (k) {
+    case Kernel::kSimt:
+      return " SIMT";
+    case Kernel::kTensorCores:
+      return " tensor cores";
+    case Kernel::kTensorCoresPrefetchK:
+      return " tensor cores, K prefetched";
+    case Kernel::kPipelined:
+      return " pipelined";
+  }
+  return "";
+}
 
 // Writes every sequence's context through the CPU backend, runs the CPU's attention of the
 // query tokens and the emulated kernel on the same pool, split as `num_sms` SMs would ask (0:
@@ -92,11 +117,9 @@ enum class Kernel { kSimt, kTensorCores, kTensorCoresPrefetchK };
 // for bit.
 void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kernel kernel,
                         int num_sms, std::mt19937& rng, int min_splits = 0, bool out16 = false) {
-  const bool tensor_cores = kernel != Kernel::kSimt;
-  SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) +
-               (!tensor_cores                    ? " SIMT"
-                : kernel == Kernel::kTensorCores ? " tensor cores"
-                                                 : " tensor cores, K prefetched"));
+  const bool pipelined = kernel == Kernel::kPipelined;
+  const bool tensor_cores = kernel != Kernel::kSimt && !pipelined;
+  SCOPED_TRACE(Describe(fc, s) + " sms " + std::to_string(num_sms) + KernelName(kernel));
   const BatchLayout b = LayOut(s, rng);
   const int64_t num_seqs = b.num_seqs, max_blocks = b.max_blocks, max_q = b.max_query,
                 max_ctx = b.max_context, tokens = b.query_tokens;
@@ -139,8 +162,10 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kern
   AttnArgs a = cuda::MakeAttnArgs(p);  // the CUDA backend's own mapping
   ASSERT_STREQ(cuda::CheckAttentionShape(a), "");
   const size_t max_workspace = num_sms > 0 ? size_t{1} << 28 : 0;
-  AttnPlan plan = cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, tensor_cores);
+  AttnPlan plan =
+      cuda::PlanPagedAttention(a, std::max(num_sms, 1), max_workspace, 0, tensor_cores, pipelined);
   ASSERT_EQ(plan.tensor_cores, tensor_cores);
+  ASSERT_EQ(plan.pipelined, pipelined);
   plan.prefetch_k = kernel == Kernel::kTensorCoresPrefetchK;
   if (num_sms == 0) {
     EXPECT_EQ(plan.num_splits, 1);
@@ -167,7 +192,8 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kern
   };
   run();
   // SIMT: float32 arithmetic throughout, the GPU test's tolerances.
-  const Tolerance tol = tensor_cores ? TensorCoreTolerance(fc.k.dtype) : Tolerance{2e-5, 2e-4};
+  const Tolerance tol =
+      kernel != Kernel::kSimt ? TensorCoreTolerance(fc.k.dtype) : Tolerance{2e-5, 2e-4};
   EXPECT_LE(WorstRatio(got, want, tol.atol, tol.rtol), 1.0)
       << "splits " << plan.num_splits << ", rows per block " << plan.rows_per_block;
   if (out16) {
@@ -223,6 +249,42 @@ TEST(AttentionEmulationTest, SimtKernelMatchesCpuForEveryFormat) {
       if (fc.k.group_size > s.d) continue;  // groups wider than the head
       CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 0, rng);
       CheckFormatOnShape(*cpu, fc, s, Kernel::kSimt, 16, rng);
+    }
+  }
+}
+
+// The formats the pipelined decode kernel takes: fp16 / bf16 and per-token quantized K and V.
+std::vector<FormatCase> PipelinedFormats() {
+  std::vector<FormatCase> formats;
+  for (const FormatCase& fc : Formats()) {
+    const bool per_token = fc.k.granularity == KvGranularity::kPerToken &&
+                           fc.v.granularity == KvGranularity::kPerToken;
+    if (fc.k.dtype == KvDType::kFp16 || fc.k.dtype == KvDType::kBf16 || per_token) {
+      formats.push_back(fc);
+    }
+  }
+  return formats;
+}
+
+// The pipelined decode kernel: head_dim 64 / 128 / 256, blocks of 8 / 16 / 32 tokens, GQA 1, 2,
+// 4 and 8, one and several query tokens per sequence (up to 8 rows per KV head), contexts that
+// end inside a tile and a block, one sequence's splits next to another's fewer, unsplit and
+// split (at least 256 tokens a split).
+TEST(AttentionEmulationTest, PipelinedKernelMatchesCpu) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(19);
+  const std::vector<Shape> shapes = {
+      {4, 1, 128, 16, {{0, 1}, {700, 1}, {300, 1}}},  // GQA 4:1
+      {8, 1, 64, 8, {{250, 1}, {100, 1}}},            // GQA 8:1, head_dim 64, block 8
+      {2, 2, 256, 32, {{540, 1}, {40, 1}}},           // MHA, head_dim 256, block 32
+      {8, 2, 128, 32, {{200, 2}, {63, 2}}},           // two query tokens: 8 rows
+      {4, 2, 64, 16, {{500, 4}}},                     // GQA 2:1, four query tokens
+  };
+  for (const FormatCase& fc : PipelinedFormats()) {
+    for (const Shape& s : shapes) {
+      CheckFormatOnShape(*cpu, fc, s, Kernel::kPipelined, 0, rng);
+      // 16 SMs: 32 blocks in a wave; the longer contexts split (in 2 or 3).
+      CheckFormatOnShape(*cpu, fc, s, Kernel::kPipelined, 16, rng, s.seqs[0].prefix >= 500 ? 2 : 0);
     }
   }
 }

@@ -177,5 +177,56 @@ TEST(AttentionPlanTest, ReservedWorkspaceAtLlamaScale) {
   }
 }
 
+// The pipelined kernel's split plan: one wave of num_sms × blocks-per-SM blocks (the batch
+// alone may be more), splits of whole 64-token tiles and at least 256 tokens.
+TEST(AttentionPlanTest, PipelinedSplitsFillOneWave) {
+  const size_t big = size_t{1} << 30;
+  // 1 × 64K, 8 KV heads, 2 blocks per SM: 264 / 8 = 33 splits, 32 tiles each: 32 of 2,048.
+  AttnPlan p = PlanPagedAttention(Decode(1, 65536), 132, big, 2, false, true);
+  ASSERT_TRUE(p.pipelined);
+  EXPECT_EQ(p.rows_per_block, 8);
+  EXPECT_EQ(p.row_tiles, 1);
+  EXPECT_EQ(p.split_tokens % 64, 0);
+  EXPECT_LE(int64_t{p.num_splits} * 8, 264);  // one wave
+  EXPECT_GE(int64_t{p.num_splits} * 8, 240);  // and nearly a full one
+  EXPECT_GE(int64_t{p.split_tokens} * p.num_splits, 65536);
+  EXPECT_LT(int64_t{p.split_tokens} * (p.num_splits - 1), 65536);
+  // 16 × 4K: 128 (sequence, KV head) pairs, 3 blocks per SM: 3 splits, 396 blocks.
+  AttnPlan q = PlanPagedAttention(Decode(16, 4096), 132, big, 3, false, true);
+  EXPECT_EQ(q.num_splits, 3);
+  EXPECT_EQ(q.split_tokens, 1408);
+  // 256 × 1K: the batch alone fills the GPU.
+  EXPECT_EQ(PlanPagedAttention(Decode(256, 1024), 132, big, 3, false, true).num_splits, 1);
+  // Short contexts split no finer than 256 tokens.
+  EXPECT_EQ(PlanPagedAttention(Decode(1, 600), 132, big, 2, false, true).num_splits, 3);
+  EXPECT_EQ(PlanPagedAttention(Decode(1, 200), 132, big, 2, false, true).num_splits, 1);
+}
+
+// Where the pipelined kernel does not cover a step (more than 8 rows per KV head, per-group or
+// per-channel parameters, float32), the plan falls back to tensor cores, or SIMT.
+TEST(AttentionPlanTest, PipelinedFallsBackWhereItDoesNotCover) {
+  AttnArgs a;
+  a.num_seqs = 2;
+  a.num_heads = 8;
+  a.num_kv_heads = 2;
+  a.head_dim = 128;
+  a.block_size = 16;
+  a.max_query_len = 1;
+  a.max_context_len = 4096;
+  a.k_layout.dtype = a.v_layout.dtype = KvDType::kInt8;
+  a.k_layout.granularity = a.v_layout.granularity = KvGranularity::kPerToken;
+  EXPECT_TRUE(PlanPagedAttention(a, 132, 1 << 28, 0, false, true).pipelined);
+  a.max_query_len = 3;  // 12 rows
+  AttnPlan p = PlanPagedAttention(a, 132, 1 << 28, 0, false, true);
+  EXPECT_FALSE(p.pipelined);
+  EXPECT_TRUE(p.tensor_cores);
+  a.max_query_len = 1;
+  a.k_layout.granularity = KvGranularity::kPerChannel;
+  EXPECT_FALSE(PlanPagedAttention(a, 132, 1 << 28, 0, false, true).pipelined);
+  a.k_layout.dtype = a.v_layout.dtype = KvDType::kFp32;
+  p = PlanPagedAttention(a, 132, 1 << 28, 0, false, true);
+  EXPECT_FALSE(p.pipelined || p.tensor_cores);
+}
+
 }  // namespace
 }  // namespace kvserve::kernels::cuda

@@ -75,6 +75,33 @@ TEST(HalfPairsTest, Int4BiasedCodesFoldIntoTheQuery) {
   EXPECT_EQ(q_lo * Low(kInt4Unscale) + q_hi_folded * High(kInt4Unscale), q_lo + q_hi);
 }
 
+// The pipelined kernel's V operand: channel pairs of two tokens' words become token pairs.
+TEST(HalfPairsTest, TokenPairsAreTheCodes) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const uint32_t a = rng(), b = rng();
+    for (int p = 0; p < 4; p += 2) {
+      const uint32_t z = InterleaveBytes(a, b, p);
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t pair = Int8PairBiased(z, h);
+        ASSERT_EQ(Low(pair) - Low(kInt8Offset), static_cast<int8_t>(a >> (8 * (p + h))));
+        ASSERT_EQ(High(pair) - High(kInt8Offset), static_cast<int8_t>(b >> (8 * (p + h))));
+      }
+    }
+    for (int p = 0; p < 4; ++p) {
+      uint32_t lo = 0, hi = 0;
+      Int4TokenPairs(a, b, p, lo, hi);
+      const auto nibble = [](uint32_t w, int i) {
+        return static_cast<float>((w >> (4 * i)) & 0xf);
+      };
+      ASSERT_EQ(Low(lo) - Low(kInt4Bias), nibble(a, 2 * p));
+      ASSERT_EQ(High(lo) - High(kInt4Bias), nibble(b, 2 * p));
+      ASSERT_EQ(Low(hi) * Low(kInt4Sixteenth) + Low(kInt4HighAdd), nibble(a, 2 * p + 1));
+      ASSERT_EQ(High(hi) * High(kInt4Sixteenth) + High(kInt4HighAdd), nibble(b, 2 * p + 1));
+    }
+  }
+}
+
 TEST(HalfPairsTest, ParameterHalves) {
   const uint32_t a = 0xaaaa1111u, b = 0xbbbb2222u;  // (scale, min) of channels c and c + 1
   EXPECT_EQ(LowHalves(a, b), 0x22221111u);

@@ -145,7 +145,8 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
                        HasSubstr("--dtype 'int8' is not one of auto, float32, bfloat16, float16")));
   EXPECT_THAT(ParseAttentionKernel("flash"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--attention-kernel 'flash' is not one of simt, tensor-cores")));
+                       HasSubstr("--attention-kernel 'flash' is not one of simt, tensor-cores, "
+                                 "pipelined")));
   EXPECT_THAT(ParseDevice("tpu"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--device 'tpu' is not one of cpu, cuda, null")));
@@ -155,6 +156,10 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--attention-kernel tensor-cores needs --device cuda")));
+  c.backend.attention_kernel = AttentionKernel::kPipelined;
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--attention-kernel pipelined needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
   c.backend.cuda_graph_max_batch = -1;
   EXPECT_THAT(Engine::Create(c),

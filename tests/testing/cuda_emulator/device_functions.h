@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <source_location>
 
 #include "glog/logging.h"
@@ -58,6 +59,34 @@ inline uint32_t MovMatrixTrans(uint32_t x,
     return (all[4 * r + c / 2] >> (16 * (c % 2))) & 0xffffu;
   };
   return element(2 * t, g) | (element(2 * t + 1, g) << 16);
+}
+
+// cp.async and its groups (kernels/cuda/async_copy.cuh): queued per thread (Block::CopyAsync).
+inline void CopyAsync(void* dst, const void* src, int bytes, int src_bytes) {
+  Block::Get().CopyAsync(dst, src, bytes, src_bytes);
+}
+inline void CommitCopies() { Block::Get().CommitCopies(); }
+inline void WaitCopies(int n) { Block::Get().WaitCopies(n); }
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives row l % 8 of matrix l / 8
+// (16 bytes of the block's dynamic shared memory, 16-byte aligned); lane (g, t) gets in r[i]
+// matrix i's row g, columns 2t and 2t + 1, or with `trans` its transpose's.
+inline void LoadMatrices(const void* row, bool trans, uint32_t (&r)[4],
+                         std::source_location where = std::source_location::current()) {
+  CHECK(reinterpret_cast<uintptr_t>(row) % 16 == 0 && Block::Get().InDynamicShared(row, 16))
+      << "ldmatrix row address " << row << " of lane " << Lane()
+      << " is not 16 aligned bytes of dynamic shared memory";
+  const auto all = Block::Get().Exchange(reinterpret_cast<uintptr_t>(row), where);
+  const int g = Lane() / 4, t = Lane() % 4;
+  const auto element = [&](int matrix, int rr, int c) {
+    uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const std::byte*>(all[8 * matrix + rr]) + 2 * c, 2);
+    return uint32_t{v};
+  };
+  for (int i = 0; i < 4; ++i) {
+    r[i] = trans ? element(i, 2 * t, g) | element(i, 2 * t + 1, g) << 16
+                 : element(i, g, 2 * t) | element(i, g, 2 * t + 1) << 16;
+  }
 }
 
 }  // namespace kvserve::emulation

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <source_location>
@@ -51,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "kernels/cuda/half_pairs.h"
+#include "tests/testing/cuda_emulator/streams.h"
 
 #define KVSERVE_CUDA_EMULATION 1
 #undef __global__
@@ -101,6 +103,7 @@ class Block {
     live_ = n;
     block_arrived_ = 0;
     block_gen_ = 0;
+    copies_.assign(n, ThreadCopies{});  // copies a block left in flight never land
     for (int i = 0; i < n; ++i) {
       fibers_[i].self = boost::context::fiber(std::allocator_arg, StackPool{&free_stacks_},
                                               [this, &body](boost::context::fiber&& scheduler) {
@@ -246,9 +249,9 @@ class Block {
     std::memset(p, 0xff, bytes + kSharedGuardBytes);
     static_guards_.push_back({guard, bytes, name});
     static_bytes_ += bytes;
-    CHECK_LE(static_bytes_ + dynamic_bytes_, size_t{48} << 10)
+    CHECK_LE(static_bytes_ + dynamic_bytes_, shared_limit_)
         << "static (" << static_bytes_ << " B) and dynamic (" << dynamic_bytes_
-        << " B) shared memory past 48 KiB";
+        << " B) shared memory past the block's " << shared_limit_ << " B";
   }
   // Aborts if the block wrote past one of its static shared variables.
   void CheckStaticShared() const {
@@ -265,7 +268,10 @@ class Block {
   void* DynamicShared() { return dynamic_shared_.data(); }
   // The launch's dynamic shared memory, NaN bytes, and after it kSharedGuardBytes more that a
   // block must leave alone: CheckDynamicShared aborts if it wrote past the launch's size.
-  void SetDynamicShared(size_t bytes) {
+  // `limit`: the kernel's dynamic shared memory limit. Static and dynamic together may take
+  // 48 KiB, or the device's kMaxOptInSharedBytes once the kernel opted in to more than that.
+  void SetDynamicShared(size_t bytes, size_t limit) {
+    shared_limit_ = limit > kDefaultSharedBytes ? kMaxOptInSharedBytes : kDefaultSharedBytes;
     dynamic_bytes_ = bytes;
     dynamic_shared_.assign(bytes + kSharedGuardBytes, std::byte{0xff});  // NaN as float
   }
@@ -278,7 +284,56 @@ class Block {
     }
   }
 
+  // cp.async (kernels/cuda/async_copy.cuh) by the running thread: `bytes` bytes into the
+  // block's dynamic shared memory, the first `src_bytes` from `src`, the rest zeros. Queued
+  // until the thread waits for its group (WaitCopies): only then do other threads (after a
+  // barrier) or the thread itself see them, never earlier, as the hardware allows.
+  void CopyAsync(void* dst, const void* src, int bytes, int src_bytes) {
+    const auto* d = static_cast<const std::byte*>(dst);
+    CHECK(d >= dynamic_shared_.data() && d + bytes <= dynamic_shared_.data() + dynamic_bytes_)
+        << "cp.async of " << bytes << " B outside the launch's " << dynamic_bytes_
+        << " B of dynamic shared memory, by thread " << current_;
+    CHECK(reinterpret_cast<uintptr_t>(dst) % bytes == 0 &&
+          (src_bytes == 0 || reinterpret_cast<uintptr_t>(src) % bytes == 0))
+        << "cp.async of " << bytes << " B from " << src << " to " << dst << ": misaligned";
+    copies_[current_].open.push_back({dst, src, bytes, src_bytes});
+  }
+  void CommitCopies() {
+    ThreadCopies& c = copies_[current_];
+    c.groups.push_back(std::move(c.open));
+    c.open.clear();
+  }
+  // cp.async.wait_group n: the thread's committed groups but the newest n land.
+  void WaitCopies(int n) {
+    ThreadCopies& c = copies_[current_];
+    while (c.groups.size() > static_cast<size_t>(n)) {
+      for (const Copy& k : c.groups.front()) {
+        std::memcpy(k.dst, k.src, k.src_bytes);
+        std::memset(static_cast<std::byte*>(k.dst) + k.src_bytes, 0, k.bytes - k.src_bytes);
+      }
+      c.groups.pop_front();
+    }
+  }
+  // Whether [p, p + bytes) lies in the block's dynamic shared memory.
+  bool InDynamicShared(const void* p, size_t bytes) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    return b >= dynamic_shared_.data() && b + bytes <= dynamic_shared_.data() + dynamic_bytes_;
+  }
+
  private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    int bytes, src_bytes;
+  };
+  struct ThreadCopies {
+    std::vector<Copy> open;                // issued since the last commit
+    std::deque<std::vector<Copy>> groups;  // committed, oldest first
+  };
+  std::vector<ThreadCopies> copies_;  // per thread of the running block
+  static constexpr size_t kDefaultSharedBytes = size_t{48} << 10;
+  size_t shared_limit_ = kDefaultSharedBytes;
+
   // Fiber stacks, kept for the next block (each block starts blockDim fibers).
   struct StackPool {
     std::vector<std::unique_ptr<char[]>>* free;
@@ -377,19 +432,22 @@ class Block {
 };
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
-// `threads`-thread blocks, block by block.
+// `threads`-thread blocks, block by block. `shared_limit`: the dynamic shared memory a block
+// may use, 48 KiB unless the kernel opted in to more (up to kMaxOptInSharedBytes).
 // Launches from several host threads (tensor-parallel ranks) run one at a time.
 inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
-                   const std::function<void()>& body) {
+                   const std::function<void()>& body, size_t shared_limit = size_t{48} << 10) {
   // What a GPU refuses to launch (cudaErrorInvalidConfiguration), refused here too: an empty
   // grid, a grid past its limits, a block past 1024 threads, more dynamic shared memory than
-  // the 48 KiB a kernel gets without opting in (no launcher opts in).
+  // the kernel may take (48 KiB without opting in).
   CHECK(grid.x >= 1 && grid.y >= 1 && grid.z >= 1)
       << "launch of an empty grid (" << grid.x << ", " << grid.y << ", " << grid.z << ")";
   CHECK(grid.y <= 65535 && grid.z <= 65535)
       << "grid (" << grid.x << ", " << grid.y << ", " << grid.z << ") past 65535 in y or z";
   CHECK(threads >= 1 && threads <= 1024) << "block of " << threads << " threads";
-  CHECK_LE(dynamic_shared_bytes, size_t{48} << 10) << "dynamic shared memory past 48 KiB";
+  CHECK_LE(shared_limit, kMaxOptInSharedBytes);
+  CHECK_LE(dynamic_shared_bytes, shared_limit)
+      << "dynamic shared memory past the kernel's " << shared_limit << " B";
   ABSL_CONST_INIT static absl::Mutex one_at_a_time(absl::kConstInit);
   absl::MutexLock lock(&one_at_a_time);
   Block& b = Block::Get();
@@ -399,7 +457,7 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
     for (int y = 0; y < grid.y; ++y) {
       for (int x = 0; x < grid.x; ++x) {
         block_idx = {x, y, z};
-        b.SetDynamicShared(dynamic_shared_bytes);
+        b.SetDynamicShared(dynamic_shared_bytes, shared_limit);
         b.Run(threads, body);
         b.CheckDynamicShared();
         b.CheckStaticShared();

@@ -25,6 +25,7 @@
 // the real figure (the engine's graph recording line).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -337,6 +338,25 @@ int64_t LaunchCount() { return launches.load(std::memory_order_relaxed); }
 
 }  // namespace kvserve::emulation
 
+namespace {
+std::mutex& SharedLimitsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const void*, size_t>& SharedLimits() {
+  static std::map<const void*, size_t> limits;
+  return limits;
+}
+}  // namespace
+
+namespace kvserve::emulation {
+size_t KernelSharedLimit(const void* kernel) {
+  std::lock_guard lock(SharedLimitsMutex());
+  const auto it = SharedLimits().find(kernel);
+  return it == SharedLimits().end() ? size_t{48} << 10 : it->second;
+}
+}  // namespace kvserve::emulation
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -370,6 +390,32 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     default:
       return Fail(cudaErrorInvalidValue);
   }
+}
+
+// Shared memory opt-in (what the emulator's launches check) and occupancy. The emulated SM has
+// sm_90's 228 KiB of shared memory (1 KiB of it reserved per block) and 2048 threads; it has no
+// register file, so the occupancy ignores registers (ptxas reports them: tools/ptx_stats.sh).
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return Fail(cudaErrorInvalidValue);
+  if (value < 0 || static_cast<size_t>(value) > kvserve::emulation::kMaxOptInSharedBytes) {
+    return Fail(cudaErrorInvalidValue);
+  }
+  std::lock_guard lock(SharedLimitsMutex());
+  SharedLimits()[func] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func,
+                                                          int block_size, size_t dynamic_bytes) {
+  if (block_size <= 0 || block_size > 1024) return Fail(cudaErrorInvalidValue);
+  if (dynamic_bytes > kvserve::emulation::KernelSharedLimit(func)) {
+    *blocks = 0;
+    return cudaSuccess;
+  }
+  constexpr size_t kSmBytes = size_t{228} << 10, kReservedPerBlock = size_t{1} << 10;
+  *blocks = static_cast<int>(std::min<size_t>(
+      {size_t{32}, size_t{2048} / block_size, kSmBytes / (dynamic_bytes + kReservedPerBlock)}));
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -21,6 +22,14 @@ void Enqueue(cudaStream_t stream, std::function<void()> work);
 // step's by the difference. LaunchKernel and the emulated cuBLAS call CountLaunch.
 void CountLaunch();
 int64_t LaunchCount();
+
+// The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize)
+// on the emulated device, as on sm_90: 227 KiB.
+inline constexpr size_t kMaxOptInSharedBytes = size_t{227} << 10;
+
+// The shared memory a block of `kernel` may take: 48 KiB, or what cudaFuncSetAttribute's
+// cudaFuncAttributeMaxDynamicSharedMemorySize opted it in to (LaunchKernel passes it on).
+size_t KernelSharedLimit(const void* kernel);
 
 }  // namespace kvserve::emulation
 
