@@ -154,7 +154,9 @@ __global__ void __launch_bounds__(kThreads)
     PagedAttentionPipelinedKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
   using S = PipelineShape<DT, HD>;
   using QK = QuantizedK<DT, HD>;
-  KVSERVE_DYNAMIC_SHARED(uint8_t, smem);  // kStages stages; CombineWarps' input at the end
+  // kStages stages; CombineWarps' input at the end. Declared as uint4: 16-byte aligned.
+  KVSERVE_DYNAMIC_SHARED(uint4, smem_words);
+  uint8_t* const smem = reinterpret_cast<uint8_t*>(smem_words);
   KVSERVE_SHARED(float[kWarps][kPipelinedRows], red_m);
   KVSERVE_SHARED(float[kWarps][kPipelinedRows], red_l);
   constexpr bool kBf16 = DT == KvDType::kBf16;

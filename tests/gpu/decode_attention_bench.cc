@@ -8,9 +8,10 @@
 // Sequences get shuffled, non-contiguous blocks as a paged cache would.
 //
 // --tensor-cores times the tensor-core kernel (paged_attention_mma.cu) instead of the SIMT one;
-// --prefetch-k times it with each step's K loaded during the step before.
+// --prefetch-k times it with each step's K loaded during the step before; --pipelined times the
+// pipelined decode kernel (paged_attention_pipelined.cu; the prefill rows on tensor cores).
 //
-//   decode_attention_bench [--json FILE] [--quick] [--tensor-cores | --prefetch-k]
+//   decode_attention_bench [--json FILE] [--quick] [--tensor-cores | --prefetch-k | --pipelined]
 //                          [--only FORMAT:BATCH:CONTEXT]
 #include <cuda_runtime.h>
 
@@ -63,15 +64,18 @@ void PrintRow(const Row& r) {
 
 // Replaces `path` with the rows so far (written aside, then renamed: never half a file).
 bool WriteJson(const char* path, double copy_gbps, bool tensor_cores, bool prefetch_k,
-               const std::vector<Row>& rows) {
+               bool pipelined, const std::vector<Row>& rows) {
   const std::string partial = std::string(path) + ".partial";
   FILE* f = std::fopen(partial.c_str(), "w");
   if (f == nullptr) {
     std::perror(partial.c_str());
     return false;
   }
-  std::fprintf(f, "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"prefetch_k\": %s, \"rows\": [\n",
-               copy_gbps, tensor_cores ? "true" : "false", prefetch_k ? "true" : "false");
+  std::fprintf(f,
+               "{\"copy_gbps\": %.1f, \"tensor_cores\": %s, \"prefetch_k\": %s, "
+               "\"pipelined\": %s, \"rows\": [\n",
+               copy_gbps, tensor_cores ? "true" : "false", prefetch_k ? "true" : "false",
+               pipelined ? "true" : "false");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     std::fprintf(f,
@@ -108,7 +112,7 @@ constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 
 struct Options {
   const char* json_path = nullptr;
-  bool quick = false, tensor_cores = false, prefetch_k = false;
+  bool quick = false, tensor_cores = false, prefetch_k = false, pipelined = false;
   std::string only;  // one configuration, e.g. bf16:64:4096 (for a profiler)
 };
 
@@ -125,10 +129,12 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       o->tensor_cores = true;
     } else if (std::strcmp(argv[i], "--prefetch-k") == 0) {
       o->tensor_cores = o->prefetch_k = true;
+    } else if (std::strcmp(argv[i], "--pipelined") == 0) {
+      o->tensor_cores = o->pipelined = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--quick] [--tensor-cores | --prefetch-k] "
-                   "[--only FORMAT:BATCH:CONTEXT]\n",
+                   "usage: %s [--json FILE] [--quick] [--tensor-cores | --prefetch-k | "
+                   "--pipelined] [--only FORMAT:BATCH:CONTEXT]\n",
                    argv[0]);
       return false;
     }
@@ -357,7 +363,8 @@ int Main(int argc, char** argv) {
     if (backends[per_sm] == nullptr) {
       auto b = CreateCudaBackend({.attention_blocks_per_sm = per_sm,
                                   .attention_tensor_cores = o.tensor_cores,
-                                  .attention_prefetch_k = o.prefetch_k});
+                                  .attention_prefetch_k = o.prefetch_k,
+                                  .attention_pipelined = o.pipelined});
       if (!b.ok()) {
         std::fprintf(stderr, "%s\n", std::string(b.status().message()).c_str());
         std::exit(1);
@@ -383,7 +390,7 @@ int Main(int argc, char** argv) {
     rows.push_back(Measure(backend_for(cfg.blocks_per_sm), cfg, arena, copy_gbps, rng));
     PrintRow(rows.back());
     if (o.json_path != nullptr &&
-        !WriteJson(o.json_path, copy_gbps, o.tensor_cores, o.prefetch_k, rows)) {
+        !WriteJson(o.json_path, copy_gbps, o.tensor_cores, o.prefetch_k, o.pipelined, rows)) {
       return 1;
     }
   }

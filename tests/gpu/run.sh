@@ -19,7 +19,7 @@
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # CUDA graphs (backend replays, decode graphs in the engine), GPU sampling against the CPU twin
 # (time and token equality), then the decode-attention
-# benchmark (SIMT and tensor-core kernels) and PyTorch SDPA on the same shapes, and the whole
+# benchmark (SIMT, tensor-core and pipelined kernels) and PyTorch SDPA on the same shapes, and the whole
 # engine on a Llama 3.2 1B-shaped model. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,7 +50,8 @@ run_check() {  # name, timeout, command...
   elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
   results+=("$name|$r|$((elapsed_ms / 1000)).$(( (elapsed_ms % 1000) / 100 ))s")
 }
-run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" --gtest_filter=-*TensorCore*:*Graph*
+run_check cuda_backend_test 180 "$build/bin/cuda_backend_test" \
+  --gtest_filter=-*TensorCore*:*Graph*:*Pipelined*
 # The tensor-core kernel's mma.sync / movmatrix against PTX's documented layouts: if the
 # attention test below fails, this says whether the fragment layouts are why.
 run_check mma_probe_test 60 "$build/bin/mma_probe_test"
@@ -58,6 +59,8 @@ grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]|lane [0-9]+" "$out/mma_probe_test.log" | 
 # The tensor-core attention test runs in its own process: a fault there (it has not run on a
 # GPU before) must not take the other conformance tests down with the CUDA context.
 run_check cuda_backend_test_tc 180 "$build/bin/cuda_backend_test" --gtest_filter=*TensorCore*
+# The same for the pipelined decode kernel (cp.async, ldmatrix, over 48 KiB of shared memory).
+run_check cuda_backend_test_pl 120 "$build/bin/cuda_backend_test" --gtest_filter=*Pipelined*
 if [[ -x $build/bin/nccl_communicator_test ]]; then
   run_check nccl_communicator_test 180 "$build/bin/nccl_communicator_test"
 else results+=("nccl_communicator_test|missing"); fi
@@ -67,12 +70,16 @@ run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Gr
 run_check cuda_backend_test_graphs 60 "$build/bin/cuda_backend_test" --gtest_filter=*Graph*
 run_check engine_cuda_test_graphs 120 "$build/bin/engine_cuda_test" --gtest_filter=*Graph*
 grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_backend_test_tc.log" \
+  "$out/cuda_backend_test_pl.log" \
   "$out/engine_cuda_test.log" "$out/cuda_backend_test_graphs.log" \
   "$out/engine_cuda_test_graphs.log" 2>/dev/null
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log" 2>/dev/null
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
 cat "$out/decode_attention_bench.log" 2>/dev/null
+# The pipelined decode kernel right after SIMT, before the budget runs short: issue 29's goals.
+run_check decode_attention_bench_pl 240 "$build/bin/decode_attention_bench" --pipelined \
+  --json "$out/bench_pl.json" $quick
 run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
   --json "$out/bench_tc.json" $quick
 run_check decode_attention_bench_pf 240 "$build/bin/decode_attention_bench" --prefetch-k \
@@ -118,7 +125,8 @@ if command -v ncu >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/ncu ]]; then
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for profile in "ncu_profile PagedAttentionKernel" \
     "ncu_profile_tc PagedAttentionMmaKernel --tensor-cores" \
-    "ncu_profile_pf PagedAttentionMmaKernel --prefetch-k"; do
+    "ncu_profile_pf PagedAttentionMmaKernel --prefetch-k" \
+    "ncu_profile_pl PagedAttentionPipelinedKernel --pipelined"; do
     read -r name kernel flags <<<"$profile"
     run_check "$name" 120 "$ncu_bin" --section SpeedOfLight --section Occupancy \
       --section WarpStateStats --section LaunchStats -k "regex:$kernel" -c 1 \
@@ -138,7 +146,7 @@ printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo
 [[ -f $out/bench.json ]] && python3 tests/gpu/summary.py "$out/bench.json" "$out/sdpa.json" \
-  "$out/bench_tc.json" "$out/bench_pf.json"
+  "$out/bench_tc.json" "$out/bench_pf.json" "$out/bench_pl.json"
 echo
 [[ -f $out/engine_bench.json ]] && python3 tests/gpu/engine_summary.py "$out/engine_bench.json" \
   "$out/engine_bench_tc.json" "$out/engine_bench_graphs.json"

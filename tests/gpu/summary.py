@@ -1,8 +1,10 @@
 """Merges the decode benchmark (kvserve's SIMT kernel, and its tensor-core kernel, plain and
-with K prefetched, when given) and the SDPA reference into the summary table that
-tests/gpu/run.sh prints last, then checks the issue's bandwidth goals for each kernel.
+with K prefetched, and the pipelined decode kernel, when given) and the SDPA reference into the
+summary table that tests/gpu/run.sh prints last, then checks the issues' bandwidth goals for
+each kernel (issue 8's for all, issue 29's for the pipelined one).
 
-    python3 tests/gpu/summary.py BENCH.json SDPA.json [BENCH_TC.json [BENCH_PF.json]]
+    python3 tests/gpu/summary.py BENCH.json SDPA.json [BENCH_TC.json [BENCH_PF.json
+                                 [BENCH_PL.json]]]
 """
 import json
 import sys
@@ -16,6 +18,7 @@ def main():
         sdpa = {}
     tc = load_kernel_rows(3)
     pf = load_kernel_rows(4)
+    pl = load_kernel_rows(5)
     prefill = [r for r in bench["rows"] if r.get("query", 1) > 1]
     rows = [r for r in bench["rows"]
             if r.get("blocks_per_sm", 0) == 0 and r.get("query", 1) == 1]
@@ -25,7 +28,7 @@ def main():
           f"{bench['copy_gbps']:.0f} GB/s (read + write)")
     print(f"{'format':6} {'batch':>5} {'ctx':>6} {'bs':>3} {'us':>9} {'GB/s':>6} {'%copy':>6} "
           f"{'x_bf16':>6} {'sdpa_us':>9} {'x_sdpa':>6} {'tc_us':>9} {'tc%copy':>7} {'tc_x':>5} "
-          f"{'pf_us':>9} {'pf%copy':>7}")
+          f"{'pf_us':>9} {'pf%copy':>7} {'pl_us':>9} {'pl%copy':>7} {'pl_x':>5}")
     for r in rows:
         key = (r["batch"], r["context"])
         ref = bf16.get(key)
@@ -33,6 +36,7 @@ def main():
         s = sdpa.get(key, {})
         t = tc.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
         f = pf.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
+        p = pl.get((r["format"], r["batch"], r["context"], r["block_size"], 1))
         sdpa_us = s.get("us")
         vs_sdpa = sdpa_us / r["us"] if sdpa_us else float("nan")
         print(f"{r['format']:6} {r['batch']:5d} {r['context']:6d} {r['block_size']:3d} "
@@ -42,7 +46,10 @@ def main():
               f"{100 * t['fraction'] if t else float('nan'):6.1f}% "
               f"{r['us'] / t['us'] if t else float('nan'):5.2f} "
               f"{f['us'] if f else float('nan'):9.1f} "
-              f"{100 * f['fraction'] if f else float('nan'):6.1f}%")
+              f"{100 * f['fraction'] if f else float('nan'):6.1f}% "
+              f"{p['us'] if p else float('nan'):9.1f} "
+              f"{100 * p['fraction'] if p else float('nan'):6.1f}% "
+              f"{r['us'] / p['us'] if p else float('nan'):5.2f}")
     if prefill:
         print("prefill chunks (query tokens over a cached prefix): SIMT vs tensor cores")
         print(f"{'format':6} {'batch':>5} {'query':>5} {'ctx':>6} {'us':>9} {'tc_us':>9} {'tc_x':>5}")
@@ -52,6 +59,8 @@ def main():
               f"{t['us'] if t else float('nan'):9.1f} "
               f"{r['us'] / t['us'] if t else float('nan'):5.2f}")
     print_goals(bench["rows"], tc, pf, sdpa)
+    if pl:
+        print_pipelined_goals(list(pl.values()), sdpa)
 
 
 def load_kernel_rows(arg):
@@ -120,6 +129,40 @@ def print_goals(rows, tc, pf, sdpa):
             continue
         met = value >= target if op == ">=" else value > target if op == ">" else value <= target
         print(f"{name:60} {value:9.2f} {op}{target:<6} {'yes' if met else 'no'}")
+
+
+def print_pipelined_goals(rows, sdpa):
+    """Issue 29's goals for the pipelined decode kernel (block 16, default split)."""
+    dec = {(r["format"], r["batch"], r["context"]): r for r in rows
+           if r.get("query", 1) == 1 and r["block_size"] == 16}
+    big = [(b, c) for (f, b, c) in dec if f == "bf16" and b >= 16 and c >= 4096]
+
+    def least(values):
+        values = [v for v in values if v is not None]
+        return min(values) if values else None
+
+    def speedup(fmt):
+        return least([dec[("bf16", b, c)]["us"] / dec[(fmt, b, c)]["us"] for b, c in big
+                      if (fmt, b, c) in dec])
+
+    goals = [
+        ("pipelined: bf16 %copy, >= 16 x 4K (min)",
+         least([100 * dec[("bf16", b, c)]["fraction"] for b, c in big]), 90),
+        ("pipelined: bf16 % of SDPA speed, >= 16 x 4K (min)",
+         least([100 * sdpa[k]["us"] / dec[("bf16",) + k]["us"] for k in big if k in sdpa]), 95),
+        ("pipelined: bf16 %copy, 1 x 64K",
+         100 * dec[("bf16", 1, 65536)]["fraction"] if ("bf16", 1, 65536) in dec else None, 80),
+        ("pipelined: int8 speed / its bf16, >= 16 x 4K (min)", speedup("int8"), 1.8),
+        ("pipelined: fp8 speed / its bf16, >= 16 x 4K (min)", speedup("fp8"), 1.8),
+        ("pipelined: int4 speed / its bf16, >= 16 x 4K (min)", speedup("int4"), 3.0),
+    ]
+    print("goals (issue 29)")
+    print(f"{'goal':60} {'measured':>9} {'target':>7} met")
+    for name, value, target in goals:
+        if value is None:
+            print(f"{name:60} {'-':>9} >={target:<5} -")
+        else:
+            print(f"{name:60} {value:9.2f} >={target:<5} {'yes' if value >= target else 'no'}")
 
 
 if __name__ == "__main__":
