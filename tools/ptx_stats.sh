@@ -18,33 +18,21 @@ if [[ ${1:-} == --per-token ]]; then
   shift
 fi
 rev=${1:-}
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+source "$(dirname "$0")/ptx_lib.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/src"
-if [[ -n $rev ]]; then
-  git -C "$root" archive "$rev" kernels common | tar -x -C "$work/src"
-else
-  cp -r "$root/kernels" "$root/common" "$work/src/"
-fi
+ptx_sources "$work" "$rev"
 if ((per_token)); then
   sed -i -e 's/l\.granularity == KvGranularity::kPer\(Channel\|Group\)/false/g' \
     -e 's/[a-z_.]*granularity == KvGranularity::kPerToken/true/g' \
     "$work"/src/kernels/cuda/paged_attention_mma.cu* "$work/src/kernels/cuda/attention_common.cuh"
 fi
-cuda=${CUDA_HOME:-/usr/local/cuda}
-"$cuda/bin/nvcc" -I"$work/src" -O2 -DNDEBUG -std=c++17 -arch=sm_90 -ptx -x cu \
-  "$work/src/kernels/cuda/paged_attention_mma.cu" -o "$work/k.ptx"
-"$cuda/bin/ptxas" -arch=sm_90 -O3 -v "$work/k.ptx" -o "$work/k.cubin" 2>"$work/ptxas.txt"
+ptx_compile "$work" kernels/cuda/paged_attention_mma.cu -O2
 # Kernel names carry the template arguments: KvDType (0 fp32 ... 5 int4) and head_dim.
-awk -v ptxas="$work/ptxas.txt" '
+awk -v res="$work/resources.txt" '
   BEGIN {
     split("fp32 fp16 bf16 fp8 int8 int4", names, " ")
-    while ((getline line < ptxas) > 0) {
-      if (match(line, /entry function .[^ ]*/)) fn = substr(line, RSTART + 16, RLENGTH - 17)
-      if (match(line, /Used [0-9]+ registers/)) regs[fn] = substr(line, RSTART + 5, RLENGTH - 15)
-      if (match(line, /[0-9]+ bytes spill stores/)) spills[fn] = substr(line, RSTART, RLENGTH - 19)
-    }
+    while ((getline line < res) > 0) { split(line, f, " "); regs[f[1]] = f[2]; spills[f[1]] = f[3] }
     printf "%-6s %-5s %-4s %8s %6s %7s %5s %5s\n", "format", "hd", "pf_k", "ptx_ins", "regs",
       "spills", "loop", "step"
   }
