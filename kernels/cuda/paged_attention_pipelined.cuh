@@ -4,8 +4,9 @@
 //
 // - K / V tiles of kTileTokens tokens are copied global → shared with 16-byte cp.async, raw
 //   bytes whatever the format, kStages stages deep (sized in bytes: PipelineShape), K and V in
-//   separate commit groups, tokens past the split zero-filled instead of branched around; a
-//   stage's block-table entries are read by each thread a tile ahead.
+//   separate commit groups, tokens past the split zero-filled instead of branched around; each
+//   thread reads the block-table entries of its rows into registers a tile ahead (the first
+//   stages' all at once), so no copy waits for more than its own latency.
 // - "Swap A/B": the tensor core's M side is 16 tokens of a warp's quarter of the tile and its
 //   N side the 8 query rows, so no M row is wasted on a GQA group of 4 or 8 (mma.sync m16n8k16,
 //   float32 accumulation). Scores are S^T = K · Q^T, outputs O^T = V^T · P^T; the query sits in
@@ -181,23 +182,24 @@ __global__ void __launch_bounds__(kThreads)
   const bool param_v = S::kParamBytes == 2 ? threadIdx.x >= 32 : threadIdx.x >= 64;
   const bool param_copier = kQuant && (S::kParamBytes == 4 || threadIdx.x < 64);
   const int param_row = S::kParamBytes == 2 ? 2 * (threadIdx.x % 32) : threadIdx.x % 64;
-  int32_t pages[S::kRowsPerThread], param_page = 0;  // block-table entries of the next tile
-  const auto load_pages = [&](int tile) {
+  struct Pages {  // a tile's block-table entries for this thread's rows and parameter copy
+    int32_t rows[S::kRowsPerThread];
+    int32_t param;
+  };
+  const auto load_pages = [&](int tile, Pages& p) {
     const int base = t_begin + tile * kTileTokens;
 #pragma unroll
     for (int k = 0; k < S::kRowsPerThread; ++k) {
       const int tok = base + row0 + k * S::kRowStep;
-      pages[k] = tile < num_tiles && tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
+      p.rows[k] = tile < num_tiles && tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
     }
-    if (param_copier) {
-      const int tok = base + param_row;
-      param_page = tile < num_tiles && tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
-    }
+    const int tok = base + param_row;
+    p.param =
+        param_copier && tile < num_tiles && tok < t_end ? __ldg(table + (tok >> bs_shift)) : 0;
   };
-  // Copies tile `tile` into its stage (two commit groups: K, then V), then reads the next
-  // tile's table entries. Past the last tile only the (empty) groups, so that every thread
-  // counts the same groups.
-  const auto issue = [&](int tile) {
+  // Copies tile `tile` into its stage (two commit groups: K, then V). Past the last tile only
+  // the (empty) groups, so that every thread counts the same groups.
+  const auto issue = [&](int tile, const Pages& pages) {
     const StageView<DT, HD> st{smem + (tile % S::kStages) * S::kStageBytes};
     const int base = t_begin + tile * kTileTokens;
 #pragma unroll
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < S::kRowsPerThread; ++k) {
           const int row = row0 + k * S::kRowStep, tok = base + row;
-          const int64_t bh = static_cast<int64_t>(pages[k]) * a.num_kv_heads + kvh;
+          const int64_t bh = static_cast<int64_t>(pages.rows[k]) * a.num_kv_heads + kvh;
           const uint8_t* src =
               src_base + ((bh << bs_shift) + (tok & bs_mask)) * S::kRowBytes + 16 * col;
           const int c =
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (param_copier && param_v == (kv == 1)) {
           const int tok = base + param_row;
-          const int64_t bh = static_cast<int64_t>(param_page) * a.num_kv_heads + kvh;
+          const int64_t bh = static_cast<int64_t>(pages.param) * a.num_kv_heads + kvh;
           const DevKvLayout& l = kv == 0 ? a.k_layout : a.v_layout;
           const uint16_t* src = (kv == 0 ? a.k_scales : a.v_scales) + bh * l.scale_entries +
                                 (tok & bs_mask) * l.params;
@@ -228,12 +230,18 @@ __global__ void __launch_bounds__(kThreads)
       }
       CommitCopies();
     }
-    load_pages(tile + 1);
   };
-  // The first stages' copies go out before the query is read.
-  load_pages(0);
+  // The first stages' table entries are read at once (one round trip, not one per stage), then
+  // their copies go out, all before the query is read.
+  {
+    Pages first[S::kStages - 1];
 #pragma unroll
-  for (int p = 0; p < S::kStages - 1; ++p) issue(p);
+    for (int p = 0; p < S::kStages - 1; ++p) load_pages(p, first[p]);
+#pragma unroll
+    for (int p = 0; p < S::kStages - 1; ++p) issue(p, first[p]);
+  }
+  Pages next;  // the entries of the next tile to copy, read a tile ahead
+  load_pages(S::kStages - 1, next);
 
   // --- The query as B fragments (k: channels, n: row g), scaled; int4 codes with per-token
   // parameters put the odd channels at 16×, so those query channels take 1/16.
@@ -298,7 +306,8 @@ __global__ void __launch_bounds__(kThreads)
     const int base = t_begin + tile * kTileTokens + wrow;
     WaitCopies<2 * S::kStages - 3>();  // this tile's K (its V and later tiles may be in flight)
     __syncthreads();                   // ... every thread's; and the oldest stage is read
-    issue(tile + S::kStages - 1);
+    issue(tile + S::kStages - 1, next);
+    load_pages(tile + S::kStages, next);
 
     // Scores S^T (16 tokens × 8 columns): element e is token g + 8·(e / 2), column 2t + e % 2.
     float s[4];

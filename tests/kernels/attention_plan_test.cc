@@ -130,28 +130,43 @@ TEST(AttentionPlanTest, UnsupportedShapesAreNamed) {
 
 // The workspace the CUDA backend reserves at start-up (MaxPagedAttentionWorkspaceFloats) covers
 // every step within the limits: each sequence count, each longest query that fits the token
-// budget, contexts up to the limit on chunk boundaries and between them, on either kernel,
-// with and without a workspace cap. And it is no more than twice what some step takes.
+// budget, contexts up to the limit on chunk boundaries and between them, on each kernel, with
+// and without a workspace cap. And it is no more than twice what some step takes. The
+// pipelined kernel as the backend reserves for it: the tensor cores' plan, and its own at the
+// highest occupancy (4 blocks per SM here), its steps planned at their own (2 or 4).
 TEST(AttentionPlanTest, ReservedWorkspaceCoversEveryStepWithinTheLimits) {
   const int max_seqs = 24, max_tokens = 600, max_context = 5000;
   std::vector<int> contexts = {1, 100, 255, 257, 4097, max_context};
   for (int c = kChunkTokens; c <= max_context; c += kChunkTokens) contexts.push_back(c);
-  for (const bool tensor_cores : {false, true}) {
+  for (const std::string kernel : {"SIMT", "tensor cores", "pipelined"}) {
+    const bool tensor_cores = kernel != "SIMT", pipelined = kernel == "pipelined";
     for (const size_t cap : {size_t{1} << 30, size_t{200000}}) {
-      SCOPED_TRACE((tensor_cores ? "tensor cores, cap " : "SIMT, cap ") + std::to_string(cap));
-      const size_t reserved = MaxPagedAttentionWorkspaceFloats(
-          Decode(max_seqs, max_context), max_tokens, 132, cap, 0, tensor_cores);
+      SCOPED_TRACE(kernel + ", cap " + std::to_string(cap));
+      const AttnArgs limits = Decode(max_seqs, max_context);
+      size_t reserved =
+          MaxPagedAttentionWorkspaceFloats(limits, max_tokens, 132, cap, 0, tensor_cores);
+      if (pipelined) {
+        reserved = std::max(reserved, MaxPagedAttentionWorkspaceFloats(limits, max_tokens, 132, cap,
+                                                                       4, true, true));
+      }
       size_t most = 0;
       for (const KvDType dtype : {KvDType::kFp32, KvDType::kInt8}) {
-        for (int seqs = 1; seqs <= max_seqs; ++seqs) {
-          for (int q = 1; q + seqs - 1 <= max_tokens; ++q) {
-            for (int context : contexts) {
-              AttnArgs a = Decode(seqs, context);
-              a.max_query_len = q;
-              a.k_layout.dtype = a.v_layout.dtype = dtype;
-              const size_t need = PlanPagedAttention(a, 132, cap, 0, tensor_cores).workspace_floats;
-              ASSERT_LE(need, reserved) << seqs << " seqs, query " << q << ", context " << context;
-              most = std::max(most, need);
+        for (const int per_sm : {2, 4}) {
+          if (per_sm == 4 && !pipelined) continue;
+          for (int seqs = 1; seqs <= max_seqs; ++seqs) {
+            for (int q = 1; q + seqs - 1 <= max_tokens; ++q) {
+              for (int context : contexts) {
+                AttnArgs a = Decode(seqs, context);
+                a.max_query_len = q;
+                a.k_layout.dtype = a.v_layout.dtype = dtype;
+                a.k_layout.granularity = a.v_layout.granularity = KvGranularity::kPerToken;
+                const int blocks = pipelined && PipelinedAttentionCovers(a) ? per_sm : 0;
+                const size_t need = PlanPagedAttention(a, 132, cap, blocks, tensor_cores, pipelined)
+                                        .workspace_floats;
+                ASSERT_LE(need, reserved)
+                    << seqs << " seqs, query " << q << ", context " << context;
+                most = std::max(most, need);
+              }
             }
           }
         }
