@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -322,6 +323,43 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
   }
 }
 
+// A random-weight Llama of `heads` query heads of 64 or 128 (hidden 512) over `kv_heads` in
+// `dir`, vocabulary 2048, bf16 weights on the GPU; and an engine config for it that prefills in
+// chunks over cached prefixes, with `cache` ("auto", "int8", ...).
+EngineConfig RandomModelConfig(const std::string& dir, int heads, int kv_heads, const char* cache) {
+  RandomModelOptions o;
+  o.vocab = 2048;
+  o.hidden = 512;
+  o.heads = heads;
+  o.kv_heads = kv_heads;
+  o.intermediate = 1024;
+  o.eos_ids = {1};
+  EXPECT_OK(WriteRandomLlama(o, dir));
+  EngineConfig config;
+  config.model_dir = dir;
+  config.backend.device = Device::kCuda;
+  config.cache.num_blocks = 512;
+  config.cache.kv_quant.dtype = cache;
+  config.scheduler.max_num_batched_tokens = 256;  // prefill in chunks over cached prefixes
+  return config;
+}
+
+// Six greedy requests of 100 to 585 random tokens of a 2048-token vocabulary (8 new tokens
+// each, prompt logits returned) on `kernel`'s attention.
+Results RunRandomPrompts(EngineConfig config, const char* kernel) {
+  config.backend.attention_kernel = *ParseAttentionKernel(kernel);
+  auto engine = testing::MakeEngine(config);
+  std::mt19937 prompts(11);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt(100 + 97 * i);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(prompts() % 2048);
+    RequestInput in = testing::GreedyRequest(std::to_string(i), prompt, 8);
+    in.return_prompt_logits = true;
+    EXPECT_OK(engine->AddRequest(in));
+  }
+  return testing::RunToCompletion(*engine);
+}
+
 // The tensor-core attention kernel end to end (--attention-kernel tensor-cores): it covers
 // head_dim 64 and 128 only, so on random-weight Llama models of those heads (the fixtures'
 // heads are 16 and 32), bf16 weights, bf16 and int8 caches, prompts of a few hundred tokens in
@@ -329,39 +367,13 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
 TEST(EngineCudaTensorCoreTest, MatchesTheSimtKernel) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string root = ::testing::TempDir() + "/kvserve-tc-models";
-  std::mt19937 rng(3);
-  for (const auto& [hidden, heads, kv_heads] : {std::tuple{512, 4, 1}, std::tuple{512, 8, 2}}) {
-    const std::string dir = root + "/" + std::to_string(hidden / heads);
-    RandomModelOptions o;
-    o.vocab = 2048;
-    o.hidden = hidden;
-    o.heads = heads;
-    o.kv_heads = kv_heads;
-    o.intermediate = 1024;
-    o.eos_ids = {1};
-    ASSERT_OK(WriteRandomLlama(o, dir));
+  for (const auto& [heads, kv_heads] : {std::pair{4, 1}, std::pair{8, 2}}) {
+    const std::string dir = root + "/" + std::to_string(512 / heads);
     for (const char* cache : {"auto", "int8"}) {
       SCOPED_TRACE(dir + " cache " + cache);
-      EngineConfig config;
-      config.model_dir = dir;
-      config.backend.device = Device::kCuda;
-      config.cache.num_blocks = 512;
-      config.cache.kv_quant.dtype = cache;
-      config.scheduler.max_num_batched_tokens = 256;  // prefill in chunks over cached prefixes
-      auto run = [&](const char* kernel) {
-        config.backend.attention_kernel = *ParseAttentionKernel(kernel);
-        auto engine = testing::MakeEngine(config);
-        std::mt19937 prompts(11);
-        for (int i = 0; i < 6; ++i) {
-          std::vector<int32_t> prompt(100 + 97 * i);
-          for (int32_t& t : prompt) t = static_cast<int32_t>(prompts() % o.vocab);
-          RequestInput in = testing::GreedyRequest(std::to_string(i), prompt, 8);
-          in.return_prompt_logits = true;
-          EXPECT_OK(engine->AddRequest(in));
-        }
-        return testing::RunToCompletion(*engine);
-      };
-      Results simt = run("simt"), tc = run("tensor-cores");
+      const EngineConfig config = RandomModelConfig(dir, heads, kv_heads, cache);
+      Results simt = RunRandomPrompts(config, "simt"),
+              tc = RunRandomPrompts(config, "tensor-cores");
       for (auto& [id, samples] : simt) {
         const double err =
             testing::RelativeError(tc[id][0].prompt_logits, samples[0].prompt_logits);
@@ -369,6 +381,38 @@ TEST(EngineCudaTensorCoreTest, MatchesTheSimtKernel) {
                     dir.c_str(), cache, id.c_str(), err);
         EXPECT_LT(err, 2e-2) << "prompt " << id;
       }
+    }
+  }
+}
+
+// The pipelined decode kernel end to end (--attention-kernel pipelined: decode steps on it,
+// prefill chunks on tensor cores) on a model of head_dim 64, GQA 4:1, bf16 and int8 caches: the
+// greedy continuations follow the tensor-core kernel's (up to near-ties: both round to 16
+// bits, differently), and so do their logprobs.
+TEST(EngineCudaPipelinedTest, DecodesAsTheTensorCoreKernel) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = ::testing::TempDir() + "/kvserve-pipelined-model";
+  for (const char* cache : {"auto", "int8"}) {
+    SCOPED_TRACE(std::string("cache ") + cache);
+    const EngineConfig config = RandomModelConfig(dir, 8, 2, cache);
+    Results tc = RunRandomPrompts(config, "tensor-cores");
+    Results pl = RunRandomPrompts(config, "pipelined");
+    for (auto& [id, samples] : tc) {
+      const SampleResult& want = samples[0];
+      const SampleResult& got = pl[id][0];
+      const auto [agreed, near_tie] = testing::GreedyAgreement(want, got.tokens, 0.02f);
+      EXPECT_TRUE(agreed == static_cast<int>(want.tokens.size()) || near_tie)
+          << id << " diverges at " << agreed;
+      double worst = 0.0;
+      for (int k = 0; k < agreed; ++k) {
+        worst =
+            std::max<double>(worst, std::fabs(got.logprobs[k].logprob - want.logprobs[k].logprob));
+      }
+      std::printf(
+          "pipelined vs tensor cores, cache %s, prompt %s: %d tokens agree, logprobs "
+          "within %.2e\n",
+          cache, id.c_str(), agreed, worst);
+      EXPECT_LT(worst, 2e-2) << id;
     }
   }
 }

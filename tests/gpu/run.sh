@@ -64,14 +64,15 @@ run_check cuda_backend_test_pl 120 "$build/bin/cuda_backend_test" --gtest_filter
 if [[ -x $build/bin/nccl_communicator_test ]]; then
   run_check nccl_communicator_test 180 "$build/bin/nccl_communicator_test"
 else results+=("nccl_communicator_test|missing"); fi
-run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Graph*
+run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Graph*:*Pipelined*
+run_check engine_cuda_test_pl 60 "$build/bin/engine_cuda_test" --gtest_filter=*Pipelined*
 # CUDA graphs (stream capture, replays, decode graphs in the engine), which have not run on a
 # GPU before: in their own processes, so that a fault there takes nothing else down.
 run_check cuda_backend_test_graphs 60 "$build/bin/cuda_backend_test" --gtest_filter=*Graph*
 run_check engine_cuda_test_graphs 120 "$build/bin/engine_cuda_test" --gtest_filter=*Graph*
 grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_backend_test_tc.log" \
   "$out/cuda_backend_test_pl.log" \
-  "$out/engine_cuda_test.log" "$out/cuda_backend_test_graphs.log" \
+  "$out/engine_cuda_test.log" "$out/engine_cuda_test_pl.log" "$out/cuda_backend_test_graphs.log" \
   "$out/engine_cuda_test_graphs.log" 2>/dev/null
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log" 2>/dev/null
@@ -140,8 +141,9 @@ fi
 echo
 # The engine's bf16-weight fidelity, pool sizing and tensor-core vs SIMT logits, as
 # engine_cuda_test printed them.
-grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|replayed a graph|recorded at start-up|allocated while serving|CUDA graphs " \
-  "$out/engine_cuda_test.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null | cut -c1-240
+grep -hE "weights on the GPU|^pool:|tensor cores vs SIMT|pipelined vs tensor cores|replayed a graph|recorded at start-up|allocated while serving|CUDA graphs " \
+  "$out/engine_cuda_test.log" "$out/engine_cuda_test_pl.log" "$out/engine_cuda_test_graphs.log" \
+  2>/dev/null | cut -c1-240
 printf '%-32s %-8s %s\n' check result time
 for row in "${results[@]}"; do IFS='|' read -r name r t <<<"$row"; printf '%-32s %-8s %s\n' "$name" "$r" "${t:-}"; done
 echo

@@ -163,14 +163,80 @@ TEST(EmulatorDeathTest, LaunchesAGpuWouldRefuseAbort) {
   EXPECT_DEATH(Launch({0, 1, 1}, 32, 0, nothing), "launch of an empty grid \\(0, 1, 1\\)");
   EXPECT_DEATH(Launch({1, 65536, 1}, 32, 0, nothing), "past 65535 in y or z");
   EXPECT_DEATH(Launch({1, 1, 1}, 2048, 0, nothing), "block of 2048 threads");
-  EXPECT_DEATH(Launch({1, 1, 1}, 32, 64 << 10, nothing), "dynamic shared memory past 48 KiB");
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 64 << 10, nothing),
+               "dynamic shared memory past the kernel's 49152 B");
   // A kernel's static shared memory counts against the same 48 KiB.
-  EXPECT_DEATH(Launch({1, 1, 1}, 32, 40 << 10,
-                      [] {
-                        KVSERVE_SHARED(float[4096], x);
-                        x[0] = 0;
-                      }),
-               "static \\(16384 B\\) and dynamic \\(40960 B\\) shared memory past 48 KiB");
+  const auto static_16k = [] {
+    KVSERVE_SHARED(float[4096], x);
+    x[0] = 0;
+  };
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 40 << 10, static_16k),
+               "static \\(16384 B\\) and dynamic \\(40960 B\\) shared memory past the block's "
+               "49152 B");
+  // Opted in (cudaFuncSetAttribute): up to what the kernel asked for, and 227 KiB in all.
+  Launch({1, 1, 1}, 32, 64 << 10, nothing, 96 << 10);
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 100 << 10, nothing, 96 << 10),
+               "dynamic shared memory past the kernel's 98304 B");
+  EXPECT_DEATH(Launch({1, 1, 1}, 32, 220 << 10, static_16k, 227 << 10),
+               "static \\(16384 B\\) and dynamic \\(225280 B\\) shared memory past the block's "
+               "232448 B");
+}
+
+// cp.async: a thread's copies land when it waits for their group, not before; zero-filled past
+// their source bytes; other threads see them after that wait and a barrier, in every order.
+TEST(EmulatorTest, AsyncCopiesLandWhenTheirThreadWaits) {
+  alignas(16) const uint32_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<uint32_t> seen;
+  Launch({1, 1, 1}, 32, 48, [&] {
+    auto* dst = DynamicShared<uint32_t>();
+    if (threadIdx.x == 0) {
+      CopyAsync(dst, src, 16, 16);
+      CommitCopies();
+      CopyAsync(dst + 4, src + 4, 16, 4);  // 4 bytes read, 12 zeros
+      CommitCopies();
+      CopyAsync(dst + 8, src, 4, 4);
+      seen.push_back(dst[0]);  // nothing landed yet
+      WaitCopies(1);           // the first group
+      seen.push_back(dst[3]);
+      seen.push_back(dst[4]);
+      WaitCopies(0);  // the second; the third was never committed
+      seen.push_back(dst[4]);
+      seen.push_back(dst[5]);
+      seen.push_back(dst[8]);
+    }
+    __syncthreads();
+    if (threadIdx.x == 31) seen.push_back(dst[1]);
+  });
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0xffffffffu, 4, 0xffffffffu, 5, 0, 0xffffffffu, 2}));
+}
+
+// ldmatrix.x4 as PTX lays it out: lane l gives row l % 8 of matrix l / 8; lane (g, t) gets
+// matrix i's row g, columns 2t and 2t + 1, or its transpose's.
+TEST(EmulatorTest, LoadMatricesFollowPtx) {
+  const auto element = [](int i, int r, int c) {
+    return static_cast<uint16_t>(100 * i + 8 * r + c);
+  };
+  for (const bool trans : {false, true}) {
+    std::vector<uint32_t> got(32 * 4);
+    Launch({1, 1, 1}, 32, 4 * 8 * 16, [&] {
+      auto* m = DynamicShared<uint16_t>();  // 4 matrices of 8 rows of 8, row-major
+      const int lane = threadIdx.x;
+      for (int c = 0; c < 8; ++c) m[lane * 8 + c] = element(lane / 8, lane % 8, c);
+      __syncthreads();
+      uint32_t r[4];
+      LoadMatrices(m + lane * 8, trans, r);
+      for (int i = 0; i < 4; ++i) got[lane * 4 + i] = r[i];
+    });
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t want = trans ? element(i, 2 * t, g) | element(i, 2 * t + 1, g) << 16
+                                    : element(i, g, 2 * t) | element(i, g, 2 * t + 1) << 16;
+        EXPECT_EQ(got[lane * 4 + i], want)
+            << "lane " << lane << " matrix " << i << " trans " << trans;
+      }
+    }
+  }
 }
 
 TEST(EmulatorDeathTest, AMisalignedVectorLoadAborts) {
