@@ -135,7 +135,11 @@ class CudaBackend final : public Backend {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
     KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    if (options_.attention_pipelined) cuda::PreparePipelinedAttention();
+    if (options_.attention_pipelined) {
+      KVSERVE_CUDA_CHECK(cudaDeviceGetAttribute(
+          &max_shared_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, options_.device));
+      cuda::PreparePipelinedAttention(max_shared_optin_);
+    }
     return absl::OkStatus();
   }
 
@@ -436,12 +440,13 @@ class CudaBackend final : public Backend {
     const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
     const char* problem = cuda::CheckAttentionShape(a);
     CHECK(problem[0] == '\0') << "PagedAttention: " << problem;
-    const bool pipelined = options_.attention_pipelined && cuda::PipelinedAttentionCovers(a);
+    const bool pipelined =
+        PipelinedRuns(a.k_layout.dtype, a.head_dim) && cuda::PipelinedAttentionCovers(a);
     cuda::AttnPlan plan = cuda::PlanPagedAttention(
         a, num_sms_, options_.max_attention_workspace_bytes / sizeof(float),
         pipelined ? PipelinedBlocksPerSm(a.k_layout.dtype, a.head_dim)
                   : options_.attention_blocks_per_sm,
-        options_.attention_tensor_cores, options_.attention_pipelined);
+        options_.attention_tensor_cores || options_.attention_pipelined, pipelined);
     plan.prefetch_k = plan.tensor_cores && options_.attention_prefetch_k;
     float* workspace = plan.workspace_floats == 0
                            ? nullptr
@@ -466,6 +471,14 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Whether the pipelined kernel serves caches of `dtype` at `head_dim`: asked for, and its
+  // shared memory fits this device (PipelinedSharedBytes).
+  bool PipelinedRuns(KvDType dtype, int head_dim) const {
+    return options_.attention_pipelined && dtype != KvDType::kFp32 &&
+           (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+           cuda::PipelinedSharedBytes(dtype, head_dim) <= max_shared_optin_;
+  }
+
   // The pipelined kernel's split target: the option, else its measured occupancy for the cache's
   // element type (cached: the query is not cheap).
   int PipelinedBlocksPerSm(KvDType dtype, int head_dim) {
@@ -481,18 +494,20 @@ class CudaBackend final : public Backend {
   // the pipelined one at the highest occupancy of any cache type.
   size_t MaxAttentionWorkspaceFloats(const cuda::AttnArgs& a, int64_t tokens) {
     const size_t cap = options_.max_attention_workspace_bytes / sizeof(float);
-    size_t most = cuda::MaxPagedAttentionWorkspaceFloats(a, tokens, num_sms_, cap,
-                                                         options_.attention_blocks_per_sm,
-                                                         options_.attention_tensor_cores);
-    if (options_.attention_pipelined &&
-        (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256)) {
-      int blocks = 0;
-      for (const KvDType t :
-           {KvDType::kFp16, KvDType::kBf16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
+    // Steps the pipelined kernel does not cover run on tensor cores (PagedAttention).
+    size_t most = cuda::MaxPagedAttentionWorkspaceFloats(
+        a, tokens, num_sms_, cap, options_.attention_blocks_per_sm,
+        options_.attention_tensor_cores || options_.attention_pipelined);
+    int blocks = 0;  // the highest occupancy of the instantiations this device runs
+    for (const KvDType t :
+         {KvDType::kFp16, KvDType::kBf16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
+      if (PipelinedRuns(t, a.head_dim)) {
         blocks = std::max(blocks, PipelinedBlocksPerSm(t, a.head_dim));
       }
+    }
+    if (blocks > 0) {
       most = std::max(most, cuda::MaxPagedAttentionWorkspaceFloats(a, tokens, num_sms_, cap, blocks,
-                                                                   options_.attention_tensor_cores,
+                                                                   /*tensor_cores=*/true,
                                                                    /*pipelined=*/true));
     }
     return most;
@@ -600,6 +615,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int num_sms_ = 0;
   int pipelined_occupancy_[6][3] = {};  // [KvDType][head_dim 64, 128, 256]; 0: not yet asked
+  int max_shared_optin_ = 0;  // shared memory a block may opt in to (with attention_pipelined)
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
   // Per-layer copy events, and the caches whose next use must wait for one.

@@ -84,13 +84,17 @@ size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_toke
 // tokens × GQA group) number at most 8, head_dim is 64, 128 or 256, the cache is fp16 / bf16
 // or fp8 / int8 / int4 with per-token parameters for K and V, and blocks hold 2 tokens or more.
 bool PipelinedAttentionCovers(const AttnArgs& args);
-// Its shared memory per block for a cache of `dtype` (bytes), and the blocks an SM holds at
-// once (cudaOccupancyMaxActiveBlocksPerMultiprocessor, after PreparePipelinedAttention).
+// Its shared memory per block for a cache of `dtype`, static and dynamic (bytes). It runs only
+// where that fits the device's opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB
+// on sm_90, 163 KiB on sm_80, 99 KiB on sm_86 / sm_89, where 16-bit head_dim 256 does not fit).
 int PipelinedSharedBytes(KvDType dtype, int head_dim);
+// The blocks an SM holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor), for an
+// instantiation PreparePipelinedAttention opted in.
 int PipelinedAttentionBlocksPerSm(KvDType dtype, int head_dim);
-// Opts its instantiations in to their shared memory (over the default 48 KiB) on the current
-// device: once per device, before the first launch or occupancy query, not while capturing.
-void PreparePipelinedAttention();
+// Opts the instantiations whose shared memory fits `max_shared_bytes` in to it (past the default
+// 48 KiB) on the current device: once per device, before the first launch or occupancy query,
+// not while capturing.
+void PreparePipelinedAttention(int max_shared_bytes);
 
 // Requires head_dim in {16, 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).

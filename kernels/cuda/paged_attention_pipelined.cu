@@ -62,14 +62,17 @@ bool PipelinedAttentionCovers(const AttnArgs& a) {
 }
 
 int PipelinedSharedBytes(KvDType dtype, int head_dim) {
-  return Dispatch(dtype, head_dim,
-                  [](auto dt, auto hd) { return Shape<decltype(dt), decltype(hd)>::kSharedBytes; });
+  constexpr int kStaticBytes = 2 * sizeof(float) * kWarps * kPipelinedRows;  // red_m, red_l
+  return kStaticBytes + Dispatch(dtype, head_dim, [](auto dt, auto hd) {
+           return Shape<decltype(dt), decltype(hd)>::kSharedBytes;
+         });
 }
 
-void PreparePipelinedAttention() {
+void PreparePipelinedAttention(int max_shared_bytes) {
   for (const KvDType t :
        {KvDType::kFp16, KvDType::kBf16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
     for (const int hd : {64, 128, 256}) {
+      if (PipelinedSharedBytes(t, hd) > max_shared_bytes) continue;
       Dispatch(t, hd, [](auto dt, auto h) {
         using D = decltype(dt);
         using H = decltype(h);

@@ -217,6 +217,21 @@ TEST(AttentionPlanTest, PipelinedSplitsFillOneWave) {
   EXPECT_EQ(PlanPagedAttention(Decode(1, 200), 132, big, 2, false, true).num_splits, 1);
 }
 
+// Its shared memory, static and dynamic, against the opt-in limits of the GPUs it builds for:
+// all of it fits sm_90's 227 KiB; 16-bit head_dim 256 (three 64 KiB stages) not sm_80's
+// 163 KiB, while head_dim 128 fits sm_86 / sm_89's 99 KiB.
+TEST(AttentionPlanTest, PipelinedSharedMemoryAgainstTheDevicesLimits) {
+  for (const KvDType t :
+       {KvDType::kFp16, KvDType::kBf16, KvDType::kFp8E4M3, KvDType::kInt8, KvDType::kInt4}) {
+    for (const int hd : {64, 128, 256}) {
+      EXPECT_LE(PipelinedSharedBytes(t, hd), 227 << 10) << static_cast<int>(t) << " " << hd;
+      EXPECT_GT(PipelinedSharedBytes(t, hd), 32 << 10);
+    }
+    EXPECT_LE(PipelinedSharedBytes(t, 128), 99 << 10);
+  }
+  EXPECT_GT(PipelinedSharedBytes(KvDType::kBf16, 256), 163 << 10);
+}
+
 // Where the pipelined kernel does not cover a step (more than 8 rows per KV head, per-group or
 // per-channel parameters, float32), the plan falls back to tensor cores, or SIMT.
 TEST(AttentionPlanTest, PipelinedFallsBackWhereItDoesNotCover) {

@@ -387,6 +387,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrComputeCapabilityMinor:
       *value = 0;
       return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = static_cast<int>(kvserve::emulation::kMaxOptInSharedBytes);
+      return cudaSuccess;
     default:
       return Fail(cudaErrorInvalidValue);
   }
