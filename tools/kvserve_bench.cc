@@ -69,7 +69,8 @@ ABSL_FLAG(std::string, json_out, "", "serve, engine: also write the report as JS
 
 ABSL_FLAG(std::string, device, "cpu", "engine: cpu or cuda");
 ABSL_FLAG(std::string, dtype, "auto", "engine: weights (auto, float32, bfloat16, float16)");
-ABSL_FLAG(std::string, attention_kernel, "simt", "engine: CUDA attention (simt, tensor-cores, pipelined)");
+ABSL_FLAG(std::string, attention_kernel, "simt",
+          "engine: CUDA attention (simt, tensor-cores, pipelined)");
 ABSL_FLAG(std::string, cuda_graph_max_batch, "0",
           "engine: comma-separated --cuda-graph-max-batch values, one engine each (0: no CUDA "
           "graphs; e.g. 0,16 times decode without and with them)");
