@@ -19,7 +19,7 @@ if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
   KVSERVE_CUDA=EMULATED KVSERVE_BUILD_DIR="$build-emulated" bash scripts/build.sh \
     --target nccl_communicator_test cuda_backend_test engine_cuda_test engine_cuda_tp_test \
     engine_cuda_small_device_test emulated_runtime_test mma_probe_test decode_attention_bench \
-    kvserve-bench engine_launches_test
+    kvserve-bench kvserve-make-model engine_launches_test
   ctest --test-dir "$build-emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" -L gpu "$@"
   emulated="$build-emulated"
 fi
