@@ -319,9 +319,10 @@ __device__ __forceinline__ void CombineSplits(const AttnArgs& a, int num_splits,
 bool TensorCoreAttentionCovers(const AttnArgs& a);
 void LaunchTensorCoreAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
                                float* tmp_ms, cudaStream_t stream);
-// The pipelined decode kernel's launch (paged_attention_pipelined.cu), for a plan that chose it.
+// The pipelined decode kernel's launch (paged_attention_pipelined.cu), for a plan that chose it:
+// split, it merges the splits itself, counting in `split_counters` (AttnPlan::split_counters).
 void LaunchPipelinedAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
-                              float* tmp_ms, cudaStream_t stream);
+                              float* tmp_ms, unsigned* split_counters, cudaStream_t stream);
 
 }  // namespace kvserve::kernels::cuda
 

@@ -88,6 +88,9 @@ void CheckOut16Type(const uint16_t* out16, DType type) {
 // exist, and refuses growth while recording (`grew`).
 class DeviceScratch {
  public:
+  // `zeroed`: each new buffer is zeroed (in stream order) for users that leave it zeroed.
+  explicit DeviceScratch(bool zeroed = false) : zeroed_(zeroed) {}
+
   // Grows the buffer to at least `bytes`; the old one is freed, or handed to `keep` (when not
   // null) for what still reads it.
   void* Get(size_t bytes, cudaStream_t stream, bool* grew, std::vector<void*>* keep) {
@@ -100,6 +103,7 @@ class DeviceScratch {
       }
       bytes_ = std::max(bytes, bytes_ * 2);
       KVSERVE_CUDA_CHECK(cudaMallocAsync(&data_, bytes_, stream));
+      if (zeroed_) KVSERVE_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes_, stream));
     }
     return data_;
   }
@@ -109,6 +113,7 @@ class DeviceScratch {
   }
 
  private:
+  const bool zeroed_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
@@ -150,6 +155,7 @@ class CudaBackend final : public Backend {
     DropGraphs();
     attention_workspace_.Release();
     rounded_x_.Release();
+    split_counters_.Release();
     for (SegmentBuffer& b : segment_buffers_) {
       if (b.segments != nullptr) cudaFreeHost(b.segments);
       if (b.done != nullptr) cudaEventDestroy(b.done);
@@ -452,7 +458,11 @@ class CudaBackend final : public Backend {
                            ? nullptr
                            : static_cast<float*>(Scratch(attention_workspace_,
                                                          sizeof(float) * plan.workspace_floats));
-    cuda::LaunchPagedAttention(a, plan, workspace, stream_);
+    auto* counters = plan.split_counters == 0
+                         ? nullptr
+                         : static_cast<unsigned*>(
+                               Scratch(split_counters_, sizeof(unsigned) * plan.split_counters));
+    cuda::LaunchPagedAttention(a, plan, workspace, counters, stream_);
   }
 
   void ReserveScratch(const StepLimits& l) override {
@@ -466,6 +476,9 @@ class CudaBackend final : public Backend {
     a.max_context_len = static_cast<int>(l.context);
     const size_t floats = a.num_kv_heads > 0 ? MaxAttentionWorkspaceFloats(a, l.tokens) : 0;
     if (floats > 0) Scratch(attention_workspace_, sizeof(float) * floats);
+    if (options_.attention_pipelined && a.num_kv_heads > 0) {  // its split merge's counters
+      Scratch(split_counters_, sizeof(unsigned) * a.num_seqs * a.num_kv_heads);
+    }
     if (const int64_t n = l.rounded_gemm_rows * l.rounded_gemm_k; n > 0) {
       Scratch(rounded_x_, sizeof(uint16_t) * n);
     }
@@ -633,6 +646,7 @@ class CudaBackend final : public Backend {
   int64_t next_graph_ = 0;
   bool recording_ = false;
   DeviceScratch attention_workspace_, rounded_x_;
+  DeviceScratch split_counters_{/*zeroed=*/true};  // the pipelined kernel's (zero between steps)
   std::vector<void*> kept_scratch_;  // outgrown scratch buffers that recorded graphs read
   struct SegmentBuffer {
     cuda::CopySegment* segments = nullptr;  // mapped pinned host memory

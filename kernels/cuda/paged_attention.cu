@@ -187,6 +187,9 @@ AttnPlan PlanPagedAttention(const AttnArgs& a, int num_sms, size_t max_workspace
   }
   plan.workspace_floats =
       plan.num_splits > 1 ? static_cast<size_t>(per_split * plan.num_splits) : 0;
+  if (plan.pipelined && plan.num_splits > 1) {
+    plan.split_counters = int64_t{a.num_seqs} * a.num_kv_heads;
+  }
   return plan;
 }
 
@@ -219,7 +222,7 @@ size_t MaxPagedAttentionWorkspaceFloats(const AttnArgs& limits, int64_t max_toke
 }
 
 void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* workspace,
-                          cudaStream_t stream) {
+                          unsigned* split_counters, cudaStream_t stream) {
   const char* problem = CheckAttentionShape(a);
   CHECK(problem[0] == '\0') << "paged attention: " << problem;
   if (a.num_seqs == 0) return;
@@ -227,9 +230,11 @@ void LaunchPagedAttention(const AttnArgs& a, const AttnPlan& plan, float* worksp
   float* tmp_ms = plan.num_splits > 1 ? workspace + int64_t{a.num_seqs} * a.max_query_len *
                                                         a.num_heads * plan.num_splits * a.head_dim
                                       : nullptr;
-  if (plan.pipelined) {
-    LaunchPipelinedAttention(a, plan, tmp_out, tmp_ms, stream);
-  } else if (plan.tensor_cores) {
+  if (plan.pipelined) {  // merges its splits itself
+    LaunchPipelinedAttention(a, plan, tmp_out, tmp_ms, split_counters, stream);
+    return;
+  }
+  if (plan.tensor_cores) {
     LaunchTensorCoreAttention(a, plan, tmp_out, tmp_ms, stream);
   } else {
     LaunchSimt(a, plan, tmp_out, tmp_ms, stream);

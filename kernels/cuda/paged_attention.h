@@ -5,7 +5,8 @@
 // once per group, not once per query head. The context is cut into chunks of kChunkTokens
 // whose logits sit in shared memory; chunks are folded with an online softmax, and the chunks
 // of a sequence are split over several thread blocks (split-KV) when the batch alone does not
-// fill the GPU, their partial results merged by a second kernel. K and V are dequantized in
+// fill the GPU, their partial results merged by a second kernel (by the last block to finish,
+// in the pipelined decode kernel). K and V are dequantized in
 // registers as they are read (every KvFormat: fp32 / fp16 / bf16 / fp8 / int8 / int4 at any
 // granularity); each sequence's block table is read once per chunk into shared memory.
 #ifndef KVSERVE_KERNELS_CUDA_PAGED_ATTENTION_H_
@@ -58,6 +59,9 @@ struct AttnPlan {
   int chunks_per_split = 0;     // SIMT and tensor cores: kChunkTokens-token chunks per split
   int split_tokens = 0;         // context tokens per split (a multiple of 64)
   size_t workspace_floats = 0;  // partial outputs, maxima and sums when num_splits > 1
+  // Pipelined and split: the merge counters it needs (one per sequence and KV head), zero
+  // before the launch and zero again after it.
+  int64_t split_counters = 0;
 };
 
 // `num_sms` sizes the split; the workspace never exceeds `max_workspace_floats` (fewer splits
@@ -98,8 +102,10 @@ void PreparePipelinedAttention(int max_shared_bytes);
 
 // Requires head_dim in {16, 32, 64, 128, 256}, num_heads a multiple of num_kv_heads, block_size
 // dividing kChunkTokens and per-group sizes that are multiples of 8 (CheckAttentionShape).
+// `workspace`: plan.workspace_floats floats; `split_counters`: plan.split_counters zeroed
+// counters (the kernel leaves them zeroed: allocate and zero them once).
 void LaunchPagedAttention(const AttnArgs& args, const AttnPlan& plan, float* workspace,
-                          cudaStream_t stream);
+                          unsigned* split_counters, cudaStream_t stream);
 
 // The kernels' arguments for backend.h's PagedAttention call `p` (the cache's layouts
 // included); `p`'s pointers as they are. Defined in cuda_backend.cc.

@@ -62,7 +62,8 @@ bool PipelinedAttentionCovers(const AttnArgs& a) {
 }
 
 int PipelinedSharedBytes(KvDType dtype, int head_dim) {
-  constexpr int kStaticBytes = 2 * sizeof(float) * kWarps * kPipelinedRows;  // red_m, red_l
+  // red_m, red_l and the merge flag (rounded up to 16 bytes).
+  constexpr int kStaticBytes = 2 * sizeof(float) * kWarps * kPipelinedRows + 16;
   return kStaticBytes + Dispatch(dtype, head_dim, [](auto dt, auto hd) {
            return Shape<decltype(dt), decltype(hd)>::kSharedBytes;
          });
@@ -97,7 +98,7 @@ int PipelinedAttentionBlocksPerSm(KvDType dtype, int head_dim) {
 }
 
 void LaunchPipelinedAttention(const AttnArgs& a, const AttnPlan& plan, float* tmp_out,
-                              float* tmp_ms, cudaStream_t stream) {
+                              float* tmp_ms, unsigned* split_counters, cudaStream_t stream) {
   // 16-byte copies of K / V rows and 4-byte copies of their parameters: a GPU faults on a
   // misaligned cp.async.
   CHECK(Aligned(a.k, 16) && Aligned(a.v, 16))
@@ -107,12 +108,14 @@ void LaunchPipelinedAttention(const AttnArgs& a, const AttnPlan& plan, float* tm
   CHECK(a.k_layout.row_bytes == RowBytes(a.k_layout.dtype, a.head_dim) &&
         a.v_layout.row_bytes == a.k_layout.row_bytes)
       << "pipelined attention: rows of " << a.k_layout.row_bytes << " bytes";
+  CHECK(plan.num_splits == 1 || split_counters != nullptr)
+      << "pipelined attention: a split launch needs its merge counters";
   const dim3 grid(1, a.num_kv_heads * plan.num_splits, a.num_seqs);
   Dispatch(a.k_layout.dtype, a.head_dim, [&](auto dt, auto hd) {
     using D = decltype(dt);
     using H = decltype(hd);
     LaunchKernel(Kernel<D, H>(), grid, kThreads, Shape<D, H>::kSharedBytes, stream, a, plan,
-                 tmp_out, tmp_ms);
+                 tmp_out, tmp_ms, split_counters);
   });
 }
 

@@ -20,7 +20,9 @@
 //   query's channels follow), and O^T's rows are a permutation of the channels undone at the
 //   store (VChannel).
 // - Each warp keeps its own online softmax over its 16 tokens of every tile; the four are merged
-//   at the end (CombineWarps), or written as the split's partial result.
+//   at the end (CombineWarps), or written as the split's partial result; the last block of a
+//   split sequence's KV head to finish merges the splits (MergeSplits), counted by a counter per
+//   (sequence, KV head) that is zero between launches.
 //
 // Shared memory rows are XOR-swizzled in 16-byte chunks (Swizzle) so that the warps' reads hit
 // distinct banks. Device code only; tests/kernels/attention_emulation_test.cc runs it on the
@@ -150,9 +152,71 @@ __device__ __forceinline__ TokenParam TokenParams(const uint8_t* params, int row
   }
 }
 
+// The split merge, fused: run by the last block of a (sequence, KV head) to finish its split,
+// once every split's partial result (CombineWarps: normalised row, maximum, sum) is visible.
+// Warp w merges rows w and w + kWarps side by side, its lanes over the channels (HD / 32
+// contiguous each, in 8-byte loads): first the splits' maximum (lanes over the splits),
+// then the rows weighted by exp(m_s - m)·sum_s, several splits' loads in flight at once. A
+// split that saw no token weighs 0 (its row is zeros). Loads bypass L1 (__ldcg): other SMs
+// wrote these.
+template <int HD>
+__device__ __forceinline__ void MergeSplits(const AttnArgs& a, int num_splits, int seq, int kvh,
+                                            int nrows, const float* tmp_out, const float* tmp_ms) {
+  constexpr int kPerLane = HD / 32;  // 2, 4 or 8 channels
+  constexpr int kRows = kPipelinedRows / kWarps;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = a.num_heads / a.num_kv_heads;
+  if (warp >= nrows) return;
+  const int rows = warp + kWarps < nrows ? 2 : 1;
+  int64_t base[kRows];
+  float m[kRows], total[kRows], acc[kRows][kPerLane];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int r = i < rows ? warp + i * kWarps : warp;  // a missing row repeats the first
+    const int j = r / group, head = kvh * group + r % group;
+    base[i] = ((static_cast<int64_t>(seq) * a.max_query_len + j) * a.num_heads + head) * num_splits;
+    m[i] = -INFINITY;
+    for (int s = lane; s < num_splits; s += 32) {
+      m[i] = fmaxf(m[i], __ldcg(tmp_ms + 2 * (base[i] + s)));
+    }
+    m[i] = WarpReduce(m[i], [](float x, float y) { return fmaxf(x, y); });
+    total[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) acc[i][k] = 0.0f;
+  }
+#pragma unroll 4
+  for (int s = 0; s < num_splits; ++s) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float2 ms = __ldcg(reinterpret_cast<const float2*>(tmp_ms) + base[i] + s);
+      const float w = ms.y > 0.0f ? __expf(ms.x - m[i]) * ms.y : 0.0f;
+      total[i] += w;
+      const float* row = tmp_out + (base[i] + s) * HD + lane * kPerLane;
+#pragma unroll
+      for (int k = 0; k < kPerLane; k += 2) {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(row + k));
+        acc[i][k] += w * v.x;
+        acc[i][k + 1] += w * v.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i >= rows) break;
+    const int r = warp + i * kWarps, j = r / group, head = kvh * group + r % group;
+    const int64_t out_at =
+        (static_cast<int64_t>(a.query_start[seq] + j) * a.num_heads + head) * HD + lane * kPerLane;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      StoreOut(a, out_at + k, total[i] > 0.0f ? acc[i][k] / total[i] : 0.0f);
+    }
+  }
+}
+
 template <KvDType DT, int HD>
 __global__ void __launch_bounds__(kThreads)
-    PagedAttentionPipelinedKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms) {
+    PagedAttentionPipelinedKernel(AttnArgs a, AttnPlan plan, float* tmp_out, float* tmp_ms,
+                                  unsigned* split_counters) {
   using S = PipelineShape<DT, HD>;
   using QK = QuantizedK<DT, HD>;
   // kStages stages; CombineWarps' input at the end. Declared as uint4: 16-byte aligned.
@@ -160,6 +224,7 @@ __global__ void __launch_bounds__(kThreads)
   uint8_t* const smem = reinterpret_cast<uint8_t*>(smem_words);
   KVSERVE_SHARED(float[kWarps][kPipelinedRows], red_m);
   KVSERVE_SHARED(float[kWarps][kPipelinedRows], red_l);
+  KVSERVE_SHARED(unsigned, merging);  // split: whether this block merges the splits
   constexpr bool kBf16 = DT == KvDType::kBf16;
   constexpr bool kQuant = S::kQuantized;
   constexpr int kSteps = HD / 16;  // k-steps of QK, m-tiles of PV
@@ -497,6 +562,23 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   CombineWarps<kPipelinedRows, HD>(a, plan, red, red_m, red_l, nrows, 0, tmp_out, tmp_ms);
+  if (plan.num_splits == 1) return;
+
+  // --- Split: the last of the (sequence, KV head)'s blocks to count itself in merges. Each
+  // thread's partial stores are made visible device-wide before the count (fence, barrier,
+  // atomic: the order CUDA's threadfence reduction uses); the last block resets the counter
+  // for the next launch (or graph replay) and fences again before reading the others'.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = split_counters + seq * a.num_kv_heads + kvh;
+    merging = atomicAdd(counter, 1u) == static_cast<unsigned>(plan.num_splits - 1);
+    if (merging) *counter = 0;
+  }
+  __syncthreads();
+  if (!merging) return;
+  __threadfence();
+  MergeSplits<HD>(a, plan.num_splits, seq, kvh, nrows, tmp_out, tmp_ms);
 }
 
 }  // namespace kvserve::kernels::cuda::attention

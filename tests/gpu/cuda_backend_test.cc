@@ -232,9 +232,12 @@ struct DevPool {
 // Writes every sequence's whole context through the CPU backend and the GPU backend (prefix
 // tokens first as one write, then the query tokens), then runs attention on both (unless
 // `attention` is false: the KV write's codes and scales only).
+// `replay`: the attention is also recorded into a CUDA graph and replayed twice, each replay
+// giving the eager output bit for bit (what a kernel keeps between launches, such as the
+// pipelined kernel's merge counters, must be left as it found it).
 void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const Shape& s,
                         std::mt19937& rng, double atol = 2e-5, double rtol = 2e-4,
-                        bool attention = true) {
+                        bool attention = true, bool replay = false) {
   SCOPED_TRACE(Describe(fc, s));
   // Scattered blocks: a shuffled pool, so no sequence reads consecutive blocks.
   const BatchLayout layout = LayOut(s, rng);
@@ -328,6 +331,21 @@ void CheckFormatOnShape(Backend& cpu, Backend& gpu, const FormatCase& fc, const 
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(got16[i], FloatToBf16(got[i])) << "bf16 output " << i;
     }
+    if (!replay) continue;
+    p.out = dout.get();
+    p.out16 = nullptr;
+    ASSERT_OK(gpu.BeginGraph());
+    gpu.PagedAttention(p);
+    ASSERT_OK_AND_ASSIGN(const int64_t graph, gpu.EndGraph());
+    const std::vector<float> nan(got.size(), std::nanf(""));
+    for (int round = 0; round < 2; ++round) {
+      gpu.Upload(dout.get(), nan.data(), sizeof(float) * nan.size());
+      ASSERT_TRUE(gpu.ReplayGraph(graph));
+      const std::vector<float> replayed = dout.Host();
+      ASSERT_EQ(0, std::memcmp(replayed.data(), got.data(), sizeof(float) * got.size()))
+          << "replay " << round << " differs from the eager run";
+    }
+    gpu.DropGraphs();
   }
 }
 
@@ -395,7 +413,8 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
 
 // The pipelined decode kernel (fp16 / bf16 and per-token quantized caches, head_dim 64 / 128 /
 // 256, at most 8 query rows per KV head) through the backend: its shared memory opted in, its
-// split plan from the measured occupancy, one wave and unsplit. Emulated on smaller shapes:
+// split plan from the measured occupancy, one wave and unsplit; split, replayed from a graph
+// (its merge counters zeroed again by every launch). Emulated on smaller shapes:
 // what it adds to attention_emulation_test is the backend's launch path.
 TEST_F(CudaBackendTest, PipelinedAttentionMatchesCpu) {
 #ifdef KVSERVE_CUDA_EMULATED
@@ -420,7 +439,7 @@ TEST_F(CudaBackendTest, PipelinedAttentionMatchesCpu) {
     if (fc.k.dtype != KvDType::kFp16 && fc.k.dtype != KvDType::kBf16 && !per_token) continue;
     const Tolerance tol = TensorCoreTolerance(fc.k.dtype);
     for (const Shape& s : shapes) {
-      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, tol.atol, tol.rtol);
+      CheckFormatOnShape(*cpu_, *split, fc, s, rng_, tol.atol, tol.rtol, true, /*replay=*/true);
       CheckFormatOnShape(*cpu_, *unsplit, fc, s, rng_, tol.atol, tol.rtol);
     }
   }

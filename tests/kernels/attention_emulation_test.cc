@@ -31,9 +31,11 @@ namespace {
 using cuda::AttnArgs;
 using cuda::AttnPlan;
 
-// The launch of LaunchPagedAttention, emulated: the plan's kernel, then the split merge.
+// The launch of LaunchPagedAttention, emulated: the plan's kernel, then the split merge (the
+// pipelined kernel's own, counting in `counters`).
 template <KvDType DT, int HD>
-void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& workspace) {
+void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& workspace,
+                 std::vector<unsigned>& counters) {
   namespace at = cuda::attention;
   float* tmp_out = workspace.data();
   float* tmp_ms = plan.num_splits > 1 ? workspace.data() + int64_t{a.num_seqs} * a.max_query_len *
@@ -45,11 +47,14 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
       // The launcher opts in to this much shared memory (PreparePipelinedAttention).
       emulation::Launch(
           grid, at::kThreads, at::PipelineShape<DT, HD>::kSharedBytes,
-          [&] { at::PagedAttentionPipelinedKernel<DT, HD>(a, plan, tmp_out, tmp_ms); },
+          [&] {
+            at::PagedAttentionPipelinedKernel<DT, HD>(a, plan, tmp_out, tmp_ms, counters.data());
+          },
           emulation::kMaxOptInSharedBytes);
     } else {
       FAIL() << "the pipelined kernel does not take this format or head_dim";
     }
+    return;
   } else if (plan.tensor_cores) {
     if constexpr (DT != KvDType::kFp32 && (HD == 64 || HD == 128)) {
       emulation::Launch(grid, at::kThreads, sizeof(float) * at::kWarps * 16 * HD, [&] {
@@ -77,20 +82,20 @@ void RunEmulated(const AttnArgs& a, const AttnPlan& plan, std::vector<float>& wo
 
 template <int HD>
 void RunEmulatedFor(KvDType dt, const AttnArgs& a, const AttnPlan& plan,
-                    std::vector<float>& workspace) {
+                    std::vector<float>& workspace, std::vector<unsigned>& counters) {
   switch (dt) {
     case KvDType::kFp32:
-      return RunEmulated<KvDType::kFp32, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kFp32, HD>(a, plan, workspace, counters);
     case KvDType::kFp16:
-      return RunEmulated<KvDType::kFp16, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kFp16, HD>(a, plan, workspace, counters);
     case KvDType::kBf16:
-      return RunEmulated<KvDType::kBf16, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kBf16, HD>(a, plan, workspace, counters);
     case KvDType::kFp8E4M3:
-      return RunEmulated<KvDType::kFp8E4M3, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kFp8E4M3, HD>(a, plan, workspace, counters);
     case KvDType::kInt8:
-      return RunEmulated<KvDType::kInt8, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kInt8, HD>(a, plan, workspace, counters);
     case KvDType::kInt4:
-      return RunEmulated<KvDType::kInt4, HD>(a, plan, workspace);
+      return RunEmulated<KvDType::kInt4, HD>(a, plan, workspace, counters);
   }
 }
 
@@ -173,22 +178,26 @@ void CheckFormatOnShape(Backend& cpu, const FormatCase& fc, const Shape& s, Kern
   if (min_splits > 0) {
     ASSERT_GE(plan.num_splits, min_splits);
   }
-  // NaN workspace, as a GPU's may hold: a split must not read what no block wrote.
+  ASSERT_EQ(plan.split_counters, pipelined && plan.num_splits > 1 ? num_seqs * s.kv_heads : 0);
+  // NaN workspace, as a GPU's may hold: a split must not read what no block wrote. The merge
+  // counters start zeroed and must be left so (the out16 run reuses them).
   std::vector<float> got(tokens * q_dim, std::nanf("")),
       workspace(plan.workspace_floats, std::nanf(""));
+  std::vector<unsigned> counters(plan.split_counters, 0);
   a.out = got.data();
   auto run = [&] {
     if (s.d == 16) {
-      RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace);
+      RunEmulatedFor<16>(fc.k.dtype, a, plan, workspace, counters);
     } else if (s.d == 32) {
-      RunEmulatedFor<32>(fc.k.dtype, a, plan, workspace);
+      RunEmulatedFor<32>(fc.k.dtype, a, plan, workspace, counters);
     } else if (s.d == 64) {
-      RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace);
+      RunEmulatedFor<64>(fc.k.dtype, a, plan, workspace, counters);
     } else if (s.d == 128) {
-      RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace);
+      RunEmulatedFor<128>(fc.k.dtype, a, plan, workspace, counters);
     } else {
-      RunEmulatedFor<256>(fc.k.dtype, a, plan, workspace);
+      RunEmulatedFor<256>(fc.k.dtype, a, plan, workspace, counters);
     }
+    for (const unsigned c : counters) ASSERT_EQ(c, 0u) << "a merge counter left set";
   };
   run();
   // SIMT: float32 arithmetic throughout, the GPU test's tolerances.
@@ -318,6 +327,19 @@ TEST(AttentionEmulationTest, ManySplitsMerge) {
     for (const Kernel k : {Kernel::kSimt, Kernel::kTensorCores, Kernel::kTensorCoresPrefetchK}) {
       CheckFormatOnShape(*cpu, fc, s, k, 16, rng, 17);
     }
+  }
+}
+
+// The pipelined kernel's own merge past one round of its 32 splits' weights a warp passes
+// round (36 and 9 splits), next to a sequence shorter than most splits start; GQA 8:1 fills
+// the block's 8 rows, two a warp.
+TEST(AttentionEmulationTest, PipelinedManySplitsMerge) {
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  std::mt19937 rng(23);
+  const Shape s{8, 1, 64, 16, {{9000, 1}, {2100, 1}, {70, 1}}};
+  for (const FormatCase& fc : PipelinedFormats()) {
+    if (fc.name != "bf16" && fc.name != "int4/per_token") continue;
+    CheckFormatOnShape(*cpu, fc, s, Kernel::kPipelined, 64, rng, 36, /*out16=*/true);
   }
 }
 

@@ -147,7 +147,13 @@ class Block {
   // orders catches a missing __syncthreads whichever way the data flows, as racing warps on a
   // GPU would. (A warp exchange is a barrier here; on a GPU it orders no memory: shared
   // memory read across lanes needs __syncwarp, which no kernel uses.)
+  // The reverse orders also run a grid's blocks last to first, so that a kernel whose blocks
+  // meet through global memory (the pipelined attention's split merge, done by whichever
+  // block finishes last) is run with each end of the grid finishing last.
   enum class Order { kForward, kReverse, kWarps, kWarpsReverse };
+  static bool BlocksInReverse() {
+    return ThreadOrder() == Order::kReverse || ThreadOrder() == Order::kWarpsReverse;
+  }
   static Order ThreadOrder() {
     static const Order order = [] {
       const char* v = std::getenv("KVSERVE_EMULATED_THREAD_ORDER");
@@ -432,7 +438,8 @@ class Block {
 };
 
 // Runs `body` (a call of the kernel with its arguments) as every thread of a grid of
-// `threads`-thread blocks, block by block. `shared_limit`: the dynamic shared memory a block
+// `threads`-thread blocks, block by block: first to last, or last to first in the reverse
+// thread orders (Block::BlocksInReverse). `shared_limit`: the dynamic shared memory a block
 // may use, 48 KiB unless the kernel opted in to more (up to kMaxOptInSharedBytes).
 // Launches from several host threads (tensor-parallel ranks) run one at a time.
 inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
@@ -453,10 +460,12 @@ inline void Launch(Index grid, int threads, size_t dynamic_shared_bytes,
   Block& b = Block::Get();
   grid_dim = grid;
   block_dim = {threads, 1, 1};
-  for (int z = 0; z < grid.z; ++z) {
-    for (int y = 0; y < grid.y; ++y) {
-      for (int x = 0; x < grid.x; ++x) {
-        block_idx = {x, y, z};
+  const bool reverse = Block::BlocksInReverse();
+  for (int zz = 0; zz < grid.z; ++zz) {
+    for (int yy = 0; yy < grid.y; ++yy) {
+      for (int xx = 0; xx < grid.x; ++xx) {
+        block_idx =
+            reverse ? Index{grid.x - 1 - xx, grid.y - 1 - yy, grid.z - 1 - zz} : Index{xx, yy, zz};
         b.SetDynamicShared(dynamic_shared_bytes, shared_limit);
         b.Run(threads, body);
         b.CheckDynamicShared();
