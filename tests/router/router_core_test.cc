@@ -155,8 +155,8 @@ TEST(RouterCoreTest, DnsDiscoveryAddsAndRemovesWorkers) {
 }
 
 TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
-  // Two other router replicas (played by this test) grant a recycle slot to both workers at
-  // the same moment; with --max-unavailable 1 this replica revokes one of the held grants
+  // Two other router replicas (played by this test) grant a recycle slot to both workers within
+  // each other's hold; with --max-unavailable 1 this replica revokes one of the held grants
   // (the later one), so exactly one worker recycles and the other returns to service.
   const std::vector<std::string> args = TinyWorkerArgs({"--recycle-grant-hold-ms", "1000"});
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
@@ -182,7 +182,18 @@ TEST(RouterCoreTest, ConcurrentGrantsFromTwoReplicasTakeOneWorkerDown) {
     return g;
   };
   ASSERT_OK(c0.Send(grant(i0, "replica-a")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // w1's grant only once w0 holds its own (out of rotation here): "later" is the time each
+  // worker took its grant, and a busy machine may delay w0's process past a fixed gap.
+  const auto w0_down = [&] {
+    for (const WorkerInfo& w : core.Workers()) {
+      if (w.name == "w0") return !w.eligible;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && !w0_down(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(w0_down()) << "w0 did not take its grant";
   ASSERT_OK(c1.Send(grant(i1, "replica-b")));
   // w1 (the later grant) is revoked and back in rotation well before its hold would end;
   // w0 commits and comes back as a new instance.
