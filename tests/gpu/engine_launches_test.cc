@@ -16,16 +16,26 @@
 namespace kvserve::worker {
 namespace {
 
+// A decode step to count: the model's depth and weights, CUDA graphs, tensor parallelism, the
+// prompt's length and the attention kernel.
+struct StepCase {
+  int layers = 1;
+  std::string dtype = "bfloat16";
+  int graph_max_batch = 0;
+  int tp = 1;
+  int prompt = 20;
+  AttentionKernel attention = AttentionKernel::kSimt;
+};
+
 // Launches of the first decode step of one sequence (with graphs, a replay of the graph
 // recorded at start-up), summed over the tensor-parallel ranks. (The
 // emulated NCCL's collectives are not counted; on a GPU each is a kernel of its own.)
-int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_batch = 0,
-                           int tp = 1) {
+int64_t DecodeStepLaunches(const StepCase& c) {
   const std::string dir = kvserve::testing::MakeTempDir() + "/model";
   RandomModelOptions o;
   o.vocab = 512;
   o.hidden = 256;
-  o.layers = layers;
+  o.layers = c.layers;
   o.heads = 4;
   o.kv_heads = 2;
   o.intermediate = 512;
@@ -34,19 +44,28 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_b
   EngineConfig config;
   config.model_dir = dir;
   config.backend.device = Device::kCuda;
-  config.dtype = *ParseWeightDtype(dtype);
-  config.cache.num_blocks = 16;
-  config.max_model_len = 128;
-  config.backend.cuda_graph_max_batch = graph_max_batch;
-  config.parallel.tensor_parallel_size = tp;
+  config.backend.attention_kernel = c.attention;
+  config.dtype = *ParseWeightDtype(c.dtype);
+  config.cache.num_blocks = 32;
+  config.max_model_len = 512;
+  config.backend.cuda_graph_max_batch = c.graph_max_batch;
+  config.parallel.tensor_parallel_size = c.tp;
   auto engine = testing::MakeEngine(config);
-  EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(20, 7), 8)));
+  EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(c.prompt, 7), 8)));
   EXPECT_OK(engine->Step().status());  // the prompt
   const int64_t before = emulation::LaunchCount();
   const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());
-  EXPECT_EQ(engine->stats().graph_steps - graph_steps, graph_max_batch > 0 ? 1 : 0);
+  EXPECT_EQ(engine->stats().graph_steps - graph_steps, c.graph_max_batch > 0 ? 1 : 0);
   return emulation::LaunchCount() - before;
+}
+
+// Launches per layer: a two-layer model's step less a one-layer model's.
+int64_t PerLayer(StepCase c) {
+  c.layers = 1;
+  const int64_t one = DecodeStepLaunches(c);
+  c.layers = 2;
+  return DecodeStepLaunches(c) - one;
 }
 
 // Per layer with 16-bit weights: RMSNorm (writing the Gemm's bf16 input), QKV Gemm, RoPE over q
@@ -54,7 +73,7 @@ int64_t DecodeStepLaunches(int layers, const std::string& dtype, int graph_max_b
 // (writing bf16), down Gemm. Before the norms, attention and the activation wrote bf16 and
 // RoPE covered q and k in one launch, it was 15.
 TEST(EngineLaunchesTest, TenKernelsPerLayerWithBf16Weights) {
-  const int64_t one = DecodeStepLaunches(1, "bfloat16"), two = DecodeStepLaunches(2, "bfloat16");
+  const int64_t one = DecodeStepLaunches({.layers = 1}), two = DecodeStepLaunches({.layers = 2});
   std::printf("bf16 weights: %lld launches per decode step with 1 layer, %lld with 2\n",
               static_cast<long long>(one), static_cast<long long>(two));
   EXPECT_EQ(two - one, 10);
@@ -62,15 +81,26 @@ TEST(EngineLaunchesTest, TenKernelsPerLayerWithBf16Weights) {
 
 // float32 weights need no rounding: the same 10.
 TEST(EngineLaunchesTest, TenKernelsPerLayerWithFloat32Weights) {
-  const int64_t one = DecodeStepLaunches(1, "float32"), two = DecodeStepLaunches(2, "float32");
-  EXPECT_EQ(two - one, 10);
+  EXPECT_EQ(PerLayer({.dtype = "float32"}), 10);
+}
+
+// A context split over several thread blocks (300 tokens: 2 splits on the emulated 132 SMs)
+// needs its splits merged: by a kernel of its own after the tensor-core kernel (11 per layer),
+// by the last block of each KV head inside the pipelined kernel (10, as unsplit).
+TEST(EngineLaunchesTest, PipelinedAttentionMergesItsSplitsWithoutALaunch) {
+  const int64_t tc = PerLayer({.prompt = 300, .attention = AttentionKernel::kTensorCores});
+  const int64_t pl = PerLayer({.prompt = 300, .attention = AttentionKernel::kPipelined});
+  std::printf("split decode step: %lld launches per layer (tensor cores), %lld (pipelined)\n",
+              static_cast<long long>(tc), static_cast<long long>(pl));
+  EXPECT_EQ(tc, 11);
+  EXPECT_EQ(pl, 10);
 }
 
 // With graphs: one launch for the model (embedding to logits), one for greedy sampling and one
 // for the logprobs the request asks for, at any depth.
 TEST(EngineLaunchesTest, AGraphStepIsThreeLaunchesAtAnyDepth) {
-  const int64_t one = DecodeStepLaunches(1, "bfloat16", 8);
-  const int64_t two = DecodeStepLaunches(2, "bfloat16", 8);
+  const int64_t one = DecodeStepLaunches({.layers = 1, .graph_max_batch = 8});
+  const int64_t two = DecodeStepLaunches({.layers = 2, .graph_max_batch = 8});
   std::printf("with CUDA graphs: %lld launches per decode step with 1 layer, %lld with 2\n",
               static_cast<long long>(one), static_cast<long long>(two));
   EXPECT_EQ(one, 3);
@@ -81,8 +111,8 @@ TEST(EngineLaunchesTest, AGraphStepIsThreeLaunchesAtAnyDepth) {
 // all-gather inside), and rank 0 draws: 4 launches at TP=2, against 10 kernels per layer and
 // rank (and 2 collectives per layer) eagerly.
 TEST(EngineLaunchesTest, AGraphStepIsOneLaunchPerRankWithTensorParallelism) {
-  const int64_t eager = DecodeStepLaunches(2, "bfloat16", 0, 2);
-  const int64_t graphs = DecodeStepLaunches(2, "bfloat16", 8, 2);
+  const int64_t eager = DecodeStepLaunches({.layers = 2, .tp = 2});
+  const int64_t graphs = DecodeStepLaunches({.layers = 2, .graph_max_batch = 8, .tp = 2});
   std::printf("TP=2, 2 layers: %lld launches per decode step eagerly, %lld with CUDA graphs\n",
               static_cast<long long>(eager), static_cast<long long>(graphs));
   EXPECT_EQ(graphs, 4);
