@@ -164,6 +164,7 @@ __device__ __forceinline__ void MergeSplits(const AttnArgs& a, int num_splits, i
                                             int nrows, const float* tmp_out, const float* tmp_ms) {
   constexpr int kPerLane = HD / 32;  // 2, 4 or 8 channels
   constexpr int kRows = kPipelinedRows / kWarps;
+  static_assert(kRows == 2, "rows w and w + kWarps per warp");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = a.num_heads / a.num_kv_heads;
   if (warp >= nrows) return;
