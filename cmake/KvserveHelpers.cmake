@@ -31,8 +31,8 @@ function(kvserve_cc_test)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   target_compile_options(${ARG_NAME} PRIVATE ${KVSERVE_WARNINGS})
-  target_compile_definitions(${ARG_NAME} PRIVATE
-      KVSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  # The source tree reaches tests through the environment (tests/testing/paths.h), not a macro:
+  # an absolute path compiled into every test would make each clone's objects differ (ccache).
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)

