@@ -108,6 +108,7 @@ absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlActi
 }
 
 void RouterCore::Loop() {
+  KVSERVE_CHECK_THREAD(core_thread_);
   while (!stop_) {
     if (discovery_ != nullptr) {
       if (std::optional<std::vector<WorkerEndpoint>> found = discovery_->TakeIfChanged()) {
@@ -149,6 +150,7 @@ RouterCore::Inbox RouterCore::TakeInbox() {
 }
 
 void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction>>& controls) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   for (const auto& [w, action] : controls) {
     pb::Control c;
     c.set_action(action);
@@ -159,6 +161,7 @@ void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction
 }
 
 void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   for (const std::string& id : aborts) {
     auto it = inflight_.find(id);
     if (it == inflight_.end()) {  // still waiting for a worker, or already ended
@@ -177,6 +180,7 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
 }
 
 void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   auto it = inflight_.find(r.request_id());
   if (it == inflight_.end() || it->second.worker != worker) return;  // a moved request's old one
   if (!InSequence(it->first, it->second, r)) {
@@ -206,6 +210,7 @@ void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
 
 bool RouterCore::InSequence(const std::string& request_id, Placed& p,
                             const pb::GenerateResponse& r) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   if (r.seq() == p.next_seq) {
     ++p.next_seq;
     return true;
@@ -231,6 +236,7 @@ bool RouterCore::InSequence(const std::string& request_id, Placed& p,
 }
 
 void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   int eligible = 0;
   for (const WorkerView& v : views) eligible += v.eligible ? 1 : 0;
   if (eligible != eligible_.load() || static_cast<int>(views.size()) != known_.load()) {
@@ -242,6 +248,7 @@ void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {
 
 // Recycle slots, from the states the workers themselves publish (router/recycle_coordinator.h).
 void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   std::vector<RecycleView> workers;
   for (const WorkerView& v : views) {
     RecycleView w{.id = v.id, .name = v.name, .eligible = v.eligible};
@@ -282,6 +289,7 @@ void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
 }
 
 void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   std::vector<Move> moves;
   for (auto it = inflight_.begin(); it != inflight_.end();) {
     const Placed& p = it->second;
@@ -311,9 +319,10 @@ void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
 
 void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
                             std::vector<Move>& moves) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   index_.ForgetRouted(p.worker, p.hashes);  // it leaves that worker, or fails
   if (CanMove(p)) {
-    moves.push_back({p.job, p.attempts + 1, p.worker});
+    moves.push_back({.job = p.job, .attempts = p.attempts + 1, .from = p.worker});
     ++moved_;
     return;
   }
@@ -321,11 +330,13 @@ void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl
 }
 
 void RouterCore::PlaceMoves(std::vector<Move>& moves) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   for (Move& m : moves) Place(m.job, m.attempts, m.from);
   moves.clear();
 }
 
 void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   absl::flat_hash_map<std::string, int> active;
   for (const WorkerView& v : pool_->Views()) active[v.name] = v.id;
   absl::flat_hash_map<std::string, const WorkerEndpoint*> wanted;
@@ -354,6 +365,7 @@ void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
 }
 
 absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
+  KVSERVE_CHECK_THREAD(core_thread_);
   // Each request in flight counts for the blocks it will hold.
   absl::flat_hash_map<int, Load> load;
   for (const auto& [id, placed] : inflight_) {
@@ -369,12 +381,14 @@ absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
 }
 
 int RouterCore::InflightLimit(int w) const {
+  KVSERVE_CHECK_THREAD(core_thread_);
   if (options_.max_inflight_per_worker > 0) return options_.max_inflight_per_worker;
   const pb::WorkerStatus* st = pool_->status(w);
   return st != nullptr ? std::max(0, st->max_num_seqs()) : 0;
 }
 
 void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   std::vector<WorkerInfo> info;
   absl::flat_hash_map<int, Load> inflight = InflightLoad();
   for (const WorkerView& v : views) {
@@ -426,7 +440,8 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
 }
 
 void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclude) {
-  Move move{job, attempts, exclude};
+  KVSERVE_CHECK_THREAD(core_thread_);
+  Move move{.job = job, .attempts = attempts, .from = exclude};
   // A new request waits behind those already waiting; one that moves came before them.
   const bool moves = attempts > 1;
   if (!queue_.empty() && !moves) return Enqueue(std::move(move), /*front=*/false);
@@ -444,6 +459,7 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
 }
 
 void RouterCore::Enqueue(Move move, bool front) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     if (options_.metrics != nullptr) options_.metrics->CountRejected("queue_full");
     move.job->on_response(ErrorResponse(
@@ -463,6 +479,7 @@ void RouterCore::Enqueue(Move move, bool front) {
 }
 
 void RouterCore::PlaceQueued() {
+  KVSERVE_CHECK_THREAD(core_thread_);
   if (queue_.empty()) return;
   while (!queue_.empty()) {
     const Waiting& w = queue_.front();
@@ -478,6 +495,7 @@ void RouterCore::PlaceQueued() {
 }
 
 void RouterCore::ExpireWaits() {
+  KVSERVE_CHECK_THREAD(core_thread_);
   const auto now = std::chrono::steady_clock::now();
   const auto max_wait =
       std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.max_queue_wait));
@@ -523,6 +541,7 @@ void RouterCore::ExpireWaits() {
 
 RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int attempts,
                                            int exclude) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   std::vector<WorkerView> views = pool_->Views();
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
   // a request would look busy. The worker that just failed this request is not eligible, nor
@@ -575,8 +594,11 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     return Placement::kFailed;
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
-  inflight_[id] = Placed{
-      d->worker, job, false, attempts, st != nullptr ? st->instance_id() : 0, std::move(hashes)};
+  inflight_[id] = Placed{.worker = d->worker,
+                         .job = job,
+                         .attempts = attempts,
+                         .instance_id = st != nullptr ? st->instance_id() : 0,
+                         .hashes = std::move(hashes)};
   return Placement::kPlaced;
 }
 

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "common/thread_checker.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
 #include "router/prefix_index.h"
@@ -165,29 +166,36 @@ class RouterCore {
   // Steps of one turn of the core loop.
   void Loop();
   Inbox TakeInbox() ABSL_LOCKS_EXCLUDED(mu_);
-  void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls);
-  void SendAborts(const std::vector<std::string>& aborts);
-  void HandleResponse(int worker, const kvserve::v1::GenerateResponse& r);
+  void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void SendAborts(const std::vector<std::string>& aborts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void HandleResponse(int worker, const kvserve::v1::GenerateResponse& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Whether `r` is the reply `p` expects next; if not (one was lost or repeated on the link),
   // ends the request with an error, aborts it on the worker and counts the gap.
-  bool InSequence(const std::string& request_id, Placed& p, const kvserve::v1::GenerateResponse& r);
-  void UpdateReadiness(const std::vector<WorkerView>& views);
-  void Coordinate(const std::vector<WorkerView>& views);
+  bool InSequence(const std::string& request_id, Placed& p, const kvserve::v1::GenerateResponse& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void UpdateReadiness(const std::vector<WorkerView>& views)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void Coordinate(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Moves or fails the requests of workers that stopped responding or restarted.
-  void RescueLost(const std::vector<WorkerView>& views);
+  void RescueLost(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
 
   // Places the job, or queues it when every ready worker is at its limit (at the queue's front
   // for a request that moves: it came first).
-  void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1);
+  void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // kFull: no ready worker has room (nothing was done); kFailed: the job was ended with an error.
-  Placement TryPlace(const std::shared_ptr<Job>& job, int attempts, int exclude);
-  void Enqueue(Move move, bool front);
+  Placement TryPlace(const std::shared_ptr<Job>& job, int attempts, int exclude)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void Enqueue(Move move, bool front) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Places queued requests in order while workers have room.
-  void PlaceQueued();
+  void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Ends queued requests that waited too long and requests past their deadline.
-  void ExpireWaits();
+  void ExpireWaits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // The most sequences worker `w` takes at once (0: no limit).
-  [[nodiscard]] int InflightLimit(int w) const;
+  [[nodiscard]] int InflightLimit(int w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Whether `p` may be placed again: nothing of it streamed and it has placements left.
   [[nodiscard]] static bool CanMove(const Placed& p) {
     return !p.started && p.attempts < kMaxPlacementAttempts;
@@ -195,14 +203,16 @@ class RouterCore {
   // Queues `p` to move when CanMove, else ends it with Unavailable `why`. The caller erases it
   // from inflight_ and places the moves once done iterating.
   void MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
-                  std::vector<Move>& moves);
-  void PlaceMoves(std::vector<Move>& moves);
-  void PublishInfo(const std::vector<WorkerView>& views) ABSL_LOCKS_EXCLUDED(info_mu_);
+                  std::vector<Move>& moves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void PlaceMoves(std::vector<Move>& moves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void PublishInfo(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_)
+      ABSL_LOCKS_EXCLUDED(info_mu_);
   // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests
   // that had not started move to other workers, started ones end with an error).
-  void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints);
+  void SyncWorkers(const std::vector<WorkerEndpoint>& endpoints)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // What each worker's in-flight requests will hold, from the router's own books.
-  absl::flat_hash_map<int, Load> InflightLoad() const;
+  absl::flat_hash_map<int, Load> InflightLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
 
   // Wakes the core loop from its poll (an eventfd): new work for it came in.
   void Wake();
@@ -211,18 +221,23 @@ class RouterCore {
   RouterOptions options_;
   int wake_fd_ = -1;  // an eventfd, written by Wake, polled and read by the core loop
 
-  // Owned by the core thread (Loop and what it calls).
-  zmq::context_t ctx_;
-  PrefixIndex index_;
-  std::unique_ptr<WorkerPool> pool_;
-  std::unique_ptr<DnsDiscovery> discovery_;
-  absl::flat_hash_map<std::string, Placed> inflight_;
-  std::deque<Waiting> queue_;
-  absl::flat_hash_set<std::string> revoked_;  // RevokeKey of each revoke sent
+  // Owned by the core thread (Loop and what it calls; the constructor fills the pool before
+  // Start). Checked: core_thread_ binds to the thread that first runs Loop, and every method
+  // that touches this state checks it (common/thread_checker.h).
+  ThreadChecker core_thread_{"router core"};
+  zmq::context_t ctx_;  // thread-safe (ZeroMQ); its sockets are the pool's
+  PrefixIndex index_ ABSL_GUARDED_BY(core_thread_);
+  std::unique_ptr<WorkerPool> pool_ ABSL_GUARDED_BY(core_thread_);
+  std::unique_ptr<DnsDiscovery> discovery_ ABSL_GUARDED_BY(core_thread_);
+  absl::flat_hash_map<std::string, Placed> inflight_ ABSL_GUARDED_BY(core_thread_);
+  std::deque<Waiting> queue_ ABSL_GUARDED_BY(core_thread_);
+  // RevokeKey of each revoke sent.
+  absl::flat_hash_set<std::string> revoked_ ABSL_GUARDED_BY(core_thread_);
   // Workers this replica granted a recycle slot, and when: until their heartbeats show it.
-  absl::flat_hash_map<int, std::chrono::steady_clock::time_point> grants_in_flight_;
-  std::chrono::steady_clock::time_point last_info_;
-  uint64_t round_robin_ = 0;
+  absl::flat_hash_map<int, std::chrono::steady_clock::time_point> grants_in_flight_
+      ABSL_GUARDED_BY(core_thread_);
+  std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
+  uint64_t round_robin_ ABSL_GUARDED_BY(core_thread_) = 0;
 
   // Read by any thread.
   std::thread thread_;

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                                        const RunnerTestHooks& hooks) {
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Engine> e(new Engine());
+  KVSERVE_CHECK_THREAD(e->engine_thread_);
   e->config_ = config;
   if (config.seed) e->seeds_.seed(*config.seed);
   if (e->config_.model_id.empty()) {
@@ -75,10 +76,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& confi
                                    .weight_type = e->runner_config_.weight_type,
                                    .num_blocks = e->num_blocks_,
                                    .max_model_len = e->max_model_len_});
+  e->engine_thread_.Detach();  // the engine thread is whichever calls it next
   return e;
 }
 
 absl::Status Engine::Plan() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   ASSIGN_OR_RETURN(model_config_, LoadHfConfig(config_.ConfigPath()));
   RETURN_IF_ERROR(ModelRunner::CheckDevices(config_.backend, config_.parallel));
   RETURN_IF_ERROR(config_.ValidateForModel(model_config_));
@@ -116,6 +119,7 @@ absl::Status Engine::Plan() {
 }
 
 absl::Status Engine::StartRunner(const RunnerTestHooks& hooks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   ASSIGN_OR_RETURN(runner_, ModelRunner::Create(runner_config_, hooks));
   num_blocks_ = runner_->num_blocks();
   RETURN_IF_ERROR(CheckPoolHoldsLongestSequence(config_, pools_, num_blocks_, max_model_len_));
@@ -124,6 +128,7 @@ absl::Status Engine::StartRunner(const RunnerTestHooks& hooks) {
 }
 
 void Engine::StartScheduler() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   const CacheConfig& c = config_.cache;
   kv_ = std::make_unique<KvCacheManager>(KvPoolOptions{
       num_blocks_, c.block_size, c.enable_prefix_caching, pools_.host_blocks, c.host_prefix_cache});
@@ -133,6 +138,7 @@ void Engine::StartScheduler() {
 }
 
 absl::Status Engine::Validate(const RequestInput& in) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   if (in.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
   if (requests_.contains(in.request_id)) {
     return absl::AlreadyExistsError(
@@ -186,6 +192,7 @@ absl::Status Engine::Validate(const RequestInput& in) const {
 }
 
 absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   const int vocab = model_config_.vocab_size;
   auto in_vocab = [&](int32_t id, absl::string_view what) {
     return id >= 0 && id < vocab
@@ -223,6 +230,7 @@ absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens
 }
 
 absl::Status Engine::AddRequest(RequestInput input) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   RETURN_IF_ERROR(Validate(input));
   auto req = std::make_unique<Request>();
   if (input.constraint) {
@@ -265,6 +273,7 @@ absl::Status Engine::AddRequest(RequestInput input) {
 }
 
 absl::Status Engine::Abort(const std::string& request_id) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) {
     return absl::NotFoundError(absl::StrCat("no request '", request_id, "' in flight"));
@@ -277,6 +286,7 @@ absl::Status Engine::Abort(const std::string& request_id) {
 }
 
 void Engine::UpdateHashes(Sequence& seq) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   const int bs = config_.cache.block_size;
   while (static_cast<int>(seq.block_hashes.size() + 1) * bs <= seq.num_tokens()) {
     const size_t i = seq.block_hashes.size();
@@ -287,6 +297,7 @@ void Engine::UpdateHashes(Sequence& seq) {
 }
 
 void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   const RequestInput& in = seq.request->input;
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
@@ -308,6 +319,7 @@ void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logp
 }
 
 bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   CompiledConstraint& c = *seq.request->constraint;
   seq.constraint_state = constraints_->Advance(c, seq.constraint_state, token);
   // Only a token the mask allowed is drawn, so the state stays alive; a dead one (a stop id
@@ -319,6 +331,7 @@ bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
 }
 
 void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   Sequence& first = *req.sequences[0];
   for (int i = 1; i < req.input.sampling.n; ++i) {
     auto child = std::make_unique<Sequence>();
@@ -343,6 +356,7 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
 }
 
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   StepPlan plan = Schedule();
   AttachMaskFill(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
@@ -357,12 +371,14 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
 }
 
 StepPlan Engine::Schedule() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   Scheduler::Output chosen = scheduler_->Schedule();
   return BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(), config_.cache.block_size,
                        eos_ids_);
 }
 
 void Engine::AttachMaskFill(StepPlan& plan) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   struct Late {
     int32_t offset;  // in mask_words
     Sequence* seq;
@@ -374,6 +390,7 @@ void Engine::AttachMaskFill(StepPlan& plan) {
   }
   if (late.empty()) return;
   plan.batch.fill_masks = [this, late = std::move(late)](std::vector<uint32_t>& words) {
+    KVSERVE_CHECK_THREAD(engine_thread_);  // rank 0 runs it, on the engine thread
     for (const Late& l : late) {
       Sequence& seq = *l.seq;
       seq.allowed_mask = constraints_->Mask(*seq.request->constraint, seq.constraint_state);
@@ -386,6 +403,7 @@ void Engine::AttachMaskFill(StepPlan& plan) {
 
 std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,
                                                      const ForwardOutput& out) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   ++counters_.steps;
   counters_.graph_steps += out.graph ? 1 : 0;
   for (const auto& [seq, n] : plan.scheduled) {
@@ -401,6 +419,7 @@ std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,
 }
 
 void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   Sequence& seq = *use.seq;
   Request& req = *seq.request;
   if (use.host_row >= 0) {  // a prompt position's logits, kept for the request's last output
@@ -426,6 +445,7 @@ void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
 }
 
 std::vector<SequenceOutput> Engine::CollectOutputs() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   std::vector<SequenceOutput> outs;
   std::vector<std::string> done;
   for (auto& [id, req] : requests_) {
@@ -473,6 +493,7 @@ std::vector<SequenceOutput> Engine::CollectOutputs() {
 }
 
 EngineStats Engine::stats() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   EngineStats s = counters_;
   const Constraints::Counters& cc = constraints_->counters();
   s.constraints_compiled = cc.compiled;
@@ -514,6 +535,7 @@ EngineStats Engine::stats() const {
 }
 
 Engine::KvUsage Engine::kv_usage() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   KvUsage u;
   absl::flat_hash_map<int, int> filled;  // device block -> tokens in it
   for (const auto& [id, req] : requests_) {
@@ -534,6 +556,7 @@ Engine::KvUsage Engine::kv_usage() const {
 }
 
 void Engine::ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   kv_->pool().ForEachCached([&](const BlockHash& h) { fn(h, Medium::kDevice); });
   if (const BlockPool* host = kv_->host_pool()) {
     host->ForEachCached([&](const BlockHash& h) { fn(h, Medium::kHost); });
@@ -541,6 +564,7 @@ void Engine::ForEachCachedBlock(const std::function<void(const BlockHash&, Mediu
 }
 
 std::vector<std::string> Engine::AbortAll() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   std::vector<std::string> ids;
   for (const auto& [id, req] : requests_) ids.push_back(id);
   for (const std::string& id : ids) Abort(id).IgnoreError();
@@ -548,6 +572,7 @@ std::vector<std::string> Engine::AbortAll() {
 }
 
 bool Engine::Started(const std::string& request_id) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return true;
   return it->second->sequences[0]->status != SeqStatus::kWaiting ||
@@ -555,6 +580,7 @@ bool Engine::Started(const std::string& request_id) const {
 }
 
 absl::Status Engine::TEST_CheckInvariants() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   std::vector<const Sequence*> live;
   for (const auto& [id, req] : requests_) {
     for (const auto& seq : req->sequences) {

@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/kv_format.h"
+#include "common/thread_checker.h"
 #include "kernels/backend.h"
 #include "worker/constraints.h"
 #include "worker/engine_config.h"
@@ -100,17 +102,29 @@ class Engine {
   // new tokens of every sample that has some, and the finished ones. An error means the model
   // runner failed; the engine cannot step again.
   absl::StatusOr<std::vector<SequenceOutput>> Step();
-  [[nodiscard]] bool HasWork() const { return !requests_.empty(); }
+  [[nodiscard]] bool HasWork() const {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return !requests_.empty();
+  }
   // Loads what structured outputs need (the vocabulary trie) now rather than on the first
   // constrained request; an error says they are unavailable (no usable tokenizer).
-  absl::Status PreloadConstraints() { return constraints_->LoadVocabulary(); }
+  absl::Status PreloadConstraints() {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return constraints_->LoadVocabulary();
+  }
   // Whether a request has been scheduled at least once (queue-time metrics). Unknown or
   // finished ids count as started.
   [[nodiscard]] bool Started(const std::string& request_id) const;
+  // Hands the engine to another thread: the next call binds it (common/thread_checker.h).
+  // Any thread, while no call of the engine is in progress.
+  void HandOver() { engine_thread_.Detach(); }
 
   // Every change to the set of cached blocks from now on goes to `listener` (null: none), which
   // must outlive the engine or the next call.
-  void SetKvEventListener(KvEventListener* listener) { kv_->set_event_listener(listener); }
+  void SetKvEventListener(KvEventListener* listener) {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    kv_->set_event_listener(listener);
+  }
   // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
 
@@ -130,46 +144,62 @@ class Engine {
   [[nodiscard]] int max_model_len() const { return max_model_len_; }
   [[nodiscard]] int num_blocks() const { return num_blocks_; }
   // The model runner: its ranks' weights, backends and KV pools (benchmarks and tests read them).
-  [[nodiscard]] ModelRunner& runner() { return *runner_; }
+  [[nodiscard]] ModelRunner& runner() {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return *runner_;
+  }
 
   // Test hooks: not for serving.
   [[nodiscard]] absl::Status TEST_CheckInvariants() const;  // every live sequence's blocks
-  bool TEST_ForcePreemption() { return scheduler_->PreemptOne(); }
-  [[nodiscard]] const KvCacheManager& TEST_kv_cache() const { return *kv_; }
+  bool TEST_ForcePreemption() {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return scheduler_->PreemptOne();
+  }
+  [[nodiscard]] const KvCacheManager& TEST_kv_cache() const {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return *kv_;
+  }
 
  private:
   Engine() = default;
   // Steps of Create: read the model's config and plan what the runner builds (KV formats,
   // pools, its configuration, the EOS ids); build the runner (weights, pools, graphs); then the
   // KV cache manager and the scheduler over its pool.
-  absl::Status Plan();
-  absl::Status StartRunner(const RunnerTestHooks& hooks);
-  void StartScheduler();
+  absl::Status Plan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  absl::Status StartRunner(const RunnerTestHooks& hooks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void StartScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   // The step contract (vLLM's scheduler interface): Schedule() picks the sequences and builds
   // the batch; UpdateFromOutput() applies the model's output to them and reports.
-  StepPlan Schedule();
+  StepPlan Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Gives the batch the masks it left to compute (sequences in a constraint state met for the
   // first time): rank 0 computes them once the forward pass is queued, so that a device runs
   // it meanwhile (sequences and constraints are the engine thread's, which waits for the step).
-  void AttachMaskFill(StepPlan& plan);
-  std::vector<SequenceOutput> UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out);
+  void AttachMaskFill(StepPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  std::vector<SequenceOutput> UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Parts of UpdateFromOutput: the tokens each row drew, then the outputs and retirements.
-  void ApplyRow(const RowUse& use, const ForwardOutput& out);
-  std::vector<SequenceOutput> CollectOutputs();
+  void ApplyRow(const RowUse& use, const ForwardOutput& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  std::vector<SequenceOutput> CollectOutputs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
-  absl::Status Validate(const RequestInput& in) const;
+  absl::Status Validate(const RequestInput& in) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The logits adjustments' parameters: ranges, and ids inside the vocabulary.
-  absl::Status ValidateAdjustments(const SamplingParams& s, int max_tokens) const;
-  void UpdateHashes(Sequence& seq);
+  absl::Status ValidateAdjustments(const SamplingParams& s, int max_tokens) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void UpdateHashes(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // `logprobs`: the token's, when the request wants them (else null).
-  void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs);
+  void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Moves the sequence's constraint past `token`; whether the constraint is then complete (or
   // broken): the sequence ends.
-  bool AdvanceConstraint(Sequence& seq, int32_t token);
+  bool AdvanceConstraint(Sequence& seq, int32_t token)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Makes the request's n - 1 further samples and appends the first token to each;
   // tokens[i] is sample i's (drawn with seed rng_seed + i), logprobs[i] its logprobs (or null).
-  void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs);
+  void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   // Constant after Create.
   EngineConfig config_;
@@ -183,16 +213,20 @@ class Engine {
   std::string preflight_;
   GraphRecording graph_recording_;
 
-  // Owned by the engine thread.
-  std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<KvCacheManager> kv_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Constraints> constraints_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
-  int64_t next_arrival_ = 0;
-  std::mt19937_64 seeds_;  // requests' seeds under --seed (EngineConfig::seed)
-  int64_t next_seq_id_ = 0;
-  EngineStats counters_;
+  // Owned by the engine thread: the first thread that calls the engine after Create (Create
+  // hands it over), checked by every method (common/thread_checker.h).
+  ThreadChecker engine_thread_{"engine"};
+  std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(engine_thread_);
+  std::unique_ptr<KvCacheManager> kv_ ABSL_GUARDED_BY(engine_thread_);
+  std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(engine_thread_);
+  std::unique_ptr<Constraints> constraints_ ABSL_GUARDED_BY(engine_thread_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_
+      ABSL_GUARDED_BY(engine_thread_);
+  int64_t next_arrival_ ABSL_GUARDED_BY(engine_thread_) = 0;
+  // Requests' seeds under --seed (EngineConfig::seed).
+  std::mt19937_64 seeds_ ABSL_GUARDED_BY(engine_thread_);
+  int64_t next_seq_id_ ABSL_GUARDED_BY(engine_thread_) = 0;
+  EngineStats counters_ ABSL_GUARDED_BY(engine_thread_);
 };
 
 }  // namespace kvserve::worker
