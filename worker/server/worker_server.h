@@ -17,6 +17,10 @@
 //
 // Drain (Control DRAIN, SIGTERM or a granted recycle): accept nothing new, finish in-flight
 // requests (aborted with a reason after --drain-timeout), publish all-cleared, return.
+//
+// The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
+// (requests in, replies out), worker_events.cc (KV events), worker_liveness.cc (heartbeats,
+// metrics), worker_drain.cc (control, drain, recycle); wire.h converts the messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 #define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 
@@ -28,10 +32,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/curve.h"
+#include "common/thread_checker.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
@@ -94,7 +100,10 @@ class WorkerServer : private KvEventListener {
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
   // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).
-  [[nodiscard]] const std::string& drain_reason() const { return drain_reason_; }
+  [[nodiscard]] const std::string& drain_reason() const {
+    KVSERVE_CHECK_THREAD(loop_thread_);
+    return drain_reason_;
+  }
 
  private:
   struct Route {
@@ -112,61 +121,80 @@ class WorkerServer : private KvEventListener {
   WorkerServer() = default;
   // Parts of one turn of Run: the messages that arrived, an engine step and its outputs, the
   // heartbeat (metrics, status, recycle ask), and a drain's progress (its exit once done).
-  absl::Status ReceiveMessages();
-  absl::Status StepEngine();
-  void Heartbeat(Clock::time_point now);
-  std::optional<Exit> ContinueDrain(Clock::time_point now);
-  void AbortForDrainTimeout();
+  absl::Status ReceiveMessages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  absl::Status StepEngine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void Heartbeat(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  std::optional<Exit> ContinueDrain(Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void AbortForDrainTimeout() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // The engine's cache changes, queued for the next KV-event batch.
   void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
-  void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req);
-  void HandleControl(const std::string& identity, const kvserve::v1::Control& c);
+  void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void HandleControl(const std::string& identity, const kvserve::v1::Control& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
-                 uint32_t seq = 1);
-  void SendOutputs(std::vector<SequenceOutput>& outs);
-  void Reply(const std::string& identity, const google::protobuf::Message& m);
+                 uint32_t seq = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void SendOutputs(std::vector<SequenceOutput>& outs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void Reply(const std::string& identity, const google::protobuf::Message& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Numbers `r` as the route's next reply and sends it.
-  void Respond(Route& route, kvserve::v1::GenerateResponse& r);
+  void Respond(Route& route, kvserve::v1::GenerateResponse& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Sends waiting replies; aborts the requests of router peers given up on.
-  void FlushReplies();
-  void Publish(const std::string& topic, const google::protobuf::Message& m);
-  void PublishEvents();
-  void PublishAllCleared();
-  void PublishSnapshot();
-  void PublishStatus();
-  void StartDrain(const std::string& reason, bool recycle);
-  bool RecycleDue(std::string* reason);
+  void FlushReplies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void Publish(const std::string& topic, const google::protobuf::Message& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void PublishEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void PublishAllCleared() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void PublishSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void PublishStatus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void StartDrain(const std::string& reason, bool recycle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  bool RecycleDue(std::string* reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Refreshes the Prometheus metrics from the engine. The token-granularity KV usage walks every
   // running block table, so only heartbeats refresh it (`refresh_kv_usage`).
-  void UpdateMetrics(bool refresh_kv_usage = true);
+  void UpdateMetrics(bool refresh_kv_usage = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
 
+  // Constant after Create.
   WorkerServerOptions options_;
-  std::unique_ptr<Engine> engine_;
-  zmq::context_t ctx_;
-  std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key
-  std::unique_ptr<zmq::socket_t> router_, pub_;
-  std::unique_ptr<ReplyQueue> replies_;  // every reply on router_
-  std::unique_ptr<HttpServer> http_;
-  std::unique_ptr<WorkerMetrics> metrics_;
   int port_ = 0, events_port_ = 0;
   uint64_t instance_id_ = 0;
-  std::atomic<int> state_{kvserve::v1::WORKER_STATE_STARTING};
-  absl::flat_hash_map<std::string, Route> routes_;
-  std::vector<kvserve::v1::KvEvent> pending_events_;
-  uint64_t event_seq_ = 0;
-  std::chrono::steady_clock::time_point started_, next_heartbeat_, drain_deadline_, idle_since_;
-  bool draining_ = false, recycle_after_drain_ = false, stop_after_drain_ = false;
-  bool recycle_requested_ = false;
+  std::unique_ptr<HttpServer> http_;        // its own thread; reads metrics_ and state_
+  std::unique_ptr<WorkerMetrics> metrics_;  // Prometheus families: thread-safe
+  std::atomic<int> state_{kvserve::v1::WORKER_STATE_STARTING};  // read by the HTTP thread
+
+  // Owned by the loop thread (the caller of Run; Create hands everything over to it), checked
+  // by every method that touches it (common/thread_checker.h).
+  ThreadChecker loop_thread_{"worker loop"};
+  std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(loop_thread_);
+  zmq::context_t ctx_;                     // thread-safe (ZeroMQ)
+  std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key (own thread)
+  std::unique_ptr<zmq::socket_t> router_ ABSL_GUARDED_BY(loop_thread_);
+  std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(loop_thread_);
+  std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);  // every reply on router_
+  absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
+  std::vector<kvserve::v1::KvEvent> pending_events_ ABSL_GUARDED_BY(loop_thread_);
+  uint64_t event_seq_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
+  Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);
+  Clock::time_point drain_deadline_ ABSL_GUARDED_BY(loop_thread_);
+  Clock::time_point idle_since_ ABSL_GUARDED_BY(loop_thread_);
+  bool draining_ ABSL_GUARDED_BY(loop_thread_) = false;
+  bool recycle_after_drain_ ABSL_GUARDED_BY(loop_thread_) = false;
+  bool stop_after_drain_ ABSL_GUARDED_BY(loop_thread_) = false;
+  bool recycle_requested_ ABSL_GUARDED_BY(loop_thread_) = false;
   // The grant in its hold (revocable until grant_commit_).
-  bool grant_pending_ = false;
-  int64_t grant_ms_ = 0;
-  std::string granted_by_;
-  std::chrono::steady_clock::time_point grant_commit_;
-  std::string drain_reason_;
-  int64_t served_requests_ = 0;
-  double start_rss_mb_ = 0;
-  Engine::KvUsage kv_usage_;  // as the last heartbeat found it
+  bool grant_pending_ ABSL_GUARDED_BY(loop_thread_) = false;
+  int64_t grant_ms_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  std::string granted_by_ ABSL_GUARDED_BY(loop_thread_);
+  Clock::time_point grant_commit_ ABSL_GUARDED_BY(loop_thread_);
+  // Why the last drain began: read by drain_reason() once Run returned (the same thread).
+  std::string drain_reason_ ABSL_GUARDED_BY(loop_thread_);
+  int64_t served_requests_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  double start_rss_mb_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  Engine::KvUsage kv_usage_ ABSL_GUARDED_BY(loop_thread_);  // as the last heartbeat found it
 };
 
 }  // namespace kvserve::worker

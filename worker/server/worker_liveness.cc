@@ -1,0 +1,84 @@
+// WorkerServer: liveness. Every heartbeat refreshes the metrics and publishes a WorkerStatus
+// (state, block counts, load, cache key parts, recycle hold), and asks for a recycle slot while
+// one is due.
+#include <algorithm>
+
+#include "glog/logging.h"
+#include "worker/server/process_clock.h"
+#include "worker/server/worker_server.h"
+
+namespace kvserve::worker {
+
+namespace pb = ::kvserve::v1;
+
+void WorkerServer::Heartbeat(Clock::time_point now) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  UpdateMetrics();
+  PublishStatus();
+  next_heartbeat_ = now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
+  // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops messages
+  // for subscribers that are not connected yet, and a denied ask is retried.
+  std::string reason;
+  if (draining_ || !RecycleDue(&reason)) return;
+  pb::Control ask;
+  ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
+  ask.set_reason(reason);
+  ask.set_instance_id(instance_id_);
+  Publish("control", ask);
+  if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
+  recycle_requested_ = true;
+}
+
+void WorkerServer::PublishStatus() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const EngineStats s = engine_->stats();
+  pb::WorkerStatus st;
+  st.set_worker_id(options_.worker_id);
+  st.set_instance_id(instance_id_);
+  st.set_state(static_cast<pb::WorkerState>(state_.load()));
+  if (grant_pending_ && Clock::now() < grant_commit_) {
+    st.set_recycle_pending(true);
+    st.set_recycle_grant_ms(grant_ms_);
+    st.set_recycle_granted_by(granted_by_);
+  }
+  for (bool host : {false, true}) {
+    pb::BlockCounts* b = st.add_blocks();
+    b->set_medium(host ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE);
+    const int total = host ? s.host_blocks_total : s.blocks_total;
+    const int free = host ? s.host_blocks_free : s.blocks_free;
+    const int cached = host ? s.host_blocks_cached_evictable : s.blocks_cached_evictable;
+    b->set_total(total);
+    b->set_free(free - cached);
+    b->set_active(total - free);
+    b->set_cached_evictable(cached);
+  }
+  st.set_num_running(s.num_running);
+  st.set_num_waiting(s.num_waiting);
+  st.set_num_swapped(s.num_swapped);
+  st.set_tokens_in_flight(engine_->kv_usage().used_tokens);
+  st.set_load(s.blocks_total > 0
+                  ? static_cast<double>(s.blocks_total - s.blocks_free) / s.blocks_total +
+                        static_cast<double>(s.num_waiting) /
+                            std::max(1, engine_->config().scheduler.max_num_seqs)
+                  : 0);
+  st.set_kv_event_seq(event_seq_);
+  st.set_block_size(engine_->config().cache.block_size);
+  st.set_timestamp_ms(NowMs());
+  st.set_model_id(engine_->config().model_id);
+  st.set_kv_cache_dtype(engine_->kv_spec().CacheKeyDType());
+  st.set_kv_quant(engine_->kv_spec().CacheKeyQuant());
+  st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
+  st.set_max_num_seqs(engine_->config().scheduler.max_num_seqs);
+  Publish("status", st);
+}
+
+void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
+  if (zap_) metrics_->UpdateAuthentications(zap_->accepted(), zap_->refused());
+  metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
+  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
+                   Seconds(Clock::now() - started_), event_seq_);
+}
+
+}  // namespace kvserve::worker
