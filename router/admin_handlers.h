@@ -2,7 +2,8 @@
 // token) with POST /admin/workers/NAME/(drain|undrain|recycle), and vLLM's /tokenize and
 // /detokenize.
 //
-// Handlers run on the front's I/O thread.
+// Handlers run on the front's handler threads (--api-threads, router/front_context.h), several at
+// once; they hand every write to the I/O thread through the connection.
 #ifndef KVSERVE_ROUTER_ADMIN_HANDLERS_H_
 #define KVSERVE_ROUTER_ADMIN_HANDLERS_H_
 

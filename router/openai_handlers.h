@@ -4,7 +4,9 @@
 // detokenization, stop strings across token boundaries, n choices, logprobs, usage with cached
 // tokens. A client that goes away mid-stream aborts its request on the worker.
 //
-// Handlers run on the front's I/O thread.
+// Handlers run on the front's handler threads (--api-threads, router/front_context.h), several at
+// once; a completion's deltas arrive on the core thread and are posted to the completion's
+// strand on the handler threads.
 #ifndef KVSERVE_ROUTER_OPENAI_HANDLERS_H_
 #define KVSERVE_ROUTER_OPENAI_HANDLERS_H_
 

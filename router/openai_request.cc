@@ -16,6 +16,7 @@
 
 namespace kvserve::router {
 namespace {
+namespace pb = kvserve::v1;
 
 using simdjson::dom::element;
 using simdjson::dom::object;
@@ -274,29 +275,30 @@ absl::Status ParsePrompt(object o, const RequestLimits& limits, ParsedRequest* r
 
 // The sampling fields: temperature, top_p, top_k, min_p, seed, n, logprobs.
 absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
+  pb::SamplingParams& s = r->sampling;
   ASSIGN_OR_RETURN(double t, Number(o, "temperature", 1.0, 0.0, 2.0));
-  r->temperature = static_cast<float>(t);
+  s.set_temperature(static_cast<float>(t));
   ASSIGN_OR_RETURN(double top_p, Number(o, "top_p", 1.0, 1e-9, 1.0));
-  r->top_p = static_cast<float>(top_p);
+  s.set_top_p(static_cast<float>(top_p));
   ASSIGN_OR_RETURN(int64_t top_k, Integer(o, "top_k", -1, -1, INT32_MAX));
-  r->top_k = static_cast<int>(top_k);
+  s.set_top_k(static_cast<int32_t>(top_k));
   ASSIGN_OR_RETURN(double min_p, Number(o, "min_p", 0.0, 0.0, 1.0));
-  r->min_p = static_cast<float>(min_p);
+  s.set_min_p(static_cast<float>(min_p));
   if (Field(o, "seed")) {
     ASSIGN_OR_RETURN(int64_t seed, Integer(o, "seed", 0, INT64_MIN, INT64_MAX));
-    r->seed = static_cast<uint64_t>(seed);
+    s.set_seed(static_cast<uint64_t>(seed));
   }
   ASSIGN_OR_RETURN(int64_t n, Integer(o, "n", 1, 1, 128));
-  r->n = static_cast<int>(n);
+  s.set_n(static_cast<int32_t>(n));
   if (chat) {
     ASSIGN_OR_RETURN(bool want, Bool(o, "logprobs", false));
     if (want) {
       ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, 0, 20));
-      r->logprobs = static_cast<int>(top);
+      s.set_logprobs(static_cast<int32_t>(top));
     }
   } else if (Field(o, "logprobs")) {
     ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, 20));
-    r->logprobs = static_cast<int>(top);
+    s.set_logprobs(static_cast<int32_t>(top));
   }
   return absl::OkStatus();
 }
@@ -356,27 +358,31 @@ absl::Status ParseLogitBias(object o, const RequestLimits& limits, ParsedRequest
       return Bad("logit_bias",
                  absl::StrCat("the bias of token ", id, " must be in [-100, 100], got ", v));
     }
-    r->logit_bias.emplace_back(id, static_cast<float>(v));
+    // Repeated ids: the last bias wins (what a JSON object's duplicate keys mean to most readers).
+    (*r->sampling.mutable_logit_bias())[id] = static_cast<float>(v);
   }
   return absl::OkStatus();
 }
 
 // The logits adjustments: penalties, min_tokens, logit_bias, bad_words, allowed_token_ids.
 absl::Status ParseAdjustments(object o, const RequestLimits& limits, ParsedRequest* r) {
+  pb::SamplingParams& s = r->sampling;
   ASSIGN_OR_RETURN(double presence, Number(o, "presence_penalty", 0.0, -2.0, 2.0));
-  r->presence_penalty = static_cast<float>(presence);
+  s.set_presence_penalty(static_cast<float>(presence));
   ASSIGN_OR_RETURN(double frequency, Number(o, "frequency_penalty", 0.0, -2.0, 2.0));
-  r->frequency_penalty = static_cast<float>(frequency);
+  s.set_frequency_penalty(static_cast<float>(frequency));
   const double huge = std::numeric_limits<float>::max();
   ASSIGN_OR_RETURN(double repetition, Number(o, "repetition_penalty", 1.0, -huge, huge));
   if (!(repetition > 0))
     return Bad("repetition_penalty", absl::StrCat("must be > 0, got ", repetition));
-  r->repetition_penalty = static_cast<float>(repetition);
+  s.set_repetition_penalty(static_cast<float>(repetition));
   ASSIGN_OR_RETURN(int64_t min_tokens, Integer(o, "min_tokens", 0, 0, INT32_MAX));
-  r->min_tokens = static_cast<int>(min_tokens);
+  s.set_min_tokens(static_cast<int32_t>(min_tokens));
   RETURN_IF_ERROR(ParseLogitBias(o, limits, r));
+  std::vector<int32_t> allowed;
   RETURN_IF_ERROR(TokenIds(o, "allowed_token_ids", limits.max_token_list_ids,
-                           "--max-token-list-ids", &r->allowed_token_ids));
+                           "--max-token-list-ids", &allowed));
+  s.mutable_allowed_token_ids()->Add(allowed.begin(), allowed.end());
   if (auto e = Field(o, "bad_words")) {
     simdjson::dom::array words;
     if (e->get_array().get(words) != simdjson::SUCCESS) {
@@ -765,7 +771,8 @@ absl::Status ParseOptions(object o, ParsedRequest* r) {
     }
     ASSIGN_OR_RETURN(r->include_usage, Bool(soo, "include_usage", false));
   }
-  ASSIGN_OR_RETURN(r->ignore_eos, Bool(o, "ignore_eos", false));
+  ASSIGN_OR_RETURN(bool ignore_eos, Bool(o, "ignore_eos", false));
+  r->sampling.set_ignore_eos(ignore_eos);
   ASSIGN_OR_RETURN(r->user, String(o, "user"));
   ASSIGN_OR_RETURN(r->cache_salt, String(o, "cache_salt"));
   if (Field(o, "truncate_prompt_tokens")) {
@@ -808,11 +815,11 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   RETURN_IF_ERROR(ParseStops(o, limits, &r));
   RETURN_IF_ERROR(ParseOptions(o, &r));
   RETURN_IF_ERROR(ParseAdjustments(o, limits, &r));
-  if (r.min_tokens > r.max_tokens && r.max_tokens_given) {
+  if (r.sampling.min_tokens() > r.max_tokens && r.max_tokens_given) {
     return Bad("min_tokens", absl::StrCat("must be at most ", max_key, " (", r.max_tokens,
-                                          "), got ", r.min_tokens));
+                                          "), got ", r.sampling.min_tokens()));
   }
-  RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n));
+  RETURN_IF_ERROR(RefuseUnserved(o, chat, r.n()));
   RETURN_IF_ERROR(ParseConstraint(o, limits, &r));
   if (chat) RETURN_IF_ERROR(ParseTools(o, limits, &r));
   if (r.prompt_logprobs && r.stream) {
@@ -824,23 +831,23 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
 absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
                                 const RequestLimits& limits, int64_t prompt_tokens) {
   const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(r.prompts.size()));
-  if (r.logprobs) {
-    const int64_t entries = prompts * r.n * max_tokens * (1 + *r.logprobs);
+  if (r.logprobs()) {
+    const int64_t entries = prompts * r.n() * max_tokens * (1 + *r.logprobs());
     if (entries > limits.max_logprob_entries) {
       return Bad("logprobs",
                  absl::StrCat("prompts × n × max_tokens × (1 + alternatives) = ", prompts, " × ",
-                              r.n, " × ", max_tokens, " × ", 1 + *r.logprobs, " = ", entries,
+                              r.n(), " × ", max_tokens, " × ", 1 + *r.logprobs(), " = ", entries,
                               " log-probability entries; the limit is ", limits.max_logprob_entries,
                               " (--max-logprob-entries): ask for fewer tokens, choices or "
                               "alternatives"));
     }
   }
   if (std::optional<int> top = r.worker_prompt_logprobs()) {
-    const int64_t entries = prompt_tokens * r.n * (1 + *top);
+    const int64_t entries = prompt_tokens * r.n() * (1 + *top);
     if (entries > limits.max_logprob_entries) {
       return Bad(
           r.prompt_logprobs ? "prompt_logprobs" : "echo",
-          absl::StrCat("prompt tokens × n × (1 + alternatives) = ", prompt_tokens, " × ", r.n,
+          absl::StrCat("prompt tokens × n × (1 + alternatives) = ", prompt_tokens, " × ", r.n(),
                        " × ", 1 + *top, " = ", entries, " log-probability entries; the limit is ",
                        limits.max_logprob_entries, " (--max-logprob-entries)"));
     }

@@ -21,12 +21,13 @@
 #include "absl/status/statusor.h"
 #include "common/structured/constraint.h"
 #include "common/tokenizer/chat_template.h"
+#include "kvserve/v1/kvserve.pb.h"
 #include "router/tool_calls.h"
 
 namespace kvserve::router {
 
 // Caps on what one request may ask for, so that no single request can take gigabytes or stall
-// the I/O thread; each is a router flag, and a request past one gets a 400 naming the parameter
+// a handler thread; each is a router flag, and a request past one gets a 400 naming the parameter
 // and the limit. Generous for real clients (OpenAI itself allows 4 stop sequences).
 struct RequestLimits {
   int max_stop_strings = 64;           // --max-stop-strings
@@ -66,34 +67,24 @@ struct ParsedRequest {
 
   int max_tokens = 16;  // completions default (OpenAI); chat: until the model's limit
   bool max_tokens_given = false;
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int top_k = -1;
-  float min_p = 0.0f;
-  std::optional<uint64_t> seed;
-  int n = 1;
+  // What the worker samples with, as the wire carries it (kvserve.v1.SamplingParams, its one
+  // definition): temperature, top_p, top_k, min_p, seed, n, logprobs (top alternatives per
+  // token: completions' logprobs, chat's top_logprobs), ignore_eos, the penalties, min_tokens,
+  // logit_bias, allowed_token_ids, and bad_words as token ids (ResolveTokenParameters,
+  // router/prompt.h, checks the ids against the vocabulary and tokenizes bad_words). The parser
+  // sets every field (the API's defaults are in its calls); prompt_logprobs and the constraint
+  // are set when the job is made (worker_prompt_logprobs, constraint below).
+  kvserve::v1::SamplingParams sampling;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
-  std::optional<int>
-      logprobs;  // top alternatives per token (completions: logprobs; chat: top_logprobs)
   bool stream = false;
   bool include_usage = false;
-  bool ignore_eos = false;
   std::string user;
   std::string cache_salt;
   std::optional<int> truncate_prompt_tokens;
   bool skip_special_tokens = true;          // in the returned text (vLLM's extra parameter)
   bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
-  // Logits adjustments (worker/logits_processor.h); ids are checked against the vocabulary and
-  // bad words tokenized by ResolveTokenParameters (router/prompt.h).
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  int min_tokens = 0;
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  std::vector<std::string> bad_words;
-  std::vector<std::vector<int32_t>> bad_word_ids;
-  std::vector<int32_t> allowed_token_ids;
+  std::vector<std::string> bad_words;       // as sent; sampling.bad_words once tokenized
   int priority = 0;  // vLLM's: lower runs first on a worker with --scheduling-policy priority
   // Completions: each choice's text (and logprobs) starts with its prompt's; max_tokens may be 0.
   bool echo = false;
@@ -106,10 +97,16 @@ struct ParsedRequest {
   // Chat: tools, tool_choice, parallel_tool_calls.
   ToolRequest tool_use;
 
+  // Samples per prompt, and the top alternatives per token (unset: no logprobs).
+  [[nodiscard]] int n() const { return std::max(1, sampling.n()); }  // the wire's: 0 reads as 1
+  [[nodiscard]] std::optional<int> logprobs() const {
+    return sampling.has_logprobs() ? std::optional<int>(sampling.logprobs()) : std::nullopt;
+  }
+
   // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
   // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.
   [[nodiscard]] std::optional<int> worker_prompt_logprobs() const {
-    if (echo && logprobs) return std::max(*logprobs, prompt_logprobs.value_or(0));
+    if (echo && logprobs()) return std::max(*logprobs(), prompt_logprobs.value_or(0));
     return prompt_logprobs;
   }
 };

@@ -1,5 +1,6 @@
 #include "router/prompt.h"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include "common/utf8.h"
 
 namespace kvserve::router {
+namespace pb = kvserve::v1;
 namespace {
 
 // NFC everywhere, and no trailing whitespace on system messages, so that near-identical
@@ -80,9 +82,16 @@ absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedReque
                              : absl::InvalidArgumentError(absl::StrCat(
                                    param, ": token id ", id, " is not in the vocabulary"));
   };
-  for (const auto& [id, bias] : r->logit_bias) RETURN_IF_ERROR(check(id, "logit_bias"));
-  for (int32_t id : r->allowed_token_ids) RETURN_IF_ERROR(check(id, "allowed_token_ids"));
-  r->bad_word_ids.clear();
+  pb::SamplingParams& s = r->sampling;
+  std::vector<int32_t> biased;  // the map's order is arbitrary: check in id order
+  for (const auto& [id, bias] : s.logit_bias()) biased.push_back(id);
+  std::sort(biased.begin(), biased.end());
+  for (int32_t id : biased) RETURN_IF_ERROR(check(id, "logit_bias"));
+  for (int32_t id : s.allowed_token_ids()) RETURN_IF_ERROR(check(id, "allowed_token_ids"));
+  s.clear_bad_words();
+  const auto add_word = [&](const std::vector<int>& ids) {
+    s.add_bad_words()->mutable_ids()->Add(ids.begin(), ids.end());
+  };
   for (const std::string& word : r->bad_words) {
     std::string_view bare = word;
     while (!bare.empty() && bare.front() == ' ') bare.remove_prefix(1);
@@ -91,9 +100,9 @@ absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedReque
     ASSIGN_OR_RETURN(std::vector<int> spaced, tok.Encode(" " + std::string(bare), false));
     if (!spaced.empty() && !alone.empty() && spaced.front() != alone.front() &&
         spaced.size() == alone.size()) {
-      r->bad_word_ids.emplace_back(spaced.begin(), spaced.end());
+      add_word(spaced);
     }
-    if (!alone.empty()) r->bad_word_ids.emplace_back(alone.begin(), alone.end());
+    if (!alone.empty()) add_word(alone);
   }
   return absl::OkStatus();
 }

@@ -24,7 +24,7 @@ absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tokenizer
                                            size_t index = 0);
 
 // Checks the ids of logit_bias and allowed_token_ids against the vocabulary and tokenizes the
-// bad words into r->bad_word_ids as vLLM does (each word as it stands, and after a space when
+// bad words into r->sampling.bad_words as vLLM does (each word as it stands, and after a space when
 // that gives a different first token and as many tokens). InvalidArgument naming the field.
 absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tokenizer, ParsedRequest* r);
 

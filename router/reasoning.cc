@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/string_util.h"
+#include "router/hold_back.h"
 
 namespace kvserve::router {
 
@@ -36,13 +37,6 @@ ReasoningSplitter::Parts ReasoningSplitter::Finish() {
   return out;
 }
 
-size_t PartialTagLength(std::string_view text, std::string_view tag) {
-  for (size_t k = std::min(text.size(), tag.size() - 1); k > 0; --k) {
-    if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
-  }
-  return 0;
-}
-
 void ReasoningSplitter::Drain(Parts& out, bool final) {
   if (state_ == State::kStart) {
     if (absl::StartsWith(pending_, tags_.start)) {
@@ -57,7 +51,7 @@ void ReasoningSplitter::Drain(Parts& out, bool final) {
   if (state_ == State::kReasoning) {
     const size_t end = pending_.find(tags_.end);
     if (end == std::string::npos) {
-      const size_t keep = final ? 0 : PartialTagLength(pending_, tags_.end);
+      const size_t keep = final ? 0 : PartialMatchLength(pending_, tags_.end);
       out.reasoning += pending_.substr(0, pending_.size() - keep);
       pending_.erase(0, pending_.size() - keep);
       return;

@@ -28,10 +28,6 @@ struct ReasoningTags {
 // The tags of a --reasoning-parser name (qwen3, deepseek_r1); InvalidArgument for another.
 absl::StatusOr<ReasoningTags> ReasoningTagsFor(std::string_view parser);
 
-// The length of the longest suffix of `text` that is a proper prefix of `tag`: what a
-// splitter holds back because it may yet become the tag.
-size_t PartialTagLength(std::string_view text, std::string_view tag);
-
 // Whether a prompt's text ends inside an opened reasoning block (the template wrote the start
 // tag), so the output starts in it.
 bool PromptOpensReasoning(std::string_view prompt_tail, const ReasoningTags& tags);

@@ -1,6 +1,6 @@
 #include "router/stop_strings.h"
 
-#include <algorithm>
+#include "router/hold_back.h"
 
 namespace kvserve::router {
 
@@ -36,16 +36,7 @@ StopStringMatcher::Result StopStringMatcher::Append(std::string_view delta, bool
     return r;
   }
   // Hold back the longest suffix that is a proper prefix of some stop string.
-  size_t hold = 0;
-  for (const std::string& s : stops_) {
-    const size_t max = std::min(s.size() - 1, pending_.size());
-    for (size_t len = max; len > hold; --len) {
-      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
+  const size_t hold = HoldBackLength(pending_, stops_);
   r.emit = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
   return r;

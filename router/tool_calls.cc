@@ -11,6 +11,7 @@
 #include "common/json_text.h"
 #include "common/string_util.h"
 #include "nlohmann/json.hpp"
+#include "router/hold_back.h"
 #include "router/reasoning.h"
 
 namespace kvserve::router {
@@ -256,7 +257,7 @@ void ToolCallSplitter::DrainHermes(Parts& out, bool final) {
     }
     const size_t start = pending_.find(kCallStart);
     if (start == std::string::npos) {
-      const size_t keep = final ? 0 : PartialTagLength(pending_, kCallStart);
+      const size_t keep = final ? 0 : PartialMatchLength(pending_, kCallStart);
       text(std::string_view(pending_).substr(0, pending_.size() - keep));
       pending_.erase(0, pending_.size() - keep);
       break;

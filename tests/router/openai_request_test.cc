@@ -1,5 +1,11 @@
 #include "router/openai_request.h"
 
+#include <functional>
+#include <map>
+#include <string>
+
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "router/openai_error.h"
@@ -11,6 +17,64 @@ namespace {
 using kvserve::testing::StatusIs;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+
+// The router's half of "a request has one definition": every field of the wire's
+// SamplingParams (walked from its descriptor, so a field added there is covered without an edit
+// here) is filled by the parser from the body key of the same name, unless it is listed below
+// as reaching the wire another way. A new field the parser does not read fails here by name.
+TEST(OpenAiRequestTest, EverySamplingFieldOfTheWireComesFromTheBody) {
+  namespace gp = google::protobuf;
+  // Fields whose body key or value differs from the wire's, with how the parse shows them.
+  const std::map<std::string, std::pair<json, std::function<bool(const ParsedRequest&)>>> other = {
+      // Strings in the body; token ids once tokenized (ResolveTokenParameters).
+      {"bad_words",
+       {{{"bad_words", {"foo"}}}, [](const ParsedRequest& r) { return !r.bad_words.empty(); }}},
+      // The router's own field; the wire's is worker_prompt_logprobs(), set on the job.
+      {"prompt_logprobs",
+       {{{"prompt_logprobs", 2}},
+        [](const ParsedRequest& r) { return r.worker_prompt_logprobs() == 2; }}},
+      // structured_outputs / guided_* / response_format; ConstraintToWire on the job.
+      {"constraint",
+       {{{"guided_regex", "a+"}}, [](const ParsedRequest& r) { return r.constraint.has_value(); }}},
+  };
+  const gp::Descriptor* d = kvserve::v1::SamplingParams::descriptor();
+  ASSERT_GT(d->field_count(), 15);
+  for (int i = 0; i < d->field_count(); ++i) {
+    const gp::FieldDescriptor* f = d->field(i);
+    json body = {{"model", "m"}, {"prompt", "x"}, {"max_tokens", 8}};
+    if (auto it = other.find(f->name()); it != other.end()) {
+      body.update(it->second.first);
+      ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), false));
+      EXPECT_TRUE(it->second.second(r)) << f->name();
+      continue;
+    }
+    using F = gp::FieldDescriptor;
+    json value;
+    if (f->is_map()) {
+      value = {{"5", 1.5}};
+    } else if (f->is_repeated()) {
+      value = {5};
+    } else if (f->cpp_type() == F::CPPTYPE_BOOL) {
+      value = true;
+    } else if (f->cpp_type() == F::CPPTYPE_FLOAT || f->cpp_type() == F::CPPTYPE_DOUBLE) {
+      value = 0.5;  // inside every float parameter's range
+    } else {
+      value = 2;
+    }
+    body[f->name()] = value;
+    absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), false);
+    if (!r.ok()) {  // refused: by name
+      EXPECT_NE(r.status().message().find(f->name()), std::string::npos) << r.status();
+      continue;
+    }
+    // What the body said, compared with a parse without the key.
+    body.erase(f->name());
+    ASSERT_OK_AND_ASSIGN(ParsedRequest without, ParseCompletionRequest(body.dump(), false));
+    EXPECT_NE(r->sampling.SerializeAsString(), without.sampling.SerializeAsString())
+        << "SamplingParams." << f->name() << ": the body's '" << f->name()
+        << "' did not reach the wire message, and the parse did not refuse it";
+  }
+}
 
 TEST(OpenAiRequestTest, ParsesCompletions) {
   json body = {{"model", "m"},
@@ -36,13 +100,13 @@ TEST(OpenAiRequestTest, ParsesCompletions) {
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_EQ(*r.prompts[0].text, "Hello");
   EXPECT_EQ(r.max_tokens, 7);
-  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
-  EXPECT_EQ(r.top_k, 40);
-  EXPECT_EQ(*r.seed, 42u);
-  EXPECT_EQ(r.n, 2);
+  EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.5f);
+  EXPECT_EQ(r.sampling.top_k(), 40);
+  EXPECT_EQ(r.sampling.seed(), 42u);
+  EXPECT_EQ(r.n(), 2);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "###"}));
-  EXPECT_EQ(*r.logprobs, 3);
-  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(*r.logprobs(), 3);
+  EXPECT_TRUE(r.stream && r.include_usage && r.sampling.ignore_eos());
   EXPECT_EQ(r.cache_salt, "t");
   EXPECT_EQ(*r.truncate_prompt_tokens, 100);
   ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": [1, 2, 3]})", false));
@@ -67,7 +131,7 @@ TEST(OpenAiRequestTest, ParsesChat) {
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[1].content, "Hi there");
   EXPECT_EQ(r.max_tokens, 9);
-  EXPECT_EQ(*r.logprobs, 2);
+  EXPECT_EQ(*r.logprobs(), 2);
   EXPECT_EQ(r.enable_thinking, false);
 }
 
@@ -118,14 +182,15 @@ TEST(OpenAiRequestTest, ParsesLogitsAdjustments) {
       "min_tokens": 4, "max_tokens": 8, "logit_bias": {"50256": -100, "7": 2.5},
       "bad_words": ["foo", " bar baz"], "allowed_token_ids": [3, 1, 3]})",
                                                                /*chat=*/false));
-  EXPECT_EQ(r.presence_penalty, 0.5f);
-  EXPECT_EQ(r.frequency_penalty, -1.0f);
-  EXPECT_EQ(r.repetition_penalty, 1.1f);
-  EXPECT_EQ(r.min_tokens, 4);
-  EXPECT_THAT(r.logit_bias,
+  EXPECT_EQ(r.sampling.presence_penalty(), 0.5f);
+  EXPECT_EQ(r.sampling.frequency_penalty(), -1.0f);
+  EXPECT_EQ(r.sampling.repetition_penalty(), 1.1f);
+  EXPECT_EQ(r.sampling.min_tokens(), 4);
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_THAT(Bias(r.sampling.logit_bias().begin(), r.sampling.logit_bias().end()),
               ::testing::UnorderedElementsAre(std::pair{50256, -100.0f}, std::pair{7, 2.5f}));
   EXPECT_THAT(r.bad_words, ::testing::ElementsAre("foo", " bar baz"));
-  EXPECT_THAT(r.allowed_token_ids, ::testing::ElementsAre(3, 1, 3));
+  EXPECT_THAT(r.sampling.allowed_token_ids(), ::testing::ElementsAre(3, 1, 3));
 
   struct Case {
     json extra;
@@ -362,8 +427,8 @@ TEST(OpenAiRequestTest, LogprobBudget) {
   l.max_logprob_entries = 1000;
   ParsedRequest r;
   EXPECT_OK(CheckLogprobBudget(r, 1'000'000, l));  // no logprobs asked: nothing kept
-  r.n = 2;
-  r.logprobs = 4;
+  r.sampling.set_n(2);
+  r.sampling.set_logprobs(4);
   EXPECT_OK(CheckLogprobBudget(r, 100, l));  // 2 × 100 × 5 = 1000
   EXPECT_THAT(CheckLogprobBudget(r, 101, l),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -372,20 +437,20 @@ TEST(OpenAiRequestTest, LogprobBudget) {
   r.prompts.resize(2);
   EXPECT_THAT(CheckLogprobBudget(r, 100, l),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("= 2 × 2 × 100 × 5 = 2000")));
-  r.n = 128;
-  r.logprobs = 20;
+  r.sampling.set_n(128);
+  r.sampling.set_logprobs(20);
   EXPECT_FALSE(CheckLogprobBudget(r, INT32_MAX, l).ok());  // no overflow
   // The prompts' logprobs: prompt tokens (all prompts) × n × (1 + alternatives).
   ParsedRequest scored;
   scored.prompt_logprobs = 4;
-  scored.n = 2;
+  scored.sampling.set_n(2);
   EXPECT_OK(CheckLogprobBudget(scored, 1, l, 100));
   EXPECT_THAT(CheckLogprobBudget(scored, 1, l, 101),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("prompt_logprobs: prompt tokens × n × (1 + alternatives) = 101")));
   ParsedRequest echoed;
   echoed.echo = true;
-  echoed.logprobs = 9;
+  echoed.sampling.set_logprobs(9);
   EXPECT_THAT(CheckLogprobBudget(echoed, 0, l, 101),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("echo: ")));
 }
