@@ -2,10 +2,12 @@
 //
 //   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("...");
 //   size_t n = CompleteUtf8Prefix(bytes);  // bytes[n..] is an unfinished sequence
+//   AppendUtf8(U'\u00e9', text);             // the one UTF-8 encoder
 #ifndef KVSERVE_COMMON_UTF8_H_
 #define KVSERVE_COMMON_UTF8_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,39 @@ std::string Utf8Lossy(std::string_view s);
 
 // Unicode NFC (canonical composition) of valid UTF-8, through utf8proc.
 std::string Utf8Nfc(std::string_view s);
+
+// The UTF-8 encoding of code point `c` (at most U+10FFFF) in out[0..n), n (1 to 4) returned.
+// Surrogates are encoded as any other code point: callers that must not produce them exclude
+// them first.
+inline int EncodeUtf8(char32_t c, char out[4]) {
+  const auto byte = [](uint32_t v) { return static_cast<char>(static_cast<uint8_t>(v)); };
+  if (c < 0x80) {
+    out[0] = byte(c);
+    return 1;
+  }
+  if (c < 0x800) {
+    out[0] = byte(0xC0 | (c >> 6));
+    out[1] = byte(0x80 | (c & 0x3F));
+    return 2;
+  }
+  if (c < 0x10000) {
+    out[0] = byte(0xE0 | (c >> 12));
+    out[1] = byte(0x80 | ((c >> 6) & 0x3F));
+    out[2] = byte(0x80 | (c & 0x3F));
+    return 3;
+  }
+  out[0] = byte(0xF0 | (c >> 18));
+  out[1] = byte(0x80 | ((c >> 12) & 0x3F));
+  out[2] = byte(0x80 | ((c >> 6) & 0x3F));
+  out[3] = byte(0x80 | (c & 0x3F));
+  return 4;
+}
+
+// Appends the UTF-8 encoding of `c` (as EncodeUtf8) to `out`.
+inline void AppendUtf8(char32_t c, std::string& out) {
+  char bytes[4];
+  out.append(bytes, EncodeUtf8(c, bytes));
+}
 
 // Byte length of the well-formed sequence starting at s[i], or 0 if it is invalid there
 // (including a truncated sequence at the end).

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace kvserve::structured {
 namespace {
@@ -15,29 +16,6 @@ namespace {
 using ByteSequence = std::vector<std::pair<uint8_t, uint8_t>>;
 
 constexpr uint32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
-
-int EncodeUtf8(uint32_t c, uint8_t* out) {
-  if (c < 0x80) {
-    out[0] = static_cast<uint8_t>(c);
-    return 1;
-  }
-  if (c < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (c >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-    return 2;
-  }
-  if (c < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (c >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((c >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (c >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((c >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((c >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-  return 4;
-}
 
 // Appends byte-range sequences that encode exactly the code points [lo, hi] (no surrogates):
 // split where the encoded length changes, then where a continuation byte's range would not be
@@ -64,11 +42,13 @@ void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<ByteSequence>& out) {
       return;
     }
   }
-  std::array<uint8_t, 4> a{}, b{};
+  std::array<char, 4> a{}, b{};
   const int n = EncodeUtf8(lo, a.data());
   EncodeUtf8(hi, b.data());
   ByteSequence seq;
-  for (int k = 0; k < n; ++k) seq.emplace_back(a[k], b[k]);
+  for (int k = 0; k < n; ++k) {
+    seq.emplace_back(static_cast<uint8_t>(a[k]), static_cast<uint8_t>(b[k]));
+  }
   out.push_back(std::move(seq));
 }
 

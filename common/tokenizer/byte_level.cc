@@ -27,20 +27,11 @@ const Tables& GetTables() {
   return tables;
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else {  // the alphabet stays below U+0800
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-}
-
 }  // namespace
 
 void BytesToByteLevel(std::string_view bytes, std::string* out) {
   const Tables& t = GetTables();
-  for (char c : bytes) AppendUtf8(t.to_cp[static_cast<uint8_t>(c)], out);
+  for (char c : bytes) AppendUtf8(t.to_cp[static_cast<uint8_t>(c)], *out);
 }
 
 bool ByteLevelToBytes(std::string_view text, std::string* out) {

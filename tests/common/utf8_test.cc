@@ -15,6 +15,33 @@ TEST(Utf8Test, Validity) {
   EXPECT_FALSE(IsValidUtf8("\x80"));
 }
 
+TEST(Utf8Test, EncodesEveryLengthAtItsBoundaries) {
+  const std::pair<char32_t, std::string> cases[] = {
+      {U'\0', std::string(1, '\0')},
+      {0x7F, "\x7f"},
+      {0x80, "\xc2\x80"},
+      {0x7FF, "\xdf\xbf"},
+      {0x800, "\xe0\xa0\x80"},
+      {0xFFFF, "\xef\xbf\xbf"},
+      {0x10000, "\xf0\x90\x80\x80"},
+      {0x10FFFF, "\xf4\x8f\xbf\xbf"},
+      {U'é', "é"},
+  };
+  for (const auto& [c, want] : cases) {
+    std::string got = "x";
+    AppendUtf8(c, got);
+    EXPECT_EQ(got, "x" + want) << static_cast<uint32_t>(c);
+  }
+  // Every scalar value round-trips through the decoder's view of validity.
+  for (char32_t c = 0; c <= 0x10FFFF; c += (c < 0x10000 ? 1 : 97)) {
+    if (c >= 0xD800 && c <= 0xDFFF) continue;
+    char bytes[4];
+    const int n = EncodeUtf8(c, bytes);
+    ASSERT_EQ(Utf8SequenceLength(std::string_view(bytes, n), 0), static_cast<size_t>(n))
+        << static_cast<uint32_t>(c);
+  }
+}
+
 TEST(Utf8Test, CompletePrefixHoldsBackOnlyUnfinishedSequences) {
   EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
   EXPECT_EQ(CompleteUtf8Prefix("ab\xe4\xb8"), 2u);      // 世 missing its last byte

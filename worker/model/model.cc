@@ -487,7 +487,25 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
                        .out16_type = weight_type_});
   };
 
-  backend_->Embedding({in.token_ids, embed_.data(), delta, T, H, weight_type_});
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias), x given in float and (x16) rounded to the weights.
+  const auto gemm = [&](const float* x, const uint16_t* x16, const Matrix& w,
+                        const kernels::Buffer<float>& bias, float* y, int64_t n, int64_t k) {
+    backend_->Gemm({.x = x,
+                    .w = w.data(),
+                    .bias = OrNull(bias),
+                    .y = y,
+                    .m = T,
+                    .n = n,
+                    .k = k,
+                    .w_type = weight_type_,
+                    .x16 = x16});
+  };
+  backend_->Embedding({.ids = in.token_ids,
+                       .table = embed_.data(),
+                       .out = delta,
+                       .num_tokens = T,
+                       .hidden = H,
+                       .table_type = weight_type_});
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
     if (l == 0) {  // the residual stream starts as the embeddings
@@ -496,28 +514,57 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
     } else {
       norm(delta, residual, L.input_norm);
     }
-    backend_->Gemm({h, L.qkv.data(), OrNull(L.qkv_bias), qkv, T, qkv_dim, H, weight_type_, h16});
+    gemm(h, h16, L.qkv, L.qkv_bias, qkv, qkv_dim, H);
     if (c.qk_norm) {  // per head, over every token's q heads and then its k heads
-      backend_->RmsNorm({qkv, nullptr, L.q_norm.data(), qkv, T * heads_, D, eps, heads_, qkv_dim});
-      backend_->RmsNorm({qkv + q_dim, nullptr, L.k_norm.data(), qkv + q_dim, T * kv_heads_, D, eps,
-                         kv_heads_, qkv_dim});
+      const auto head_norm = [&](int64_t offset, const float* weight, int64_t num_heads) {
+        backend_->RmsNorm({.x = qkv + offset,
+                           .weight = weight,
+                           .out = qkv + offset,
+                           .rows = T * num_heads,
+                           .hidden = D,
+                           .eps = eps,
+                           .group_rows = num_heads,
+                           .group_stride = qkv_dim});
+      };
+      head_norm(0, L.q_norm.data(), heads_);
+      head_norm(q_dim, L.k_norm.data(), kv_heads_);
     }
     // Each token's k heads follow its q heads in the row: one rotation covers both.
-    backend_->Rope({qkv, in.positions, inv_freq_.data(), T, heads_ + kv_heads_, D, qkv_dim});
+    backend_->Rope({.x = qkv,
+                    .positions = in.positions,
+                    .inv_freq = inv_freq_.data(),
+                    .num_tokens = T,
+                    .num_heads = heads_ + kv_heads_,
+                    .head_dim = D,
+                    .row_stride = qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
-    backend_->WriteKv({qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, in.slot_mapping, T, cache});
+    backend_->WriteKv({.k = qkv + q_dim,
+                       .v = qkv + q_dim + kv_dim,
+                       .row_stride = qkv_dim,
+                       .slot_mapping = in.slot_mapping,
+                       .num_tokens = T,
+                       .cache = cache});
     Attend(in, cache, qkv, qkv_dim, attn, attn16);
-    backend_->Gemm({attn, L.o.data(), OrNull(L.o_bias), delta, T, H, q_dim, weight_type_, attn16});
+    gemm(attn, attn16, L.o, L.o_bias, delta, H, q_dim);
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
     norm(delta, residual, L.post_norm);
-    backend_->Gemm(
-        {h, L.gate_up.data(), OrNull(L.gate_up_bias), gate_up, T, 2 * inter, H, weight_type_, h16});
-    backend_->SiluMul({gate_up, act, T, inter, act16, weight_type_});
-    backend_->Gemm(
-        {act, L.down.data(), OrNull(L.down_bias), delta, T, H, inter, weight_type_, act16});
+    gemm(h, h16, L.gate_up, L.gate_up_bias, gate_up, 2 * inter, H);
+    backend_->SiluMul({.gate_up = gate_up,
+                       .out = act,
+                       .num_tokens = T,
+                       .inter = inter,
+                       .out16 = act16,
+                       .out16_type = weight_type_});
+    gemm(act, act16, L.down, L.down_bias, delta, H, inter);
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
   }
-  backend_->RmsNorm({delta, residual, final_norm_.data(), h, T, H, eps});
+  backend_->RmsNorm({.x = delta,
+                     .residual = residual,
+                     .weight = final_norm_.data(),
+                     .out = h,
+                     .rows = T,
+                     .hidden = H,
+                     .eps = eps});
   return Logits(in, h);
 }
 
@@ -546,10 +593,18 @@ void Model::Attend(const StepInputs& in, const kernels::KvCacheView& cache, cons
 absl::StatusOr<const float*> Model::Logits(const StepInputs& in, const float* h) {
   const int64_t R = in.num_logit_rows, H = config_.hidden_size;
   const LogitBuffers lb = ReserveLogits(R);
-  backend_->Embedding({in.logit_rows, h, lb.selected, R, H});  // a row gather: one launch
+  // A row gather: one launch.
+  backend_->Embedding(
+      {.ids = in.logit_rows, .table = h, .out = lb.selected, .num_tokens = R, .hidden = H});
   const int64_t vs = vocab_shard_;
   const uint8_t* head = lm_head_.empty() ? embed_.data() : lm_head_.data();
-  backend_->Gemm({lb.selected, head, nullptr, lb.local, R, vs, H, weight_type_});
+  backend_->Gemm({.x = lb.selected,
+                  .w = head,
+                  .y = lb.local,
+                  .m = R,
+                  .n = vs,
+                  .k = H,
+                  .w_type = weight_type_});
   // Vocabulary-parallel LM head: every rank's [R, vs] slice, gathered as [rank][R][vs].
   if (comm_ == nullptr) return lb.local;
   RETURN_IF_ERROR(AllGather(lb.local, R * vs, lb.gathered));

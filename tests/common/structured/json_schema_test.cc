@@ -1,5 +1,6 @@
-// The pushdown matcher on hand-built grammars, and JSON schemas compiled to grammars: what they
-// accept and refuse, checked on texts whose validity is known.
+// JSON schemas compiled to grammars: what they accept and refuse, checked on texts whose
+// validity is known (the matcher itself: grammar_test.cc; the constraint kinds:
+// constraint_test.cc).
 #include "common/structured/json_schema.h"
 
 #include <memory>
@@ -18,60 +19,6 @@ namespace {
 
 GrammarMatcher Matcher(Grammar g, int32_t max_depth = 64) {
   return GrammarMatcher(std::make_shared<const Grammar>(std::move(g)), max_depth);
-}
-
-// S ::= ( "(" S ")" S )?
-absl::StatusOr<Grammar> Parens() {
-  GrammarBuilder b;
-  const int32_t s = b.Declare("S");
-  Nfa& n = b.nfa();
-  b.Define(s, n.Optional(n.Concat(n.Concat(n.Literal("("), n.Call(s)),
-                                  n.Concat(n.Literal(")"), n.Call(s)))));
-  return std::move(b).Build(s);
-}
-
-TEST(GrammarTest, BalancedParentheses) {
-  ASSERT_OK_AND_ASSIGN(Grammar g, Parens());
-  GrammarMatcher m = Matcher(std::move(g));
-  for (const char* yes : {"", "()", "(())()", "((()))(()())"}) EXPECT_TRUE(m.Matches(yes)) << yes;
-  for (const char* no : {"(", "())", ")(", "(()"}) EXPECT_FALSE(m.Matches(no)) << no;
-  const GrammarMatcher::State open = m.Walk(m.start(), "(((");
-  ASSERT_NE(open, GrammarMatcher::kDead);
-  EXPECT_FALSE(m.accepting(open));
-  EXPECT_TRUE(m.has_next(open));
-  EXPECT_EQ(m.Walk(m.start(), ")"), GrammarMatcher::kDead);
-  EXPECT_EQ(m.Walk(m.start(), "(("), m.Walk(m.start(), "(("));  // memoized: one state
-}
-
-TEST(GrammarTest, DepthIsBounded) {
-  ASSERT_OK_AND_ASSIGN(Grammar g, Parens());
-  GrammarMatcher m = Matcher(std::move(g), /*max_depth=*/4);
-  EXPECT_TRUE(m.Matches("((()))"));
-  EXPECT_EQ(m.Walk(m.start(), "(((((("), GrammarMatcher::kDead);
-}
-
-TEST(GrammarTest, RefusesBadGrammars) {
-  {  // A ::= A "x" | "y"
-    GrammarBuilder b;
-    const int32_t a = b.Declare("A");
-    b.Define(a, b.nfa().Alternate(b.nfa().Concat(b.nfa().Call(a), b.nfa().Literal("x")),
-                                  b.nfa().Literal("y")));
-    EXPECT_THAT(std::move(b).Build(a).status().message(), ::testing::HasSubstr("left-recursive"));
-  }
-  {  // A ::= "x" A
-    GrammarBuilder b;
-    const int32_t a = b.Declare("A");
-    b.Define(a, b.nfa().Concat(b.nfa().Literal("x"), b.nfa().Call(a)));
-    EXPECT_THAT(std::move(b).Build(a).status().message(), ::testing::HasSubstr("no finite"));
-  }
-  {
-    GrammarBuilder b;
-    const int32_t a = b.Declare("A");
-    b.Declare("B");
-    b.Define(a, b.nfa().Call(1));
-    EXPECT_THAT(std::move(b).Build(a).status().message(),
-                ::testing::HasSubstr("'B' is not defined"));
-  }
 }
 
 TEST(JsonTerminalsTest, IntegerRangesAreExact) {
@@ -229,33 +176,6 @@ TEST_F(JsonSchemaTest, HostileSchemasAreErrors) {
     if (g.ok()) continue;  // some are valid schemas: then any grammar will do
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema << g.status();
   }
-}
-
-// A constraint after a reasoning block: the block is free text up to its end tag, and may be
-// left out unless the prompt opened it.
-TEST(ConstraintTest, HoldsAfterTheReasoningBlock) {
-  ConstraintSpec spec{.kind = ConstraintSpec::Kind::kJsonSchema,
-                      .json_schema = R"({"type": "integer", "maximum": 9})"};
-  spec.reasoning = {"<think>", "</think>", false};
-  ASSERT_OK_AND_ASSIGN(Grammar g, CompileConstraint(spec));
-  GrammarMatcher m = Matcher(std::move(g));
-  for (const char* yes : {"7", "<think>hm <think> </thin </think>\n\n7", "<think></think>3"}) {
-    EXPECT_TRUE(m.Matches(yes)) << yes;
-  }
-  for (const char* no :
-       {"<think>7", "<think>a</think>10", "x</think>7", "<think>a</think>b</think>7"}) {
-    EXPECT_FALSE(m.Matches(no)) << no;
-  }
-  spec.reasoning.inside = true;
-  ASSERT_OK_AND_ASSIGN(g, CompileConstraint(spec));
-  GrammarMatcher inside = Matcher(std::move(g));
-  EXPECT_TRUE(inside.Matches("thinking</think> 5"));
-  EXPECT_FALSE(inside.Matches("5"));
-  ConstraintSpec plain = spec;
-  plain.reasoning = {};
-  EXPECT_NE(spec.Key(), plain.Key());
-  spec.reasoning.end = std::string(65, 'x');
-  EXPECT_THAT(CompileConstraint(spec).status().message(), ::testing::HasSubstr("1 to 64 bytes"));
 }
 
 }  // namespace
