@@ -114,7 +114,8 @@ struct Sequence {
   structured::GrammarMatcher::State constraint_state = 0;
   std::shared_ptr<const structured::TokenMask> allowed_mask;
   // The mask of constraint_state is not computed yet: the next step computes it while its
-  // forward pass runs (Engine::FillMasks), and sets allowed_mask.
+  // forward pass runs (the ForwardBatch's fill_masks, set by Engine::AttachMaskFill), and sets
+  // allowed_mask.
   bool mask_pending = false;
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }
