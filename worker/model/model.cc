@@ -515,35 +515,8 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
       norm(delta, residual, L.input_norm);
     }
     gemm(h, h16, L.qkv, L.qkv_bias, qkv, qkv_dim, H);
-    if (c.qk_norm) {  // per head, over every token's q heads and then its k heads
-      const auto head_norm = [&](int64_t offset, const float* weight, int64_t num_heads) {
-        backend_->RmsNorm({.x = qkv + offset,
-                           .weight = weight,
-                           .out = qkv + offset,
-                           .rows = T * num_heads,
-                           .hidden = D,
-                           .eps = eps,
-                           .group_rows = num_heads,
-                           .group_stride = qkv_dim});
-      };
-      head_norm(0, L.q_norm.data(), heads_);
-      head_norm(q_dim, L.k_norm.data(), kv_heads_);
-    }
-    // Each token's k heads follow its q heads in the row: one rotation covers both.
-    backend_->Rope({.x = qkv,
-                    .positions = in.positions,
-                    .inv_freq = inv_freq_.data(),
-                    .num_tokens = T,
-                    .num_heads = heads_ + kv_heads_,
-                    .head_dim = D,
-                    .row_stride = qkv_dim});
     const kernels::KvCacheView cache = kv.View(l);
-    backend_->WriteKv({.k = qkv + q_dim,
-                       .v = qkv + q_dim + kv_dim,
-                       .row_stride = qkv_dim,
-                       .slot_mapping = in.slot_mapping,
-                       .num_tokens = T,
-                       .cache = cache});
+    RotateAndStore(in, L, cache, qkv);
     Attend(in, cache, qkv, qkv_dim, attn, attn16);
     gemm(attn, attn16, L.o, L.o_bias, delta, H, q_dim);
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));
@@ -566,6 +539,42 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
                      .hidden = H,
                      .eps = eps});
   return Logits(in, h);
+}
+
+void Model::RotateAndStore(const StepInputs& in, const Layer& L, const kernels::KvCacheView& cache,
+                           float* qkv) {
+  const int64_t T = in.tokens, D = config_.head_dim;
+  const int64_t q_dim = int64_t{heads_} * D, kv_dim = int64_t{kv_heads_} * D;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (config_.qk_norm) {  // per head, over every token's q heads and then its k heads
+    const auto head_norm = [&](int64_t offset, const float* weight, int64_t num_heads) {
+      backend_->RmsNorm({.x = qkv + offset,
+                         .weight = weight,
+                         .out = qkv + offset,
+                         .rows = T * num_heads,
+                         .hidden = D,
+                         .eps = eps,
+                         .group_rows = num_heads,
+                         .group_stride = qkv_dim});
+    };
+    head_norm(0, L.q_norm.data(), heads_);
+    head_norm(q_dim, L.k_norm.data(), kv_heads_);
+  }
+  // Each token's k heads follow its q heads in the row: one rotation covers both.
+  backend_->Rope({.x = qkv,
+                  .positions = in.positions,
+                  .inv_freq = inv_freq_.data(),
+                  .num_tokens = T,
+                  .num_heads = heads_ + kv_heads_,
+                  .head_dim = D,
+                  .row_stride = qkv_dim});
+  backend_->WriteKv({.k = qkv + q_dim,
+                     .v = qkv + q_dim + kv_dim,
+                     .row_stride = qkv_dim,
+                     .slot_mapping = in.slot_mapping,
+                     .num_tokens = T,
+                     .cache = cache});
 }
 
 void Model::Attend(const StepInputs& in, const kernels::KvCacheView& cache, const float* qkv,

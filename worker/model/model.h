@@ -192,6 +192,10 @@ class Model {
   absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
   // Paged attention of one layer: the step's queries (rows of `qkv_stride` in `qkv`) against
   // `cache`, into attn (float32 weights) or attn16 (16-bit weights).
+  // A layer's q and k after their per-head norms (qwen3) and the rotary embedding, and the k
+  // and v rows written to the layer's cache.
+  void RotateAndStore(const StepInputs& in, const Layer& L, const kernels::KvCacheView& cache,
+                      float* qkv);
   void Attend(const StepInputs& in, const kernels::KvCacheView& cache, const float* qkv,
               int64_t qkv_stride, float* attn, uint16_t* attn16);
   // The logits rows of the final hidden states `h`, gathered across ranks (RunModel's end).
