@@ -9,7 +9,7 @@ TEST(HoldBackTest, PartialMatchIsTheLongestSuffixThatStartsThePattern) {
   EXPECT_EQ(PartialMatchLength("hello </th", "</think>"), 4u);
   EXPECT_EQ(PartialMatchLength("hello <", "</think>"), 1u);
   EXPECT_EQ(PartialMatchLength("hello", "</think>"), 0u);
-  EXPECT_EQ(PartialMatchLength("</think", "</think>"), 7u);  // a proper prefix at most
+  EXPECT_EQ(PartialMatchLength("</think", "</think>"), 7u);   // a proper prefix at most
   EXPECT_EQ(PartialMatchLength("</think>", "</think>"), 0u);  // whole: a match, not a hold
   EXPECT_EQ(PartialMatchLength("aaa", "aab"), 2u);
   EXPECT_EQ(PartialMatchLength("", "x"), 0u);
