@@ -19,7 +19,6 @@ void ThreadChecker::CheckSlow(const char* file, int line) const {
       owner_.compare_exchange_strong(owner, self, std::memory_order_relaxed)) {
     return;  // bound now
   }
-  if (owner == self) return;
   std::ostringstream ids;
   ids << "thread " << self << ", owned by thread " << owner;
   LOG(FATAL) << file << ":" << line << ": state owned by the " << name_

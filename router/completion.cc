@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
