@@ -11,13 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/stages.sh
+rotation=$(order_rotation_args)  # fails here, naming it, for a bad KVSERVE_ORDER_ROTATION
 
 stage deps bash scripts/install-deps.sh --test
 stage npm bash -c 'cd tests/node && npm ci --no-audit --no-fund --loglevel=error'
 stage build env KVSERVE_CUDA_ARCHS="${KVSERVE_CUDA_ARCHS:-90}" bash scripts/build.sh
 build="${KVSERVE_BUILD_DIR:-build}"
 stage ctest ctest --test-dir "$build" --output-on-failure -j "${KVSERVE_JOBS:-2}" \
-  $(order_rotation_args) "$@"
+  $rotation "$@"
 
 # The CUDA backend once more, built by the host compiler with its kernels and its CUDA runtime,
 # cuBLAS and NCCL calls running on the CPU (KVSERVE_CUDA=EMULATED, tests/testing/cuda_emulator):
@@ -30,7 +31,7 @@ if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
     engine_cuda_tp_test engine_cuda_small_device_test emulated_runtime_test mma_probe_test \
     decode_attention_bench kvserve-bench kvserve-make-model engine_launches_test
   stage ctest-emulated ctest --test-dir "$emulated" --output-on-failure -j "${KVSERVE_JOBS:-2}" \
-    -L gpu $(order_rotation_args) "$@"
+    -L gpu $rotation "$@"
 fi
 
 # Clang's thread-safety analysis (ABSL_GUARDED_BY and friends) over every C++ file both builds

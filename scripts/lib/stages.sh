@@ -43,6 +43,10 @@ order_rotation_args() {
     echo "order rotation: all thread orders" >&2
     return 0
   fi
+  if [[ -n $pick && ! $pick =~ ^[0-9]+$ ]]; then
+    echo "order rotation: KVSERVE_ORDER_ROTATION='$pick' is neither a number nor 'all'" >&2
+    return 1
+  fi
   if [[ -z $pick ]]; then
     local head
     head=$(git rev-parse --short=8 HEAD 2>/dev/null || echo 0)
