@@ -8,6 +8,16 @@
 # KVSERVE_CUDART is what code that calls the CUDA runtime itself links: libcudart, or in
 # EMULATED the headers (the emulated runtime comes with kvserve::kernels_cuda).
 
+# Debian 12's CMake 3.25 FindCUDAToolkit marks CUDA::nvToolsExt deprecated whenever the project
+# asks for CMake >= 3.25, without checking that the target exists; CUDA 12.9+ ships no
+# nvToolsExt library, so a stock CMake stops there. Find the toolkit as a 3.24 project would.
+macro(kvserve_find_cuda_toolkit)
+  set(_kvserve_min_version "${CMAKE_MINIMUM_REQUIRED_VERSION}")
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+  find_package(CUDAToolkit REQUIRED)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION "${_kvserve_min_version}")
+endmacro()
+
 string(TOUPPER "${KVSERVE_CUDA}" _kvserve_cuda)
 if(NOT _kvserve_cuda MATCHES "^(AUTO|ON|OFF|EMULATED)$")
   message(FATAL_ERROR "KVSERVE_CUDA must be AUTO, ON, OFF or EMULATED, got '${KVSERVE_CUDA}'")
@@ -19,7 +29,7 @@ if(_kvserve_cuda STREQUAL "EMULATED")
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/include/cuda_runtime_api.h)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
-  find_package(CUDAToolkit REQUIRED)
+  kvserve_find_cuda_toolkit()
   set(KVSERVE_HAVE_CUDA ON)
   set(KVSERVE_CUDA_EMULATED ON)
   set(KVSERVE_CUDART CUDA::toolkit)
@@ -39,7 +49,7 @@ elseif(NOT _kvserve_cuda STREQUAL "OFF")
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 (Debian 12) knows no CUDA20 flags for nvcc
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    find_package(CUDAToolkit REQUIRED)
+    kvserve_find_cuda_toolkit()
     find_library(KVSERVE_NCCL_LIBRARY nccl
                  HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
     set(KVSERVE_HAVE_CUDA ON)
