@@ -36,7 +36,20 @@ ABSL_FLAG(double, dns_refresh_seconds, 10.0, "How often --workers-dns is resolve
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "HTTP address (0.0.0.0: every interface, as in a container)");
 ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
-ABSL_FLAG(std::string, policy, "prefix", "prefix, round_robin, least_load or session");
+ABSL_FLAG(std::string, policy, "cost",
+          "cost (least estimated time to first token; docs/ROUTING.md), prefix (the rules before "
+          "it), round_robin, least_load or session");
+ABSL_FLAG(double, route_host_cost, 0.1,
+          "cost policy: a host-tier cached token costs this fraction of prefilling it");
+ABSL_FLAG(
+    double, route_new_fraction, 0.1,
+    "cost policy: a prompt cached nowhere beyond this fraction of it is placed by load alone");
+ABSL_FLAG(double, route_decode_weight, 1.0,
+          "cost policy: prompt tokens of prefill one decode sequence in a step is worth");
+ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
+          "cost policy: prompt tokens a worker prefills per step (its --max-num-batched-tokens)");
+ABSL_FLAG(double, route_pressure_weight, 1.0,
+          "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
@@ -283,17 +296,17 @@ absl::Status Serve() {
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromDirectory(model));
   ASSIGN_OR_RETURN(ModelConfig config, LoadHfConfig(model));
   RouterOptions o;
-  ASSIGN_OR_RETURN(o.routing.policy, ParsePolicy(absl::GetFlag(FLAGS_policy)));
+  o.routing.policy = absl::GetFlag(FLAGS_policy);
+  o.routing.host_cost = absl::GetFlag(FLAGS_route_host_cost);
+  o.routing.new_fraction = absl::GetFlag(FLAGS_route_new_fraction);
+  o.routing.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
+  o.routing.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
+  o.routing.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
   o.routing.w_prefill = absl::GetFlag(FLAGS_w_prefill);
   o.routing.w_load = absl::GetFlag(FLAGS_w_load);
   o.routing.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
   o.routing.balance_rel_threshold = absl::GetFlag(FLAGS_balance_rel_threshold);
-  if (o.routing.w_prefill < 0 || o.routing.w_load < 0 || o.routing.balance_abs_threshold < 0 ||
-      o.routing.balance_rel_threshold < 1) {
-    return absl::InvalidArgumentError(
-        "--w-prefill, --w-load and --balance-abs-threshold must be >= 0, "
-        "--balance-rel-threshold >= 1");
-  }
+  RETURN_IF_ERROR(MakeRoutingPolicy(o.routing).status());  // names a bad policy or parameter
   ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {

@@ -36,6 +36,9 @@ bool RefusedWhileDraining(const pb::GenerateResponse& r) {
 RouterCore::RouterCore(const RouterOptions& options)
     : options_(options), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   PCHECK(wake_fd_ >= 0) << "eventfd";
+  absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(options.routing);
+  CHECK(policy.ok()) << policy.status();  // the caller checks the options (kvserve-router does)
+  policy_ = *std::move(policy);
   pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve);
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
   if (options.workers_dns) {
@@ -375,7 +378,14 @@ absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
     Load& l = load[placed.worker];
     l.blocks += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
     ++l.requests;
-    l.sequences += std::max(1, r.sampling().n());
+    const int n = std::max(1, r.sampling().n());
+    l.sequences += n;
+    if (placed.started) {
+      l.decode_seqs += n;
+    } else {
+      l.prefill_tokens +=
+          std::max(0, r.prompt_token_ids_size() - static_cast<int>(r.predicted_cached_tokens()));
+    }
   }
   return load;
 }
@@ -553,6 +563,8 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     unheard = unheard || pool_->status(v.id) == nullptr;
     if (v.id == exclude) v.eligible = false;
     v.active_blocks = load[v.id].blocks;
+    v.queued_prefill_tokens = load[v.id].prefill_tokens;
+    v.decode_seqs = load[v.id].decode_seqs;
     ready = ready || v.eligible;
     const int limit = InflightLimit(v.id);
     const Load& l = load[v.id];
@@ -573,7 +585,11 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     break;
   }
   absl::StatusOr<Decision> d =
-      Route(options_.routing, views, index_, hashes, job->session_key, &round_robin_);
+      Route(*policy_, views, index_,
+            {.hashes = hashes,
+             .prompt_tokens = job->request.prompt_token_ids_size(),
+             .max_tokens = job->request.max_tokens() * std::max(1, job->request.sampling().n()),
+             .session_key = job->session_key});
   const std::string& id = job->request.request_id();
   if (!d.ok()) {
     job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));

@@ -154,7 +154,9 @@ class RouterCore {
   struct Load {
     int64_t blocks = 0;
     int requests = 0;
-    int sequences = 0;  // a request of n samples runs n
+    int sequences = 0;           // a request of n samples runs n
+    int64_t prefill_tokens = 0;  // prompt tokens not started requests have yet to prefill
+    int64_t decode_seqs = 0;     // sequences of started requests
   };
   // What other threads queued for the core thread.
   struct Inbox {
@@ -237,7 +239,7 @@ class RouterCore {
   absl::flat_hash_map<int, std::chrono::steady_clock::time_point> grants_in_flight_
       ABSL_GUARDED_BY(core_thread_);
   std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
-  uint64_t round_robin_ ABSL_GUARDED_BY(core_thread_) = 0;
+  std::unique_ptr<RoutingPolicy> policy_ ABSL_GUARDED_BY(core_thread_);
 
   // Read by any thread.
   std::thread thread_;

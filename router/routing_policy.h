@@ -1,23 +1,27 @@
-// Picks the worker for a request. Policies:
-//   prefix      (default) cost = w_prefill · blocks still to prefill + w_load · load blocks,
-//               where cached device blocks count fully and host blocks by host_weight
-//               (Dynamo-style), falling back to least-loaded when the load spread passes both
-//               an absolute and a relative threshold (SGLang-style); a prompt no worker
-//               caches well (under spread_below of its blocks) goes to the worker caching
-//               the least (SGLang's smallest tree), so new prefixes spread over the workers;
-//   round_robin, least_load, and session (rendezvous hashing of a session key, sticky while
-//               its worker stays eligible).
-// Draining, recycling, starting and unhealthy workers are never picked.
+// Picks the worker for a request. One policy per file under router/policies/, behind
+// RoutingPolicy, made by name (MakeRoutingPolicy):
+//   cost        (default) the least estimated time to first token: the prompt tokens a worker
+//               must still prefill (those it does not cache; host-tier ones at their onboarding
+//               cost) plus the prefill queued ahead of it, slowed by its decode load, plus KV
+//               pressure; a prompt no worker caches beyond new_fraction of it spreads by load
+//               (router/policies/cost_policy.cc; docs/ROUTING.md);
+//   prefix      the rules before the cost model, kept for comparison: block costs with a
+//               least-loaded fallback past absolute and relative load thresholds;
+//   round_robin, least_load, and session (rendezvous hashing of a session key).
+// Draining, recycling, starting and unhealthy workers are never picked; equal choices rotate.
 //
-//   ASSIGN_OR_RETURN(Decision d, Route(config, workers, index, hashes, session, &rr));
+//   ASSIGN_OR_RETURN(std::unique_ptr<RoutingPolicy> policy, MakeRoutingPolicy(config));
+//   ASSIGN_OR_RETURN(Decision d, Route(*policy, workers, index, request));
 //
-// Pure function of its inputs (plus the round-robin counter); any thread.
+// A policy keeps its rotation; one thread uses it (the router's core thread, or a simulator's).
 #ifndef KVSERVE_ROUTER_ROUTING_POLICY_H_
 #define KVSERVE_ROUTER_ROUTING_POLICY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -25,36 +29,62 @@
 
 namespace kvserve::router {
 
-enum class Policy { kPrefix, kRoundRobin, kLeastLoad, kSession };
-absl::StatusOr<Policy> ParsePolicy(std::string_view name);
-
 struct WorkerView {
   int id = 0;
   std::string name;
   bool eligible = true;       // healthy and READY (not draining, recycling or starting)
   bool fresh = true;          // its last heartbeat is within the timeout, whatever its state
-  int64_t active_blocks = 0;  // referenced device blocks
-  int64_t waiting = 0;        // queued requests
+  int64_t active_blocks = 0;  // blocks its requests in flight will hold (the router's books)
+  int64_t waiting = 0;        // queued requests (its heartbeat)
+  // The router's books: prompt tokens its placed requests have yet to prefill (those not
+  // started, less what was predicted cached), and sequences past their first token.
+  int64_t queued_prefill_tokens = 0;
+  int64_t decode_seqs = 0;
+  // Its heartbeat: the device pool in blocks (0: not known) and the block size in tokens.
+  int64_t capacity_blocks = 0;
+  int block_size = 16;
 };
 
 struct RoutingConfig {
-  Policy policy = Policy::kPrefix;
-  // A prompt's blocks mostly cost prefill compute; load blocks (what in-flight requests hold)
-  // mostly cost a share of decode steps, hence the lower weight: a worker that caches a
-  // 32-block prefix keeps the prompt until it carries ~4 more such requests than an idle one.
+  std::string policy = "cost";
+  // cost: a host-tier token costs this fraction of prefilling it (the copy over PCIe against
+  // the forward pass; docs/ROUTING.md derives 0.1 for an 8B model on one H100-class GPU).
+  double host_cost = 0.1;
+  // cost: a prompt whose best cached prefix is under this fraction of it is a new conversation
+  // and goes by load alone.
+  double new_fraction = 0.1;
+  // cost: each decode sequence in a step slows prefill as this many prompt tokens of a chunk
+  // of chunk_tokens do.
+  double decode_weight = 1.0;
+  int64_t chunk_tokens = 2048;
+  // cost: each token past the worker's free device pool (what its requests in flight will hold
+  // plus this one's uncached blocks) costs this many prompt tokens (it waits or preempts).
+  double pressure_weight = 1.0;
+
+  // prefix (the old rules): cost = w_prefill · blocks to prefill + w_load · load blocks, with
+  // host blocks saving host_weight of a device block; least-loaded past both thresholds; a
+  // prompt cached under spread_below of its blocks goes to the worker caching least.
   double w_prefill = 1.0;
   double w_load = 0.25;
-  double host_weight = 0.5;             // a host-tier block saves this fraction of a device block
-  int64_t balance_abs_threshold = 512;  // load spread in blocks that triggers the fallback...
-  double balance_rel_threshold = 1.5;   // ...when also max > rel × min
-  int64_t waiting_blocks = 16;          // load blocks a queued request counts for
-  double spread_below = 0.5;            // best cached fraction under which a prompt is "new"
+  double host_weight = 0.5;
+  int64_t balance_abs_threshold = 512;
+  double balance_rel_threshold = 1.5;
+  int64_t waiting_blocks = 16;  // load blocks a queued request counts for
+  double spread_below = 0.5;
 };
 
-// Why a worker was picked: the prefix policy's cost (kPrefix), its spreading of a prompt no
-// worker caches (kSpread) or its fallback to the least loaded (kBalance); or another policy.
+// What a policy knows of the request.
+struct RouteRequest {
+  absl::Span<const BlockHash> hashes;  // its prompt's full blocks, with the workers' cache key
+  int64_t prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  std::string_view session_key;
+};
+
+// Why a worker was picked (the metric label): "prefix" (it holds the best cached prefix),
+// "spread" (a new conversation, placed by load), "balance" (load outweighed a better cache
+// elsewhere), or the plain policies' "round_robin", "least_load", "session".
 enum class RouteReason { kPrefix, kSpread, kBalance, kRoundRobin, kLeastLoad, kSession };
-// The metric label: "prefix", "spread", "balance", "round_robin", "least_load", "session".
 std::string_view RouteReasonName(RouteReason reason);
 
 struct Decision {
@@ -63,10 +93,23 @@ struct Decision {
   int predicted_cached_blocks = 0;
 };
 
-// Unavailable when no worker is eligible.
-absl::StatusOr<Decision> Route(const RoutingConfig& config, absl::Span<const WorkerView> workers,
-                               const PrefixIndex& index, absl::Span<const BlockHash> hashes,
-                               std::string_view session_key, uint64_t* round_robin);
+class RoutingPolicy {
+ public:
+  virtual ~RoutingPolicy() = default;
+  // `eligible` is never empty. Returns the picked worker's id and why.
+  virtual Decision Pick(const std::vector<const WorkerView*>& eligible, const PrefixIndex& index,
+                        const RouteRequest& request) = 0;
+};
+
+// InvalidArgument naming the policy when no policy has that name or a parameter is out of
+// range.
+absl::StatusOr<std::unique_ptr<RoutingPolicy>> MakeRoutingPolicy(const RoutingConfig& config);
+// "cost, prefix, round_robin, least_load, session".
+std::string PolicyNames();
+
+// Unavailable when no worker is eligible; fills predicted_cached_blocks.
+absl::StatusOr<Decision> Route(RoutingPolicy& policy, absl::Span<const WorkerView> workers,
+                               const PrefixIndex& index, const RouteRequest& request);
 
 }  // namespace kvserve::router
 

@@ -233,8 +233,11 @@ std::vector<WorkerView> WorkerPool::Views() const {
     v.eligible = v.fresh && worker.status->state() == pb::WORKER_STATE_READY;
     if (worker.status) {
       for (const pb::BlockCounts& b : worker.status->blocks()) {
-        if (b.medium() == pb::MEDIUM_DEVICE) v.active_blocks = b.active();
+        if (b.medium() != pb::MEDIUM_DEVICE) continue;
+        v.active_blocks = b.active();
+        v.capacity_blocks = b.total();
       }
+      v.block_size = std::max(1, worker.status->block_size());
       v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
     }
     views.push_back(v);

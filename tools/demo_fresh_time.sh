@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Times `bash scripts/demo.sh` of one commit on a fresh Debian 12: a podman container from the
 # debootstrapped minbase that tests/deploy/image_test.sh caches, with this host's CUDA toolkit
-# mounted read-only (the project's machines come with it) and nothing else of the host's.
+# and its local CA certificates (this network's egress proxy signs TLS with them) mounted
+# read-only, as the project's machines come with both, and nothing else of the host's.
 # The container starts without g++, CMake or Node.js, which the project's machines have, so its
 # install phase is longer than theirs: compare commits with each other, not with a real machine.
 #
@@ -37,6 +38,8 @@ proxy=$(apt-config dump 2>/dev/null | sed -n 's/^Acquire::http::Proxy "\(.*\)";$
 start=$(date +%s)
 podman run --rm --network host -e http_proxy="${proxy:-}" -e DEBIAN_FRONTEND=noninteractive \
   -e PATH="/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  -e NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+  -v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro \
   -v "$cuda:$cuda:ro" -v "$tmp/src:/src" -w /src "$base" \
   bash -c "ln -s $cuda /usr/local/cuda && bash scripts/demo.sh" >"$log" 2>&1 || {
   tail -30 "$log"

@@ -40,7 +40,8 @@ ABSL_FLAG(int32_t, workers, 2, "Worker processes");
 ABSL_FLAG(int32_t, tensor_parallel_size, 1, "Ranks per worker");
 ABSL_FLAG(int32_t, port, 8000, "Router HTTP port");
 ABSL_FLAG(int32_t, base_port, 5570, "First worker port; each worker takes 3 consecutive ports");
-ABSL_FLAG(std::string, policy, "prefix", "Router policy: prefix, round_robin, least_load, session");
+ABSL_FLAG(std::string, policy, "cost",
+          "Router policy: cost, prefix, round_robin, least_load, session");
 ABSL_FLAG(std::string, worker_args, "",
           "Extra flags for every worker, space-separated (e.g. \"--kv-cache-dtype int8\")");
 ABSL_FLAG(std::string, router_args, "",

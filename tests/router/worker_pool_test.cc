@@ -62,8 +62,10 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   EXPECT_EQ(index.LongestPrefix(b, hashes).total(), 0);
   EXPECT_TRUE(index.synced(a));
 
-  uint64_t rr = 0;
-  ASSERT_OK_AND_ASSIGN(Decision d, Route({}, pool.Views(), index, hashes, "", &rr));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RoutingPolicy> policy, MakeRoutingPolicy({}));
+  ASSERT_OK_AND_ASSIGN(Decision d,
+                       Route(*policy, pool.Views(), index,
+                             {.hashes = hashes, .prompt_tokens = static_cast<int64_t>(ids.size())}));
   EXPECT_EQ(d.worker, a);
   EXPECT_EQ(d.predicted_cached_blocks, 2);
 

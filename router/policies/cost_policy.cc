@@ -1,0 +1,88 @@
+// cost (the default): the worker of least estimated time to first token, in units of the time
+// one prompt token takes to prefill, so that no threshold depends on prompt sizes:
+//
+//   ttft(w) = (queued(w) + miss(w)) · (1 + decode_weight · decode_seqs(w) / chunk_tokens)
+//             + pressure_weight · overflow(w)
+//   miss(w)     = prompt tokens − device-cached tokens − host-cached tokens · (1 − host_cost)
+//   queued(w)   = prompt tokens its placed requests have yet to prefill (the router's books)
+//   overflow(w) = tokens past its device pool once its requests in flight and this one's
+//                 uncached blocks are held (it would wait or preempt)
+//
+// With chunked prefill a worker prefills `chunk_tokens` per step while running its decodes, so
+// a prompt waits for the prefill queued ahead of it and its own uncached part, each step made
+// longer by the decode rows. A prompt whose best cached prefix anywhere is under new_fraction
+// of it is a new conversation: it goes by queued work alone (caching nothing worth keeping, it
+// should land where it starts soonest, which spreads new conversations). Ties rotate.
+#include <algorithm>
+#include <cmath>
+
+#include "router/policies/policies.h"
+
+namespace kvserve::router::policies {
+namespace {
+
+class CostPolicy : public RoutingPolicy {
+ public:
+  explicit CostPolicy(const RoutingConfig& c) : c_(c) {}
+
+  Decision Pick(const std::vector<const WorkerView*>& eligible, const PrefixIndex& index,
+                const RouteRequest& request) override {
+    const size_t first = rotation_.Next(eligible.size());
+    std::vector<PrefixIndex::Match> matches(eligible.size());
+    double best_cached = 0;
+    for (size_t i = 0; i < eligible.size(); ++i) {
+      matches[i] = index.LongestPrefix(eligible[i]->id, request.hashes);
+      best_cached = std::max(best_cached, Cached(*eligible[i], matches[i]));
+    }
+    const bool is_new = best_cached < c_.new_fraction * static_cast<double>(request.prompt_tokens);
+    size_t best = eligible.size();
+    double best_cost = 0;
+    for (size_t k = 0; k < eligible.size(); ++k) {
+      const size_t i = (first + k) % eligible.size();
+      const double cost = is_new ? Ttft(*eligible[i], PrefixIndex::Match{}, request)
+                                 : Ttft(*eligible[i], matches[i], request);
+      if (best == eligible.size() || cost < best_cost - 1e-9 * std::max(1.0, best_cost)) {
+        best = i, best_cost = cost;
+      }
+    }
+    RouteReason reason = RouteReason::kSpread;
+    if (!is_new) {
+      const bool holds_best = Cached(*eligible[best], matches[best]) >= best_cached;
+      reason = holds_best ? RouteReason::kPrefix : RouteReason::kBalance;
+    }
+    return {.worker = eligible[best]->id, .reason = reason};
+  }
+
+ private:
+  // Prompt tokens worker `w` saves with match `m` (host-tier ones less their onboarding cost).
+  double Cached(const WorkerView& w, const PrefixIndex::Match& m) const {
+    return static_cast<double>(w.block_size) *
+           (m.device_blocks + (1.0 - c_.host_cost) * m.host_blocks);
+  }
+
+  double Ttft(const WorkerView& w, const PrefixIndex::Match& m, const RouteRequest& r) const {
+    const double miss = std::max(0.0, static_cast<double>(r.prompt_tokens) - Cached(w, m));
+    const double slowdown = 1.0 + c_.decode_weight * static_cast<double>(w.decode_seqs) /
+                                      static_cast<double>(c_.chunk_tokens);
+    double overflow = 0;
+    if (w.capacity_blocks > 0) {
+      const int64_t bs = std::max(1, w.block_size);
+      const int64_t need = (r.prompt_tokens + r.max_tokens + bs - 1) / bs - m.total();
+      overflow = static_cast<double>(
+          std::max<int64_t>(0, w.active_blocks + need - w.capacity_blocks) * bs);
+    }
+    return (static_cast<double>(w.queued_prefill_tokens) + miss) * slowdown +
+           c_.pressure_weight * overflow;
+  }
+
+  const RoutingConfig c_;
+  Rotation rotation_;
+};
+
+}  // namespace
+
+std::unique_ptr<RoutingPolicy> MakeCostPolicy(const RoutingConfig& c) {
+  return std::make_unique<CostPolicy>(c);
+}
+
+}  // namespace kvserve::router::policies
