@@ -366,6 +366,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   absl::StatusOr<ForwardOutput> out = runner_->Execute(plan.copies, plan.batch);
   kv_->FinishCopies();
   RETURN_IF_ERROR(out.status());
+  counters_.sim_busy_seconds += out->sim_seconds;
   if (plan.scheduled.empty()) return std::vector<SequenceOutput>();
   return UpdateFromOutput(plan, *out);
 }

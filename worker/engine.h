@@ -79,6 +79,7 @@ struct EngineStats {
   int blocks_total = 0, blocks_free = 0, blocks_cached_evictable = 0;
   int host_blocks_total = 0, host_blocks_free = 0, host_blocks_cached_evictable = 0;
   int64_t kv_bytes_per_block = 0;
+  double sim_busy_seconds = 0;  // --device sim: the simulated GPU's time in steps so far
 };
 
 class Engine {

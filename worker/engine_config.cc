@@ -63,7 +63,8 @@ absl::StatusOr<Device> ParseDevice(std::string_view name) {
   if (name == "cpu") return Device::kCpu;
   if (name == "cuda") return Device::kCuda;
   if (name == "null") return Device::kNull;
-  return Unknown("--device", name, "cpu, cuda, null");
+  if (name == "sim") return Device::kSim;
+  return Unknown("--device", name, "cpu, cuda, null, sim");
 }
 
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name) {
@@ -87,6 +88,8 @@ std::string_view DeviceName(Device device) {
       return "cuda";
     case Device::kNull:
       return "null";
+    case Device::kSim:
+      return "sim";
     default:
       return "cpu";
   }
@@ -98,8 +101,9 @@ absl::Status EngineConfig::Validate() const {
   RETURN_IF_ERROR(ValidateCache(cache));
   RETURN_IF_ERROR(ValidateBackend(backend));
   RETURN_IF_ERROR(AtLeast("--tensor-parallel-size", parallel.tensor_parallel_size, 1));
-  if (backend.device == Device::kNull && parallel.tensor_parallel_size != 1) {
-    return absl::InvalidArgumentError("--device null runs one rank: --tensor-parallel-size 1");
+  if (IsModelless(backend.device) && parallel.tensor_parallel_size != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--device ", Sv(DeviceName(backend.device)),
+                                                   " runs one rank: --tensor-parallel-size 1"));
   }
   if (parallel.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--tp-timeout-seconds must be > 0");

@@ -21,13 +21,16 @@
 #include "common/hf_config.h"
 #include "common/kv_format.h"
 #include "worker/scheduler/scheduler.h"
+#include "worker/sim/step_cost.h"
 
 namespace kvserve::worker {
 
 // kNull runs no model: the weights are not read and every step draws a fixed token at once, on
 // the CPU backend's pools. The worker's server, scheduler, KV accounting and protocol are real,
 // which makes it the load for measuring the router on its own (docs/RELIABILITY.md).
-enum class Device { kCpu, kCuda, kNull };
+// kNull: no model, a fixed token at once; kSim: the same, each step taking the time a named GPU
+// would (worker/sim/step_cost.h).
+enum class Device { kCpu, kCuda, kNull, kSim };
 // The weights' type: kAuto is float32 on the CPU backend; on CUDA the checkpoint's 16-bit type
 // (bfloat16 for a float32 checkpoint).
 enum class WeightDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
@@ -42,6 +45,8 @@ absl::StatusOr<Device> ParseDevice(std::string_view name);
 absl::StatusOr<WeightDtype> ParseWeightDtype(std::string_view name);
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name);
 std::string_view DeviceName(Device device);
+// null and sim: no weights are read and no model runs.
+inline bool IsModelless(Device device) { return device == Device::kNull || device == Device::kSim; }
 
 // The paged KV cache: block geometry, pool sizes, quantization and the host tier.
 struct CacheConfig {
@@ -69,6 +74,10 @@ struct BackendConfig {
   // CUDA graphs: decode steps of up to this many sequences replay a recorded graph. 0: off, the
   // default until a GPU run has timed and checked them.
   int cuda_graph_max_batch = 0;
+  // --device sim: the GPU it stands for, and whether a step sleeps for its time (false: the
+  // time is only reported, in ForwardOutput::sim_seconds, for a simulator's virtual clock).
+  GpuProfile sim_gpu;
+  bool sim_sleep = true;
 };
 
 // Tensor parallelism: ranks as threads, Gloo (CPU) or NCCL (CUDA) between them. Shared with the

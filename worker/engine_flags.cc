@@ -28,7 +28,15 @@ ABSL_FLAG(int32_t, cpu_threads, 1, "Threads for the CPU backend's GEMMs");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda (tensor-parallel rank r on GPU r, NCCL between ranks; needs a CUDA build), or "
           "null (no model: a fixed token at once, the weights not read; for measuring the "
-          "router)");
+          "router), or sim (null whose steps take the time --sim-gpu would: a roofline from the "
+          "model's shape; for routing studies and capacity plans without a GPU)");
+ABSL_FLAG(std::string, sim_gpu, "h200", "--device sim: the GPU it stands for: h100, h200, a100");
+ABSL_FLAG(double, sim_hbm_gbps, 0, "--device sim: HBM bandwidth in GB/s (0: the preset's)");
+ABSL_FLAG(double, sim_tflops, 0, "--device sim: dense bf16 TFLOP/s (0: the preset's)");
+ABSL_FLAG(double, sim_mem_efficiency, 0.7, "--device sim: share of peak bandwidth a step reaches");
+ABSL_FLAG(double, sim_compute_efficiency, 0.5, "--device sim: share of peak FLOP/s a step reaches");
+ABSL_FLAG(double, sim_step_overhead_us, 200,
+          "--device sim: fixed time of every step, microseconds");
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight type: auto (float32 on the CPU backend; on CUDA the checkpoint's 16-bit type, "
           "bfloat16 for a float32 checkpoint), float32, bfloat16, float16");
@@ -123,6 +131,39 @@ absl::StatusOr<CacheConfig> CacheConfigFromFlags() {
   return c;
 }
 
+namespace {
+
+// The --sim-* flags: the preset with its overrides, for --device sim; refused by name for any
+// other device, which would ignore them.
+absl::StatusOr<GpuProfile> SimGpuFromFlags(Device device) {
+  const bool set = !absl::GetFlag(FLAGS_sim_gpu).empty() && absl::GetFlag(FLAGS_sim_gpu) != "h200";
+  const double hbm = absl::GetFlag(FLAGS_sim_hbm_gbps), tflops = absl::GetFlag(FLAGS_sim_tflops);
+  const double mem = absl::GetFlag(FLAGS_sim_mem_efficiency);
+  const double compute = absl::GetFlag(FLAGS_sim_compute_efficiency);
+  const double overhead = absl::GetFlag(FLAGS_sim_step_overhead_us);
+  if (device != Device::kSim) {
+    if (set || hbm != 0 || tflops != 0 || mem != 0.7 || compute != 0.5 || overhead != 200) {
+      return absl::InvalidArgumentError("the --sim-* flags need --device sim");
+    }
+    return GpuProfile();
+  }
+  ASSIGN_OR_RETURN(GpuProfile gpu, GpuPreset(absl::GetFlag(FLAGS_sim_gpu)));
+  if (hbm < 0 || tflops < 0 || overhead < 0 || !(mem > 0 && mem <= 1) ||
+      !(compute > 0 && compute <= 1)) {
+    return absl::InvalidArgumentError(
+        "--sim-hbm-gbps, --sim-tflops and --sim-step-overhead-us must be >= 0, "
+        "--sim-mem-efficiency and --sim-compute-efficiency in (0, 1]");
+  }
+  if (hbm > 0) gpu.hbm_bytes_per_s = hbm * 1e9;
+  if (tflops > 0) gpu.dense_flops = tflops * 1e12;
+  gpu.mem_efficiency = mem;
+  gpu.compute_efficiency = compute;
+  gpu.step_overhead_s = overhead * 1e-6;
+  return gpu;
+}
+
+}  // namespace
+
 absl::StatusOr<BackendConfig> BackendConfigFromFlags() {
   BackendConfig b;
   ASSIGN_OR_RETURN(b.device, ParseDevice(absl::GetFlag(FLAGS_device)));
@@ -131,6 +172,7 @@ absl::StatusOr<BackendConfig> BackendConfigFromFlags() {
   ASSIGN_OR_RETURN(b.attention_kernel, ParseAttentionKernel(absl::GetFlag(FLAGS_attention_kernel)));
   b.cuda_graph_max_batch =
       absl::GetFlag(FLAGS_enforce_eager) ? 0 : absl::GetFlag(FLAGS_cuda_graph_max_batch);
+  ASSIGN_OR_RETURN(b.sim_gpu, SimGpuFromFlags(b.device));
   return b;
 }
 

@@ -74,6 +74,16 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const RunnerCon
   runner->config_ = config;
   runner->hooks_ = hooks;
   runner->ranks_.resize(n);
+  if (config.backend.device == Device::kSim) {
+    // As the GPU would hold them: 16-bit weights, and a KV cache whose auto dtype is 16-bit
+    // (the modelless devices plan the CPU's float32 pools for auto).
+    const KvCacheSpec& spec = config.kv_spec;
+    double kv =
+        spec.BytesPerToken(config.model.num_kv_heads, config.block_size, config.model.head_dim);
+    if (!spec.k.empty() && spec.k[0].bits() == 32) kv /= 2;
+    runner->sim_kv_bytes_per_token_ = kv;
+    runner->sim_model_ = SimModelOf(config.model, /*weight_bytes=*/2, kv);
+  }
   RETURN_IF_ERROR(runner->ConnectRanks());
   for (int r = 0; r < n; ++r) RETURN_IF_ERROR(runner->LoadRank(r));
   RETURN_IF_ERROR(runner->AllocatePools());
@@ -128,7 +138,7 @@ absl::Status ModelRunner::LoadRank(int r) {
                        ? hooks_.make_backend()
                        : kernels::CreateCpuBackend({.num_threads = config.backend.cpu_threads});
   }
-  if (config.backend.device == Device::kNull) return absl::OkStatus();  // no weights
+  if (IsModelless(config.backend.device)) return absl::OkStatus();  // no weights
   if (cuda) RETURN_IF_ERROR(CheckWeightsFit(config, *rank.backend, r, size()));
   ASSIGN_OR_RETURN(rank.model,
                    Model::Load(config.model_dir, config.model, rank.backend.get(),
@@ -237,7 +247,11 @@ absl::StatusOr<ForwardOutput> ModelRunner::RunRank(int r, const BlockCopies& cop
         2 * absl::ToInt64Milliseconds(config_.parallel.collective_timeout)));
   }
   Rank& rank = ranks_[r];
-  if (config_.backend.device == Device::kNull) return NullForward(batch);
+  if (IsModelless(config_.backend.device)) {
+    ForwardOutput out = NullForward(batch);
+    if (config_.backend.device == Device::kSim) out.sim_seconds = SimulateStep(copies, batch);
+    return out;
+  }
   if (!copies.empty()) {
     std::vector<kernels::KvCacheView> device = rank.device->Views();
     std::vector<kernels::KvCacheView> host = rank.host ? rank.host->Views() : device;
@@ -273,6 +287,22 @@ ForwardOutput ModelRunner::NullForward(const ForwardBatch& batch) const {
   out.logits.assign(batch.host_logit_rows.size() * static_cast<size_t>(config_.model.vocab_size),
                     0.0f);
   return out;
+}
+
+double ModelRunner::SimulateStep(const BlockCopies& copies, const ForwardBatch& batch) const {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t blocks =
+      static_cast<int64_t>(copies.device_to_host.size() + copies.host_to_device.size());
+  const StepCost cost = EstimateStep(
+      sim_model_, config_.backend.sim_gpu,
+      {.query_len = batch.query_len,
+       .context_len = batch.context_len,
+       .logit_rows = static_cast<int64_t>(batch.logit_rows.size()),
+       .copy_bytes = blocks * static_cast<int64_t>(sim_kv_bytes_per_token_ * config_.block_size)});
+  if (config_.backend.sim_sleep) {
+    std::this_thread::sleep_until(start + std::chrono::duration<double>(cost.seconds));
+  }
+  return cost.seconds;
 }
 
 void ModelRunner::WorkerLoop(int r) {

@@ -118,6 +118,8 @@ class ModelRunner {
   // --device null: a fixed token (the first id that is not an end of sequence) for every draw,
   // log-probability 0, zero logits.
   [[nodiscard]] ForwardOutput NullForward(const ForwardBatch& batch) const;
+  // --device sim: the step's time on the simulated GPU, slept unless sim_sleep is off.
+  double SimulateStep(const BlockCopies& copies, const ForwardBatch& batch) const;
   void WorkerLoop(int rank);
 
   // Blocks of the device pools that fit in --gpu-memory-utilization (see RunnerConfig).
@@ -129,6 +131,8 @@ class ModelRunner {
   std::vector<Rank> ranks_;
   int num_blocks_ = 0;
   std::vector<std::thread> workers_;
+  SimModel sim_model_;  // --device sim
+  double sim_kv_bytes_per_token_ = 0;
 
   // Written by the engine thread between steps; read by the ranks during them.
   int64_t warmup_steps_ = 0;  // RecordDecodeGraphs' steps (RankFault counts the others)

@@ -70,6 +70,7 @@ struct ForwardOutput {
   std::vector<float> logits;            // [host_logit_rows.size(), vocab]
   bool graph = false;                   // the step replayed a decode graph
   bool recorded_graph = false;          // the step ran eagerly and recorded its decode graph
+  double sim_seconds = 0;               // --device sim: the step's time on the simulated GPU
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
