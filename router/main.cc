@@ -48,6 +48,9 @@ ABSL_FLAG(double, route_decode_weight, 1.0,
           "cost policy: prompt tokens of prefill one decode sequence in a step is worth");
 ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
           "cost policy: prompt tokens a worker prefills per step (its --max-num-batched-tokens)");
+ABSL_FLAG(double, route_miss_weight, 2.0,
+          "cost policy: how many times an uncached prompt token counts (its own wait, and the "
+          "work it adds for every request queued after it)");
 ABSL_FLAG(double, route_pressure_weight, 1.0,
           "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
 ABSL_FLAG(int32_t, max_model_len, 0,
@@ -302,6 +305,7 @@ absl::Status Serve() {
   o.routing.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
   o.routing.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
   o.routing.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
+  o.routing.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
   o.routing.w_prefill = absl::GetFlag(FLAGS_w_prefill);
   o.routing.w_load = absl::GetFlag(FLAGS_w_load);
   o.routing.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);

@@ -166,6 +166,9 @@ absl::Status ModelRunner::AllocatePools() {
       RETURN_IF_ERROR(CheckPoolFits(config, *ranks_[r].backend, r, kv_heads, num_blocks_));
     }
   }
+  // The modelless devices never read or write the KV cache: its blocks are bookkeeping only, so
+  // a null or sim worker can stand for a GPU's pool of any size.
+  if (IsModelless(config.backend.device)) return absl::OkStatus();
   for (Rank& rank : ranks_) {
     rank.device =
         std::make_unique<KvStorage>(config.kv_spec, num_blocks_, kv_heads, config.block_size,

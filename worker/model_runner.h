@@ -94,7 +94,9 @@ class ModelRunner {
   [[nodiscard]] int64_t weight_bytes(int rank) const {
     return ranks_[rank].model != nullptr ? ranks_[rank].model->weight_bytes() : 0;
   }
+  // Not on the modelless devices (null, sim), which allocate no KV pools (has_kv_pools).
   [[nodiscard]] KvStorage& device_kv(int rank) { return *ranks_[rank].device; }
+  [[nodiscard]] bool has_kv_pools() const { return ranks_[0].device != nullptr; }
   [[nodiscard]] kernels::Backend& backend(int rank) { return *ranks_[rank].backend; }
   [[nodiscard]] const KvStorage* host_kv(int rank) const { return ranks_[rank].host.get(); }
   [[nodiscard]] std::string_view communicator() const;

@@ -65,7 +65,8 @@ double AvailableMemory() {
 // committed when they are made: they must fit in the memory available now, or the worker
 // would be killed later, under traffic, instead of refused here.
 absl::Status CheckPoolsFitInMemory(const EngineConfig& config, const PoolPlan& p, int ranks) {
-  const bool cpu = config.backend.device != Device::kCuda;  // null: the CPU backend's pools
+  if (IsModelless(config.backend.device)) return absl::OkStatus();  // no pool is allocated
+  const bool cpu = config.backend.device != Device::kCuda;
   const double pools =
       (static_cast<double>(cpu ? p.device_blocks : 0) + p.host_blocks) * p.block_bytes * ranks;
   const double available = AvailableMemory();
@@ -197,11 +198,13 @@ std::string PreflightReport(const PreflightFacts& f) {
       Mib(f.runner.weight_bytes(0)), WeightTypeName(f.weight_type), k0.Describe(), v0.Describe(),
       f.kv_spec.CacheKeyQuant(), f.kv_spec.BytesPerToken(rank_kv_heads, bs, c.head_dim),
       f.pools.block_bytes, bs, f.num_blocks, bs, int64_t{f.num_blocks} * bs,
-      Mib(f.runner.device_kv(0).bytes()), f.pools.host_blocks,
-      Mib(host != nullptr ? host->bytes() : 0), swap ? "on" : "off",
-      config.cache.host_prefix_cache ? "on" : "off", f.num_blocks / blocks_per_seq, f.max_model_len,
-      blocks_per_seq, config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
-      config.cache.enable_prefix_caching ? "on" : "off",
+      Mib(f.runner.has_kv_pools() ? f.runner.device_kv(0).bytes()
+                                  : int64_t{f.num_blocks} * f.pools.block_bytes),
+      f.pools.host_blocks,
+      Mib(host != nullptr ? host->bytes() : int64_t{f.pools.host_blocks} * f.pools.block_bytes),
+      swap ? "on" : "off", config.cache.host_prefix_cache ? "on" : "off",
+      f.num_blocks / blocks_per_seq, f.max_model_len, blocks_per_seq, config.scheduler.max_num_seqs,
+      config.scheduler.max_num_batched_tokens, config.cache.enable_prefix_caching ? "on" : "off",
       GraphsLine(f.graphs, f.pools.sized_by_gpu()));
 }
 

@@ -1,7 +1,8 @@
 // cost (the default): the worker of least estimated time to first token, in units of the time
 // one prompt token takes to prefill, so that no threshold depends on prompt sizes:
 //
-//   ttft(w) = (queued(w) + miss(w)) · (1 + decode_weight · decode_seqs(w) / chunk_tokens)
+//   ttft(w) = (queued(w) + miss_weight · miss(w)) · (1 + decode_weight · decode_seqs(w) /
+//   chunk_tokens)
 //             + pressure_weight · overflow(w)
 //   miss(w)     = prompt tokens − device-cached tokens − host-cached tokens · (1 − host_cost)
 //   queued(w)   = prompt tokens its placed requests have yet to prefill (the router's books)
@@ -10,9 +11,11 @@
 //
 // With chunked prefill a worker prefills `chunk_tokens` per step while running its decodes, so
 // a prompt waits for the prefill queued ahead of it and its own uncached part, each step made
-// longer by the decode rows. A prompt whose best cached prefix anywhere is under new_fraction
-// of it is a new conversation: it goes by queued work alone (caching nothing worth keeping, it
-// should land where it starts soonest, which spreads new conversations). Ties rotate.
+// longer by the decode rows. A miss counts miss_weight (2) times: once for this request's wait,
+// once for the prefill it adds ahead of every request that queues behind it (measured on the
+// Mooncake traces in docs/ROUTING.md). A prompt whose best cached prefix anywhere is under
+// new_fraction of it is a new conversation: it goes by queued work alone (caching nothing worth
+// keeping, it should land where it starts soonest, which spreads new conversations). Ties rotate.
 #include <algorithm>
 #include <cmath>
 
@@ -71,7 +74,7 @@ class CostPolicy : public RoutingPolicy {
       overflow = static_cast<double>(
           std::max<int64_t>(0, w.active_blocks + need - w.capacity_blocks) * bs);
     }
-    return (static_cast<double>(w.queued_prefill_tokens) + miss) * slowdown +
+    return (static_cast<double>(w.queued_prefill_tokens) + c_.miss_weight * miss) * slowdown +
            c_.pressure_weight * overflow;
   }
 

@@ -1,0 +1,77 @@
+// The routing simulator on a small generated trace: every request served, the same report
+// for the same inputs, and at light load the cost policy making the greedy bound's decisions
+// while round robin scatters the sessions.
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tools/route_sim/simulator.h"
+#include "tools/trace/generate.h"
+
+namespace kvserve::route_sim {
+namespace {
+
+std::vector<trace::TraceRequest> Sessions() {
+  absl::StatusOr<std::vector<trace::TraceRequest>> t = trace::GenerateTrace({.shape = "multi-turn",
+                                                                             .duration_s = 60,
+                                                                             .rate = 0.5,
+                                                                             .min_turns = 3,
+                                                                             .max_turns = 6,
+                                                                             .turn_input = 300,
+                                                                             .turn_output = 100,
+                                                                             .think_s = 5,
+                                                                             .first_input = 1500});
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : std::vector<trace::TraceRequest>{};
+}
+
+SimOptions Options(const std::string& policy, bool instant) {
+  SimOptions o;
+  o.workers = 4;
+  o.capacity_blocks = 4000;
+  o.engine.model_dir = kvserve::testing::SourceDir() + "/tools/route_sim/models/llama-3.1-8b";
+  o.engine.backend.sim_gpu = *worker::GpuPreset("h100");
+  o.routing.policy = policy;
+  o.instant = instant;
+  o.speedup = 4;
+  return o;
+}
+
+TEST(RouteSimTest, ServesEveryRequestTheSameWayTwice) {
+  const auto trace = Sessions();
+  ASSERT_GT(trace.size(), 20u);
+  ASSERT_OK_AND_ASSIGN(SimReport a, Simulate(trace, Options("cost", false)));
+  EXPECT_EQ(a.json["requests"], static_cast<int64_t>(trace.size()));
+  EXPECT_EQ(a.json["errors"], 0);
+  EXPECT_GT(a.json["p50_ttft_ms"].get<double>(), 0);
+  EXPECT_GT(a.json["utilization"].get<double>(), 0);
+  ASSERT_OK_AND_ASSIGN(SimReport b, Simulate(trace, Options("cost", false)));
+  EXPECT_EQ(a.json.dump(), b.json.dump());
+}
+
+TEST(RouteSimTest, AtLightLoadTheCostPolicyKeepsSessionsWhereTheirCacheIs) {
+  const auto trace = Sessions();
+  ASSERT_OK_AND_ASSIGN(SimReport cost, Simulate(trace, Options("cost", true)));
+  ASSERT_OK_AND_ASSIGN(SimReport greedy, Simulate(trace, Options("greedy", true)));
+  ASSERT_OK_AND_ASSIGN(SimReport rr, Simulate(trace, Options("round_robin", true)));
+  EXPECT_DOUBLE_EQ(cost.json["hit_rate"], greedy.json["hit_rate"]);
+  EXPECT_GT(cost.json["hit_rate"].get<double>(), 0.5);
+  EXPECT_LT(rr.json["hit_rate"].get<double>(), 0.5 * cost.json["hit_rate"].get<double>());
+  // Light load: steps take no time.
+  EXPECT_EQ(cost.json["p99_ttft_ms"].get<double>(), 0);
+}
+
+TEST(RouteSimTest, BadOptionsAreRefusedByName) {
+  SimOptions o = Options("cost", true);
+  o.routing.policy = "random";
+  EXPECT_THAT(Simulate(Sessions(), o),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("'random'")));
+  o = Options("cost", true);
+  o.capacity_blocks = 0;
+  EXPECT_THAT(Simulate(Sessions(), o),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("KV pool")));
+}
+
+}  // namespace
+}  // namespace kvserve::route_sim

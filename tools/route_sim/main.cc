@@ -1,0 +1,166 @@
+// kvserve-route-sim: replays a request trace (Mooncake JSONL) against N simulated GPU workers in
+// virtual time, routed by the router's own policies, and compares policies side by side on the
+// same requests (tools/route_sim/simulator.h; docs/ROUTING.md has the runs).
+//
+//   kvserve-route-sim --trace conversation_trace.jsonl --workers 8 --capacity-fraction 0.05
+//       --policies cost,prefix,round_robin,least_load,greedy --pooled [--instant]
+//       [--gpu h200] [--speedup 4] [--window-end-s 1200] [--json-out FILE]
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/init.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "tools/route_sim/simulator.h"
+
+ABSL_FLAG(std::string, trace, "",
+          "The trace: Mooncake JSONL (timestamp, input_length, "
+          "output_length, hash_ids)");
+ABSL_FLAG(int32_t, trace_block_size, 512, "Tokens per hash id in the trace");
+ABSL_FLAG(int32_t, workers, 8, "Workers");
+ABSL_FLAG(double, capacity_fraction, 0.05,
+          "Each worker's KV pool as a fraction of the window's unique tokens");
+ABSL_FLAG(int64_t, capacity_blocks, 0, "Each worker's KV pool in blocks (instead of the fraction)");
+ABSL_FLAG(std::string, model, "tools/route_sim/models/llama-3.1-8b",
+          "Model directory whose config.json gives the shape (no weights are read)");
+ABSL_FLAG(int32_t, block_size, 16, "KV block size in tokens");
+ABSL_FLAG(std::string, gpu, "h200", "The simulated GPU: h100, h200, a100");
+ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Each worker's prefill chunk per step");
+ABSL_FLAG(int32_t, max_num_seqs, 256, "Each worker's most sequences at once");
+ABSL_FLAG(std::string, policies, "cost,prefix,round_robin,least_load,greedy",
+          "Policies to compare on the same requests: the router's (cost, prefix, round_robin, "
+          "least_load, session) and greedy (the longest cached prefix, load ignored)");
+ABSL_FLAG(bool, pooled, false,
+          "Also run one worker holding every worker's pool, steps taking no time: the hit rate of "
+          "one pooled cache");
+ABSL_FLAG(bool, instant, false, "Steps take no time (light load, as null workers)");
+ABSL_FLAG(double, speedup, 1.0, "Trace time divided by this");
+ABSL_FLAG(double, window_start_s, 0, "Replay requests from this trace second...");
+ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
+ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
+ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
+ABSL_FLAG(double, route_host_cost, 0.1, "cost policy: as kvserve-router's flag");
+ABSL_FLAG(double, route_new_fraction, 0.1, "cost and greedy policies: as kvserve-router's flag");
+ABSL_FLAG(double, route_decode_weight, 1.0, "cost policy: as kvserve-router's flag");
+ABSL_FLAG(int64_t, route_chunk_tokens, 2048, "cost policy: as kvserve-router's flag");
+ABSL_FLAG(double, route_pressure_weight, 1.0, "cost policy: as kvserve-router's flag");
+ABSL_FLAG(double, route_miss_weight, 2.0, "cost policy: as kvserve-router's flag");
+
+namespace kvserve::route_sim {
+namespace {
+
+absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& trace) {
+  SimOptions o;
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.trace_block_size = absl::GetFlag(FLAGS_trace_block_size);
+  o.engine.model_dir = absl::GetFlag(FLAGS_model);
+  o.engine.cache.block_size = absl::GetFlag(FLAGS_block_size);
+  o.engine.max_model_len = 0;
+  o.engine.scheduler.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  o.engine.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  ASSIGN_OR_RETURN(o.engine.backend.sim_gpu, worker::GpuPreset(absl::GetFlag(FLAGS_gpu)));
+  o.instant = absl::GetFlag(FLAGS_instant);
+  o.speedup = absl::GetFlag(FLAGS_speedup);
+  o.window_start_ms = static_cast<int64_t>(absl::GetFlag(FLAGS_window_start_s) * 1000);
+  o.window_end_ms = static_cast<int64_t>(std::min(absl::GetFlag(FLAGS_window_end_s), 1e12) * 1000);
+  o.max_output = absl::GetFlag(FLAGS_max_output);
+  o.routing.host_cost = absl::GetFlag(FLAGS_route_host_cost);
+  o.routing.new_fraction = absl::GetFlag(FLAGS_route_new_fraction);
+  o.routing.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
+  o.routing.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
+  o.routing.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
+  o.routing.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
+  o.capacity_blocks = absl::GetFlag(FLAGS_capacity_blocks);
+  if (o.capacity_blocks == 0) {
+    std::vector<trace::TraceRequest> window;
+    for (const auto& r : trace) {
+      if (r.timestamp_ms >= o.window_start_ms && r.timestamp_ms < o.window_end_ms) {
+        window.push_back(r);
+      }
+    }
+    const double fraction = absl::GetFlag(FLAGS_capacity_fraction);
+    if (!(fraction > 0)) return absl::InvalidArgumentError("--capacity-fraction must be > 0");
+    o.capacity_blocks = static_cast<int64_t>(
+        fraction * static_cast<double>(trace::UniqueTokens(window, o.trace_block_size)) /
+        o.engine.cache.block_size);
+  }
+  return o;
+}
+
+void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
+  const double req_ratio =
+      r["requests_per_worker_min"].get<double>() > 0
+          ? r["requests_per_worker_max"].get<double>() / r["requests_per_worker_min"].get<double>()
+          : 0;
+  std::cout << absl::StrFormat("%-12s %7.2f%% %8.2f %9.0f %9.0f %9.0f %6.1f%% %7lld %7.1f  %s\n",
+                               name, 100 * r["hit_rate"].get<double>(), req_ratio,
+                               r["p50_ttft_ms"].get<double>(), r["p90_ttft_ms"].get<double>(),
+                               r["p99_ttft_ms"].get<double>(), 100 * r["utilization"].get<double>(),
+                               static_cast<long long>(r["errors"].get<int64_t>()), wall_s,
+                               r["decisions"].dump());
+}
+
+absl::Status Main() {
+  const std::string path = absl::GetFlag(FLAGS_trace);
+  if (path.empty()) return absl::InvalidArgumentError("--trace FILE is required");
+  ASSIGN_OR_RETURN(std::vector<trace::TraceRequest> trace,
+                   trace::ReadTrace(path, absl::GetFlag(FLAGS_trace_block_size)));
+  ASSIGN_OR_RETURN(SimOptions base, BaseOptions(trace));
+  std::cout << absl::StrFormat(
+      "trace %s: %d requests; %d workers of %lld blocks (%d tokens each), %s, speedup %.2f%s\n",
+      path, trace.size(), base.workers, static_cast<long long>(base.capacity_blocks),
+      base.engine.cache.block_size, base.engine.backend.sim_gpu.name, base.speedup,
+      base.instant ? ", instant steps" : "");
+  std::cout << absl::StrFormat("%-12s %8s %8s %9s %9s %9s %7s %7s %7s  %s\n", "policy", "hit",
+                               "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "util", "errors",
+                               "wall_s", "decisions");
+  nlohmann::json all;
+  auto run = [&](const std::string& name, const SimOptions& o) -> absl::Status {
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(SimReport r, Simulate(trace, o));
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.json["wall_seconds"] = wall;
+    PrintRow(name, r.json, wall);
+    all[name] = r.json;
+    return absl::OkStatus();
+  };
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty())) {
+    SimOptions o = base;
+    o.routing.policy = std::string(p);
+    RETURN_IF_ERROR(run(o.routing.policy, o));
+  }
+  if (absl::GetFlag(FLAGS_pooled)) {
+    SimOptions o = base;
+    o.workers = 1;
+    o.capacity_blocks = base.capacity_blocks * base.workers;
+    o.instant = true;
+    o.routing.policy = "round_robin";
+    RETURN_IF_ERROR(run("pooled", o));
+  }
+  if (const std::string out = absl::GetFlag(FLAGS_json_out); !out.empty()) {
+    std::ofstream(out) << all.dump(2) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kvserve::route_sim
+
+int main(int argc, char** argv) {
+  kvserve::InitProgram(argc, argv, "kvserve-route-sim: routing policies on a trace, offline");
+  absl::Status s = kvserve::route_sim::Main();
+  if (!s.ok()) {
+    std::cerr << "kvserve-route-sim: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

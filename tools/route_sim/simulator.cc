@@ -1,0 +1,391 @@
+#include "tools/route_sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/block_hash.h"
+#include "common/hf_config.h"
+#include "common/status_macros.h"
+#include "kvserve/v1/kvserve.pb.h"
+#include "router/prefix_index.h"
+#include "worker/engine.h"
+
+namespace kvserve::route_sim {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using json = nlohmann::json;
+using router::WorkerView;
+
+// A worker's KV events, batched per step as the worker server batches them per loop turn.
+class EventBuffer : public worker::KvEventListener {
+ public:
+  void OnKvEvent(const BlockHash& hash, bool stored, worker::Medium medium) override {
+    pb::KvEvent* e = batch_.add_events();
+    const pb::Medium m = medium == worker::Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE;
+    if (stored) {
+      e->mutable_stored()->add_block_hashes(hash.ToBytes());
+      e->mutable_stored()->set_medium(m);
+    } else {
+      e->mutable_removed()->add_block_hashes(hash.ToBytes());
+      e->mutable_removed()->set_medium(m);
+    }
+  }
+  // The events since the last call as the next batch of instance `instance`; none: empty.
+  std::optional<pb::KvEventBatch> Take(uint64_t instance) {
+    if (batch_.events_size() == 0) return std::nullopt;
+    pb::KvEventBatch out = std::move(batch_);
+    batch_.Clear();
+    out.set_instance_id(instance);
+    out.set_seq(++seq_);
+    return out;
+  }
+
+ private:
+  pb::KvEventBatch batch_;
+  uint64_t seq_ = 0;
+};
+
+// A request in flight, as the router's books hold it.
+struct Live {
+  int worker = 0;
+  double arrival = 0;
+  int64_t prompt_tokens = 0, predicted_cached = 0, blocks = 0;
+  bool started = false;
+};
+
+struct SimWorker {
+  std::unique_ptr<worker::Engine> engine;
+  EventBuffer events;
+  bool busy = false;
+  std::vector<worker::SequenceOutput> pending;  // the outputs of the step in progress
+  // The router's books.
+  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
+  // For the report.
+  int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
+};
+
+// The bound: the longest cached prefix wins (ties to fewer requests in flight); a prompt
+// cached nowhere beyond new_fraction goes to the worker with the fewest requests in flight.
+// Load is otherwise ignored.
+class GreedyPolicy : public router::RoutingPolicy {
+ public:
+  GreedyPolicy(double new_fraction, const std::vector<SimWorker>* workers)
+      : new_fraction_(new_fraction), workers_(workers) {}
+  router::Decision Pick(const std::vector<const WorkerView*>& eligible,
+                        const router::PrefixIndex& index,
+                        const router::RouteRequest& request) override {
+    const size_t first = next_++ % eligible.size();
+    std::vector<int> match(eligible.size());
+    int best_match = 0;
+    for (size_t i = 0; i < eligible.size(); ++i) {
+      match[i] = index.LongestPrefix(eligible[i]->id, request.hashes).total();
+      best_match = std::max(best_match, match[i]);
+    }
+    const bool is_new = static_cast<double>(best_match) * eligible[0]->block_size <
+                        new_fraction_ * static_cast<double>(request.prompt_tokens);
+    size_t best = eligible.size();
+    for (size_t k = 0; k < eligible.size(); ++k) {
+      const size_t i = (first + k) % eligible.size();
+      const int m = is_new ? 0 : match[i];
+      const int64_t load = (*workers_)[eligible[i]->id].active_blocks;
+      if (best == eligible.size() || m > (is_new ? 0 : match[best]) ||
+          (m == (is_new ? 0 : match[best]) &&
+           load < (*workers_)[eligible[best]->id].active_blocks)) {
+        best = i;
+      }
+    }
+    return {.worker = eligible[best]->id,
+            .reason = is_new ? router::RouteReason::kSpread : router::RouteReason::kPrefix};
+  }
+
+ private:
+  double new_fraction_;
+  const std::vector<SimWorker>* workers_;
+  uint64_t next_ = 0;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank)), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+class Simulation {
+ public:
+  explicit Simulation(const SimOptions& o) : o_(o) {}
+
+  absl::Status Init() {
+    if (o_.routing.policy == "greedy") {
+      policy_ = std::make_unique<GreedyPolicy>(o_.routing.new_fraction, &workers_);
+    } else {
+      ASSIGN_OR_RETURN(policy_, router::MakeRoutingPolicy(o_.routing));
+    }
+    // The longest request a worker takes: the model's, or what its pool holds if less.
+    int max_model_len = o_.engine.max_model_len;
+    if (max_model_len == 0) {
+      ASSIGN_OR_RETURN(ModelConfig model, LoadHfConfig(o_.engine.model_dir));
+      max_model_len = static_cast<int>(std::min<int64_t>(
+          model.max_position_embeddings, o_.capacity_blocks * o_.engine.cache.block_size));
+    }
+    workers_.resize(o_.workers);
+    for (int w = 0; w < o_.workers; ++w) {
+      worker::EngineConfig c = o_.engine;
+      c.max_model_len = max_model_len;
+      c.backend.device = o_.instant ? worker::Device::kNull : worker::Device::kSim;
+      c.backend.sim_sleep = false;
+      c.cache.num_blocks = static_cast<int>(o_.capacity_blocks);
+      ASSIGN_OR_RETURN(workers_[w].engine, worker::Engine::Create(c));
+      workers_[w].engine->SetKvEventListener(&workers_[w].events);
+      index_.SetCapacity(w, static_cast<size_t>(o_.capacity_blocks));
+    }
+    const worker::Engine& e = *workers_[0].engine;
+    block_size_ = e.config().cache.block_size;
+    ASSIGN_OR_RETURN(extra_key_, (CacheKey{.model_id = e.config().model_id,
+                                           .kv_cache_dtype = e.kv_spec().CacheKeyDType(),
+                                           .kv_quant = e.kv_spec().CacheKeyQuant(),
+                                           .block_size = static_cast<uint32_t>(block_size_)})
+                                     .Serialize());
+    return absl::OkStatus();
+  }
+
+  void Run(const std::vector<trace::TraceRequest>& trace) {
+    size_t next = 0;
+    while (next < trace.size() || !steps_.empty()) {
+      const double arrival =
+          next < trace.size() ? ArrivalTime(trace[next]) : std::numeric_limits<double>::infinity();
+      if (!steps_.empty() && std::get<0>(steps_.top()) <= arrival) {
+        const auto [t, order, w] = steps_.top();
+        steps_.pop();
+        now_ = t;
+        FinishStep(w);
+        continue;
+      }
+      now_ = arrival;
+      Arrive(trace[next], static_cast<int>(next));
+      ++next;
+    }
+  }
+
+  json Report() const;
+
+ private:
+  double ArrivalTime(const trace::TraceRequest& r) const {
+    return static_cast<double>(r.timestamp_ms - o_.window_start_ms) / 1000.0 / o_.speedup;
+  }
+
+  std::vector<WorkerView> Views() const {
+    std::vector<WorkerView> views(workers_.size());
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      const SimWorker& s = workers_[w];
+      views[w] = {.id = static_cast<int>(w),
+                  .name = absl::StrCat("w", w),
+                  .active_blocks = s.active_blocks,
+                  .waiting = s.engine->stats().num_waiting,
+                  .queued_prefill_tokens = s.queued_prefill,
+                  .decode_seqs = s.decode_seqs,
+                  .capacity_blocks = o_.capacity_blocks,
+                  .block_size = block_size_};
+    }
+    return views;
+  }
+
+  void Arrive(const trace::TraceRequest& r, int index) {
+    const std::vector<int32_t> prompt = trace::TracePrompt(r, {.block_size = o_.trace_block_size});
+    const int64_t out = std::max<int64_t>(
+        1, o_.max_output > 0 ? std::min(o_.max_output, r.output_length) : r.output_length);
+    const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
+    const std::vector<BlockHash> hashes = HashFullBlocks(ids, block_size_, extra_key_);
+    const absl::Time t = absl::UnixEpoch() + absl::Seconds(now_);
+    index_.Expire(t);
+    const std::vector<WorkerView> views = Views();
+    absl::StatusOr<router::Decision> d =
+        router::Route(*policy_, views, index_,
+                      {.hashes = hashes,
+                       .prompt_tokens = static_cast<int64_t>(prompt.size()),
+                       .max_tokens = out});
+    if (!d.ok()) {
+      ++errors_[std::string(d.status().message())];
+      return;
+    }
+    ++decisions_[std::string(router::RouteReasonName(d->reason))];
+    SimWorker& w = workers_[d->worker];
+    const std::string id = absl::StrCat("r", index);
+    worker::RequestInput in{
+        .request_id = id, .prompt = prompt, .max_tokens = static_cast<int>(out)};
+    in.sampling.ignore_eos = true;
+    if (absl::Status s = w.engine->AddRequest(std::move(in)); !s.ok()) {
+      ++errors_[std::string(s.message().substr(0, 80))];
+      return;
+    }
+    index_.RecordRouted(d->worker, hashes, t);
+    Live l{.worker = d->worker,
+           .arrival = now_,
+           .prompt_tokens = static_cast<int64_t>(prompt.size()),
+           .predicted_cached = int64_t{d->predicted_cached_blocks} * block_size_,
+           .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
+    w.active_blocks += l.blocks;
+    w.queued_prefill += l.prompt_tokens - l.predicted_cached;
+    ++w.requests;
+    w.prompt_tokens += l.prompt_tokens;
+    live_[id] = l;
+    if (!w.busy) StartStep(d->worker);
+  }
+
+  void StartStep(int w) {
+    SimWorker& s = workers_[w];
+    if (!s.engine->HasWork()) return;
+    const worker::EngineStats before = s.engine->stats();
+    absl::StatusOr<std::vector<worker::SequenceOutput>> outs = s.engine->Step();
+    const worker::EngineStats after = s.engine->stats();
+    if (!outs.ok()) {
+      ++errors_[absl::StrCat("engine: ", outs.status().message())];
+      return;
+    }
+    if (outs->empty() && after.computed_tokens == before.computed_tokens &&
+        after.sim_busy_seconds == before.sim_busy_seconds) {
+      // Nothing could be scheduled and nothing runs: the waiting requests never fit the pool.
+      for (const std::string& id : s.engine->AbortAll()) {
+        ++errors_["does not fit the worker's KV pool"];
+        Forget(id);
+      }
+      return;
+    }
+    s.pending = *std::move(outs);
+    s.busy = true;
+    steps_.emplace(now_ + (after.sim_busy_seconds - before.sim_busy_seconds), order_++, w);
+  }
+
+  void FinishStep(int w) {
+    SimWorker& s = workers_[w];
+    s.busy = false;
+    if (std::optional<pb::KvEventBatch> batch = s.events.Take(w + 1)) {
+      if (index_.ApplyEvents(w, *batch) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
+    }
+    for (const worker::SequenceOutput& out : s.pending) {
+      auto it = live_.find(out.request_id);
+      if (it == live_.end()) continue;
+      Live& l = it->second;
+      if (!l.started && !out.new_tokens.empty()) {
+        l.started = true;
+        ttft_.push_back(now_ - l.arrival);
+        s.cached_tokens += out.num_cached_prompt_tokens;
+        s.queued_prefill -= l.prompt_tokens - l.predicted_cached;
+        ++s.decode_seqs;
+      }
+      if (out.request_finished) {
+        e2e_.push_back(now_ - l.arrival);
+        Forget(out.request_id);
+      }
+    }
+    s.pending.clear();
+    StartStep(w);
+  }
+
+  // Takes a request off the books of its worker.
+  void Forget(const std::string& id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    const Live& l = it->second;
+    SimWorker& s = workers_[l.worker];
+    s.active_blocks -= l.blocks;
+    if (l.started) {
+      --s.decode_seqs;
+    } else {
+      s.queued_prefill -= l.prompt_tokens - l.predicted_cached;
+    }
+    live_.erase(it);
+  }
+
+  const SimOptions o_;
+  std::vector<SimWorker> workers_;
+  router::PrefixIndex index_;
+  std::unique_ptr<router::RoutingPolicy> policy_;
+  int block_size_ = 16;
+  std::string extra_key_;
+  double now_ = 0;
+  uint64_t order_ = 0;
+  // (end time, order, worker) of the steps in progress, earliest first.
+  std::priority_queue<std::tuple<double, uint64_t, int>,
+                      std::vector<std::tuple<double, uint64_t, int>>, std::greater<>>
+      steps_;
+  absl::flat_hash_map<std::string, Live> live_;
+  std::vector<double> ttft_, e2e_;
+  std::map<std::string, int64_t> decisions_, errors_;
+  int64_t event_gaps_ = 0;
+};
+
+json Simulation::Report() const {
+  json r;
+  int64_t prompt = 0, cached = 0, min_req = INT64_MAX, max_req = 0, min_tok = INT64_MAX,
+          max_tok = 0;
+  double busy = 0;
+  json per_worker = json::array();
+  for (const SimWorker& s : workers_) {
+    prompt += s.prompt_tokens;
+    cached += s.cached_tokens;
+    min_req = std::min(min_req, s.requests), max_req = std::max(max_req, s.requests);
+    min_tok = std::min(min_tok, s.prompt_tokens), max_tok = std::max(max_tok, s.prompt_tokens);
+    const worker::EngineStats st = s.engine->stats();
+    busy += st.sim_busy_seconds;
+    per_worker.push_back({{"requests", s.requests},
+                          {"prompt_tokens", s.prompt_tokens},
+                          {"busy_s", st.sim_busy_seconds},
+                          {"preemptions", st.preemptions},
+                          {"evictions", st.evictions}});
+  }
+  r["requests"] = static_cast<int64_t>(e2e_.size());
+  int64_t errors = 0;
+  for (const auto& [why, n] : errors_) errors += n;
+  r["errors"] = errors;
+  r["error_reasons"] = errors_;
+  r["hit_rate"] = prompt > 0 ? static_cast<double>(cached) / static_cast<double>(prompt) : 0.0;
+  r["requests_per_worker_min"] = min_req;
+  r["requests_per_worker_max"] = max_req;
+  r["prompt_tokens_per_worker_min"] = min_tok;
+  r["prompt_tokens_per_worker_max"] = max_tok;
+  r["decisions"] = decisions_;
+  r["event_gaps"] = event_gaps_;
+  r["virtual_seconds"] = now_;
+  r["utilization"] = now_ > 0 ? busy / (now_ * static_cast<double>(workers_.size())) : 0.0;
+  for (const auto& [name, v] : {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}}) {
+    r[absl::StrCat("p50_", name, "_ms")] = 1e3 * Percentile(*v, 50);
+    r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
+    r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);
+  }
+  r["workers"] = per_worker;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace,
+                                   const SimOptions& options) {
+  if (options.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  if (options.capacity_blocks < 1) {
+    return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
+  }
+  if (!(options.speedup > 0)) return absl::InvalidArgumentError("--speedup must be > 0");
+  std::vector<trace::TraceRequest> window;
+  for (const trace::TraceRequest& r : trace) {
+    if (r.timestamp_ms >= options.window_start_ms && r.timestamp_ms < options.window_end_ms) {
+      window.push_back(r);
+    }
+  }
+  Simulation sim(options);
+  RETURN_IF_ERROR(sim.Init());
+  sim.Run(window);
+  return SimReport{sim.Report()};
+}
+
+}  // namespace kvserve::route_sim
