@@ -48,9 +48,9 @@ ABSL_FLAG(double, route_decode_weight, 1.0,
           "cost policy: prompt tokens of prefill one decode sequence in a step is worth");
 ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
           "cost policy: prompt tokens a worker prefills per step (its --max-num-batched-tokens)");
-ABSL_FLAG(double, route_miss_weight, 2.0,
+ABSL_FLAG(double, route_miss_weight, 3.0,
           "cost policy: how many times an uncached prompt token counts (its own wait, and the "
-          "work it adds for every request queued after it)");
+          "wait it adds for each request that queues after it)");
 ABSL_FLAG(double, route_pressure_weight, 1.0,
           "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
 ABSL_FLAG(int32_t, max_model_len, 0,

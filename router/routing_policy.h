@@ -60,9 +60,9 @@ struct RoutingConfig {
   // cost: each token past the worker's free device pool (what its requests in flight will hold
   // plus this one's uncached blocks) costs this many prompt tokens (it waits or preempts).
   double pressure_weight = 1.0;
-  // cost: the uncached tokens count this many times: once for this request's wait, and (above
-  // 1) for the work a miss adds to everything queued after it.
-  double miss_weight = 2.0;
+  // cost: the uncached tokens count this many times: once for this request's wait, and once for
+  // each request that will queue behind the prefill a miss adds (about two at 70% load).
+  double miss_weight = 3.0;
 
   // prefix (the old rules): cost = w_prefill · blocks to prefill + w_load · load blocks, with
   // host blocks saving host_weight of a device block; least-loaded past both thresholds; a

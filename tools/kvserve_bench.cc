@@ -42,7 +42,14 @@ ABSL_FLAG(bool, json, false,
 
 ABSL_FLAG(std::string, url, "http://127.0.0.1:8000", "serve: the router");
 ABSL_FLAG(std::string, served_model, "", "serve: the model name to send (default: the router's)");
-ABSL_FLAG(std::string, dataset, "random", "serve: random, shared-prefix or multi-turn");
+ABSL_FLAG(std::string, dataset, "random", "serve: random, shared-prefix, multi-turn or trace");
+ABSL_FLAG(std::string, trace_file, "", "serve --dataset trace: a Mooncake JSONL trace");
+ABSL_FLAG(int32_t, trace_block_size, 512, "serve --dataset trace: tokens per hash id");
+ABSL_FLAG(double, trace_speedup, 1.0, "serve --dataset trace: trace time divided by this");
+ABSL_FLAG(double, trace_window_start_s, 0, "serve --dataset trace: from this trace second...");
+ABSL_FLAG(double, trace_window_end_s, 1e12, "serve --dataset trace: ...to this one");
+ABSL_FLAG(double, trace_output_scale, 1.0, "serve --dataset trace: output lengths times this");
+ABSL_FLAG(int32_t, trace_max_output, 0, "serve --dataset trace: cap on output lengths (0: none)");
 ABSL_FLAG(int32_t, num_prompts, 64, "serve: requests of the random dataset");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (Poisson) or inf");
 ABSL_FLAG(int32_t, max_concurrency, 0, "serve: requests in flight at most (0: no cap)");
@@ -250,6 +257,13 @@ int Serve() {
   o.url = absl::GetFlag(FLAGS_url);
   o.model = absl::GetFlag(FLAGS_served_model);
   o.dataset = absl::GetFlag(FLAGS_dataset);
+  o.trace_file = absl::GetFlag(FLAGS_trace_file);
+  o.trace_block_size = absl::GetFlag(FLAGS_trace_block_size);
+  o.trace_speedup = absl::GetFlag(FLAGS_trace_speedup);
+  o.trace_window_start_s = absl::GetFlag(FLAGS_trace_window_start_s);
+  o.trace_window_end_s = absl::GetFlag(FLAGS_trace_window_end_s);
+  o.trace_output_scale = absl::GetFlag(FLAGS_trace_output_scale);
+  o.trace_max_output = absl::GetFlag(FLAGS_trace_max_output);
   o.num_prompts = absl::GetFlag(FLAGS_num_prompts);
   const std::string rate = absl::GetFlag(FLAGS_request_rate);
   if (rate != "inf" && !absl::SimpleAtod(rate, &o.request_rate)) {

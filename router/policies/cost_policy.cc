@@ -11,11 +11,12 @@
 //
 // With chunked prefill a worker prefills `chunk_tokens` per step while running its decodes, so
 // a prompt waits for the prefill queued ahead of it and its own uncached part, each step made
-// longer by the decode rows. A miss counts miss_weight (2) times: once for this request's wait,
-// once for the prefill it adds ahead of every request that queues behind it (measured on the
-// Mooncake traces in docs/ROUTING.md). A prompt whose best cached prefix anywhere is under
+// longer by the decode rows. A miss counts miss_weight (3) times: once for this request's wait,
+// and once for each request that will queue behind its prefill (about two at the 70% load a
+// fleet is sized for; the sweep on the Mooncake traces is in docs/ROUTING.md). A prompt whose best cached prefix anywhere is under
 // new_fraction of it is a new conversation: it goes by queued work alone (caching nothing worth
-// keeping, it should land where it starts soonest, which spreads new conversations). Ties rotate.
+// keeping, it should land where it starts soonest, which spreads new conversations; among
+// equals, on the worker caching least). Ties rotate.
 #include <algorithm>
 #include <cmath>
 
@@ -44,7 +45,13 @@ class CostPolicy : public RoutingPolicy {
       const size_t i = (first + k) % eligible.size();
       const double cost = is_new ? Ttft(*eligible[i], PrefixIndex::Match{}, request)
                                  : Ttft(*eligible[i], matches[i], request);
-      if (best == eligible.size() || cost < best_cost - 1e-9 * std::max(1.0, best_cost)) {
+      const double eps = 1e-9 * std::max(1.0, best_cost);
+      // A new conversation's ties go to the worker caching least (SGLang's smallest tree), so
+      // that the conversations, and the cache they will build, spread evenly.
+      const bool smaller_tree =
+          is_new && best != eligible.size() && cost <= best_cost + eps &&
+          index.num_blocks(eligible[i]->id) < index.num_blocks(eligible[best]->id);
+      if (best == eligible.size() || cost < best_cost - eps || smaller_tree) {
         best = i, best_cost = cost;
       }
     }

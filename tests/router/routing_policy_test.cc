@@ -188,17 +188,17 @@ TEST(CostPolicyTest, PicksTheLongestCachedPrefixWhenLoadsAreEqual) {
 
 TEST(CostPolicyTest, AHotWorkerIsShedOnlyWhenItsQueueOutweighsItsCache) {
   // Worker 1 caches 32 of a 40-block prompt (128 of 160 tokens): it saves 128 tokens of
-  // prefill, counted twice (--route-miss-weight 2), so it keeps the prompt until 256 more tokens
-  // are queued on it than elsewhere.
+  // prefill, counted three times (--route-miss-weight 3), so it keeps the prompt until 384 more
+  // tokens are queued on it than elsewhere.
   PrefixIndex index;
   const auto prompt = Chain(40, 5);
   index.RecordRouted(1, absl::MakeSpan(prompt).subspan(0, 32));
   auto workers = Workers(3);
   auto cost = Make("cost");
-  for (int64_t queued : {0, 100, 255, 257, 1000}) {
+  for (int64_t queued : {0, 100, 383, 385, 1000}) {
     workers[1].queued_prefill_tokens = queued;
     ASSERT_OK_AND_ASSIGN(Decision d, Route(*cost, workers, index, Req(prompt)));
-    if (queued < 256) {
+    if (queued < 384) {
       EXPECT_EQ(d.worker, 1) << queued;
       EXPECT_EQ(d.reason, RouteReason::kPrefix);
     } else {

@@ -16,7 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/beast/http.hpp"
+#include "common/status_macros.h"
 #include "tools/bench/http_client.h"
+#include "tools/trace/trace.h"
 
 namespace kvserve::bench {
 namespace {
@@ -30,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 struct Turn {
   std::vector<int> new_ids;  // appended to the session's history
   int max_tokens = 16;
+  double at_s = 0;  // trace: when to send it, from the run's start
 };
 using Session = std::vector<Turn>;
 
@@ -94,6 +97,27 @@ std::vector<Session> MakeWorkload(const ServingOptions& o, int64_t* ideal_hit,
       }
       sessions.push_back(std::move(s));
     }
+  }
+  return sessions;
+}
+
+// The trace's requests in the window, each a session of one turn with its send time.
+absl::StatusOr<std::vector<Session>> TraceWorkload(const ServingOptions& o) {
+  ASSIGN_OR_RETURN(std::vector<trace::TraceRequest> requests,
+                   trace::ReadTrace(o.trace_file, o.trace_block_size));
+  const auto start_ms = static_cast<int64_t>(o.trace_window_start_s * 1000);
+  const auto end_ms = static_cast<int64_t>(std::min(o.trace_window_end_s, 1e12) * 1000);
+  std::vector<Session> sessions;
+  for (const trace::TraceRequest& r : requests) {
+    if (r.timestamp_ms < start_ms || r.timestamp_ms >= end_ms) continue;
+    const std::vector<int32_t> ids = trace::TracePrompt(
+        r, {.block_size = o.trace_block_size, .min_token = 100, .max_token = o.vocab_size});
+    int64_t out = std::llround(static_cast<double>(r.output_length) * o.trace_output_scale);
+    if (o.trace_max_output > 0) out = std::min<int64_t>(out, o.trace_max_output);
+    Turn t{.new_ids = std::vector<int>(ids.begin(), ids.end()),
+           .max_tokens = static_cast<int>(std::max<int64_t>(1, out)),
+           .at_s = static_cast<double>(r.timestamp_ms - start_ms) / 1000.0 / o.trace_speedup};
+    sessions.push_back({std::move(t)});
   }
   return sessions;
 }
@@ -231,16 +255,29 @@ Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<i
   return r;
 }
 
-// Requests per worker from the router's Prometheus text (kvserve_router_routed_total).
-std::map<std::string, double> RoutedPerWorker(const Endpoint& ep) {
+// A counter of the router's Prometheus text with one label, by that label's value:
+// kvserve_router_routed_total by worker, kvserve_router_decisions_total by reason.
+std::map<std::string, double> RouterCounter(const Endpoint& ep, const std::string& metric,
+                                            const std::string& label) {
   std::map<std::string, double> out;
   absl::StatusOr<std::string> text = Fetch(ep, http::verb::get, "/metrics");
   if (!text.ok()) return out;
-  static const std::regex re(R"re(kvserve_router_routed_total\{worker="([^"]*)"\} ([0-9.e+]+))re");
+  const std::regex re(metric + R"re(\{)re" + label + R"re(="([^"]*)"\} ([0-9.e+]+))re");
   for (std::sregex_iterator it(text->begin(), text->end(), re), end; it != end; ++it) {
     out[(*it)[1]] = std::stod((*it)[2]);
   }
   return out;
+}
+
+// What a counter gained between two readings.
+json CounterDelta(const std::map<std::string, double>& before,
+                  const std::map<std::string, double>& after) {
+  json delta = json::object();
+  for (const auto& [name, n] : after) {
+    const auto it = before.find(name);
+    delta[name] = static_cast<int64_t>(n - (it == before.end() ? 0.0 : it->second));
+  }
+  return delta;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -261,9 +298,19 @@ void AddStats(json& report, const std::string& name, const std::vector<double>& 
 }
 
 absl::Status Validate(const ServingOptions& o) {
-  if (o.dataset != "random" && o.dataset != "shared-prefix" && o.dataset != "multi-turn") {
+  if (o.dataset != "random" && o.dataset != "shared-prefix" && o.dataset != "multi-turn" &&
+      o.dataset != "trace") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset '", o.dataset, "' is not one of random, shared-prefix, multi-turn"));
+        "--dataset '", o.dataset, "' is not one of random, shared-prefix, multi-turn, trace"));
+  }
+  if ((o.dataset == "trace") != !o.trace_file.empty()) {
+    return absl::InvalidArgumentError("--trace-file FILE goes with --dataset trace, and only");
+  }
+  if (!(o.trace_speedup > 0) || !(o.trace_output_scale > 0) || o.trace_max_output < 0 ||
+      o.trace_block_size < 1) {
+    return absl::InvalidArgumentError(
+        "--trace-speedup and --trace-output-scale must be > 0, --trace-max-output >= 0, "
+        "--trace-block-size >= 1");
   }
   if (!(o.request_rate > 0))
     return absl::InvalidArgumentError("--request-rate must be > 0 (inf: all at once)");
@@ -384,8 +431,14 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   absl::StatusOr<std::string> model = ServedModel(o, *ep);
   if (!model.ok()) return model.status();
   int64_t ideal_hit = 0, ideal_prompt = 0;
-  const std::vector<Session> sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
-  const std::map<std::string, double> routed_before = RoutedPerWorker(*ep);
+  std::vector<Session> sessions;
+  if (o.dataset == "trace") {
+    ASSIGN_OR_RETURN(sessions, TraceWorkload(o));
+  } else {
+    sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
+  }
+  const auto routed_before = RouterCounter(*ep, "kvserve_router_routed_total", "worker");
+  const auto reasons_before = RouterCounter(*ep, "kvserve_router_decisions_total", "reason");
 
   ResultLog log;
   Gate gate(o.max_concurrency);
@@ -395,7 +448,10 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   const auto start = Clock::now();
   auto next = start;
   for (const Session& session : sessions) {
-    if (!std::isinf(o.request_rate)) {
+    if (o.dataset == "trace") {
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(session[0].at_s)));
+    } else if (!std::isinf(o.request_rate)) {
       next +=
           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
       std::this_thread::sleep_until(next);
@@ -405,7 +461,8 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   }
   for (std::thread& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
-  const std::map<std::string, double> routed_after = RoutedPerWorker(*ep);
+  const auto routed_after = RouterCounter(*ep, "kvserve_router_routed_total", "worker");
+  const auto reasons_after = RouterCounter(*ep, "kvserve_router_decisions_total", "reason");
 
   json report = Summarize(o, log.Take(), duration);
   report["dataset"] = o.dataset;
@@ -417,12 +474,8 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
     report["ideal_prefix_cache_hit_rate"] =
         ideal_prompt > 0 ? static_cast<double>(ideal_hit) / ideal_prompt : 0.0;
   }
-  json per_worker = json::object();
-  for (const auto& [name, n] : routed_after) {
-    const auto it = routed_before.find(name);
-    per_worker[name] = static_cast<int64_t>(n - (it == routed_before.end() ? 0.0 : it->second));
-  }
-  report["requests_per_worker"] = per_worker;
+  report["requests_per_worker"] = CounterDelta(routed_before, routed_after);
+  report["decisions"] = CounterDelta(reasons_before, reasons_after);
   return report;
 }
 
@@ -458,6 +511,10 @@ std::string FormatServingReport(const json& r) {
   }
   out << "---------------- requests per worker ----------------\n";
   for (const auto& [name, n] : r["requests_per_worker"].items()) line(name, n.dump());
+  if (r.contains("decisions")) {
+    out << "---------------- routing decisions ----------------\n";
+    for (const auto& [reason, n] : r["decisions"].items()) line(reason, n.dump());
+  }
   for (const auto& e : r["errors"]) out << "error: " << e.get<std::string>() << "\n";
   out << "==================================================\n";
   return out.str();

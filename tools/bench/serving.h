@@ -15,6 +15,12 @@
 //   multi-turn      conversations of --multi-turn-turns turns, each turn's prompt the whole
 //                   history (previous prompts and answers) plus --multi-turn-input-len new
 //                   tokens; a conversation's turns go in order, conversations concurrently.
+//   trace           a Mooncake JSONL trace (tools/trace/trace.h; kvserve-trace-gen writes
+//                   others): each request sent open loop at its timestamp / --trace-speedup,
+//                   its prompt token ids derived from its hash ids (shared blocks share ids),
+//                   its output the trace's (scaled, capped); --trace-window-* picks a slice.
+//                   The report adds the routing decisions by reason and the spread of requests
+//                   over the workers.
 //
 //   ASSIGN_OR_RETURN(nlohmann::json report, RunServing(options));
 #ifndef KVSERVE_TOOLS_BENCH_SERVING_H_
@@ -48,6 +54,12 @@ struct ServingOptions {
       gsp_question_len = 32, gsp_output_len = 16;
   int multi_turn_conversations = 8, multi_turn_turns = 4, multi_turn_input_len = 64,
       multi_turn_output_len = 16;
+  std::string trace_file;
+  int trace_block_size = 512;
+  double trace_speedup = 1.0;
+  double trace_window_start_s = 0, trace_window_end_s = 1e12;
+  double trace_output_scale = 1.0;
+  int trace_max_output = 0;  // 0: no cap
   // SLOs for goodput, in milliseconds (0: not constrained).
   double slo_ttft_ms = 0, slo_tpot_ms = 0, slo_e2e_ms = 0;
 };

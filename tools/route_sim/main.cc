@@ -51,7 +51,7 @@ ABSL_FLAG(double, route_new_fraction, 0.1, "cost and greedy policies: as kvserve
 ABSL_FLAG(double, route_decode_weight, 1.0, "cost policy: as kvserve-router's flag");
 ABSL_FLAG(int64_t, route_chunk_tokens, 2048, "cost policy: as kvserve-router's flag");
 ABSL_FLAG(double, route_pressure_weight, 1.0, "cost policy: as kvserve-router's flag");
-ABSL_FLAG(double, route_miss_weight, 2.0, "cost policy: as kvserve-router's flag");
+ABSL_FLAG(double, route_miss_weight, 3.0, "cost policy: as kvserve-router's flag");
 
 namespace kvserve::route_sim {
 namespace {

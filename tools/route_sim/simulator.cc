@@ -151,6 +151,7 @@ class Simulation {
     }
     const worker::Engine& e = *workers_[0].engine;
     block_size_ = e.config().cache.block_size;
+    vocab_size_ = e.model_config().vocab_size;
     ASSIGN_OR_RETURN(extra_key_, (CacheKey{.model_id = e.config().model_id,
                                            .kv_cache_dtype = e.kv_spec().CacheKeyDType(),
                                            .kv_quant = e.kv_spec().CacheKeyQuant(),
@@ -201,7 +202,9 @@ class Simulation {
   }
 
   void Arrive(const trace::TraceRequest& r, int index) {
-    const std::vector<int32_t> prompt = trace::TracePrompt(r, {.block_size = o_.trace_block_size});
+    // Ids in [100, vocab), as kvserve-bench serve --dataset trace --vocab-size V makes them.
+    const std::vector<int32_t> prompt =
+        trace::TracePrompt(r, {.block_size = o_.trace_block_size, .max_token = vocab_size_});
     const int64_t out = std::max<int64_t>(
         1, o_.max_output > 0 ? std::min(o_.max_output, r.output_length) : r.output_length);
     const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
@@ -312,6 +315,7 @@ class Simulation {
   router::PrefixIndex index_;
   std::unique_ptr<router::RoutingPolicy> policy_;
   int block_size_ = 16;
+  int32_t vocab_size_ = 0;
   std::string extra_key_;
   double now_ = 0;
   uint64_t order_ = 0;
