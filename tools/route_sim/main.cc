@@ -25,6 +25,7 @@ ABSL_FLAG(std::string, trace, "",
           "output_length, hash_ids)");
 ABSL_FLAG(int32_t, trace_block_size, 512, "Tokens per hash id in the trace");
 ABSL_FLAG(int32_t, workers, 8, "Workers");
+ABSL_FLAG(int32_t, replicas, 1, "Router replicas, requests spread over them in turn");
 ABSL_FLAG(double, capacity_fraction, 0.05,
           "Each worker's KV pool as a fraction of the window's unique tokens");
 ABSL_FLAG(int64_t, capacity_blocks, 0, "Each worker's KV pool in blocks (instead of the fraction)");
@@ -59,6 +60,7 @@ namespace {
 absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& trace) {
   SimOptions o;
   o.workers = absl::GetFlag(FLAGS_workers);
+  o.replicas = absl::GetFlag(FLAGS_replicas);
   o.trace_block_size = absl::GetFlag(FLAGS_trace_block_size);
   o.engine.model_dir = absl::GetFlag(FLAGS_model);
   o.engine.cache.block_size = absl::GetFlag(FLAGS_block_size);

@@ -57,6 +57,7 @@ class EventBuffer : public worker::KvEventListener {
 // A request in flight, as the router's books hold it.
 struct Live {
   int worker = 0;
+  int replica = 0;
   double arrival = 0;
   int64_t prompt_tokens = 0, predicted_cached = 0, blocks = 0;
   bool started = false;
@@ -67,10 +68,13 @@ struct SimWorker {
   EventBuffer events;
   bool busy = false;
   std::vector<worker::SequenceOutput> pending;  // the outputs of the step in progress
-  // The router's books.
-  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
   // For the report.
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
+};
+
+// What one router replica's books hold of one worker: its own placements only.
+struct Books {
+  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
 };
 
 // The bound: the longest cached prefix wins (ties to fewer requests in flight); a prompt
@@ -78,8 +82,8 @@ struct SimWorker {
 // Load is otherwise ignored.
 class GreedyPolicy : public router::RoutingPolicy {
  public:
-  GreedyPolicy(double new_fraction, const std::vector<SimWorker>* workers)
-      : new_fraction_(new_fraction), workers_(workers) {}
+  GreedyPolicy(double new_fraction, const std::vector<Books>* books)
+      : new_fraction_(new_fraction), books_(books) {}
   router::Decision Pick(const std::vector<const WorkerView*>& eligible,
                         const router::PrefixIndex& index,
                         const router::RouteRequest& request) override {
@@ -96,10 +100,9 @@ class GreedyPolicy : public router::RoutingPolicy {
     for (size_t k = 0; k < eligible.size(); ++k) {
       const size_t i = (first + k) % eligible.size();
       const int m = is_new ? 0 : match[i];
-      const int64_t load = (*workers_)[eligible[i]->id].active_blocks;
+      const int64_t load = (*books_)[eligible[i]->id].active_blocks;
       if (best == eligible.size() || m > (is_new ? 0 : match[best]) ||
-          (m == (is_new ? 0 : match[best]) &&
-           load < (*workers_)[eligible[best]->id].active_blocks)) {
+          (m == (is_new ? 0 : match[best]) && load < (*books_)[eligible[best]->id].active_blocks)) {
         best = i;
       }
     }
@@ -109,8 +112,16 @@ class GreedyPolicy : public router::RoutingPolicy {
 
  private:
   double new_fraction_;
-  const std::vector<SimWorker>* workers_;
+  const std::vector<Books>* books_;
   uint64_t next_ = 0;
+};
+
+// One router replica: its index (fed by every worker's events, plus its own placements), its
+// policy and its books.
+struct Replica {
+  router::PrefixIndex index;
+  std::unique_ptr<router::RoutingPolicy> policy;
+  std::vector<Books> books;
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -126,10 +137,14 @@ class Simulation {
   explicit Simulation(const SimOptions& o) : o_(o) {}
 
   absl::Status Init() {
-    if (o_.routing.policy == "greedy") {
-      policy_ = std::make_unique<GreedyPolicy>(o_.routing.new_fraction, &workers_);
-    } else {
-      ASSIGN_OR_RETURN(policy_, router::MakeRoutingPolicy(o_.routing));
+    replicas_.resize(o_.replicas);
+    for (Replica& r : replicas_) {
+      r.books.resize(o_.workers);
+      if (o_.routing.policy == "greedy") {
+        r.policy = std::make_unique<GreedyPolicy>(o_.routing.new_fraction, &r.books);
+      } else {
+        ASSIGN_OR_RETURN(r.policy, router::MakeRoutingPolicy(o_.routing));
+      }
     }
     // The longest request a worker takes: the model's, or what its pool holds if less.
     int max_model_len = o_.engine.max_model_len;
@@ -147,7 +162,7 @@ class Simulation {
       c.cache.num_blocks = static_cast<int>(o_.capacity_blocks);
       ASSIGN_OR_RETURN(workers_[w].engine, worker::Engine::Create(c));
       workers_[w].engine->SetKvEventListener(&workers_[w].events);
-      index_.SetCapacity(w, static_cast<size_t>(o_.capacity_blocks));
+      for (Replica& r : replicas_) r.index.SetCapacity(w, static_cast<size_t>(o_.capacity_blocks));
     }
     const worker::Engine& e = *workers_[0].engine;
     block_size_ = e.config().cache.block_size;
@@ -185,16 +200,17 @@ class Simulation {
     return static_cast<double>(r.timestamp_ms - o_.window_start_ms) / 1000.0 / o_.speedup;
   }
 
-  std::vector<WorkerView> Views() const {
+  // The workers as replica `r` sees them: its own books, every worker's heartbeat.
+  std::vector<WorkerView> Views(const Replica& r) const {
     std::vector<WorkerView> views(workers_.size());
     for (size_t w = 0; w < workers_.size(); ++w) {
-      const SimWorker& s = workers_[w];
+      const Books& b = r.books[w];
       views[w] = {.id = static_cast<int>(w),
                   .name = absl::StrCat("w", w),
-                  .active_blocks = s.active_blocks,
-                  .waiting = s.engine->stats().num_waiting,
-                  .queued_prefill_tokens = s.queued_prefill,
-                  .decode_seqs = s.decode_seqs,
+                  .active_blocks = b.active_blocks,
+                  .waiting = workers_[w].engine->stats().num_waiting,
+                  .queued_prefill_tokens = b.queued_prefill,
+                  .decode_seqs = b.decode_seqs,
                   .capacity_blocks = o_.capacity_blocks,
                   .block_size = block_size_};
     }
@@ -210,10 +226,13 @@ class Simulation {
     const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
     const std::vector<BlockHash> hashes = HashFullBlocks(ids, block_size_, extra_key_);
     const absl::Time t = absl::UnixEpoch() + absl::Seconds(now_);
-    index_.Expire(t);
-    const std::vector<WorkerView> views = Views();
+    // A load balancer in front of the replicas: each in turn.
+    const int replica = index % o_.replicas;
+    Replica& rep = replicas_[replica];
+    rep.index.Expire(t);
+    const std::vector<WorkerView> views = Views(rep);
     absl::StatusOr<router::Decision> d =
-        router::Route(*policy_, views, index_,
+        router::Route(*rep.policy, views, rep.index,
                       {.hashes = hashes,
                        .prompt_tokens = static_cast<int64_t>(prompt.size()),
                        .max_tokens = out});
@@ -231,14 +250,15 @@ class Simulation {
       ++errors_[std::string(s.message().substr(0, 80))];
       return;
     }
-    index_.RecordRouted(d->worker, hashes, t);
+    rep.index.RecordRouted(d->worker, hashes, t);
     Live l{.worker = d->worker,
+           .replica = replica,
            .arrival = now_,
            .prompt_tokens = static_cast<int64_t>(prompt.size()),
            .predicted_cached = int64_t{d->predicted_cached_blocks} * block_size_,
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
-    w.active_blocks += l.blocks;
-    w.queued_prefill += l.prompt_tokens - l.predicted_cached;
+    rep.books[d->worker].active_blocks += l.blocks;
+    rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
     ++w.requests;
     w.prompt_tokens += l.prompt_tokens;
     live_[id] = l;
@@ -273,7 +293,9 @@ class Simulation {
     SimWorker& s = workers_[w];
     s.busy = false;
     if (std::optional<pb::KvEventBatch> batch = s.events.Take(w + 1)) {
-      if (index_.ApplyEvents(w, *batch) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
+      for (Replica& r : replicas_) {  // every replica subscribes to every worker's events
+        if (r.index.ApplyEvents(w, *batch) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
+      }
     }
     for (const worker::SequenceOutput& out : s.pending) {
       auto it = live_.find(out.request_id);
@@ -283,8 +305,9 @@ class Simulation {
         l.started = true;
         ttft_.push_back(now_ - l.arrival);
         s.cached_tokens += out.num_cached_prompt_tokens;
-        s.queued_prefill -= l.prompt_tokens - l.predicted_cached;
-        ++s.decode_seqs;
+        Books& b = replicas_[l.replica].books[w];
+        b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
+        ++b.decode_seqs;
       }
       if (out.request_finished) {
         e2e_.push_back(now_ - l.arrival);
@@ -300,20 +323,19 @@ class Simulation {
     auto it = live_.find(id);
     if (it == live_.end()) return;
     const Live& l = it->second;
-    SimWorker& s = workers_[l.worker];
-    s.active_blocks -= l.blocks;
+    Books& b = replicas_[l.replica].books[l.worker];
+    b.active_blocks -= l.blocks;
     if (l.started) {
-      --s.decode_seqs;
+      --b.decode_seqs;
     } else {
-      s.queued_prefill -= l.prompt_tokens - l.predicted_cached;
+      b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
     }
     live_.erase(it);
   }
 
   const SimOptions o_;
   std::vector<SimWorker> workers_;
-  router::PrefixIndex index_;
-  std::unique_ptr<router::RoutingPolicy> policy_;
+  std::vector<Replica> replicas_;
   int block_size_ = 16;
   int32_t vocab_size_ = 0;
   std::string extra_key_;
@@ -376,6 +398,7 @@ json Simulation::Report() const {
 absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace,
                                    const SimOptions& options) {
   if (options.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
+  if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
   if (options.capacity_blocks < 1) {
     return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
   }

@@ -29,6 +29,9 @@ namespace kvserve::route_sim {
 
 struct SimOptions {
   int workers = 8;
+  // Router replicas behind a round-robin load balancer: each sees every worker's events but
+  // only its own placements (in its books and as assumed index entries).
+  int replicas = 1;
   int64_t capacity_blocks = 0;  // each worker's device pool, in blocks of `engine.cache`'s size
   // Each worker's engine: model_dir (only config.json is read), block size, scheduler limits,
   // the simulated GPU, max_model_len (0: the model's, or the pool's tokens if fewer). The
