@@ -35,6 +35,7 @@ json WorkerJson(const WorkerInfo& w) {
             {"index_blocks", w.index_blocks},
             {"kv_event_batches", w.event_batches},
             {"kv_event_gaps", w.event_gaps},
+            {"kv_event_joins", w.event_joins},
             {"kv_snapshots", w.snapshots}}}};
 }
 

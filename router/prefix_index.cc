@@ -57,14 +57,17 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
     // A new process: whatever we knew about the old one is gone. (The first instance we hear
     // from keeps the approximate entries our own routing recorded until its snapshot.) A
     // stream seen from its first batch is complete.
-    if (worker.instance_id != 0) Clear(worker);
+    const bool first_heard = worker.instance_id == 0;
+    if (!first_heard) Clear(worker);
     worker.instance_id = batch.instance_id();
     worker.seq = 0;
     worker.synced = batch.seq() == 1;
-    if (!worker.synced) return Apply::kGap;
+    if (!worker.synced) return first_heard ? Apply::kJoined : Apply::kGap;
   } else if (batch.seq() <= worker.seq) {
     return Apply::kIgnored;
-  } else if (!worker.synced || batch.seq() != worker.seq + 1) {
+  } else if (!worker.synced) {
+    return Apply::kAwaitingSnapshot;
+  } else if (batch.seq() != worker.seq + 1) {
     worker.synced = false;
     return Apply::kGap;
   }

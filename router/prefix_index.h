@@ -35,7 +35,12 @@ namespace kvserve::router {
 
 class PrefixIndex {
  public:
-  enum class Apply { kApplied, kGap, kIgnored };
+  // kGap: a batch skipped on a stream that was whole (or a new instance of a worker we knew
+  // that did not start at seq 1); kJoined: the first batch heard from a worker is not its
+  // first (this router subscribed after it started publishing, as at every router start);
+  // kAwaitingSnapshot: a batch of a stream already known broken, not applied. The first two
+  // need a snapshot; the third waits for the one asked for.
+  enum class Apply { kApplied, kGap, kJoined, kAwaitingSnapshot, kIgnored };
 
   struct Match {
     int device_blocks = 0;  // leading blocks present, on the device tier
@@ -43,9 +48,9 @@ class PrefixIndex {
     [[nodiscard]] int total() const { return device_blocks + host_blocks; }
   };
 
-  // Applies a batch from worker `w`. kGap: seq skipped (or a new instance that did not start at
-  // seq 1); nothing applied, the worker is marked unsynced until ApplySnapshot. kIgnored: an
-  // old or duplicate batch.
+  // Applies a batch from worker `w`. kGap, kJoined: nothing applied, the worker is marked
+  // unsynced until ApplySnapshot; kAwaitingSnapshot: it already was. kIgnored: an old or
+  // duplicate batch.
   Apply ApplyEvents(int w, const kvserve::v1::KvEventBatch& batch);
   // Replaces worker `w`'s entries; batches after snapshot.seq apply normally.
   void ApplySnapshot(int w, const kvserve::v1::KvSnapshot& snapshot);

@@ -413,12 +413,14 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
     w.index_blocks = static_cast<int64_t>(index_.num_blocks(v.id));
     w.event_batches = c.event_batches;
     w.event_gaps = c.gaps;
+    w.event_joins = c.joins;
     w.snapshots = c.snapshots;
     if (options_.metrics != nullptr) {
       options_.metrics->SetWorker(v.name, {.load_blocks = w.load_blocks,
                                            .index_blocks = w.index_blocks,
                                            .event_batches = c.event_batches,
                                            .gaps = c.gaps,
+                                           .joins = c.joins,
                                            .snapshots = c.snapshots,
                                            .dropped = c.dropped,
                                            .index_evictions = index_.evictions(v.id),

@@ -71,7 +71,8 @@ struct WorkerInfo {
   int num_running = 0, num_waiting = 0;
   uint64_t instance_id = 0;
   // The router's side: its in-flight load, its index, the KV-event stream's health.
-  int64_t load_blocks = 0, index_blocks = 0, event_batches = 0, event_gaps = 0, snapshots = 0;
+  int64_t load_blocks = 0, index_blocks = 0, event_batches = 0, event_gaps = 0, event_joins = 0,
+          snapshots = 0;
   // Requests the router has on it now, and the most it sends at once (0: no limit).
   int inflight_requests = 0, inflight_limit = 0;
 };

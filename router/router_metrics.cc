@@ -33,6 +33,9 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   event_batches_ = counter("kvserve_router_kv_event_batches_total", "KV-event batches received");
   event_gaps_ = counter("kvserve_router_kv_event_gaps_total",
                         "KV-event batches out of sequence (each asks the worker for a snapshot)");
+  event_joins_ = counter("kvserve_router_kv_event_joins_total",
+                         "KV-event streams joined mid-way (the router started after the worker; "
+                         "each asks the worker for a snapshot, expected once per worker)");
   snapshots_ = counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)");
   dropped_ = counter("kvserve_router_dropped_messages_total",
                      "Messages from the worker dropped as malformed or impossible");
@@ -115,6 +118,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   };
   add(event_batches_, seen.event_batches, last.event_batches);
   add(event_gaps_, seen.gaps, last.gaps);
+  add(event_joins_, seen.joins, last.joins);
   add(snapshots_, seen.snapshots, last.snapshots);
   add(dropped_, seen.dropped, last.dropped);
   add(index_evictions_, seen.index_evictions, last.index_evictions);
@@ -127,7 +131,7 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
     f->Remove(&f->Add(labels));
   }
   for (prometheus::Family<prometheus::Counter>* f :
-       {routed_, event_batches_, event_gaps_, snapshots_, dropped_, index_evictions_,
+       {routed_, event_batches_, event_gaps_, event_joins_, snapshots_, dropped_, index_evictions_,
         reply_gaps_}) {
     f->Remove(&f->Add(labels));
   }

@@ -30,7 +30,7 @@ class RouterMetrics {
   // (cumulative), last event lag.
   struct WorkerSeen {
     int64_t load_blocks = 0, index_blocks = 0;
-    int64_t event_batches = 0, gaps = 0, snapshots = 0, dropped = 0, index_evictions = 0;
+    int64_t event_batches = 0, gaps = 0, joins = 0, snapshots = 0, dropped = 0, index_evictions = 0;
     double event_lag_s = 0;
     int inflight_requests = 0;
   };
@@ -70,8 +70,8 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>* rejected_;
   prometheus::Gauge* open_connections_;
   prometheus::Counter *refused_connections_, *slow_clients_;
-  prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *snapshots_,
-      *dropped_, *index_evictions_, *reply_gaps_;
+  prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *event_joins_,
+      *snapshots_, *dropped_, *index_evictions_, *reply_gaps_;
   absl::Mutex mu_;
   // Cumulative counts already added, by worker.
   std::map<std::string, WorkerSeen> last_ ABSL_GUARDED_BY(mu_);

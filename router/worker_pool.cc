@@ -112,15 +112,20 @@ void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
   }
 }
 
+void WorkerPool::AskSnapshot(Worker& worker, int w) {
+  pb::Control ask;
+  ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
+  Send(w, ask).IgnoreError();
+  worker.snapshot_asked = Clock::now();
+}
+
 absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& m) {
   if (m.type == "WorkerStatus") {
     pb::WorkerStatus st;
     RETURN_IF_ERROR(ParseMessage(m, &st));
     RETURN_IF_ERROR(CheckStatus(st));
     if (index_->SeeInstance(w, st.instance_id())) {  // restarted: resync from a snapshot
-      pb::Control ask;
-      ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
-      Send(w, ask).IgnoreError();
+      AskSnapshot(worker, w);
     }
     worker.status = std::move(st);
     worker.last_heartbeat = Clock::now();
@@ -142,12 +147,22 @@ absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& 
       worker.counters.last_event_lag_s = std::max<int64_t>(0, now_ms - batch.timestamp_ms()) / 1e3;
       counters_.last_event_lag_s = worker.counters.last_event_lag_s;
     }
-    if (index_->ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) {
-      ++counters_.gaps;
-      ++worker.counters.gaps;
-      pb::Control ask;
-      ask.set_action(pb::CONTROL_ACTION_SNAPSHOT_REQUEST);
-      Send(w, ask).IgnoreError();
+    switch (index_->ApplyEvents(w, batch)) {
+      case PrefixIndex::Apply::kGap:
+        ++counters_.gaps;
+        ++worker.counters.gaps;
+        AskSnapshot(worker, w);
+        break;
+      case PrefixIndex::Apply::kJoined:  // expected once per worker a router starts with
+        ++counters_.joins;
+        ++worker.counters.joins;
+        AskSnapshot(worker, w);
+        break;
+      case PrefixIndex::Apply::kAwaitingSnapshot:  // asked already; again if it was lost
+        if (Clock::now() - worker.snapshot_asked > kSnapshotRetry) AskSnapshot(worker, w);
+        break;
+      default:
+        break;
     }
   } else if (m.type == "KvSnapshot") {
     pb::KvSnapshot snap;

@@ -41,7 +41,8 @@ class WorkerPool {
  public:
   struct Counters {
     int64_t event_batches = 0;
-    int64_t gaps = 0;
+    int64_t gaps = 0;   // a stream that was whole skipped a batch
+    int64_t joins = 0;  // the first batch heard was not the stream's first (router start)
     int64_t snapshots = 0;
     int64_t recycle_asks = 0;
     int64_t dropped = 0;          // messages malformed or with impossible values, dropped
@@ -87,7 +88,11 @@ class WorkerPool {
     std::chrono::steady_clock::time_point last_heartbeat, connected;
     bool active = true;
     Counters counters;
+    std::chrono::steady_clock::time_point snapshot_asked;  // the last snapshot request
   };
+  // A snapshot not come within this is asked for again (a request lost on its way).
+  static constexpr std::chrono::seconds kSnapshotRetry{2};
+  void AskSnapshot(Worker& worker, int w);
   // (Re)makes the worker's sockets and connects them.
   void Connect(Worker& w) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this

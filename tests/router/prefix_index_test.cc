@@ -58,7 +58,7 @@ TEST(PrefixIndexTest, GapsNeedASnapshotAndRestartsClear) {
   EXPECT_EQ(index.ApplyEvents(1, Batch(9, 3, {chain[1]})), PrefixIndex::Apply::kGap);
   EXPECT_FALSE(index.synced(1));
   EXPECT_EQ(index.ApplyEvents(1, Batch(9, 4, {chain[2]})),
-            PrefixIndex::Apply::kGap);  // still unsynced
+            PrefixIndex::Apply::kAwaitingSnapshot);  // still unsynced: no new gap
   pb::KvSnapshot snap;
   snap.set_instance_id(9);
   snap.set_seq(4);
@@ -112,7 +112,11 @@ TEST(PrefixIndexTest, ApproximateEntriesSurviveUntilTheFirstSnapshot) {
   PrefixIndex index;
   const auto chain = Chain(2);
   index.RecordRouted(3, chain);  // routed before any event from the worker arrived
-  EXPECT_EQ(index.ApplyEvents(3, Batch(5, 4, {})), PrefixIndex::Apply::kGap);  // joined mid-stream
+  // Joined mid-stream (the router started after the worker): a snapshot is needed, and the
+  // batches before it come are not new gaps.
+  EXPECT_EQ(index.ApplyEvents(3, Batch(5, 4, {})), PrefixIndex::Apply::kJoined);
+  EXPECT_EQ(index.ApplyEvents(3, Batch(5, 5, {})), PrefixIndex::Apply::kAwaitingSnapshot);
+  EXPECT_EQ(index.ApplyEvents(3, Batch(5, 6, {})), PrefixIndex::Apply::kAwaitingSnapshot);
   EXPECT_EQ(index.LongestPrefix(3, chain).total(), 2);
 }
 
