@@ -23,6 +23,7 @@
 #include "router/auth.h"
 #include "router/http_front.h"
 #include "router/reasoning.h"
+#include "router/routing_flags.h"
 #include "router/tool_calls.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
@@ -36,23 +37,6 @@ ABSL_FLAG(double, dns_refresh_seconds, 10.0, "How often --workers-dns is resolve
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "HTTP address (0.0.0.0: every interface, as in a container)");
 ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
-ABSL_FLAG(std::string, policy, "cost",
-          "cost (least estimated time to first token; docs/ROUTING.md), prefix (the rules before "
-          "it), round_robin, least_load or session");
-ABSL_FLAG(double, route_host_cost, 0.1,
-          "cost policy: a host-tier cached token costs this fraction of prefilling it");
-ABSL_FLAG(
-    double, route_new_fraction, 0.1,
-    "cost policy: a prompt cached nowhere beyond this fraction of it is placed by load alone");
-ABSL_FLAG(double, route_decode_weight, 1.0,
-          "cost policy: prompt tokens of prefill one decode sequence in a step is worth");
-ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
-          "cost policy: prompt tokens a worker prefills per step (its --max-num-batched-tokens)");
-ABSL_FLAG(double, route_miss_weight, 3.0,
-          "cost policy: how many times an uncached prompt token counts (its own wait, and the "
-          "wait it adds for each request that queues after it)");
-ABSL_FLAG(double, route_pressure_weight, 1.0,
-          "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
@@ -66,13 +50,6 @@ ABSL_FLAG(std::string, api_keys_file, "",
           "keeps them out of the process list");
 ABSL_FLAG(std::string, admin_token_file, "",
           "A file holding the admin token, instead of --admin-token (empty file: admin API off)");
-ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
-ABSL_FLAG(double, w_load, 0.25, "prefix policy: cost weight of each block of load");
-ABSL_FLAG(int64_t, balance_abs_threshold, 512,
-          "prefix policy: load spread in blocks past which (with the relative threshold) the "
-          "least-loaded worker is chosen");
-ABSL_FLAG(double, balance_rel_threshold, 1.5,
-          "prefix policy: ...when also the busiest worker's load exceeds this × the idlest's");
 ABSL_FLAG(int32_t, max_stop_strings, 64, "Most stop strings in one request");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 1024, "Longest stop string, in bytes");
 ABSL_FLAG(int32_t, max_stop_token_ids, 1024, "Most stop_token_ids in one request");
@@ -299,18 +276,7 @@ absl::Status Serve() {
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::FromDirectory(model));
   ASSIGN_OR_RETURN(ModelConfig config, LoadHfConfig(model));
   RouterOptions o;
-  o.routing.policy = absl::GetFlag(FLAGS_policy);
-  o.routing.host_cost = absl::GetFlag(FLAGS_route_host_cost);
-  o.routing.new_fraction = absl::GetFlag(FLAGS_route_new_fraction);
-  o.routing.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
-  o.routing.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
-  o.routing.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
-  o.routing.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
-  o.routing.w_prefill = absl::GetFlag(FLAGS_w_prefill);
-  o.routing.w_load = absl::GetFlag(FLAGS_w_load);
-  o.routing.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
-  o.routing.balance_rel_threshold = absl::GetFlag(FLAGS_balance_rel_threshold);
-  RETURN_IF_ERROR(MakeRoutingPolicy(o.routing).status());  // names a bad policy or parameter
+  ASSIGN_OR_RETURN(o.routing, RoutingConfigFromFlags());
   ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {

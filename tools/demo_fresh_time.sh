@@ -18,15 +18,8 @@ cuda=$(readlink -f /usr/local/cuda)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat >"$tmp/containers.conf" <<EOF
-[containers]
-default_ulimits = []
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_CONF="$tmp/containers.conf"
+source "$root/scripts/lib/podman.sh"
+use_host_podman_config "$tmp"
 if ! podman image exists "$base"; then
   [[ -s $tar_cache ]] || { echo "no $tar_cache: run tests/deploy/image_test.sh once" >&2; exit 1; }
   podman import "$tar_cache" "$base" >/dev/null

@@ -32,16 +32,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# podman as it works on these hosts: runc (crun fails on hybrid cgroups), cgroupfs, no ulimits.
-cat >"$tmp/containers.conf" <<'EOF'
-[containers]
-default_ulimits = []
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_CONF="$tmp/containers.conf"
+source "$root/scripts/lib/podman.sh"
+use_host_podman_config "$tmp"
 
 # debootstrap from the mirror apt uses here (and through its proxy, if it has one).
 mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)\/*$/\1/p; s/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\/debian\)\/* bookworm .*/\2/p' \

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "router/routing_flags.h"
 #include "tools/route_sim/simulator.h"
 
 ABSL_FLAG(std::string, trace, "",
@@ -47,12 +49,8 @@ ABSL_FLAG(double, window_start_s, 0, "Replay requests from this trace second..."
 ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
 ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
 ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
-ABSL_FLAG(double, route_host_cost, 0.1, "cost policy: as kvserve-router's flag");
-ABSL_FLAG(double, route_new_fraction, 0.1, "cost and greedy policies: as kvserve-router's flag");
-ABSL_FLAG(double, route_decode_weight, 1.0, "cost policy: as kvserve-router's flag");
-ABSL_FLAG(int64_t, route_chunk_tokens, 2048, "cost policy: as kvserve-router's flag");
-ABSL_FLAG(double, route_pressure_weight, 1.0, "cost policy: as kvserve-router's flag");
-ABSL_FLAG(double, route_miss_weight, 3.0, "cost policy: as kvserve-router's flag");
+
+ABSL_DECLARE_FLAG(std::string, policy);
 
 namespace kvserve::route_sim {
 namespace {
@@ -73,12 +71,12 @@ absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& t
   o.window_start_ms = static_cast<int64_t>(absl::GetFlag(FLAGS_window_start_s) * 1000);
   o.window_end_ms = static_cast<int64_t>(std::min(absl::GetFlag(FLAGS_window_end_s), 1e12) * 1000);
   o.max_output = absl::GetFlag(FLAGS_max_output);
-  o.routing.host_cost = absl::GetFlag(FLAGS_route_host_cost);
-  o.routing.new_fraction = absl::GetFlag(FLAGS_route_new_fraction);
-  o.routing.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
-  o.routing.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
-  o.routing.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
-  o.routing.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
+  // The routing flags kvserve-router takes (router/routing_flags.h), but --policy: the runs'
+  // policies come from --policies.
+  if (absl::GetFlag(FLAGS_policy) != "cost") {
+    return absl::InvalidArgumentError("kvserve-route-sim takes --policies A,B,..., not --policy");
+  }
+  ASSIGN_OR_RETURN(o.routing, router::RoutingConfigFromFlags());
   o.capacity_blocks = absl::GetFlag(FLAGS_capacity_blocks);
   if (o.capacity_blocks == 0) {
     std::vector<trace::TraceRequest> window;

@@ -1,0 +1,52 @@
+#include "router/routing_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, policy, "cost",
+          "cost (least estimated time to first token; docs/ROUTING.md), prefix (the rules before "
+          "it), round_robin, least_load or session");
+ABSL_FLAG(double, route_host_cost, 0.1,
+          "cost policy: a host-tier cached token costs this fraction of prefilling it");
+ABSL_FLAG(
+    double, route_new_fraction, 0.1,
+    "cost policy: a prompt cached nowhere beyond this fraction of it is placed by load alone");
+ABSL_FLAG(double, route_decode_weight, 1.0,
+          "cost policy: prompt tokens of prefill one decode sequence in a step is worth");
+ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
+          "cost policy: prompt tokens a worker prefills per step (its --max-num-batched-tokens)");
+ABSL_FLAG(double, route_miss_weight, 3.0,
+          "cost policy: how many times an uncached prompt token counts (its own wait, and the "
+          "wait it adds for each request that queues after it)");
+ABSL_FLAG(double, route_pressure_weight, 1.0,
+          "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
+ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
+ABSL_FLAG(double, w_load, 0.25, "prefix policy: cost weight of each block of load");
+ABSL_FLAG(int64_t, balance_abs_threshold, 512,
+          "prefix policy: load spread in blocks past which (with the relative threshold) the "
+          "least-loaded worker is chosen");
+ABSL_FLAG(double, balance_rel_threshold, 1.5,
+          "prefix policy: ...when also the busiest worker's load exceeds this × the idlest's");
+
+namespace kvserve::router {
+
+absl::StatusOr<RoutingConfig> RoutingConfigFromFlags() {
+  RoutingConfig c;
+  c.policy = absl::GetFlag(FLAGS_policy);
+  c.host_cost = absl::GetFlag(FLAGS_route_host_cost);
+  c.new_fraction = absl::GetFlag(FLAGS_route_new_fraction);
+  c.decode_weight = absl::GetFlag(FLAGS_route_decode_weight);
+  c.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
+  c.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
+  c.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
+  c.w_prefill = absl::GetFlag(FLAGS_w_prefill);
+  c.w_load = absl::GetFlag(FLAGS_w_load);
+  c.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
+  c.balance_rel_threshold = absl::GetFlag(FLAGS_balance_rel_threshold);
+  RETURN_IF_ERROR(MakeRoutingPolicy(c).status());  // names a bad policy or parameter
+  return c;
+}
+
+}  // namespace kvserve::router
