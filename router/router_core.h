@@ -96,6 +96,9 @@ class RouterCore {
   // Requests whose worker went away (or drained) before anything streamed are placed again, on
   // another worker, up to this many placements in all.
   static constexpr int kMaxPlacementAttempts = 3;
+  // The longest the core loop sleeps with nothing to do: its periodic work (deadlines, queue
+  // timeouts, the admin snapshot, heartbeat timeouts) runs at least this often.
+  static constexpr int kIdleTurnMs = 25;
 
   explicit RouterCore(const RouterOptions& options);
   ~RouterCore();
