@@ -63,4 +63,10 @@ std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage) {
   return positional;
 }
 
+bool FlagChanged(std::string_view name) {
+  const absl::CommandLineFlag* flag =
+      absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
 }  // namespace kvserve

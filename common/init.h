@@ -19,6 +19,10 @@ namespace kvserve {
 // Returns the positional arguments, argv[0] first. Call once, first thing.
 std::vector<char*> InitProgram(int argc, char** argv, std::string_view usage);
 
+// Whether the flag `name` (its underscore spelling) holds other than its default: for flags
+// that only some modes serve, to refuse them by name in the others.
+bool FlagChanged(std::string_view name);
+
 }  // namespace kvserve
 
 #endif  // KVSERVE_COMMON_INIT_H_

@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/init.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -136,14 +137,15 @@ namespace {
 // The --sim-* flags: the preset with its overrides, for --device sim; refused by name for any
 // other device, which would ignore them.
 absl::StatusOr<GpuProfile> SimGpuFromFlags(Device device) {
-  const bool set = !absl::GetFlag(FLAGS_sim_gpu).empty() && absl::GetFlag(FLAGS_sim_gpu) != "h200";
   const double hbm = absl::GetFlag(FLAGS_sim_hbm_gbps), tflops = absl::GetFlag(FLAGS_sim_tflops);
   const double mem = absl::GetFlag(FLAGS_sim_mem_efficiency);
   const double compute = absl::GetFlag(FLAGS_sim_compute_efficiency);
   const double overhead = absl::GetFlag(FLAGS_sim_step_overhead_us);
   if (device != Device::kSim) {
-    if (set || hbm != 0 || tflops != 0 || mem != 0.7 || compute != 0.5 || overhead != 200) {
-      return absl::InvalidArgumentError("the --sim-* flags need --device sim");
+    for (const char* flag : {"sim_gpu", "sim_hbm_gbps", "sim_tflops", "sim_mem_efficiency",
+                             "sim_compute_efficiency", "sim_step_overhead_us"}) {
+      if (FlagChanged(flag))
+        return absl::InvalidArgumentError("the --sim-* flags need --device sim");
     }
     return GpuProfile();
   }

@@ -13,10 +13,10 @@
 // a prompt waits for the prefill queued ahead of it and its own uncached part, each step made
 // longer by the decode rows. A miss counts miss_weight (3) times: once for this request's wait,
 // and once for each request that will queue behind its prefill (about two at the 70% load a
-// fleet is sized for; the sweep on the Mooncake traces is in docs/ROUTING.md). A prompt whose best cached prefix anywhere is under
-// new_fraction of it is a new conversation: it goes by queued work alone (caching nothing worth
-// keeping, it should land where it starts soonest, which spreads new conversations; among
-// equals, on the worker caching least). Ties rotate.
+// fleet is sized for; the sweep on the Mooncake traces is in docs/ROUTING.md). A prompt whose best
+// cached prefix anywhere is under new_fraction of it is a new conversation: it goes by queued work
+// alone (caching nothing worth keeping, it should land where it starts soonest, which spreads new
+// conversations; among equals, on the worker caching least). Ties rotate.
 #include <algorithm>
 #include <cmath>
 

@@ -63,9 +63,9 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   EXPECT_TRUE(index.synced(a));
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RoutingPolicy> policy, MakeRoutingPolicy({}));
-  ASSERT_OK_AND_ASSIGN(Decision d,
-                       Route(*policy, pool.Views(), index,
-                             {.hashes = hashes, .prompt_tokens = static_cast<int64_t>(ids.size())}));
+  ASSERT_OK_AND_ASSIGN(
+      Decision d, Route(*policy, pool.Views(), index,
+                        {.hashes = hashes, .prompt_tokens = static_cast<int64_t>(ids.size())}));
   EXPECT_EQ(d.worker, a);
   EXPECT_EQ(d.predicted_cached_blocks, 2);
 

@@ -108,8 +108,7 @@ absl::StatusOr<std::vector<Session>> TraceWorkload(const ServingOptions& o) {
   const auto start_ms = static_cast<int64_t>(o.trace_window_start_s * 1000);
   const auto end_ms = static_cast<int64_t>(std::min(o.trace_window_end_s, 1e12) * 1000);
   std::vector<Session> sessions;
-  for (const trace::TraceRequest& r : requests) {
-    if (r.timestamp_ms < start_ms || r.timestamp_ms >= end_ms) continue;
+  for (const trace::TraceRequest& r : trace::Window(requests, start_ms, end_ms)) {
     const std::vector<int32_t> ids = trace::TracePrompt(
         r, {.block_size = o.trace_block_size, .min_token = 100, .max_token = o.vocab_size});
     int64_t out = std::llround(static_cast<double>(r.output_length) * o.trace_output_scale);

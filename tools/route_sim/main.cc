@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -50,8 +49,6 @@ ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
 ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
 ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
 
-ABSL_DECLARE_FLAG(std::string, policy);
-
 namespace kvserve::route_sim {
 namespace {
 
@@ -73,18 +70,14 @@ absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& t
   o.max_output = absl::GetFlag(FLAGS_max_output);
   // The routing flags kvserve-router takes (router/routing_flags.h), but --policy: the runs'
   // policies come from --policies.
-  if (absl::GetFlag(FLAGS_policy) != "cost") {
+  if (FlagChanged("policy")) {
     return absl::InvalidArgumentError("kvserve-route-sim takes --policies A,B,..., not --policy");
   }
   ASSIGN_OR_RETURN(o.routing, router::RoutingConfigFromFlags());
   o.capacity_blocks = absl::GetFlag(FLAGS_capacity_blocks);
   if (o.capacity_blocks == 0) {
-    std::vector<trace::TraceRequest> window;
-    for (const auto& r : trace) {
-      if (r.timestamp_ms >= o.window_start_ms && r.timestamp_ms < o.window_end_ms) {
-        window.push_back(r);
-      }
-    }
+    const std::vector<trace::TraceRequest> window =
+        trace::Window(trace, o.window_start_ms, o.window_end_ms);
     const double fraction = absl::GetFlag(FLAGS_capacity_fraction);
     if (!(fraction > 0)) return absl::InvalidArgumentError("--capacity-fraction must be > 0");
     o.capacity_blocks = static_cast<int64_t>(

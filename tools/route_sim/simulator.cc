@@ -403,15 +403,9 @@ absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace
     return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
   }
   if (!(options.speedup > 0)) return absl::InvalidArgumentError("--speedup must be > 0");
-  std::vector<trace::TraceRequest> window;
-  for (const trace::TraceRequest& r : trace) {
-    if (r.timestamp_ms >= options.window_start_ms && r.timestamp_ms < options.window_end_ms) {
-      window.push_back(r);
-    }
-  }
   Simulation sim(options);
   RETURN_IF_ERROR(sim.Init());
-  sim.Run(window);
+  sim.Run(trace::Window(trace, options.window_start_ms, options.window_end_ms));
   return SimReport{sim.Report()};
 }
 

@@ -114,6 +114,15 @@ std::vector<int32_t> TracePrompt(const TraceRequest& r, const PromptOptions& o) 
   return ids;
 }
 
+std::vector<TraceRequest> Window(const std::vector<TraceRequest>& trace, int64_t start_ms,
+                                 int64_t end_ms) {
+  std::vector<TraceRequest> out;
+  for (const TraceRequest& r : trace) {
+    if (r.timestamp_ms >= start_ms && r.timestamp_ms < end_ms) out.push_back(r);
+  }
+  return out;
+}
+
 int64_t UniqueTokens(const std::vector<TraceRequest>& trace, int block_size) {
   absl::flat_hash_set<int64_t> ids;
   for (const TraceRequest& r : trace) ids.insert(r.hash_ids.begin(), r.hash_ids.end());

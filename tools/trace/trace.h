@@ -48,6 +48,10 @@ struct PromptOptions {
 // last block is cut to input_length.
 std::vector<int32_t> TracePrompt(const TraceRequest& r, const PromptOptions& options);
 
+// The requests with start_ms <= timestamp < end_ms, in order.
+std::vector<TraceRequest> Window(const std::vector<TraceRequest>& trace, int64_t start_ms,
+                                 int64_t end_ms);
+
 // Distinct hash ids in `trace` times block_size: the tokens a cache would need to hold it all.
 int64_t UniqueTokens(const std::vector<TraceRequest>& trace, int block_size = 512);
 
