@@ -1,8 +1,12 @@
 #include "router/routing_flags.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/init.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, policy, "cost",
@@ -32,7 +36,7 @@ ABSL_FLAG(double, balance_rel_threshold, 1.5,
 
 namespace kvserve::router {
 
-absl::StatusOr<RoutingConfig> RoutingConfigFromFlags() {
+absl::StatusOr<RoutingConfig> RoutingConfigFromFlags(const std::vector<std::string>& policies) {
   RoutingConfig c;
   c.policy = absl::GetFlag(FLAGS_policy);
   c.host_cost = absl::GetFlag(FLAGS_route_host_cost);
@@ -46,6 +50,28 @@ absl::StatusOr<RoutingConfig> RoutingConfigFromFlags() {
   c.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
   c.balance_rel_threshold = absl::GetFlag(FLAGS_balance_rel_threshold);
   RETURN_IF_ERROR(MakeRoutingPolicy(c).status());  // names a bad policy or parameter
+  // A policy's own flags under another policy would be ignored: refused by name instead.
+  const struct {
+    const char* policy;
+    std::vector<const char*> flags;
+  } owners[] = {
+      {"cost",
+       {"route_host_cost", "route_new_fraction", "route_decode_weight", "route_chunk_tokens",
+        "route_miss_weight", "route_pressure_weight"}},
+      {"prefix", {"w_prefill", "w_load", "balance_abs_threshold", "balance_rel_threshold"}},
+  };
+  const std::vector<std::string> used = policies.empty() ? std::vector{c.policy} : policies;
+  for (const auto& [policy, flags] : owners) {
+    if (std::find(used.begin(), used.end(), policy) != used.end()) continue;
+    for (const char* flag : flags) {
+      if (FlagChanged(flag)) {
+        std::string name = flag;
+        std::replace(name.begin(), name.end(), '_', '-');
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " is a flag of the ", policy, " policy, which is not in use"));
+      }
+    }
+  }
   return c;
 }
 

@@ -44,8 +44,9 @@ ABSL_FLAG(std::string, policy, "cost",
           "Router policy: cost, prefix, round_robin, least_load, session");
 ABSL_FLAG(std::string, worker_args, "",
           "Extra flags for every worker, space-separated (e.g. \"--kv-cache-dtype int8\")");
-ABSL_FLAG(std::string, router_args, "",
-          "Extra flags for the router, space-separated (e.g. \"--admin-token T --w-load 0.5\")");
+ABSL_FLAG(
+    std::string, router_args, "",
+    "Extra flags for the router, space-separated (e.g. \"--admin-token T --route-miss-weight 2\")");
 ABSL_FLAG(int32_t, max_model_len, 2048, "Passed to the workers and the router");
 ABSL_FLAG(bool, curve, true,
           "Authenticate and encrypt the router-worker links with fresh CURVE keys (kept in the "

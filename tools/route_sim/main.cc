@@ -73,7 +73,9 @@ absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& t
   if (FlagChanged("policy")) {
     return absl::InvalidArgumentError("kvserve-route-sim takes --policies A,B,..., not --policy");
   }
-  ASSIGN_OR_RETURN(o.routing, router::RoutingConfigFromFlags());
+  const std::vector<std::string> policies =
+      absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
+  ASSIGN_OR_RETURN(o.routing, router::RoutingConfigFromFlags(policies));
   o.capacity_blocks = absl::GetFlag(FLAGS_capacity_blocks);
   if (o.capacity_blocks == 0) {
     const std::vector<trace::TraceRequest> window =
