@@ -305,6 +305,15 @@ absl::Status Validate(const ServingOptions& o) {
   if ((o.dataset == "trace") != !o.trace_file.empty()) {
     return absl::InvalidArgumentError("--trace-file FILE goes with --dataset trace, and only");
   }
+  const ServingOptions unset;
+  if (o.dataset != "trace" &&
+      (o.trace_block_size != unset.trace_block_size || o.trace_speedup != unset.trace_speedup ||
+       o.trace_window_start_s != unset.trace_window_start_s ||
+       o.trace_window_end_s != unset.trace_window_end_s ||
+       o.trace_output_scale != unset.trace_output_scale ||
+       o.trace_max_output != unset.trace_max_output)) {
+    return absl::InvalidArgumentError("the --trace-* flags go with --dataset trace, and only");
+  }
   if (!(o.trace_speedup > 0) || !(o.trace_output_scale > 0) || o.trace_max_output < 0 ||
       o.trace_block_size < 1) {
     return absl::InvalidArgumentError(
