@@ -88,6 +88,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // The I/O thread's side of Respond and Write.
   void DoRespond(int status, std::string body, const std::string& content_type);
   void DoWrite(std::string data, bool last);
+  // After the header: reads the body, with room for it reserved.
+  void ReadBody();
   void OnRead(boost::beast::error_code ec);
   void WriteNext();
   // Closes the connection if the write under way makes no progress within the write timeout.

@@ -1,6 +1,9 @@
 #include "router/worker_pool.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -29,18 +32,23 @@ void WorkerPool::Secure(zmq::socket_t& socket) const {
 
 void WorkerPool::Connect(Worker& w) const {
   const WorkerEndpoint& e = w.endpoint;
-  w.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
-  w.dealer->set(zmq::sockopt::linger, 0);
-  w.dealer->set(zmq::sockopt::ipv6, 1);  // discovered workers may have IPv6 addresses
-  Secure(*w.dealer);
-  w.dealer->connect(absl::StrCat("tcp://", e.host, ":", e.port));
-  w.sub = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::sub);
-  w.sub->set(zmq::sockopt::linger, 0);
-  w.sub->set(zmq::sockopt::ipv6, 1);
-  w.sub->set(zmq::sockopt::rcvhwm, 0);
-  Secure(*w.sub);
-  for (const char* topic : {"kv", "status", "control"}) w.sub->set(zmq::sockopt::subscribe, topic);
-  w.sub->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
+  auto make = [&](zmq::socket_type type) {
+    Socket s;
+    s.socket = std::make_unique<zmq::socket_t>(ctx_, type);
+    s.socket->set(zmq::sockopt::linger, 0);
+    s.socket->set(zmq::sockopt::ipv6, 1);  // discovered workers may have IPv6 addresses
+    Secure(*s.socket);
+    s.fd = s.socket->get(zmq::sockopt::fd);
+    return s;
+  };
+  w.dealer = make(zmq::socket_type::dealer);
+  w.dealer.socket->connect(absl::StrCat("tcp://", e.host, ":", e.port));
+  w.sub = make(zmq::socket_type::sub);
+  w.sub.socket->set(zmq::sockopt::rcvhwm, 0);
+  for (const char* topic : {"kv", "status", "control"}) {
+    w.sub.socket->set(zmq::sockopt::subscribe, topic);
+  }
+  w.sub.socket->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
   w.connected = Clock::now();
 }
 
@@ -70,8 +78,8 @@ void WorkerPool::ReconnectSilent() {
 
 void WorkerPool::Remove(int w) {
   workers_[w].active = false;
-  workers_[w].dealer.reset();
-  workers_[w].sub.reset();
+  workers_[w].dealer = {};
+  workers_[w].sub = {};
   index_->RemoveWorker(w);
 }
 
@@ -79,7 +87,9 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
   if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
     return absl::NotFoundError(absl::StrCat("no worker ", w));
   }
-  return SendMessage(*workers_[w].dealer, "", message, zmq::send_flags::dontwait);
+  // A send may take the signal of a message that arrived meanwhile (ZeroMQ's ZMQ_FD contract).
+  workers_[w].dealer.unread = true;
+  return SendMessage(*workers_[w].dealer.socket, "", message, zmq::send_flags::dontwait);
 }
 
 namespace {
@@ -189,49 +199,62 @@ WorkerPool::Counters WorkerPool::counters(int w) const {
   return workers_[w].counters;
 }
 
+// One poll(2) over the sockets' descriptors, then a drain of each that signalled or may hold
+// unsignalled messages. zmq_poll asked every socket for its events first, which ZeroMQ answers
+// with a poll(2) and a getpid(2) of its own: 19 of each a turn with 8 workers
+// (docs/ROUTING.md, "Router CPU per request").
 std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms, int wake_fd) {
   ReconnectSilent();
-  std::vector<zmq::pollitem_t> items;
+  std::vector<pollfd> fds;
   std::vector<std::pair<int, bool>> owner;  // (worker, is_sub); (-1, false) for wake_fd
+  bool unread = false;
   if (wake_fd >= 0) {
-    items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+    fds.push_back({wake_fd, POLLIN, 0});
     owner.emplace_back(-1, false);
   }
   for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
     if (!workers_[w].active) continue;
-    items.push_back({workers_[w].dealer->handle(), 0, ZMQ_POLLIN, 0});
-    owner.emplace_back(w, false);
-    items.push_back({workers_[w].sub->handle(), 0, ZMQ_POLLIN, 0});
-    owner.emplace_back(w, true);
-  }
-  std::vector<std::pair<int, ReceivedMessage>> out;
-  if (items.empty()) return out;
-  try {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) LOG(WARNING) << "zmq poll: " << e.what();
-    return out;
-  }
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!(items[i].revents & ZMQ_POLLIN)) continue;
-    const auto [w, is_sub] = owner[i];
-    if (w < 0) continue;  // the caller's wake-up: it reads its own descriptor
-    zmq::socket_t& s = is_sub ? *workers_[w].sub : *workers_[w].dealer;
-    for (int k = 0; k < 1024; ++k) {
-      auto m = ReceiveMessage(s, /*with_prefix=*/is_sub, zmq::recv_flags::dontwait);
-      if (!m.ok()) {  // malformed: dropped
-        ++workers_[w].counters.dropped;
-        continue;
-      }
-      if (!m->has_value()) break;
-      if (is_sub) {
-        HandleSub(w, **m);
-      } else {
-        out.emplace_back(w, std::move(**m));
-      }
+    for (const bool is_sub : {false, true}) {
+      const Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
+      fds.push_back({s.fd, POLLIN, 0});
+      owner.emplace_back(w, is_sub);
+      unread = unread || s.unread;
     }
   }
+  std::vector<std::pair<int, ReceivedMessage>> out;
+  if (fds.empty()) return out;
+  if (::poll(fds.data(), fds.size(), unread ? 0 : timeout_ms) < 0) {
+    if (errno != EINTR) PLOG(WARNING) << "poll";
+    return out;
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const auto [w, is_sub] = owner[i];
+    if (w < 0) continue;  // the caller's wake-up: it reads its own descriptor
+    Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
+    if ((fds[i].revents & POLLIN) != 0 || s.unread) Drain(w, is_sub, out);
+  }
   return out;
+}
+
+void WorkerPool::Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMessage>>& out) {
+  Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
+  s.unread = true;  // until a receive finds nothing left
+  for (int k = 0; k < 1024 && workers_[w].active; ++k) {
+    auto m = ReceiveMessage(*s.socket, /*with_prefix=*/is_sub, zmq::recv_flags::dontwait);
+    if (!m.ok()) {  // malformed: dropped
+      ++workers_[w].counters.dropped;
+      continue;
+    }
+    if (!m->has_value()) {
+      s.unread = false;
+      return;
+    }
+    if (is_sub) {
+      HandleSub(w, **m);
+    } else {
+      out.emplace_back(w, std::move(**m));
+    }
+  }
 }
 
 std::vector<WorkerView> WorkerPool::Views() const {

@@ -81,9 +81,17 @@ class WorkerPool {
   [[nodiscard]] Counters counters(int w) const;
 
  private:
+  // One of a worker's sockets, with the descriptor ZeroMQ signals it on (ZMQ_FD). The descriptor
+  // is readable when the socket's state may have changed; a send, or a drain cut short, can
+  // leave messages it does not signal: `unread` says to drain the socket without waiting.
+  struct Socket {
+    std::unique_ptr<zmq::socket_t> socket;
+    int fd = -1;
+    bool unread = true;
+  };
   struct Worker {
     WorkerEndpoint endpoint;
-    std::unique_ptr<zmq::socket_t> dealer, sub;
+    Socket dealer, sub;
     std::optional<kvserve::v1::WorkerStatus> status;
     std::chrono::steady_clock::time_point last_heartbeat, connected;
     bool active = true;
@@ -102,6 +110,9 @@ class WorkerPool {
   // Makes `socket` a CURVE client when the pool has keys.
   void Secure(zmq::socket_t& socket) const;
   absl::Status ApplySub(Worker& worker, int w, const ReceivedMessage& m);
+  // Receives what `s` holds (up to a cap; `unread` stays set if more is left), events and
+  // heartbeats handled, answers appended to `out`.
+  void Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMessage>>& out);
 
   zmq::context_t& ctx_;
   PrefixIndex* index_;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Router CPU per request on long prompts (docs/ROUTING.md): the Mooncake conversation trace's
-# first 2 minutes (339 requests, mean prompt 12K token ids) replayed at 4x by kvserve-bench serve
-# against kvserve-cluster's router and 8 --device null workers, the cluster on CPU 0 and the
-# client on CPU 1; the router's user + system time from /proc over the replay, per request.
+# first 2 minutes (339 requests, mean prompt 14.3K token ids) replayed at 4x (SPEEDUP=) by
+# kvserve-bench serve against kvserve-cluster's router and 8 --device null workers, the cluster
+# on CPU 0 and the client on CPU 1; the router's user + system time from /proc over the replay, per request, and
+# the same less the idle router's CPU per second (measured for 10 s before) over the replay.
 # PERF=1 also samples the router with perf (cpu-clock) into $work/perf.data.
 #
 #   bash tests/bench/router_cpu_trace.sh BUILD_BIN_DIR TOKENIZER_DIR CONVERSATION_TRACE [PORT]
@@ -16,15 +17,27 @@ work=$(mktemp -d /tmp/kvserve-router-cpu-XXXXXX)
   --max_position_embeddings 131072 >/dev/null
 (taskset -c 0 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port $port --base-port $((port+100)) --max-model-len 131072 --curve=false --worker-args "--device null --num-blocks 40000" > $work/cpu-cluster.log 2>&1 &)
 for i in $(seq 90); do grep -q "ready" $work/cpu-cluster.log && break; sleep 1; done
-rpid=$(pgrep -f "bin/kvserve-router .*--port $port" | head -1)
+rpid=$(pgrep -f "/kvserve-router .*--port $port" | head -1)
 echo "router pid $rpid: $(tr "\0" " " < /proc/$rpid/cmdline | cut -c1-80)" >&2
-t0=$(awk '{print $14+$15}' /proc/$rpid/stat)
-taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port --dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-speedup 4 --trace-max-output 4 --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
+ticks() { awk '{print $14+$15}' /proc/$rpid/stat; }
+# The idle router's own CPU (heartbeats, periodic turns) first: it is paid per second, not per
+# request, and is subtracted below for the cost a request adds.
+sleep 2
+i0=$(ticks); s0=$(date +%s.%N); sleep 10; i1=$(ticks); s1=$(date +%s.%N)
+t0=$(ticks); r0=$(date +%s.%N)
+taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port --dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-speedup ${SPEEDUP:-4} --trace-max-output 4 --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
 bpid=$!
 [[ -n ${PERF:-} ]] && perf record -e cpu-clock -g -o $work/perf.data -p $rpid -- sleep 25 > /dev/null 2>&1 &
 wait $bpid
-t1=$(awk '{print $14+$15}' /proc/$rpid/stat)
+t1=$(ticks); r1=$(date +%s.%N)
 n=$(node -p "require('$work/cpu.json').completed")
 hit=$(node -p "require('$work/cpu.json').prefix_cache_hit_rate")
-awk -v n="$n" -v h="$hit" -v t="$((t1 - t0))" 'BEGIN { printf "requests %d hit %.4f router_cpu_ms_per_request %.2f\n", n, h, t * 10 / n }'
+awk -v n="$n" -v h="$hit" -v t="$((t1 - t0))" -v i="$((i1 - i0))" -v is="$s0 $s1" \
+  -v rs="$r0 $r1" 'BEGIN { split(is, a, " "); split(rs, b, " "); idle = i * 10 / (a[2] - a[1]); rs = b[2] - b[1];
+  printf "requests %d hit %.4f router_cpu_ms_per_request %.2f idle_ms_per_s %.2f replay_s %.1f beyond_idle_ms_per_request %.2f\n",
+    n, h, t * 10 / n, idle, rs, (t * 10 - idle * rs) / n }'
 pkill -f "kvserve-cluster --model $work/model" || true
+# The cluster drains its workers before it exits: wait, so the next run finds the ports free and
+# no worker holding this run's cache.
+for i in $(seq 40); do pgrep -f "$work/model" > /dev/null || break; sleep 1; done
+pkill -9 -f "$work/model" || true

@@ -4,7 +4,10 @@
 // end to end), prefix routing then picks that worker, and a stopped worker drops out.
 #include "router/worker_pool.h"
 
+#include <chrono>
 #include <thread>
+
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
@@ -125,6 +128,45 @@ TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
   }
   EXPECT_TRUE(pool.Views()[w].eligible);
   EXPECT_EQ(pool.status(w)->block_size(), 16);
+}
+
+// A ZeroMQ socket signals new messages on its descriptor once; a send on it may take that
+// signal (ZMQ_FD's contract). A reply that arrived before the router's next send must still be
+// received by the next Poll, not left until some later message wakes the socket: each round
+// below waits in Poll for up to a minute and must come back with the reply.
+TEST(WorkerPoolTest, AReplyTheRoutersOwnSendSignalledIsNotLeftUnread) {
+  zmq::context_t ctx;
+  zmq::socket_t pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router);
+  pub.bind("tcp://127.0.0.1:*");
+  router.bind("tcp://127.0.0.1:*");
+  router.set(zmq::sockopt::rcvtimeo, 10000);
+  auto port = [](zmq::socket_t& s) {
+    const std::string e = s.get(zmq::sockopt::last_endpoint);
+    return std::stoi(e.substr(e.rfind(':') + 1));
+  };
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Seconds(60));
+  const int w = pool.Add({"fake", "127.0.0.1", port(router), port(pub)});
+  for (int round = 0; round < 5; ++round) {
+    const std::string id = absl::StrCat("r", round);
+    ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest(id, {1, 2, 3}, 1)));
+    ASSERT_OK_AND_ASSIGN(std::optional<ReceivedMessage> got, ReceiveMessage(router, true));
+    ASSERT_TRUE(got.has_value());
+    pb::GenerateResponse reply;
+    reply.set_request_id(id);
+    ASSERT_OK(SendMessage(router, got->prefix, reply));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the reply is at the pool
+    pb::AbortRequest other;  // this send processes the socket's pending commands
+    other.set_request_id("other");
+    ASSERT_OK(pool.Send(w, other));
+    ASSERT_OK_AND_ASSIGN(got, ReceiveMessage(router, true));
+    ASSERT_TRUE(got.has_value());
+    std::vector<std::pair<int, ReceivedMessage>> replies = pool.Poll(60000);
+    ASSERT_EQ(replies.size(), 1u) << "round " << round;
+    pb::GenerateResponse r;
+    ASSERT_OK(ParseMessage(replies[0].second, &r));
+    EXPECT_EQ(r.request_id(), id);
+  }
 }
 
 }  // namespace
