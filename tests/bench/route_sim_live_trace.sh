@@ -4,7 +4,8 @@
 # kvserve-worker --device sim processes (simulated H200s, Llama-3.1-8B's shape, pools of
 # FRACTION of the slice's unique tokens), the slice replayed by kvserve-bench serve at its own
 # timestamps (/ SPEEDUP); then kvserve-route-sim on the same requests, workers and pools.
-# Prints both reports' hit rate, requests per worker and TTFT side by side.
+# Prints both reports' hit rate, requests per worker and TTFT side by side. DEVICE=null runs
+# --device null workers (steps take no time: light load) against the simulator's --instant.
 #
 #   bash tests/bench/route_sim_live_trace.sh BUILD_BIN_DIR TOKENIZER_DIR TRACE \
 #     [WINDOW_END_S=120] [SPEEDUP=1] [FRACTION=0.05] [PORT=8500]
@@ -16,20 +17,26 @@ window=${4:-120}
 speedup=${5:-1}
 fraction=${6:-0.05}
 port=${7:-8500}
+device=${DEVICE:-sim}
+case $device in
+  sim) sim_device=(--gpu h200) worker_device="--device sim --sim-gpu h200" ;;
+  null) sim_device=(--instant) worker_device="--device null" ;;
+  *) echo "DEVICE='$device' is not sim or null" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/kvserve-route-live-XXXXXX)
 mkdir "$work/model"
 cp "$here/tools/route_sim/models/llama-3.1-8b/config.json" "$work/model/"
 cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$work/model/"
 sim_args=(--trace "$trace" --model "$work/model" --workers 8 --window-end-s "$window"
-  --speedup "$speedup" --gpu h200 --max-num-batched-tokens 2048 --max-num-seqs 256
+  --speedup "$speedup" "${sim_device[@]}" --max-num-batched-tokens 2048 --max-num-seqs 256
   --policies cost --json-out "$work/sim.json")
 "$bin/kvserve-route-sim" "${sim_args[@]}" --capacity-fraction "$fraction" > "$work/sim.txt"
 blocks=$(sed -n 's/.* workers of \([0-9]*\) blocks.*/\1/p' "$work/sim.txt")
 echo "8 workers of $blocks blocks" >&2
 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port "$port" \
   --base-port $((port + 100)) --max-model-len 131072 --curve=false \
-  --worker-args "--device sim --sim-gpu h200 --num-blocks $blocks --max-num-batched-tokens 2048 --max-num-seqs 256" \
+  --worker-args "$worker_device --num-blocks $blocks --max-num-batched-tokens 2048 --max-num-seqs 256" \
   > "$work/cluster.log" 2>&1 &
 for i in $(seq 120); do grep -q "ready" "$work/cluster.log" && break; sleep 1; done
 "$bin/kvserve-bench" serve --url "http://127.0.0.1:$port" --dataset trace --trace-file "$trace" \

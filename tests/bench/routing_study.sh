@@ -29,6 +29,7 @@ for cap in 0.05 0.20; do
   run "conversation-20min-cap$cap-light" "$traces/conversation_trace.jsonl" --window-end-s 1200 \
     --capacity-fraction "$cap" --instant
   run "synthetic-cap$cap-load" "$traces/synthetic_trace.jsonl" --capacity-fraction "$cap"
+  run "synthetic-cap$cap-light" "$traces/synthetic_trace.jsonl" --capacity-fraction "$cap" --instant
   run "multi-turn-cap$cap-load" "$out/multi-turn.jsonl" --capacity-fraction "$cap"
   run "multi-turn-cap$cap-light" "$out/multi-turn.jsonl" --capacity-fraction "$cap" --instant
 done

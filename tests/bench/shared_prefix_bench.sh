@@ -2,7 +2,9 @@
 # The router's shared-prefix acceptance run: for each policy and seed, a fresh local cluster
 # (router + 4 CPU workers, kvserve-cluster) and SGLang's generated-shared-prefix workload
 # (16 groups × 4 prompts in random order, 512-token system prompt, 32-token question, 16 output
-# tokens) from kvserve-bench serve. Prints one line per run; the JSON reports stay in OUT_DIR.
+# tokens) from kvserve-bench serve. Prints one line per run (hit rate, requests per worker,
+# throughput, TTFT and TPOT); the JSON reports stay in OUT_DIR. POLICIES picks the router
+# policies, "cost prefix round_robin" by default (cost is the router's default).
 #
 #   bash tests/bench/shared_prefix_bench.sh [BUILD_DIR] [CONCURRENCY] [SEEDS...]
 set -uo pipefail
@@ -14,9 +16,11 @@ seeds=("${@:-1 2 3}")
 out=${OUT_DIR:-/tmp/kvserve-shared-prefix}
 mkdir -p "$out"
 port=${PORT:-8190}
-printf '%-12s %4s %4s %9s %9s %9s %s\n' policy seed conc hit_rate ideal of_ideal requests_per_worker
+policies=${POLICIES:-cost prefix round_robin}
+printf '%-12s %4s %4s %9s %9s %9s %6s %17s %9s %s\n' policy seed conc hit_rate ideal of_ideal \
+  req/s ttft_mean/p99_ms tpot_ms requests_per_worker
 for seed in ${seeds[*]}; do
-  for policy in prefix round_robin; do
+  for policy in $policies; do
     "$build/bin/kvserve-cluster" --workers 4 --port "$port" --base-port 5800 --policy "$policy" \
       >"$out/cluster.log" 2>&1 &
     cluster=$!
@@ -37,7 +41,9 @@ r = json.load(open(sys.argv[1]))
 per = sorted(r["requests_per_worker"].values())
 print(f"{sys.argv[2]:12} {sys.argv[3]:>4} {sys.argv[4]:>4} {r['prefix_cache_hit_rate']:9.4f} "
       f"{r['ideal_prefix_cache_hit_rate']:9.4f} "
-      f"{r['prefix_cache_hit_rate'] / r['ideal_prefix_cache_hit_rate']:9.3f} {per}")
+      f"{r['prefix_cache_hit_rate'] / r['ideal_prefix_cache_hit_rate']:9.3f} "
+      f"{r['request_throughput']:6.1f} {r['mean_ttft_ms']:8.0f}/{r['p99_ttft_ms']:<8.0f} "
+      f"{r['mean_tpot_ms']:9.1f} {per}")
 PY
   done
 done
