@@ -29,6 +29,7 @@ struct FrontOptions {
   std::string host = "0.0.0.0";
   int port = 8000;
   std::string served_model_name;
+  std::string model_root;  // --model as given: /v1/models' `root` (vLLM's ModelCard)
   int max_model_len = 4096;
   ConnectionLimits connection;  // per connection: body size, read and write deadlines
   // Connections open at once; past it a new one gets a 503 with Retry-After and is closed.

@@ -89,7 +89,8 @@ void HttpFront::Impl::Accept() {
 void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, const HttpRequest& r) {
   const std::string& path = r.path;
   // The API and what reveals the served model's vocabulary follow the API-key policy.
-  if (path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize") {
+  if (path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" ||
+      path == "/invocations") {
     if (absl::Status s = CheckApiKey(ctx.options.api_keys, r.authorization); !s.ok()) {
       return conn->RespondError(OpenAiErrorFromStatus(s, "invalid_api_key"));
     }
@@ -101,6 +102,8 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
     return conn->Respond(200, ctx.metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
   }
   if (get && path == "/v1/models") return HandleModels(ctx, *conn);
+  if (get && path == "/version") return HandleVersion(*conn);
+  if (post && path == "/invocations") return HandleInvocations(ctx, conn, r);
   if (post && path == "/v1/completions") return HandleCompletion(ctx, conn, r, /*chat=*/false);
   if (post && path == "/v1/chat/completions") return HandleCompletion(ctx, conn, r, true);
   if (path.rfind("/admin/", 0) == 0) return HandleAdmin(ctx, *conn, r);

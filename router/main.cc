@@ -318,6 +318,7 @@ absl::Status Serve() {
   f.host = absl::GetFlag(FLAGS_host);
   f.port = absl::GetFlag(FLAGS_port);
   f.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  f.model_root = model;
   if (f.served_model_name.empty())
     f.served_model_name = std::filesystem::path(model).filename().string();
   RETURN_IF_ERROR(SecretsFromFlags(&f));

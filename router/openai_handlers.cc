@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "nlohmann/json.hpp"
 #include "router/completion.h"
 #include "router/openai_error.h"
@@ -124,7 +125,28 @@ void HandleModels(const FrontContext& ctx, HttpConnection& conn) {
                                  {"object", "model"},
                                  {"created", UnixSeconds()},
                                  {"owned_by", "kvserve"},
+                                 {"root", ctx.options.model_root},
+                                 {"parent", nullptr},
                                  {"max_model_len", ctx.options.max_model_len}}}}}));
+}
+
+void HandleVersion(HttpConnection& conn) {
+  conn.Respond(200, JsonBody({{"version", std::string(kVersion)}}));
+}
+
+void HandleInvocations(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                       const HttpRequest& request) {
+  // Only the top-level keys matter here; the handler parses the body again, in full.
+  const json body = json::parse(request.body, nullptr, false);
+  if (body.is_object() && body.contains("messages")) {
+    return HandleCompletion(ctx, conn, request, /*chat=*/true);
+  }
+  if (body.is_object() && body.contains("prompt")) {
+    return HandleCompletion(ctx, conn, request, /*chat=*/false);
+  }
+  conn->RespondError(OpenAiErrorFromStatus(absl::InvalidArgumentError(
+      "body: /invocations takes a chat completion request (with messages) or a completion "
+      "request (with prompt)")));
 }
 
 }  // namespace kvserve::router

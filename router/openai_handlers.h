@@ -25,6 +25,14 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
 // GET /v1/models: the served model.
 void HandleModels(const FrontContext& ctx, HttpConnection& conn);
 
+// GET /version: {"version": kVersion} (vLLM's route).
+void HandleVersion(HttpConnection& conn);
+
+// POST /invocations (SageMaker's route, as vLLM serves it): a body with `messages` is a chat
+// completion, one with `prompt` a completion; anything else is a 400.
+void HandleInvocations(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                       const HttpRequest& request);
+
 }  // namespace kvserve::router
 
 #endif  // KVSERVE_ROUTER_OPENAI_HANDLERS_H_

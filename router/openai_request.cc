@@ -87,6 +87,12 @@ bool NonEmptyArray(object o, std::string_view key) {
 absl::Status RefuseUnserved(object o, bool chat, int n) {
   ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
   if (beam) return Unserved("use_beam_search", " or false");
+  // vLLM's token-id outputs (issue 42).
+  for (const char* key : {"return_token_ids", "return_tokens_as_token_ids"}) {
+    ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
+    if (on) return Unserved(key, " or false");
+  }
+  if (Field(o, "logprob_token_ids")) return Unserved("logprob_token_ids", "");
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
     if (echo) return Bad("echo", "is served on /v1/completions only; leave it unset or false");
@@ -450,6 +456,15 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
   }
   RETURN_IF_ERROR(ParseMessages(o, limits, r));
   ASSIGN_OR_RETURN(r->add_generation_prompt, Bool(o, "add_generation_prompt", true));
+  ASSIGN_OR_RETURN(r->continue_final_message, Bool(o, "continue_final_message", false));
+  if (r->continue_final_message && r->add_generation_prompt) {
+    return Bad("continue_final_message",
+               "cannot be true with add_generation_prompt true (as in vLLM): set "
+               "add_generation_prompt to false");
+  }
+  if (r->continue_final_message && (r->messages.empty() || r->messages.back().content.empty())) {
+    return Bad("continue_final_message", "needs a final message with text to continue");
+  }
   if (auto kw = Field(o, "chat_template_kwargs")) {
     object ko;
     if (kw->get_object().get(ko) == simdjson::SUCCESS && Field(ko, "enable_thinking")) {
@@ -650,6 +665,16 @@ absl::StatusOr<ToolSpec> ParseTool(element t, const std::string& param) {
   }
   if (auto p = Field(fo, "parameters")) {
     if (!p->is_object()) return Bad(param + ".function.parameters", "must be a JSON schema object");
+    // A function's arguments are a JSON object (OpenAI refuses any other type; no type is
+    // held to "object" when the call is constrained, tool_calls.h).
+    object po;
+    std::string_view type;
+    if (auto given = p->get_object().get(po) == simdjson::SUCCESS ? Field(po, "type") : std::nullopt;
+        given && (given->get_string().get(type) != simdjson::SUCCESS || type != "object")) {
+      return Bad(param + ".function.parameters.type",
+                 absl::StrCat("must be \"object\" (a function's arguments are a JSON object), not ",
+                              Sv(simdjson::minify(*given).substr(0, 64))));
+    }
     tool.parameters = simdjson::minify(*p);
   }
   tool.definition = simdjson::minify(t);
@@ -668,7 +693,9 @@ absl::Status ParseToolChoice(object o, ToolRequest* t) {
       t->choice = ToolChoice::kNone;
     else if (text == "required")
       t->choice = ToolChoice::kRequired;
-    else if (text != "auto")
+    else if (text == "auto")
+      t->choice = ToolChoice::kAuto;
+    else
       return Bad("tool_choice", "must be none, auto, required or a function");
   } else if (e->get_object().get(co) == simdjson::SUCCESS &&
              co["function"].get(fo) == simdjson::SUCCESS &&
@@ -687,7 +714,7 @@ absl::Status ParseToolChoice(object o, ToolRequest* t) {
                "{\"name\": ...}}");
   }
   if (t->tools.empty() && t->choice != ToolChoice::kNone) {
-    return Bad("tool_choice", "needs tools");
+    return Bad("tool_choice", "needs tools: give tools, or leave tool_choice unset or \"none\"");
   }
   return absl::OkStatus();
 }
@@ -728,6 +755,10 @@ absl::Status ParseTools(object o, const RequestLimits& limits, ParsedRequest* r)
   if (auto e = Field(o, "tools")) {
     simdjson::dom::array arr;
     if (e->get_array().get(arr) != simdjson::SUCCESS) return Bad("tools", "must be a list");
+    if (arr.size() == 0) {
+      return Bad("tools", "must not be an empty list (as in OpenAI's API and vLLM): give a tool "
+                          "or leave tools out");
+    }
     if (arr.size() > static_cast<size_t>(limits.max_tools)) {
       return Bad("tools",
                  absl::StrCat("has ", arr.size(), " tools; the limit is ", limits.max_tools));
@@ -760,21 +791,38 @@ absl::Status ParseEcho(object o, ParsedRequest* r) {
   return absl::OkStatus();
 }
 
+// stream_options: include_usage is served; continuous_usage_stats is refused when true; any
+// other key is refused by name. Only with stream: true (vLLM refuses it otherwise).
+absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
+  object soo;
+  if (so.get_object().get(soo) != simdjson::SUCCESS) {
+    return Bad("stream_options", "must be an object");
+  }
+  if (!r->stream) return Bad("stream_options", "is only for stream: true (as in vLLM)");
+  for (auto [key, value] : soo) {
+    if (key != "include_usage" && key != "continuous_usage_stats") {
+      return Bad(absl::StrCat("stream_options.", Sv(key.substr(0, 64))),
+                 "is not a stream option kvserve serves (include_usage is)");
+    }
+  }
+  ASSIGN_OR_RETURN(r->include_usage, Bool(soo, "include_usage", false));
+  ASSIGN_OR_RETURN(bool continuous, Bool(soo, "continuous_usage_stats", false));
+  if (continuous) return Unserved("stream_options.continuous_usage_stats", " or false");
+  return absl::OkStatus();
+}
+
 // Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
 // truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output, priority.
 absl::Status ParseOptions(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->stream, Bool(o, "stream", false));
-  if (auto so = Field(o, "stream_options")) {
-    object soo;
-    if (so->get_object().get(soo) != simdjson::SUCCESS) {
-      return Bad("stream_options", "must be an object");
-    }
-    ASSIGN_OR_RETURN(r->include_usage, Bool(soo, "include_usage", false));
-  }
+  if (auto so = Field(o, "stream_options")) RETURN_IF_ERROR(ParseStreamOptions(*so, r));
   ASSIGN_OR_RETURN(bool ignore_eos, Bool(o, "ignore_eos", false));
   r->sampling.set_ignore_eos(ignore_eos);
   ASSIGN_OR_RETURN(r->user, String(o, "user"));
   ASSIGN_OR_RETURN(r->cache_salt, String(o, "cache_salt"));
+  if (Field(o, "cache_salt") && r->cache_salt.empty()) {
+    return Bad("cache_salt", "must be a non-empty string when given (as in vLLM)");
+  }
   if (Field(o, "truncate_prompt_tokens")) {
     ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
     r->truncate_prompt_tokens = static_cast<int>(keep);

@@ -62,6 +62,9 @@ struct ParsedRequest {
   std::vector<PromptInput> prompts;
   std::vector<tokenizer::ChatMessage> messages;
   bool add_generation_prompt = true;
+  // Chat: the final message left open for the model to continue (vLLM's; needs
+  // add_generation_prompt false).
+  bool continue_final_message = false;
   bool add_special_tokens = true;  // text prompts: BOS and the like, as vLLM's extra parameter
   std::optional<bool> enable_thinking;
 

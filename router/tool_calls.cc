@@ -148,14 +148,38 @@ absl::StatusOr<ToolOutput> ToolParserFor(std::string_view parser) {
                                                  "' (hermes and llama3_json are served)"));
 }
 
+namespace {
+
+// The schema of a tool's arguments, which are always a JSON object. No parameters, or `{}`, is
+// a function that takes none (OpenAI's and vLLM's reading): its arguments are {}. A schema
+// without a type is held to "object" (one with a top-level $ref through allOf, since $ref
+// takes no sibling keywords); a type other than "object" was refused when the request was
+// parsed.
+Json ArgumentsSchema(const ToolSpec& tool) {
+  Json s = tool.parameters.empty() ? Json::object() : ParseJson(tool.parameters);
+  if (s.empty()) {
+    return {{"type", "object"}, {"properties", Json::object()}, {"additionalProperties", false}};
+  }
+  if (s.contains("type")) return s;
+  if (!s.contains("$ref")) {
+    s["type"] = "object";
+    return s;
+  }
+  Json out = {{"type", "object"}};
+  for (const char* key : {"$defs", "definitions"}) {
+    if (s.contains(key)) {
+      out[key] = std::move(s[key]);
+      s.erase(key);
+    }
+  }
+  out["allOf"] = Json::array({std::move(s)});
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ToolChoiceSchema(const ToolRequest& request) {
-  auto parameters = [](const ToolSpec& tool) {
-    // No parameters: the function takes none (OpenAI's meaning), so its arguments are {}.
-    return tool.parameters.empty() ? Json{{"type", "object"},
-                                          {"properties", Json::object()},
-                                          {"additionalProperties", false}}
-                                   : ParseJson(tool.parameters);
-  };
+  auto parameters = ArgumentsSchema;
   if (request.choice == ToolChoice::kNamed) {
     for (const ToolSpec& tool : request.tools) {
       if (tool.name == request.name) return parameters(tool).dump();

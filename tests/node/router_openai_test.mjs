@@ -75,9 +75,23 @@ test('answered connections are closed: the router holds no socket per finished r
   assert.ok(openFds() <= before + 3, `open descriptors: ${before} before, ${openFds()} after 30 requests`);
 });
 
-test('models', async () => {
+test('models, version and invocations as vLLM serves them', async () => {
   const list = await client.models.list();
   assert.deepEqual(list.data.map((m) => m.id), ['tiny']);
+  assert.equal(list.data[0].root, model);  // --model as given
+  assert.equal(list.data[0].parent, null);
+  const version = await (await fetch(`${base}/version`)).json();
+  assert.match(version.version, /^\d+\.\d+\.\d+/);
+  // SageMaker's /invocations: the body's shape picks the API.
+  const invoke = async (body) => fetch(`${base}/invocations`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const chat = await (await invoke({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 })).json();
+  assert.equal(chat.object, 'chat.completion');
+  const completion = await (await invoke({ model: 'tiny', prompt: 'x', max_tokens: 2 })).json();
+  assert.equal(completion.object, 'text_completion');
+  const bad = await invoke({ model: 'tiny', input: 'x' });
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).error.message, /messages.*prompt/);
 });
 
 test('completions: n, logprobs, usage', async () => {
@@ -141,8 +155,11 @@ test('errors in OpenAI shape', async () => {
   await assert.rejects(client.chat.completions.create({
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], presence_penalty: 2.5 }),
   (e) => e.status === 400 && e.param === 'presence_penalty');
-  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', logit_bias: { 999999999: 5 } }),
-    (e) => e.status === 400 && e.param === 'logit_bias' && /not in the vocabulary/.test(e.message));
+  // Every bad key is named, with the vocabulary's size (Llama 3: 128,256 ids with the added ones).
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x',
+    logit_bias: { 999999999: 5, 5: 1, 888888888: 2 } }),
+  (e) => e.status === 400 && e.param === 'logit_bias' &&
+    /token ids 888888888, 999999999 are not in the vocabulary \(128256 ids, 0 to 128255\)/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], echo: true }),
     (e) => e.status === 400 && e.param === 'echo');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 0 }),
@@ -154,6 +171,27 @@ test('errors in OpenAI shape', async () => {
     model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
     presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: 'text' } });
   assert.equal(neutral.choices[0].finish_reason, 'length');
+});
+
+// vLLM's continue_final_message: the chat is rendered with the final (assistant) message left
+// open, so the model continues it; on /tokenize and on chat completions.
+test('continue_final_message leaves the final message open', async () => {
+  const messages = [{ role: 'user', content: 'Say hi' }, { role: 'assistant', content: 'Hi, I am' }];
+  const post = async (body) => (await fetch(`${base}/tokenize`, { method: 'POST', body: JSON.stringify(body) })).json();
+  const detokenize = async (tokens) => (await (await fetch(`${base}/detokenize`, { method: 'POST',
+    body: JSON.stringify({ tokens }) })).json()).prompt;
+  const open = await post({ messages, continue_final_message: true, add_generation_prompt: false });
+  const closed = await post({ messages, add_generation_prompt: false });
+  assert.ok((await detokenize(open.tokens)).endsWith('<|start_header_id|>assistant<|end_header_id|>\n\nHi, I am'));
+  // (This tokenizer's Llama 3 template always ends with the assistant header.)
+  assert.ok((await detokenize(closed.tokens)).includes('Hi, I am<|eot_id|>'));
+  assert.deepEqual(closed.tokens.slice(0, open.tokens.length), open.tokens);
+  const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 3,
+    continue_final_message: true, add_generation_prompt: false });
+  assert.equal(r.usage.prompt_tokens, open.count);
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages, max_tokens: 3,
+    continue_final_message: true }),
+  (e) => e.status === 400 && e.param === 'continue_final_message' && /add_generation_prompt/.test(e.message));
 });
 
 // The ids of a text without special tokens, and each id's text.

@@ -187,6 +187,28 @@ test('tool_choice auto: hermes <tool_call> blocks and llama3_json objects become
   assert.equal(text.choices[0].finish_reason, 'stop');
 });
 
+// `parameters: {}` is a function of no parameters (vLLM's and OpenAI's reading): its arguments
+// are always {}. Before, the empty schema let the model write any JSON value there (-609, a
+// string, an array) and the array ended in content with finish_reason stop.
+test('parameters {}: the arguments are an empty object, required and named', async () => {
+  const empty = [{ type: 'function', function: { name: 'ping', parameters: {} } }];
+  let finished = 0;
+  for (const choice of ['required', { type: 'function', function: { name: 'ping' } }]) {
+    const r = await clients.plain.chat.completions.create({ model: 'tiny', messages, tools: empty,
+      tool_choice: choice, n: 8, temperature: 1, seed: 10, max_tokens: 200 });
+    for (const c of r.choices.filter((c) => c.finish_reason !== 'length')) {
+      finished++;
+      assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
+      assert.equal(c.message.tool_calls.length >= 1, true);
+      for (const call of c.message.tool_calls) {
+        assert.equal(call.function.name, 'ping');
+        assert.deepEqual(JSON.parse(call.function.arguments), {});
+      }
+    }
+  }
+  assert.ok(finished >= 12, `only ${finished} of 16 choices finished within 200 tokens`);
+});
+
 test('refusals name the parameter', async () => {
   const cases = [
     [clients.plain, { tools }, 'tool_choice', /--enable-auto-tool-choice/],
@@ -197,6 +219,10 @@ test('refusals name the parameter', async () => {
       properties: { a: { type: 'string', format: 'no-such-format' } } } } }], tool_choice: 'required' },
     'tools[0].function.parameters', /format/],
     [clients.plain, { tool_choice: 'required' }, 'tool_choice', /needs tools/],
+    [clients.plain, { tool_choice: 'auto' }, 'tool_choice', /needs tools/],
+    [clients.plain, { tools: [], tool_choice: 'none' }, 'tools', /empty list/],
+    [clients.plain, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'string' } } }],
+      tool_choice: 'required' }, 'tools[0].function.parameters.type', /"object"/],
   ];
   for (const [client, extra, param, message] of cases) {
     await assert.rejects(client.chat.completions.create({ model: 'tiny', messages, max_tokens: 4, ...extra }),

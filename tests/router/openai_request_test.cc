@@ -284,7 +284,33 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
         {"n", 2}},
        false,
        nullptr},
-      {{{"tools", json::array()}, {"tool_choice", "none"}, {"logit_bias", nullptr}}, true, nullptr},
+      {{{"tool_choice", "none"}, {"logit_bias", nullptr}}, true, nullptr},
+      // What vLLM refuses (issue 42): an empty tools list, tool_choice other than "none"
+      // without tools, stream_options without streaming, an empty cache_salt.
+      {{{"tools", json::array()}, {"tool_choice", "none"}}, true, "tools"},
+      {{{"tool_choice", "auto"}}, true, "tool_choice"},
+      {{{"stream_options", {{"include_usage", true}}}}, false, "stream_options"},
+      {{{"stream_options", {{"include_usage", true}}}, {"stream", false}}, true, "stream_options"},
+      {{{"cache_salt", ""}}, false, "cache_salt"},
+      // vLLM's extensions not served yet: refused by name when they ask for anything.
+      {{{"return_token_ids", true}}, false, "return_token_ids"},
+      {{{"return_token_ids", true}}, true, "return_token_ids"},
+      {{{"return_tokens_as_token_ids", true}}, true, "return_tokens_as_token_ids"},
+      {{{"logprob_token_ids", {1, 2}}}, false, "logprob_token_ids"},
+      {{{"logprob_token_ids", json::array()}}, true, "logprob_token_ids"},
+      {{{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}},
+       true,
+       "stream_options.continuous_usage_stats"},
+      {{{"stream", true}, {"stream_options", {{"include_obfuscation", false}}}},
+       false,
+       "stream_options.include_obfuscation"},
+      {{{"return_token_ids", false},
+        {"return_tokens_as_token_ids", false},
+        {"stream", true},
+        {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", false}}},
+        {"cache_salt", "tenant-1"}},
+       true,
+       nullptr},
   };
   for (const Case& c : cases) ExpectParam(c.extra, c.chat, c.param);
 }
@@ -322,6 +348,19 @@ TEST(OpenAiRequestTest, Tools) {
            {"function", {{"name", "f"}, {"parameters", {{"type", "object"}, {"if", true}}}}}}}},
         {"tool_choice", "required"}},
        "tools[0].function.parameters"},
+      // A function's arguments are a JSON object: another type is refused, none or {} pass.
+      {{{"tools",
+         {{{"type", "function"},
+           {"function", {{"name", "f"}, {"parameters", {{"type", "string"}}}}}}}}},
+       "tools[0].function.parameters.type"},
+      {{{"tools",
+         {{{"type", "function"},
+           {"function", {{"name", "f"}, {"parameters", {{"type", {"object", "null"}}}}}}}}}},
+       "tools[0].function.parameters.type"},
+      {{{"tools",
+         {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}}},
+        {"tool_choice", "required"}},
+       nullptr},
       {{{"tools", {weather}}, {"tool_choice", "sometimes"}}, "tool_choice"},
       {{{"tools", {weather}},
         {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
@@ -381,6 +420,32 @@ TEST(OpenAiRequestTest, VllmOutputOptions) {
       ParseCompletionRequest(R"({"model": "m", "prompt": "x", "include_stop_str_in_output": 1})",
                              false),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("include_stop_str_in_output")));
+}
+
+// continue_final_message (vLLM's): only with add_generation_prompt false, and a final message
+// with text.
+TEST(OpenAiRequestTest, ContinueFinalMessage) {
+  const json messages = {{{"role", "user"}, {"content", "Say hi"}},
+                         {{"role", "assistant"}, {"content", "Hi, I am"}}};
+  ExpectParam({{"messages", messages}, {"continue_final_message", true}}, true,
+              "continue_final_message");
+  ExpectParam({{"messages", messages},
+               {"continue_final_message", true},
+               {"add_generation_prompt", true}},
+              true, "continue_final_message");
+  ExpectParam({{"messages", {{{"role", "assistant"}, {"content", ""}}}},
+               {"continue_final_message", true},
+               {"add_generation_prompt", false}},
+              true, "continue_final_message");
+  ExpectParam({{"messages", messages}, {"continue_final_message", 1}}, true,
+              "continue_final_message");
+  json body = {{"model", "m"},
+               {"messages", messages},
+               {"continue_final_message", true},
+               {"add_generation_prompt", false}};
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), true));
+  EXPECT_TRUE(r.continue_final_message);
+  EXPECT_FALSE(r.add_generation_prompt);
 }
 
 // Each cap refuses with the parameter and the limit named; at the cap it passes.

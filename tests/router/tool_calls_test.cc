@@ -3,10 +3,12 @@
 // "required" keeps each tool's $refs pointing into its own parameters.
 #include "router/tool_calls.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/structured/grammar.h"
 #include "common/structured/json_schema.h"
 #include "gtest/gtest.h"
@@ -155,6 +157,42 @@ TEST(ToolChoiceSchemaTest, RequiredMovesRefsAndBoundsParallelCalls) {
   r.name = "c";
   EXPECT_THAT(ToolChoiceSchema(r), ::kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                                                 ::testing::HasSubstr("'c'")));
+}
+
+// A function's arguments are always an object: `{}` is a function of no parameters, a schema
+// without a type is held to "object" (through allOf when it is a bare $ref). Before, `{}` let
+// the model write any JSON value there (-609, a string, an array).
+TEST(ToolChoiceSchemaTest, ArgumentsAreAlwaysAnObject) {
+  auto matches = [](const ToolRequest& r, std::string_view text) {
+    absl::StatusOr<std::string> schema = ToolChoiceSchema(r);
+    EXPECT_TRUE(schema.ok()) << schema.status();
+    absl::StatusOr<structured::Grammar> g = structured::CompileJsonSchema(*schema);
+    EXPECT_TRUE(g.ok()) << g.status() << " in " << *schema;
+    structured::GrammarMatcher m(std::make_shared<const structured::Grammar>(*std::move(g)));
+    return m.Matches(text);
+  };
+  ToolRequest r;
+  r.choice = ToolChoice::kRequired;
+  r.tools = {{"f", "{}", "{}"}};
+  EXPECT_TRUE(matches(r, R"([{"name": "f", "parameters": {}}])"));
+  for (const char* bad : {"-609", "\"x\"", "[1]", "null", R"({"a": 1})"}) {
+    EXPECT_FALSE(matches(r, absl::StrCat(R"([{"name": "f", "parameters": )", bad, "}]")))
+        << bad;
+  }
+  r.choice = ToolChoice::kNamed;
+  r.name = "f";
+  EXPECT_TRUE(matches(r, "{}"));
+  EXPECT_FALSE(matches(r, "-609"));
+  r.tools = {{"f", "{}", R"({"properties": {"a": {"type": "integer"}}})"}};
+  EXPECT_TRUE(matches(r, R"({"a": 1})"));
+  EXPECT_FALSE(matches(r, "7"));
+  EXPECT_FALSE(matches(r, R"("a")"));
+  r.tools = {{"f", "{}", R"({"$ref": "#/$defs/A", "$defs": {"A": {"properties": {"a": {}}}}})"}};
+  EXPECT_TRUE(matches(r, R"({"a": [true]})"));
+  EXPECT_FALSE(matches(r, "[1]"));
+  r.choice = ToolChoice::kRequired;
+  EXPECT_TRUE(matches(r, R"([{"name": "f", "parameters": {"a": 2}}])"));
+  EXPECT_FALSE(matches(r, R"([{"name": "f", "parameters": 2}])"));
 }
 
 TEST(ToolChoiceSchemaTest, ParserNames) {
