@@ -18,9 +18,11 @@ pb::Constraint ConstraintToWire(const structured::ConstraintSpec& spec) {
       break;
     case Kind::kJsonSchema:
       c.set_json_schema(spec.json_schema);
+      c.set_any_whitespace(spec.any_whitespace);
       break;
     case Kind::kJsonObject:
       c.set_json_object(true);
+      c.set_any_whitespace(spec.any_whitespace);
       break;
     case Kind::kGrammar:
       c.set_grammar(spec.grammar);
@@ -38,6 +40,12 @@ pb::Constraint ConstraintToWire(const structured::ConstraintSpec& spec) {
 absl::StatusOr<std::optional<structured::ConstraintSpec>> ConstraintFromWire(
     const pb::Constraint& c) {
   structured::ConstraintSpec spec;
+  if (c.any_whitespace() && c.kind_case() != pb::Constraint::kJsonSchema &&
+      c.kind_case() != pb::Constraint::kJsonObject) {
+    return absl::InvalidArgumentError(
+        "sampling.constraint.any_whitespace: is for json_schema and json_object only");
+  }
+  spec.any_whitespace = c.any_whitespace();
   if (c.has_reasoning()) {
     spec.reasoning = {c.reasoning().start(), c.reasoning().end(), c.reasoning().inside()};
   }

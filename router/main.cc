@@ -115,6 +115,11 @@ ABSL_FLAG(std::string, tool_call_parser, "",
 ABSL_FLAG(bool, enable_auto_tool_choice, false,
           "Serve tool_choice \"auto\" (the default when a request has tools), reading calls with "
           "--tool-call-parser; without it such requests get a 400, as in vLLM");
+ABSL_FLAG(bool, structured_outputs_any_whitespace, false,
+          "JSON constraints (json_schema, json_object, forced tool calls) allow any whitespace "
+          "between tokens (up to 20 bytes a gap, vLLM's default) instead of compact JSON with "
+          "the separators \", \" and \": \"; a request's "
+          "structured_outputs.disable_any_whitespace overrides it");
 ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
@@ -334,6 +339,7 @@ absl::Status Serve() {
                         ? absl::GetFlag(FLAGS_max_model_len)
                         : static_cast<int>(config.max_position_embeddings);
   ASSIGN_OR_RETURN(f.limits, LimitsFromFlags(f.max_model_len));
+  f.limits.json_any_whitespace = absl::GetFlag(FLAGS_structured_outputs_any_whitespace);
   RouterMetrics metrics;
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);

@@ -1,5 +1,7 @@
 #include "router/openai_request.h"
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -588,10 +590,55 @@ absl::Status CheckCompiles(const structured::ConstraintSpec& spec, const std::st
   return absl::OkStatus();
 }
 
+// structured_outputs' keys besides the constraint (vLLM's StructuredOutputsParams): every key
+// is known or refused by name. disable_any_whitespace picks compact JSON (true) or any
+// whitespace (false) over the server's default; disable_fallback asks nothing of kvserve (it
+// has one engine, never a fallback); whitespace_pattern and disable_additional_properties are
+// refused unless neutral, structural_tag always.
+absl::Status StructuredOutputsOptions(object so, bool* any_whitespace) {
+  static constexpr std::string_view kKnown[] = {
+      "json",           "json_object",      "regex",
+      "choice",         "grammar",          "disable_any_whitespace",
+      "disable_fallback", "whitespace_pattern", "disable_additional_properties"};
+  for (auto [key, value] : so) {
+    if (key == "structural_tag" && !value.is_null()) {
+      return Bad("structured_outputs.structural_tag",
+                 "is not supported by kvserve yet (json, json_object, regex, choice and grammar "
+                 "are)");
+    }
+    if (key != "structural_tag" &&
+        std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      return Bad(absl::StrCat("structured_outputs.", Sv(key.substr(0, 64))),
+                 "is not a structured_outputs field kvserve serves");
+    }
+  }
+  bool flags[3] = {!*any_whitespace, false, false};
+  const char* names[3] = {"disable_any_whitespace", "disable_fallback",
+                          "disable_additional_properties"};
+  for (int i = 0; i < 3; ++i) {
+    auto f = Field(so, names[i]);
+    if (f && f->get_bool().get(flags[i]) != simdjson::SUCCESS) {
+      return Bad(absl::StrCat("structured_outputs.", names[i]), "must be true or false");
+    }
+  }
+  *any_whitespace = !flags[0];
+  if (Field(so, "whitespace_pattern")) {
+    return Unserved("structured_outputs.whitespace_pattern", " (use disable_any_whitespace)");
+  }
+  if (flags[2]) return Unserved("structured_outputs.disable_additional_properties", " or false");
+  return absl::OkStatus();
+}
+
 // The constraint of structured outputs: vLLM's guided_json / guided_regex / guided_choice /
 // guided_grammar, structured_outputs {json | json_object | regex | choice | grammar}, or OpenAI's
 // response_format; at most one; compiled here so that a bad one is a 400.
 absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedRequest* r) {
+  if (Field(o, "guided_whitespace_pattern")) {
+    return Unserved("guided_whitespace_pattern",
+                    " (JSON is compact, or any whitespace with "
+                    "structured_outputs.disable_any_whitespace false)");
+  }
+  bool any_whitespace = limits.json_any_whitespace;
   std::vector<std::pair<std::string, element>> given;
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
     if (auto e = Field(o, key)) given.emplace_back(key, *e);
@@ -602,11 +649,7 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
     if (e->get_object().get(so) != simdjson::SUCCESS) {
       return Bad("structured_outputs", "must be an object");
     }
-    if (Field(so, "structural_tag")) {
-      return Bad("structured_outputs.structural_tag",
-                 "is not supported by kvserve yet (json, json_object, regex, choice and grammar "
-                 "are)");
-    }
+    RETURN_IF_ERROR(StructuredOutputsOptions(so, &any_whitespace));
     if (auto f = Field(so, "json_object")) {
       if (!f->is_bool()) return Bad("structured_outputs.json_object", "must be a boolean");
       if (f->get_bool().value()) given.emplace_back("structured_outputs.json_object", *f);
@@ -634,6 +677,10 @@ absl::Status ParseConstraint(object o, const RequestLimits& limits, ParsedReques
     spec.kind = structured::ConstraintSpec::Kind::kJsonObject;
   } else {
     RETURN_IF_ERROR(SchemaText(e, param, limits, &spec));
+  }
+  if (spec.kind == structured::ConstraintSpec::Kind::kJsonSchema ||
+      spec.kind == structured::ConstraintSpec::Kind::kJsonObject) {
+    spec.any_whitespace = any_whitespace;
   }
   RETURN_IF_ERROR(CheckCompiles(spec, param));
   r->constraint = std::move(spec);
@@ -669,8 +716,8 @@ absl::StatusOr<ToolSpec> ParseTool(element t, const std::string& param) {
     // held to "object" when the call is constrained, tool_calls.h).
     object po;
     std::string_view type;
-    if (auto given = p->get_object().get(po) == simdjson::SUCCESS ? Field(po, "type") : std::nullopt;
-        given && (given->get_string().get(type) != simdjson::SUCCESS || type != "object")) {
+    auto given = p->get_object().get(po) == simdjson::SUCCESS ? Field(po, "type") : std::nullopt;
+    if (given && (given->get_string().get(type) != simdjson::SUCCESS || type != "object")) {
       return Bad(param + ".function.parameters.type",
                  absl::StrCat("must be \"object\" (a function's arguments are a JSON object), not ",
                               Sv(simdjson::minify(*given).substr(0, 64))));
@@ -738,7 +785,8 @@ absl::Status ToolConstraint(const RequestLimits& limits, ParsedRequest* r) {
                                    .json_schema = t.tools[i].parameters};
     RETURN_IF_ERROR(CheckCompiles(one, absl::StrCat("tools[", i, "].function.parameters")));
   }
-  structured::ConstraintSpec spec{.kind = structured::ConstraintSpec::Kind::kJsonSchema};
+  structured::ConstraintSpec spec{.kind = structured::ConstraintSpec::Kind::kJsonSchema,
+                                  .any_whitespace = limits.json_any_whitespace};
   ASSIGN_OR_RETURN(spec.json_schema, ToolChoiceSchema(t));
   if (spec.json_schema.size() > static_cast<size_t>(limits.max_constraint_bytes)) {
     return Bad("tools", absl::StrCat("the schema of tool_choice has ", spec.json_schema.size(),

@@ -47,6 +47,11 @@ struct RequestLimits {
   int max_constraint_bytes = 1 << 16;
   int max_choices = 1024;
   int max_tools = 128;  // OpenAI's limit
+  // Not a limit but the parser's one server default: JSON constraints (structured outputs and
+  // forced tool calls) allow any whitespace between tokens instead of compact JSON
+  // (--structured-outputs-any-whitespace; a request's structured_outputs.disable_any_whitespace
+  // overrides it).
+  bool json_any_whitespace = false;
 };
 
 // A completions prompt: text, or token ids.

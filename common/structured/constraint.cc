@@ -39,7 +39,14 @@ absl::StatusOr<Grammar> WithReasoning(Grammar g, const ConstraintSpec::Reasoning
         absl::StrCat("a reasoning block needs start and end tags of 1 to ", kMaxTag, " bytes"));
   }
   Nfa nfa;
-  const Nfa::Fragment closed = UntilClosed(r.end, nfa);
+  // The end tag and the blank a reasoning model writes after it (Qwen3: "</think>\n\n"), up to
+  // kMaxGap bytes, before the constrained text.
+  constexpr int kMaxGap = 4;
+  Nfa::Fragment gap = nfa.Empty();
+  for (int i = 0; i < kMaxGap; ++i) {
+    gap = nfa.Optional(nfa.Concat(nfa.CodePoints({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}}), gap));
+  }
+  const Nfa::Fragment closed = nfa.Concat(UntilClosed(r.end, nfa), gap);
   const Nfa::Fragment block =
       r.inside ? closed : nfa.Optional(nfa.Concat(nfa.Literal(r.start), closed));
   ASSIGN_OR_RETURN(Dfa prefix, nfa.ToDfa(block, /*max_states=*/1000));
@@ -67,8 +74,9 @@ std::string ConstraintSpec::Key() const {
 
 std::string ConstraintSpec::ContentKey() const {
   if (kind == Kind::kRegex) return absl::StrCat("regex:", regex);
-  if (kind == Kind::kJsonSchema) return absl::StrCat("json:", json_schema);
-  if (kind == Kind::kJsonObject) return "json_object";
+  const char* ws = any_whitespace ? "ws:" : "";
+  if (kind == Kind::kJsonSchema) return absl::StrCat("json:", ws, json_schema);
+  if (kind == Kind::kJsonObject) return absl::StrCat("json_object", ws);
   if (kind == Kind::kGrammar) return absl::StrCat("gbnf:", grammar);
   std::string key = "choice";
   for (const std::string& c : choices) absl::StrAppend(&key, ":", c.size(), ":", c);
@@ -84,9 +92,9 @@ absl::StatusOr<Grammar> CompileContent(const ConstraintSpec& spec) {
       return SingleRuleGrammar(std::move(dfa));
     }
     case ConstraintSpec::Kind::kJsonSchema:
-      return CompileJsonSchema(spec.json_schema);
+      return CompileJsonSchema(spec.json_schema, {.any_whitespace = spec.any_whitespace});
     case ConstraintSpec::Kind::kJsonObject:
-      return JsonObjectGrammar();
+      return JsonObjectGrammar({.any_whitespace = spec.any_whitespace});
     case ConstraintSpec::Kind::kGrammar:
       return CompileGbnf(spec.grammar);
     case ConstraintSpec::Kind::kChoice:

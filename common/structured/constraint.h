@@ -25,9 +25,12 @@ struct ConstraintSpec {
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them
   std::string json_schema;           // kJsonSchema: a JSON text (common/structured/json_schema.h)
   std::string grammar;               // kGrammar: GBNF (common/structured/gbnf.h)
+  // kJsonSchema, kJsonObject: any whitespace between tokens instead of compact JSON
+  // (JsonSchemaOptions::any_whitespace).
+  bool any_whitespace = false;
 
   // With a reasoning model: the constraint holds after a reasoning block `start`...`end` (any
-  // text without `end`), which may be left out; `inside`: the prompt opened the block, so the
+  // text without `end`) and up to 4 bytes of whitespace, which may be left out; `inside`: the prompt opened the block, so the
   // output starts in it and must close it. Empty tags: no reasoning block.
   struct Reasoning {
     std::string start, end;

@@ -178,16 +178,20 @@ class SchemaCompiler {
  private:
   Nfa& nfa() { return builder_.nfa(); }
 
-  Fragment Ws() {
+  // The whitespace allowed around a value and inside brackets: none in compact JSON.
+  Fragment Ws() { return options_.any_whitespace ? FreeWs() : nfa().Empty(); }
+  // A separator (',' or ':') and the whitespace around it: compact JSON writes ", " and ": ".
+  Fragment Sep(char sep) {
+    if (!options_.any_whitespace) return nfa().Literal(std::string{sep, ' '});
+    return nfa().Concat(FreeWs(), nfa().Concat(nfa().Literal(std::string(1, sep)), FreeWs()));
+  }
+  Fragment FreeWs() {
     Fragment f = nfa().Empty();
     for (int i = 0; i < options_.max_whitespace; ++i) {
       f = nfa().Optional(
           nfa().Concat(nfa().CodePoints({{'\t', '\n'}, {'\r', '\r'}, {' ', ' '}}), f));
     }
     return f;
-  }
-  Fragment Token(std::string_view text) {  // whitespace, then `text`, then whitespace
-    return nfa().Concat(Ws(), nfa().Concat(nfa().Literal(text), Ws()));
   }
 
   absl::StatusOr<std::pair<int64_t, int64_t>> Counts(const Json& s, std::string_view path,
@@ -427,9 +431,8 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& s, const std::string
   int32_t a = nfa().AddState(), b = nfa().AddState();
   nfa().Link(open.end, a);
   auto add_member = [&](Fragment key, Fragment value, int32_t from_a, int32_t from_b) {
-    const Fragment member = nfa().Concat(
-        key, nfa().Concat(Ws(), nfa().Concat(nfa().Literal(":"), nfa().Concat(Ws(), value))));
-    const Fragment comma = nfa().Concat(Ws(), nfa().Concat(nfa().Literal(","), Ws()));
+    const Fragment member = nfa().Concat(key, nfa().Concat(Sep(':'), value));
+    const Fragment comma = Sep(',');
     nfa().Link(from_a, member.start);
     nfa().Link(from_b, comma.start);
     nfa().Link(comma.end, member.start);
@@ -461,7 +464,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& s, const std::string
 absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& s, const std::string& path, int depth) {
   ASSIGN_OR_RETURN(auto counts, Counts(s, path, "minItems", "maxItems"));
   const auto [min, max] = counts;
-  auto comma = [&] { return nfa().Concat(Ws(), nfa().Concat(nfa().Literal(","), Ws())); };
+  auto comma = [&] { return Sep(','); };
   if (s.contains("prefixItems") && !s["prefixItems"].is_array()) {
     return Invalid(path, "prefixItems must be an array");
   }
@@ -505,6 +508,19 @@ absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& s, const std::string&
                       nfa().Concat(inside, nfa().Literal("]")));
 }
 
+// `v` as compact JSON writes it: the separators ", " and ": ", no other whitespace.
+std::string CompactText(const Json& v) {
+  if (!v.is_structured()) return v.dump();
+  std::string out(1, v.is_object() ? '{' : '[');
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != v.begin()) out += ", ";
+    if (v.is_object()) absl::StrAppend(&out, Json(it.key()).dump(), ": ");
+    out += CompactText(*it);
+  }
+  out += v.is_object() ? '}' : ']';
+  return out;
+}
+
 absl::StatusOr<Fragment> SchemaCompiler::Enum(const Json& s, const std::string& path) {
   if (HasValidation(s, {"const", "enum", "type"})) {
     return Unsupported(
@@ -530,7 +546,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Enum(const Json& s, const std::string& 
       typed = typed || (t.is_string() && HasType(v, t.get<std::string>()));
     }
     if (!typed) continue;
-    const Fragment f = nfa().Literal(v.dump());
+    const Fragment f = nfa().Literal(options_.any_whitespace ? v.dump() : CompactText(v));
     out = out ? nfa().Alternate(*out, f) : f;
   }
   if (!out) return Invalid(path, "no value of enum/const has the schema's type");
@@ -772,12 +788,8 @@ int32_t SchemaCompiler::AnyValueRule() {
     return nfa().Concat(nfa().Literal("\""),
                         nfa().Concat(nfa().Star(JsonChar(nfa())), nfa().Literal("\"")));
   };
-  auto comma = [&] { return nfa().Concat(Ws(), nfa().Concat(nfa().Literal(","), Ws())); };
-  auto member = [&] {
-    return nfa().Concat(
-        string(),
-        nfa().Concat(Ws(), nfa().Concat(nfa().Literal(":"), nfa().Concat(Ws(), nfa().Call(v)))));
-  };
+  auto comma = [&] { return Sep(','); };
+  auto member = [&] { return nfa().Concat(string(), nfa().Concat(Sep(':'), nfa().Call(v))); };
   auto list = [&](auto item) {  // item (, item)* ws, or nothing
     return nfa().Optional(
         nfa().Concat(nfa().Concat(item(), nfa().Star(nfa().Concat(comma(), item()))), Ws()));

@@ -616,6 +616,21 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
   EXPECT_EQ(r.constraint->grammar, "root ::= [0-9]+");
   ASSERT_OK_AND_ASSIGN(r, parse({{"response_format", {{"type", "text"}}}}));
   EXPECT_FALSE(r.constraint);
+  // Compact JSON by default; structured_outputs.disable_any_whitespace false asks for any
+  // whitespace (on any JSON constraint, guided_json too); disable_fallback asks nothing.
+  ASSERT_OK_AND_ASSIGN(r, parse({{"guided_json", schema}}));
+  EXPECT_FALSE(r.constraint->any_whitespace);
+  ASSERT_OK_AND_ASSIGN(r, parse({{"guided_json", schema},
+                                 {"structured_outputs", {{"disable_any_whitespace", false}}}}));
+  EXPECT_TRUE(r.constraint->any_whitespace);
+  ASSERT_OK_AND_ASSIGN(r, parse({{"structured_outputs",
+                                  {{"json_object", true},
+                                   {"disable_any_whitespace", true},
+                                   {"disable_fallback", true}}}}));
+  EXPECT_FALSE(r.constraint->any_whitespace);
+  ASSERT_OK_AND_ASSIGN(r, parse({{"structured_outputs",
+                                  {{"regex", "a"}, {"disable_any_whitespace", false}}}}));
+  EXPECT_FALSE(r.constraint->any_whitespace) << "whitespace is a JSON matter";
   struct Bad {
     json extra;
     const char* param;
@@ -639,6 +654,18 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
             "structured_outputs.grammar",
             "the grammar has no rule 'root'"},
            {{{"structured_outputs", "a"}}, "structured_outputs", "must be an object"},
+           {{{"structured_outputs", {{"regex", "a"}, {"backend", "xgrammar"}}}},
+            "structured_outputs.backend",
+            "is not a structured_outputs field kvserve serves"},
+           {{{"structured_outputs", {{"regex", "a"}, {"whitespace_pattern", " *"}}}},
+            "structured_outputs.whitespace_pattern",
+            "not supported"},
+           {{{"structured_outputs", {{"json_object", true}, {"disable_any_whitespace", 1}}}},
+            "structured_outputs.disable_any_whitespace",
+            "must be true or false"},
+           {{{"guided_json", schema}, {"guided_whitespace_pattern", "[ ]?"}},
+            "guided_whitespace_pattern",
+            "not supported"},
            {{{"guided_json", {{"type", "object"}, {"properties", {{"a", {{"not", true}}}}}}}},
             "guided_json",
             "unsupported keyword 'not' at #/properties/a"},

@@ -78,6 +78,8 @@ TEST(ConstraintTest, KeysTellConstraintsApart) {
       EXPECT_NE(specs[i].Key(), specs[j].Key()) << i << " " << j;
     }
   }
+  ConstraintSpec spaced{.kind = ConstraintSpec::Kind::kJsonObject, .any_whitespace = true};
+  EXPECT_NE(spaced.Key(), ConstraintSpec{.kind = ConstraintSpec::Kind::kJsonObject}.Key());
   ConstraintSpec with = specs[0];
   with.reasoning = {"<think>", "</think>", false};
   EXPECT_NE(with.Key(), specs[0].Key());

@@ -47,19 +47,54 @@ TEST(JsonTerminalsTest, IntegerRangesAreExact) {
   }
 }
 
+// `text` (JSON) in compact form: no whitespace outside strings but one space after each ',' and
+// ':' (the text of numbers and strings kept as written).
+std::string Compact(std::string_view text) {
+  std::string out;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      out += c;
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    out += c;
+    if (c == '"') in_string = true;
+    if (c == ',' || c == ':') out += ' ';
+  }
+  return out;
+}
+
 class JsonSchemaTest : public ::testing::Test {
  protected:
-  static GrammarMatcher Compile(const std::string& schema) {
-    absl::StatusOr<Grammar> g = CompileJsonSchema(schema);
+  static GrammarMatcher Compile(const std::string& schema, bool any_whitespace = true) {
+    absl::StatusOr<Grammar> g = CompileJsonSchema(schema, {.any_whitespace = any_whitespace});
     EXPECT_OK(g) << schema;
     return Matcher(g.ok() ? *std::move(g) : SingleRuleGrammar(*CompileRegex("x")));
   }
+  // Each valid text is taken as written with any whitespace and in its compact form by the
+  // compact grammar; each invalid one is refused by both (compact JSON is a part of the other).
   static void Expect(const std::string& schema, const std::vector<std::string>& valid,
                      const std::vector<std::string>& invalid) {
     GrammarMatcher m = Compile(schema);
-    for (const std::string& v : valid) EXPECT_TRUE(m.Matches(v)) << schema << " should take " << v;
+    GrammarMatcher compact = Compile(schema, /*any_whitespace=*/false);
+    for (const std::string& v : valid) {
+      EXPECT_TRUE(m.Matches(v)) << schema << " should take " << v;
+      EXPECT_TRUE(compact.Matches(Compact(v))) << schema << " should take " << Compact(v);
+      if (Compact(v) != v) {
+        EXPECT_FALSE(compact.Matches(v)) << schema << " (compact) should refuse " << v;
+      }
+    }
     for (const std::string& v : invalid) {
       EXPECT_FALSE(m.Matches(v)) << schema << " should refuse " << v;
+      EXPECT_FALSE(compact.Matches(v)) << schema << " (compact) should refuse " << v;
     }
   }
   static std::string Refusal(const std::string& schema) {
@@ -120,7 +155,7 @@ TEST_F(JsonSchemaTest, ArraysRefsAndAlternatives) {
 }
 
 TEST_F(JsonSchemaTest, JsonObjectAndWhitespace) {
-  ASSERT_OK_AND_ASSIGN(Grammar g, JsonObjectGrammar());
+  ASSERT_OK_AND_ASSIGN(Grammar g, JsonObjectGrammar({.any_whitespace = true}));
   GrammarMatcher m = Matcher(std::move(g));
   EXPECT_TRUE(m.Matches("{}"));
   EXPECT_TRUE(m.Matches(R"({"a": [1, {"b": null}], "c": "x"})"));
@@ -134,6 +169,23 @@ TEST_F(JsonSchemaTest, JsonObjectAndWhitespace) {
   EXPECT_TRUE(list.Matches("[" + std::string(20, '\t') + "]"));
   EXPECT_FALSE(list.Matches("[" + std::string(21, '\t') + "]"));
   EXPECT_FALSE(list.Matches("[ 1" + std::string(21, '\t') + "]"));
+}
+
+// Compact JSON, the default: OpenAI's separators ", " and ": " and no other whitespace, so an
+// unsure model cannot spend its tokens on blanks.
+TEST_F(JsonSchemaTest, CompactByDefault) {
+  ASSERT_OK_AND_ASSIGN(Grammar g, JsonObjectGrammar());
+  GrammarMatcher m = Matcher(std::move(g));
+  EXPECT_TRUE(m.Matches("{}"));
+  EXPECT_TRUE(m.Matches(R"({"a": [1, {"b": null}], "c": "x y"})"));
+  for (const char* spaced : {" {}", "{} ", "{ }", R"({"a":1})", R"({"a" : 1})", R"({"a":  1})",
+                             R"({"a": [1,2]})", R"({"a": [ 1])", "{\"a\":\n1}"}) {
+    EXPECT_FALSE(m.Matches(spaced)) << spaced;
+  }
+  GrammarMatcher schema = Compile(R"({"type": "object", "properties": {"k": {"enum": [{"x": [1, 2]}]}},
+      "required": ["k"]})", /*any_whitespace=*/false);
+  EXPECT_TRUE(schema.Matches(R"({"k": {"x": [1, 2]}})"));
+  EXPECT_FALSE(schema.Matches(R"({"k": {"x":[1,2]}})"));
 }
 
 TEST_F(JsonSchemaTest, RefusesWhatItCannotKeep) {
