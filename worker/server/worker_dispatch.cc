@@ -124,6 +124,7 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
     return;
   }
   const int n = wire->input.sampling.n;
+  const int max_tokens = wire->input.max_tokens;
   if (absl::Status s = engine_->AddRequest(std::move(wire->input)); !s.ok()) {
     SendError(identity, req.request_id(), s);
     return;
@@ -133,8 +134,30 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
   route.stream = wire->stream;
   route.arrival = Clock::now();
   route.predicted_cached = wire->predicted_cached_tokens;
+  route.n = n;
+  route.max_tokens = max_tokens;
   if (!route.stream) route.pending.resize(n);
   routes_.emplace(req.request_id(), std::move(route));
+}
+
+FinishedRequest WorkerServer::Finished(const Route& route, const SequenceOutput& o,
+                                       Clock::time_point now) {
+  const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
+  const auto first = route.first_token == Clock::time_point() ? now : route.first_token;
+  const auto last = route.last_token == Clock::time_point() ? now : route.last_token;
+  FinishedRequest f;
+  f.e2e = Seconds(now - route.arrival);
+  f.queue = Seconds(scheduled - route.arrival);
+  f.tpot = route.completion_tokens > 1 ? Seconds(last - first) / (route.completion_tokens - 1) : 0;
+  f.prefill = Seconds(first - scheduled);
+  f.decode = Seconds(last - first);
+  f.inference = Seconds(last - scheduled);
+  f.prompt_tokens = o.num_prompt_tokens;
+  f.generation_tokens = route.completion_tokens;
+  f.n = route.n;
+  f.max_tokens = route.max_tokens;
+  f.reason = o.finish_reason == FinishReason::kLength ? "length" : "stop";
+  return f;
 }
 
 void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
@@ -173,14 +196,7 @@ void WorkerServer::SendOutputs(std::vector<SequenceOutput>& outs) {
       u->set_prompt_tokens(o.num_prompt_tokens);
       u->set_cached_prompt_tokens(o.num_cached_prompt_tokens);
       // Counted before the last reply goes out (a scrape after the answer sees it).
-      const double e2e = Seconds(now - route.arrival);
-      const auto scheduled = route.scheduled == Clock::time_point() ? now : route.scheduled;
-      const double tpot =
-          route.completion_tokens > 1
-              ? Seconds(route.last_token - route.first_token) / (route.completion_tokens - 1)
-              : 0;
-      metrics_->ObserveFinished(e2e, Seconds(scheduled - route.arrival), tpot,
-                                o.finish_reason == FinishReason::kLength ? "length" : "stop");
+      metrics_->ObserveFinished(Finished(route, o, now));
     }
     if (route.stream) {
       Respond(route, delta);

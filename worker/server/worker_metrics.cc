@@ -12,6 +12,18 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   return b;
 }
 
+// 1, 2, 5, 10, 20, 50, ... up to a million (vLLM's 1-2-5 buckets for token counts).
+const prometheus::Histogram::BucketBoundaries& TokenBuckets() {
+  static const prometheus::Histogram::BucketBoundaries b = [] {
+    prometheus::Histogram::BucketBoundaries out;
+    for (double scale = 1; scale <= 1e6; scale *= 10) {
+      for (double m : {1, 2, 5}) out.push_back(m * scale);
+    }
+    return out;
+  }();
+  return b;
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& model_name,
@@ -31,6 +43,27 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
                      "Time from arrival to the last token");
   queue_ = MakeLatency("kvserve_request_queue_time_seconds", "vllm:request_queue_time_seconds",
                        "Time from arrival to the first scheduling");
+  prefill_ = MakeLatency("kvserve_request_prefill_time_seconds", "vllm:request_prefill_time_seconds",
+                         "Time from the first scheduling to the first token");
+  decode_ = MakeLatency("kvserve_request_decode_time_seconds", "vllm:request_decode_time_seconds",
+                        "Time from the first token to the last");
+  inference_ =
+      MakeLatency("kvserve_request_inference_time_seconds", "vllm:request_inference_time_seconds",
+                  "Time from the first scheduling to the last token");
+  prompt_tokens_ = MakeHistogram("kvserve_request_prompt_tokens", "vllm:request_prompt_tokens",
+                                 "Prompt tokens of a finished request", TokenBuckets());
+  generation_tokens_ =
+      MakeHistogram("kvserve_request_generation_tokens", "vllm:request_generation_tokens",
+                    "Generated tokens of a finished request (all its samples)", TokenBuckets());
+  params_n_ = MakeHistogram("kvserve_request_params_n", "vllm:request_params_n",
+                            "The n of a finished request", {1, 2, 5, 10, 20});
+  params_max_tokens_ =
+      MakeHistogram("kvserve_request_params_max_tokens", "vllm:request_params_max_tokens",
+                    "The max_tokens of a finished request", TokenBuckets());
+  iteration_tokens_ = MakeHistogram(
+      "kvserve_iteration_tokens", "vllm:iteration_tokens_total",
+      "Tokens one engine step ran through the model",
+      {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384});
   Labels labels = base_;
   labels.insert({{"block_size", std::to_string(info.block_size)},
                  {"cache_dtype", info.cache_dtype},
@@ -54,12 +87,15 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
 WorkerMetrics::Latency WorkerMetrics::MakeLatency(const std::string& kvserve_name,
                                                   const std::string& vllm_name,
                                                   const std::string& help) {
+  return MakeHistogram(kvserve_name, vllm_name, help, LatencyBuckets());
+}
+
+WorkerMetrics::Latency WorkerMetrics::MakeHistogram(
+    const std::string& kvserve_name, const std::string& vllm_name, const std::string& help,
+    const prometheus::Histogram::BucketBoundaries& buckets) {
   auto hist = [&](const std::string& name, const Labels& labels) {
-    return &prometheus::BuildHistogram()
-                .Name(name)
-                .Help(help)
-                .Register(*registry_)
-                .Add(labels, LatencyBuckets());
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(labels,
+                                                                                        buckets);
   };
   Latency h;
   h.kvserve = hist(kvserve_name, base_);
@@ -208,12 +244,18 @@ void WorkerMetrics::UpdateVllm(const EngineStats& s, double usage) {
       s.generated_tokens);
 }
 
-void WorkerMetrics::ObserveFinished(double e2e_s, double queue_s, double tpot_s,
-                                    const std::string& reason) {
-  Observe(e2e_, e2e_s);
-  Observe(queue_, queue_s);
-  if (tpot_s > 0) Observe(tpot_, tpot_s);
-  CountRequestEnd(reason);
+void WorkerMetrics::ObserveFinished(const FinishedRequest& r) {
+  Observe(e2e_, r.e2e);
+  Observe(queue_, r.queue);
+  if (r.tpot > 0) Observe(tpot_, r.tpot);
+  Observe(prefill_, r.prefill);
+  Observe(decode_, r.decode);
+  Observe(inference_, r.inference);
+  Observe(prompt_tokens_, static_cast<double>(r.prompt_tokens));
+  Observe(generation_tokens_, static_cast<double>(r.generation_tokens));
+  Observe(params_n_, static_cast<double>(r.n));
+  Observe(params_max_tokens_, static_cast<double>(r.max_tokens));
+  CountRequestEnd(r.reason);
 }
 
 void WorkerMetrics::CountRequestEnd(const std::string& reason) { AddRequestEnds(reason, 1); }

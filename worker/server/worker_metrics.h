@@ -35,6 +35,15 @@ struct CacheConfigInfo {
   int tensor_parallel_size = 1;
 };
 
+// One request that ran to its end, as the per-request histograms see it. Times in seconds:
+// queue (arrival to first scheduling), prefill (first scheduling to first token), decode (first
+// token to last), inference (first scheduling to last token).
+struct FinishedRequest {
+  double e2e = 0, queue = 0, tpot = 0, prefill = 0, decode = 0, inference = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0, n = 1, max_tokens = 0;
+  std::string reason;  // "stop" or "length"
+};
+
 class WorkerMetrics {
  public:
   // `vllm_names`: also publish vLLM's metric names (vllm:num_requests_running, ...). They
@@ -48,8 +57,10 @@ class WorkerMetrics {
               double uptime_seconds, uint64_t event_seq);
   void ObserveFirstToken(double ttft_s) { Observe(ttft_, ttft_s); }
   void ObserveInterToken(double itl_s) { Observe(itl_, itl_s); }
-  // A request that ran to its end: its latencies and its finish reason ("stop", "length").
-  void ObserveFinished(double e2e_s, double queue_s, double tpot_s, const std::string& reason);
+  // A request that ran to its end: its latencies, sizes, parameters and finish reason.
+  void ObserveFinished(const FinishedRequest& r);
+  // Tokens one engine step ran through the model (prefill and decode).
+  void ObserveStepTokens(int64_t tokens) { Observe(iteration_tokens_, static_cast<double>(tokens)); }
   // A request that ended otherwise ("abort": by its client or a drain timeout).
   void CountRequestEnd(const std::string& reason);
   // The recycle counts of earlier processes of this worker; every reason the worker asks a
@@ -76,6 +87,9 @@ class WorkerMetrics {
   };
   Latency MakeLatency(const std::string& kvserve_name, const std::string& vllm_name,
                       const std::string& help);
+  Latency MakeHistogram(const std::string& kvserve_name, const std::string& vllm_name,
+                        const std::string& help,
+                        const prometheus::Histogram::BucketBoundaries& buckets);
   static void Observe(const Latency& h, double seconds);
   // Adds n to both finish-reason counters of `reason`.
   void AddRequestEnds(const std::string& reason, double n);
@@ -96,6 +110,8 @@ class WorkerMetrics {
   std::map<std::string, prometheus::Family<prometheus::Gauge>*> gauges_;
   std::map<std::string, prometheus::Family<prometheus::Counter>*> counters_;
   Latency ttft_, tpot_, itl_, e2e_, queue_;
+  Latency prefill_, decode_, inference_, prompt_tokens_, generation_tokens_, params_n_,
+      params_max_tokens_, iteration_tokens_;
   int block_size_;
   bool vllm_names_;
   std::map<prometheus::Counter*, double> last_;  // totals already counted

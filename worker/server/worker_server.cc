@@ -117,6 +117,9 @@ WorkerServer::~WorkerServer() {
 absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* stop) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   PublishAllCleared();  // a fresh process holds nothing
+  // Every series exists before /ready answers 200: an autoscaler or an endpoint picker that
+  // scrapes at start sees them at their values, not absent until the first heartbeat.
+  UpdateMetrics();
   state_ = pb::WORKER_STATE_READY;
   PublishStatus();
   next_heartbeat_ =
@@ -169,7 +172,9 @@ absl::Status WorkerServer::ReceiveMessages() {
 
 absl::Status WorkerServer::StepEngine() {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  const int64_t computed_before = engine_->stats().computed_tokens;
   absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
+  metrics_->ObserveStepTokens(engine_->stats().computed_tokens - computed_before);
   if (!outs.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;
     for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status(), ++route.seq);

@@ -111,6 +111,7 @@ class WorkerServer : private KvEventListener {
     bool stream = true;
     std::chrono::steady_clock::time_point arrival, scheduled, first_token, last_token;
     int completion_tokens = 0;
+    int n = 1, max_tokens = 0;  // the request's, for the per-request histograms
     std::vector<kvserve::v1::GenerateResponse> pending;  // per sample, non-streaming
     int predicted_cached = -1;
     uint32_t seq = 0;  // replies sent so far (GenerateResponse.seq)
@@ -137,6 +138,9 @@ class WorkerServer : private KvEventListener {
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
                  uint32_t seq = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void SendOutputs(std::vector<SequenceOutput>& outs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // What the metrics' per-request histograms take of a request ending with `o` at `now`.
+  static FinishedRequest Finished(const Route& route, const SequenceOutput& o,
+                                  Clock::time_point now);
   void Reply(const std::string& identity, const google::protobuf::Message& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Numbers `r` as the route's next reply and sends it.

@@ -317,6 +317,28 @@ std::pair<int, std::string> Promtool(const std::string& text) {
   return {WEXITSTATUS(rc), out};
 }
 
+// A worker that answers /ready already publishes the series autoscalers and endpoint pickers
+// read (at their start values), not a heartbeat later.
+TEST(WorkerServerTest, MetricsExistWhenReady) {
+  std::vector<std::string> args = ModelArgs("tiny-qwen2");
+  args.insert(args.end(), {"--heartbeat-ms", "60000", "--recycle-grant-hold-ms", "180000"});
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
+  ASSERT_OK_AND_ASSIGN(auto ready, HttpGet(w->metrics_port(), "/ready"));
+  ASSERT_EQ(ready.first, 200);
+  ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
+  const std::string model = "{model_name=\"tiny-qwen2\",worker=";
+  for (const char* name :
+       {"vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+        "vllm:num_preemptions_total", "vllm:request_prompt_tokens_count",
+        "vllm:iteration_tokens_total_count", "vllm:request_prefill_time_seconds_count"}) {
+    EXPECT_GE(MetricValue(metrics.second, std::string(name) + model), 0) << name << " absent";
+  }
+  // (The counters count the start-up warm-up request; nothing is running or waiting.)
+  EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_running" + model), 0);
+  EXPECT_EQ(MetricValue(metrics.second, "vllm:num_requests_waiting" + model), 0);
+}
+
 TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
   for (bool vllm : {false, true}) {
     std::vector<std::string> args = ModelArgs("tiny-qwen2");
@@ -340,11 +362,14 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
     EXPECT_EQ(metrics.first, 200);
     auto [rc, out] = Promtool(metrics.second);
     if (vllm) {
-      // The only findings are vLLM's colon names, which dashboards need as they are.
+      // The only findings are vLLM's colon names, which dashboards need as they are, and its
+      // histogram vllm:iteration_tokens_total, named so in vLLM.
       for (const std::string& line : std::vector<std::string>(absl::StrSplit(out, '\n'))) {
         if (line.empty()) continue;
-        EXPECT_TRUE(line.rfind("vllm:", 0) == 0 &&
-                    line.find("should not contain ':'") != std::string::npos)
+        EXPECT_TRUE((line.rfind("vllm:", 0) == 0 &&
+                     line.find("should not contain ':'") != std::string::npos) ||
+                    line == "vllm:iteration_tokens_total non-counter metrics should not have "
+                            "\"_total\" suffix")
             << line;
       }
       // vLLM's names, with vLLM's model_name label: what its dashboards and autoscalers query.
@@ -363,6 +388,21 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
       }
       EXPECT_EQ(MetricValue(metrics.second, "vllm:inter_token_latency_seconds_count" + model),
                 5 * 6);
+      // vLLM's per-request histograms: sizes, parameters, phase times, tokens per step.
+      for (const char* h :
+           {"vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_n",
+            "vllm:request_params_max_tokens", "vllm:request_prefill_time_seconds",
+            "vllm:request_decode_time_seconds", "vllm:request_inference_time_seconds"}) {
+        EXPECT_EQ(MetricValue(metrics.second, std::string(h) + "_count" + model), 5) << h;
+      }
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:request_prompt_tokens_sum" + model),
+                prompt_tokens);
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:request_generation_tokens_sum" + model), 5 * 7);
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:request_params_max_tokens_sum" + model), 5 * 7);
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:request_params_n_sum" + model), 5);
+      // Each step's tokens through the model: the prompts, then each token but the last fed back.
+      EXPECT_EQ(MetricValue(metrics.second, "vllm:iteration_tokens_total_sum" + model),
+                prompt_tokens + 5 * 6);
     } else {
       EXPECT_EQ(metrics.second.find("vllm:"), std::string::npos);
       EXPECT_EQ(rc, 0) << out;
