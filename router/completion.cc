@@ -198,6 +198,20 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
   return true;
 }
 
+// The legacy API's (and vLLM's) top_logprobs of a position: the chosen token, then the `wanted`
+// most likely (wanted or wanted + 1 entries, as the chosen one may be among them; 0 gives the
+// chosen one alone). Keys are token texts: an alternative whose text is the chosen token's (or
+// an earlier one's) does not replace it.
+json Completion::LegacyTop(const std::string& token, const pb::PositionLogprobs& p,
+                           int wanted) const {
+  json top = json::object();
+  top[token] = p.sampled().logprob();
+  for (int k = 0; k < wanted && k < p.top_size(); ++k) {
+    top.emplace(TokenText(p.top(k).token_id()), p.top(k).logprob());
+  }
+  return top;
+}
+
 void Completion::Echo(Choice& c, ChoiceDelta& d) {
   if (c.echoed || !req_.echo) return;
   c.echoed = true;
@@ -211,11 +225,7 @@ void Completion::Echo(Choice& c, ChoiceDelta& d) {
     if (i > 0 && i - 1 < p.prompt_logprobs.size()) {
       const pb::PositionLogprobs& lp = p.prompt_logprobs[i - 1];
       logprob = lp.sampled().logprob();
-      top = json::object();
-      for (const pb::TokenLogprob& t : lp.top()) {
-        if (static_cast<int>(top.size()) >= *req_.logprobs()) break;
-        top[TokenText(t.token_id())] = t.logprob();
-      }
+      top = LegacyTop(token, lp, *req_.logprobs());
     }
     d.legacy.Add(token, logprob, top, c.offset);
     c.legacy.Add(token, std::move(logprob), std::move(top), c.offset);
@@ -265,11 +275,7 @@ void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, C
     d.chat_logprobs.push_back(std::move(entry));
     return;
   }
-  json top = json::object();
-  for (const pb::TokenLogprob& t : p.top()) {
-    if (static_cast<int>(top.size()) >= wanted) break;
-    top[TokenText(t.token_id())] = t.logprob();
-  }
+  json top = LegacyTop(token, p, wanted);
   d.legacy.Add(token, p.sampled().logprob(), top, c.offset);
   c.legacy.Add(token, p.sampled().logprob(), std::move(top), c.offset);
   c.offset += CodePoints(token);

@@ -106,6 +106,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // in it (then a constraint holds after the block).
   void StartReasoning(const std::vector<int>& prompt);
   void AddLogprobs(Choice& c, int id, const kvserve::v1::PositionLogprobs& p, ChoiceDelta& d);
+  [[nodiscard]] nlohmann::json LegacyTop(const std::string& token,
+                                         const kvserve::v1::PositionLogprobs& p, int wanted) const;
   void SendChunk(int index, const ChoiceDelta& d, const std::string& finish);
   // Ends the prompt's job (aborting it on its worker when it still runs) and, the last one,
   // the request.

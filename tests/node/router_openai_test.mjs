@@ -102,11 +102,20 @@ test('completions: n, logprobs, usage', async () => {
     assert.equal(c.finish_reason, 'length');
     assert.equal(c.logprobs.tokens.length, 6);
     assert.equal(c.logprobs.token_logprobs.length, 6);
-    assert.equal(Object.keys(c.logprobs.top_logprobs[0]).length, 2);
+    // As OpenAI's legacy API and vLLM: the chosen token and the 2 most likely (2 or 3 entries).
+    for (const [i, top] of c.logprobs.top_logprobs.entries()) {
+      assert.ok(Object.keys(top).length === 2 || Object.keys(top).length === 3, JSON.stringify(top));
+      assert.equal(top[c.logprobs.tokens[i]], c.logprobs.token_logprobs[i]);
+    }
     assert.equal(c.logprobs.tokens.join(''), c.text);
   }
   assert.equal(r.usage.completion_tokens, 12);
   assert.ok(r.usage.prompt_tokens > 0);
+  // logprobs 0: the chosen token alone.
+  const zero = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 3,
+    logprobs: 0, seed: 3, temperature: 0.8 });
+  const lp = zero.choices[0].logprobs;
+  assert.deepEqual(lp.top_logprobs, lp.tokens.map((t, i) => ({ [t]: lp.token_logprobs[i] })));
 });
 
 test('chat, streaming with usage, and the same text without streaming', async () => {
@@ -352,7 +361,8 @@ test('echo, prompt_logprobs and lists of prompts (transformers fixture)', async 
   for (let i = 1; i < prompt.length; i++) {
     const want = logSoftmaxAt(ref, i - 1, prompt[i]);
     assert.ok(Math.abs(c.logprobs.token_logprobs[i] - want.value) <= 2e-4 * want.scale, `position ${i}`);
-    assert.equal(Object.keys(c.logprobs.top_logprobs[i]).length <= 3, true);
+    assert.equal(Object.keys(c.logprobs.top_logprobs[i]).length <= 4, true);
+    assert.equal(c.logprobs.top_logprobs[i][c.logprobs.tokens[i]], c.logprobs.token_logprobs[i]);
     assert.equal(c.logprobs.text_offset[i], c.logprobs.tokens.slice(0, i).join('').length);
   }
   // vLLM's prompt_logprobs: {id: {logprob, rank, decoded_token}} with the prompt token and the top 2.
