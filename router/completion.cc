@@ -207,7 +207,7 @@ json Completion::LegacyTop(const std::string& token, const pb::PositionLogprobs&
   json top = json::object();
   top[token] = p.sampled().logprob();
   for (int k = 0; k < wanted && k < p.top_size(); ++k) {
-    top.emplace(TokenText(p.top(k).token_id()), p.top(k).logprob());
+    top.emplace(LogprobToken(p.top(k).token_id()), p.top(k).logprob());
   }
   return top;
 }
@@ -220,7 +220,7 @@ void Completion::Echo(Choice& c, ChoiceDelta& d) {
   if (!req_.logprobs()) return;
   // The prompt's tokens with their logprobs (the first has none), as vLLM echoes them.
   for (size_t i = 0; i < p.ids.size(); ++i) {
-    const std::string token = TokenText(p.ids[i]);
+    const std::string token = LogprobToken(p.ids[i]);
     json logprob = nullptr, top = nullptr;
     if (i > 0 && i - 1 < p.prompt_logprobs.size()) {
       const pb::PositionLogprobs& lp = p.prompt_logprobs[i - 1];
@@ -229,7 +229,7 @@ void Completion::Echo(Choice& c, ChoiceDelta& d) {
     }
     d.legacy.Add(token, logprob, top, c.offset);
     c.legacy.Add(token, std::move(logprob), std::move(top), c.offset);
-    c.offset += CodePoints(token);
+    c.offset += CodePoints(TokenText(p.ids[i]));
   }
 }
 
@@ -263,12 +263,12 @@ void Completion::Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d
 void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, ChoiceDelta& d) {
   // At most the alternatives asked for, whatever the worker sent.
   const int wanted = req_.logprobs().value_or(0);
-  const std::string token = TokenText(id);
+  const std::string token = LogprobToken(id);
   if (req_.chat) {
     json top = json::array();
     for (const pb::TokenLogprob& t : p.top()) {
       if (static_cast<int>(top.size()) >= wanted) break;
-      top.push_back({{"token", TokenText(t.token_id())}, {"logprob", t.logprob()}});
+      top.push_back({{"token", LogprobToken(t.token_id())}, {"logprob", t.logprob()}});
     }
     json entry = {{"token", token}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
     c.logprobs.push_back(entry);
@@ -278,7 +278,7 @@ void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, C
   json top = LegacyTop(token, p, wanted);
   d.legacy.Add(token, p.sampled().logprob(), top, c.offset);
   c.legacy.Add(token, p.sampled().logprob(), std::move(top), c.offset);
-  c.offset += CodePoints(token);
+  c.offset += CodePoints(TokenText(id));
 }
 
 void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& finish) {
@@ -420,6 +420,10 @@ bool Completion::AllChoicesDone() const {
 
 std::string Completion::TokenText(int id) const {
   return Utf8Lossy(ctx_.tokenizer->TokenBytes(id));
+}
+
+std::string Completion::LogprobToken(int id) const {
+  return req_.return_tokens_as_token_ids ? absl::StrCat("token_id:", id) : TokenText(id);
 }
 
 }  // namespace kvserve::router

@@ -120,6 +120,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
   [[nodiscard]] bool PromptDone(size_t prompt) const;
   [[nodiscard]] bool AllChoicesDone() const;
   [[nodiscard]] std::string TokenText(int id) const;
+  // A token as logprobs name it: its text, or "token_id:ID" with return_tokens_as_token_ids
+  // (vLLM's, for tokens whose bytes are not whole UTF-8).
+  [[nodiscard]] std::string LogprobToken(int id) const;
 
   FrontContext& ctx_;
   std::shared_ptr<HttpConnection> conn_;

@@ -115,6 +115,9 @@ ABSL_FLAG(std::string, tool_call_parser, "",
 ABSL_FLAG(bool, enable_auto_tool_choice, false,
           "Serve tool_choice \"auto\" (the default when a request has tools), reading calls with "
           "--tool-call-parser; without it such requests get a 400, as in vLLM");
+ABSL_FLAG(bool, return_tokens_as_token_ids, false,
+          "Logprobs name tokens \"token_id:ID\" instead of their text, unless a request's "
+          "return_tokens_as_token_ids says otherwise (vLLM's flag)");
 ABSL_FLAG(bool, structured_outputs_any_whitespace, false,
           "JSON constraints (json_schema, json_object, forced tool calls) allow any whitespace "
           "between tokens (up to 20 bytes a gap, vLLM's default) instead of compact JSON with "
@@ -340,6 +343,7 @@ absl::Status Serve() {
                         : static_cast<int>(config.max_position_embeddings);
   ASSIGN_OR_RETURN(f.limits, LimitsFromFlags(f.max_model_len));
   f.limits.json_any_whitespace = absl::GetFlag(FLAGS_structured_outputs_any_whitespace);
+  f.limits.tokens_as_token_ids = absl::GetFlag(FLAGS_return_tokens_as_token_ids);
   RouterMetrics metrics;
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);

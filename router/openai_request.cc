@@ -90,10 +90,8 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
   ASSIGN_OR_RETURN(bool beam, Bool(o, "use_beam_search", false));
   if (beam) return Unserved("use_beam_search", " or false");
   // vLLM's token-id outputs (issue 42).
-  for (const char* key : {"return_token_ids", "return_tokens_as_token_ids"}) {
-    ASSIGN_OR_RETURN(bool on, Bool(o, key, false));
-    if (on) return Unserved(key, " or false");
-  }
+  ASSIGN_OR_RETURN(bool token_ids, Bool(o, "return_token_ids", false));
+  if (token_ids) return Unserved("return_token_ids", " or false");
   if (Field(o, "logprob_token_ids")) return Unserved("logprob_token_ids", "");
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
@@ -861,7 +859,7 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
 
 // Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
 // truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output, priority.
-absl::Status ParseOptions(object o, ParsedRequest* r) {
+absl::Status ParseOptions(object o, const RequestLimits& limits, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->stream, Bool(o, "stream", false));
   if (auto so = Field(o, "stream_options")) RETURN_IF_ERROR(ParseStreamOptions(*so, r));
   ASSIGN_OR_RETURN(bool ignore_eos, Bool(o, "ignore_eos", false));
@@ -876,6 +874,8 @@ absl::Status ParseOptions(object o, ParsedRequest* r) {
     r->truncate_prompt_tokens = static_cast<int>(keep);
   }
   ASSIGN_OR_RETURN(r->skip_special_tokens, Bool(o, "skip_special_tokens", true));
+  ASSIGN_OR_RETURN(r->return_tokens_as_token_ids,
+                   Bool(o, "return_tokens_as_token_ids", limits.tokens_as_token_ids));
   ASSIGN_OR_RETURN(r->include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
   ASSIGN_OR_RETURN(int64_t priority, Integer(o, "priority", 0, INT32_MIN, INT32_MAX));
   r->priority = static_cast<int>(priority);
@@ -917,7 +917,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   r.max_tokens = static_cast<int>(max_tokens);
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
   RETURN_IF_ERROR(ParseStops(o, limits, &r));
-  RETURN_IF_ERROR(ParseOptions(o, &r));
+  RETURN_IF_ERROR(ParseOptions(o, limits, &r));
   RETURN_IF_ERROR(ParseAdjustments(o, limits, &r));
   if (r.sampling.min_tokens() > r.max_tokens && r.max_tokens_given) {
     return Bad("min_tokens", absl::StrCat("must be at most ", max_key, " (", r.max_tokens,

@@ -52,6 +52,8 @@ struct RequestLimits {
   // (--structured-outputs-any-whitespace; a request's structured_outputs.disable_any_whitespace
   // overrides it).
   bool json_any_whitespace = false;
+  // The default of return_tokens_as_token_ids (--return-tokens-as-token-ids, vLLM's flag).
+  bool tokens_as_token_ids = false;
 };
 
 // A completions prompt: text, or token ids.
@@ -70,6 +72,8 @@ struct ParsedRequest {
   // Chat: the final message left open for the model to continue (vLLM's; needs
   // add_generation_prompt false).
   bool continue_final_message = false;
+  // Logprobs name tokens "token_id:ID" instead of their text (vLLM's).
+  bool return_tokens_as_token_ids = false;
   bool add_special_tokens = true;  // text prompts: BOS and the like, as vLLM's extra parameter
   std::optional<bool> enable_thinking;
 

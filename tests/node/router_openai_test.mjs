@@ -111,6 +111,25 @@ test('completions: n, logprobs, usage', async () => {
   }
   assert.equal(r.usage.completion_tokens, 12);
   assert.ok(r.usage.prompt_tokens > 0);
+  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:ID"; the text is text.
+  const ids = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 4,
+    logprobs: 1, temperature: 0, return_tokens_as_token_ids: true });
+  const named = ids.choices[0].logprobs;
+  assert.equal(named.tokens.length, 4);
+  for (const [i, t] of named.tokens.entries()) {
+    assert.match(t, /^token_id:\d+$/);
+    assert.ok(Object.keys(named.top_logprobs[i]).every((k) => /^token_id:\d+$/.test(k)));
+  }
+  const plainIds = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 4,
+    logprobs: 1, temperature: 0 });
+  assert.equal(ids.choices[0].text, plainIds.choices[0].text);
+  assert.deepEqual(named.text_offset, plainIds.choices[0].logprobs.text_offset);
+  const chatIds = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
+    max_tokens: 2, logprobs: true, top_logprobs: 1, return_tokens_as_token_ids: true });
+  for (const e of chatIds.choices[0].logprobs.content) {
+    assert.match(e.token, /^token_id:\d+$/);
+    assert.match(e.top_logprobs[0].token, /^token_id:\d+$/);
+  }
   // logprobs 0: the chosen token alone.
   const zero = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 3,
     logprobs: 0, seed: 3, temperature: 0.8 });

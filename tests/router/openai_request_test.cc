@@ -295,7 +295,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       // vLLM's extensions not served yet: refused by name when they ask for anything.
       {{{"return_token_ids", true}}, false, "return_token_ids"},
       {{{"return_token_ids", true}}, true, "return_token_ids"},
-      {{{"return_tokens_as_token_ids", true}}, true, "return_tokens_as_token_ids"},
+      {{{"return_tokens_as_token_ids", 1}}, true, "return_tokens_as_token_ids"},
       {{{"logprob_token_ids", {1, 2}}}, false, "logprob_token_ids"},
       {{{"logprob_token_ids", json::array()}}, true, "logprob_token_ids"},
       {{{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}},
@@ -446,6 +446,21 @@ TEST(OpenAiRequestTest, ContinueFinalMessage) {
   ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(body.dump(), true));
   EXPECT_TRUE(r.continue_final_message);
   EXPECT_FALSE(r.add_generation_prompt);
+}
+
+// return_tokens_as_token_ids: the request's, else the server's default.
+TEST(OpenAiRequestTest, ReturnTokensAsTokenIds) {
+  ASSERT_OK_AND_ASSIGN(ParsedRequest r, ParseCompletionRequest(R"({"model": "m", "prompt": "x"})",
+                                                               /*chat=*/false));
+  EXPECT_FALSE(r.return_tokens_as_token_ids);
+  RequestLimits limits;
+  limits.tokens_as_token_ids = true;
+  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": "x"})", false, limits));
+  EXPECT_TRUE(r.return_tokens_as_token_ids);
+  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(
+                              R"({"model": "m", "prompt": "x", "return_tokens_as_token_ids": false})",
+                              false, limits));
+  EXPECT_FALSE(r.return_tokens_as_token_ids);
 }
 
 // Each cap refuses with the parameter and the limit named; at the cap it passes.
