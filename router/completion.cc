@@ -307,6 +307,13 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
                 {"created", created_},
                 {"model", req_.model},
                 {"choices", {choice}}};
+  if (req_.continuous_usage) {  // this choice's so far, as vLLM counts it
+    const int prompt = static_cast<int>(prompts_[choices_[index].prompt].ids.size());
+    const int completion = choices_[index].tokens;
+    chunk["usage"] = {{"prompt_tokens", prompt},
+                      {"completion_tokens", completion},
+                      {"total_tokens", prompt + completion}};
+  }
   conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
 }
 

@@ -837,8 +837,10 @@ absl::Status ParseEcho(object o, ParsedRequest* r) {
   return absl::OkStatus();
 }
 
-// stream_options: include_usage is served; continuous_usage_stats is refused when true; any
-// other key is refused by name. Only with stream: true (vLLM refuses it otherwise).
+// stream_options: include_usage, and continuous_usage_stats (vLLM's: usage in every chunk;
+// include_usage then defaults to true, as in vLLM, and false with it is a 400 rather than
+// ignored); any other key is refused by name. Only with stream: true (vLLM refuses it
+// otherwise).
 absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
   object soo;
   if (so.get_object().get(soo) != simdjson::SUCCESS) {
@@ -851,9 +853,21 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
                  "is not a stream option kvserve serves (include_usage is)");
     }
   }
-  ASSIGN_OR_RETURN(r->include_usage, Bool(soo, "include_usage", false));
-  ASSIGN_OR_RETURN(bool continuous, Bool(soo, "continuous_usage_stats", false));
-  if (continuous) return Unserved("stream_options.continuous_usage_stats", " or false");
+  bool continuous = false;
+  if (auto c = Field(soo, "continuous_usage_stats");
+      c && c->get_bool().get(continuous) != simdjson::SUCCESS) {
+    return Bad("stream_options.continuous_usage_stats", "must be true or false");
+  }
+  bool include = continuous;
+  if (auto i = Field(soo, "include_usage"); i && i->get_bool().get(include) != simdjson::SUCCESS) {
+    return Bad("stream_options.include_usage", "must be true or false");
+  }
+  if (continuous && !include) {
+    return Bad("stream_options.continuous_usage_stats",
+               "needs include_usage true (vLLM would ignore it)");
+  }
+  r->include_usage = include;
+  r->continuous_usage = continuous;
   return absl::OkStatus();
 }
 

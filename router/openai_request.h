@@ -91,6 +91,8 @@ struct ParsedRequest {
   std::vector<int32_t> stop_token_ids;
   bool stream = false;
   bool include_usage = false;
+  // stream_options.continuous_usage_stats (vLLM's): every chunk carries its choice's usage so far.
+  bool continuous_usage = false;
   std::string user;
   std::string cache_salt;
   std::optional<int> truncate_prompt_tokens;

@@ -156,6 +156,31 @@ test('chat, streaming with usage, and the same text without streaming', async ()
   assert.ok(usage.prompt_tokens_details.cached_tokens >= 0);
 });
 
+// vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far,
+// and the last usage chunk is the whole request's, as without it.
+test('continuous usage stats in every streamed chunk', async () => {
+  const body = { model: 'tiny', messages: [{ role: 'user', content: 'Count' }], max_tokens: 5, temperature: 0 };
+  const whole = await client.chat.completions.create(body);
+  let last = -1;
+  let chunks = 0;
+  let final;
+  for await (const chunk of await client.chat.completions.create({ ...body, stream: true,
+    stream_options: { continuous_usage_stats: true } })) {
+    if (chunk.choices.length === 0) {
+      final = chunk.usage;
+      continue;
+    }
+    chunks++;
+    assert.equal(chunk.usage.prompt_tokens, whole.usage.prompt_tokens);
+    assert.ok(chunk.usage.completion_tokens >= last);
+    assert.equal(chunk.usage.total_tokens, chunk.usage.prompt_tokens + chunk.usage.completion_tokens);
+    last = chunk.usage.completion_tokens;
+  }
+  assert.ok(chunks > 1);
+  assert.equal(last, 5);
+  assert.equal(final.completion_tokens, whole.usage.completion_tokens);
+});
+
 test('stop strings end the text before the stop', async () => {
   const base = await client.completions.create({ model: 'tiny', prompt: 'Tell me a story', max_tokens: 24, temperature: 0 });
   const text = base.choices[0].text;
