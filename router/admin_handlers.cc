@@ -110,12 +110,22 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
     return RespondStatus(
         conn, absl::InvalidArgumentError("prompt: give 'prompt' (a string) or 'messages'"));
   }
+  // vLLM's return_token_strs: each id as the tokenizer's file writes it.
+  const bool strs = j.contains("return_token_strs") && !j["return_token_strs"].is_null();
+  if (strs && !j["return_token_strs"].is_boolean()) {
+    return RespondStatus(conn,
+                         absl::InvalidArgumentError("return_token_strs: must be true or false"));
+  }
   absl::StatusOr<std::vector<int>> ids =
       PromptIds(*ctx.tokenizer, r, ctx.options.normalize_prompts);
   if (!ids.ok()) return RespondStatus(conn, ids.status());
-  conn.Respond(200, JsonBody({{"tokens", *ids},
-                              {"count", ids->size()},
-                              {"max_model_len", ctx.options.max_model_len}}));
+  json body = {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", ctx.options.max_model_len}};
+  if (strs && j["return_token_strs"].get<bool>()) {
+    json token_strs = json::array();
+    for (int id : *ids) token_strs.push_back(ctx.tokenizer->IdToToken(id));
+    body["token_strs"] = std::move(token_strs);
+  }
+  conn.Respond(200, JsonBody(body));
 }
 
 void HandleDetokenize(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {

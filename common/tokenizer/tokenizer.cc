@@ -1,5 +1,7 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include "common/tokenizer/byte_level.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
@@ -101,6 +103,15 @@ bool Tokenizer::IsSpecial(int id) const { return IsValidId(id) && decode_[id].sp
 
 bool Tokenizer::IsValidId(int id) const {
   return id >= 0 && id < static_cast<int>(valid_.size()) && valid_[id];
+}
+
+std::string Tokenizer::IdToToken(int id) const {
+  if (!IsValidId(id)) return std::string();
+  std::string spelled;
+  BytesToByteLevel(decode_[id].bytes, &spelled);
+  // An added token is written as its content, which need not be in byte-level form.
+  if (std::optional<int> back = TokenToId(spelled); back && *back == id) return spelled;
+  return decode_[id].bytes;
 }
 
 std::optional<int> Tokenizer::TokenToId(std::string_view token) const {

@@ -55,6 +55,10 @@ class Tokenizer {
   [[nodiscard]] bool IsValidId(int id) const;
   // Token text as written in tokenizer.json (byte-level form for BPE tokens).
   [[nodiscard]] std::optional<int> TokenToId(std::string_view token) const;
+  // The inverse: `id` as tokenizer.json writes it (transformers' convert_ids_to_tokens): a
+  // vocabulary token in its byte-level form, an added token as its content. Empty for an id
+  // outside the vocabulary.
+  [[nodiscard]] std::string IdToToken(int id) const;
   // One past the largest id (vocabulary plus added tokens).
   [[nodiscard]] int vocab_size() const { return static_cast<int>(decode_.size()); }
 

@@ -542,6 +542,17 @@ test('tokenize and detokenize, with and without special tokens', async () => {
   const bad = await post('/tokenize', { prompt: 'x', add_special_tokens: 'no' });
   assert.equal(bad.status, 400);
   assert.equal((await bad.json()).error.param, 'add_special_tokens');
+  // vLLM's return_token_strs: each id as Hugging Face's tokenizer names it (its getTokens).
+  const { Tokenizer } = await import('tokenizers');
+  const hf = Tokenizer.fromFile(path.join(tokenizerDir, 'tokenizer.json'));
+  const text = 'Hello there,\n  café 日本 <|eot_id|> ok';
+  const named = await (await post('/tokenize', { prompt: text, return_token_strs: true })).json();
+  const ref = await hf.encode(text, null, { addSpecialTokens: true });
+  assert.deepEqual(named.tokens, ref.getIds());
+  assert.deepEqual(named.token_strs, ref.getTokens());
+  assert.equal((await (await post('/tokenize', { prompt: text })).json()).token_strs, undefined);
+  const badStrs = await post('/tokenize', { prompt: 'x', return_token_strs: 'yes' });
+  assert.equal((await badStrs.json()).error.param, 'return_token_strs');
 });
 
 test('router metrics count requests and routing decisions', async () => {
