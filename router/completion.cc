@@ -29,6 +29,9 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
   max_tokens_ = max_tokens;
   if (req_.chat && ctx_.options.reasoning) StartReasoning(prompts[0]);
   request_id_ = ctx_.NextRequestId(req_.chat);
+  response_id_ = req_.request_id.empty()
+                     ? request_id_
+                     : absl::StrCat(req_.chat ? "chatcmpl-" : "cmpl-", req_.request_id);
   start_ = Clock::now();
   created_ = UnixSeconds();
   prompts_.resize(prompts.size());
@@ -302,7 +305,7 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
     choice["logprobs"] = req_.logprobs() ? d.legacy.ToJson() : json(nullptr);
   }
   choice["finish_reason"] = FinishReasonJson(finish);
-  json chunk = {{"id", request_id_},
+  json chunk = {{"id", response_id_},
                 {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", req_.model},
@@ -341,7 +344,7 @@ void Completion::Finish() {
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
   if (!req_.stream) {
     return conn_->Respond(200,
-                          JsonBody({{"id", request_id_},
+                          JsonBody({{"id", response_id_},
                                     {"object", req_.chat ? "chat.completion" : "text_completion"},
                                     {"created", created_},
                                     {"model", req_.model},
@@ -350,7 +353,7 @@ void Completion::Finish() {
   }
   conn_->CountStreamed(200);
   if (req_.include_usage) {
-    json chunk = {{"id", request_id_},
+    json chunk = {{"id", response_id_},
                   {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
                   {"created", created_},
                   {"model", req_.model},

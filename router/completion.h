@@ -127,7 +127,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   FrontContext& ctx_;
   std::shared_ptr<HttpConnection> conn_;
   ParsedRequest req_;
-  std::string request_id_;
+  std::string request_id_;   // the router's: the worker jobs' ids derive from it
+  std::string response_id_;  // the answer's `id`: the client's request_id when it gave one
   int64_t created_ = 0;
   int max_tokens_ = 0;  // per choice: a worker's tokens past it are not taken
   std::vector<PromptJob> prompts_;

@@ -89,6 +89,10 @@ test('models, version and invocations as vLLM serves them', async () => {
   assert.equal(chat.object, 'chat.completion');
   const completion = await (await invoke({ model: 'tiny', prompt: 'x', max_tokens: 2 })).json();
   assert.equal(completion.object, 'text_completion');
+  // vLLM's request_id names the answer; two requests may give the same one.
+  const named = await Promise.all([1, 2].map(() => client.chat.completions.create({ model: 'tiny',
+    messages: [{ role: 'user', content: 'x' }], max_tokens: 2, request_id: 'trace-42' })));
+  for (const r of named) assert.equal(r.id, 'chatcmpl-trace-42');
   const bad = await invoke({ model: 'tiny', input: 'x' });
   assert.equal(bad.status, 400);
   assert.match((await bad.json()).error.message, /messages.*prompt/);

@@ -468,6 +468,114 @@ TEST(OpenAiRequestTest, ReturnTokensAsTokenIds) {
   EXPECT_FALSE(r.return_tokens_as_token_ids);
 }
 
+// Every request field of vLLM's ChatCompletionRequest and CompletionRequest (its
+// vllm/entrypoints/openai/protocol.py, the fields of mid-2025 plus return_token_ids,
+// logprob_token_ids and structured_outputs of later versions), each with a value that asks for
+// something: served (the request parses; what it does is tested where it is served) or refused
+// with a 400 naming it. A field added here that is neither fails.
+TEST(OpenAiRequestTest, EveryVllmFieldIsServedOrRefusedByName) {
+  struct Field {
+    const char* name;
+    json value;
+    bool served;
+  };
+  const json schema = {{"type", "object"}};
+  const std::vector<Field> common = {
+      {"model", "m", true},
+      {"frequency_penalty", 0.5, true},
+      {"logit_bias", {{"5", 1}}, true},
+      {"max_tokens", 8, true},
+      {"n", 2, true},
+      {"presence_penalty", 0.5, true},
+      {"seed", 7, true},
+      {"stop", {"x"}, true},
+      {"stream", true, true},
+      {"temperature", 0.5, true},
+      {"top_p", 0.5, true},
+      {"user", "u", true},
+      {"use_beam_search", true, false},
+      {"top_k", 5, true},
+      {"min_p", 0.1, true},
+      {"repetition_penalty", 1.2, true},
+      {"length_penalty", 0.5, false},
+      {"stop_token_ids", {5}, true},
+      {"include_stop_str_in_output", true, true},
+      {"ignore_eos", true, true},
+      {"min_tokens", 2, true},
+      {"skip_special_tokens", false, true},
+      {"spaces_between_special_tokens", false, true},
+      {"truncate_prompt_tokens", 4, true},
+      {"allowed_token_ids", {5, 6}, true},
+      {"add_special_tokens", false, true},
+      {"response_format", {{"type", "json_object"}}, true},
+      {"guided_json", schema, true},
+      {"guided_regex", "a+", true},
+      {"guided_choice", {"a", "b"}, true},
+      {"guided_grammar", "root ::= \"a\"", true},
+      {"guided_decoding_backend", "xgrammar", false},
+      {"guided_whitespace_pattern", " *", false},
+      {"priority", 1, true},
+      {"request_id", "abc", true},
+      {"logits_processors", {"my.Processor"}, false},
+      {"return_tokens_as_token_ids", true, true},
+      {"cache_salt", "s", true},
+      {"kv_transfer_params", {{"do_remote_prefill", true}}, false},
+      {"vllm_xargs", {{"k", 1}}, false},
+      {"return_token_ids", true, false},
+      {"logprob_token_ids", {5}, false},
+      {"structured_outputs", {{"regex", "a"}}, true},
+  };
+  const std::vector<Field> chat_only = {
+      {"logprobs", true, true},
+      {"top_logprobs", 2, true},
+      {"max_completion_tokens", 8, true},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}, true},
+      {"tool_choice", "required", false},  // (served; needs tools)
+      {"reasoning_effort", "low", false},
+      {"include_reasoning", false, false},
+      {"parallel_tool_calls", false, true},
+      {"best_of", 2, false},
+      {"prompt_logprobs", 1, false},
+      {"bad_words", {"x"}, true},
+      {"echo", true, false},
+      {"add_generation_prompt", false, true},
+      {"continue_final_message", true, false},  // (served; needs add_generation_prompt false)
+      {"documents", {{{"title", "t"}, {"text", "x"}}}, false},
+      {"chat_template", "{{ messages }}", false},
+      {"chat_template_kwargs", {{"tools_in_user_message", false}}, false},
+      {"mm_processor_kwargs", {{"k", 1}}, false},
+      {"structural_tag", "{}", false},
+  };
+  const std::vector<Field> completion_only = {
+      {"prompt_embeds", "AAAA", false},
+      {"best_of", 2, false},
+      {"echo", true, true},
+      {"logprobs", 2, true},
+      {"suffix", "end", false},
+      {"prompt_logprobs", 1, true},
+  };
+  for (bool chat : {true, false}) {
+    std::vector<Field> fields = common;
+    for (const Field& f : chat ? chat_only : completion_only) fields.push_back(f);
+    for (const Field& f : fields) {
+      json body = chat ? json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                       : json{{"model", "m"}, {"prompt", "x"}};
+      body[f.name] = f.value;
+      if (std::string(f.name) == "stream") body["stream"] = true;
+      absl::StatusOr<ParsedRequest> r = ParseCompletionRequest(body.dump(), chat);
+      if (f.served) {
+        EXPECT_OK(r.status()) << (chat ? "chat " : "completions ") << f.name;
+        continue;
+      }
+      ASSERT_FALSE(r.ok()) << (chat ? "chat " : "completions ") << f.name << " was accepted";
+      const std::string param =
+          json::parse(OpenAiErrorFromStatus(r.status()).json)["error"]["param"].get<std::string>();
+      EXPECT_EQ(param.rfind(f.name, 0), 0u)
+          << (chat ? "chat " : "completions ") << f.name << ": " << r.status();
+    }
+  }
+}
+
 // Each cap refuses with the parameter and the limit named; at the cap it passes.
 TEST(OpenAiRequestTest, LimitsNameTheParameterAndTheLimit) {
   RequestLimits l;
