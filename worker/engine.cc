@@ -535,6 +535,11 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+int64_t Engine::computed_tokens() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  return counters_.computed_tokens;
+}
+
 Engine::KvUsage Engine::kv_usage() const {
   KVSERVE_CHECK_THREAD(engine_thread_);
   KvUsage u;

@@ -130,6 +130,8 @@ class Engine {
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
 
   [[nodiscard]] EngineStats stats() const;
+  // stats().computed_tokens without the rest (the server reads it around every step).
+  [[nodiscard]] int64_t computed_tokens() const;
   // Device token slots of referenced blocks and the tokens in them (shared blocks counted once).
   struct KvUsage {
     int64_t allocated_slots = 0;

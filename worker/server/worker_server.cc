@@ -172,9 +172,13 @@ absl::Status WorkerServer::ReceiveMessages() {
 
 absl::Status WorkerServer::StepEngine() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  const int64_t computed_before = engine_->stats().computed_tokens;
+  const int64_t computed_before = engine_->computed_tokens();
   absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
-  metrics_->ObserveStepTokens(engine_->stats().computed_tokens - computed_before);
+  // (A step that ran nothing through the model, as the sim device's wait for its step time,
+  // is not an iteration.)
+  if (const int64_t ran = engine_->computed_tokens() - computed_before; ran > 0) {
+    metrics_->ObserveStepTokens(ran);
+  }
   if (!outs.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;
     for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status(), ++route.seq);
