@@ -30,7 +30,8 @@ struct ConstraintSpec {
   bool any_whitespace = false;
 
   // With a reasoning model: the constraint holds after a reasoning block `start`...`end` (any
-  // text without `end`) and up to 4 bytes of whitespace, which may be left out; `inside`: the prompt opened the block, so the
+  // text without `end`) and up to 4 bytes of whitespace, which may be left out; `inside`: the
+  // prompt opened the block, so the
   // output starts in it and must close it. Empty tags: no reasoning block.
   struct Reasoning {
     std::string start, end;

@@ -2,7 +2,8 @@
 // (docs/STRUCTURED_OUTPUTS.md has the served keywords). What is generated is always valid under
 // the schema, sometimes a part of what the schema allows: properties come in the schema's
 // order, only declared properties when `properties` is given, whitespace between tokens is
-// compact or bounded (JsonSchemaOptions), a bounded `number` draws integers. A keyword whose meaning cannot be kept is refused
+// compact or bounded (JsonSchemaOptions), a bounded `number` draws integers. A keyword whose
+// meaning cannot be kept is refused
 // with InvalidArgument naming the keyword and where it is (a JSON pointer), never ignored.
 //
 //   ASSIGN_OR_RETURN(Grammar g, CompileJsonSchema(R"({"type": "object", ...})"));

@@ -460,11 +460,13 @@ TEST(OpenAiRequestTest, ReturnTokensAsTokenIds) {
   EXPECT_FALSE(r.return_tokens_as_token_ids);
   RequestLimits limits;
   limits.tokens_as_token_ids = true;
-  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(R"({"model": "m", "prompt": "x"})", false, limits));
+  ASSERT_OK_AND_ASSIGN(r,
+                       ParseCompletionRequest(R"({"model": "m", "prompt": "x"})", false, limits));
   EXPECT_TRUE(r.return_tokens_as_token_ids);
-  ASSERT_OK_AND_ASSIGN(r, ParseCompletionRequest(
-                              R"({"model": "m", "prompt": "x", "return_tokens_as_token_ids": false})",
-                              false, limits));
+  ASSERT_OK_AND_ASSIGN(
+      r, ParseCompletionRequest(
+             R"({"model": "m", "prompt": "x", "return_tokens_as_token_ids": false})", false,
+             limits));
   EXPECT_FALSE(r.return_tokens_as_token_ids);
 }
 

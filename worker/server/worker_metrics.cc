@@ -43,8 +43,9 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
                      "Time from arrival to the last token");
   queue_ = MakeLatency("kvserve_request_queue_time_seconds", "vllm:request_queue_time_seconds",
                        "Time from arrival to the first scheduling");
-  prefill_ = MakeLatency("kvserve_request_prefill_time_seconds", "vllm:request_prefill_time_seconds",
-                         "Time from the first scheduling to the first token");
+  prefill_ =
+      MakeLatency("kvserve_request_prefill_time_seconds", "vllm:request_prefill_time_seconds",
+                  "Time from the first scheduling to the first token");
   decode_ = MakeLatency("kvserve_request_decode_time_seconds", "vllm:request_decode_time_seconds",
                         "Time from the first token to the last");
   inference_ =

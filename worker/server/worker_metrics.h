@@ -60,7 +60,9 @@ class WorkerMetrics {
   // A request that ran to its end: its latencies, sizes, parameters and finish reason.
   void ObserveFinished(const FinishedRequest& r);
   // Tokens one engine step ran through the model (prefill and decode).
-  void ObserveStepTokens(int64_t tokens) { Observe(iteration_tokens_, static_cast<double>(tokens)); }
+  void ObserveStepTokens(int64_t tokens) {
+    Observe(iteration_tokens_, static_cast<double>(tokens));
+  }
   // A request that ended otherwise ("abort": by its client or a drain timeout).
   void CountRequestEnd(const std::string& reason);
   // The recycle counts of earlier processes of this worker; every reason the worker asks a

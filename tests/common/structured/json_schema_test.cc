@@ -182,8 +182,10 @@ TEST_F(JsonSchemaTest, CompactByDefault) {
                              R"({"a": [1,2]})", R"({"a": [ 1])", "{\"a\":\n1}"}) {
     EXPECT_FALSE(m.Matches(spaced)) << spaced;
   }
-  GrammarMatcher schema = Compile(R"({"type": "object", "properties": {"k": {"enum": [{"x": [1, 2]}]}},
-      "required": ["k"]})", /*any_whitespace=*/false);
+  GrammarMatcher schema =
+      Compile(R"({"type": "object", "properties": {"k": {"enum": [{"x": [1, 2]}]}},
+                  "required": ["k"]})",
+              /*any_whitespace=*/false);
   EXPECT_TRUE(schema.Matches(R"({"k": {"x": [1, 2]}})"));
   EXPECT_FALSE(schema.Matches(R"({"k": {"x":[1,2]}})"));
 }
