@@ -649,10 +649,15 @@ absl::Status CheckCompiles(const structured::ConstraintSpec& spec, const std::st
 // has one engine, never a fallback); whitespace_pattern and disable_additional_properties are
 // refused unless neutral, structural_tag always.
 absl::Status StructuredOutputsOptions(object so, bool* any_whitespace) {
-  static constexpr std::string_view kKnown[] = {
-      "json",           "json_object",      "regex",
-      "choice",         "grammar",          "disable_any_whitespace",
-      "disable_fallback", "whitespace_pattern", "disable_additional_properties"};
+  static constexpr std::string_view kKnown[] = {"json",
+                                                "json_object",
+                                                "regex",
+                                                "choice",
+                                                "grammar",
+                                                "disable_any_whitespace",
+                                                "disable_fallback",
+                                                "whitespace_pattern",
+                                                "disable_additional_properties"};
   for (auto [key, value] : so) {
     if (key == "structural_tag" && !value.is_null()) {
       return Bad("structured_outputs.structural_tag",
@@ -857,8 +862,9 @@ absl::Status ParseTools(object o, const RequestLimits& limits, ParsedRequest* r)
     simdjson::dom::array arr;
     if (e->get_array().get(arr) != simdjson::SUCCESS) return Bad("tools", "must be a list");
     if (arr.size() == 0) {
-      return Bad("tools", "must not be an empty list (as in OpenAI's API and vLLM): give a tool "
-                          "or leave tools out");
+      return Bad("tools",
+                 "must not be an empty list (as in OpenAI's API and vLLM): give a tool "
+                 "or leave tools out");
     }
     if (arr.size() > static_cast<size_t>(limits.max_tools)) {
       return Bad("tools",

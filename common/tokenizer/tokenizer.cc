@@ -1,10 +1,9 @@
 #include "common/tokenizer/tokenizer.h"
 
-#include "common/tokenizer/byte_level.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
+#include "common/tokenizer/byte_level.h"
 #include "common/utf8.h"
 
 namespace kvserve::tokenizer {

@@ -434,10 +434,9 @@ TEST(OpenAiRequestTest, ContinueFinalMessage) {
                          {{"role", "assistant"}, {"content", "Hi, I am"}}};
   ExpectParam({{"messages", messages}, {"continue_final_message", true}}, true,
               "continue_final_message");
-  ExpectParam({{"messages", messages},
-               {"continue_final_message", true},
-               {"add_generation_prompt", true}},
-              true, "continue_final_message");
+  ExpectParam(
+      {{"messages", messages}, {"continue_final_message", true}, {"add_generation_prompt", true}},
+      true, "continue_final_message");
   ExpectParam({{"messages", {{{"role", "assistant"}, {"content", ""}}}},
                {"continue_final_message", true},
                {"add_generation_prompt", false}},
@@ -464,9 +463,9 @@ TEST(OpenAiRequestTest, ReturnTokensAsTokenIds) {
                        ParseCompletionRequest(R"({"model": "m", "prompt": "x"})", false, limits));
   EXPECT_TRUE(r.return_tokens_as_token_ids);
   ASSERT_OK_AND_ASSIGN(
-      r, ParseCompletionRequest(
-             R"({"model": "m", "prompt": "x", "return_tokens_as_token_ids": false})", false,
-             limits));
+      r,
+      ParseCompletionRequest(
+          R"({"model": "m", "prompt": "x", "return_tokens_as_token_ids": false})", false, limits));
   EXPECT_FALSE(r.return_tokens_as_token_ids);
 }
 
@@ -758,8 +757,8 @@ TEST(OpenAiRequestTest, ParsesConstraints) {
                                    {"disable_any_whitespace", true},
                                    {"disable_fallback", true}}}}));
   EXPECT_FALSE(r.constraint->any_whitespace);
-  ASSERT_OK_AND_ASSIGN(r, parse({{"structured_outputs",
-                                  {{"regex", "a"}, {"disable_any_whitespace", false}}}}));
+  ASSERT_OK_AND_ASSIGN(
+      r, parse({{"structured_outputs", {{"regex", "a"}, {"disable_any_whitespace", false}}}}));
   EXPECT_FALSE(r.constraint->any_whitespace) << "whitespace is a JSON matter";
   struct Bad {
     json extra;

@@ -176,8 +176,7 @@ TEST(ToolChoiceSchemaTest, ArgumentsAreAlwaysAnObject) {
   r.tools = {{"f", "{}", "{}"}};
   EXPECT_TRUE(matches(r, R"([{"name": "f", "parameters": {}}])"));
   for (const char* bad : {"-609", "\"x\"", "[1]", "null", R"({"a": 1})"}) {
-    EXPECT_FALSE(matches(r, absl::StrCat(R"([{"name": "f", "parameters": )", bad, "}]")))
-        << bad;
+    EXPECT_FALSE(matches(r, absl::StrCat(R"([{"name": "f", "parameters": )", bad, "}]"))) << bad;
   }
   r.choice = ToolChoice::kNamed;
   r.name = "f";

@@ -61,10 +61,10 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
   params_max_tokens_ =
       MakeHistogram("kvserve_request_params_max_tokens", "vllm:request_params_max_tokens",
                     "The max_tokens of a finished request", TokenBuckets());
-  iteration_tokens_ = MakeHistogram(
-      "kvserve_iteration_tokens", "vllm:iteration_tokens_total",
-      "Tokens one engine step ran through the model",
-      {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384});
+  iteration_tokens_ =
+      MakeHistogram("kvserve_iteration_tokens", "vllm:iteration_tokens_total",
+                    "Tokens one engine step ran through the model",
+                    {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384});
   Labels labels = base_;
   labels.insert({{"block_size", std::to_string(info.block_size)},
                  {"cache_dtype", info.cache_dtype},
@@ -95,8 +95,11 @@ WorkerMetrics::Latency WorkerMetrics::MakeHistogram(
     const std::string& kvserve_name, const std::string& vllm_name, const std::string& help,
     const prometheus::Histogram::BucketBoundaries& buckets) {
   auto hist = [&](const std::string& name, const Labels& labels) {
-    return &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(labels,
-                                                                                        buckets);
+    return &prometheus::BuildHistogram()
+                .Name(name)
+                .Help(help)
+                .Register(*registry_)
+                .Add(labels, buckets);
   };
   Latency h;
   h.kvserve = hist(kvserve_name, base_);

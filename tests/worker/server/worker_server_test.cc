@@ -368,8 +368,9 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
         if (line.empty()) continue;
         EXPECT_TRUE((line.rfind("vllm:", 0) == 0 &&
                      line.find("should not contain ':'") != std::string::npos) ||
-                    line == "vllm:iteration_tokens_total non-counter metrics should not have "
-                            "\"_total\" suffix")
+                    line ==
+                        "vllm:iteration_tokens_total non-counter metrics should not have "
+                        "\"_total\" suffix")
             << line;
       }
       // vLLM's names, with vLLM's model_name label: what its dashboards and autoscalers query.
