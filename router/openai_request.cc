@@ -65,6 +65,15 @@ absl::StatusOr<bool> Bool(object o, std::string_view key, bool fallback) {
   return v;
 }
 
+// A nested field `key` of `o` as a bool, its errors naming `param` (its full name).
+absl::StatusOr<bool> NestedBool(object o, std::string_view key, std::string_view param,
+                                bool fallback) {
+  auto e = Field(o, key);
+  bool v = fallback;
+  if (e && e->get_bool().get(v) != simdjson::SUCCESS) return Bad(param, "must be true or false");
+  return v;
+}
+
 absl::StatusOr<std::string> String(object o, std::string_view key) {
   auto e = Field(o, key);
   if (!e) return std::string();
@@ -520,11 +529,9 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
       }
     }
     if (Field(ko, "enable_thinking")) {
-      bool think = true;
-      if (ko["enable_thinking"].get_bool().get(think) != simdjson::SUCCESS) {
-        return Bad("chat_template_kwargs.enable_thinking", "must be true or false");
-      }
-      r->enable_thinking = think;
+      ASSIGN_OR_RETURN(r->enable_thinking,
+                       NestedBool(ko, "enable_thinking", "chat_template_kwargs.enable_thinking",
+                                  true));
     }
   }
   return absl::OkStatus();
@@ -670,20 +677,19 @@ absl::Status StructuredOutputsOptions(object so, bool* any_whitespace) {
                  "is not a structured_outputs field kvserve serves");
     }
   }
-  bool flags[3] = {!*any_whitespace, false, false};
-  const char* names[3] = {"disable_any_whitespace", "disable_fallback",
-                          "disable_additional_properties"};
-  for (int i = 0; i < 3; ++i) {
-    auto f = Field(so, names[i]);
-    if (f && f->get_bool().get(flags[i]) != simdjson::SUCCESS) {
-      return Bad(absl::StrCat("structured_outputs.", names[i]), "must be true or false");
-    }
-  }
-  *any_whitespace = !flags[0];
+  ASSIGN_OR_RETURN(bool compact, NestedBool(so, "disable_any_whitespace",
+                                             "structured_outputs.disable_any_whitespace",
+                                             !*any_whitespace));
+  *any_whitespace = !compact;
+  RETURN_IF_ERROR(
+      NestedBool(so, "disable_fallback", "structured_outputs.disable_fallback", false).status());
+  ASSIGN_OR_RETURN(bool closed, NestedBool(so, "disable_additional_properties",
+                                           "structured_outputs.disable_additional_properties",
+                                           false));
   if (Field(so, "whitespace_pattern")) {
     return Unserved("structured_outputs.whitespace_pattern", " (use disable_any_whitespace)");
   }
-  if (flags[2]) return Unserved("structured_outputs.disable_additional_properties", " or false");
+  if (closed) return Unserved("structured_outputs.disable_additional_properties", " or false");
   return absl::OkStatus();
 }
 
@@ -914,15 +920,10 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
                  "is not a stream option kvserve serves (include_usage is)");
     }
   }
-  bool continuous = false;
-  if (auto c = Field(soo, "continuous_usage_stats");
-      c && c->get_bool().get(continuous) != simdjson::SUCCESS) {
-    return Bad("stream_options.continuous_usage_stats", "must be true or false");
-  }
-  bool include = continuous;
-  if (auto i = Field(soo, "include_usage"); i && i->get_bool().get(include) != simdjson::SUCCESS) {
-    return Bad("stream_options.include_usage", "must be true or false");
-  }
+  ASSIGN_OR_RETURN(bool continuous, NestedBool(soo, "continuous_usage_stats",
+                                                "stream_options.continuous_usage_stats", false));
+  ASSIGN_OR_RETURN(bool include, NestedBool(soo, "include_usage", "stream_options.include_usage",
+                                             continuous));
   if (continuous && !include) {
     return Bad("stream_options.continuous_usage_stats",
                "needs include_usage true (vLLM would ignore it)");
