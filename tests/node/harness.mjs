@@ -5,14 +5,20 @@ import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 
-export function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
+// Ports handed out by this process, never handed out twice.
+const handedOut = new Set();
+
+// A loopback port nothing listens on, drawn below the kernel's ephemeral range (32768 and up on
+// Linux) so that no test's outgoing connection can take it as its source port between the check
+// and the bind. Another process can still take it: the start helpers below retry on a clash.
+export async function freePort() {
+  for (;;) {
+    const port = 10000 + Math.floor(Math.random() * 22000);
+    if (!handedOut.has(port) && await portFree(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
 }
 
 function portFree(port) {
@@ -23,10 +29,22 @@ function portFree(port) {
   });
 }
 
+// Runs `start` (which picks its own free ports) up to three times while it fails because a port
+// was taken between the check and the bind.
+export async function retryOnPortClash(start) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (e) {
+      if (attempt === 3 || !/Address already in use/.test(String(e.message))) throw e;
+    }
+  }
+}
+
 // A base port with `n` consecutive free ports after it.
 export async function freeRange(n) {
   for (;;) {
-    const start = 20000 + Math.floor(Math.random() * 30000);
+    const start = 10000 + Math.floor(Math.random() * (22000 - n));
     let ok = true;
     for (let p = start; p < start + n && ok; p++) ok = await portFree(p);
     if (ok) return start;
@@ -77,7 +95,11 @@ export function makeModel(bin, tokenizerDir, dir) {
 
 // A kvserve-router (with `extraArgs`) in front of the worker at `worker` (host:port:events),
 // on a free loopback port; resolves with its base URL once it counts the worker as ready.
-export async function startRouter(bin, model, children, worker, extraArgs = [], maxModelLen = 1024) {
+export function startRouter(bin, model, children, worker, extraArgs = [], maxModelLen = 1024) {
+  return retryOnPortClash(() => startRouterOnce(bin, model, children, worker, extraArgs, maxModelLen));
+}
+
+async function startRouterOnce(bin, model, children, worker, extraArgs, maxModelLen) {
   const http = await freePort();
   await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1',
     '--port', String(http), '--workers', worker, '--max-model-len', String(maxModelLen), ...extraArgs],
@@ -94,10 +116,13 @@ export async function startRouter(bin, model, children, worker, extraArgs = [], 
 // ports (recorded in `children` for cleanup); resolves with the router's base URL, the worker's
 // address (for more routers) and its metrics URL once the router counts the worker as ready.
 export async function startWorkerAndRouter(bin, model, children, maxModelLen = 1024) {
-  const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
-  await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
-    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
-    '--max-model-len', String(maxModelLen), '--num-blocks', '512'], /kvserve-worker ready/);
+  const [port, events, metrics] = await retryOnPortClash(async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
+      '--port', String(ports[0]), '--events-port', String(ports[1]), '--metrics-port', String(ports[2]),
+      '--max-model-len', String(maxModelLen), '--num-blocks', '512'], /kvserve-worker ready/);
+    return ports;
+  });
   const worker = `127.0.0.1:${port}:${events}`;
   const base = await startRouter(bin, model, children, worker, [], maxModelLen);
   return { base, worker, metrics: `http://127.0.0.1:${metrics}/metrics` };

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { freePort, makeModel, startAndWait as start } from './harness.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait as start } from './harness.mjs';
 import { readSafetensors } from './safetensors.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
@@ -367,12 +367,19 @@ async function startFixture() {
   fs.mkdirSync(dir, { recursive: true });
   for (const f of ['config.json', 'generation_config.json', 'model.safetensors']) fs.copyFileSync(path.join(src, f), path.join(dir, f));
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(tokenizerDir, f), path.join(dir, f));
-  const [port, events, metrics, http] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  await start(children, path.join(bin, 'kvserve-worker'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
-    '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024',
-    '--num-blocks', '256'], /kvserve-worker ready/);
-  await start(children, path.join(bin, 'kvserve-router'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
-    '--port', String(http), '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+  const [port, events] = await retryOnPortClash(async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    await start(children, path.join(bin, 'kvserve-worker'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
+      '--port', String(ports[0]), '--events-port', String(ports[1]), '--metrics-port', String(ports[2]),
+      '--max-model-len', '1024', '--num-blocks', '256'], /kvserve-worker ready/);
+    return ports;
+  });
+  const http = await retryOnPortClash(async () => {
+    const p = await freePort();
+    await start(children, path.join(bin, 'kvserve-router'), ['--model', dir, '--served-model-name', 'fixture', '--host', '127.0.0.1',
+      '--port', String(p), '--workers', `127.0.0.1:${port}:${events}`, '--max-model-len', '1024'], /kvserve-router ready/);
+    return p;
+  });
   for (let i = 0; i < 100 && (await fetch(`http://127.0.0.1:${http}/ready`)).status !== 200; i++) {
     await new Promise((r) => setTimeout(r, 50));
   }
