@@ -95,7 +95,7 @@ used=" "
 free_port() {
   local p
   while :; do
-    p=$(shuf -i 20000-60000 -n 1)
+    p=$(shuf -i 10000-32000 -n 1)  # below the ephemeral range: no outgoing connection takes it
     [[ $used == *" $p "* ]] && continue
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { used+="$p "; echo "$p"; return; }
   done
