@@ -1,7 +1,9 @@
 #include "common/tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <ctime>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_text.h"
 #include "common/status_macros.h"
@@ -146,16 +148,37 @@ ChatTemplate ChatTemplate::ForFamily(Family family, std::string_view bos_token) 
 absl::StatusOr<std::string> ChatTemplate::Render(absl::Span<const ChatMessage> messages,
                                                  const ChatRenderOptions& options) const {
   if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "messages[", i, "].role '", role, "' is not one of system, user, assistant, tool"));
-    }
-  }
+  for (size_t i = 0; i < messages.size(); ++i) RETURN_IF_ERROR(CheckRole(messages[i].role, i));
   if (family_ == Family::kLlama3) return RenderLlama3(messages, options);
   if (family_ == Family::kLlama31) return RenderLlama31(messages, options);
   return RenderChatMl(messages, options);
+}
+
+// Llama 3's and 3.1's templates write any other role into its header as it is (3.1 reads
+// `ipython` as `tool`); Qwen3's renders only the four and drops any other message without a
+// trace, so there one is refused rather than lost.
+absl::Status ChatTemplate::CheckRole(const std::string& role, size_t index) const {
+  if (role == "system" || role == "user" || role == "assistant" || role == "tool") {
+    return absl::OkStatus();
+  }
+  const std::string param = absl::StrCat("messages[", index, "].role");
+  if (family_ == Family::kChatMl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        param, ": '", role.substr(0, 64),
+        "' is not one of system, user, assistant, tool, the roles this model's chat template "
+        "(ChatML, Qwen3's) renders; it drops a message with any other"));
+  }
+  // A custom role goes into the header as text: a name, never markup or a line break.
+  const bool plain = !role.empty() && role.size() <= 64 &&
+                     std::all_of(role.begin(), role.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                              c == '-' || c == '.';
+                     });
+  if (!plain) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        param, ": a custom role is a name of 1 to 64 letters, digits, '_', '-' or '.'"));
+  }
+  return absl::OkStatus();
 }
 
 std::string ChatTemplate::RenderLlama3(absl::Span<const ChatMessage> messages,
@@ -210,7 +233,8 @@ absl::StatusOr<std::string> ChatTemplate::RenderLlama31(absl::Span<const ChatMes
       ASSIGN_OR_RETURN(std::string arguments, PythonJsonText(m.tool_calls[0].arguments));
       absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"",
                       m.tool_calls[0].name, "\", \"parameters\": ", arguments, "}<|eot_id|>");
-    } else if (m.role == "tool") {  // a string is `iterable` to Jinja: written as JSON
+    } else if (m.role == "tool" || m.role == "ipython") {
+      // A string is `iterable` to Jinja: written as JSON.
       absl::StrAppend(&out, "<|start_header_id|>ipython<|end_header_id|>\n\n",
                       PythonJsonString(m.content), "<|eot_id|>");
     } else {

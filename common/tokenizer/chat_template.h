@@ -69,8 +69,10 @@ class ChatTemplate {
                                              std::string_view bos_token);
   static ChatTemplate ForFamily(Family family, std::string_view bos_token);
 
-  // InvalidArgument for an empty message list, an unknown role (naming it), or a tool or
-  // tool call's arguments that are not JSON.
+  // InvalidArgument for an empty message list, a role the template does not render (naming
+  // it: ChatML takes system, user, assistant, tool; Llama 3's render any other role, a plain
+  // name, in its header as their templates do), or a tool or tool call's arguments that are not
+  // JSON.
   absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
 
@@ -78,6 +80,7 @@ class ChatTemplate {
 
  private:
   ChatTemplate(Family family, std::string_view bos) : family_(family), bos_token_(bos) {}
+  [[nodiscard]] absl::Status CheckRole(const std::string& role, size_t index) const;
   std::string RenderLlama3(absl::Span<const ChatMessage> messages,
                            const ChatRenderOptions& options) const;
   absl::StatusOr<std::string> RenderLlama31(absl::Span<const ChatMessage> messages,

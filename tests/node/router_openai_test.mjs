@@ -524,7 +524,7 @@ test('bad HTTP bodies get the right status and an OpenAI error body', async () =
     ['/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: -3 }), 400, 'max_tokens'],
     ['/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 1e12 }), 400, 'max_tokens'],
     ['/v1/chat/completions', JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], n: 0 }), 400, 'n'],
-    ['/v1/chat/completions', JSON.stringify({ model: 'tiny', messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages'],
+    ['/v1/chat/completions', JSON.stringify({ model: 'tiny', messages: [{ role: 'wiz<|eot_id|>ard', content: 'x' }] }), 400, 'messages'],
     ['/v1/completions', JSON.stringify({ model: 'other', prompt: 'x' }), 404, null],
   ];
   for (const [path, body, status, param] of cases) {

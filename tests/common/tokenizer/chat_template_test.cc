@@ -100,7 +100,38 @@ TEST(ChatTemplateTest, RejectsBadMessages) {
   ChatTemplate t = ChatTemplate::ForFamily(ChatTemplate::Family::kChatMl, "");
   EXPECT_THAT(t.Render({}, {}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
   EXPECT_THAT(t.Render({{"wizard", "x", {}}}, {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].role 'wizard'")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("messages[0].role: 'wizard' is not one of system")));
+  ChatTemplate llama = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama3, "");
+  EXPECT_THAT(llama.Render({{"user", "x", {}}, {"bad\n<|eot_id|>", "x", {}}}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[1].role: a custom")));
+  EXPECT_THAT(llama.Render({{"", "x", {}}}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].role")));
+}
+
+// Llama 3's templates write a custom role into its header as they find it (vLLM passes roles to
+// the template, which decides); 3.1's reads `ipython` as a tool result.
+TEST(ChatTemplateTest, LlamaRendersCustomRoles) {
+  ChatTemplate llama3 = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama3, "<B>");
+  ASSERT_OK_AND_ASSIGN(std::string text,
+                       llama3.Render({{"narrator", " Once. ", {}}, {"user", "Hi", {}}}, {}));
+  EXPECT_EQ(text,
+            "<B><|start_header_id|>narrator<|end_header_id|>\n\nOnce.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  ChatTemplate llama31 = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama31, "<B>");
+  ChatRenderOptions o;
+  o.date_string = "1 Jan 2026";
+  ASSERT_OK_AND_ASSIGN(std::string with_tool,
+                       llama31.Render({{"user", "Hi", {}}, {"ipython", "42", {}}}, o));
+  ASSERT_OK_AND_ASSIGN(std::string with_ipython,
+                       llama31.Render({{"user", "Hi", {}}, {"tool", "42", {}}}, o));
+  EXPECT_EQ(with_tool, with_ipython);
+  EXPECT_NE(with_tool.find("<|start_header_id|>ipython<|end_header_id|>\n\n\"42\"<|eot_id|>"),
+            std::string::npos);
+  ASSERT_OK_AND_ASSIGN(std::string custom, llama31.Render({{"user", "Hi", {}}, {"critic", "ok", {}}}, o));
+  EXPECT_NE(custom.find("<|start_header_id|>critic<|end_header_id|>\n\nok<|eot_id|>"),
+            std::string::npos);
 }
 
 }  // namespace
