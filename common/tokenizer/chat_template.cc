@@ -169,11 +169,11 @@ absl::Status ChatTemplate::CheckRole(const std::string& role, size_t index) cons
         "(ChatML, Qwen3's) renders; it drops a message with any other"));
   }
   // A custom role goes into the header as text: a name, never markup or a line break.
-  const bool plain = !role.empty() && role.size() <= 64 &&
-                     std::all_of(role.begin(), role.end(), [](char c) {
-                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                              c == '-' || c == '.';
-                     });
+  const bool plain =
+      !role.empty() && role.size() <= 64 && std::all_of(role.begin(), role.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
+               c == '.';
+      });
   if (!plain) {
     return absl::InvalidArgumentError(absl::StrCat(
         param, ": a custom role is a name of 1 to 64 letters, digits, '_', '-' or '.'"));

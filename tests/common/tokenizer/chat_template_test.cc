@@ -103,8 +103,9 @@ TEST(ChatTemplateTest, RejectsBadMessages) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("messages[0].role: 'wizard' is not one of system")));
   ChatTemplate llama = ChatTemplate::ForFamily(ChatTemplate::Family::kLlama3, "");
-  EXPECT_THAT(llama.Render({{"user", "x", {}}, {"bad\n<|eot_id|>", "x", {}}}, {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[1].role: a custom")));
+  EXPECT_THAT(
+      llama.Render({{"user", "x", {}}, {"bad\n<|eot_id|>", "x", {}}}, {}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[1].role: a custom")));
   EXPECT_THAT(llama.Render({{"", "x", {}}}, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].role")));
 }
@@ -129,7 +130,8 @@ TEST(ChatTemplateTest, LlamaRendersCustomRoles) {
   EXPECT_EQ(with_tool, with_ipython);
   EXPECT_NE(with_tool.find("<|start_header_id|>ipython<|end_header_id|>\n\n\"42\"<|eot_id|>"),
             std::string::npos);
-  ASSERT_OK_AND_ASSIGN(std::string custom, llama31.Render({{"user", "Hi", {}}, {"critic", "ok", {}}}, o));
+  ASSERT_OK_AND_ASSIGN(std::string custom,
+                       llama31.Render({{"user", "Hi", {}}, {"critic", "ok", {}}}, o));
   EXPECT_NE(custom.find("<|start_header_id|>critic<|end_header_id|>\n\nok<|eot_id|>"),
             std::string::npos);
 }
