@@ -304,13 +304,45 @@ absl::StatusOr<Nfa::Fragment> Build(const Alternatives& alts, Nfa& nfa) {
   return *out;
 }
 
+// Whether `text` reads as Lark's notation (what vLLM's guidance and outlines backends take):
+// a `%import` / `%ignore` directive, or a line that defines a rule with `name:` instead of
+// `name ::=`.
+bool LooksLikeLark(std::string_view text) {
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    while (!line.empty() && (line[0] == ' ' || line[0] == '\t')) line.remove_prefix(1);
+    if (line.starts_with("%import") || line.starts_with("%ignore")) return true;
+    if (!line.empty() && (line[0] == '?' || line[0] == '!')) line.remove_prefix(1);
+    size_t n = 0;
+    while (n < line.size() && (std::isalnum(static_cast<unsigned char>(line[n])) ||
+                               line[n] == '_' || line[n] == '.')) {
+      ++n;
+    }
+    std::string_view rest = line.substr(n);
+    while (!rest.empty() && (rest[0] == ' ' || rest[0] == '\t')) rest.remove_prefix(1);
+    if (n > 0 && rest.starts_with(":") && !rest.starts_with("::=")) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<Grammar> CompileGbnf(std::string_view text, const GrammarLimits& limits) {
   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("the grammar is not valid UTF-8");
   GrammarBuilder builder(limits);
   Parser parser(text, builder);
-  ASSIGN_OR_RETURN(auto rules, parser.Parse());
+  absl::StatusOr<std::map<int32_t, Alternatives>> parsed = parser.Parse();
+  if (!parsed.ok() && LooksLikeLark(text)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the grammar is in Lark notation (`rule: ...`, `%import`), which kvserve does not "
+        "compile; write it in GBNF, llama.cpp's notation that xgrammar's EBNF also takes "
+        "(`root ::= ...`, rules `name ::= ...`, terminals \"...\" and [...]) (",
+        parsed.status().message(), ")"));
+  }
+  ASSIGN_OR_RETURN(auto rules, std::move(parsed));
   for (const auto& [id, alts] : rules) {
     ASSIGN_OR_RETURN(Nfa::Fragment body, Build(alts, builder.nfa()));
     builder.Define(id, body);

@@ -61,5 +61,20 @@ TEST(GbnfTest, RefusesBadGrammars) {
               ::testing::HasSubstr("fewer nested groups"));
 }
 
+// vLLM's guidance and outlines backends take Lark; kvserve names the notation it takes instead.
+TEST(GbnfTest, LarkIsRefusedNamingGbnf) {
+  const std::string lark =
+      "?start: select_statement\n"
+      "?select_statement: \"SELECT \" column_list \" FROM \" table_name\n"
+      "?column_list: column_name (\",\" column_name)*\n"
+      "?table_name: identifier\n?column_name: identifier\n"
+      "?identifier: /[a-zA-Z_][a-zA-Z0-9_]*/\n";
+  EXPECT_THAT(Error(lark), ::testing::HasSubstr("Lark notation"));
+  EXPECT_THAT(Error(lark), ::testing::HasSubstr("root ::="));
+  EXPECT_THAT(Error("%import common.WS\nroot ::= \"a\""), ::testing::HasSubstr("Lark notation"));
+  // Not Lark: the plain GBNF message.
+  EXPECT_THAT(Error("root ::= \"a"), ::testing::Not(::testing::HasSubstr("Lark")));
+}
+
 }  // namespace
 }  // namespace kvserve::structured
