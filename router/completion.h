@@ -28,6 +28,7 @@
 #include "router/openai_json.h"
 #include "router/openai_request.h"
 #include "router/output_pipeline.h"
+#include "router/responses_output.h"
 #include "router/router_core.h"
 
 namespace kvserve::router {
@@ -42,6 +43,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
         req_(std::move(req)),
         strand_(boost::asio::make_strand(*ctx.handlers)) {}
   [[nodiscard]] const auto& strand() const { return strand_; }
+  // Answers in the Responses API's shape (one choice) instead of chat's; before Start.
+  void set_responses(std::unique_ptr<ResponsesOutput> out) { responses_ = std::move(out); }
 
   // Places a job per prompt (`prompts`: their ids; `max_tokens` per choice); `session_header`
   // is the X-Session-Id header; `deadline` when it must have ended; `received` when its HTTP
@@ -114,6 +117,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void EndPrompt(size_t prompt, bool abort);
   void AbortAll();
   void Finish();
+  void FinishResponse();  // Finish, for the Responses API
   [[nodiscard]] nlohmann::json Usage() const;
   [[nodiscard]] nlohmann::json ChoiceLogprobs(const Choice& c) const;
   [[nodiscard]] nlohmann::json ChoicesJson() const;
@@ -141,6 +145,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   bool stream_started_ = false;
   bool first_chunk_sent_ = false;
   bool reasoning_inside_ = false;  // the chat prompt opened a reasoning block
+  std::unique_ptr<ResponsesOutput> responses_;  // set: the answer is a Responses API one
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 

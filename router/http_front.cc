@@ -106,6 +106,13 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
   if (post && path == "/invocations") return HandleInvocations(ctx, conn, r);
   if (post && path == "/v1/completions") return HandleCompletion(ctx, conn, r, /*chat=*/false);
   if (post && path == "/v1/chat/completions") return HandleCompletion(ctx, conn, r, true);
+  if (post && path == "/v1/responses") return HandleResponses(ctx, conn, r);
+  if (path.rfind("/v1/responses/", 0) == 0) {  // retrieve, delete, cancel, input_items
+    return conn->RespondError(OpenAiErrorFromStatus(
+        absl::NotFoundError("kvserve keeps no responses (stateless): there is none to retrieve, "
+                            "delete or cancel"),
+        "not_found"));
+  }
   if (path.rfind("/admin/", 0) == 0) return HandleAdmin(ctx, *conn, r);
   if (post && path == "/tokenize") return HandleTokenize(ctx, *conn, r);
   if (post && path == "/detokenize") return HandleDetokenize(ctx, *conn, r);

@@ -4,12 +4,15 @@
 #include <boost/asio/dispatch.hpp>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/string_util.h"
 #include "common/version.h"
 #include "nlohmann/json.hpp"
 #include "router/completion.h"
@@ -17,6 +20,8 @@
 #include "router/openai_json.h"
 #include "router/openai_request.h"
 #include "router/prompt.h"
+#include "router/responses_output.h"
+#include "router/responses_request.h"
 
 namespace kvserve::router {
 namespace {
@@ -75,47 +80,77 @@ absl::StatusOr<std::vector<std::vector<int>>> TokenizePrompts(const FrontContext
 
 }  // namespace
 
+namespace {
+
+// Runs a parsed request: tokenizes and checks it, then hands it to a Completion (answering in
+// the Responses API's shape when `responses` is set); `session` keys the routing's affinity.
+void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+         const HttpRequest& request, ParsedRequest parsed,
+         std::unique_ptr<ResponsesOutput> responses, const std::string& session,
+         const std::function<std::string(std::string_view)>& rename) {
+  auto fail = [&](const absl::Status& s, std::string_view code = "") {
+    conn->RespondError(
+        OpenAiErrorFromStatus(absl::Status(s.code(), rename(StdSv(s.message()))), code));
+  };
+  if (parsed.tool_use.choice == ToolChoice::kAuto && !ctx.options.tool_parser) {
+    return fail(absl::InvalidArgumentError(
+        "tool_choice: \"auto\" (the default with tools) needs the router started with "
+        "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"required\", "
+        "a named function or \"none\""));
+  }
+  if (parsed.model != ctx.options.served_model_name) {
+    return fail(absl::NotFoundError(absl::StrCat("The model '", parsed.model, "' does not exist")),
+                "model_not_found");
+  }
+  int max_tokens = parsed.max_tokens;
+  int64_t prompt_tokens = 0;
+  absl::StatusOr<std::vector<std::vector<int>>> prompts =
+      TokenizePrompts(ctx, parsed, &max_tokens, &prompt_tokens);
+  if (!prompts.ok()) {
+    const bool too_long = absl::StrContains(prompts.status().message(), "maximum context length");
+    return fail(prompts.status(), too_long ? "context_length_exceeded" : "");
+  }
+  if (absl::Status s = ResolveTokenParameters(*ctx.tokenizer, &parsed); !s.ok()) return fail(s);
+  if (absl::Status s = CheckLogprobBudget(parsed, max_tokens, ctx.options.limits, prompt_tokens);
+      !s.ok()) {
+    return fail(s);
+  }
+  absl::StatusOr<Clock::time_point> deadline =
+      Deadline(ctx.options.request_timeout, request.timeout);
+  if (!deadline.ok()) return fail(deadline.status());
+  auto completion = std::make_shared<Completion>(ctx, conn, std::move(parsed));
+  completion->set_responses(std::move(responses));
+  boost::asio::dispatch(completion->strand(), [completion, prompts = *std::move(prompts),
+                                               max_tokens, session, at = *deadline,
+                                               received = request.received] {
+    completion->Start(prompts, max_tokens, session, at, received);
+  });
+}
+
+std::string AsIs(std::string_view message) { return std::string(message); }
+
+}  // namespace
+
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                       const HttpRequest& request, bool chat) {
   absl::StatusOr<ParsedRequest> parsed =
       ParseCompletionRequest(request.body, chat, ctx.options.limits);
   if (!parsed.ok()) return conn->RespondError(OpenAiErrorFromStatus(parsed.status()));
-  if (parsed->tool_use.choice == ToolChoice::kAuto && !ctx.options.tool_parser) {
-    return conn->RespondError(OpenAiErrorFromStatus(absl::InvalidArgumentError(
-        "tool_choice: \"auto\" (the default with tools) needs the router started with "
-        "--enable-auto-tool-choice and --tool-call-parser; or send tool_choice \"required\", "
-        "a named function or \"none\"")));
-  }
-  if (parsed->model != ctx.options.served_model_name) {
-    return conn->RespondError(OpenAiErrorFromStatus(
-        absl::NotFoundError(absl::StrCat("The model '", parsed->model, "' does not exist")),
-        "model_not_found"));
-  }
-  int max_tokens = parsed->max_tokens;
-  int64_t prompt_tokens = 0;
-  absl::StatusOr<std::vector<std::vector<int>>> prompts =
-      TokenizePrompts(ctx, *parsed, &max_tokens, &prompt_tokens);
-  if (!prompts.ok()) {
-    const bool too_long = absl::StrContains(prompts.status().message(), "maximum context length");
-    return conn->RespondError(
-        OpenAiErrorFromStatus(prompts.status(), too_long ? "context_length_exceeded" : ""));
-  }
-  if (absl::Status s = ResolveTokenParameters(*ctx.tokenizer, &*parsed); !s.ok()) {
-    return conn->RespondError(OpenAiErrorFromStatus(s));
-  }
-  if (absl::Status s = CheckLogprobBudget(*parsed, max_tokens, ctx.options.limits, prompt_tokens);
-      !s.ok()) {
-    return conn->RespondError(OpenAiErrorFromStatus(s));
-  }
-  absl::StatusOr<Clock::time_point> deadline =
-      Deadline(ctx.options.request_timeout, request.timeout);
-  if (!deadline.ok()) return conn->RespondError(OpenAiErrorFromStatus(deadline.status()));
-  auto completion = std::make_shared<Completion>(ctx, conn, *std::move(parsed));
-  boost::asio::dispatch(completion->strand(), [completion, prompts = *std::move(prompts),
-                                               max_tokens, session = request.session_id,
-                                               at = *deadline, received = request.received] {
-    completion->Start(prompts, max_tokens, session, at, received);
-  });
+  Run(ctx, conn, request, *std::move(parsed), nullptr, request.session_id, AsIs);
+}
+
+void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                     const HttpRequest& request) {
+  absl::StatusOr<ResponsesRequest> translated =
+      TranslateResponsesRequest(request.body, ctx.options.limits);
+  if (!translated.ok()) return conn->RespondError(OpenAiErrorFromStatus(translated.status()));
+  absl::StatusOr<ParsedRequest> parsed = ParseResponsesAsChat(*translated, ctx.options.limits);
+  if (!parsed.ok()) return conn->RespondError(OpenAiErrorFromStatus(parsed.status()));
+  auto output = std::make_unique<ResponsesOutput>(translated->echo, translated->output_logprobs);
+  const std::string session =
+      request.session_id.empty() ? translated->prompt_cache_key : request.session_id;
+  Run(ctx, conn, request, *std::move(parsed), std::move(output), session,
+      [r = *translated](std::string_view message) { return RenameResponsesParam(message, r); });
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {

@@ -22,6 +22,11 @@ namespace kvserve::router {
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                       const HttpRequest& request, bool chat);
 
+// POST /v1/responses: OpenAI's Responses API, stateless (router/responses_request.h), answered
+// by the same completion path in the Responses shapes (router/responses_output.h).
+void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                     const HttpRequest& request);
+
 // GET /v1/models: the served model.
 void HandleModels(const FrontContext& ctx, HttpConnection& conn);
 

@@ -1,0 +1,87 @@
+// The Responses API's answer (POST /v1/responses) built from a chat completion's output: its
+// reasoning, text (with logprobs) and tool calls become output items (reasoning, message,
+// function_call), whole in a response object or streamed as OpenAI's typed events
+// (response.created, response.output_item.added, response.output_text.delta, ...,
+// response.completed), each with its sequence_number.
+//
+//   ResponsesOutput out(echo, /*logprobs=*/false);
+//   out.Begin("resp_...", created, model);
+//   conn.Write(out.Opening());                            // streams only
+//   conn.Write(out.Delta(reasoning, text, logprobs, calls));  // per chat delta
+//   conn.Write(out.Closing(finish, usage));               // streams: the last events
+//   body = out.Response(finish, usage);                   // whole: after one Delta of it all
+//
+// Owned by one Completion, used on its strand.
+#ifndef KVSERVE_ROUTER_RESPONSES_OUTPUT_H_
+#define KVSERVE_ROUTER_RESPONSES_OUTPUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "router/tool_calls.h"
+
+namespace kvserve::router {
+
+struct ResponsesUsage {
+  int input = 0, cached = 0, output = 0, reasoning = 0;
+};
+
+class ResponsesOutput {
+ public:
+  // `echo`: the request's fields the response repeats (ResponsesRequest::echo); `logprobs`:
+  // output_text parts carry their tokens' logprobs.
+  ResponsesOutput(nlohmann::json echo, bool logprobs)
+      : echo_(std::move(echo)), logprobs_(logprobs) {}
+
+  void Begin(std::string id, int64_t created, std::string model);
+  // response.created and response.in_progress.
+  std::string Opening();
+  // The events of what one chat delta adds: reasoning text, content text with its logprobs
+  // entries (chat's shape: token, logprob, bytes, top_logprobs), completed tool calls.
+  std::string Delta(const std::string& reasoning, const std::string& text,
+                    const nlohmann::json& logprobs, const std::vector<ParsedToolCall>& calls);
+  // The events that close the open item and end the response (response.completed, or
+  // response.incomplete when `finish` is "length").
+  std::string Closing(const std::string& finish, const ResponsesUsage& usage);
+  // The whole response object; call after the output went through Delta.
+  nlohmann::json Response(const std::string& finish, const ResponsesUsage& usage);
+  // response.failed with OpenAI's error body `error_json` ({"error": {message, code, ...}}).
+  std::string Failed(const std::string& error_json);
+
+ private:
+  enum class Kind { kReasoning, kMessage, kCall };
+  struct Item {
+    Kind kind;
+    std::string id;
+    std::string text;  // reasoning or output text; a call's arguments
+    nlohmann::json logprobs = nlohmann::json::array();
+    std::string call_id, name;
+    bool done = false;
+  };
+
+  void Emit(nlohmann::json event);
+  [[nodiscard]] nlohmann::json ItemJson(const Item& item, bool added) const;
+  [[nodiscard]] nlohmann::json PartJson(const Item& item, bool added) const;
+  void Open(Kind kind);  // a new item of `kind`, unless the open one is of it
+  void CloseOpen();
+  // An answer with no message and no call gets an empty message, so that output_text is "".
+  void EnsureAnswer();
+  [[nodiscard]] nlohmann::json ResponseJson(const std::string& status, const nlohmann::json& output,
+                                            const nlohmann::json& usage) const;
+  [[nodiscard]] nlohmann::json OutputJson() const;
+
+  nlohmann::json echo_;
+  bool logprobs_ = false;
+  std::string id_, model_;
+  int64_t created_ = 0;
+  std::vector<Item> items_;
+  int open_ = -1;  // the item being streamed
+  int64_t sequence_ = 0;
+  std::string out_;  // the events written since the last call
+};
+
+}  // namespace kvserve::router
+
+#endif  // KVSERVE_ROUTER_RESPONSES_OUTPUT_H_
