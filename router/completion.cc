@@ -168,7 +168,8 @@ void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
     // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
     // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
     if (req_.stream && (!d.echo.empty() || !d.out.text.empty() || !d.out.reasoning.empty() ||
-                        !d.out.calls.empty() || c.done || d.has_logprobs())) {
+                        !d.out.calls.empty() || c.done || d.has_logprobs() ||
+                        !d.token_ids.empty())) {
       SendChunk(index, d, c.done ? c.finish : "");
       if (!first_chunk_sent_) {
         first_chunk_sent_ = true;
@@ -249,6 +250,10 @@ void Completion::Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d
   for (int i = 0; i < r.token_ids_size() && !c.done && c.tokens < max_tokens_; ++i) {
     const int id = r.token_ids(i);
     ++c.tokens;
+    if (req_.return_token_ids) {
+      c.token_ids.push_back(id);
+      d.token_ids.push_back(id);
+    }
     if (absl::StatusOr<std::string> piece = c.detok->Append(id); piece.ok()) {
       // Stop strings count from the min_tokens-th token on (vLLM's rule).
       c.output.Push(*std::move(piece), {.check_stops = c.tokens >= req_.sampling.min_tokens()},
@@ -317,11 +322,21 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
     choice["logprobs"] = req_.logprobs() ? d.legacy.ToJson() : json(nullptr);
   }
   choice["finish_reason"] = FinishReasonJson(finish);
+  Choice& sent = choices_[index];
+  // Chat: in the stream's first chunk; completions: in each choice's first (its prompt's).
+  const bool first =
+      req_.return_token_ids && (req_.chat ? !first_chunk_sent_ : !sent.prompt_ids_sent);
+  if (req_.return_token_ids) {  // vLLM's: the prompt's ids once, then each chunk's own
+    sent.prompt_ids_sent = true;
+    if (first && !req_.chat) choice["prompt_token_ids"] = prompts_[sent.prompt].ids;
+    choice["token_ids"] = d.token_ids;
+  }
   json chunk = {{"id", response_id_},
                 {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", req_.model},
                 {"choices", {choice}}};
+  if (first && req_.chat) chunk["prompt_token_ids"] = prompts_[sent.prompt].ids;
   if (req_.continuous_usage) {  // this choice's so far, as vLLM counts it
     const int prompt = static_cast<int>(prompts_[choices_[index].prompt].ids.size());
     const int completion = choices_[index].tokens;
@@ -356,13 +371,15 @@ void Completion::Finish() {
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
   if (responses_) return FinishResponse();
   if (!req_.stream) {
-    return conn_->Respond(200,
-                          JsonBody({{"id", response_id_},
-                                    {"object", req_.chat ? "chat.completion" : "text_completion"},
-                                    {"created", created_},
-                                    {"model", req_.model},
-                                    {"choices", ChoicesJson()},
-                                    {"usage", Usage()}}));
+    json body = {{"id", response_id_},
+                 {"object", req_.chat ? "chat.completion" : "text_completion"},
+                 {"created", created_},
+                 {"model", req_.model},
+                 {"choices", ChoicesJson()},
+                 {"usage", Usage()}};
+    // vLLM's return_token_ids: chat's one prompt at the top, completions' per choice.
+    if (req_.return_token_ids && req_.chat) body["prompt_token_ids"] = prompts_[0].ids;
+    return conn_->Respond(200, JsonBody(body));
   }
   conn_->CountStreamed(200);
   if (req_.include_usage) {
@@ -419,6 +436,10 @@ json Completion::ChoicesJson() const {
     }
     choice["logprobs"] = ChoiceLogprobs(c);
     choice["finish_reason"] = c.finish;
+    if (req_.return_token_ids) {
+      if (!req_.chat) choice["prompt_token_ids"] = p.ids;
+      choice["token_ids"] = c.token_ids;
+    }
     if (req_.prompt_logprobs) {
       choice["prompt_logprobs"] = PromptLogprobsJson(p.prompt_logprobs, *req_.prompt_logprobs,
                                                      [this](int id) { return TokenText(id); });

@@ -74,9 +74,11 @@ class Completion : public std::enable_shared_from_this<Completion> {
     bool done = false;
     bool echoed = false;     // its prompt's echo went out (stream) or was taken (whole)
     bool role_sent = false;  // chat streams send the role in a choice's first chunk
+    bool prompt_ids_sent = false;  // completions' return_token_ids: its prompt's ids went out
     std::string finish;
     std::string reasoning_text;
     std::vector<ParsedToolCall> calls;
+    std::vector<int> token_ids;  // taken, with return_token_ids
     nlohmann::json logprobs = nlohmann::json::array();  // chat: content entries
     LegacyLogprobs legacy;                              // completions
     int64_t offset = 0;  // completions: characters before the next logprobs token
@@ -85,6 +87,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   struct ChoiceDelta {
     std::string echo;  // the prompt's, in the choice's first delta
     OutputDelta out;   // content, reasoning_content, tool calls
+    std::vector<int> token_ids;  // with return_token_ids
     nlohmann::json chat_logprobs = nlohmann::json::array();
     LegacyLogprobs legacy;
     [[nodiscard]] bool has_logprobs() const { return !chat_logprobs.empty() || !legacy.empty(); }

@@ -149,8 +149,6 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
                "best_of too); ask for n samples with logprobs and keep the best by their sum");
   }
   // vLLM's token-id outputs (issue 42).
-  ASSIGN_OR_RETURN(bool token_ids, Bool(o, "return_token_ids", false));
-  if (token_ids) return Unserved("return_token_ids", " or false");
   if (Field(o, "logprob_token_ids")) return Unserved("logprob_token_ids", "");
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
@@ -954,6 +952,7 @@ absl::Status ParseOptions(object o, const RequestLimits& limits, ParsedRequest* 
   ASSIGN_OR_RETURN(r->skip_special_tokens, Bool(o, "skip_special_tokens", true));
   ASSIGN_OR_RETURN(r->return_tokens_as_token_ids,
                    Bool(o, "return_tokens_as_token_ids", limits.tokens_as_token_ids));
+  ASSIGN_OR_RETURN(r->return_token_ids, Bool(o, "return_token_ids", false));
   ASSIGN_OR_RETURN(r->include_stop_str_in_output, Bool(o, "include_stop_str_in_output", false));
   ASSIGN_OR_RETURN(int64_t priority, Integer(o, "priority", 0, INT32_MIN, INT32_MAX));
   r->priority = static_cast<int>(priority);

@@ -74,6 +74,9 @@ struct ParsedRequest {
   bool continue_final_message = false;
   // Logprobs name tokens "token_id:ID" instead of their text (vLLM's).
   bool return_tokens_as_token_ids = false;
+  // vLLM's return_token_ids: the prompt's and each choice's token ids in the answer
+  // (prompt_token_ids, token_ids; streamed: the prompt's in the first chunk, each chunk's ids).
+  bool return_token_ids = false;
   // vLLM's request_id: the response's id is "chatcmpl-" / "cmpl-" and this (empty: the router's
   // own). The worker jobs keep the router's ids, so two requests may give the same one.
   std::string request_id;

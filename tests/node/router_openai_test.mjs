@@ -141,6 +141,53 @@ test('completions: n, logprobs, usage', async () => {
   assert.deepEqual(lp.top_logprobs, lp.tokens.map((t, i) => ({ [t]: lp.token_logprobs[i] })));
 });
 
+// vLLM's return_token_ids: the prompt's ids (chat: at the top; completions: per choice) and
+// each choice's, whole and streamed (the prompt's in the first chunk, then each chunk's own).
+test('return_token_ids: prompt and output ids, whole and streamed', async () => {
+  const base = client.baseURL.replace(/\/v1$/, '');
+  const messages = [{ role: 'user', content: 'Name a color.' }];
+  const tokenized = await (await fetch(`${base}/tokenize`, { method: 'POST',
+    body: JSON.stringify({ model: 'tiny', messages }) })).json();
+  const chat = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 6, temperature: 0,
+    return_token_ids: true });
+  assert.deepEqual(chat.prompt_token_ids, tokenized.tokens);
+  const ids = chat.choices[0].token_ids;
+  assert.equal(ids.length, chat.usage.completion_tokens);
+  const text = await (await fetch(`${base}/detokenize`, { method: 'POST',
+    body: JSON.stringify({ model: 'tiny', tokens: ids }) })).json();
+  assert.equal(text.prompt, chat.choices[0].message.content);
+  const chunks = [];
+  for await (const c of await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 6,
+    temperature: 0, return_token_ids: true, stream: true })) chunks.push(c);
+  assert.deepEqual(chunks[0].prompt_token_ids, tokenized.tokens);
+  assert.ok(chunks.slice(1).every((c) => c.prompt_token_ids === undefined));
+  assert.deepEqual(chunks.flatMap((c) => c.choices.flatMap((ch) => ch.token_ids ?? [])), ids);
+  // Completions: per choice, two prompts.
+  const prompts = ['The paged KV cache', 'Routing by prefix'];
+  const r = await client.completions.create({ model: 'tiny', prompt: prompts, max_tokens: 3, temperature: 0,
+    return_token_ids: true });
+  for (const c of r.choices) {
+    const want = await (await fetch(`${base}/tokenize`, { method: 'POST',
+      body: JSON.stringify({ model: 'tiny', prompt: prompts[c.index] }) })).json();
+    assert.deepEqual(c.prompt_token_ids, want.tokens);
+    assert.equal(c.token_ids.length, 3);
+  }
+  const streamed = { 0: [], 1: [] };
+  let promptIds = 0;
+  for await (const chunk of await client.completions.create({ model: 'tiny', prompt: prompts, max_tokens: 3,
+    temperature: 0, return_token_ids: true, stream: true })) {
+    for (const c of chunk.choices) {
+      streamed[c.index].push(...c.token_ids);
+      if (c.prompt_token_ids) promptIds++;
+    }
+  }
+  assert.equal(promptIds, 2);
+  for (const c of r.choices) assert.deepEqual(streamed[c.index], c.token_ids);
+  // Without it, no ids.
+  const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 });
+  assert.ok(!('prompt_token_ids' in plain) && !('token_ids' in plain.choices[0]));
+});
+
 test('chat, streaming with usage, and the same text without streaming', async () => {
   const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say something.' }];
   const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });

@@ -293,8 +293,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"stream_options", {{"include_usage", true}}}, {"stream", false}}, true, "stream_options"},
       {{{"cache_salt", ""}}, false, "cache_salt"},
       // vLLM's extensions not served yet: refused by name when they ask for anything.
-      {{{"return_token_ids", true}}, false, "return_token_ids"},
-      {{{"return_token_ids", true}}, true, "return_token_ids"},
+      {{{"return_token_ids", 1}}, true, "return_token_ids"},
       {{{"return_tokens_as_token_ids", 1}}, true, "return_tokens_as_token_ids"},
       {{{"logprob_token_ids", {1, 2}}}, false, "logprob_token_ids"},
       {{{"logprob_token_ids", json::array()}}, true, "logprob_token_ids"},
@@ -522,7 +521,7 @@ TEST(OpenAiRequestTest, EveryVllmFieldIsServedOrRefusedByName) {
       {"cache_salt", "s", true},
       {"kv_transfer_params", {{"do_remote_prefill", true}}, false},
       {"vllm_xargs", {{"k", 1}}, false},
-      {"return_token_ids", true, false},
+      {"return_token_ids", true, true},
       {"logprob_token_ids", {5}, false},
       {"structured_outputs", {{"regex", "a"}}, true},
   };
