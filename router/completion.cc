@@ -167,9 +167,9 @@ void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
     c.text += d.out.text;
     // A token whose text is held back (part of a UTF-8 character, or of what may be a stop
     // string) still sends its logprobs now, as vLLM does: none is left out of the stream.
-    if (req_.stream && (!d.echo.empty() || !d.out.text.empty() || !d.out.reasoning.empty() ||
-                        !d.out.calls.empty() || c.done || d.has_logprobs() ||
-                        !d.token_ids.empty())) {
+    if (req_.stream &&
+        (!d.echo.empty() || !d.out.text.empty() || !d.out.reasoning.empty() ||
+         !d.out.calls.empty() || c.done || d.has_logprobs() || !d.token_ids.empty())) {
       SendChunk(index, d, c.done ? c.finish : "");
       if (!first_chunk_sent_) {
         first_chunk_sent_ = true;
@@ -371,12 +371,10 @@ void Completion::Finish() {
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
   if (responses_) return FinishResponse();
   if (!req_.stream) {
-    json body = {{"id", response_id_},
-                 {"object", req_.chat ? "chat.completion" : "text_completion"},
-                 {"created", created_},
-                 {"model", req_.model},
-                 {"choices", ChoicesJson()},
-                 {"usage", Usage()}};
+    json body = {
+        {"id", response_id_},       {"object", req_.chat ? "chat.completion" : "text_completion"},
+        {"created", created_},      {"model", req_.model},
+        {"choices", ChoicesJson()}, {"usage", Usage()}};
     // vLLM's return_token_ids: chat's one prompt at the top, completions' per choice.
     if (req_.return_token_ids && req_.chat) body["prompt_token_ids"] = prompts_[0].ids;
     return conn_->Respond(200, JsonBody(body));

@@ -78,7 +78,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     std::string finish;
     std::string reasoning_text;
     std::vector<ParsedToolCall> calls;
-    std::vector<int> token_ids;  // taken, with return_token_ids
+    std::vector<int> token_ids;                         // taken, with return_token_ids
     nlohmann::json logprobs = nlohmann::json::array();  // chat: content entries
     LegacyLogprobs legacy;                              // completions
     int64_t offset = 0;  // completions: characters before the next logprobs token

@@ -211,9 +211,9 @@ void HttpConnection::WriteNext() {
 void HttpConnection::CountStreamed(int status) { metrics_->CountRequest(Endpoint(), status); }
 
 std::string HttpConnection::Endpoint() const {
-  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/responses",
-                            "/v1/models", "/tokenize", "/detokenize", "/health", "/ready",
-                            "/metrics", "/version", "/invocations"}) {
+  for (const char* known :
+       {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/models", "/tokenize",
+        "/detokenize", "/health", "/ready", "/metrics", "/version", "/invocations"}) {
     if (path_ == known) return path_;
   }
   return "other";

@@ -84,10 +84,9 @@ namespace {
 
 // Runs a parsed request: tokenizes and checks it, then hands it to a Completion (answering in
 // the Responses API's shape when `responses` is set); `session` keys the routing's affinity.
-void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
-         const HttpRequest& request, ParsedRequest parsed,
-         std::unique_ptr<ResponsesOutput> responses, const std::string& session,
-         const std::function<std::string(std::string_view)>& rename) {
+void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn, const HttpRequest& request,
+         ParsedRequest parsed, std::unique_ptr<ResponsesOutput> responses,
+         const std::string& session, const std::function<std::string(std::string_view)>& rename) {
   auto fail = [&](const absl::Status& s, std::string_view code = "") {
     conn->RespondError(
         OpenAiErrorFromStatus(absl::Status(s.code(), rename(StdSv(s.message()))), code));
@@ -120,11 +119,11 @@ void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
   if (!deadline.ok()) return fail(deadline.status());
   auto completion = std::make_shared<Completion>(ctx, conn, std::move(parsed));
   completion->set_responses(std::move(responses));
-  boost::asio::dispatch(completion->strand(), [completion, prompts = *std::move(prompts),
-                                               max_tokens, session, at = *deadline,
-                                               received = request.received] {
-    completion->Start(prompts, max_tokens, session, at, received);
-  });
+  boost::asio::dispatch(completion->strand(),
+                        [completion, prompts = *std::move(prompts), max_tokens, session,
+                         at = *deadline, received = request.received] {
+                          completion->Start(prompts, max_tokens, session, at, received);
+                        });
 }
 
 std::string AsIs(std::string_view message) { return std::string(message); }

@@ -171,15 +171,9 @@ json ResponsesOutput::OutputJson() const {
 
 json ResponsesOutput::ResponseJson(const std::string& status, const json& output,
                                    const json& usage) const {
-  json r = {{"id", id_},
-            {"object", "response"},
-            {"created_at", created_},
-            {"status", status},
-            {"error", nullptr},
-            {"incomplete_details", nullptr},
-            {"model", model_},
-            {"output", output},
-            {"usage", usage}};
+  json r = {{"id", id_},        {"object", "response"}, {"created_at", created_},
+            {"status", status}, {"error", nullptr},     {"incomplete_details", nullptr},
+            {"model", model_},  {"output", output},     {"usage", usage}};
   for (const auto& [key, value] : echo_.items()) r[key] = value;
   return r;
 }

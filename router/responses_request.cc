@@ -17,12 +17,23 @@ using json = nlohmann::json;
 constexpr int kMaxDepth = 128;  // nesting of the body's arrays and objects
 
 // vLLM's sampling extras that a Responses body may carry, passed to the chat request as they are.
-constexpr const char* kPassThrough[] = {
-    "model",          "temperature",        "top_p",           "stream",
-    "parallel_tool_calls", "user",          "top_k",           "min_p",
-    "seed",           "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "request_id",     "priority",           "cache_salt",      "skip_special_tokens",
-    "chat_template_kwargs"};
+constexpr const char* kPassThrough[] = {"model",
+                                        "temperature",
+                                        "top_p",
+                                        "stream",
+                                        "parallel_tool_calls",
+                                        "user",
+                                        "top_k",
+                                        "min_p",
+                                        "seed",
+                                        "repetition_penalty",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "request_id",
+                                        "priority",
+                                        "cache_salt",
+                                        "skip_special_tokens",
+                                        "chat_template_kwargs"};
 
 absl::Status Bad(std::string_view param, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(Sv(param), ": ", Sv(what)));
@@ -74,8 +85,9 @@ absl::Status RefuseUnserved(const json& o) {
     return Bad("store", "kvserve keeps no responses (stateless); leave it unset or false");
   }
   if (const json* b = Get(o, "background"); b && *b != false) {
-    return Bad("background", "background responses need stored responses, which kvserve does "
-                             "not keep; leave it unset or false");
+    return Bad("background",
+               "background responses need stored responses, which kvserve does "
+               "not keep; leave it unset or false");
   }
   if (Get(o, "prompt")) return Bad("prompt", "reusable prompt templates are not served");
   if (const json* t = Get(o, "truncation"); t && *t != "disabled") {
@@ -250,7 +262,8 @@ class InputBuilder {
       message["reasoning_content"] = *std::move(reasoning_);
       reasoning_.reset();
     } else if (reasoning_) {  // reasoning that no assistant turn followed
-      messages_.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning_content", *reasoning_}});
+      messages_.push_back(
+          {{"role", "assistant"}, {"content", ""}, {"reasoning_content", *reasoning_}});
       origin.push_back(reasoning_origin_);
       reasoning_.reset();
     }
@@ -457,7 +470,8 @@ absl::StatusOr<ResponsesRequest> TranslateResponsesRequest(std::string_view body
       return Bad("metadata", "must be an object of at most 16 string values");
     }
     for (const auto& [key, value] : m->items()) {
-      if (!value.is_string() || key.size() > 64 || value.get_ref<const std::string&>().size() > 512) {
+      if (!value.is_string() || key.size() > 64 ||
+          value.get_ref<const std::string&>().size() > 512) {
         return Bad("metadata", "keys are at most 64 characters, values strings of at most 512");
       }
     }

@@ -59,7 +59,8 @@ TEST(ResponsesRequestTest, ItemsBecomeChatMessages) {
   EXPECT_EQ(chat["max_tokens"], 9);
   EXPECT_EQ(chat["tools"][0], json::parse(R"({"type": "function", "function":
                                                {"name": "now", "parameters": {}}})"));
-  EXPECT_EQ(chat["tool_choice"], json::parse(R"({"type": "function", "function": {"name": "now"}})"));
+  EXPECT_EQ(chat["tool_choice"],
+            json::parse(R"({"type": "function", "function": {"name": "now"}})"));
   EXPECT_EQ(chat["response_format"]["json_schema"]["name"], "x");
 }
 
@@ -96,9 +97,9 @@ TEST(ResponsesRequestTest, ErrorsNameWhatTheClientSent) {
   EXPECT_THAT(Error(R"({"model": "m", "input": [{"type": "reasoning",
                         "encrypted_content": "zz"}]})"),
               HasSubstr("input[0].encrypted_content"));
-  EXPECT_THAT(Error("{\"model\": \"m\", \"input\": " + std::string(200, '[') +
-                    std::string(200, ']') + "}"),
-              HasSubstr("deeper than 128"));
+  EXPECT_THAT(
+      Error("{\"model\": \"m\", \"input\": " + std::string(200, '[') + std::string(200, ']') + "}"),
+      HasSubstr("deeper than 128"));
   EXPECT_THAT(Error("not json"), HasSubstr("body: is not valid JSON"));
 }
 
@@ -129,18 +130,26 @@ TEST(ResponsesOutputTest, StreamedItemsOpenAndCloseInOrder) {
     types.push_back(events[i]["type"]);
     EXPECT_EQ(events[i]["sequence_number"], i);
   }
-  EXPECT_EQ(types, (std::vector<std::string>{
-                       "response.created", "response.in_progress",
-                       "response.output_item.added", "response.content_part.added",
-                       "response.reasoning_text.delta", "response.reasoning_text.delta",
-                       "response.reasoning_text.done", "response.content_part.done",
-                       "response.output_item.done", "response.output_item.added",
-                       "response.content_part.added", "response.output_text.delta",
-                       "response.output_text.done", "response.content_part.done",
-                       "response.output_item.done", "response.output_item.added",
-                       "response.function_call_arguments.delta",
-                       "response.function_call_arguments.done", "response.output_item.done",
-                       "response.completed"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.function_call_arguments.delta",
+                                             "response.function_call_arguments.done",
+                                             "response.output_item.done",
+                                             "response.completed"}));
   const json& done = events.back()["response"];
   ASSERT_EQ(done["output"].size(), 3u);
   EXPECT_EQ(done["output"][0]["content"][0]["text"], "Let me think.");
