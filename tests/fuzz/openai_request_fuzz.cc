@@ -1,12 +1,14 @@
 // The OpenAI request parser (router/openai_request.h) on arbitrary bodies: the first byte picks
 // /v1/completions or /v1/chat/completions. Any body gets a request or an InvalidArgument; a
 // parsed request passes the logprob budget check without overflow. The body is also read as a
-// chat output by each tool-call splitter, cut into pieces of 1 to 8 bytes.
+// chat output by each tool-call splitter, cut into pieces of 1 to 8 bytes, and as a Responses
+// API body (router/responses_request.h): a chat request or an InvalidArgument, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "router/openai_request.h"
+#include "router/responses_request.h"
 #include "router/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -21,6 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.ok()) {
     kvserve::router::CheckLogprobBudget(*r, r->max_tokens, limits).IgnoreError();
   }
+  absl::StatusOr<kvserve::router::ResponsesRequest> responses =
+      kvserve::router::TranslateResponsesRequest(body, limits);
+  if (responses.ok()) kvserve::router::ParseResponsesAsChat(*responses, limits).IgnoreError();
   using kvserve::router::ToolOutput;
   const size_t step = 1 + (data[0] >> 1) % 8;
   for (ToolOutput format : {ToolOutput::kHermes, ToolOutput::kLlama3Json,
