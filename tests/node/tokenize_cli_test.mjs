@@ -23,7 +23,7 @@ test('encodes, decodes and renders, one reply per line', () => {
     { text: 5 },
     { nothing: true },
     { messages: [{ role: 'user', content: 'Hi' }] },
-    { messages: [{ role: 'robot', content: 'Hi' }] },
+    { messages: [{ role: 'ro bot', content: 'Hi' }] },
     { text: '<|eot_id|>', add_special_tokens: false },
   ].map((l) => (typeof l === 'string' ? l : JSON.stringify(l)));
   lines.push('{"text": "\\ud800"}');  // a lone surrogate escape is not valid text
@@ -42,7 +42,7 @@ test('encodes, decodes and renders, one reply per line', () => {
   assert.equal(out[8].text, '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>' +
     '<|start_header_id|>assistant<|end_header_id|>\n\n');
   assert.equal(out[8].ids[0], 128000);
-  assert.match(out[9].error, /role 'robot'/);
+  assert.match(out[9].error, /role: a custom role is a name/);
   assert.deepEqual(out[10], { ids: [128009] });
   assert.ok(out[11].error);
 });
