@@ -34,10 +34,8 @@ void Completion::Start(std::vector<std::vector<int>> prompts, int max_tokens,
                      : absl::StrCat(req_.chat ? "chatcmpl-" : "cmpl-", req_.request_id);
   start_ = Clock::now();
   created_ = UnixSeconds();
-  if (responses_) {
-    const size_t dash = response_id_.find('-');
-    responses_->Begin(absl::StrCat("resp_", response_id_.substr(dash + 1)), created_, req_.model);
-  }
+  if (output_)
+    output_->Begin(response_id_.substr(response_id_.find('-') + 1), created_, req_.model);
   prompts_.resize(prompts.size());
   std::vector<std::string> tool_names;  // the calls a tool-call parser takes
   for (const ToolSpec& tool : req_.tool_use.tools) tool_names.push_back(tool.name);
@@ -147,7 +145,7 @@ void Completion::OnResponse(size_t prompt, const pb::GenerateResponse& r,
   if (req_.stream && !stream_started_) {
     stream_started_ = true;
     conn_->StartEventStream();
-    if (responses_) conn_->Write(responses_->Opening(), false);
+    if (output_) conn_->Write(output_->Opening(OutputUsage()), false);
   }
   PromptJob& p = prompts_[prompt];
   if (p.prompt_logprobs.empty() && r.prompt_logprobs_size() > 0) {
@@ -197,15 +195,15 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
       OpenAiErrorFromStatus(absl::Status(static_cast<absl::StatusCode>(code), r.error().message()));
   AbortAll();  // the other prompts' jobs
   finished_ = true;
-  if (stream_started_ && responses_) {
+  if (stream_started_ && output_) {
     conn_->CountStreamed(e.http_status);
-    conn_->Write(responses_->Failed(e.json), true);
+    conn_->Write(output_->Failed(e), true);
   } else if (stream_started_) {
     conn_->CountStreamed(e.http_status);
     conn_->Write("data: " + e.json + "\n\n", false);
     conn_->Write("data: [DONE]\n\n", true);
   } else {
-    conn_->RespondError(e);
+    conn_->RespondError(output_ ? output_->Error(e) : e);
   }
   return true;
 }
@@ -261,6 +259,7 @@ void Completion::Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d
       if (d.out.stopped) {
         c.done = true;
         c.finish = "stop";
+        c.stop_string = d.out.stop_string;
       }
     }
     if (req_.logprobs() && i < r.logprobs_size()) AddLogprobs(c, id, r.logprobs(i), d);
@@ -298,9 +297,9 @@ void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, C
 }
 
 void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& finish) {
-  if (responses_) {  // one choice: n is 1
-    return conn_->Write(
-        responses_->Delta(d.out.reasoning, d.out.text, d.chat_logprobs, d.out.calls), false);
+  if (output_) {  // one choice: n is 1
+    return conn_->Write(output_->Delta(d.out.reasoning, d.out.text, d.chat_logprobs, d.out.calls),
+                        false);
   }
   json choice = {{"index", index}};
   if (req_.chat) {
@@ -369,7 +368,7 @@ void Completion::Finish() {
   if (finished_) return;
   finished_ = true;
   ctx_.metrics->ObserveE2e(SecondsSince(start_));
-  if (responses_) return FinishResponse();
+  if (output_) return FinishOutput();
   if (!req_.stream) {
     json body = {
         {"id", response_id_},       {"object", req_.chat ? "chat.completion" : "text_completion"},
@@ -392,12 +391,11 @@ void Completion::Finish() {
   conn_->Write("data: [DONE]\n\n", true);
 }
 
-void Completion::FinishResponse() {
+ApiUsage Completion::OutputUsage() const {
   const Choice& c = choices_[0];
-  const PromptJob& p = prompts_[0];
-  ResponsesUsage usage;
-  usage.input = static_cast<int>(p.ids.size());
-  usage.cached = p.cached;
+  ApiUsage usage;
+  usage.input = static_cast<int>(prompts_[0].ids.size());
+  usage.cached = prompts_[0].cached;
   usage.output = c.tokens;
   // The reasoning's tokens as the tokenizer reads its text back (within a token or two of
   // those drawn: the block's tags are not in it).
@@ -405,12 +403,18 @@ void Completion::FinishResponse() {
     absl::StatusOr<std::vector<int>> ids = ctx_.tokenizer->Encode(c.reasoning_text, false);
     if (ids.ok()) usage.reasoning = std::min(static_cast<int>(ids->size()), c.tokens);
   }
+  return usage;
+}
+
+void Completion::FinishOutput() {
+  const Choice& c = choices_[0];
+  const ApiFinish finish{c.finish, c.stop_string};
   if (!req_.stream) {
-    responses_->Delta(c.reasoning_text, c.text, c.logprobs, c.calls);
-    return conn_->Respond(200, JsonBody(responses_->Response(c.finish, usage)));
+    output_->Delta(c.reasoning_text, c.text, c.logprobs, c.calls);
+    return conn_->Respond(200, JsonBody(output_->Response(finish, OutputUsage())));
   }
   conn_->CountStreamed(200);
-  conn_->Write(responses_->Closing(c.finish, usage), true);
+  conn_->Write(output_->Closing(finish, OutputUsage()), true);
 }
 
 json Completion::ChoicesJson() const {

@@ -23,12 +23,12 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "nlohmann/json.hpp"
+#include "router/api_output.h"
 #include "router/front_context.h"
 #include "router/http_connection.h"
 #include "router/openai_json.h"
 #include "router/openai_request.h"
 #include "router/output_pipeline.h"
-#include "router/responses_output.h"
 #include "router/router_core.h"
 
 namespace kvserve::router {
@@ -43,8 +43,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
         req_(std::move(req)),
         strand_(boost::asio::make_strand(*ctx.handlers)) {}
   [[nodiscard]] const auto& strand() const { return strand_; }
-  // Answers in the Responses API's shape (one choice) instead of chat's; before Start.
-  void set_responses(std::unique_ptr<ResponsesOutput> out) { responses_ = std::move(out); }
+  // Answers in another API's shape (one choice; router/api_output.h) instead of chat's; before
+  // Start.
+  void set_output(std::unique_ptr<ApiOutput> out) { output_ = std::move(out); }
 
   // Places a job per prompt (`prompts`: their ids; `max_tokens` per choice); `session_header`
   // is the X-Session-Id header; `deadline` when it must have ended; `received` when its HTTP
@@ -76,6 +77,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     bool role_sent = false;  // chat streams send the role in a choice's first chunk
     bool prompt_ids_sent = false;  // completions' return_token_ids: its prompt's ids went out
     std::string finish;
+    std::string stop_string;  // the one that ended it
     std::string reasoning_text;
     std::vector<ParsedToolCall> calls;
     std::vector<int> token_ids;                         // taken, with return_token_ids
@@ -120,7 +122,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void EndPrompt(size_t prompt, bool abort);
   void AbortAll();
   void Finish();
-  void FinishResponse();  // Finish, for the Responses API
+  void FinishOutput();  // Finish, through output_
+  [[nodiscard]] ApiUsage OutputUsage() const;
   [[nodiscard]] nlohmann::json Usage() const;
   [[nodiscard]] nlohmann::json ChoiceLogprobs(const Choice& c) const;
   [[nodiscard]] nlohmann::json ChoicesJson() const;
@@ -148,7 +151,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   bool stream_started_ = false;
   bool first_chunk_sent_ = false;
   bool reasoning_inside_ = false;  // the chat prompt opened a reasoning block
-  std::unique_ptr<ResponsesOutput> responses_;  // set: the answer is a Responses API one
+  std::unique_ptr<ApiOutput> output_;  // set: the answer is in that API's shape
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };
 

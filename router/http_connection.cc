@@ -82,6 +82,7 @@ void HttpConnection::OnRead(beast::error_code ec) {
   if (question != std::string::npos) r.query = target.substr(question + 1);
   r.body = std::move(req.body());
   r.authorization = std::string(req[http::field::authorization]);
+  r.api_key = std::string(req["x-api-key"]);
   r.session_id = std::string(req["x-session-id"]);
   r.received = std::chrono::steady_clock::now();
   r.timeout = std::string(req["x-request-timeout"]);
@@ -212,8 +213,9 @@ void HttpConnection::CountStreamed(int status) { metrics_->CountRequest(Endpoint
 
 std::string HttpConnection::Endpoint() const {
   for (const char* known :
-       {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/models", "/tokenize",
-        "/detokenize", "/health", "/ready", "/metrics", "/version", "/invocations"}) {
+       {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+        "/v1/messages/count_tokens", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready",
+        "/metrics", "/version", "/invocations"}) {
     if (path_ == known) return path_;
   }
   return "other";

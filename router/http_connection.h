@@ -51,6 +51,7 @@ struct HttpRequest {
   std::string query;  // after '?', or empty
   std::string body;
   std::string authorization;                       // the Authorization header
+  std::string api_key;                             // the X-Api-Key header (Anthropic's)
   std::string session_id;                          // the X-Session-Id header
   std::string timeout;                             // the X-Request-Timeout header (seconds)
   std::chrono::steady_clock::time_point received;  // when its last byte was read

@@ -10,6 +10,7 @@
 #include "router/admin_handlers.h"
 #include "router/auth.h"
 #include "router/http_connection.h"
+#include "router/messages_output.h"
 #include "router/openai_handlers.h"
 
 namespace kvserve::router {
@@ -91,8 +92,12 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
   // The API and what reveals the served model's vocabulary follow the API-key policy.
   if (path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" ||
       path == "/invocations") {
-    if (absl::Status s = CheckApiKey(ctx.options.api_keys, r.authorization); !s.ok()) {
-      return conn->RespondError(OpenAiErrorFromStatus(s, "invalid_api_key"));
+    // Anthropic's clients send the key as X-Api-Key.
+    const std::string authorization =
+        r.authorization.empty() && !r.api_key.empty() ? "Bearer " + r.api_key : r.authorization;
+    if (absl::Status s = CheckApiKey(ctx.options.api_keys, authorization); !s.ok()) {
+      const OpenAiError e = OpenAiErrorFromStatus(s, "invalid_api_key");
+      return conn->RespondError(path.rfind("/v1/messages", 0) == 0 ? AnthropicError(e) : e);
     }
   }
   const bool get = r.method == "GET", post = r.method == "POST";
@@ -107,6 +112,8 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
   if (post && path == "/v1/completions") return HandleCompletion(ctx, conn, r, /*chat=*/false);
   if (post && path == "/v1/chat/completions") return HandleCompletion(ctx, conn, r, true);
   if (post && path == "/v1/responses") return HandleResponses(ctx, conn, r);
+  if (post && path == "/v1/messages") return HandleMessages(ctx, conn, r);
+  if (post && path == "/v1/messages/count_tokens") return HandleCountTokens(ctx, *conn, r);
   if (path.rfind("/v1/responses/", 0) == 0) {  // retrieve, delete, cancel, input_items
     return conn->RespondError(OpenAiErrorFromStatus(
         absl::NotFoundError("kvserve keeps no responses (stateless): there is none to retrieve, "

@@ -16,6 +16,8 @@
 #include "common/version.h"
 #include "nlohmann/json.hpp"
 #include "router/completion.h"
+#include "router/messages_output.h"
+#include "router/messages_request.h"
 #include "router/openai_error.h"
 #include "router/openai_json.h"
 #include "router/openai_request.h"
@@ -83,13 +85,15 @@ absl::StatusOr<std::vector<std::vector<int>>> TokenizePrompts(const FrontContext
 namespace {
 
 // Runs a parsed request: tokenizes and checks it, then hands it to a Completion (answering in
-// the Responses API's shape when `responses` is set); `session` keys the routing's affinity.
+// `output`'s shape when it is set); `session` keys the routing's affinity; `rename` writes an
+// error about the chat request as the client's API names its fields.
 void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn, const HttpRequest& request,
-         ParsedRequest parsed, std::unique_ptr<ResponsesOutput> responses,
-         const std::string& session, const std::function<std::string(std::string_view)>& rename) {
+         ParsedRequest parsed, std::unique_ptr<ApiOutput> output, const std::string& session,
+         const std::function<std::string(std::string_view)>& rename) {
   auto fail = [&](const absl::Status& s, std::string_view code = "") {
-    conn->RespondError(
-        OpenAiErrorFromStatus(absl::Status(s.code(), rename(StdSv(s.message()))), code));
+    const OpenAiError e =
+        OpenAiErrorFromStatus(absl::Status(s.code(), rename(StdSv(s.message()))), code);
+    conn->RespondError(output ? output->Error(e) : e);
   };
   if (parsed.tool_use.choice == ToolChoice::kAuto && !ctx.options.tool_parser) {
     return fail(absl::InvalidArgumentError(
@@ -118,7 +122,7 @@ void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn, const H
       Deadline(ctx.options.request_timeout, request.timeout);
   if (!deadline.ok()) return fail(deadline.status());
   auto completion = std::make_shared<Completion>(ctx, conn, std::move(parsed));
-  completion->set_responses(std::move(responses));
+  completion->set_output(std::move(output));
   boost::asio::dispatch(completion->strand(),
                         [completion, prompts = *std::move(prompts), max_tokens, session,
                          at = *deadline, received = request.received] {
@@ -150,6 +154,39 @@ void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& c
       request.session_id.empty() ? translated->prompt_cache_key : request.session_id;
   Run(ctx, conn, request, *std::move(parsed), std::move(output), session,
       [r = *translated](std::string_view message) { return RenameResponsesParam(message, r); });
+}
+
+void HandleMessages(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                    const HttpRequest& request) {
+  auto fail = [&](const absl::Status& s) {
+    conn->RespondError(AnthropicError(OpenAiErrorFromStatus(s)));
+  };
+  absl::StatusOr<MessagesRequest> translated =
+      TranslateMessagesRequest(request.body, ctx.options.limits);
+  if (!translated.ok()) return fail(translated.status());
+  absl::StatusOr<ParsedRequest> parsed = ParseMessagesAsChat(*translated, ctx.options.limits);
+  if (!parsed.ok()) return fail(parsed.status());
+  Run(ctx, conn, request, *std::move(parsed), std::make_unique<MessagesOutput>(),
+      request.session_id,
+      [r = *translated](std::string_view message) { return RenameMessagesParam(message, r); });
+}
+
+void HandleCountTokens(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request) {
+  auto fail = [&](const absl::Status& s) {
+    conn.RespondError(AnthropicError(OpenAiErrorFromStatus(s)));
+  };
+  absl::StatusOr<MessagesRequest> translated =
+      TranslateMessagesRequest(request.body, ctx.options.limits, /*counting=*/true);
+  if (!translated.ok()) return fail(translated.status());
+  absl::StatusOr<ParsedRequest> parsed = ParseMessagesAsChat(*translated, ctx.options.limits);
+  if (!parsed.ok()) return fail(parsed.status());
+  absl::StatusOr<std::vector<int>> ids =
+      PromptIds(*ctx.tokenizer, *parsed, ctx.options.normalize_prompts, 0);
+  if (!ids.ok()) {
+    return fail(absl::Status(ids.status().code(),
+                             RenameMessagesParam(StdSv(ids.status().message()), *translated)));
+  }
+  conn.Respond(200, JsonBody({{"input_tokens", ids->size()}}));
 }
 
 void HandleModels(const FrontContext& ctx, HttpConnection& conn) {

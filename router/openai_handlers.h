@@ -27,6 +27,14 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
 void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                      const HttpRequest& request);
 
+// POST /v1/messages: Anthropic's Messages API as vLLM serves it (router/messages_request.h),
+// answered by the same completion path in Anthropic's shapes (router/messages_output.h).
+void HandleMessages(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
+                    const HttpRequest& request);
+
+// POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt's tokens as rendered.
+void HandleCountTokens(const FrontContext& ctx, HttpConnection& conn, const HttpRequest& request);
+
 // GET /v1/models: the served model.
 void HandleModels(const FrontContext& ctx, HttpConnection& conn);
 

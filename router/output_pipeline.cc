@@ -27,6 +27,7 @@ class StopStrings final : public OutputStage {
     StopStringMatcher::Result r = matcher_.Append(text, at.check_stops);
     if (r.stopped) {
       out.stopped = true;
+      out.stop_string = r.matched;
       if (include_stop_str_) r.emit += r.matched;
       return std::move(r.emit);
     }

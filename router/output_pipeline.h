@@ -32,6 +32,7 @@ struct OutputDelta {
   std::string reasoning;              // reasoning_content
   std::vector<ParsedToolCall> calls;  // tool calls completed
   bool stopped = false;               // a stop string matched: the choice ends here
+  std::string stop_string;            // the one that matched
 };
 
 // Where a piece of text stands in its choice's stream.

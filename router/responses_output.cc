@@ -9,7 +9,7 @@ namespace kvserve::router {
 using json = nlohmann::json;
 
 void ResponsesOutput::Begin(std::string id, int64_t created, std::string model) {
-  id_ = std::move(id);
+  id_ = absl::StrCat("resp_", id);
   created_ = created;
   model_ = std::move(model);
 }
@@ -30,7 +30,7 @@ json ResponsesOutput::PartJson(const Item& item, bool added) const {
 }
 
 json ResponsesOutput::ItemJson(const Item& item, bool added) const {
-  const char* status = added ? "in_progress" : "completed";
+  const char* status = added ? "in_progress" : item.cut ? "incomplete" : "completed";
   switch (item.kind) {
     case Kind::kReasoning:
       return {{"type", "reasoning"},
@@ -96,7 +96,7 @@ void ResponsesOutput::CloseOpen() {
   open_ = -1;
 }
 
-std::string ResponsesOutput::Opening() {
+std::string ResponsesOutput::Opening(const ApiUsage& /*usage*/) {
   const json response = ResponseJson("in_progress", json::array(), nullptr);
   Emit({{"type", "response.created"}, {"response", response}});
   Emit({{"type", "response.in_progress"}, {"response", response}});
@@ -178,10 +178,11 @@ json ResponsesOutput::ResponseJson(const std::string& status, const json& output
   return r;
 }
 
-json ResponsesOutput::Response(const std::string& finish, const ResponsesUsage& usage) {
+json ResponsesOutput::Response(const ApiFinish& finish, const ApiUsage& usage) {
+  const bool incomplete = finish.reason == "length";
   EnsureAnswer();
+  if (incomplete && open_ >= 0 && items_[open_].kind == Kind::kMessage) items_[open_].cut = true;
   CloseOpen();
-  const bool incomplete = finish == "length";
   json r = ResponseJson(incomplete ? "incomplete" : "completed", OutputJson(),
                         {{"input_tokens", usage.input},
                          {"input_tokens_details", {{"cached_tokens", usage.cached}}},
@@ -192,7 +193,7 @@ json ResponsesOutput::Response(const std::string& finish, const ResponsesUsage& 
   return r;
 }
 
-std::string ResponsesOutput::Closing(const std::string& finish, const ResponsesUsage& usage) {
+std::string ResponsesOutput::Closing(const ApiFinish& finish, const ApiUsage& usage) {
   json r = Response(finish, usage);
   const std::string type =
       r["status"] == "incomplete" ? "response.incomplete" : "response.completed";
@@ -200,9 +201,9 @@ std::string ResponsesOutput::Closing(const std::string& finish, const ResponsesU
   return std::exchange(out_, {});
 }
 
-std::string ResponsesOutput::Failed(const std::string& error_json) {
+std::string ResponsesOutput::Failed(const OpenAiError& error) {
   CloseOpen();
-  const json body = json::parse(error_json, nullptr, false);
+  const json body = json::parse(error.json, nullptr, false);
   const json& e = body.is_object() && body.contains("error") ? body["error"] : json::object();
   json r = ResponseJson("failed", OutputJson(), nullptr);
   r["error"] = {{"code", e.value("code", json("server_error"))},

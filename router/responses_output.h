@@ -4,12 +4,7 @@
 // (response.created, response.output_item.added, response.output_text.delta, ...,
 // response.completed), each with its sequence_number.
 //
-//   ResponsesOutput out(echo, /*logprobs=*/false);
-//   out.Begin("resp_...", created, model);
-//   conn.Write(out.Opening());                            // streams only
-//   conn.Write(out.Delta(reasoning, text, logprobs, calls));  // per chat delta
-//   conn.Write(out.Closing(finish, usage));               // streams: the last events
-//   body = out.Response(finish, usage);                   // whole: after one Delta of it all
+// How a Completion uses it: router/api_output.h.
 //
 // Owned by one Completion, used on its strand.
 #ifndef KVSERVE_ROUTER_RESPONSES_OUTPUT_H_
@@ -20,35 +15,31 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "router/api_output.h"
 #include "router/tool_calls.h"
 
 namespace kvserve::router {
 
-struct ResponsesUsage {
-  int input = 0, cached = 0, output = 0, reasoning = 0;
-};
-
-class ResponsesOutput {
+class ResponsesOutput final : public ApiOutput {
  public:
   // `echo`: the request's fields the response repeats (ResponsesRequest::echo); `logprobs`:
   // output_text parts carry their tokens' logprobs.
   ResponsesOutput(nlohmann::json echo, bool logprobs)
       : echo_(std::move(echo)), logprobs_(logprobs) {}
 
-  void Begin(std::string id, int64_t created, std::string model);
+  // The id is "resp_" and `id`.
+  void Begin(std::string id, int64_t created, std::string model) override;
   // response.created and response.in_progress.
-  std::string Opening();
-  // The events of what one chat delta adds: reasoning text, content text with its logprobs
-  // entries (chat's shape: token, logprob, bytes, top_logprobs), completed tool calls.
+  std::string Opening(const ApiUsage& usage) override;
   std::string Delta(const std::string& reasoning, const std::string& text,
-                    const nlohmann::json& logprobs, const std::vector<ParsedToolCall>& calls);
+                    const nlohmann::json& logprobs,
+                    const std::vector<ParsedToolCall>& calls) override;
   // The events that close the open item and end the response (response.completed, or
-  // response.incomplete when `finish` is "length").
-  std::string Closing(const std::string& finish, const ResponsesUsage& usage);
-  // The whole response object; call after the output went through Delta.
-  nlohmann::json Response(const std::string& finish, const ResponsesUsage& usage);
-  // response.failed with OpenAI's error body `error_json` ({"error": {message, code, ...}}).
-  std::string Failed(const std::string& error_json);
+  // response.incomplete when the reason is "length").
+  std::string Closing(const ApiFinish& finish, const ApiUsage& usage) override;
+  nlohmann::json Response(const ApiFinish& finish, const ApiUsage& usage) override;
+  // response.failed with the error's message and code.
+  std::string Failed(const OpenAiError& error) override;
 
  private:
   enum class Kind { kReasoning, kMessage, kCall };
@@ -59,6 +50,7 @@ class ResponsesOutput {
     nlohmann::json logprobs = nlohmann::json::array();
     std::string call_id, name;
     bool done = false;
+    bool cut = false;  // a message the budget ended: "incomplete", as OpenAI marks it
   };
 
   void Emit(nlohmann::json event);

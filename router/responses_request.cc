@@ -8,13 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
+#include "router/request_json.h"
 
 namespace kvserve::router {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr int kMaxDepth = 128;  // nesting of the body's arrays and objects
 
 // vLLM's sampling extras that a Responses body may carry, passed to the chat request as they are.
 constexpr const char* kPassThrough[] = {"model",
@@ -35,84 +34,49 @@ constexpr const char* kPassThrough[] = {"model",
                                         "skip_special_tokens",
                                         "chat_template_kwargs"};
 
-absl::Status Bad(std::string_view param, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(Sv(param), ": ", Sv(what)));
-}
-
-// The field, or null when it is absent or JSON null.
-const json* Get(const json& o, const char* key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
 // What a stateless server answers for a stateful ask.
 constexpr std::string_view kStateless =
     "kvserve keeps no responses or conversations (stateless): send the whole conversation in "
     "input";
 
-// InvalidArgument when the body nests arrays and objects deeper than kMaxDepth (the JSON library
-// recurses when writing).
-absl::Status CheckDepth(std::string_view body) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) {
-        return Bad("body", absl::StrCat("nests arrays and objects deeper than ", kMaxDepth));
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The Responses parameters kvserve does not serve, refused by name unless unset or neutral.
 absl::Status RefuseUnserved(const json& o) {
-  if (Get(o, "previous_response_id")) return Bad("previous_response_id", kStateless);
-  if (Get(o, "conversation")) return Bad("conversation", kStateless);
-  if (const json* s = Get(o, "store"); s && *s != false) {
-    return Bad("store", "kvserve keeps no responses (stateless); leave it unset or false");
+  if (Field(o, "previous_response_id")) return BadParam("previous_response_id", kStateless);
+  if (Field(o, "conversation")) return BadParam("conversation", kStateless);
+  if (const json* s = Field(o, "store"); s && *s != false) {
+    return BadParam("store", "kvserve keeps no responses (stateless); leave it unset or false");
   }
-  if (const json* b = Get(o, "background"); b && *b != false) {
-    return Bad("background",
-               "background responses need stored responses, which kvserve does "
-               "not keep; leave it unset or false");
+  if (const json* b = Field(o, "background"); b && *b != false) {
+    return BadParam("background",
+                    "background responses need stored responses, which kvserve does "
+                    "not keep; leave it unset or false");
   }
-  if (Get(o, "prompt")) return Bad("prompt", "reusable prompt templates are not served");
-  if (const json* t = Get(o, "truncation"); t && *t != "disabled") {
-    return Bad("truncation", "only \"disabled\" is served: an input past the context is a 400");
+  if (Field(o, "prompt")) return BadParam("prompt", "reusable prompt templates are not served");
+  if (const json* t = Field(o, "truncation"); t && *t != "disabled") {
+    return BadParam("truncation",
+                    "only \"disabled\" is served: an input past the context is a 400");
   }
-  if (Get(o, "max_tool_calls")) return Bad("max_tool_calls", "is not served; leave it unset");
-  if (const json* r = Get(o, "reasoning")) {
-    if (!r->is_object()) return Bad("reasoning", "must be an object");
+  if (Field(o, "max_tool_calls"))
+    return BadParam("max_tool_calls", "is not served; leave it unset");
+  if (const json* r = Field(o, "reasoning")) {
+    if (!r->is_object()) return BadParam("reasoning", "must be an object");
     for (const char* key : {"effort", "summary", "generate_summary"}) {
-      if (Get(*r, key)) {
-        return Bad(absl::StrCat("reasoning.", key),
-                   "is not served: the model reasons as its chat template has it "
-                   "(chat_template_kwargs.enable_thinking where the template reads it)");
+      if (Field(*r, key)) {
+        return BadParam(absl::StrCat("reasoning.", key),
+                        "is not served: the model reasons as its chat template has it "
+                        "(chat_template_kwargs.enable_thinking where the template reads it)");
       }
     }
   }
-  if (const json* t = Get(o, "service_tier"); t && *t != "auto" && *t != "default") {
-    return Bad("service_tier", "kvserve has one tier: \"auto\" or \"default\"");
+  if (const json* t = Field(o, "service_tier"); t && *t != "auto" && *t != "default") {
+    return BadParam("service_tier", "kvserve has one tier: \"auto\" or \"default\"");
   }
-  if (const json* s = Get(o, "stream_options")) {
-    if (!s->is_object()) return Bad("stream_options", "must be an object");
+  if (const json* s = Field(o, "stream_options")) {
+    if (!s->is_object()) return BadParam("stream_options", "must be an object");
     for (const auto& [key, value] : s->items()) {
       if (key != "include_obfuscation" || (!value.is_null() && value != false)) {
-        return Bad(absl::StrCat("stream_options.", key.substr(0, 64)),
-                   "is not served (kvserve pads no stream events); leave it unset or false");
+        return BadParam(absl::StrCat("stream_options.", key.substr(0, 64)),
+                        "is not served (kvserve pads no stream events); leave it unset or false");
       }
     }
   }
@@ -122,35 +86,28 @@ absl::Status RefuseUnserved(const json& o) {
 // A content list's text: its text parts joined; other part types are refused by name.
 absl::StatusOr<std::string> ContentText(const json& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return Bad(param, "must be a string or a list of content parts");
+  if (!content.is_array()) return BadParam(param, "must be a string or a list of content parts");
   std::string text;
   for (size_t j = 0; j < content.size(); ++j) {
     const json& p = content[j];
     const std::string part = absl::StrCat(param, "[", j, "]");
-    const json* type = p.is_object() ? Get(p, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) return Bad(part, "must be an object with a type");
+    const json* type = p.is_object() ? Field(p, "type") : nullptr;
+    if (type == nullptr || !type->is_string())
+      return BadParam(part, "must be an object with a type");
     const std::string t = type->get<std::string>();
     if (t != "input_text" && t != "output_text" && t != "text" && t != "refusal") {
-      return Bad(part + ".type", absl::StrCat("'", t.substr(0, 64),
-                                              "' is not served: kvserve's models take text "
-                                              "(input_text, output_text)"));
+      return BadParam(part + ".type", absl::StrCat("'", t.substr(0, 64),
+                                                   "' is not served: kvserve's models take text "
+                                                   "(input_text, output_text)"));
     }
     const char* field = t == "refusal" ? "refusal" : "text";
-    const json* value = Get(p, field);
+    const json* value = Field(p, field);
     if (value == nullptr || !value->is_string()) {
-      return Bad(absl::StrCat(part, ".", field), "must be a string");
+      return BadParam(absl::StrCat(part, ".", field), "must be a string");
     }
     text += value->get<std::string>();
   }
   return text;
-}
-
-absl::StatusOr<std::string> StringField(const json& o, const char* key, const std::string& param) {
-  const json* v = Get(o, key);
-  if (v == nullptr || !v->is_string() || v->get_ref<const std::string&>().empty()) {
-    return Bad(absl::StrCat(param, ".", key), "must be a non-empty string");
-  }
-  return v->get<std::string>();
 }
 
 // Input items as chat messages. A function call joins the assistant turn before it (the model's
@@ -163,19 +120,20 @@ class InputBuilder {
 
   absl::Status AddItem(const json& item, size_t i) {
     const std::string param = absl::StrCat("input[", i, "]");
-    if (!item.is_object()) return Bad(param, "must be an object");
-    const json* type = Get(item, "type");
-    if (type != nullptr && !type->is_string()) return Bad(param + ".type", "must be a string");
+    if (!item.is_object()) return BadParam(param, "must be an object");
+    const json* type = Field(item, "type");
+    if (type != nullptr && !type->is_string()) return BadParam(param + ".type", "must be a string");
     const std::string t = type ? type->get<std::string>() : "message";
     if (t == "message") return AddMessage(item, param);
     if (t == "function_call") return AddCall(item, param);
     if (t == "function_call_output") return AddCallOutput(item, param);
     if (t == "reasoning") return AddReasoning(item, param);
-    if (t == "item_reference") return Bad(param, kStateless);
-    return Bad(param + ".type", absl::StrCat("'", t.substr(0, 64),
-                                             "' is not served: kvserve takes message, "
-                                             "function_call, function_call_output and reasoning "
-                                             "items"));
+    if (t == "item_reference") return BadParam(param, kStateless);
+    return BadParam(param + ".type",
+                    absl::StrCat("'", t.substr(0, 64),
+                                 "' is not served: kvserve takes message, "
+                                 "function_call, function_call_output and reasoning "
+                                 "items"));
   }
 
   // Reasoning with no assistant turn after it (an output that only reasoned) is one.
@@ -187,28 +145,28 @@ class InputBuilder {
 
  private:
   absl::Status AddMessage(const json& item, const std::string& param) {
-    const json* role = Get(item, "role");
-    if (role == nullptr || !role->is_string()) return Bad(param + ".role", "is required");
+    const json* role = Field(item, "role");
+    if (role == nullptr || !role->is_string()) return BadParam(param + ".role", "is required");
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's name for system instructions
     if (r != "user" && r != "system" && r != "assistant") {
-      return Bad(param + ".role", absl::StrCat("'", r.substr(0, 64),
-                                               "' is not one of user, system, developer, "
-                                               "assistant"));
+      return BadParam(param + ".role", absl::StrCat("'", r.substr(0, 64),
+                                                    "' is not one of user, system, developer, "
+                                                    "assistant"));
     }
-    const json* content = Get(item, "content");
-    if (content == nullptr) return Bad(param + ".content", "is required");
+    const json* content = Field(item, "content");
+    if (content == nullptr) return BadParam(param + ".content", "is required");
     ASSIGN_OR_RETURN(std::string text, ContentText(*content, param + ".content"));
     Push({{"role", std::move(r)}, {"content", std::move(text)}}, param);
     return absl::OkStatus();
   }
 
   absl::Status AddCall(const json& item, const std::string& param) {
-    ASSIGN_OR_RETURN(std::string call_id, StringField(item, "call_id", param));
-    ASSIGN_OR_RETURN(std::string name, StringField(item, "name", param));
-    const json* args = Get(item, "arguments");
+    ASSIGN_OR_RETURN(std::string call_id, RequiredString(item, "call_id", param));
+    ASSIGN_OR_RETURN(std::string name, RequiredString(item, "name", param));
+    const json* args = Field(item, "arguments");
     if (args == nullptr || !args->is_string()) {
-      return Bad(param + ".arguments", "must be a JSON text (a string)");
+      return BadParam(param + ".arguments", "must be a JSON text (a string)");
     }
     json call = {{"id", std::move(call_id)},
                  {"type", "function"},
@@ -222,9 +180,9 @@ class InputBuilder {
   }
 
   absl::Status AddCallOutput(const json& item, const std::string& param) {
-    ASSIGN_OR_RETURN(std::string call_id, StringField(item, "call_id", param));
-    const json* output = Get(item, "output");
-    if (output == nullptr) return Bad(param + ".output", "is required");
+    ASSIGN_OR_RETURN(std::string call_id, RequiredString(item, "call_id", param));
+    const json* output = Field(item, "output");
+    if (output == nullptr) return BadParam(param + ".output", "is required");
     ASSIGN_OR_RETURN(std::string text, ContentText(*output, param + ".output"));
     Push({{"role", "tool"}, {"tool_call_id", std::move(call_id)}, {"content", std::move(text)}},
          param);
@@ -232,19 +190,19 @@ class InputBuilder {
   }
 
   absl::Status AddReasoning(const json& item, const std::string& param) {
-    if (Get(item, "encrypted_content")) {
-      return Bad(param + ".encrypted_content", "is not served: kvserve encrypts no reasoning");
+    if (Field(item, "encrypted_content")) {
+      return BadParam(param + ".encrypted_content", "is not served: kvserve encrypts no reasoning");
     }
     std::string text;
     for (const char* key : {"content", "summary"}) {
-      const json* parts = Get(item, key);
+      const json* parts = Field(item, key);
       if (parts == nullptr) continue;
-      if (!parts->is_array()) return Bad(absl::StrCat(param, ".", key), "must be a list");
+      if (!parts->is_array()) return BadParam(absl::StrCat(param, ".", key), "must be a list");
       for (size_t j = 0; j < parts->size(); ++j) {
         const json& p = (*parts)[j];
-        const json* t = p.is_object() ? Get(p, "text") : nullptr;
+        const json* t = p.is_object() ? Field(p, "text") : nullptr;
         if (t == nullptr || !t->is_string()) {
-          return Bad(absl::StrCat(param, ".", key, "[", j, "].text"), "must be a string");
+          return BadParam(absl::StrCat(param, ".", key, "[", j, "].text"), "must be a string");
         }
         text += t->get<std::string>();
       }
@@ -281,22 +239,22 @@ class InputBuilder {
 absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& chat,
                             ResponsesRequest& r) {
   InputBuilder in;
-  if (const json* ins = Get(o, "instructions")) {
-    if (!ins->is_string()) return Bad("instructions", "must be a string");
+  if (const json* ins = Field(o, "instructions")) {
+    if (!ins->is_string()) return BadParam("instructions", "must be a string");
     in.AddText("system", ins->get<std::string>(), "instructions");
   }
-  const json* input = Get(o, "input");
-  if (input == nullptr) return Bad("input", "is required");
+  const json* input = Field(o, "input");
+  if (input == nullptr) return BadParam("input", "is required");
   if (input->is_string()) {
     in.AddText("user", input->get<std::string>(), "input");
   } else if (input->is_array() && !input->empty()) {
     if (input->size() > static_cast<size_t>(limits.max_messages)) {
-      return Bad("input", absl::StrCat("has ", input->size(), " items; the limit is ",
-                                       limits.max_messages, " (--max-messages)"));
+      return BadParam("input", absl::StrCat("has ", input->size(), " items; the limit is ",
+                                            limits.max_messages, " (--max-messages)"));
     }
     for (size_t i = 0; i < input->size(); ++i) RETURN_IF_ERROR(in.AddItem((*input)[i], i));
   } else {
-    return Bad("input", "must be a string or a non-empty list of items");
+    return BadParam("input", "must be a string or a non-empty list of items");
   }
   chat["messages"] = in.Finish();
   r.message_origin = std::move(in.origin);
@@ -304,18 +262,18 @@ absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& ch
 }
 
 absl::Status TranslateTools(const json& o, json& chat) {
-  if (const json* tools = Get(o, "tools")) {
-    if (!tools->is_array()) return Bad("tools", "must be a list of tools");
+  if (const json* tools = Field(o, "tools")) {
+    if (!tools->is_array()) return BadParam("tools", "must be a list of tools");
     json out = json::array();
     for (size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
       const std::string param = absl::StrCat("tools[", i, "]");
-      const json* type = t.is_object() ? Get(t, "type") : nullptr;
+      const json* type = t.is_object() ? Field(t, "type") : nullptr;
       if (type == nullptr || *type != "function") {
         const std::string name = type && type->is_string() ? type->get<std::string>() : "";
-        return Bad(param + ".type", absl::StrCat("'", name.substr(0, 64),
-                                                 "' is not served: kvserve serves function "
-                                                 "tools (type \"function\")"));
+        return BadParam(param + ".type", absl::StrCat("'", name.substr(0, 64),
+                                                      "' is not served: kvserve serves function "
+                                                      "tools (type \"function\")"));
       }
       json fn = json::object();
       for (const char* key : {"name", "description", "parameters", "strict"}) {
@@ -325,38 +283,38 @@ absl::Status TranslateTools(const json& o, json& chat) {
     }
     chat["tools"] = std::move(out);
   }
-  if (const json* choice = Get(o, "tool_choice")) {
+  if (const json* choice = Field(o, "tool_choice")) {
     if (choice->is_string()) {
       chat["tool_choice"] = *choice;
-    } else if (choice->is_object() && Get(*choice, "type") && (*choice)["type"] == "function") {
-      const json* name = Get(*choice, "name");
-      if (name == nullptr) return Bad("tool_choice.name", "is required");
+    } else if (choice->is_object() && Field(*choice, "type") && (*choice)["type"] == "function") {
+      const json* name = Field(*choice, "name");
+      if (name == nullptr) return BadParam("tool_choice.name", "is required");
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", *name}}}};
     } else {
-      return Bad("tool_choice",
-                 "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                 "\"name\": ...}; hosted tools and allowed_tools are not served");
+      return BadParam("tool_choice",
+                      "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                      "\"name\": ...}; hosted tools and allowed_tools are not served");
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status TranslateText(const json& o, json& chat) {
-  const json* text = Get(o, "text");
+  const json* text = Field(o, "text");
   if (text == nullptr) return absl::OkStatus();
-  if (!text->is_object()) return Bad("text", "must be an object");
-  if (Get(*text, "verbosity")) return Bad("text.verbosity", "is not served; leave it unset");
-  const json* format = Get(*text, "format");
+  if (!text->is_object()) return BadParam("text", "must be an object");
+  if (Field(*text, "verbosity")) return BadParam("text.verbosity", "is not served; leave it unset");
+  const json* format = Field(*text, "format");
   if (format == nullptr) return absl::OkStatus();
-  const json* type = format->is_object() ? Get(*format, "type") : nullptr;
-  if (type == nullptr) return Bad("text.format.type", "is required");
+  const json* type = format->is_object() ? Field(*format, "type") : nullptr;
+  if (type == nullptr) return BadParam("text.format.type", "is required");
   if (*type == "text") return absl::OkStatus();
   if (*type == "json_object") {
     chat["response_format"] = {{"type", "json_object"}};
     return absl::OkStatus();
   }
   if (*type != "json_schema") {
-    return Bad("text.format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
+    return BadParam("text.format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
   }
   json schema = json::object();
   for (const char* key : {"name", "schema", "strict", "description"}) {
@@ -367,17 +325,17 @@ absl::Status TranslateText(const json& o, json& chat) {
 }
 
 absl::Status TranslateLogprobs(const json& o, json& chat, ResponsesRequest& r) {
-  if (const json* include = Get(o, "include")) {
-    if (!include->is_array()) return Bad("include", "must be a list");
+  if (const json* include = Field(o, "include")) {
+    if (!include->is_array()) return BadParam("include", "must be a list");
     for (size_t j = 0; j < include->size(); ++j) {
       if ((*include)[j] != "message.output_text.logprobs") {
-        return Bad(absl::StrCat("include[", j, "]"),
-                   "only \"message.output_text.logprobs\" is served");
+        return BadParam(absl::StrCat("include[", j, "]"),
+                        "only \"message.output_text.logprobs\" is served");
       }
       r.output_logprobs = true;
     }
   }
-  const json* top = Get(o, "top_logprobs");
+  const json* top = Field(o, "top_logprobs");
   if (top != nullptr && *top != 0) r.output_logprobs = true;
   if (r.output_logprobs) {
     chat["logprobs"] = true;
@@ -389,11 +347,11 @@ absl::Status TranslateLogprobs(const json& o, json& chat, ResponsesRequest& r) {
 // The request's fields as the response object repeats them, OpenAI's defaults filled in.
 json EchoFields(const json& o) {
   auto value = [&](const char* key, json fallback) {
-    const json* v = Get(o, key);
+    const json* v = Field(o, key);
     return v ? *v : fallback;
   };
   json text = {{"format", {{"type", "text"}}}};
-  if (const json* t = Get(o, "text"); t && Get(*t, "format")) text["format"] = (*t)["format"];
+  if (const json* t = Field(o, "text"); t && Field(*t, "format")) text["format"] = (*t)["format"];
   return {{"instructions", value("instructions", nullptr)},
           {"max_output_tokens", value("max_output_tokens", nullptr)},
           {"metadata", value("metadata", json::object())},
@@ -413,66 +371,42 @@ json EchoFields(const json& o) {
           {"user", value("user", nullptr)}};
 }
 
-// `message` with its leading parameter name replaced as `r`'s origins say.
 std::string RenameParam(std::string_view message, const ResponsesRequest& r) {
-  const size_t colon = message.find(':');
-  std::string param(message.substr(0, colon == std::string_view::npos ? 0 : colon));
-  const std::string_view rest = message.substr(param.size());
-  auto replace_prefix = [&](std::string_view from, std::string_view to) {
-    if (!absl::StartsWith(param, Sv(from))) return false;
-    param = absl::StrCat(Sv(to), param.substr(from.size()));
-    return true;
-  };
-  if (absl::StartsWith(param, "messages[")) {
-    const size_t close = param.find(']');
-    size_t k = 0;
-    if (close != std::string::npos && absl::SimpleAtoi(param.substr(9, close - 9), &k) &&
-        k < r.message_origin.size()) {
-      param = absl::StrCat(r.message_origin[k], param.substr(close + 1));
-    }
-  } else if (param == "messages") {
-    param = "input";
-  } else if (!replace_prefix("max_tokens", "max_output_tokens") &&
-             !replace_prefix("response_format.json_schema", "text.format") &&
-             !replace_prefix("response_format", "text.format") &&
-             absl::StartsWith(param, "tools[")) {
-    const size_t fn = param.find("].function");
-    if (fn != std::string::npos) param.erase(fn + 1, 9);
-  }
-  return absl::StrCat(param, Sv(rest));
+  return RenameChatParam(message, r.message_origin, "input",
+                         {{"max_tokens", "max_output_tokens"},
+                          {"response_format.json_schema", "text.format"},
+                          {"response_format", "text.format"}});
 }
 
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> TranslateResponsesRequest(std::string_view body,
                                                            const RequestLimits& limits) {
-  RETURN_IF_ERROR(CheckDepth(body));
-  const json o = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (o.is_discarded()) return Bad("body", "is not valid JSON (or not valid UTF-8)");
-  if (!o.is_object()) return Bad("body", "must be a JSON object");
+  ASSIGN_OR_RETURN(const json o, ParseBodyObject(body));
   RETURN_IF_ERROR(RefuseUnserved(o));
   ResponsesRequest r;
   json chat = json::object();
   for (const char* key : kPassThrough) {
     if (o.contains(key)) chat[key] = o[key];
   }
-  if (const json* max = Get(o, "max_output_tokens")) chat["max_tokens"] = *max;
+  if (const json* max = Field(o, "max_output_tokens")) chat["max_tokens"] = *max;
   RETURN_IF_ERROR(TranslateInput(o, limits, chat, r));
   RETURN_IF_ERROR(TranslateTools(o, chat));
   RETURN_IF_ERROR(TranslateText(o, chat));
   RETURN_IF_ERROR(TranslateLogprobs(o, chat, r));
-  if (const json* key = Get(o, "prompt_cache_key")) {
-    if (!key->is_string()) return Bad("prompt_cache_key", "must be a string");
+  if (const json* key = Field(o, "prompt_cache_key")) {
+    if (!key->is_string()) return BadParam("prompt_cache_key", "must be a string");
     r.prompt_cache_key = key->get<std::string>();
   }
-  if (const json* m = Get(o, "metadata")) {
+  if (const json* m = Field(o, "metadata")) {
     if (!m->is_object() || m->size() > 16) {
-      return Bad("metadata", "must be an object of at most 16 string values");
+      return BadParam("metadata", "must be an object of at most 16 string values");
     }
     for (const auto& [key, value] : m->items()) {
       if (!value.is_string() || key.size() > 64 ||
           value.get_ref<const std::string&>().size() > 512) {
-        return Bad("metadata", "keys are at most 64 characters, values strings of at most 512");
+        return BadParam("metadata",
+                        "keys are at most 64 characters, values strings of at most 512");
       }
     }
   }

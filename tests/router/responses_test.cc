@@ -117,13 +117,13 @@ std::vector<json> Events(const std::string& sse) {
 
 TEST(ResponsesOutputTest, StreamedItemsOpenAndCloseInOrder) {
   ResponsesOutput out(json{{"tools", json::array()}}, /*logprobs=*/false);
-  out.Begin("resp_abc", 1, "m");
-  std::string sse = out.Opening();
+  out.Begin("abc", 1, "m");
+  std::string sse = out.Opening({});
   sse += out.Delta("Let me ", "", json::array(), {});
   sse += out.Delta("think.", "", json::array(), {});
   sse += out.Delta("", "Calling.", json::array(), {});
   sse += out.Delta("", "", json::array(), {{"call_x", "now", "{}"}});
-  sse += out.Closing("tool_calls", {.input = 5, .cached = 0, .output = 9, .reasoning = 3});
+  sse += out.Closing({"tool_calls", ""}, {.input = 5, .cached = 0, .output = 9, .reasoning = 3});
   std::vector<std::string> types;
   const std::vector<json> events = Events(sse);
   for (size_t i = 0; i < events.size(); ++i) {
@@ -166,22 +166,24 @@ TEST(ResponsesOutputTest, StreamedItemsOpenAndCloseInOrder) {
 
 TEST(ResponsesOutputTest, AnEmptyOrCutAnswerStillHasAMessage) {
   ResponsesOutput out(json::object(), false);
-  out.Begin("resp_abc", 1, "m");
+  out.Begin("abc", 1, "m");
   out.Delta("only thinking", "", json::array(), {});
-  const json r = out.Response("length", {});
+  const json r = out.Response({"length", ""}, {});
   EXPECT_EQ(r["status"], "incomplete");
   EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
   ASSERT_EQ(r["output"].size(), 2u);
   EXPECT_EQ(r["output"][1]["type"], "message");
   EXPECT_EQ(r["output"][1]["content"][0]["text"], "");
+  EXPECT_EQ(r["output"][1]["status"], "incomplete");  // the message the budget cut
+  EXPECT_EQ(r["output"][0]["status"], "completed");
 }
 
 TEST(ResponsesOutputTest, FailedCarriesTheError) {
   ResponsesOutput out(json::object(), false);
-  out.Begin("resp_abc", 1, "m");
-  out.Opening();
+  out.Begin("abc", 1, "m");
+  out.Opening({});
   const std::vector<json> events =
-      Events(out.Failed(R"({"error": {"message": "worker lost", "code": null}})"));
+      Events(out.Failed({500, R"({"error": {"message": "worker lost", "code": null}})"}));
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["type"], "response.failed");
   EXPECT_EQ(events[0]["response"]["error"]["message"], "worker lost");
