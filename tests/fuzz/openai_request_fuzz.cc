@@ -2,11 +2,13 @@
 // /v1/completions or /v1/chat/completions. Any body gets a request or an InvalidArgument; a
 // parsed request passes the logprob budget check without overflow. The body is also read as a
 // chat output by each tool-call splitter, cut into pieces of 1 to 8 bytes, and as a Responses
-// API body (router/responses_request.h): a chat request or an InvalidArgument, never a crash.
+// API and an Anthropic Messages body (router/responses_request.h, router/messages_request.h):
+// a chat request or an InvalidArgument, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "router/messages_request.h"
 #include "router/openai_request.h"
 #include "router/responses_request.h"
 #include "router/tool_calls.h"
@@ -26,6 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<kvserve::router::ResponsesRequest> responses =
       kvserve::router::TranslateResponsesRequest(body, limits);
   if (responses.ok()) kvserve::router::ParseResponsesAsChat(*responses, limits).IgnoreError();
+  absl::StatusOr<kvserve::router::MessagesRequest> messages =
+      kvserve::router::TranslateMessagesRequest(body, limits, /*counting=*/data[0] & 2);
+  if (messages.ok()) kvserve::router::ParseMessagesAsChat(*messages, limits).IgnoreError();
   using kvserve::router::ToolOutput;
   const size_t step = 1 + (data[0] >> 1) % 8;
   for (ToolOutput format : {ToolOutput::kHermes, ToolOutput::kLlama3Json,
