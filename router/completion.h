@@ -73,8 +73,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
     std::string text;            // generated (after the echo)
     int tokens = 0;
     bool done = false;
-    bool echoed = false;     // its prompt's echo went out (stream) or was taken (whole)
-    bool role_sent = false;  // chat streams send the role in a choice's first chunk
+    bool echoed = false;           // its prompt's echo went out (stream) or was taken (whole)
+    bool role_sent = false;        // chat streams send the role in a choice's first chunk
     bool prompt_ids_sent = false;  // completions' return_token_ids: its prompt's ids went out
     std::string finish;
     std::string stop_string;  // the one that ended it
@@ -87,8 +87,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   };
   // What one reply adds to a choice: text to send, logprobs entries in the endpoint's shape.
   struct ChoiceDelta {
-    std::string echo;  // the prompt's, in the choice's first delta
-    OutputDelta out;   // content, reasoning_content, tool calls
+    std::string echo;            // the prompt's, in the choice's first delta
+    OutputDelta out;             // content, reasoning_content, tool calls
     std::vector<int> token_ids;  // with return_token_ids
     nlohmann::json chat_logprobs = nlohmann::json::array();
     LegacyLogprobs legacy;
@@ -150,7 +150,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // ran (the router's queue full, say) gets its own status, not an error inside a 200.
   bool stream_started_ = false;
   bool first_chunk_sent_ = false;
-  bool reasoning_inside_ = false;  // the chat prompt opened a reasoning block
+  bool reasoning_inside_ = false;      // the chat prompt opened a reasoning block
   std::unique_ptr<ApiOutput> output_;  // set: the answer is in that API's shape
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
 };

@@ -385,9 +385,9 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
       }
     }
     if (Field(ko, "enable_thinking")) {
-      ASSIGN_OR_RETURN(r->enable_thinking,
-                       NestedBool(ko, "enable_thinking", "chat_template_kwargs.enable_thinking",
-                                  true));
+      ASSIGN_OR_RETURN(
+          r->enable_thinking,
+          NestedBool(ko, "enable_thinking", "chat_template_kwargs.enable_thinking", true));
     }
   }
   return absl::OkStatus();
@@ -420,9 +420,9 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
     }
   }
   ASSIGN_OR_RETURN(bool continuous, NestedBool(soo, "continuous_usage_stats",
-                                                "stream_options.continuous_usage_stats", false));
-  ASSIGN_OR_RETURN(bool include, NestedBool(soo, "include_usage", "stream_options.include_usage",
-                                             continuous));
+                                               "stream_options.continuous_usage_stats", false));
+  ASSIGN_OR_RETURN(bool include,
+                   NestedBool(soo, "include_usage", "stream_options.include_usage", continuous));
   if (continuous && !include) {
     return Bad("stream_options.continuous_usage_stats",
                "needs include_usage true (vLLM would ignore it)");
