@@ -6,12 +6,18 @@
 # runs as a non-root user with tini as PID 1 and no build tools, a worker recycles (re-exec)
 # inside its container and serves again, and `podman stop` drains a worker to a clean exit.
 #
-#   bash tests/deploy/image_test.sh REPO_ROOT TOKENIZER_DIR
+#   bash tests/deploy/image_test.sh REPO_ROOT TOKENIZER_DIR [HOST_BUILD_DIR]
+# With HOST_BUILD_DIR (as ctest runs it) the binaries are compiled on this host, CUDA off, into
+# that folder (scripts/build.sh: through ccache, which the main build has filled, so seconds where
+# the image's own compile takes minutes) and the image is built from a context of those binaries;
+# without it, or with KVSERVE_IMAGE_COMPILE=1, the image's build stage compiles them.
 # Needs root, podman, runc and debootstrap (scripts/install-deps.sh). The base is cached in
 # ${XDG_CACHE_HOME:-~/.cache}/kvserve; KVSERVE_IMAGE_KEEP=1 keeps the images afterwards.
 set -euo pipefail
 root=$(cd "$1" && pwd)
 tokenizer=$(cd "$2" && pwd)
+host_build=${3:-}
+[[ -n ${KVSERVE_IMAGE_COMPILE:-} ]] && host_build=
 say() { echo "image_test: $*"; }
 fail() { echo "image_test: FAIL: $*" >&2; exit 1; }
 trap 'echo "image_test: FAIL: line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -63,10 +69,24 @@ if ! podman run --rm --network host "$base" true >"$tmp/probe.log" 2>&1; then
   exit 77
 fi
 
-say "podman build (deploy/docker/Dockerfile.cpu on $base)"
-podman build --network host --build-arg BASE="$base" --build-arg KVSERVE_JOBS="${KVSERVE_JOBS:-2}" \
-  -f "$root/deploy/docker/Dockerfile.cpu" -t "$image" "$root" >"$tmp/build.log" 2>&1 ||
-  { tail -40 "$tmp/build.log"; fail "podman build failed"; }
+# The build context: the sources (the image compiles), or a folder of binaries compiled here.
+build_args=(--build-arg BASE="$base")
+if [[ -n $host_build ]]; then
+  say "compiling $(grep -vc '^#' "$root/deploy/docker/binaries.txt") binaries here, CUDA off, in $host_build"
+  mapfile -t targets < <(grep -v '^#' "$root/deploy/docker/binaries.txt")
+  KVSERVE_CUDA=OFF KVSERVE_BUILD_DIR="$host_build" bash "$root/scripts/build.sh" --target "${targets[@]}" \
+    >"$tmp/host-build.log" 2>&1 || { tail -40 "$tmp/host-build.log"; fail "the host build failed"; }
+  context="$tmp/context"
+  mkdir -p "$context/bin"
+  for t in "${targets[@]}"; do install -m 0755 -s "$host_build/bin/$t" "$context/bin/"; done
+  sh "$root/deploy/docker/runtime-packages.sh" "$context/bin" >"$context/runtime-packages"
+else
+  context=$root
+  build_args+=(--build-arg KVSERVE_JOBS="${KVSERVE_JOBS:-2}")
+fi
+say "podman build (deploy/docker/Dockerfile.cpu on $base, ${host_build:+binaries from this host}${host_build:-compiling in the image})"
+podman build --network host "${build_args[@]}" -f "$root/deploy/docker/Dockerfile.cpu" -t "$image" \
+  "$context" >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; fail "podman build failed"; }
 
 run() { podman run --rm --network host "$image" "$@"; }
 # Non-root, tini as PID 1, no compiler or build system in the final stage.
@@ -74,8 +94,7 @@ run() { podman run --rm --network host "$image" "$@"; }
 [[ $(run cat /proc/1/comm) == tini ]] || fail "PID 1 is not tini"
 run sh -c 'for t in cc gcc g++ c++ cmake ninja make nvcc; do command -v $t && exit 1; done; exit 0' ||
   fail "build tools in the final stage"
-for b in kvserve-router kvserve-worker kvserve-cluster kvserve-bench kvserve-plan kvserve-make-model \
-  kvserve-tokenize kvserve-run kvserve-keygen; do
+for b in $(grep -v '^#' "$root/deploy/docker/binaries.txt"); do
   run "$b" --version >/dev/null 2>&1 || fail "$b does not start in the image"
 done
 
