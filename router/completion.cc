@@ -276,8 +276,9 @@ void Completion::Decode(Choice& c, const pb::GenerateResponse& r, ChoiceDelta& d
 }
 
 void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, ChoiceDelta& d) {
-  // At most the alternatives asked for, whatever the worker sent.
-  const int wanted = req_.logprobs().value_or(0);
+  // At most the alternatives asked for (the top ones, or logprob_token_ids'), whatever the
+  // worker sent.
+  const int wanted = req_.alternatives();
   const std::string token = LogprobToken(id);
   if (req_.chat) {
     json top = json::array();

@@ -243,6 +243,39 @@ absl::Status TokenIds(object o, const char* key, int limit, const char* flag,
   return absl::OkStatus();
 }
 
+// vLLM's logprob_token_ids (PR #43463): these ids' logprobs at each generated position in place
+// of the top alternatives. Needs logprobs; at most 20 ids. An empty list is refused, as vLLM's
+// fix PR #49320 does, rather than read as "the top ones" without a word.
+constexpr size_t kMaxLogprobTokenIds = 20;  // the worker's (kernels::kMaxTopLogprobs)
+
+absl::Status ParseLogprobTokenIds(object o, bool chat, ParsedRequest* r) {
+  auto e = Field(o, "logprob_token_ids");
+  if (!e) return absl::OkStatus();
+  simdjson::dom::array ids;
+  if (e->get_array().get(ids) != simdjson::SUCCESS) {
+    return Bad("logprob_token_ids", "must be a list of token ids");
+  }
+  if (ids.size() == 0) {
+    return Bad("logprob_token_ids", "must not be empty: leave it unset for the top logprobs");
+  }
+  if (ids.size() > kMaxLogprobTokenIds) {
+    return Bad("logprob_token_ids",
+               absl::StrCat("has ", ids.size(), " ids; the limit is ", kMaxLogprobTokenIds));
+  }
+  if (!r->logprobs()) {
+    return Bad("logprob_token_ids", chat ? "needs logprobs: true" : "needs logprobs set");
+  }
+  if (r->max_tokens == 0) {
+    return Bad("logprob_token_ids",
+               "scores generated tokens; with echo and max_tokens 0 there are none");
+  }
+  for (element id : ids) {
+    ASSIGN_OR_RETURN(int32_t v, TokenId(id, "logprob_token_ids"));
+    r->sampling.add_logprob_token_ids(v);
+  }
+  return absl::OkStatus();
+}
+
 // logit_bias: {"token id": bias}, OpenAI's shape (keys are ids written as strings).
 absl::Status ParseLogitBias(object o, const RequestLimits& limits, ParsedRequest* r) {
   auto e = Field(o, "logit_bias");
@@ -494,6 +527,7 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, r.echo ? 0 : 1, INT32_MAX));
   r.max_tokens = static_cast<int>(max_tokens);
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
+  RETURN_IF_ERROR(ParseLogprobTokenIds(o, chat, &r));
   RETURN_IF_ERROR(ParseStops(o, limits, &r));
   RETURN_IF_ERROR(ParseOptions(o, limits, &r));
   RETURN_IF_ERROR(ParseAdjustments(o, limits, &r));
@@ -514,11 +548,11 @@ absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
                                 const RequestLimits& limits, int64_t prompt_tokens) {
   const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(r.prompts.size()));
   if (r.logprobs()) {
-    const int64_t entries = prompts * r.n() * max_tokens * (1 + *r.logprobs());
+    const int64_t entries = prompts * r.n() * max_tokens * (1 + r.alternatives());
     if (entries > limits.max_logprob_entries) {
       return Bad("logprobs",
                  absl::StrCat("prompts × n × max_tokens × (1 + alternatives) = ", prompts, " × ",
-                              r.n(), " × ", max_tokens, " × ", 1 + *r.logprobs(), " = ", entries,
+                              r.n(), " × ", max_tokens, " × ", 1 + r.alternatives(), " = ", entries,
                               " log-probability entries; the limit is ", limits.max_logprob_entries,
                               " (--max-logprob-entries): ask for fewer tokens, choices or "
                               "alternatives"));

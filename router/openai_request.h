@@ -122,6 +122,12 @@ struct ParsedRequest {
   [[nodiscard]] std::optional<int> logprobs() const {
     return sampling.has_logprobs() ? std::optional<int>(sampling.logprobs()) : std::nullopt;
   }
+  // The alternatives each generated token reports with logprobs on: logprob_token_ids, when
+  // given, in place of the top ones.
+  [[nodiscard]] int alternatives() const {
+    return sampling.logprob_token_ids_size() > 0 ? sampling.logprob_token_ids_size()
+                                                 : logprobs().value_or(0);
+  }
 
   // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
   // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.

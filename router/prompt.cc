@@ -122,6 +122,8 @@ absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedReque
   RETURN_IF_ERROR(CheckVocabulary(tok, "logit_bias", biased));
   RETURN_IF_ERROR(CheckVocabulary(tok, "allowed_token_ids",
                                   {s.allowed_token_ids().begin(), s.allowed_token_ids().end()}));
+  RETURN_IF_ERROR(CheckVocabulary(tok, "logprob_token_ids",
+                                  {s.logprob_token_ids().begin(), s.logprob_token_ids().end()}));
   s.clear_bad_words();
   const auto add_word = [&](const std::vector<int>& ids) {
     s.add_bad_words()->mutable_ids()->Add(ids.begin(), ids.end());

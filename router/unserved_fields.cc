@@ -66,8 +66,6 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
                "must equal n: kvserve returns every sample it draws (vLLM's V1 engine dropped "
                "best_of too); ask for n samples with logprobs and keep the best by their sum");
   }
-  // vLLM's token-id outputs (issue 42).
-  if (Field(o, "logprob_token_ids")) return Unserved("logprob_token_ids", "");
   if (chat) {
     ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
     if (echo) return Bad("echo", "is served on /v1/completions only; leave it unset or false");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "kernels/sampling.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::worker {
@@ -182,6 +183,14 @@ absl::Status Engine::Validate(const RequestInput& in) const {
   if (s.prompt_logprobs && (*s.prompt_logprobs < 0 || *s.prompt_logprobs > 20)) {
     return absl::InvalidArgumentError("prompt_logprobs must be in [0, 20]");
   }
+  if (!s.logprob_token_ids.empty() && !s.logprobs) {
+    return absl::InvalidArgumentError("logprob_token_ids needs logprobs");
+  }
+  if (s.logprob_token_ids.size() > kernels::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("logprob_token_ids: at most ",
+                                                   kernels::kMaxTopLogprobs, " ids, got ",
+                                                   s.logprob_token_ids.size()));
+  }
   for (int32_t t : in.stop_token_ids) {
     if (t < 0 || t >= vocab) {
       return absl::InvalidArgumentError(
@@ -226,6 +235,7 @@ absl::Status Engine::ValidateAdjustments(const SamplingParams& s, int max_tokens
     for (int32_t id : word) RETURN_IF_ERROR(in_vocab(id, "bad_words"));
   }
   for (int32_t id : s.allowed_token_ids) RETURN_IF_ERROR(in_vocab(id, "allowed_token_ids"));
+  for (int32_t id : s.logprob_token_ids) RETURN_IF_ERROR(in_vocab(id, "logprob_token_ids"));
   return absl::OkStatus();
 }
 
@@ -437,6 +447,17 @@ void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
   absl::Span<const int32_t> tokens(out.tokens.data() + use.first_sample, use.num_samples);
   const TokenLogprobs* logprobs =
       use.first_logprobs >= 0 ? out.logprobs.data() + use.first_logprobs : nullptr;
+  std::vector<TokenLogprobs> with_given;  // the draws' logprobs with the given ids' in `top`
+  if (logprobs != nullptr && use.given_logprobs >= 0) {
+    with_given.assign(logprobs, logprobs + use.num_samples);
+    const std::vector<int32_t>& ids = req.input.sampling.logprob_token_ids;
+    for (TokenLogprobs& lp : with_given) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        lp.top.emplace_back(ids[i], out.logprobs[use.given_logprobs + i].logprob);
+      }
+    }
+    logprobs = with_given.data();
+  }
   if (use.num_samples > 1) {
     Fork(req, tokens, logprobs);
   } else {

@@ -43,6 +43,8 @@ struct SamplingParams {
   std::vector<int32_t> allowed_token_ids;       // empty: every id
   // vLLM's: each prompt token's logprob (after the first) with this many alternatives.
   std::optional<int> prompt_logprobs;
+  // vLLM's: with `logprobs`, these ids' logprobs at each draw in place of the top alternatives.
+  std::vector<int32_t> logprob_token_ids;
 
   [[nodiscard]] bool penalized() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;

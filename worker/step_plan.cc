@@ -18,14 +18,20 @@ void AddDraws(Sequence& seq, int32_t logit_row, absl::Span<const int32_t> eos_id
   const bool fork = !req.forked && sampling.n > 1;
   use.first_sample = static_cast<int>(batch.samples.size());
   use.num_samples = fork ? sampling.n : 1;
+  const std::vector<int32_t>& given = sampling.logprob_token_ids;
+  // Given ids replace the top alternatives; the draws then score only their own token.
+  const int top_n = given.empty() ? sampling.logprobs.value_or(0) : 0;
   if (sampling.logprobs) use.first_logprobs = static_cast<int>(batch.logprobs.size());
   for (int i = 0; i < use.num_samples; ++i) {
     if (sampling.logprobs) {
-      batch.logprobs.push_back(
-          {logit_row, static_cast<int32_t>(batch.samples.size()), *sampling.logprobs});
+      batch.logprobs.push_back({logit_row, static_cast<int32_t>(batch.samples.size()), top_n});
     }
     batch.samples.push_back(MakeSampleRequest(sampling, seq.rng_seed + i,
                                               fork ? 0 : seq.num_output_tokens(), logit_row));
+  }
+  if (sampling.logprobs && !given.empty()) {  // the row's, shared by its draws
+    use.given_logprobs = static_cast<int>(batch.logprobs.size());
+    for (int32_t id : given) batch.logprobs.push_back({logit_row, -1, 0, id});
   }
 }
 

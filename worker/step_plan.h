@@ -29,6 +29,7 @@ struct RowUse {
   int num_samples = 0;       // 0: a prompt row that draws nothing
   int first_logprobs = -1;   // the draws' logprobs from here in the output's, when asked for
   int prompt_logprobs = -1;  // the logprobs of prompt token position + 1 in the output's, or -1
+  int given_logprobs = -1;   // SamplingParams::logprob_token_ids' scores from here, or -1
 };
 
 struct StepPlan {

@@ -188,6 +188,49 @@ test('return_token_ids: prompt and output ids, whole and streamed', async () => 
   assert.ok(!('prompt_token_ids' in plain) && !('token_ids' in plain.choices[0]));
 });
 
+// vLLM's logprob_token_ids: the given ids' logprobs at every generated position, in the given
+// order, in place of the top alternatives (chat: top_logprobs; completions: beside the chosen
+// token), streamed alike; the value of an id equals its value among the top ones.
+test('logprob_token_ids: the given ids in place of the top ones', async () => {
+  const messages = [{ role: 'user', content: 'Name a color.' }];
+  const asked = { model: 'tiny', messages, max_tokens: 3, temperature: 0, logprobs: true,
+    return_tokens_as_token_ids: true };
+  const top = await client.chat.completions.create({ ...asked, top_logprobs: 20 });
+  const first = top.choices[0].logprobs.content[0].top_logprobs;
+  const ids = [first[3], first[0], first[17]].map((t) => Number(t.token.split(':')[1]));
+  const given = await client.chat.completions.create({ ...asked, top_logprobs: 2, logprob_token_ids: ids });
+  assert.equal(given.choices[0].message.content, top.choices[0].message.content);
+  for (const e of given.choices[0].logprobs.content) {
+    assert.deepEqual(e.top_logprobs.map((t) => t.token), ids.map((id) => `token_id:${id}`));
+    assert.ok(e.top_logprobs.every((t) => t.logprob <= 0));
+  }
+  const values = given.choices[0].logprobs.content[0].top_logprobs.map((t) => t.logprob);
+  for (const [k, i] of [3, 0, 17].entries()) assert.ok(Math.abs(values[k] - first[i].logprob) < 1e-5);
+  const chunks = [];
+  for await (const c of await client.chat.completions.create({ ...asked, logprob_token_ids: ids, stream: true })) {
+    chunks.push(...(c.choices[0]?.logprobs?.content ?? []));
+  }
+  assert.deepEqual(chunks, given.choices[0].logprobs.content);
+  // Completions: the chosen token and the given ids.
+  const c = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 3,
+    temperature: 0, logprobs: 0, logprob_token_ids: ids, return_tokens_as_token_ids: true });
+  const lp = c.choices[0].logprobs;
+  for (const [i, entry] of lp.top_logprobs.entries()) {
+    const keys = new Set([lp.tokens[i], ...ids.map((id) => `token_id:${id}`)]);
+    assert.deepEqual(new Set(Object.keys(entry)), keys);
+  }
+  // Refused as vLLM refuses them, naming the parameter; the vocabulary's size named.
+  for (const [body, says] of [[{ logprob_token_ids: ids }, 'needs logprobs'],
+    [{ logprobs: true, logprob_token_ids: [] }, 'must not be empty'],
+    [{ logprobs: true, logprob_token_ids: [5, 9999999] }, 'vocabulary']]) {
+    const err = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, ...body })
+      .catch((e) => e);
+    assert.equal(err.status, 400, JSON.stringify(body));
+    assert.equal(err.error.param, 'logprob_token_ids');
+    assert.match(err.error.message, new RegExp(says));
+  }
+});
+
 test('chat, streaming with usage, and the same text without streaming', async () => {
   const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say something.' }];
   const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });

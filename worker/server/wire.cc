@@ -61,6 +61,7 @@ SamplingParams SamplingFromWire(const pb::SamplingParams& sp) {
     out.bad_words.emplace_back(word.ids().begin(), word.ids().end());
   }
   out.allowed_token_ids.assign(sp.allowed_token_ids().begin(), sp.allowed_token_ids().end());
+  out.logprob_token_ids.assign(sp.logprob_token_ids().begin(), sp.logprob_token_ids().end());
   return out;
 }
 

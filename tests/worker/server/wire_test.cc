@@ -53,7 +53,8 @@ std::string Describe(const WireRequest& w) {
       " bias=", absl::StrJoin(bias, ","), " bad=", absl::StrJoin(bad, "|"),
       " allowed=", absl::StrJoin(s.allowed_token_ids, ","),
       " prompt_logprobs=", s.prompt_logprobs ? absl::StrCat(*s.prompt_logprobs) : "-",
-      " stream=", w.stream, " predicted=", w.predicted_cached_tokens);
+      " given=", absl::StrJoin(s.logprob_token_ids, ","), " stream=", w.stream,
+      " predicted=", w.predicted_cached_tokens);
 }
 
 // Sets `f` of `m` to a value unlike its present one: numbers + 2, booleans flipped, strings
