@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { freeRange, makeModel, startAndWait, startCluster } from './harness.mjs';
+import { freeRange, makeModel, retryOnPortClash, startAndWait, startCluster } from './harness.mjs';
 import { OUTCOMES, percentile, startLoad } from './load.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
@@ -110,11 +110,14 @@ function check(row) {
 before(async () => {
   makeModel(bin, tokenizerDir, model);
   routerPort = await freeRange(1);
-  const workerBase = await freeRange(9);
-  cluster = await startCluster(bin, ['--model', model, '--workers', '3', '--curve=false',
-    '--port', String(await freeRange(1)), '--base-port', String(workerBase), '--max-model-len', '2048',
-    '--router-args', `--admin-token ${token}`, '--', '--num-blocks', '1024', '--max-num-seqs', '8',
-    '--drain-timeout', '30']);
+  let workerBase;
+  cluster = await retryOnPortClash(async () => {
+    workerBase = await freeRange(9);
+    return startCluster(bin, ['--model', model, '--workers', '3', '--curve=false',
+      '--port', String(await freeRange(1)), '--base-port', String(workerBase), '--max-model-len', '2048',
+      '--router-args', `--admin-token ${token}`, '--', '--num-blocks', '1024', '--max-num-seqs', '8',
+      '--drain-timeout', '30']);
+  });
   workers = [0, 1, 2].map((i) => `127.0.0.1:${workerBase + 3 * i}:${workerBase + 3 * i + 1}`);
   await startRouter();
 });

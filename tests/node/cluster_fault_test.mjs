@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { freeRange, makeModel, startCluster } from './harness.mjs';
+import { freeRange, makeModel, retryOnPortClash, startCluster } from './harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-fault-'));
@@ -84,14 +84,17 @@ function completion(body, signal) {
 
 before(async () => {
   makeModel(bin, tokenizerDir, model);
-  const http = await freeRange(1);
-  workerBase = await freeRange(6);
-  cluster = await startCluster(bin, ['--model', model, '--workers', '2', '--port', String(http),
-    '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
-    // Two requests per worker from the router, one running at the worker: a second request
-    // queues at the worker itself (the router's admission would otherwise hold it back).
-    '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1 --max-inflight-per-worker 2`,
-    '--', '--max-num-seqs', '1', '--num-blocks', '1024']);
+  let http;
+  cluster = await retryOnPortClash(async () => {
+    http = await freeRange(1);
+    workerBase = await freeRange(6);
+    return startCluster(bin, ['--model', model, '--workers', '2', '--port', String(http),
+      '--base-port', String(workerBase), '--policy', 'session', '--max-model-len', '4096',
+      // Two requests per worker from the router, one running at the worker: a second request
+      // queues at the worker itself (the router's admission would otherwise hold it back).
+      '--router-args', `--admin-token ${token} --heartbeat-timeout-seconds 1 --max-inflight-per-worker 2`,
+      '--', '--max-num-seqs', '1', '--num-blocks', '1024']);
+  });
   base = `http://127.0.0.1:${http}`;
 });
 
@@ -184,8 +187,8 @@ test('a non-streaming client that disconnects aborts its request on the worker',
 test('a model path with quotes, spaces and $(...) is passed as it is, never to a shell', async () => {
   const odd = path.join(tmp, 'it\'s a "model" $(touch pwned) `touch pwned2`');
   fs.symlinkSync(model, odd);
-  const second = await startCluster(bin, ['--model', odd, '--workers', '1',
-    '--port', String(await freeRange(1)), '--base-port', String(await freeRange(3))]);
+  const second = await retryOnPortClash(async () => startCluster(bin, ['--model', odd, '--workers', '1',
+    '--port', String(await freeRange(1)), '--base-port', String(await freeRange(3))]));
   second.kill('SIGTERM');
   await new Promise((r) => second.once('exit', r));
   for (const f of ['pwned', 'pwned2']) assert.ok(!fs.existsSync(f) && !fs.existsSync(path.join(tmp, f)), `${f} was made`);

@@ -46,8 +46,11 @@ export async function freeRange(n) {
   for (;;) {
     const start = 10000 + Math.floor(Math.random() * (22000 - n));
     let ok = true;
-    for (let p = start; p < start + n && ok; p++) ok = await portFree(p);
-    if (ok) return start;
+    for (let p = start; p < start + n && ok; p++) ok = !handedOut.has(p) && await portFree(p);
+    if (ok) {
+      for (let p = start; p < start + n; p++) handedOut.add(p);
+      return start;
+    }
   }
 }
 
