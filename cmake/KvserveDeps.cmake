@@ -19,3 +19,12 @@ add_library(kvserve_utf8proc INTERFACE)
 target_link_libraries(kvserve_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
 target_include_directories(kvserve_utf8proc INTERFACE ${UTF8PROC_INCLUDE_DIR})
 find_package(prometheus-cpp REQUIRED)
+# msgpack for vLLM's KV events (common/vllm_kv_events.h): header-only. Debian 12 ships msgpack-c
+# 4 ("msgpack", target msgpackc-cxx); Ubuntu 24.04 (the GPU image) ships 6 ("msgpack-cxx").
+find_package(msgpack-cxx CONFIG QUIET)
+if(TARGET msgpack-cxx)
+  add_library(kvserve_msgpack ALIAS msgpack-cxx)
+else()
+  find_package(msgpack 4 CONFIG REQUIRED)
+  add_library(kvserve_msgpack ALIAS msgpackc-cxx)
+endif()

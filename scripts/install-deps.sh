@@ -14,7 +14,7 @@ packages=(
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
   libxxhash-dev libpcre2-dev libutf8proc-dev
-  libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev
+  libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev libmsgpack-cxx-dev
   libgloo-dev libopenblas-dev
 )
 # Only the tests: GoogleTest and Google Benchmark, the compiler cache, the servers and tools the

@@ -121,10 +121,11 @@ class Engine {
   void HandOver() { engine_thread_.Detach(); }
 
   // Every change to the set of cached blocks from now on goes to `listener` (null: none), which
-  // must outlive the engine or the next call.
-  void SetKvEventListener(KvEventListener* listener) {
+  // must outlive the engine or the next call; with `contents`, each with the block's content
+  // (before any block is cached: KvCacheManager::set_event_listener).
+  void SetKvEventListener(KvEventListener* listener, bool contents = false) {
     KVSERVE_CHECK_THREAD(engine_thread_);
-    kv_->set_event_listener(listener);
+    kv_->set_event_listener(listener, contents);
   }
   // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;

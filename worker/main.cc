@@ -61,6 +61,14 @@ ABSL_FLAG(double, recycle_on_rss_growth_mb, 0,
 ABSL_FLAG(double, recycle_on_fragmentation, 0,
           "Ask for a recycle when this fraction of allocated KV slots is unused (0: off)");
 ABSL_FLAG(std::string, ports_file, "", "Write the bound ports as JSON here once ready");
+ABSL_FLAG(std::string, kv_events_config, "",
+          "vLLM's KV events as vLLM's --kv-events-config (JSON: enable_kv_cache_events, "
+          "publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), "
+          "beside kvserve's own on --events-port; an endpoint off loopback needs --insecure "
+          "(docs/INTEROP.md)");
+ABSL_FLAG(std::string, kv_events_encoding, "map",
+          "vLLM KV events' encoding: map (vLLM 0.11 on: events as maps tagged by type) or array "
+          "(vLLM 0.10: tagged arrays)");
 ABSL_FLAG(bool, vllm_metric_names, true,
           "Also publish vLLM's metric names (vllm:*); promtool's linter flags their ':'");
 
@@ -132,6 +140,30 @@ absl::Status CurveFromFlags(WorkerServerOptions* o) {
   return absl::OkStatus();
 }
 
+// vLLM's KV events, when --kv-events-config asks for them. Their sockets cannot use CURVE
+// (vLLM's consumers do not speak it) and carry the prompts' token ids: off loopback they need
+// --insecure, like the other sockets without keys.
+absl::Status VllmEventsFromFlags(WorkerServerOptions* o) {
+  const std::string text = absl::GetFlag(FLAGS_kv_events_config);
+  ASSIGN_OR_RETURN(o->vllm_events_encoding,
+                   vllm_events::ParseEncoding(absl::GetFlag(FLAGS_kv_events_encoding)));
+  if (text.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(VllmEventsConfig c, ParseVllmEventsConfig(text));
+  if (!c.publishes()) return absl::OkStatus();
+  for (const std::optional<std::string>& ep : {std::optional(c.endpoint), c.replay_endpoint}) {
+    if (!ep || ep->rfind("ipc://", 0) == 0 || ep->rfind("inproc://", 0) == 0) continue;
+    const std::string host = ep->substr(6, ep->rfind(':') - 6);
+    if (IsLoopbackHost(host) || absl::GetFlag(FLAGS_insecure)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-events-config: ", *ep,
+        " is off loopback: vLLM's event sockets carry the prompts' "
+        "token ids unauthenticated (vLLM's consumers speak no CURVE); bind them to 127.0.0.1, or "
+        "pass --insecure on a network you trust"));
+  }
+  o->vllm_events = std::move(c);
+  return absl::OkStatus();
+}
+
 // The server's options from the flags; checked before the engine loads its weights.
 absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
   WorkerServerOptions o;
@@ -155,6 +187,7 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
   o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
   o.earlier_recycles = EarlierRecycles();
   RETURN_IF_ERROR(CurveFromFlags(&o));
+  RETURN_IF_ERROR(VllmEventsFromFlags(&o));
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (o.worker_id.empty()) {
     char host[256] = {};

@@ -4,6 +4,7 @@
 // the host prefix cache restores evicted prefixes.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "common/file_util.h"
@@ -226,14 +227,20 @@ TEST(HostPrefixCacheTest, EvictedPrefixIsRestoredFromHost) {
   c.cache.num_host_blocks = 32;
   c.cache.host_prefix_cache = true;
   auto engine = MakeEngine(c);
+  // Every event carries its block's content (for vLLM-format events): block_size tokens and the
+  // parent's hash, on the host tier too.
   struct Recorder : KvEventListener {
-    void OnKvEvent(const BlockHash&, bool stored, Medium m) override {
+    void OnKvEvent(const BlockHash& hash, bool stored, Medium m,
+                   const BlockContent* content) override {
       events.emplace_back(stored, m);
+      ASSERT_NE(content, nullptr);
+      contents.emplace_back(hash, *content);
     }
     std::vector<std::tuple<bool, Medium>> events;
+    std::vector<std::pair<BlockHash, BlockContent>> contents;
   } recorder;
   std::vector<std::tuple<bool, Medium>>& events = recorder.events;
-  engine->SetKvEventListener(&recorder);
+  engine->SetKvEventListener(&recorder, /*contents=*/true);
   ASSERT_OK(engine->AddRequest(GreedyRequest("a", prefix, 4)));
   RunToCompletion(*engine, true);
   // Fill the device pool with unrelated prompts so the prefix is evicted (and spilled).
@@ -256,6 +263,25 @@ TEST(HostPrefixCacheTest, EvictedPrefixIsRestoredFromHost) {
   int host_stores = 0;
   for (auto [stored, m] : events) host_stores += stored && m == Medium::kHost;
   EXPECT_GT(host_stores, 0);
+  // The prefix's blocks are found by their (random) tokens; each names the one before it.
+  std::map<size_t, BlockHash> prefix_hashes;  // block index -> its hash
+  int prefix_events = 0;
+  for (const auto& [hash, content] : recorder.contents) {
+    EXPECT_EQ(content.tokens.size(), 8u);
+    for (size_t i = 0; i < prefix.size() / 8; ++i) {
+      if (content.tokens !=
+          std::vector<int32_t>(prefix.begin() + 8 * i, prefix.begin() + 8 * (i + 1))) {
+        continue;
+      }
+      ++prefix_events;
+      prefix_hashes.emplace(i, hash);
+      EXPECT_EQ(content.parent.has_value(), i > 0);
+      if (i > 0 && content.parent && prefix_hashes.count(i - 1)) {
+        EXPECT_TRUE(*content.parent == prefix_hashes.at(i - 1)) << "block " << i;
+      }
+    }
+  }
+  EXPECT_GE(prefix_events, 3 * 8) << "stored, removed and spilled: each with its content";
 
   EngineConfig plain = FixtureConfig("tiny-qwen3");
   plain.cache.enable_prefix_caching = false;

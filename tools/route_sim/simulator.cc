@@ -28,7 +28,8 @@ using router::WorkerView;
 // A worker's KV events, batched per step as the worker server batches them per loop turn.
 class EventBuffer : public worker::KvEventListener {
  public:
-  void OnKvEvent(const BlockHash& hash, bool stored, worker::Medium medium) override {
+  void OnKvEvent(const BlockHash& hash, bool stored, worker::Medium medium,
+                 const worker::BlockContent* /*content*/) override {
     pb::KvEvent* e = batch_.add_events();
     const pb::Medium m = medium == worker::Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE;
     if (stored) {

@@ -12,23 +12,53 @@ KvCacheManager::KvCacheManager(const KvPoolOptions& options)
   });
   if (options.num_host_blocks > 0) {
     host_.emplace(options.num_host_blocks);
-    host_->set_listener([this](int, const BlockHash& hash, bool stored) {
-      if (listener_ != nullptr) listener_->OnKvEvent(hash, stored, Medium::kHost);
-    });
+    host_->set_listener(
+        [this](int, const BlockHash& hash, bool stored) { OnHostCacheChange(hash, stored); });
   }
 }
 
+void KvCacheManager::Notify(const BlockHash& hash, bool stored, Medium medium) {
+  const BlockContent* content = nullptr;
+  if (auto it = contents_.find(hash); it != contents_.end()) {
+    (medium == Medium::kDevice ? it->second.on_device : it->second.on_host) = stored;
+    content = &it->second.content;
+  }
+  if (listener_ != nullptr) listener_->OnKvEvent(hash, stored, medium, content);
+}
+
+void KvCacheManager::ForgetIfUncached(const BlockHash& hash) {
+  auto it = contents_.find(hash);
+  if (it != contents_.end() && !it->second.on_device && !it->second.on_host) contents_.erase(it);
+}
+
+void KvCacheManager::RememberContent(const Sequence& seq, int i) {
+  if (!options_.keep_block_contents) return;
+  auto [it, fresh] = contents_.try_emplace(seq.block_hashes[i]);
+  if (!fresh) return;  // the same hash is the same content
+  if (i > 0) it->second.content.parent = seq.block_hashes[i - 1];
+  const int bs = options_.block_size;
+  it->second.content.tokens.assign(seq.tokens.begin() + int64_t{i} * bs,
+                                   seq.tokens.begin() + int64_t{i + 1} * bs);
+}
+
+void KvCacheManager::OnHostCacheChange(const BlockHash& hash, bool stored) {
+  Notify(hash, stored, Medium::kHost);
+  if (!stored) ForgetIfUncached(hash);
+}
+
 void KvCacheManager::OnDeviceCacheChange(int block, const BlockHash& hash, bool stored) {
-  if (listener_ != nullptr) listener_->OnKvEvent(hash, stored, Medium::kDevice);
-  if (stored || !host_ || !options_.host_prefix_cache || host_->Lookup(hash)) return;
-  // An evicted prefix block moves to the host tier (its LRU evicts in turn) instead of
-  // being lost; the copy runs before anything overwrites the device block.
-  std::optional<int> h = host_->Allocate();
-  if (!h) return;  // every host block is held by swapped sequences
-  pending_.device_to_host.emplace_back(block, *h);
-  host_->Cache(*h, hash);
-  host_->Release(*h);
-  ++counters_.host_spilled_blocks;
+  Notify(hash, stored, Medium::kDevice);
+  if (!stored && host_ && options_.host_prefix_cache && !host_->Lookup(hash)) {
+    // An evicted prefix block moves to the host tier (its LRU evicts in turn) instead of
+    // being lost; the copy runs before anything overwrites the device block.
+    if (std::optional<int> h = host_->Allocate()) {  // none: every host block is held
+      pending_.device_to_host.emplace_back(block, *h);
+      host_->Cache(*h, hash);
+      host_->Release(*h);
+      ++counters_.host_spilled_blocks;
+    }
+  }
+  if (!stored) ForgetIfUncached(hash);
 }
 
 std::vector<CachedBlock> KvCacheManager::FindCachedBlocks(const Sequence& seq) const {
@@ -83,6 +113,7 @@ bool KvCacheManager::Allocate(Sequence& seq, int num_new_tokens,
     host_releases_.push_back(c.block);  // held until the copy ran
     const int d = *device_.Allocate();
     pending_.host_to_device.emplace_back(c.block, d);
+    RememberContent(seq, static_cast<int>(seq.block_table.size()));
     device_.Cache(d, *host_->hash(c.block));
     seq.block_table.push_back(d);
     ++counters_.host_hit_blocks;
@@ -110,7 +141,11 @@ void KvCacheManager::CacheComputedBlocks(Sequence& seq) {
     const int b = seq.block_table[i];
     // A block that is already cached (shared through a fork) or whose hash another block
     // holds stays as it is; either way the prefix is findable.
-    if (!device_.hash(b)) device_.Cache(b, seq.block_hashes[i]);
+    if (!device_.hash(b)) {
+      RememberContent(seq, i);
+      device_.Cache(b, seq.block_hashes[i]);
+      ForgetIfUncached(seq.block_hashes[i]);  // another block held the hash: nothing cached
+    }
   }
   seq.num_cached_blocks = std::max(seq.num_cached_blocks, full);
 }

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "worker/kv_cache/block_pool.h"
@@ -32,12 +33,22 @@ namespace kvserve::worker {
 
 enum class Medium { kDevice, kHost };
 
+// What a cached block holds, for consumers that re-hash it (vLLM's BlockStored): its parent's
+// hash (none for a sequence's first block) and its block_size tokens.
+struct BlockContent {
+  std::optional<BlockHash> parent;
+  std::vector<int32_t> tokens;
+};
+
 // Receives every change to the set of cached blocks: a full block's hash registered in (stored)
 // or dropped from (removed) one tier's prefix cache. Called on the engine thread, in order.
+// `content` is the block's, valid during the call, when the manager keeps contents
+// (KvPoolOptions::keep_block_contents); else null.
 class KvEventListener {
  public:
   virtual ~KvEventListener() = default;
-  virtual void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) = 0;
+  virtual void OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
+                         const BlockContent* content) = 0;
 };
 
 struct CachedBlock {
@@ -60,6 +71,9 @@ struct KvPoolOptions {
   bool enable_prefix_caching = true;
   int num_host_blocks = 0;         // 0: no host tier
   bool host_prefix_cache = false;  // spill evicted prefix blocks to the host tier
+  // Keep each cached block's content for the event listener (block_size tokens and a hash
+  // per cached block, freed when no tier caches it).
+  bool keep_block_contents = false;
 };
 
 struct KvCacheCounters {
@@ -108,8 +122,12 @@ class KvCacheManager {
   // blocks match their sequence's hashes.
   absl::Status CheckInvariants(absl::Span<const Sequence* const> live) const;
 
-  // `listener` (null: none) must outlive this manager or the next call.
-  void set_event_listener(KvEventListener* listener) { listener_ = listener; }
+  // `listener` (null: none) must outlive this manager or the next call. `contents`: pass each
+  // block's content with its events (before any block is cached).
+  void set_event_listener(KvEventListener* listener, bool contents = false) {
+    listener_ = listener;
+    options_.keep_block_contents = contents;
+  }
 
   [[nodiscard]] const BlockPool& pool() const { return device_; }
   [[nodiscard]] const BlockPool* host_pool() const { return host_ ? &*host_ : nullptr; }
@@ -119,6 +137,18 @@ class KvCacheManager {
 
  private:
   void OnDeviceCacheChange(int block, const BlockHash& hash, bool stored);
+  void OnHostCacheChange(const BlockHash& hash, bool stored);
+  // Block i of `seq` is about to be cached: keeps its content (keep_block_contents).
+  void RememberContent(const Sequence& seq, int i);
+  // Tells the listener; keeps the content's record of which tiers cache the block.
+  void Notify(const BlockHash& hash, bool stored, Medium medium);
+  // Frees the content of a block that no tier caches.
+  void ForgetIfUncached(const BlockHash& hash);
+
+  struct KeptContent {
+    BlockContent content;
+    bool on_device = false, on_host = false;
+  };
 
   KvPoolOptions options_;
   BlockPool device_;
@@ -127,6 +157,7 @@ class KvCacheManager {
   std::vector<int> host_releases_;  // host blocks to release after the pending copies ran
   KvCacheCounters counters_;
   KvEventListener* listener_ = nullptr;
+  absl::flat_hash_map<BlockHash, KeptContent> contents_;  // keep_block_contents only
 };
 
 }  // namespace kvserve::worker

@@ -1,6 +1,7 @@
 // WorkerServer: KV events on the PUB socket (topic "kv"). The engine's cache changes are queued
 // as they happen (OnKvEvent) and published once a loop turn as one numbered KvEventBatch; a
 // snapshot (on a router's request) and all-cleared (at start and exit) keep subscribers whole.
+// With --kv-events-config the same changes go out in vLLM's format too (vllm_event_publisher.h).
 #include "glog/logging.h"
 #include "worker/server/process_clock.h"
 #include "worker/server/wire.h"
@@ -10,8 +11,19 @@ namespace kvserve::worker {
 
 namespace pb = ::kvserve::v1;
 
-void WorkerServer::OnKvEvent(const BlockHash& hash, bool stored, Medium medium) {
+void WorkerServer::OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
+                             const BlockContent* content) {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  if (vllm_publisher_ != nullptr) {
+    // vLLM's media: its GPU pool and its CPU offload tier.
+    const std::string_view tier = medium == Medium::kDevice ? "GPU" : "CPU";
+    if (!stored) {
+      vllm_events::AddRemovedBlock(vllm_pending_, hash, tier);
+    } else if (content != nullptr) {
+      vllm_events::AddStoredBlock(vllm_pending_, hash, content->parent, content->tokens,
+                                  engine_->config().cache.block_size, tier);
+    }
+  }
   pb::KvEvent e;
   const auto fill = [&](auto* change) {
     change->add_block_hashes(hash.ToBytes());
@@ -33,6 +45,13 @@ void WorkerServer::Publish(const std::string& topic, const google::protobuf::Mes
 
 void WorkerServer::PublishEvents() {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  if (vllm_publisher_ != nullptr && !vllm_pending_.empty()) {
+    vllm_events::Batch batch;
+    batch.ts = static_cast<double>(NowMs()) / 1000.0;
+    batch.events = std::move(vllm_pending_);
+    vllm_pending_.clear();
+    vllm_publisher_->Publish(vllm_events::Encode(batch, options_.vllm_events_encoding));
+  }
   if (pending_events_.empty()) return;
   pb::KvEventBatch batch;
   batch.set_worker_id(options_.worker_id);
@@ -47,6 +66,8 @@ void WorkerServer::PublishEvents() {
 void WorkerServer::PublishAllCleared() {
   KVSERVE_CHECK_THREAD(loop_thread_);
   pending_events_.clear();
+  vllm_pending_.clear();
+  vllm_pending_.push_back({.kind = vllm_events::Event::Kind::kAllCleared});
   pb::KvEvent e;
   e.mutable_all_cleared();
   pending_events_.push_back(std::move(e));

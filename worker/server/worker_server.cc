@@ -97,7 +97,15 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                                     }
                                     return r;
                                   }));
-  s->engine_->SetKvEventListener(s.get());
+  if (options.vllm_events) {
+    ASSIGN_OR_RETURN(s->vllm_publisher_, VllmEventPublisher::Start(s->ctx_, *options.vllm_events));
+    LOG(INFO) << "vLLM KV events on " << s->vllm_publisher_->endpoint()
+              << (options.vllm_events->replay_endpoint
+                      ? absl::StrCat(", replay on ", s->vllm_publisher_->replay_endpoint())
+                      : std::string());
+  }
+  // vLLM's events name each stored block's tokens and parent: the cache keeps them then.
+  s->engine_->SetKvEventListener(s.get(), /*contents=*/s->vllm_publisher_ != nullptr);
   s->started_ = Clock::now();
   s->start_rss_mb_ = RssMb();
   // The server and its engine go to the thread that calls Run.
@@ -110,6 +118,7 @@ WorkerServer::~WorkerServer() {
   if (http_) http_->Stop();
   router_.reset();
   pub_.reset();
+  vllm_publisher_.reset();  // sends what it holds; its sockets close before the context
   zap_.reset();
   ctx_.close();
 }

@@ -9,6 +9,8 @@
 //                         WorkerStatus heartbeats; topic "control": RECYCLE_REQUEST
 //   HTTP   --metrics-port /metrics (Prometheus), /health (200 while the loop runs), /ready
 //                         (200 only when READY)
+//   PUB / ROUTER, --kv-events-config: the same KV changes as vLLM publishes them
+//                         (vllm_event_publisher.h), for consumers written for vLLM
 //
 // One thread (the caller of Run) owns the engine and both sockets: it polls the ROUTER,
 // steps the engine, sends outputs and publishes events and heartbeats. Messages from the
@@ -38,11 +40,13 @@
 #include "absl/time/time.h"
 #include "common/curve.h"
 #include "common/thread_checker.h"
+#include "common/vllm_kv_events.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/server/http_server.h"
 #include "worker/server/reply_queue.h"
+#include "worker/server/vllm_event_publisher.h"
 #include "worker/server/worker_metrics.h"
 #include "zmq.hpp"
 
@@ -79,6 +83,9 @@ struct WorkerServerOptions {
   // A router peer that has not taken a waiting reply for this long is given up: its replies
   // are dropped and its requests aborted (reply_queue.h).
   absl::Duration reply_give_up = absl::Seconds(30);
+  // vLLM's KV events beside kvserve's (vllm_event_publisher.h); unset: none.
+  std::optional<VllmEventsConfig> vllm_events;
+  vllm_events::Encoding vllm_events_encoding = vllm_events::Encoding::kMap;
 };
 
 class WorkerServer : private KvEventListener {
@@ -129,7 +136,8 @@ class WorkerServer : private KvEventListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void AbortForDrainTimeout() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // The engine's cache changes, queued for the next KV-event batch.
-  void OnKvEvent(const BlockHash& hash, bool stored, Medium medium) override;
+  void OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
+                 const BlockContent* content) override;
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c)
@@ -180,6 +188,10 @@ class WorkerServer : private KvEventListener {
   std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);  // every reply on router_
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
   std::vector<kvserve::v1::KvEvent> pending_events_ ABSL_GUARDED_BY(loop_thread_);
+  // vLLM's events of the same changes, for the next batch, and their publisher (its own
+  // thread; Publish is the loop thread's). Null when --kv-events-config asks for none.
+  std::vector<vllm_events::Event> vllm_pending_ ABSL_GUARDED_BY(loop_thread_);
+  std::unique_ptr<VllmEventPublisher> vllm_publisher_ ABSL_GUARDED_BY(loop_thread_);
   uint64_t event_seq_ ABSL_GUARDED_BY(loop_thread_) = 0;
   Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);

@@ -2,7 +2,8 @@
 // probe of issue 25 (a DEALER that sends Control DRAIN and so took the worker out of rotation)
 // gets nothing now, with or without a key of its own, and the worker stays ready; a router whose
 // key is listed only later gets in without a restart of either; a worker refuses to expose
-// unauthenticated sockets beyond loopback unless told --insecure.
+// unauthenticated sockets (its own, and vLLM's KV-event ones) beyond loopback unless told
+// --insecure.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -144,6 +145,23 @@ TEST(WorkerExposureTest, UnauthenticatedSocketsStayOnLoopbackUnlessInsecure) {
   const auto [status, said] = RunWorkerToExit(args);
   EXPECT_NE(status, 0);
   EXPECT_THAT(said, HasSubstr("--host 0.0.0.0 is not loopback: give CURVE keys"));
+  args.push_back("--insecure");
+  ASSERT_OK_AND_ASSIGN(auto insecure, WorkerProcess::Start(args));
+  EXPECT_EQ(insecure->Terminate(), 0);
+}
+
+// vLLM's event sockets speak no CURVE and carry prompt token ids: off loopback only with
+// --insecure; on loopback or ipc:// they start.
+TEST(WorkerExposureTest, VllmEventSocketsStayOnLoopbackUnlessInsecure) {
+  std::vector<std::string> args = ModelArgs();
+  args.insert(args.end(), {"--kv-events-config", R"({"enable_kv_cache_events": true,
+      "publisher": "zmq", "endpoint": "tcp://*:0"})"});
+  const auto [status, said] = RunWorkerToExit(args);
+  EXPECT_NE(status, 0);
+  EXPECT_THAT(said, HasSubstr("--kv-events-config: tcp://*:0 is off loopback"));
+  std::vector<std::string> bad = ModelArgs();
+  bad.insert(bad.end(), {"--kv-events-config", R"({"enable_kv_cache_events": true, "x": 1})"});
+  EXPECT_THAT(RunWorkerToExit(bad).second, HasSubstr("--kv-events-config: x is not a key"));
   args.push_back("--insecure");
   ASSERT_OK_AND_ASSIGN(auto insecure, WorkerProcess::Start(args));
   EXPECT_EQ(insecure->Terminate(), 0);

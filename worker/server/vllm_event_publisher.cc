@@ -1,0 +1,150 @@
+#include "worker/server/vllm_event_publisher.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace kvserve::worker {
+namespace {
+
+std::string BigEndian64(int64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+int64_t ReadBigEndian64(const zmq::message_t& m) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<const uint8_t*>(m.data())[i];
+  return static_cast<int64_t>(v);
+}
+
+// vLLM binds an endpoint with a wildcard host or a local transport and connects to any other.
+bool Binds(const std::string& endpoint) {
+  return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
+         endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0;
+}
+
+void SendFrames(zmq::socket_t& s, const std::vector<zmq::const_buffer>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    s.send(frames[i], more | zmq::send_flags::dontwait);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VllmEventPublisher>> VllmEventPublisher::Start(
+    zmq::context_t& ctx, const VllmEventsConfig& config) {
+  std::unique_ptr<VllmEventPublisher> p(new VllmEventPublisher(ctx));
+  p->config_ = config;
+  static std::atomic<int> pipes{0};
+  p->pipe_address_ = absl::StrCat("inproc://vllm-kv-events-", pipes++);
+  try {
+    p->out_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pull);
+    p->out_->set(zmq::sockopt::rcvhwm, static_cast<int>(config.max_queue_size));
+    p->out_->bind(p->pipe_address_);
+    p->in_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
+    p->in_->set(zmq::sockopt::sndhwm, static_cast<int>(config.max_queue_size));
+    p->in_->set(zmq::sockopt::linger, 1000);
+    p->in_->connect(p->pipe_address_);
+    p->pub_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pub);
+    p->pub_->set(zmq::sockopt::sndhwm, static_cast<int>(config.hwm));
+    p->pub_->set(zmq::sockopt::linger, 1000);
+    if (Binds(config.endpoint)) {
+      p->pub_->bind(config.endpoint);
+      p->endpoint_ = p->pub_->get(zmq::sockopt::last_endpoint);
+    } else {
+      p->pub_->connect(config.endpoint);
+      p->endpoint_ = config.endpoint;
+    }
+    if (config.replay_endpoint) {
+      p->replay_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
+      p->replay_->set(zmq::sockopt::linger, 0);
+      p->replay_->bind(*config.replay_endpoint);
+      p->replay_endpoint_ = p->replay_->get(zmq::sockopt::last_endpoint);
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--kv-events-config: cannot open ", config.endpoint, " / ",
+                     config.replay_endpoint.value_or("(no replay)"), ": ", e.what()));
+  }
+  p->thread_ = std::thread([raw = p.get()] { raw->Loop(); });
+  return p;
+}
+
+VllmEventPublisher::~VllmEventPublisher() {
+  if (in_) {
+    in_->send(zmq::const_buffer(), zmq::send_flags::none);  // empty: stop after the rest
+    in_.reset();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void VllmEventPublisher::Publish(std::string payload) {
+  if (payload.empty()) return;  // an empty message means stop
+  zmq::message_t m(payload.data(), payload.size());
+  if (!in_->send(m, zmq::send_flags::dontwait)) {
+    if (dropped_.fetch_add(1) % 1000 == 0) {
+      LOG(WARNING) << "vLLM KV events: the publisher queue is full (max_queue_size "
+                   << config_.max_queue_size << "); " << dropped_.load() << " batches dropped";
+    }
+  }
+}
+
+void VllmEventPublisher::Loop() {
+  const std::string topic = config_.topic;
+  std::deque<std::pair<int64_t, std::string>> kept;  // (seq, payload), the last buffer_steps
+  int64_t seq = 0;
+  const std::string end = BigEndian64(-1);
+  std::vector<zmq::pollitem_t> items = {{out_->handle(), 0, ZMQ_POLLIN, 0}};
+  if (replay_) items.push_back({replay_->handle(), 0, ZMQ_POLLIN, 0});
+  while (true) {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t m;
+      if (!out_->recv(m, zmq::recv_flags::dontwait)) continue;
+      if (m.size() == 0) break;  // the destructor's stop, after every batch before it
+      std::string payload = m.to_string();
+      const std::string seq_bytes = BigEndian64(seq);
+      SendFrames(*pub_, {zmq::buffer(topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
+      kept.emplace_back(seq++, std::move(payload));
+      if (static_cast<int64_t>(kept.size()) > config_.buffer_steps) kept.pop_front();
+    }
+    if (replay_ && (items[1].revents & ZMQ_POLLIN)) {
+      std::vector<zmq::message_t> frames;
+      zmq::message_t f;
+      do {
+        if (!replay_->recv(f, zmq::recv_flags::dontwait)) break;
+        frames.push_back(std::move(f));
+      } while (frames.back().more() && frames.size() < 8);
+      for (bool more = !frames.empty() && frames.back().more(); more; more = f.more()) {
+        if (!replay_->recv(f)) break;  // the rest of an over-long request, dropped
+      }
+      // [identity, "", start]: anything else is not a replay request and gets no answer.
+      if (frames.size() != 3 || frames[1].size() != 0 || frames[2].size() != 8) {
+        LOG(WARNING) << "vLLM KV events: a malformed replay request (" << frames.size()
+                     << " frames) was ignored";
+        continue;
+      }
+      const std::string id = frames[0].to_string();
+      const int64_t start = ReadBigEndian64(frames[2]);
+      for (const auto& [s, payload] : kept) {
+        if (s < start) continue;
+        const std::string s_bytes = BigEndian64(s);
+        SendFrames(*replay_, {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(s_bytes),
+                              zmq::buffer(payload)});
+      }
+      SendFrames(*replay_,
+                 {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(end), zmq::const_buffer()});
+    }
+  }
+  out_.reset();
+  pub_.reset();
+  replay_.reset();
+}
+
+}  // namespace kvserve::worker
