@@ -160,13 +160,13 @@ for (const encoding of ['map', 'array']) {
     if (!fs.existsSync(model)) makeModel(bin, tokenizerDir, model);
     // ipc:// is bound by the worker (vLLM's rule) and stays on this machine.
     const pub = `ipc://${tmp}/${encoding}-events.sock`;
-    let rep, port, events, worker;
+    let rep, port, events, metrics, worker;
     await retryOnPortClash(async () => {
-      [port, events, rep] = [await freePort(), await freePort(), await freePort()];
+      [port, events, rep, metrics] = [await freePort(), await freePort(), await freePort(), await freePort()];
       const config = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: pub,
         replay_endpoint: `tcp://127.0.0.1:${rep}`, topic: 'kv-events', buffer_steps: 1000 };
       worker = await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
-        '--port', String(port), '--events-port', String(events), '--metrics-port', String(await freePort()),
+        '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
         '--max-model-len', '1024', '--num-blocks', '256', '--block-size', String(BLOCK),
         '--kv-events-config', JSON.stringify(config), '--kv-events-encoding', encoding], /kvserve-worker ready/);
     });
@@ -218,6 +218,14 @@ for (const encoding of ['map', 'array']) {
     assert.ok(lateCache.size > 0);
     assert.deepEqual([...lateCache.keys()].sort(), [...state(seen).keys()].sort(), 'the late consumer converged');
     for (const p of prompts) assertPromptCached(lateCache, p);
+
+    // The worker counts what it published (its heartbeat refreshes the metrics).
+    await new Promise((r) => setTimeout(r, 600));
+    const scraped = await (await fetch(`http://127.0.0.1:${metrics}/metrics`)).text();
+    const count = (result) => Number(scraped.match(new RegExp(
+      `kvserve_vllm_kv_event_batches_total\\{[^}]*result="${result}"[^}]*\\} (\\S+)`))?.[1]);
+    assert.ok(count('published') >= Number(seen.at(-1).seq) + 1, `published: ${count('published')}`);
+    assert.equal(count('dropped'), 0);
 
     // SIGTERM: the worker drains and clears.
     const tail = [];

@@ -112,6 +112,7 @@ void VllmEventPublisher::Loop() {
       const std::string seq_bytes = BigEndian64(seq);
       SendFrames(*pub_, {zmq::buffer(topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
       kept.emplace_back(seq++, std::move(payload));
+      published_.fetch_add(1);
       if (static_cast<int64_t>(kept.size()) > config_.buffer_steps) kept.pop_front();
     }
     if (replay_ && (items[1].revents & ZMQ_POLLIN)) {

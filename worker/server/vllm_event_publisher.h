@@ -38,7 +38,9 @@ class VllmEventPublisher {
   // The PUB and replay sockets' resolved addresses (a port 0 or '*' made concrete).
   [[nodiscard]] const std::string& endpoint() const { return endpoint_; }
   [[nodiscard]] const std::string& replay_endpoint() const { return replay_endpoint_; }
-  // Batches dropped because the queue to the publisher thread was full.
+  // Batches sent on the PUB socket, and dropped because the queue to the publisher thread was
+  // full. Any thread.
+  [[nodiscard]] int64_t published() const { return published_.load(); }
   [[nodiscard]] int64_t dropped() const { return dropped_.load(); }
 
  private:
@@ -53,7 +55,7 @@ class VllmEventPublisher {
   // The publisher thread's: the pipe's PULL end, PUB and ROUTER (made on the caller's thread in
   // Start, before the thread exists, then used by it alone).
   std::unique_ptr<zmq::socket_t> out_, pub_, replay_;
-  std::atomic<int64_t> dropped_{0};
+  std::atomic<int64_t> published_{0}, dropped_{0};
   std::thread thread_;
 };
 

@@ -76,6 +76,9 @@ void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
   if (zap_) metrics_->UpdateAuthentications(zap_->accepted(), zap_->refused());
+  if (vllm_publisher_) {
+    metrics_->UpdateVllmEvents(vllm_publisher_->published(), vllm_publisher_->dropped());
+  }
   metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
   metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
                    Seconds(Clock::now() - started_), event_seq_);

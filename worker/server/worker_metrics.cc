@@ -303,6 +303,14 @@ void WorkerMetrics::UpdateAuthentications(int64_t accepted, int64_t refused) {
       static_cast<double>(refused));
 }
 
+void WorkerMetrics::UpdateVllmEvents(int64_t published, int64_t dropped) {
+  const char* help = "vLLM-format KV-event batches published, or dropped on a full queue";
+  Add(C("kvserve_vllm_kv_event_batches_total", help, {{"result", "published"}}),
+      static_cast<double>(published));
+  Add(C("kvserve_vllm_kv_event_batches_total", help, {{"result", "dropped"}}),
+      static_cast<double>(dropped));
+}
+
 void WorkerMetrics::UpdateReplies(size_t waiting, int64_t waited, int64_t dropped) {
   G("kvserve_replies_waiting", "Replies waiting for a router peer that does not read fast enough")
       .Set(static_cast<double>(waiting));

@@ -73,6 +73,9 @@ class WorkerMetrics {
   // Totals of ZeroMQ peers the CURVE handler accepted and refused (the series exist only when
   // CURVE is on).
   void UpdateAuthentications(int64_t accepted, int64_t refused);
+  // Totals of vLLM-format KV-event batches sent and dropped on a full queue (the series exist
+  // only with --kv-events-config).
+  void UpdateVllmEvents(int64_t published, int64_t dropped);
   // The reply queue (reply_queue.h): replies waiting for a router that is slow to read, and
   // totals of replies that had to wait and that were dropped (their router gone or stuck).
   void UpdateReplies(size_t waiting, int64_t waited, int64_t dropped);

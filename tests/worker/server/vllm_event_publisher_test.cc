@@ -105,6 +105,7 @@ TEST(VllmEventPublisherTest, PublishesNumberedBatchesAndReplaysThem) {
                                                        "batch" + std::to_string(sent - 1)}));
   EXPECT_EQ(Receive(dealer), (std::vector<std::string>{"", BigEndian(-1), ""}));
   EXPECT_EQ(p->dropped(), 0);
+  EXPECT_EQ(p->published(), sent);
 }
 
 // A concrete endpoint is connected to (vLLM's rule): the consumer binds, as llm-d's does.
