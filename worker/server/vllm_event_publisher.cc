@@ -96,56 +96,66 @@ void VllmEventPublisher::Publish(std::string payload) {
 }
 
 void VllmEventPublisher::Loop() {
-  const std::string topic = config_.topic;
-  std::deque<std::pair<int64_t, std::string>> kept;  // (seq, payload), the last buffer_steps
-  int64_t seq = 0;
-  const std::string end = BigEndian64(-1);
   std::vector<zmq::pollitem_t> items = {{out_->handle(), 0, ZMQ_POLLIN, 0}};
   if (replay_) items.push_back({replay_->handle(), 0, ZMQ_POLLIN, 0});
-  while (true) {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
-    if (items[0].revents & ZMQ_POLLIN) {
-      zmq::message_t m;
-      if (!out_->recv(m, zmq::recv_flags::dontwait)) continue;
-      if (m.size() == 0) break;  // the destructor's stop, after every batch before it
-      std::string payload = m.to_string();
-      const std::string seq_bytes = BigEndian64(seq);
-      SendFrames(*pub_, {zmq::buffer(topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
-      kept.emplace_back(seq++, std::move(payload));
-      published_.fetch_add(1);
-      if (static_cast<int64_t>(kept.size()) > config_.buffer_steps) kept.pop_front();
-    }
-    if (replay_ && (items[1].revents & ZMQ_POLLIN)) {
-      std::vector<zmq::message_t> frames;
-      zmq::message_t f;
-      do {
-        if (!replay_->recv(f, zmq::recv_flags::dontwait)) break;
-        frames.push_back(std::move(f));
-      } while (frames.back().more() && frames.size() < 8);
-      for (bool more = !frames.empty() && frames.back().more(); more; more = f.more()) {
-        if (!replay_->recv(f)) break;  // the rest of an over-long request, dropped
-      }
-      // [identity, "", start]: anything else is not a replay request and gets no answer.
-      if (frames.size() != 3 || frames[1].size() != 0 || frames[2].size() != 8) {
-        LOG(WARNING) << "vLLM KV events: a malformed replay request (" << frames.size()
-                     << " frames) was ignored";
-        continue;
-      }
-      const std::string id = frames[0].to_string();
-      const int64_t start = ReadBigEndian64(frames[2]);
-      for (const auto& [s, payload] : kept) {
-        if (s < start) continue;
-        const std::string s_bytes = BigEndian64(s);
-        SendFrames(*replay_, {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(s_bytes),
-                              zmq::buffer(payload)});
-      }
-      SendFrames(*replay_,
-                 {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(end), zmq::const_buffer()});
+  bool running = true;
+  while (running) {
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+      if (items[0].revents & ZMQ_POLLIN) running = SendNext();
+      if (replay_ && (items[1].revents & ZMQ_POLLIN)) ServeReplay();
+    } catch (const zmq::error_t& e) {
+      // A signal (the worker's SIGTERM may land on this thread) interrupts a wait: go on.
+      if (e.num() == EINTR) continue;
+      LOG(ERROR) << "vLLM KV events: " << e.what() << "; the publisher stops";
+      running = false;
     }
   }
   out_.reset();
   pub_.reset();
   replay_.reset();
+}
+
+bool VllmEventPublisher::SendNext() {
+  zmq::message_t m;
+  if (!out_->recv(m, zmq::recv_flags::dontwait)) return true;
+  if (m.size() == 0) return false;  // the destructor's stop, after every batch before it
+  std::string payload = m.to_string();
+  const std::string seq_bytes = BigEndian64(next_seq_);
+  SendFrames(*pub_, {zmq::buffer(config_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
+  kept_.emplace_back(next_seq_++, std::move(payload));
+  published_.fetch_add(1);
+  if (static_cast<int64_t>(kept_.size()) > config_.buffer_steps) kept_.pop_front();
+  return true;
+}
+
+void VllmEventPublisher::ServeReplay() {
+  std::vector<zmq::message_t> frames;
+  zmq::message_t f;
+  do {
+    if (!replay_->recv(f, zmq::recv_flags::dontwait)) break;
+    frames.push_back(std::move(f));
+  } while (frames.back().more() && frames.size() < 8);
+  for (bool more = !frames.empty() && frames.back().more(); more; more = f.more()) {
+    if (!replay_->recv(f)) break;  // the rest of an over-long request, dropped
+  }
+  // [identity, "", start]: anything else is not a replay request and gets no answer.
+  if (frames.size() != 3 || frames[1].size() != 0 || frames[2].size() != 8) {
+    LOG(WARNING) << "vLLM KV events: a malformed replay request (" << frames.size()
+                 << " frames) was ignored";
+    return;
+  }
+  const std::string id = frames[0].to_string();
+  const int64_t start = ReadBigEndian64(frames[2]);
+  for (const auto& [seq, payload] : kept_) {
+    if (seq < start) continue;
+    const std::string seq_bytes = BigEndian64(seq);
+    SendFrames(*replay_, {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(seq_bytes),
+                          zmq::buffer(payload)});
+  }
+  const std::string end = BigEndian64(-1);
+  SendFrames(*replay_,
+             {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(end), zmq::const_buffer()});
 }
 
 }  // namespace kvserve::worker

@@ -14,9 +14,11 @@
 #define KVSERVE_WORKER_SERVER_VLLM_EVENT_PUBLISHER_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "worker/server/vllm_events_config.h"
@@ -45,7 +47,12 @@ class VllmEventPublisher {
 
  private:
   explicit VllmEventPublisher(zmq::context_t& ctx) : ctx_(ctx) {}
+  // The publisher thread: waits on the pipe and the replay socket until the stop message.
   void Loop();
+  // Numbers, sends and keeps the next queued batch; false at the stop message.
+  bool SendNext();
+  // Answers one replay request (a malformed one is logged and ignored).
+  void ServeReplay();
 
   zmq::context_t& ctx_;
   VllmEventsConfig config_;
@@ -55,6 +62,9 @@ class VllmEventPublisher {
   // The publisher thread's: the pipe's PULL end, PUB and ROUTER (made on the caller's thread in
   // Start, before the thread exists, then used by it alone).
   std::unique_ptr<zmq::socket_t> out_, pub_, replay_;
+  // The publisher thread's: the next sequence number and the last buffer_steps batches.
+  int64_t next_seq_ = 0;
+  std::deque<std::pair<int64_t, std::string>> kept_;
   std::atomic<int64_t> published_{0}, dropped_{0};
   std::thread thread_;
 };
