@@ -78,7 +78,13 @@ absl::StatusOr<std::unique_ptr<VllmEventPublisher>> VllmEventPublisher::Start(
 
 VllmEventPublisher::~VllmEventPublisher() {
   if (in_) {
-    in_->send(zmq::const_buffer(), zmq::send_flags::none);  // empty: stop after the rest
+    // Empty: stop after the rest. A thread that already stopped on an error takes nothing, so
+    // the send gives up after a while rather than waiting on a full queue for ever.
+    in_->set(zmq::sockopt::sndtimeo, 2000);
+    try {
+      in_->send(zmq::const_buffer(), zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+    }
     in_.reset();
   }
   if (thread_.joinable()) thread_.join();
