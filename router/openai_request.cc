@@ -246,21 +246,15 @@ absl::Status TokenIds(object o, const char* key, int limit, const char* flag,
 // vLLM's logprob_token_ids (PR #43463): these ids' logprobs at each generated position in place
 // of the top alternatives. Needs logprobs; at most 20 ids. An empty list is refused, as vLLM's
 // fix PR #49320 does, rather than read as "the top ones" without a word.
-constexpr size_t kMaxLogprobTokenIds = 20;  // the worker's (kernels::kMaxTopLogprobs)
+constexpr int kMaxLogprobTokenIds = 20;  // the worker's (kernels::kMaxTopLogprobs)
 
 absl::Status ParseLogprobTokenIds(object o, bool chat, ParsedRequest* r) {
-  auto e = Field(o, "logprob_token_ids");
-  if (!e) return absl::OkStatus();
-  simdjson::dom::array ids;
-  if (e->get_array().get(ids) != simdjson::SUCCESS) {
-    return Bad("logprob_token_ids", "must be a list of token ids");
-  }
-  if (ids.size() == 0) {
+  if (!Field(o, "logprob_token_ids")) return absl::OkStatus();
+  std::vector<int32_t> ids;
+  RETURN_IF_ERROR(
+      TokenIds(o, "logprob_token_ids", kMaxLogprobTokenIds, "as --max-logprobs in vLLM", &ids));
+  if (ids.empty()) {
     return Bad("logprob_token_ids", "must not be empty: leave it unset for the top logprobs");
-  }
-  if (ids.size() > kMaxLogprobTokenIds) {
-    return Bad("logprob_token_ids",
-               absl::StrCat("has ", ids.size(), " ids; the limit is ", kMaxLogprobTokenIds));
   }
   if (!r->logprobs()) {
     return Bad("logprob_token_ids", chat ? "needs logprobs: true" : "needs logprobs set");
@@ -269,10 +263,7 @@ absl::Status ParseLogprobTokenIds(object o, bool chat, ParsedRequest* r) {
     return Bad("logprob_token_ids",
                "scores generated tokens; with echo and max_tokens 0 there are none");
   }
-  for (element id : ids) {
-    ASSIGN_OR_RETURN(int32_t v, TokenId(id, "logprob_token_ids"));
-    r->sampling.add_logprob_token_ids(v);
-  }
+  r->sampling.mutable_logprob_token_ids()->Add(ids.begin(), ids.end());
   return absl::OkStatus();
 }
 
