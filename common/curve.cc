@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -194,9 +195,10 @@ absl::Status MakeCurveClient(zmq::socket_t& socket, const CurveKeyPair& own,
 }
 
 absl::StatusOr<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::Start(
-    zmq::context_t& ctx, const std::string& allowed_dir) {
+    zmq::context_t& ctx, const std::string& allowed_dir, std::vector<AllowedClient> also_allowed) {
   ASSIGN_OR_RETURN(std::vector<AllowedClient> allowed, ReadAllowedClients(allowed_dir));
-  std::unique_ptr<ZapAuthenticator> z(new ZapAuthenticator(allowed_dir, std::move(allowed)));
+  std::unique_ptr<ZapAuthenticator> z(
+      new ZapAuthenticator(allowed_dir, std::move(allowed), std::move(also_allowed)));
   auto socket = std::make_shared<zmq::socket_t>(ctx, zmq::socket_type::rep);
   try {
     socket->set(zmq::sockopt::linger, 0);
@@ -262,10 +264,12 @@ std::vector<std::string> ZapAuthenticator::Answer(const std::vector<std::string>
   }
   Reload();
   const std::string key = EncodeZ85(request[6]);
-  for (const AllowedClient& c : allowed_) {
-    if (c.public_key == key) {
-      ++accepted_;
-      return {"1.0", id, "200", "OK", c.name, ""};
+  for (const std::vector<AllowedClient>* list : {&std::as_const(allowed_), &also_}) {
+    for (const AllowedClient& c : *list) {
+      if (c.public_key == key) {
+        ++accepted_;
+        return {"1.0", id, "200", "OK", c.name, ""};
+      }
     }
   }
   ++refused_;

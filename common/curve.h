@@ -83,20 +83,24 @@ absl::Status MakeCurveClient(zmq::socket_t& socket, const CurveKeyPair& own,
 
 // The ZAP handler of one ZeroMQ context: accepts a CURVE client only if its public key is in
 // the allowed directory, read again at most once a second (a Kubernetes Secret's update takes
-// effect without a restart). Runs a thread of its own until destroyed; must be started before
-// any CURVE server socket of the context binds and destroyed before the context.
+// effect without a restart), or in `also_allowed` (keys the process made for itself, such as
+// kvserve-worker --openai-port's link to its own worker). Runs a thread of its own until destroyed;
+// must be started before any CURVE server socket of the context binds and destroyed before the
+// context.
 class ZapAuthenticator {
  public:
-  static absl::StatusOr<std::unique_ptr<ZapAuthenticator>> Start(zmq::context_t& ctx,
-                                                                 const std::string& allowed_dir);
+  static absl::StatusOr<std::unique_ptr<ZapAuthenticator>> Start(
+      zmq::context_t& ctx, const std::string& allowed_dir,
+      std::vector<AllowedClient> also_allowed = {});
   ~ZapAuthenticator();
 
   [[nodiscard]] int64_t accepted() const { return accepted_.load(); }
   [[nodiscard]] int64_t refused() const { return refused_.load(); }
 
  private:
-  ZapAuthenticator(std::string dir, std::vector<AllowedClient> allowed)
-      : dir_(std::move(dir)), allowed_(std::move(allowed)) {}
+  ZapAuthenticator(std::string dir, std::vector<AllowedClient> allowed,
+                   std::vector<AllowedClient> also_allowed)
+      : dir_(std::move(dir)), allowed_(std::move(allowed)), also_(std::move(also_allowed)) {}
   void Loop(zmq::socket_t& socket);
   // Answers one ZAP request (its frames); the reply's frames.
   std::vector<std::string> Answer(const std::vector<std::string>& request);
@@ -104,6 +108,7 @@ class ZapAuthenticator {
 
   std::string dir_;
   std::vector<AllowedClient> allowed_;  // only the handler's thread uses it after Start
+  const std::vector<AllowedClient> also_;
   std::chrono::steady_clock::time_point loaded_ = std::chrono::steady_clock::now();
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> accepted_{0}, refused_{0};

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ struct FrontOptions {
   // --enable-auto-tool-choice with --tool-call-parser: how tool_choice "auto" outputs are read;
   // unset, such requests get a 400.
   std::optional<ToolOutput> tool_parser;
+  // More Prometheus text for /metrics, after the router's own (kvserve-worker --openai-port
+  // adds the worker's, vLLM's names among them). Called on the front's threads: thread-safe.
+  std::function<std::string()> more_metrics;
 };
 
 struct FrontContext {

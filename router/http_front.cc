@@ -104,7 +104,9 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
   if (get && path == "/health") return conn->Respond(200, "ok\n", "text/plain");
   if (get && path == "/ready") return Ready(*conn, r);
   if (get && path == "/metrics") {
-    return conn->Respond(200, ctx.metrics->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+    std::string text = ctx.metrics->Serialize();
+    if (ctx.options.more_metrics) text += ctx.options.more_metrics();
+    return conn->Respond(200, text, "text/plain; version=0.0.4; charset=utf-8");
   }
   if (get && path == "/v1/models") return HandleModels(ctx, *conn);
   if (get && path == "/version") return HandleVersion(*conn);

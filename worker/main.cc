@@ -5,6 +5,7 @@
 //   kvserve-worker --model DIR --port 5570 --events-port 5571 --metrics-port 8090 [engine flags]
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <csignal>
@@ -25,7 +26,9 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "router/front_flags.h"
 #include "worker/engine_flags.h"
+#include "worker/openai_front.h"
 #include "worker/server/worker_server.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -69,6 +72,14 @@ ABSL_FLAG(std::string, kv_events_config, "",
 ABSL_FLAG(std::string, kv_events_encoding, "map",
           "vLLM KV events' encoding: map (vLLM 0.11 on: events as maps tagged by type) or array "
           "(vLLM 0.10: tagged arrays)");
+ABSL_FLAG(int32_t, openai_port, -1,
+          "Serve the OpenAI API here as well (chat, completions, /tokenize, /v1/models, /metrics "
+          "with vLLM's names): the worker as a vLLM-like pod for a gateway or another router; "
+          "the router's front flags (--api-keys-file, --tool-call-parser, ...) apply (-1: off, "
+          "0: any port)");
+ABSL_FLAG(std::string, openai_host, "",
+          "Address of the --openai-port API (default: --host); other than loopback it needs "
+          "--api-keys or --api-keys-file, or --insecure");
 ABSL_FLAG(bool, vllm_metric_names, true,
           "Also publish vLLM's metric names (vllm:*); promtool's linter flags their ':'");
 
@@ -197,10 +208,55 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
   return o;
 }
 
+// --openai-port's front, its options from the flags (nullopt when off). With CURVE on, makes the
+// front's key pair and lets the worker's ZAP handler allow it.
+struct OpenAiSetup {
+  OpenAiFrontOptions options;
+  router::FrontOptions front;
+  router::RouterOptions core;
+};
+
+absl::StatusOr<std::optional<OpenAiSetup>> OpenAiFromFlags(const WorkerServerOptions& o,
+                                                           const EngineConfig& c,
+                                                           int max_model_len) {
+  const int port = absl::GetFlag(FLAGS_openai_port);
+  if (port < 0) return std::nullopt;
+  if (port > 65535) return absl::InvalidArgumentError("--openai-port must be in 0..65535");
+  OpenAiSetup s;
+  s.options.model_dir = c.model_dir;
+  s.front.host =
+      absl::GetFlag(FLAGS_openai_host).empty() ? o.host : absl::GetFlag(FLAGS_openai_host);
+  s.front.port = port;
+  s.front.model_root = c.model_dir;
+  s.front.served_model_name = c.model_id;
+  RETURN_IF_ERROR(router::FrontFromFlags(max_model_len, &s.front, &s.core));
+  if (!IsLoopbackHost(s.front.host) && s.front.api_keys.empty() && !absl::GetFlag(FLAGS_insecure)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--openai-host ", s.front.host,
+                     " is not loopback: give --api-keys or --api-keys-file, or pass --insecure"));
+  }
+  // The link to this worker: its own address, loopback when it listens on every interface.
+  s.options.worker.host = o.host == "0.0.0.0" ? "127.0.0.1" : o.host;
+  s.options.worker.name = "self";
+  return s;
+}
+
+// With CURVE on, the front's link authenticates with a key pair made now, which the worker's
+// ZAP handler allows beside its directory's keys.
+absl::Status AddFrontKeys(OpenAiSetup* s, WorkerServerOptions* o) {
+  if (o->curve_secret_key.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(CurveKeyPair own, ReadCurveKeyPair(absl::GetFlag(FLAGS_curve_secret_key_file)));
+  ASSIGN_OR_RETURN(CurveKeyPair front_keys, GenerateCurveKeyPair());
+  s->core.curve = CurveClientKeys{front_keys, own.public_key};
+  o->curve_also_allowed.push_back({"openai-front", front_keys.public_key});
+  return absl::OkStatus();
+}
+
 // Serves until stopped or recycled; `*drain_reason` says why it drained.
 absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
   ASSIGN_OR_RETURN(WorkerServerOptions o, OptionsFromFlags());
   ASSIGN_OR_RETURN(EngineConfig config, EngineConfigFromFlags());
+  RETURN_IF_ERROR(OpenAiFromFlags(o, config, std::max(config.max_model_len, 1)).status());
   ASSIGN_OR_RETURN(RunnerTestHooks hooks, TestHooksFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, hooks));
   std::cerr << engine->preflight_report() << "\n";
@@ -211,6 +267,9 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
     std::cerr << "kvserve-worker: structured outputs are unavailable: " << s.message() << "\n";
   }
 
+  ASSIGN_OR_RETURN(std::optional<OpenAiSetup> openai,
+                   OpenAiFromFlags(o, engine->config(), engine->max_model_len()));
+  if (openai) RETURN_IF_ERROR(AddFrontKeys(&*openai, &o));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server,
                    WorkerServer::Create(o, std::move(engine)));
   nlohmann::json ports = {{"port", server->port()},
@@ -218,11 +277,21 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
                           {"metrics_port", server->metrics_port()},
                           {"instance_id", server->instance_id()},
                           {"pid", getpid()}};
+  std::unique_ptr<OpenAiFront> front;
+  if (openai) {
+    openai->front.more_metrics = [s = server.get()] { return s->SerializeMetrics(); };
+    openai->options.worker.port = server->port();
+    openai->options.worker.events_port = server->events_port();
+    ASSIGN_OR_RETURN(front, OpenAiFront::Start(openai->options, openai->front, openai->core));
+    ports["openai_port"] = front->port();
+  }
   if (const std::string f = absl::GetFlag(FLAGS_ports_file); !f.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(f, ports.dump() + "\n"));
   }
   std::cout << "kvserve-worker ready " << ports.dump() << std::endl;
   absl::StatusOr<WorkerServer::Exit> exit = server->Run(&g_stop);
+  // Drained: the front's streams have ended; what is still open is closed.
+  if (front) front->Stop(absl::Seconds(1));
   *drain_reason = server->drain_reason();
   return exit;
 }

@@ -119,9 +119,11 @@ class CurveLinkTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(server_keys_, GenerateCurveKeyPair());
     ASSERT_OK_AND_ASSIGN(allowed_, GenerateCurveKeyPair());
     ASSERT_OK_AND_ASSIGN(stranger_, GenerateCurveKeyPair());
+    ASSERT_OK_AND_ASSIGN(own_front_, GenerateCurveKeyPair());
     dir_ = MakeTempDir();
     ASSERT_OK(WriteCurveKeyFile(dir_ + "/router.pub", {false, allowed_.public_key}, ""));
-    ASSERT_OK_AND_ASSIGN(zap_, ZapAuthenticator::Start(ctx_, dir_));
+    ASSERT_OK_AND_ASSIGN(
+        zap_, ZapAuthenticator::Start(ctx_, dir_, {{"openai-front", own_front_.public_key}}));
     for (zmq::socket_t* s : {&router_, &pub_}) {
       s->set(zmq::sockopt::linger, 0);
       ASSERT_OK(MakeCurveServer(*s, server_keys_.secret_key));
@@ -177,6 +179,7 @@ class CurveLinkTest : public ::testing::Test {
 
   zmq::context_t ctx_;
   CurveKeyPair server_keys_, allowed_, stranger_;
+  CurveKeyPair own_front_;  // allowed in-process, not in the directory
   std::string dir_;
   std::unique_ptr<ZapAuthenticator> zap_;
   zmq::socket_t router_{ctx_, zmq::socket_type::router};
@@ -218,6 +221,18 @@ TEST_F(CurveLinkTest, AKeyAddedToTheDirectoryIsLetInWithoutARestart) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto removed = Connect(zmq::socket_type::dealer, router_, &stranger_, server_keys_.public_key);
   EXPECT_FALSE(Reaches(*removed));
+}
+
+// The key a worker's own OpenAI front makes at start is allowed beside the directory's, and
+// stays allowed when the directory is read again.
+TEST_F(CurveLinkTest, AKeyAllowedInProcessOutlivesDirectoryReloads) {
+  auto front = Connect(zmq::socket_type::dealer, router_, &own_front_, server_keys_.public_key);
+  EXPECT_TRUE(Reaches(*front, 5000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the handler re-reads ≤ 1/s
+  ASSERT_OK(WriteCurveKeyFile(dir_ + "/second-router.pub", {false, stranger_.public_key}, ""));
+  auto again = Connect(zmq::socket_type::dealer, router_, &own_front_, server_keys_.public_key);
+  EXPECT_TRUE(Reaches(*again, 5000));
+  EXPECT_EQ(zap_->accepted(), 2);
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
       s->router_.get(),
       std::chrono::milliseconds(absl::ToInt64Milliseconds(options.reply_give_up)));
   if (!options.curve_secret_key.empty()) {
-    ASSIGN_OR_RETURN(s->zap_, ZapAuthenticator::Start(s->ctx_, options.curve_allowed_clients_dir));
+    ASSIGN_OR_RETURN(s->zap_, ZapAuthenticator::Start(s->ctx_, options.curve_allowed_clients_dir,
+                                                      options.curve_also_allowed));
     RETURN_IF_ERROR(MakeCurveServer(*s->router_, options.curve_secret_key));
     RETURN_IF_ERROR(MakeCurveServer(*s->pub_, options.curve_secret_key));
   }

@@ -80,6 +80,8 @@ struct WorkerServerOptions {
   // accepts. Empty: the sockets are unauthenticated.
   std::string curve_secret_key;
   std::string curve_allowed_clients_dir;
+  // Keys allowed besides the directory's: the one --openai-port's front made for itself.
+  std::vector<AllowedClient> curve_also_allowed;
   // A router peer that has not taken a waiting reply for this long is given up: its replies
   // are dropped and its requests aborted (reply_queue.h).
   absl::Duration reply_give_up = absl::Seconds(30);
@@ -106,6 +108,8 @@ class WorkerServer : private KvEventListener {
   [[nodiscard]] int events_port() const { return events_port_; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
+  // /metrics' text (Prometheus exposition); any thread.
+  [[nodiscard]] std::string SerializeMetrics() const { return metrics_->Serialize(); }
   // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).
   [[nodiscard]] const std::string& drain_reason() const {
     KVSERVE_CHECK_THREAD(loop_thread_);
