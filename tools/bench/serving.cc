@@ -16,8 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/beast/http.hpp"
+#include "common/http_client.h"
 #include "common/status_macros.h"
-#include "tools/bench/http_client.h"
 #include "tools/trace/trace.h"
 
 namespace kvserve::bench {

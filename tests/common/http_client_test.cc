@@ -1,7 +1,7 @@
-// The benchmark's HTTP client hands a streamed body over as it arrives: a server that sends
-// each event only once the client has seen the previous one must be answered event by event
+// The HTTP client (common/http_client.h) hands a streamed body over as it arrives: a server that
+// sends each event only once the client has seen the previous one must be answered event by event
 // (the old reader waited for 16 KB or the end of the stream, and dated every event at the end).
-#include "tools/bench/http_client.h"
+#include "common/http_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 #include "boost/beast/http/verb.hpp"
 #include "gtest/gtest.h"
 
-namespace kvserve::bench {
+namespace kvserve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -138,6 +138,58 @@ TEST(HttpClientTest, AnUnreachableServerIsUnavailableNamingIt) {
   EXPECT_NE(status.status().message().find("127.0.0.1:" + port), std::string::npos);
 }
 
+// Another thread's HttpCancel ends a stream that the server keeps open: the call returns
+// Cancelled, and a cancelled HttpCancel stops the next call before it connects.
+TEST(HttpClientTest, CancelEndsAStreamInFlightFromAnotherThread) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  listen(fd, 1);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread server([fd] {
+    const int conn = accept(fd, nullptr, nullptr);
+    char buf[4096];
+    (void)!read(conn, buf, sizeof(buf));
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: x\n\n\r\n";
+    (void)!write(conn, head.data(), head.size());
+    while (read(conn, buf, sizeof(buf)) > 0) {
+    }
+    close(conn);
+  });
+  HttpCancel cancel;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first = false;
+  std::thread canceller([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first; });
+    cancel.Cancel();
+  });
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  absl::StatusOr<int> status =
+      Exchange({"127.0.0.1", port}, boost::beast::http::verb::post, "/v1/completions", "{}",
+               [&](std::string_view) {
+                 std::lock_guard<std::mutex> lock(mu);
+                 first = true;
+                 cv.notify_all();
+               },
+               {.cancel = &cancel});
+  canceller.join();
+  server.join();
+  close(fd);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Exchange({"127.0.0.1", port}, boost::beast::http::verb::get, "/", "",
+                     [](std::string_view) {}, {.cancel = &cancel})
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+}
+
 TEST(HttpClientTest, ParseUrlRefusesAPathOrTls) {
   EXPECT_TRUE(ParseUrl("http://localhost:8000").ok());
   EXPECT_FALSE(ParseUrl("https://localhost:8000").ok());
@@ -145,4 +197,4 @@ TEST(HttpClientTest, ParseUrlRefusesAPathOrTls) {
 }
 
 }  // namespace
-}  // namespace kvserve::bench
+}  // namespace kvserve
