@@ -97,6 +97,7 @@ absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::str
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read_header(stream, buffer, parser);
     const int status = parser.get().result_int();
+    if (options.on_status) options.on_status(status);
     char chunk[16384];
     while (!parser.is_done()) {
       parser.get().body().data = chunk;

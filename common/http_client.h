@@ -47,6 +47,8 @@ struct ExchangeOptions {
   HttpCancel* cancel = nullptr;
   // A read or write that waits this long fails the call (Unavailable); 0: no limit.
   int io_timeout_ms = 0;
+  // Called with the status once the headers are read, before the body's first piece.
+  std::function<void(int)> on_status;
 };
 
 // Sends one request and returns the response's status; `on_body` is called with each piece of

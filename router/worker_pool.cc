@@ -136,6 +136,12 @@ absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& 
     RETURN_IF_ERROR(CheckStatus(st));
     if (index_->SeeInstance(w, st.instance_id())) {  // restarted: resync from a snapshot
       AskSnapshot(worker, w);
+    } else if (!index_->synced(w) && st.kv_event_seq() > index_->last_seq(w) &&
+               Clock::now() - worker.snapshot_asked > kSnapshotRetry) {
+      // A router that starts after a worker published its events would hear none of them
+      // until the worker's next change (an idle worker's cache stayed unknown): a heartbeat
+      // reporting batches this index has not seen asks for a snapshot.
+      AskSnapshot(worker, w);
     }
     worker.status = std::move(st);
     worker.last_heartbeat = Clock::now();

@@ -86,7 +86,10 @@ export function startAndWait(children, cmd, args, readyPattern) {
     };
     child.stdout.on('data', onData);
     child.stderr.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`${cmd} exited ${code}: ${out}`)));
+    child.on('exit', (code) => {
+      clearTimeout(timer);  // else it keeps node alive for its minute
+      reject(new Error(`${cmd} exited ${code}: ${out}`));
+    });
   });
 }
 

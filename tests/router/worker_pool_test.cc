@@ -130,6 +130,57 @@ TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
   EXPECT_EQ(pool.status(w)->block_size(), 16);
 }
 
+// A router that starts after a worker published its events (and the worker is idle now) asks
+// for a snapshot from the heartbeat that reports batches it never saw, instead of waiting for
+// the worker's next change; a worker that has published nothing is not asked.
+TEST(WorkerPoolTest, AHeartbeatReportingUnseenBatchesAsksForASnapshot) {
+  zmq::context_t ctx;
+  zmq::socket_t pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router);
+  pub.bind("tcp://127.0.0.1:*");
+  router.bind("tcp://127.0.0.1:*");
+  auto port = [](zmq::socket_t& s) {
+    const std::string e = s.get(zmq::sockopt::last_endpoint);
+    return std::stoi(e.substr(e.rfind(':') + 1));
+  };
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Seconds(5));
+  const int w = pool.Add({"fake", "127.0.0.1", port(router), port(pub)});
+  pb::WorkerStatus st;
+  st.set_state(pb::WORKER_STATE_READY);
+  st.set_model_id("tiny");
+  st.set_block_size(16);
+  st.set_instance_id(7);
+  // Whether the pool sent the fake worker a snapshot request within `rounds` heartbeats.
+  auto asked = [&](int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      EXPECT_OK(SendMessage(pub, "status", st));
+      pool.Poll(10);
+      absl::StatusOr<std::optional<ReceivedMessage>> m =
+          ReceiveMessage(router, /*with_prefix=*/true, zmq::recv_flags::dontwait);
+      pb::Control c;
+      if (m.ok() && m->has_value() && ParseMessage(**m, &c).ok() &&
+          c.action() == pb::CONTROL_ACTION_SNAPSHOT_REQUEST) {
+        return true;
+      }
+    }
+    return false;
+  };
+  st.set_kv_event_seq(0);
+  EXPECT_FALSE(asked(50));
+  st.set_kv_event_seq(12);
+  EXPECT_TRUE(asked(300));
+  // Its snapshot syncs the index: no more asking.
+  pb::KvSnapshot snap;
+  snap.set_instance_id(7);
+  snap.set_seq(12);
+  for (int i = 0; i < 300 && !index.synced(w); ++i) {
+    ASSERT_OK(SendMessage(pub, "kv", snap));
+    pool.Poll(10);
+  }
+  ASSERT_TRUE(index.synced(w));
+  EXPECT_FALSE(asked(50));
+}
+
 // A ZeroMQ socket signals new messages on its descriptor once; a send on it may take that
 // signal (ZMQ_FD's contract). A reply that arrived before the router's next send must still be
 // received by the next Poll, not left until some later message wakes the socket: each round

@@ -1,0 +1,181 @@
+// kvserve-upstream: OpenAI-compatible servers the router does not run, routed by their cache as
+// learned from their vLLM-format KV events only. The upstreams here are kvserve workers serving
+// the OpenAI API themselves (--openai-port) and publishing vLLM's events (--kv-events-config):
+// no vLLM can run on this machine, and kvserve's own server speaks the same formats.
+//
+// The hit-rate check: two workers' caches are filled first, each with two prompt families; a
+// router started afterwards must send each family back to the worker that holds it. Over
+// kvserve's protobuf events (router -> workers directly) that is the snapshot at join; over the
+// bridge it is only the replayed vLLM events, re-hashed. Both routers must reach the same hit
+// rate on the same workload. Then streams, logprobs equal to the direct path, an abort that
+// reaches the upstream, and the bridge's errors.
+//
+//   node upstream_bridge_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import OpenAI from 'openai';
+
+import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './harness.mjs';
+
+const [bin, tokenizerDir] = process.argv.slice(2);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-upstream-'));
+const model = path.join(tmp, 'tiny');
+const children = [];
+const BLOCK = 16;
+
+// A worker serving OpenAI itself and vLLM-format events; its addresses.
+function startWorker(tag) {
+  return retryOnPortClash(async () => {
+    const [port, events, metrics, http, replay] = [await freePort(), await freePort(), await freePort(),
+      await freePort(), await freePort()];
+    const pub = `ipc://${tmp}/${tag}-events.sock`;
+    const config = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: pub,
+      replay_endpoint: `tcp://127.0.0.1:${replay}`, buffer_steps: 10000 };
+    await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
+      '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
+      '--openai-port', String(http), '--max-model-len', '1024', '--num-blocks', '512', '--block-size', String(BLOCK),
+      '--kv-events-config', JSON.stringify(config)], /kvserve-worker ready/);
+    const base = `http://127.0.0.1:${http}`;
+    for (let i = 0; i < 200 && (await fetch(`${base}/ready`)).status !== 200; i++) {
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    return { base, zmq: `127.0.0.1:${port}:${events}`, pub, replay: `tcp://127.0.0.1:${replay}` };
+  });
+}
+
+// A bridge in front of `w`; its worker address for a router.
+function startBridge(w, extra = []) {
+  return retryOnPortClash(async () => {
+    const [port, events] = [await freePort(), await freePort()];
+    await startAndWait(children, path.join(bin, 'kvserve-upstream'), ['--url', w.base,
+      '--kv-events-endpoint', w.pub, '--kv-replay-endpoint', w.replay, '--port', String(port),
+      '--events-port', String(events), '--scrape-interval-ms', '100', ...extra], /kvserve-upstream ready/);
+    return `127.0.0.1:${port}:${events}`;
+  });
+}
+
+const client = (base) => new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
+// Prompt families: a long shared prefix (many blocks) and a short distinct tail.
+const family = (f) => `Family ${f}: ` + Array.from({ length: 60 }, (_, i) => `w${f}x${i}`).join(' ');
+const ask = (base, prompt, extra = {}) => client(base).completions.create({ model: 'tiny', prompt, max_tokens: 2,
+  temperature: 0, ...extra });
+
+let direct, bridged;  // { workers, router }
+
+// Fills two workers' caches (families 0, 2 on the first; 1, 3 on the second) through their
+// own OpenAI ports, then starts `makeRouter` over them and measures its hit rate on new tails.
+async function hitRate(workers, routerBase) {
+  let prompt = 0, cached = 0;
+  for (let round = 0; round < 2; round++) {
+    for (let f = 0; f < 4; f++) {
+      const r = await ask(routerBase, `${family(f)} tail ${round}-${f}`);
+      prompt += r.usage.prompt_tokens;
+      cached += r.usage.prompt_tokens_details.cached_tokens;
+    }
+  }
+  return cached / prompt;
+}
+
+async function warm(workers) {
+  for (let f = 0; f < 4; f++) await ask(workers[f % 2].base, `${family(f)} warm`);
+}
+
+// The router's view is ready when /admin/workers shows both workers' blocks indexed.
+async function waitIndexed(base, token) {
+  let last;
+  for (let i = 0; i < 200; i++) {
+    const r = await fetch(`${base}/admin/workers`, { headers: { authorization: `Bearer ${token}` } });
+    last = await r.text();
+    if (r.status === 200) {
+      const ws = JSON.parse(last).workers ?? [];
+      if (ws.length === 2 && ws.every((w) => w.eligible && w.router.index_blocks >= 8)) return ws;
+    }
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  throw new Error(`the router never indexed both workers' caches: ${last}`);
+}
+
+before(async () => {
+  makeModel(bin, tokenizerDir, model);
+  const a = [await startWorker('a0'), await startWorker('a1')];
+  const b = [await startWorker('b0'), await startWorker('b1')];
+  await warm(a);
+  await warm(b);
+  const token = 'admin-token';
+  const opts = ['--admin-token', token, '--policy', 'cost'];
+  direct = { workers: a, router: await startRouter(bin, model, children, a.map((w) => w.zmq).join(','), opts) };
+  const bridges = [await startBridge(b[0]), await startBridge(b[1])];
+  bridged = { workers: b, router: await startRouter(bin, model, children, bridges.join(','), opts) };
+  direct.view = await waitIndexed(direct.router, token);
+  bridged.view = await waitIndexed(bridged.router, token);
+});
+
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('a router started after the engines learns their caches from vLLM events and hits as often', async () => {
+  const viaDirect = await hitRate(direct.workers, direct.router);
+  const viaBridge = await hitRate(bridged.workers, bridged.router);
+  console.log(`hit rate: protobuf events ${viaDirect.toFixed(3)}, vLLM events through the bridge ${viaBridge.toFixed(3)}`);
+  assert.ok(viaDirect > 0.5, `the direct router hits (${viaDirect})`);
+  assert.equal(viaBridge.toFixed(3), viaDirect.toFixed(3));
+  // The bridged view holds the re-hashed blocks: as many as the direct view of the same warm-up.
+  const blocks = (v) => v.map((w) => w.router.index_blocks).sort((x, y) => x - y);
+  assert.deepEqual(blocks(bridged.view), blocks(direct.view));
+});
+
+test('outputs through the bridge equal the direct path: greedy text, logprobs, n, streams', async () => {
+  for (const extra of [{ logprobs: 2 }, { n: 2, temperature: 0.8, seed: 5 }, { stop: ['x'] }]) {
+    const prompt = 'Once upon a time';
+    const [a, b] = [await ask(direct.router, prompt, { max_tokens: 6, ...extra }),
+      await ask(bridged.router, prompt, { max_tokens: 6, ...extra })];
+    assert.deepEqual(b.choices.map((c) => c.text), a.choices.map((c) => c.text), JSON.stringify(extra));
+    assert.deepEqual(b.choices.map((c) => c.finish_reason), a.choices.map((c) => c.finish_reason));
+    if (extra.logprobs) assert.deepEqual(b.choices[0].logprobs.tokens, a.choices[0].logprobs.tokens);
+    assert.equal(b.usage.completion_tokens, a.usage.completion_tokens);
+  }
+  const stream = await client(bridged.router).chat.completions.create({ model: 'tiny', stream: true,
+    messages: [{ role: 'user', content: 'hello' }], max_tokens: 5, temperature: 0,
+    stream_options: { include_usage: true } });
+  let text = '', usage;
+  for await (const chunk of stream) {
+    if (chunk.choices.length) text += chunk.choices[0].delta.content ?? '';
+    if (chunk.usage) usage = chunk.usage;
+  }
+  const whole = await client(direct.router).chat.completions.create({ model: 'tiny',
+    messages: [{ role: 'user', content: 'hello' }], max_tokens: 5, temperature: 0 });
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+});
+
+test('a client that goes away aborts the request on the upstream', async () => {
+  const aborts = async () => {
+    let n = 0;
+    for (const w of bridged.workers) {
+      const text = await (await fetch(`${w.base}/metrics`)).text();
+      n += Number(/^kvserve_requests_finished_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)/m.exec(text)[1]);
+    }
+    return n;
+  };
+  const before = await aborts();
+  const response = await fetch(`${bridged.router}/v1/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', prompt: 'Count:', max_tokens: 1000, ignore_eos: true, stream: true }) });
+  const reader = response.body.getReader();
+  await reader.read();  // the stream has begun on the upstream
+  await reader.cancel();  // the client goes away
+  for (let i = 0; i < 200 && (await aborts()) === before; i++) await new Promise((res) => setTimeout(res, 50));
+  assert.equal(await aborts(), before + 1, 'the upstream counted the request aborted');
+});
+
+test('what an upstream cannot be asked is refused by name; a bad --url stops the bridge', async () => {
+  await assert.rejects(client(bridged.router).completions.create({ model: 'tiny', prompt: 'x', max_tokens: 2,
+    response_format: { type: 'json_object' } }), (e) => e.status === 400 && /structured outputs/.test(e.message));
+  await assert.rejects(startAndWait(children, path.join(bin, 'kvserve-upstream'), ['--url', 'https://x:1'],
+    /kvserve-upstream ready/), /is not http:\/\/HOST:PORT/);
+});
