@@ -427,6 +427,7 @@ void UpstreamBridge::AskReplay(uint64_t from) {
   const std::string_view frames[] = {"", start};
   if (SendFrames(*replay_, frames, zmq::send_flags::dontwait).ok()) {
     replaying_ = true;
+    replay_asked_ = absl::Now();
     next_vllm_seq_ = from;
     ++counters_.replays;
   }
@@ -455,6 +456,14 @@ void UpstreamBridge::ApplyVllmBatch(uint64_t seq, std::string_view payload) {
 
 void UpstreamBridge::ReadEvents() {
   if (!sub_) return;
+  if (replaying_ && absl::Now() - replay_asked_ > kReplayGiveUp) {
+    // The replay socket never answered (or its end marker was lost): take the live stream
+    // from here rather than drop it for good; chains whose parents were missed are orphans.
+    LOG(WARNING) << "upstream " << o_.name << ": no replay after " << kReplayGiveUp
+                 << "; reading the live events from here";
+    replaying_ = false;
+    take_next_live_ = true;
+  }
   for (int i = 0; i < 1000; ++i) {
     absl::StatusOr<std::optional<std::vector<std::string>>> f =
         ReceiveFrames(*sub_, zmq::recv_flags::dontwait);
@@ -462,6 +471,10 @@ void UpstreamBridge::ReadEvents() {
     const std::vector<std::string>& frames = **f;
     if (!translator_ || frames.size() != 3 || frames[1].size() != 8) continue;
     const uint64_t seq = BigEndian64(frames[1]);
+    if (take_next_live_ && !replaying_) {
+      take_next_live_ = false;
+      next_vllm_seq_ = seq;
+    }
     if (replaying_ || seq < next_vllm_seq_) {
       if (seq == 0 && next_vllm_seq_ > 1 && !replaying_) {  // the engine restarted
         std::vector<vllm_events::Event> clear(1);

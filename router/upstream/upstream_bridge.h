@@ -105,6 +105,8 @@ class UpstreamBridge {
   void Scrape(const std::atomic<bool>* stop);
   [[nodiscard]] bool ready() const;
 
+  static constexpr absl::Duration kReplayGiveUp = absl::Seconds(5);
+
   UpstreamBridgeOptions o_;
   zmq::context_t ctx_;
   std::unique_ptr<ZapAuthenticator> zap_;
@@ -128,6 +130,8 @@ class UpstreamBridge {
   std::optional<VllmEventTranslator> translator_;
   uint64_t next_vllm_seq_ = 0;  // the upstream's next expected batch
   bool replaying_ = false;
+  absl::Time replay_asked_;      // a replay not ended within kReplayGiveUp is given up
+  bool take_next_live_ = false;  // after giving up: the next live batch starts the stream
   uint64_t kv_seq_ = 0;  // our batches published
   Counters counters_;
 };

@@ -24,21 +24,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A listening socket on a free loopback port (its port in *port).
+int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  listen(fd, 1);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 // A one-connection HTTP server on a loopback port that streams `events` as chunked SSE, each
 // after the test says the client saw the one before (or after a 10 s wait, so that a client
 // that holds events back fails the test rather than hang it).
 class SseServer {
  public:
   explicit SseServer(std::vector<std::string> events) : events_(std::move(events)) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    listen(fd_, 1);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = ListenOnLoopback(&port_);
     thread_ = std::thread([this] { Serve(); });
   }
   ~SseServer() {
@@ -122,15 +128,9 @@ TEST(HttpClientTest, StreamedEventsArriveOneByOneAndAreDatedBeforeTheNextIsSent)
 
 TEST(HttpClientTest, AnUnreachableServerIsUnavailableNamingIt) {
   // A port taken and closed at once: nothing listens there.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  close(fd);
+  int free_port = 0;
+  close(ListenOnLoopback(&free_port));
+  const std::string port = std::to_string(free_port);
   absl::StatusOr<int> status = Exchange({"127.0.0.1", port}, boost::beast::http::verb::get, "/x",
                                         "", [](std::string_view) {});
   ASSERT_FALSE(status.ok());
@@ -141,14 +141,8 @@ TEST(HttpClientTest, AnUnreachableServerIsUnavailableNamingIt) {
 // Another thread's HttpCancel ends a stream that the server keeps open: the call returns
 // Cancelled, and a cancelled HttpCancel stops the next call before it connects.
 TEST(HttpClientTest, CancelEndsAStreamInFlightFromAnotherThread) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  listen(fd, 1);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int listen_port = 0;
+  const int fd = ListenOnLoopback(&listen_port);
   std::thread server([fd] {
     const int conn = accept(fd, nullptr, nullptr);
     char buf[4096];
@@ -169,7 +163,7 @@ TEST(HttpClientTest, CancelEndsAStreamInFlightFromAnotherThread) {
     cv.wait(lock, [&] { return first; });
     cancel.Cancel();
   });
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string port = std::to_string(listen_port);
   absl::StatusOr<int> status =
       Exchange({"127.0.0.1", port}, boost::beast::http::verb::post, "/v1/completions", "{}",
                [&](std::string_view) {

@@ -94,25 +94,40 @@ TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   EXPECT_EQ(w0->Terminate(), 0);
 }
 
+// A worker's two sockets on loopback, driven by the test itself.
+struct FakeWorker {
+  explicit FakeWorker(zmq::context_t& ctx)
+      : pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router) {
+    pub.bind("tcp://127.0.0.1:*");
+    router.bind("tcp://127.0.0.1:*");
+  }
+  static int Port(zmq::socket_t& s) {
+    const std::string e = s.get(zmq::sockopt::last_endpoint);
+    return std::stoi(e.substr(e.rfind(':') + 1));
+  }
+  int AddTo(WorkerPool& pool) { return pool.Add({"fake", "127.0.0.1", Port(router), Port(pub)}); }
+  // A READY heartbeat of model "tiny".
+  static pb::WorkerStatus Status(int block_size) {
+    pb::WorkerStatus st;
+    st.set_state(pb::WORKER_STATE_READY);
+    st.set_model_id("tiny");
+    st.set_block_size(block_size);
+    return st;
+  }
+  zmq::socket_t pub, router;
+};
+
 // A peer on a worker's ports that sends impossible heartbeats (block_size -1 used to reach a
 // CHECK in the block hash and abort the router) or unknown messages: each is dropped and
 // counted, the worker stays out of rotation until a sane heartbeat comes.
 TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
   zmq::context_t ctx;
-  zmq::socket_t pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router);
-  pub.bind("tcp://127.0.0.1:*");
-  router.bind("tcp://127.0.0.1:*");
-  auto port = [](zmq::socket_t& s) {
-    const std::string e = s.get(zmq::sockopt::last_endpoint);
-    return std::stoi(e.substr(e.rfind(':') + 1));
-  };
+  FakeWorker fake(ctx);
+  zmq::socket_t& pub = fake.pub;
   PrefixIndex index;
   WorkerPool pool(ctx, &index, absl::Seconds(5));
-  const int w = pool.Add({"fake", "127.0.0.1", port(router), port(pub)});
-  pb::WorkerStatus st;
-  st.set_state(pb::WORKER_STATE_READY);
-  st.set_model_id("tiny");
-  st.set_block_size(-1);
+  const int w = fake.AddTo(pool);
+  pb::WorkerStatus st = FakeWorker::Status(-1);
   for (int i = 0; i < 300 && pool.counters(w).dropped < 3; ++i) {
     ASSERT_OK(SendMessage(pub, "status", st));
     ASSERT_OK(SendFrames(pub, {"status", "Nonsense", "x"}));
@@ -135,20 +150,12 @@ TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
 // the worker's next change; a worker that has published nothing is not asked.
 TEST(WorkerPoolTest, AHeartbeatReportingUnseenBatchesAsksForASnapshot) {
   zmq::context_t ctx;
-  zmq::socket_t pub(ctx, zmq::socket_type::pub), router(ctx, zmq::socket_type::router);
-  pub.bind("tcp://127.0.0.1:*");
-  router.bind("tcp://127.0.0.1:*");
-  auto port = [](zmq::socket_t& s) {
-    const std::string e = s.get(zmq::sockopt::last_endpoint);
-    return std::stoi(e.substr(e.rfind(':') + 1));
-  };
+  FakeWorker fake(ctx);
+  zmq::socket_t &pub = fake.pub, &router = fake.router;
   PrefixIndex index;
   WorkerPool pool(ctx, &index, absl::Seconds(5));
-  const int w = pool.Add({"fake", "127.0.0.1", port(router), port(pub)});
-  pb::WorkerStatus st;
-  st.set_state(pb::WORKER_STATE_READY);
-  st.set_model_id("tiny");
-  st.set_block_size(16);
+  const int w = fake.AddTo(pool);
+  pb::WorkerStatus st = FakeWorker::Status(16);
   st.set_instance_id(7);
   // Whether the pool sent the fake worker a snapshot request within `rounds` heartbeats.
   auto asked = [&](int rounds) {
