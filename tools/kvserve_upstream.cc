@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/curve.h"
 #include "common/file_util.h"
+#include "common/http_server.h"
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -39,6 +40,10 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "--insecure, as kvserve-worker's");
 ABSL_FLAG(int32_t, port, 5570, "ZeroMQ ROUTER port (0: any)");
 ABSL_FLAG(int32_t, events_port, 5571, "ZeroMQ PUB port (0: any)");
+ABSL_FLAG(int32_t, metrics_port, 8091,
+          "HTTP port of /metrics (kvserve_upstream_*), /health and /ready (0: any; -1: off)");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address of /metrics, /health and /ready (default: --host)");
 ABSL_FLAG(std::string, curve_secret_key_file, "", "CURVE secret key, as kvserve-worker's");
 ABSL_FLAG(std::string, curve_allowed_clients_dir, "", "Routers' public keys, as kvserve-worker's");
 ABSL_FLAG(bool, insecure, false, "Allow a non-loopback --host without CURVE keys");
@@ -90,8 +95,34 @@ absl::StatusOr<UpstreamBridgeOptions> OptionsFromFlags() {
 absl::Status Serve() {
   ASSIGN_OR_RETURN(UpstreamBridgeOptions o, OptionsFromFlags());
   ASSIGN_OR_RETURN(std::unique_ptr<UpstreamBridge> bridge, UpstreamBridge::Create(o));
-  const nlohmann::json ports = {
+  nlohmann::json ports = {
       {"port", bridge->port()}, {"events_port", bridge->events_port()}, {"pid", getpid()}};
+  std::unique_ptr<HttpServer> http;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    const std::string host =
+        absl::GetFlag(FLAGS_metrics_host).empty() ? o.host : absl::GetFlag(FLAGS_metrics_host);
+    ASSIGN_OR_RETURN(
+        http,
+        HttpServer::Start(host, absl::GetFlag(FLAGS_metrics_port),
+                          [b = bridge.get()](const std::string& method, const std::string& target) {
+                            HttpResponse r;
+                            if (method != "GET") {
+                              r.status = 405;
+                            } else if (target == "/metrics") {
+                              r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+                              r.body = b->SerializeMetrics();
+                            } else if (target == "/health") {
+                              r.body = "ok\n";
+                            } else if (target == "/ready") {
+                              r.status = b->ready_now() ? 200 : 503;
+                              r.body = b->ready_now() ? "ready\n" : "not ready\n";
+                            } else {
+                              r.status = 404;
+                            }
+                            return r;
+                          }));
+    ports["metrics_port"] = http->port();
+  }
   if (const std::string f = absl::GetFlag(FLAGS_ports_file); !f.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(f, ports.dump() + "\n"));
   }

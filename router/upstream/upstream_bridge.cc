@@ -84,7 +84,8 @@ std::vector<pb::GenerateResponse> Merge(const std::vector<pb::GenerateResponse>&
 
 }  // namespace
 
-UpstreamBridge::UpstreamBridge(UpstreamBridgeOptions options) : o_(std::move(options)) {}
+UpstreamBridge::UpstreamBridge(UpstreamBridgeOptions options)
+    : o_(std::move(options)), metrics_(o_.name) {}
 
 absl::StatusOr<std::unique_ptr<UpstreamBridge>> UpstreamBridge::Create(
     UpstreamBridgeOptions options) {
@@ -205,8 +206,12 @@ void UpstreamBridge::TakeHandoffs() {
     if (it == calls_.end()) continue;
     SendDeltas(*it->second, h.deltas, h.done);
     if (h.done) {
+      for (const pb::GenerateResponse& d : h.deltas) {
+        if (d.finish_reason() == pb::FINISH_REASON_ERROR) metrics_.failed->Increment();
+      }
       if (it->second->thread.joinable()) it->second->thread.join();
       calls_.erase(it);
+      metrics_.in_flight->Decrement();
     }
   }
 }
@@ -277,7 +282,7 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
     r.mutable_error()->set_code(static_cast<int>(s.code()));
     r.mutable_error()->set_message(std::string(s.message()));
     Reply(identity, r);
-    ++counters_.errors;
+    metrics_.refused->Increment();
   };
   if (draining_) return refuse(absl::FailedPreconditionError("the upstream bridge is draining"));
   if (!ready()) return refuse(absl::UnavailableError("the upstream is not ready"));
@@ -287,7 +292,8 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
   }
   absl::StatusOr<std::string> body = UpstreamCompletionBody(req, model_);
   if (!body.ok()) return refuse(body.status());
-  ++counters_.requests;
+  metrics_.sent->Increment();
+  metrics_.in_flight->Increment();
   auto call = std::make_unique<Call>();
   call->identity = identity;
   call->request = req;
@@ -358,6 +364,7 @@ void UpstreamBridge::HandleControl(const std::string& identity, const pb::Contro
 }
 
 void UpstreamBridge::PublishStatus() {
+  metrics_.ready->Set(ready() && !draining_ ? 1 : 0);
   pb::WorkerStatus st;
   st.set_worker_id(o_.name);
   st.set_instance_id(instance_id_);
@@ -400,10 +407,11 @@ void UpstreamBridge::PublishSnapshot() {
 
 void UpstreamBridge::OnScrape(const absl::StatusOr<UpstreamLoad>& load) {
   if (!load.ok()) {
-    ++counters_.scrapes_failed;
+    metrics_.scrapes_failed->Increment();
     LOG_EVERY_T(WARNING, 10) << "upstream " << o_.name << " /metrics: " << load.status();
     return;
   }
+  metrics_.scrapes_ok->Increment();
   load_ = *load;
   last_scrape_ok_ = absl::Now();
   if (block_size_ == 0 && load->block_size) block_size_ = *load->block_size;
@@ -429,7 +437,7 @@ void UpstreamBridge::AskReplay(uint64_t from) {
     replaying_ = true;
     replay_asked_ = absl::Now();
     next_vllm_seq_ = from;
-    ++counters_.replays;
+    metrics_.replays->Increment();
   }
 }
 
@@ -437,21 +445,30 @@ void UpstreamBridge::ApplyVllmBatch(uint64_t seq, std::string_view payload) {
   next_vllm_seq_ = seq + 1;
   absl::StatusOr<vllm_events::Batch> batch = vllm_events::Decode(payload);
   if (!batch.ok()) {
-    ++counters_.undecodable;
+    metrics_.batches_undecodable->Increment();
     LOG_EVERY_T(WARNING, 10) << "upstream " << o_.name << " event batch " << seq << ": "
                              << batch.status();
     return;
   }
   std::vector<pb::KvEvent> events = translator_->Translate(batch->events);
+  const VllmEventTranslator::Counters& c = translator_->counters();
+  metrics_.orphans->Increment(static_cast<double>(c.orphans - skipped_.orphans));
+  metrics_.wrong_size->Increment(static_cast<double>(c.wrong_size - skipped_.wrong_size));
+  skipped_ = c;
+  metrics_.indexed_blocks->Set(static_cast<double>(translator_->size()));
+  metrics_.batches_applied->Increment();
+  PublishEvents(events, static_cast<int64_t>(batch->ts * 1000));
+}
+
+void UpstreamBridge::PublishEvents(std::vector<pb::KvEvent>& events, int64_t timestamp_ms) {
   if (events.empty()) return;
   pb::KvEventBatch out;
   out.set_worker_id(o_.name);
   out.set_instance_id(instance_id_);
   out.set_seq(++kv_seq_);
-  out.set_timestamp_ms(static_cast<int64_t>(batch->ts * 1000));
+  out.set_timestamp_ms(timestamp_ms);
   for (pb::KvEvent& e : events) *out.add_events() = std::move(e);
   (void)SendMessage(pub_, "kv", out, zmq::send_flags::dontwait);
-  ++counters_.event_batches;
 }
 
 void UpstreamBridge::ReadEvents() {
@@ -479,13 +496,14 @@ void UpstreamBridge::ReadEvents() {
       if (seq == 0 && next_vllm_seq_ > 1 && !replaying_) {  // the engine restarted
         std::vector<vllm_events::Event> clear(1);
         clear[0].kind = vllm_events::Event::Kind::kAllCleared;
-        translator_->Translate(clear);
+        std::vector<pb::KvEvent> cleared = translator_->Translate(clear);
+        PublishEvents(cleared, NowMs());
         ApplyVllmBatch(0, frames[2]);
       }
       continue;
     }
     if (seq > next_vllm_seq_) {  // missed some: read them again from the replay socket
-      ++counters_.gaps;
+      metrics_.gaps->Increment();
       AskReplay(next_vllm_seq_);
       if (replaying_) continue;
     }

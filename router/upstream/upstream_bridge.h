@@ -39,6 +39,7 @@
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/upstream/prometheus_text.h"
+#include "router/upstream/upstream_metrics.h"
 #include "router/upstream/vllm_event_translator.h"
 #include "zmq.hpp"
 
@@ -75,6 +76,9 @@ class UpstreamBridge {
   [[nodiscard]] int events_port() const { return events_port_; }
   // Serves until `*stop`; then cancels what is in flight and joins its threads.
   absl::Status Run(const std::atomic<bool>* stop);
+  // /metrics' text and /ready's answer; any thread.
+  [[nodiscard]] std::string SerializeMetrics() const { return metrics_.Serialize(); }
+  [[nodiscard]] bool ready_now() const { return metrics_.ready->Value() > 0; }
 
  private:
   struct Call;  // one request in flight (upstream_bridge.cc)
@@ -101,6 +105,8 @@ class UpstreamBridge {
   void ReadEvents();
   void ReadReplay();
   void ApplyVllmBatch(uint64_t seq, std::string_view payload);
+  // One KvEventBatch of `events` (none when empty), numbered next.
+  void PublishEvents(std::vector<kvserve::v1::KvEvent>& events, int64_t timestamp_ms);
   void AskReplay(uint64_t from);
   void Scrape(const std::atomic<bool>* stop);
   [[nodiscard]] bool ready() const;
@@ -133,7 +139,8 @@ class UpstreamBridge {
   absl::Time replay_asked_;      // a replay not ended within kReplayGiveUp is given up
   bool take_next_live_ = false;  // after giving up: the next live batch starts the stream
   uint64_t kv_seq_ = 0;  // our batches published
-  Counters counters_;
+  VllmEventTranslator::Counters skipped_;  // the translator's counts already in metrics_
+  UpstreamMetrics metrics_;
 };
 
 }  // namespace kvserve::router

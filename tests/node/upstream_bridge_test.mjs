@@ -49,11 +49,12 @@ function startWorker(tag) {
 // A bridge in front of `w`; its worker address for a router.
 function startBridge(w, extra = []) {
   return retryOnPortClash(async () => {
-    const [port, events] = [await freePort(), await freePort()];
+    const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
     await startAndWait(children, path.join(bin, 'kvserve-upstream'), ['--url', w.base,
       '--kv-events-endpoint', w.pub, '--kv-replay-endpoint', w.replay, '--port', String(port),
-      '--events-port', String(events), '--scrape-interval-ms', '100', ...extra], /kvserve-upstream ready/);
-    return `127.0.0.1:${port}:${events}`;
+      '--events-port', String(events), '--metrics-port', String(metrics), '--scrape-interval-ms', '100',
+      ...extra], /kvserve-upstream ready/);
+    return { zmq: `127.0.0.1:${port}:${events}`, metrics: `http://127.0.0.1:${metrics}` };
   });
 }
 
@@ -108,7 +109,8 @@ before(async () => {
   const opts = ['--admin-token', token, '--policy', 'cost'];
   direct = { workers: a, router: await startRouter(bin, model, children, a.map((w) => w.zmq).join(','), opts) };
   const bridges = [await startBridge(b[0]), await startBridge(b[1])];
-  bridged = { workers: b, router: await startRouter(bin, model, children, bridges.join(','), opts) };
+  bridged = { workers: b, bridges,
+    router: await startRouter(bin, model, children, bridges.map((x) => x.zmq).join(','), opts) };
   direct.view = await waitIndexed(direct.router, token);
   bridged.view = await waitIndexed(bridged.router, token);
 });
@@ -173,9 +175,32 @@ test('a client that goes away aborts the request on the upstream', async () => {
   assert.equal(await aborts(), before + 1, 'the upstream counted the request aborted');
 });
 
+// The sum over both bridges of a kvserve_upstream_* sample matching `pattern`.
+async function bridgeMetric(pattern) {
+  let sum = 0;
+  for (const x of bridged.bridges) {
+    const text = await (await fetch(`${x.metrics}/metrics`)).text();
+    for (const m of text.matchAll(new RegExp(`^${pattern} (\\S+)$`, 'gm'))) sum += Number(m[1]);
+  }
+  return sum;
+}
+
 test('what an upstream cannot be asked is refused by name; a bad --url stops the bridge', async () => {
+  const refused = await bridgeMetric('kvserve_upstream_requests_total\\{[^}]*result="refused"[^}]*\\}');
   await assert.rejects(client(bridged.router).completions.create({ model: 'tiny', prompt: 'x', max_tokens: 2,
     response_format: { type: 'json_object' } }), (e) => e.status === 400 && /structured outputs/.test(e.message));
+  assert.equal(await bridgeMetric('kvserve_upstream_requests_total\\{[^}]*result="refused"[^}]*\\}'), refused + 1);
   await assert.rejects(startAndWait(children, path.join(bin, 'kvserve-upstream'), ['--url', 'https://x:1'],
     /kvserve-upstream ready/), /is not http:\/\/HOST:PORT/);
+});
+
+test('each bridge reports its upstream on /metrics and /ready', async () => {
+  for (const x of bridged.bridges) assert.equal((await fetch(`${x.metrics}/ready`)).status, 200);
+  assert.equal(await bridgeMetric('kvserve_upstream_ready\\{[^}]*\\}'), 2);
+  assert.ok(await bridgeMetric('kvserve_upstream_event_batches_total\\{[^}]*result="applied"[^}]*\\}') > 0);
+  assert.ok(await bridgeMetric('kvserve_upstream_indexed_blocks\\{[^}]*\\}') >= 16);
+  assert.ok(await bridgeMetric('kvserve_upstream_requests_total\\{[^}]*result="sent"[^}]*\\}') >= 8);
+  assert.equal(await bridgeMetric('kvserve_upstream_requests_in_flight\\{[^}]*\\}'), 0);
+  assert.equal(await bridgeMetric('kvserve_upstream_blocks_skipped_total\\{[^}]*\\}'), 0);
+  assert.ok(await bridgeMetric('kvserve_upstream_scrapes_total\\{[^}]*result="ok"[^}]*\\}') > 0);
 });

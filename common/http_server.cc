@@ -1,4 +1,4 @@
-#include "worker/server/http_server.h"
+#include "common/http_server.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
-namespace kvserve::worker {
+namespace kvserve {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -148,4 +148,4 @@ void HttpServer::Stop() {
 
 HttpServer::~HttpServer() { Stop(); }
 
-}  // namespace kvserve::worker
+}  // namespace kvserve

@@ -1,13 +1,14 @@
-// A small HTTP/1.1 server (Boost.Beast) for the worker's /metrics, /health and /ready: one
-// thread, asynchronous, one request per connection. A request must arrive and its answer leave
-// within 5 s, and at most 64 connections stay open (a new one closes the oldest), so idle or
-// slow clients never keep a probe from its answer. The handler runs on that thread and must be
-// thread-safe with respect to the engine thread (it reads atomics and the metrics registry).
+// A small HTTP/1.1 server (Boost.Beast) for a process's /metrics, /health and /ready
+// (kvserve-worker's, kvserve-upstream's): one thread, asynchronous, one request per connection. A
+// request must arrive and its answer leave within 5 s, and at most 64 connections stay open (a new
+// one closes the oldest), so idle or slow clients never keep a probe from its answer. The handler
+// runs on that thread and must be thread-safe with respect to the process's other threads (it reads
+// atomics and the metrics registry).
 //
 //   ASSIGN_OR_RETURN(auto http, HttpServer::Start(0, [](const std::string& path) { ... }));
 //   int port = http->port();
-#ifndef KVSERVE_WORKER_SERVER_HTTP_SERVER_H_
-#define KVSERVE_WORKER_SERVER_HTTP_SERVER_H_
+#ifndef KVSERVE_COMMON_HTTP_SERVER_H_
+#define KVSERVE_COMMON_HTTP_SERVER_H_
 
 #include <functional>
 #include <memory>
@@ -16,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::worker {
+namespace kvserve {
 
 struct HttpResponse {
   int status = 200;
@@ -45,6 +46,6 @@ class HttpServer {
   int port_ = 0;
 };
 
-}  // namespace kvserve::worker
+}  // namespace kvserve
 
-#endif  // KVSERVE_WORKER_SERVER_HTTP_SERVER_H_
+#endif  // KVSERVE_COMMON_HTTP_SERVER_H_
