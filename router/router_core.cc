@@ -254,6 +254,10 @@ void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {
 // Recycle slots, from the states the workers themselves publish (router/recycle_coordinator.h).
 void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
   KVSERVE_CHECK_THREAD(core_thread_);
+  if (!options_.coordinate_recycles) {
+    pool_->TakeRecycleAsks();  // another replica answers them
+    return;
+  }
   std::vector<RecycleView> workers;
   for (const WorkerView& v : views) {
     RecycleView w{.id = v.id, .name = v.name, .eligible = v.eligible};

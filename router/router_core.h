@@ -47,6 +47,9 @@ struct RouterOptions {
   // Recycle coordinator: at most this many workers draining or recycling at once.
   int max_unavailable = 1;
   std::string coordinator_id = "router";
+  // False: this core answers no recycle ask and revokes nothing (kvserve-worker --openai-port's
+  // front, which sees one worker, must not grant what the fleet's routers coordinate).
+  bool coordinate_recycles = true;
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
   // Admission: sequences (a request of n samples is n) one worker takes from this router at

@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFron
   ASSIGN_OR_RETURN(f->tokenizer_, tokenizer::Tokenizer::FromDirectory(options.model_dir));
   core.workers = {options.worker};
   core.workers_dns.reset();
+  core.coordinate_recycles = false;  // the fleet's routers coordinate this worker's recycles
   core.metrics = &f->metrics_;
   f->core_ = std::make_unique<router::RouterCore>(core);
   f->core_->Start();

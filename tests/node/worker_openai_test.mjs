@@ -140,3 +140,16 @@ test('SIGTERM: a stream open on the front ends whole, then the worker exits 0', 
   assert.equal(usage.completion_tokens, 60, 'the stream ran to its end through the drain');
   assert.equal(await exited, 0);
 });
+
+test('the front answers no recycle ask: a worker with no router in front is never granted one', async () => {
+  const w = await startWorker(['--recycle-after-requests', '1', '--heartbeat-ms', '50',
+    '--recycle-grant-hold-ms', '150']);
+  await client(w.base).completions.create({ model: 'tiny', prompt: 'hi', max_tokens: 2 });
+  // It asks every heartbeat from now on; a grant would drain it within a few of them.
+  await new Promise((res) => setTimeout(res, 1500));
+  assert.equal((await fetch(`${w.base}/ready`)).status, 200, 'still in rotation');
+  const metrics = await (await fetch(`${w.base}/metrics`)).text();
+  assert.doesNotMatch(metrics, /^kvserve_recycles_total\{[^}]*\} [1-9]/m);
+  assert.equal((await client(w.base).completions.create({ model: 'tiny', prompt: 'hi', max_tokens: 2 }))
+    .usage.completion_tokens, 2);
+});
