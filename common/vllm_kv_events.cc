@@ -150,4 +150,17 @@ void AddRemovedBlock(std::vector<Event>& events, const BlockHash& hash, std::str
   events.back().block_hashes.push_back(ExternalHash(hash));
 }
 
+std::string EncodeSeq(int64_t seq) {
+  std::string out(8, '\0');
+  uint64_t v = static_cast<uint64_t>(seq);
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+int64_t DecodeSeq(std::string_view frame) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(frame[i]);
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace kvserve::vllm_events

@@ -50,6 +50,13 @@ struct Batch {
   int data_parallel_rank = 0;
 };
 
+// A message's sequence frame: 8 bytes, big-endian, signed (vLLM's seq.to_bytes(8, "big")); the
+// replay socket ends its answer with kReplayEnd. DecodeSeq reads the first 8 bytes of `frame`,
+// which must have them.
+inline constexpr int64_t kReplayEnd = -1;
+std::string EncodeSeq(int64_t seq);
+int64_t DecodeSeq(std::string_view frame);
+
 // The msgpack payload of `batch`.
 std::string Encode(const Batch& batch, Encoding encoding);
 

@@ -104,4 +104,18 @@ absl::Status ParseMessage(const ReceivedMessage& message, google::protobuf::Mess
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> BindTcp(zmq::socket_t& socket, const std::string& host, int port,
+                            std::string_view flag) {
+  const std::string ep =
+      absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
+  try {
+    socket.bind(ep);
+    const std::string last = socket.get(zmq::sockopt::last_endpoint);
+    return std::stoi(last.substr(last.rfind(':') + 1));
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(
+        absl::StrCat(Sv(flag), " ", port, ": cannot bind ", ep, ": ", e.what()));
+  }
+}
+
 }  // namespace kvserve

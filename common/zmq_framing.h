@@ -56,6 +56,11 @@ absl::StatusOr<std::optional<ReceivedMessage>> ReceiveMessage(
 // payload does not parse.
 absl::Status ParseMessage(const ReceivedMessage& message, google::protobuf::Message* out);
 
+// Binds `socket` to tcp://host:port (port 0: any free port) and returns the port bound;
+// Unavailable naming `flag` and the endpoint when it cannot bind.
+absl::StatusOr<int> BindTcp(zmq::socket_t& socket, const std::string& host, int port,
+                            std::string_view flag);
+
 }  // namespace kvserve
 
 #endif  // KVSERVE_COMMON_ZMQ_FRAMING_H_

@@ -35,28 +35,6 @@ namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
-uint64_t BigEndian64(std::string_view b) {
-  uint64_t v = 0;
-  for (unsigned char c : b) v = (v << 8) | c;
-  return v;
-}
-
-std::string BigEndianBytes(uint64_t v) {
-  std::string b(8, '\0');
-  for (int i = 7; i >= 0; --i, v >>= 8) b[i] = static_cast<char>(v & 0xff);
-  return b;
-}
-
-absl::StatusOr<int> Bind(zmq::socket_t& s, const std::string& host, int port, const char* flag) {
-  try {
-    s.bind(absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port)));
-    const std::string ep = s.get(zmq::sockopt::last_endpoint);
-    return std::stoi(ep.substr(ep.rfind(':') + 1));
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat(flag, " ", host, ":", port, ": ", e.what()));
-  }
-}
-
 // Merges a non-streamed request's deltas into one per sample, the usage on the last.
 std::vector<pb::GenerateResponse> Merge(const std::vector<pb::GenerateResponse>& deltas, int n) {
   std::vector<pb::GenerateResponse> by_sample(std::max(1, n));
@@ -103,8 +81,9 @@ absl::StatusOr<std::unique_ptr<UpstreamBridge>> UpstreamBridge::Create(
     RETURN_IF_ERROR(MakeCurveServer(b->router_, b->o_.curve_secret_key));
     RETURN_IF_ERROR(MakeCurveServer(b->pub_, b->o_.curve_secret_key));
   }
-  ASSIGN_OR_RETURN(b->port_, Bind(b->router_, b->o_.host, b->o_.port, "--port"));
-  ASSIGN_OR_RETURN(b->events_port_, Bind(b->pub_, b->o_.host, b->o_.events_port, "--events-port"));
+  ASSIGN_OR_RETURN(b->port_, BindTcp(b->router_, b->o_.host, b->o_.port, "--port"));
+  ASSIGN_OR_RETURN(b->events_port_,
+                   BindTcp(b->pub_, b->o_.host, b->o_.events_port, "--events-port"));
   try {
     if (!b->o_.events_endpoint.empty()) {
       b->sub_ = std::make_unique<zmq::socket_t>(b->ctx_, zmq::socket_type::sub);
@@ -431,7 +410,7 @@ void UpstreamBridge::AskReplay(uint64_t from) {
     next_vllm_seq_ = from;  // no replay: take the stream from here
     return;
   }
-  const std::string start = BigEndianBytes(from);
+  const std::string start = vllm_events::EncodeSeq(static_cast<int64_t>(from));
   const std::string_view frames[] = {"", start};
   if (SendFrames(*replay_, frames, zmq::send_flags::dontwait).ok()) {
     replaying_ = true;
@@ -487,7 +466,7 @@ void UpstreamBridge::ReadEvents() {
     if (!f.ok() || !f->has_value()) return;
     const std::vector<std::string>& frames = **f;
     if (!translator_ || frames.size() != 3 || frames[1].size() != 8) continue;
-    const uint64_t seq = BigEndian64(frames[1]);
+    const uint64_t seq = static_cast<uint64_t>(vllm_events::DecodeSeq(frames[1]));
     if (take_next_live_ && !replaying_) {
       take_next_live_ = false;
       next_vllm_seq_ = seq;
@@ -520,8 +499,9 @@ void UpstreamBridge::ReadReplay() {
     std::vector<std::string> frames = **f;
     if (!frames.empty() && frames[0].empty()) frames.erase(frames.begin());  // the delimiter
     if (frames.size() != 2 || frames[0].size() != 8) continue;
-    const uint64_t seq = BigEndian64(frames[0]);
-    if (seq == ~uint64_t{0}) {  // the end marker
+    const int64_t signed_seq = vllm_events::DecodeSeq(frames[0]);
+    const uint64_t seq = static_cast<uint64_t>(signed_seq);
+    if (signed_seq == vllm_events::kReplayEnd) {
       replaying_ = false;
       continue;
     }

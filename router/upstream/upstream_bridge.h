@@ -136,9 +136,9 @@ class UpstreamBridge {
   std::optional<VllmEventTranslator> translator_;
   uint64_t next_vllm_seq_ = 0;  // the upstream's next expected batch
   bool replaying_ = false;
-  absl::Time replay_asked_;      // a replay not ended within kReplayGiveUp is given up
-  bool take_next_live_ = false;  // after giving up: the next live batch starts the stream
-  uint64_t kv_seq_ = 0;  // our batches published
+  absl::Time replay_asked_;                // a replay not ended within kReplayGiveUp is given up
+  bool take_next_live_ = false;            // after giving up: the next live batch starts the stream
+  uint64_t kv_seq_ = 0;                    // our batches published
   VllmEventTranslator::Counters skipped_;  // the translator's counts already in metrics_
   UpstreamMetrics metrics_;
 };

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"

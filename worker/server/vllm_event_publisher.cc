@@ -5,22 +5,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/vllm_kv_events.h"
 #include "glog/logging.h"
 
 namespace kvserve::worker {
 namespace {
-
-std::string BigEndian64(int64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
-  return out;
-}
-
-int64_t ReadBigEndian64(const zmq::message_t& m) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<const uint8_t*>(m.data())[i];
-  return static_cast<int64_t>(v);
-}
 
 // vLLM binds an endpoint with a wildcard host or a local transport and connects to any other.
 bool Binds(const std::string& endpoint) {
@@ -127,7 +116,7 @@ bool VllmEventPublisher::SendNext() {
   if (!out_->recv(m, zmq::recv_flags::dontwait)) return true;
   if (m.size() == 0) return false;  // the destructor's stop, after every batch before it
   std::string payload = m.to_string();
-  const std::string seq_bytes = BigEndian64(next_seq_);
+  const std::string seq_bytes = vllm_events::EncodeSeq(next_seq_);
   SendFrames(*pub_, {zmq::buffer(config_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
   kept_.emplace_back(next_seq_++, std::move(payload));
   published_.fetch_add(1);
@@ -152,14 +141,14 @@ void VllmEventPublisher::ServeReplay() {
     return;
   }
   const std::string id = frames[0].to_string();
-  const int64_t start = ReadBigEndian64(frames[2]);
+  const int64_t start = vllm_events::DecodeSeq(frames[2].to_string_view());
   for (const auto& [seq, payload] : kept_) {
     if (seq < start) continue;
-    const std::string seq_bytes = BigEndian64(seq);
+    const std::string seq_bytes = vllm_events::EncodeSeq(seq);
     SendFrames(*replay_, {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(seq_bytes),
                           zmq::buffer(payload)});
   }
-  const std::string end = BigEndian64(-1);
+  const std::string end = vllm_events::EncodeSeq(vllm_events::kReplayEnd);
   SendFrames(*replay_,
              {zmq::buffer(id), zmq::const_buffer(), zmq::buffer(end), zmq::const_buffer()});
 }

@@ -16,24 +16,6 @@ namespace kvserve::worker {
 
 namespace pb = ::kvserve::v1;
 
-namespace {
-
-// Binds to host:port (port 0: any free port) and returns the port bound.
-absl::StatusOr<int> Bind(zmq::socket_t& s, const std::string& host, int port, const char* flag) {
-  const std::string ep =
-      absl::StrCat("tcp://", host, ":", port == 0 ? std::string("*") : std::to_string(port));
-  try {
-    s.bind(ep);
-    const std::string last = s.get(zmq::sockopt::last_endpoint);
-    return std::stoi(last.substr(last.rfind(':') + 1));
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(
-        absl::StrCat(flag, " ", port, ": cannot bind ", ep, ": ", e.what()));
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
     const WorkerServerOptions& options, std::unique_ptr<Engine> engine) {
   std::unique_ptr<WorkerServer> s(new WorkerServer());
@@ -60,9 +42,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
     RETURN_IF_ERROR(MakeCurveServer(*s->router_, options.curve_secret_key));
     RETURN_IF_ERROR(MakeCurveServer(*s->pub_, options.curve_secret_key));
   }
-  ASSIGN_OR_RETURN(s->port_, Bind(*s->router_, options.host, options.port, "--port"));
+  ASSIGN_OR_RETURN(s->port_, BindTcp(*s->router_, options.host, options.port, "--port"));
   ASSIGN_OR_RETURN(s->events_port_,
-                   Bind(*s->pub_, options.host, options.events_port, "--events-port"));
+                   BindTcp(*s->pub_, options.host, options.events_port, "--events-port"));
   const EngineStats st = s->engine_->stats();
   const EngineConfig& config = s->engine_->config();
   CacheConfigInfo info{config.cache.block_size,
