@@ -20,6 +20,7 @@
 #include "common/init.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "router/epp/endpoint_picker.h"
 #include "router/front_flags.h"
 #include "router/http_front.h"
 #include "router/routing_flags.h"
@@ -49,7 +50,20 @@ ABSL_FLAG(double, shutdown_timeout_seconds, 30,
           "On SIGTERM the router takes no new connection and waits this long at most for those "
           "open to finish");
 ABSL_FLAG(std::string, ports_file, "",
-          "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening");
+          "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening (and "
+          "\"epp_port\" with --epp-port)");
+ABSL_FLAG(int32_t, epp_port, -1,
+          "Serve as a Gateway API Inference Extension endpoint picker: Envoy's ext_proc v3 gRPC "
+          "and gRPC health on this port (9002 as the extension's pickers; 0: any; -1: off)");
+ABSL_FLAG(std::string, epp_host, "", "The endpoint picker's address (default: --host)");
+ABSL_FLAG(int32_t, epp_fallbacks, 2,
+          "Endpoints the picker names after its pick, for the gateway's retries (0..16)");
+ABSL_FLAG(std::string, epp_request_body_mode, "FULL_DUPLEX_STREAMED",
+          "The gateway's ext_proc request_body_mode when its stream does not say (Envoy before "
+          "1.35): FULL_DUPLEX_STREAMED, BUFFERED or NONE");
+ABSL_FLAG(std::string, epp_response_body_mode, "NONE",
+          "The gateway's ext_proc response_body_mode when its stream does not say: NONE, "
+          "STREAMED, BUFFERED or FULL_DUPLEX_STREAMED");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -87,6 +101,39 @@ absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
   ASSIGN_OR_RETURN(keys.server_key, ReadCurvePublicKey(server));
   LOG(INFO) << "CURVE on: this router's public key is " << keys.own.public_key;
   return keys;
+}
+
+// --epp-*: the endpoint picker's options (nullopt with --epp-port -1).
+absl::StatusOr<std::optional<EndpointPickerOptions>> PickerFromFlags(const FrontOptions& f) {
+  const int port = absl::GetFlag(FLAGS_epp_port);
+  if (port < 0) return std::nullopt;
+  if (port > 65535) return absl::InvalidArgumentError("--epp-port must be in 0..65535 (-1: off)");
+  EndpointPickerOptions e;
+  e.port = port;
+  e.host = absl::GetFlag(FLAGS_epp_host).empty() ? f.host : absl::GetFlag(FLAGS_epp_host);
+  e.fallbacks = absl::GetFlag(FLAGS_epp_fallbacks);
+  auto mode = [](const char* flag, const std::string& name,
+                 ext_proc::BodySendMode* m) -> absl::Status {
+    if (!ext_proc::BodySendMode_Parse(name, m) || *m == ext_proc::GRPC) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " '", name, "' is not a body mode"));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(mode("--epp-request-body-mode", absl::GetFlag(FLAGS_epp_request_body_mode),
+                       &e.exchange.request_body_mode));
+  if (e.exchange.request_body_mode == ext_proc::STREAMED ||
+      e.exchange.request_body_mode == ext_proc::BUFFERED_PARTIAL) {
+    return absl::InvalidArgumentError(
+        "--epp-request-body-mode: a pick needs the whole body before the headers go upstream: "
+        "FULL_DUPLEX_STREAMED, BUFFERED or NONE");
+  }
+  RETURN_IF_ERROR(mode("--epp-response-body-mode", absl::GetFlag(FLAGS_epp_response_body_mode),
+                       &e.exchange.response_body_mode));
+  e.exchange.max_body_bytes = f.connection.max_body_bytes;
+  e.pick = {.max_model_len = f.max_model_len,
+            .normalize_prompts = f.normalize_prompts,
+            .limits = f.limits};
+  return e;
 }
 
 absl::Status Serve() {
@@ -133,22 +180,34 @@ absl::Status Serve() {
                                      ? absl::GetFlag(FLAGS_max_model_len)
                                      : static_cast<int>(config.max_position_embeddings),
                                  &f, &o));
+  ASSIGN_OR_RETURN(std::optional<EndpointPickerOptions> epp_options, PickerFromFlags(f));
   RouterMetrics metrics;
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);
   core->Start();
   ASSIGN_OR_RETURN(std::unique_ptr<HttpFront> front,
                    HttpFront::Start(f, tok.get(), core.get(), &metrics));
+  std::unique_ptr<EndpointPicker> epp;
+  if (epp_options) {
+    ASSIGN_OR_RETURN(epp, EndpointPicker::Start(*epp_options, tok.get(), core.get(), &metrics));
+    LOG(INFO) << "kvserve-router endpoint picker (ext_proc v3) on " << epp_options->host << ":"
+              << epp->port();
+  }
   LOG(INFO) << "kvserve-router ready http://" << f.host << ":" << front->port();
   if (const std::string file = absl::GetFlag(FLAGS_ports_file); !file.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(
-        file, absl::StrCat("{\"port\": ", front->port(), ", \"pid\": ", getpid(), "}\n")));
+        file, absl::StrCat("{\"port\": ", front->port(),
+                           epp ? absl::StrCat(", \"epp_port\": ", epp->port()) : "",
+                           ", \"pid\": ", getpid(), "}\n")));
   }
   WaitForStop();
   // SIGTERM: take no new connection, let those open finish (their streams end whole), then go.
   front->StopAccepting();
   const absl::Time give_up =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_seconds));
+  // The picker's health turns NOT_SERVING at once; its streams (each a request the gateway is
+  // still proxying) get the same time to end.
+  if (epp) epp->Stop(give_up - absl::Now());
   while (metrics.open_connections() > 0 && absl::Now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

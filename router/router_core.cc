@@ -25,6 +25,18 @@ pb::GenerateResponse ErrorResponse(const std::string& id, absl::StatusCode code,
   return r;
 }
 
+// Whether a pick job may go to worker `v`: it serves HTTP, at an endpoint of the gateway's
+// subset when one is given ("ip:port", or "ip" for any of its ports, as the reference picker
+// reads the hint).
+bool Pickable(const Job::Pick& pick, const WorkerView& v) {
+  if (v.http_endpoint.empty()) return false;
+  if (!pick.subset) return true;
+  const std::string_view host =
+      std::string_view(v.http_endpoint).substr(0, v.http_endpoint.rfind(':'));
+  return std::ranges::any_of(
+      *pick.subset, [&](const std::string& e) { return e == v.http_endpoint || e == host; });
+}
+
 // A worker that refused a request because it is draining: nothing ran.
 bool RefusedWhileDraining(const pb::GenerateResponse& r) {
   return r.finish_reason() == pb::FINISH_REASON_ERROR &&
@@ -83,6 +95,14 @@ void RouterCore::Abort(const std::string& request_id) {
   Wake();
 }
 
+void RouterCore::Started(const std::string& request_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.started.push_back(request_id);
+  }
+  Wake();
+}
+
 std::vector<WorkerInfo> RouterCore::Workers() const {
   absl::MutexLock lock(&info_mu_);
   return info_;
@@ -123,6 +143,9 @@ void RouterCore::Loop() {
     PlaceQueued();  // those waiting came first
     for (auto& job : inbox.jobs) Place(job);
     SendAborts(inbox.aborts);
+    for (const std::string& id : inbox.started) {
+      if (auto it = inflight_.find(id); it != inflight_.end()) it->second.started = true;
+    }
     // Idle, the loop sleeps until a message or Wake() comes, or its next periodic turn
     // (kIdleTurnMs; it was 5 ms, a quarter of the router's CPU on the Mooncake trace).
     for (auto& [w, m] : pool_->Poll(inbox.jobs.empty() ? kIdleTurnMs : 0, wake_fd_)) {
@@ -173,6 +196,10 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
       std::erase_if(queue_,
                     [&](const Waiting& w) { return w.move.job->request.request_id() == id; });
       queued_ = static_cast<int>(queue_.size());
+      continue;
+    }
+    if (it->second.job->pick) {  // never sent: it only leaves the books
+      inflight_.erase(it);
       continue;
     }
     pb::AbortRequest a;
@@ -570,6 +597,7 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   for (WorkerView& v : views) {
     unheard = unheard || pool_->status(v.id) == nullptr;
     if (v.id == exclude) v.eligible = false;
+    if (job->pick && !Pickable(*job->pick, v)) v.eligible = false;
     v.active_blocks = load[v.id].blocks;
     v.queued_prefill_tokens = load[v.id].prefill_tokens;
     v.decode_seqs = load[v.id].decode_seqs;
@@ -613,7 +641,11 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   const pb::WorkerStatus* st = pool_->status(d->worker);
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, st->block_size()));
-  if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
+  if (job->pick) {
+    // Never sent, so never moved: a lost worker ends it (and the gateway's request fails there).
+    attempts = kMaxPlacementAttempts;
+    job->pick->on_pick(PickEndpoints(*job, views, hashes, d->worker));
+  } else if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
     job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
     return Placement::kFailed;
   }
@@ -624,6 +656,30 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
                          .instance_id = st != nullptr ? st->instance_id() : 0,
                          .hashes = std::move(hashes)};
   return Placement::kPlaced;
+}
+
+std::vector<std::string> RouterCore::PickEndpoints(const Job& job, std::vector<WorkerView> views,
+                                                   const std::vector<BlockHash>& hashes,
+                                                   int first) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  std::vector<std::string> endpoints;
+  int picked = first;
+  for (int k = 0;; ++k) {
+    for (WorkerView& v : views) {
+      if (v.id != picked) continue;
+      endpoints.push_back(v.http_endpoint);
+      v.eligible = false;
+    }
+    if (k == job.pick->fallbacks) break;
+    absl::StatusOr<Decision> next = Route(*policy_, views, index_,
+                                          {.hashes = hashes,
+                                           .prompt_tokens = job.request.prompt_token_ids_size(),
+                                           .max_tokens = job.request.max_tokens(),
+                                           .session_key = job.session_key});
+    if (!next.ok()) break;  // none left
+    picked = next->worker;
+  }
+  return endpoints;
 }
 
 }  // namespace kvserve::router

@@ -92,6 +92,17 @@ struct Job {
   // Called on the core thread for every response (and once with an error response when the
   // job cannot be placed or its worker is lost).
   std::function<void(const kvserve::v1::GenerateResponse&)> on_response;
+  // Set for an endpoint picker's request (router/epp/): it is placed on the books like any
+  // other (load, the index's assumed blocks, admission and the queue) but never sent; a gateway
+  // sends it to the endpoints on_pick is given. It leaves the books on Abort(request_id).
+  struct Pick {
+    // The gateway's subset hint: endpoints ("ip:port") it may go to; unset: any.
+    std::optional<std::vector<std::string>> subset;
+    int fallbacks = 0;  // endpoints after the first, each the best of those left
+    // On the core thread, once: the endpoints, best first (errors go to on_response).
+    std::function<void(const std::vector<std::string>& endpoints)> on_pick;
+  };
+  std::optional<Pick> pick;
 };
 
 class RouterCore {
@@ -112,6 +123,9 @@ class RouterCore {
   void Submit(std::shared_ptr<Job> job) ABSL_LOCKS_EXCLUDED(mu_);
   // Abort a submitted request (client gone). Any thread.
   void Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A picked request's response began (its gateway saw the headers): its prompt is prefilled,
+  // and it counts as decoding. Any thread.
+  void Started(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
   // True when at least one worker is eligible (for /ready). Any thread.
   [[nodiscard]] bool ready() const { return eligible_.load() > 0; }
   // Workers eligible for routing, and known. Any thread.
@@ -169,6 +183,7 @@ class RouterCore {
   struct Inbox {
     std::deque<std::shared_ptr<Job>> jobs;
     std::vector<std::string> aborts;
+    std::vector<std::string> started;
     std::vector<std::pair<int, kvserve::v1::ControlAction>> controls;
   };
 
@@ -197,6 +212,10 @@ class RouterCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // kFull: no ready worker has room (nothing was done); kFailed: the job was ended with an error.
   Placement TryPlace(const std::shared_ptr<Job>& job, int attempts, int exclude)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // A pick job's endpoints: the decision's, then its fallbacks, each routed among those left.
+  std::vector<std::string> PickEndpoints(const Job& job, std::vector<WorkerView> views,
+                                         const std::vector<BlockHash>& hashes, int first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void Enqueue(Move move, bool front) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Places queued requests in order while workers have room.

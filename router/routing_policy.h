@@ -43,6 +43,8 @@ struct WorkerView {
   // Its heartbeat: the device pool in blocks (0: not known) and the block size in tokens.
   int64_t capacity_blocks = 0;
   int block_size = 16;
+  // Where it serves the OpenAI API over HTTP ("host:port"; empty: nowhere), from its heartbeat.
+  std::string http_endpoint;
 };
 
 struct RoutingConfig {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/block_hash.h"
 #include "common/status_macros.h"
@@ -16,6 +17,14 @@ namespace {
 
 namespace pb = ::kvserve::v1;
 using Clock = std::chrono::steady_clock;
+
+// A heartbeat's http_endpoint as a gateway dials it: ":port" is on the host the router reaches
+// the worker at (an IPv6 address in brackets).
+std::string HttpEndpoint(const std::string& worker_host, const std::string& advertised) {
+  if (!advertised.starts_with(":")) return advertised;
+  const bool v6 = absl::StrContains(worker_host, ':') && !worker_host.starts_with("[");
+  return v6 ? absl::StrCat("[", worker_host, "]", advertised) : worker_host + advertised;
+}
 
 }  // namespace
 
@@ -283,6 +292,7 @@ std::vector<WorkerView> WorkerPool::Views() const {
       }
       v.block_size = std::max(1, worker.status->block_size());
       v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
+      v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
     }
     views.push_back(v);
   }

@@ -15,7 +15,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
   libxxhash-dev libpcre2-dev libutf8proc-dev
   libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev libmsgpack-cxx-dev
-  libgloo-dev libopenblas-dev
+  libgloo-dev libopenblas-dev libgrpc++-dev protobuf-compiler-grpc
 )
 # Only the tests: GoogleTest and Google Benchmark, the compiler cache, the servers and tools the
 # integration tests run against (Prometheus, nginx, Go for the Helm chart's renderer, podman for

@@ -284,6 +284,7 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
     openai->options.worker.events_port = server->events_port();
     ASSIGN_OR_RETURN(front, OpenAiFront::Start(openai->options, openai->front, openai->core));
     ports["openai_port"] = front->port();
+    server->set_http_endpoint(absl::StrCat(":", front->port()));
   }
   if (const std::string f = absl::GetFlag(FLAGS_ports_file); !f.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(f, ports.dump() + "\n"));

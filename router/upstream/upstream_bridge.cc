@@ -368,6 +368,9 @@ void UpstreamBridge::PublishStatus() {
   st.set_kv_cache_dtype(l.cache_dtype.value_or("auto"));
   st.set_tensor_parallel_size(1);
   st.set_max_num_seqs(o_.max_concurrency);
+  // The upstream on this host (a sidecar, a test) is reached at the bridge's own address.
+  st.set_http_endpoint(IsLoopbackHost(o_.api.host) ? absl::StrCat(":", o_.api.port)
+                                                   : absl::StrCat(o_.api.host, ":", o_.api.port));
   if (absl::Status s = SendMessage(pub_, "status", st, zmq::send_flags::dontwait); !s.ok()) {
     LOG_EVERY_T(WARNING, 10) << "upstream bridge heartbeat: " << s;
   }

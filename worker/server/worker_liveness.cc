@@ -69,6 +69,7 @@ void WorkerServer::PublishStatus() {
   st.set_kv_quant(engine_->kv_spec().CacheKeyQuant());
   st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
   st.set_max_num_seqs(engine_->config().scheduler.max_num_seqs);
+  st.set_http_endpoint(options_.http_endpoint);
   Publish("status", st);
 }
 

@@ -82,6 +82,8 @@ struct WorkerServerOptions {
   std::string curve_allowed_clients_dir;
   // Keys allowed besides the directory's: the one --openai-port's front made for itself.
   std::vector<AllowedClient> curve_also_allowed;
+  // WorkerStatus.http_endpoint (set_http_endpoint): empty when it serves no OpenAI API.
+  std::string http_endpoint;
   // A router peer that has not taken a waiting reply for this long is given up: its replies
   // are dropped and its requests aborted (reply_queue.h).
   absl::Duration reply_give_up = absl::Seconds(30);
@@ -108,6 +110,9 @@ class WorkerServer : private KvEventListener {
   [[nodiscard]] int events_port() const { return events_port_; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
+  // Where this worker serves the OpenAI API (WorkerStatus.http_endpoint: "host:port" or ":port"),
+  // for endpoint pickers. Before Run only: the heartbeats read it on the loop thread.
+  void set_http_endpoint(std::string endpoint) { options_.http_endpoint = std::move(endpoint); }
   // /metrics' text (Prometheus exposition); any thread.
   [[nodiscard]] std::string SerializeMetrics() const { return metrics_->Serialize(); }
   // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).
