@@ -14,6 +14,9 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import Ajv from 'ajv';
+import YAML from 'yaml';
+
 import { objects, render as renderChart } from './chart.mjs';
 import { freeRange, makeModel, startAndWait } from './harness.mjs';
 
@@ -26,7 +29,35 @@ const matrix = {
   'gpu-tp4-3-workers': ['-f', path.join(chartDir, 'ci/gpu-tp4-values.yaml')],
   'ingress-keda-monitoring': ['-f', path.join(chartDir, 'ci/full-values.yaml')],
   'everything-off': ['-f', path.join(chartDir, 'ci/off-values.yaml')],
+  'inference-pool': ['-f', path.join(chartDir, 'ci/pool-values.yaml')],
 };
+
+// APIs with no kubernetes-models package: their published CRDs (tests/deploy/crds/README.md),
+// every object schema closed as strict field validation is.
+const crdGroups = { 'inference.networking.k8s.io': 'inference.networking.k8s.io_inferencepools.yaml' };
+function closed(schema) {
+  if (schema && typeof schema === 'object') {
+    if (schema.properties && !schema['x-kubernetes-preserve-unknown-fields'] && schema.additionalProperties === undefined) {
+      schema.additionalProperties = false;
+    }
+    for (const v of Object.values(schema)) closed(v);
+  }
+  return schema;
+}
+const crdValidators = {};
+function crdValidator(group, version, kind) {
+  const key = `${group}/${version}/${kind}`;
+  if (!crdValidators[key]) {
+    const crd = YAML.parse(fs.readFileSync(path.join(root, 'tests/deploy/crds', crdGroups[group]), 'utf8'));
+    assert.equal(crd.spec.names.kind, kind, `${crdGroups[group]} defines ${crd.spec.names.kind}, not ${kind}`);
+    const v = crd.spec.versions.find((x) => x.name === version);
+    assert.ok(v, `${crdGroups[group]} has no version ${version}`);
+    const schema = closed(structuredClone(v.schema.openAPIV3Schema));
+    schema.properties.metadata = { type: 'object' };  // ObjectMeta: checked by the API server
+    crdValidators[key] = new Ajv({ strict: false, allErrors: true }).compile(schema);
+  }
+  return crdValidators[key];
+}
 
 const render = (args) => renderChart(root, args);
 
@@ -41,6 +72,12 @@ function modelModule(apiVersion, kind) {
 
 async function validate(obj) {
   const where = `${obj.kind}/${obj.metadata?.name}`;
+  const [group, version] = obj.apiVersion.split('/');
+  if (crdGroups[group]) {
+    const check = crdValidator(group, version, obj.kind);
+    if (!check(obj)) throw new Error(`${where}: ${JSON.stringify(check.errors)}`);
+    return;
+  }
   const mod = await import(modelModule(obj.apiVersion, obj.kind)).catch((e) => {
     throw new Error(`${where}: no schema for ${obj.apiVersion} ${obj.kind}: ${e.message}`);
   });
@@ -54,7 +91,8 @@ async function validate(obj) {
 // Unknown fields (a misspelt probe, a field at the wrong level): the JSON schemas above allow
 // them, the models' TypeScript interfaces do not, so every object becomes a typed literal that
 // tsc checks for excess properties.
-function checkNoUnknownFields(objs) {
+function checkNoUnknownFields(all) {
+  const objs = all.filter((o) => !crdGroups[o.apiVersion.split('/')[0]]);  // closed by validate
   const dir = fs.mkdtempSync(path.join(here, '.strict-'));
   try {
     const lines = objs.map((o, i) => {
@@ -186,6 +224,41 @@ test('security: non-root, read-only root, secrets from a Secret, network policy'
     === testPod.metadata.labels['app.kubernetes.io/component']), 'the helm test pod cannot reach the router');
 });
 
+test('inference pool: the pool selects the workers\' OpenAI port, its picker is the router, the route\'s backend the pool', async () => {
+  const objs = objects(render(matrix['inference-pool']).stdout);
+  const pool = objs.find((o) => o.kind === 'InferencePool');
+  const sts = worker(objs);
+  const workerPod = sts.spec.template;
+  for (const [k, v] of Object.entries(pool.spec.selector.matchLabels)) {
+    assert.equal(workerPod.metadata.labels[k], v, `the pool selects the worker pods (${k})`);
+  }
+  const wc = workerPod.spec.containers[0];
+  const openai = wc.ports.find((p) => p.name === 'openai');
+  assert.deepEqual(pool.spec.targetPorts, [{ number: openai.containerPort }]);
+  assert.match(wc.args.join(' '), new RegExp(`--openai-port ${openai.containerPort} --openai-host 0\\.0\\.0\\.0 --api-keys-file /etc/kvserve/auth/api-keys`));
+  const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === pool.spec.endpointPickerRef.name);
+  const grpcPort = svc.spec.ports.find((p) => p.port === pool.spec.endpointPickerRef.port.number);
+  const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
+  const eppPort = router.ports.find((p) => p.name === grpcPort.targetPort);
+  assert.match(router.args.join(' '), new RegExp(`--epp-port ${eppPort.containerPort} --epp-fallbacks 1`));
+  assert.equal(pool.spec.endpointPickerRef.failureMode, 'FailOpen');
+  const route = objs.find((o) => o.kind === 'HTTPRoute');
+  assert.deepEqual(route.spec.rules[0].backendRefs, [{ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: pool.metadata.name }]);
+  const np = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-worker'));
+  const openaiRule = np.spec.ingress.find((r) => r.ports.some((p) => p.port === 'openai'));
+  assert.equal(openaiRule.from[0].namespaceSelector.matchLabels['kubernetes.io/metadata.name'], 'gateway');
+  // The CRD's schema catches what the API server would refuse.
+  for (const [what, bad] of [
+    ['no targetPorts', { ...pool, spec: { ...pool.spec, targetPorts: undefined } }],
+    ['an unknown field', { ...pool, spec: { ...pool.spec, endpointPicker: {} } }],
+    ['a failure mode it does not define', { ...pool, spec: { ...pool.spec, endpointPickerRef: { ...pool.spec.endpointPickerRef, failureMode: 'Maybe' } } }],
+  ]) {
+    await assert.rejects(validate(JSON.parse(JSON.stringify(bad))), /InferencePool/, what);
+  }
+  const off = objects(render([...matrix['inference-pool'], '--set', 'inferencePool.parentRefs=null']).stdout);
+  assert.ok(off.some((o) => o.kind === 'InferencePool') && !off.some((o) => o.kind === 'HTTPRoute'), 'no route without parentRefs');
+});
+
 test('bad values fail with the key named', () => {
   const cases = [
     [['--set', 'worker.replicas=three'], /worker\.replicas/],
@@ -194,6 +267,8 @@ test('bad values fail with the key named', () => {
     [['--set', 'model.hostPath=/m'], /exactly one of model\.existingClaim, model\.hostPath/],
     [['--set', 'worker.device=tpu'], /worker\.device/],
     [['--set', 'httpRoute.enabled=true'], /httpRoute\.parentRefs/],
+    [['--set', 'inferencePool.failureMode=Maybe'], /inferencePool\.failureMode/],
+    [['--set', 'inferencePool.fallbacks=17'], /inferencePool\.fallbacks/],
     [['-f', '/nonexistent/values.yaml'], /nonexistent/],
   ];
   for (const [args, pattern] of cases) {
