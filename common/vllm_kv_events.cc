@@ -65,7 +65,7 @@ void PackMap(Packer& pk, const Event& e) {
 void PackArray(Packer& pk, const Event& e) {
   switch (e.kind) {
     case Event::Kind::kStored:
-      pk.pack_array(7);
+      pk.pack_array(8);
       PackString(pk, "BlockStored");
       PackInts(pk, e.block_hashes);
       PackParent(pk, e.parent_block_hash);
@@ -73,6 +73,7 @@ void PackArray(Packer& pk, const Event& e) {
       pk.pack_int64(e.block_size);
       pk.pack_nil();  // lora_id
       PackString(pk, e.medium);
+      pk.pack_nil();  // lora_name
       return;
     case Event::Kind::kRemoved:
       pk.pack_array(3);
@@ -94,7 +95,8 @@ absl::StatusOr<Encoding> ParseEncoding(std::string_view name) {
   if (name == "array") return Encoding::kArray;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown vLLM KV event encoding '", Sv(name),
-      "': 'map' (vLLM 0.11 on: events as maps tagged by type) or 'array' (vLLM 0.10)"));
+      "': 'map' (vLLM 0.24 on: events as maps tagged by type) or 'array' (vLLM up to 0.23: "
+      "tagged arrays)"));
 }
 
 std::string Encode(const Batch& batch, Encoding encoding) {

@@ -5,13 +5,15 @@
 //
 // A payload is one msgpack-encoded batch: [ts (float, Unix seconds), [event, ...],
 // data_parallel_rank]. Events come in one of two encodings vLLM has used:
-//   kMap   (vLLM 0.11 on; the default): maps tagged by "type", fields in definition order:
+//   kMap   (vLLM 0.24 on, since its PR #42892; the default): maps tagged by "type", fields in
+//          definition order:
 //          {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids",
 //           "block_size", "lora_id", "medium", "lora_name"}, {"type": "BlockRemoved",
 //           "block_hashes", "medium"}, {"type": "AllBlocksCleared"}
-//   kArray (vLLM 0.10): tagged arrays, ["BlockStored", block_hashes, parent_block_hash,
-//           token_ids, block_size, lora_id, medium], ["BlockRemoved", block_hashes, medium],
-//           ["AllBlocksCleared"]
+//   kArray (vLLM up to 0.23): tagged arrays, ["BlockStored", block_hashes, parent_block_hash,
+//           token_ids, block_size, lora_id, medium, lora_name], ["BlockRemoved", block_hashes,
+//           medium], ["AllBlocksCleared"] (lora_name since vLLM's PR #27577; 0.10's arrays
+//           ended at medium)
 // Block hashes are 64-bit integers (ExternalHash); lora_id and lora_name are nil (kvserve
 // serves no adapters). Pure functions; safe from any thread.
 #ifndef KVSERVE_COMMON_VLLM_KV_EVENTS_H_

@@ -70,8 +70,8 @@ ABSL_FLAG(std::string, kv_events_config, "",
           "beside kvserve's own on --events-port; an endpoint off loopback needs --insecure "
           "(docs/INTEROP.md)");
 ABSL_FLAG(std::string, kv_events_encoding, "map",
-          "vLLM KV events' encoding: map (vLLM 0.11 on: events as maps tagged by type) or array "
-          "(vLLM 0.10: tagged arrays)");
+          "vLLM KV events' encoding: map (vLLM 0.24 on: events as maps tagged by type) or array "
+          "(vLLM up to 0.23: tagged arrays)");
 ABSL_FLAG(int32_t, openai_port, -1,
           "Serve the OpenAI API here as well (chat, completions, /tokenize, /v1/models, /metrics "
           "with vLLM's names): the worker as a vLLM-like pod for a gateway or another router; "

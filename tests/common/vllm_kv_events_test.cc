@@ -1,11 +1,11 @@
 // vLLM-format KV events (common/vllm_kv_events.h): each encoding decoded back with msgpack-c and
-// checked field by field against vLLM's definitions (vllm/distributed/kv_events.py: the 0.10
-// tagged arrays and the 0.11 maps tagged by "type", in a [ts, events, data_parallel_rank] batch);
-// chains of stored blocks merge into one event as vLLM sends them; hashes are non-negative
-// 64-bit integers. Decode reads what every vLLM version has sent, written by an independent
-// encoder (@msgpack/msgpack: the fuzzer's seeds in tests/fuzz/corpus/vllm_kv_events), reads back
-// what Encode writes, and refuses the malformed by name. (tests/node/vllm_kv_events_test.mjs
-// decodes a live worker's with an independent decoder.)
+// checked field by field against vLLM's definitions (vllm/distributed/kv_events.py: the
+// tagged arrays up to 0.23 and the maps of 0.24 on tagged by "type", in a [ts, events,
+// data_parallel_rank] batch); chains of stored blocks merge into one event as vLLM sends them;
+// hashes are non-negative 64-bit integers. Decode reads what every vLLM version has sent, written
+// by an independent encoder (@msgpack/msgpack: the fuzzer's seeds in
+// tests/fuzz/corpus/vllm_kv_events), reads back what Encode writes, and refuses the malformed by
+// name. (tests/node/vllm_kv_events_test.mjs decodes a live worker's with an independent decoder.)
 #include "common/vllm_kv_events.h"
 
 #include <map>
@@ -86,14 +86,14 @@ TEST(VllmKvEventsTest, MapEncodingHasVllmFieldsInOrder) {
   EXPECT_EQ(cleared.via.map.ptr[0].val.as<std::string>(), "AllBlocksCleared");
 }
 
-TEST(VllmKvEventsTest, ArrayEncodingIsVllm010Layout) {
+TEST(VllmKvEventsTest, ArrayEncodingIsTheLayoutUpToVllm023) {
   std::vector<Event> events = TwoStoredOneRemoved();
   events[0].parent_block_hash = 99;
   msgpack::object_handle h = Unpack(Encode({.ts = 1, .events = events}, Encoding::kArray));
   const msgpack::object& list = h.get().via.array.ptr[1];
   const msgpack::object& stored = list.via.array.ptr[0];
   ASSERT_EQ(stored.type, msgpack::type::ARRAY);
-  ASSERT_EQ(stored.via.array.size, 7u);
+  ASSERT_EQ(stored.via.array.size, 8u);
   const msgpack::object* s = stored.via.array.ptr;
   EXPECT_EQ(s[0].as<std::string>(), "BlockStored");
   EXPECT_EQ(Ints(s[1]), (std::vector<int64_t>{10, 11}));
@@ -102,6 +102,7 @@ TEST(VllmKvEventsTest, ArrayEncodingIsVllm010Layout) {
   EXPECT_EQ(s[4].as<int>(), 2);
   EXPECT_TRUE(s[5].is_nil());
   EXPECT_EQ(s[6].as<std::string>(), "GPU");
+  EXPECT_TRUE(s[7].is_nil());  // lora_name
   const msgpack::object& removed = list.via.array.ptr[1];
   ASSERT_EQ(removed.via.array.size, 3u);
   EXPECT_EQ(removed.via.array.ptr[0].as<std::string>(), "BlockRemoved");
@@ -140,7 +141,7 @@ TEST(VllmKvEventsTest, EncodingNames) {
   EXPECT_EQ(*ParseEncoding("array"), Encoding::kArray);
   EXPECT_THAT(ParseEncoding("tuple"),
               kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                         ::testing::HasSubstr("'map' (vLLM 0.11 on")));
+                                         ::testing::HasSubstr("'map' (vLLM 0.24 on")));
 }
 
 Batch Seed(const std::string& name) {
@@ -153,7 +154,7 @@ Batch Seed(const std::string& name) {
 }
 
 TEST(VllmKvEventsTest, DecodesEveryVllmLayout) {
-  const Batch map = Seed("map_batch");  // vLLM 0.11 on
+  const Batch map = Seed("map_batch");  // vLLM 0.24 on
   EXPECT_DOUBLE_EQ(map.ts, 1796370000.5);
   ASSERT_EQ(map.events.size(), 3u);
   EXPECT_EQ(map.events[0].kind, Event::Kind::kStored);
@@ -165,7 +166,7 @@ TEST(VllmKvEventsTest, DecodesEveryVllmLayout) {
   EXPECT_EQ(map.events[1].kind, Event::Kind::kRemoved);
   EXPECT_EQ(map.events[2].kind, Event::Kind::kAllCleared);
 
-  const Batch array = Seed("array_batch");  // vLLM 0.10
+  const Batch array = Seed("array_batch");  // vLLM 0.10 (its arrays ended at medium)
   ASSERT_EQ(array.events.size(), 3u);
   EXPECT_EQ(array.events[0].parent_block_hash, 7);
   EXPECT_EQ(array.events[0].medium, "CPU");

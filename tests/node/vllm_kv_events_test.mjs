@@ -1,7 +1,7 @@
 // A kvserve worker's vLLM-format KV events (--kv-events-config, --kv-events-encoding) as a
 // consumer written for vLLM reads them: ZeroMQ from the `zeromq` npm package, msgpack decoded by
 // `@msgpack/msgpack` (an independent decoder), every field checked against a table written from
-// vLLM's vllm/distributed/kv_events.py (0.10's tagged arrays, 0.11's maps tagged by "type"); the
+// vLLM's vllm/distributed/kv_events.py (tagged arrays up to 0.23, maps tagged by "type" from 0.24); the
 // stored blocks' token ids are the prompt's, chained by parent hash; a consumer that joins late
 // sees the gap, replays what it missed and converges on the live consumer's cache; SIGTERM ends
 // in AllBlocksCleared. (A consumer that binds, llm-d's way, is in vllm_event_publisher_test.)
@@ -40,8 +40,8 @@ const FIELDS = {
   BlockRemoved: [['block_hashes', isIntList], ['medium', (v) => v === 'GPU' || v === 'CPU']],
   AllBlocksCleared: [],
 };
-// 0.10's arrays end at medium: no lora_name.
-const ARRAY_FIELDS = { ...FIELDS, BlockStored: FIELDS.BlockStored.slice(0, 6) };
+// Arrays up to vLLM 0.23 carry the same fields in the same order (lora_name since its PR #27577).
+const ARRAY_FIELDS = FIELDS;
 
 // One payload as a list of {type, ...fields}, every field checked.
 function readBatch(payload, encoding) {
