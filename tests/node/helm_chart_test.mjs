@@ -255,6 +255,37 @@ test('inference pool: the pool selects the workers\' OpenAI port, its picker is 
   ]) {
     await assert.rejects(validate(JSON.parse(JSON.stringify(bad))), /InferencePool/, what);
   }
+  // vLLM-format KV events, connected to an indexer that binds, replay bound on the worker.
+  const cfgAt = wc.args.indexOf('--kv-events-config');
+  const cfg = JSON.parse(wc.args[cfgAt + 1]);
+  assert.deepEqual(cfg, { enable_kv_cache_events: true, publisher: 'zmq', endpoint: 'tcp://kv-indexer.llm-d.svc:5557',
+    replay_endpoint: 'tcp://*:5558', topic: 'kv@$(POD_IP)@models' });
+  assert.equal(wc.args[wc.args.indexOf('--kv-events-encoding') + 1], 'map');
+  assert.equal(wc.args.filter((x) => x === '--insecure').length, 1, 'one --insecure');
+  assert.equal(wc.env.find((e) => e.name === 'POD_IP').valueFrom.fieldRef.fieldPath, 'status.podIP');
+  assert.ok(wc.ports.some((p) => p.name === 'vllm-replay' && p.containerPort === 5558));
+  assert.ok(!wc.ports.some((p) => p.name === 'vllm-events'), 'nothing bound to publish: it connects');
+  const eventsRule = np.spec.ingress.find((r) => r.ports.some((p) => p.port === 'vllm-replay'));
+  assert.equal(eventsRule.from[0].namespaceSelector.matchLabels['kubernetes.io/metadata.name'], 'llm-d');
+  const bound = worker(objects(render([...matrix['inference-pool'], '--set', 'worker.vllmKvEvents.connectTo=',
+    '--set', 'worker.vllmKvEvents.replayPort=0', '--set', 'worker.vllmKvEvents.topic=kv-events']).stdout)).spec.template.spec.containers[0];
+  assert.deepEqual(JSON.parse(bound.args[bound.args.indexOf('--kv-events-config') + 1]),
+    { enable_kv_cache_events: true, publisher: 'zmq', endpoint: 'tcp://*:5557', topic: 'kv-events' });
+  assert.deepEqual(bound.ports.filter((p) => p.name.startsWith('vllm-')).map((p) => p.containerPort), [5557]);
+  // The upstream bridge: its Deployment speaks the worker protocol on the workers' ports, with
+  // the workers' CURVE key, and the routers list its Service beside the discovered workers.
+  const bridge = objs.find((o) => o.kind === 'Deployment' && o.spec.template.spec.containers[0].command[0] === 'kvserve-upstream');
+  const bc = bridge.spec.template.spec.containers[0];
+  const bargs = bc.args.join(' ');
+  assert.match(bargs, /--url http:\/\/vllm-a\.llm\.svc:8000 --name vllm-a --kv-events-endpoint tcp:\/\/vllm-a\.llm\.svc:5557 --kv-replay-endpoint tcp:\/\/vllm-a\.llm\.svc:5558 --kv-events-topic kv-events --max-concurrency 64/);
+  assert.match(bargs, /--port 5570 --events-port 5571 --metrics-port 8090 --curve-secret-key-file \/etc\/kvserve\/curve\/worker\.key --curve-allowed-clients-dir \/etc\/kvserve\/curve\/clients/);
+  const bsvc = objs.find((o) => o.kind === 'Service' && o.metadata.name === bridge.metadata.name);
+  for (const [k, v] of Object.entries(bsvc.spec.selector)) assert.equal(bridge.spec.template.metadata.labels[k], v);
+  assert.match(router.args.join(' '), new RegExp(`--workers ${bsvc.metadata.name}\\.default\\.svc:5570:5571`));
+  const bnp = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name.endsWith('-upstream'));
+  assert.equal(bnp.spec.ingress[0].from[0].podSelector.matchLabels['app.kubernetes.io/component'], 'router');
+  for (const [k, v] of Object.entries(bnp.spec.podSelector.matchLabels)) assert.equal(bridge.spec.template.metadata.labels[k], v);
+  assert.ok(!objects(render(matrix.defaults).stdout).some((o) => o.metadata.name.includes('-upstream')), 'no bridge by default');
   const off = objects(render([...matrix['inference-pool'], '--set', 'inferencePool.parentRefs=null']).stdout);
   assert.ok(off.some((o) => o.kind === 'InferencePool') && !off.some((o) => o.kind === 'HTTPRoute'), 'no route without parentRefs');
 });
@@ -269,6 +300,9 @@ test('bad values fail with the key named', () => {
     [['--set', 'httpRoute.enabled=true'], /httpRoute\.parentRefs/],
     [['--set', 'inferencePool.failureMode=Maybe'], /inferencePool\.failureMode/],
     [['--set', 'inferencePool.fallbacks=17'], /inferencePool\.fallbacks/],
+    [['--set', 'worker.vllmKvEvents.encoding=tuple'], /worker\.vllmKvEvents\.encoding/],
+    [['--set', 'upstreams[0].name=a', '--set', 'upstreams[0].url=vllm:8000'], /upstreams\.0\.url: Does not match/],
+    [['--set', 'worker.vllmKvEvents.connectTo=http://indexer:80'], /worker\.vllmKvEvents\.connectTo/],
     [['-f', '/nonexistent/values.yaml'], /nonexistent/],
   ];
   for (const [args, pattern] of cases) {

@@ -257,3 +257,13 @@ file where a public key is asked for as its public half. */}}
 - name: CUDA_CACHE_PATH
   value: /var/cache/kvserve/nv
 {{- end }}
+
+{{/* The routers' --workers entries for the upstream bridges: SERVICE.NAMESPACE.svc:PORT:EVENTS. */}}
+{{- define "kvserve.upstreamWorkers" -}}
+{{- $out := list }}
+{{- range $u := .Values.upstreams }}
+{{- $name := printf "%s-upstream-%s" (include "kvserve.fullname" $) $u.name | trunc 63 | trimSuffix "-" }}
+{{- $out = append $out (printf "%s.%s.svc:%s:%s" $name $.Release.Namespace (include "kvserve.scalar" $.Values.worker.port) (include "kvserve.scalar" $.Values.worker.eventsPort)) }}
+{{- end }}
+{{- join "," $out }}
+{{- end }}
