@@ -251,9 +251,11 @@ test('a body the pods cannot take is a 400 naming what is wrong; unserved-here f
     assert.match(refused.body.error.message, want);
     s.end();
   }
-  // A parameter kvserve's router refuses (beam search) is the pod's to judge: it is picked.
-  const text = JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: 2, use_beam_search: true, best_of: 3 });
-  const { s, endpoints } = await pick(epp, text);
+  // Parameters kvserve's router refuses (beam search, a custom chat template, documents) are the
+  // pod's to judge: the request is picked.
+  const text = JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2,
+    use_beam_search: true, best_of: 3, chat_template: '{{ messages[0].content }}', documents: [{ text: 'x' }] });
+  const { s, endpoints } = await pick(epp, text, { path: '/v1/chat/completions' });
   assert.ok(endpoints.length >= 1);
   s.end();
 });
