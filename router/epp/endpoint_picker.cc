@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "glog/logging.h"
 
@@ -31,6 +32,7 @@ struct Shared {
   RouterMetrics* metrics = nullptr;
   std::string id_prefix;
   std::atomic<uint64_t> next_id{1};
+  std::atomic<int> open_streams{0};  // ext_proc streams not yet done (Stop waits for them)
 };
 
 class PickStream;
@@ -49,6 +51,7 @@ class PickStream final
  public:
   explicit PickStream(Shared* shared)
       : shared_(shared), exchange_(shared->options.exchange), link_(std::make_shared<Link>(this)) {
+    ++shared_->open_streams;
     StartRead(&in_);
   }
 
@@ -94,6 +97,7 @@ class PickStream final
       link_->stream = nullptr;
     }
     Release();
+    --shared_->open_streams;
     delete this;
   }
 
@@ -274,7 +278,13 @@ void EndpointPicker::Stop(absl::Duration grace) {
   impl_->stop.Notify();
   impl_->health.join();
   impl_->server->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
-  impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
+  // The ext_proc streams (each a request the gateway is still proxying) get `grace` to end;
+  // health Watch streams never end by themselves and are cut with the rest after it.
+  const absl::Time give_up = absl::Now() + grace;
+  while (impl_->shared.open_streams.load() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  impl_->server->Shutdown(std::chrono::system_clock::now());
   impl_->server->Wait();
 }
 

@@ -45,8 +45,9 @@ class EndpointPicker {
       RouterMetrics* metrics);
   ~EndpointPicker();
   [[nodiscard]] int port() const;
-  // Health turns NOT_SERVING, streams still open get `grace` to end, then the server stops.
-  // Idempotent.
+  // Health turns NOT_SERVING (the gateway stops opening streams), the ext_proc streams get up to
+  // `grace` to end (one opened meanwhile is still served), then the server stops, cutting what
+  // is left (health Watch streams among it). Idempotent.
   void Stop(absl::Duration grace = absl::Seconds(5));
 
   struct Impl;

@@ -17,101 +17,16 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 
+import { MODE, REQ, RESP, body, completion, destination, headers, immediate, metadata, open, pick, post,
+  protocolConfig } from './ext_proc_client.mjs';
 import { freePort, makeModel, retryOnPortClash, startAndWait } from './harness.mjs';
-import { bool, bytes, decode, encode, field, msg, readStruct, str, structOf, varint } from './protowire.mjs';
+import { decode, encode, field, str } from './protowire.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-epp-'));
 const model = path.join(tmp, 'tiny');
 const children = [];
 const workers = [];  // { http: '127.0.0.1:PORT', zmq: 'host:port:events' }
-
-// Envoy's field numbers (envoy/service/ext_proc/v3/external_processor.proto, Envoy 1.36).
-const REQ = { requestHeaders: 2, responseHeaders: 3, requestBody: 4, responseBody: 5, metadata: 8, protocolConfig: 11 };
-const RESP = { requestHeaders: 1, responseHeaders: 2, requestBody: 3, responseBody: 4, immediate: 7, dynamicMetadata: 8 };
-const MODE = { NONE: 0, STREAMED: 1, BUFFERED: 2, FULL_DUPLEX_STREAMED: 4 };
-const PROCESS = '/envoy.service.ext_proc.v3.ExternalProcessor/Process';
-
-// HttpHeaders { HeaderMap headers = 1 { repeated HeaderValue headers = 1 { key = 1, raw_value = 3 } }, end_of_stream = 3 }
-const headers = (pairs, eos = false) => msg([[1, msg(Object.entries(pairs).map(([k, v]) =>
-  [1, msg([[1, str(k)], [3, bytes(Buffer.from(v))]])]))], [3, bool(eos)]]);
-const body = (text, eos) => msg([[1, bytes(Buffer.from(text))], [2, bool(eos)]]);
-const protocolConfig = (req, resp = MODE.NONE) => msg([[1, varint(req)], [2, varint(resp)]]);
-// config.core.v3.Metadata { map<string, Struct> filter_metadata = 1 }
-const metadata = (ns) => msg(Object.entries(ns).map(([k, v]) => [1, msg([[1, str(k)], [2, structOf(v)]])]));
-
-// One ext_proc stream, as Envoy opens it per HTTP request.
-function open(port) {
-  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  const call = client.makeBidiStreamRequest(PROCESS, (b) => b, (b) => b);
-  const got = [];
-  const waiters = [];
-  let ended = null;
-  const settle = () => {
-    while (waiters.length && (got.length || ended)) waiters.shift()();
-  };
-  call.on('data', (b) => { got.push(decode(b)); settle(); });
-  call.on('error', (e) => { ended = e; settle(); });
-  call.on('end', () => { ended = ended ?? 'end'; settle(); });
-  return {
-    send: (fields) => call.write(encode(fields)),
-    next: () => new Promise((resolve, reject) => {
-      waiters.push(() => (got.length ? resolve(got.shift()) : reject(ended)));
-      settle();
-    }),
-    end: () => { call.end(); client.close(); },
-    cancel: () => { call.cancel(); client.close(); },
-  };
-}
-
-// A CommonResponse's destination header, clear_route_cache and the response's envoy.lb metadata.
-function destination(resp, oneof) {
-  const common = decode(field(decode(field(resp, oneof)), 1));
-  const mutation = decode(field(common, 2));
-  const set = (mutation.get(1) ?? []).map((o) => decode(field(decode(o), 1)));
-  const header = set.find((h) => field(h, 1).toString() === 'x-gateway-destination-endpoint');
-  const meta = readStruct(field(resp, RESP.dynamicMetadata));
-  return { header: field(header, 3).toString(), clear: field(common, 5) === 1n,
-    metadata: meta['envoy.lb']['x-gateway-destination-endpoint'] };
-}
-
-// The body chunks a FULL_DUPLEX_STREAMED answer sends back, read until end_of_stream.
-async function streamedBody(s) {
-  let text = '';
-  for (;;) {
-    const r = await s.next();
-    const common = decode(field(decode(field(r, RESP.requestBody)), 1));
-    const streamed = decode(field(decode(field(common, 3)), 3));
-    text += (field(streamed, 1) ?? Buffer.alloc(0)).toString();
-    if (field(streamed, 2) === 1n) return text;
-  }
-}
-
-function immediate(resp) {
-  const im = decode(field(resp, RESP.immediate));
-  return { status: Number(field(decode(field(im, 1)), 1)), body: JSON.parse(field(im, 3).toString()) };
-}
-
-const completion = (prompt, maxTokens = 4) => JSON.stringify({ model: 'tiny', prompt, max_tokens: maxTokens, temperature: 0 });
-const post = (p) => ({ ':method': 'POST', ':path': p, 'content-type': 'application/json' });
-
-// Picks in FULL_DUPLEX_STREAMED mode: the endpoints, after checking the body comes back whole.
-async function pick(port, text, { path: p = '/v1/completions', meta } = {}) {
-  const s = open(port);
-  const first = [[REQ.protocolConfig, protocolConfig(MODE.FULL_DUPLEX_STREAMED)], [REQ.requestHeaders, headers(post(p))]];
-  if (meta) first.push([REQ.metadata, metadata(meta)]);
-  s.send(first);
-  const half = Math.floor(text.length / 2);
-  s.send([[REQ.requestBody, body(text.slice(0, half), false)]]);
-  s.send([[REQ.requestBody, body(text.slice(half), true)]]);
-  const r = await s.next();
-  if (r.has(RESP.immediate)) return { s, refused: immediate(r) };
-  const d = destination(r, RESP.requestHeaders);
-  assert.equal(d.header, d.metadata, 'the header and the metadata name the same endpoints');
-  assert.ok(d.clear, 'clear_route_cache');
-  assert.equal(await streamedBody(s), text, 'the body comes back whole');
-  return { s, endpoints: d.header.split(',') };
-}
 
 // Sends the request where the picker said (as Envoy would), then tells the picker the response
 // came (its headers, with the served endpoint) and closes the stream.
@@ -137,18 +52,19 @@ function startWorker() {
   });
 }
 
-// A router with --epp-port; resolves with its picker's port once both workers are heard.
-function startPicker(extra = []) {
+// A router with --epp-port; resolves with its picker's port once both workers are heard (and
+// the process, with `withChild`).
+function startPicker(extra = [], withChild = false) {
   return retryOnPortClash(async () => {
     const [http, epp] = [await freePort(), await freePort()];
-    await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1',
+    const child = await startAndWait(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1',
       '--port', String(http), '--workers', workers.map((w) => w.zmq).join(','), '--max-model-len', '1024',
       '--epp-port', String(epp), ...extra], /kvserve-router ready/);
     for (let i = 0; i < 200 && (await fetch(`http://127.0.0.1:${http}/ready`)).status !== 200; i++) {
       await new Promise((res) => setTimeout(res, 50));
     }
     await new Promise((res) => setTimeout(res, 600));  // both workers' heartbeats (every 250 ms)
-    return epp;
+    return withChild ? { epp, child } : epp;
   });
 }
 
@@ -292,5 +208,27 @@ test('gRPC health: liveness, readiness and the ext_proc service are SERVING', as
     assert.equal(await check(service), 1, `${service || 'the server'} SERVING`);
   }
   await assert.rejects(check('nope'), (e) => e.code === grpc.status.NOT_FOUND);
+  client.close();
+});
+
+test('SIGTERM: health turns NOT_SERVING at once, an open stream still ends its exchange, then exit 0', async () => {
+  const { epp: port, child } = await startPicker(['--shutdown-timeout-seconds', '20'], true);
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const statuses = [];
+  const watch = client.makeServerStreamRequest('/grpc.health.v1.Health/Watch', (b) => b, (b) => b,
+    encode([[1, str('readiness')]]));
+  watch.on('data', (b) => statuses.push(Number(field(decode(b), 1) ?? 0n)));
+  watch.on('error', () => {});
+  const text = completion('Finish me after SIGTERM');
+  const { s, endpoints } = await pick(port, text);
+  for (let i = 0; i < 100 && !statuses.includes(1); i++) await new Promise((res) => setTimeout(res, 20));
+  assert.deepEqual(statuses, [1], 'readiness SERVING before');
+  const exited = new Promise((res) => child.on('exit', (code) => res(code)));
+  child.kill('SIGTERM');
+  for (let i = 0; i < 100 && !statuses.includes(2); i++) await new Promise((res) => setTimeout(res, 20));
+  assert.equal(statuses.at(-1), 2, 'readiness NOT_SERVING after SIGTERM');
+  const out = await serve(s, endpoints[0], text);  // the stream open before SIGTERM ends its exchange
+  assert.equal(out.usage.completion_tokens, 4);
+  assert.equal(await exited, 0);
   client.close();
 });
