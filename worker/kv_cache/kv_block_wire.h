@@ -1,0 +1,64 @@
+// KV blocks as bytes between workers: the wire format of the KV transfer path (issue 44). A
+// block travels exactly as a pool stores it (kv_storage.h): per layer, its K and V codes and
+// their fp16 scales in the cache's format, never re-quantized, so an int4 cache moves about a
+// quarter of a bf16 cache's bytes. Each block carries its block hash and an XXH3-64 checksum of
+// hash and bytes; the receiver checks every block, and the shape against its own, before it
+// writes any (nothing half-written is ever read).
+//
+// Layout (integers little-endian):
+//   header  "KVBW", u16 version (1), u16 0, u32 blocks, u32 layers, u32 kv_heads,
+//           u32 block_size, u32 head_dim, u16 n + n bytes of the formats ("k/v;k/v;..." of
+//           KvFormat::Describe per layer)
+//   blocks  16-byte hash (BlockHash::ToBytes), the block's bytes (each layer: K codes, V codes,
+//           K scales, V scales), u64 XXH3-64 of hash and bytes
+//
+//   ASSIGN_OR_RETURN(std::string wire, EncodeBlocks(storage, backend, blocks, hashes));
+//   ASSIGN_OR_RETURN(std::vector<WireBlock> got, ReadBlocks(wire, receiver_storage));
+//   for (size_t i = 0; i < got.size(); ++i) WriteBlock(receiver_storage, backend, target[i],
+//   got[i]);
+//
+// `storage` is one whose memory the backend's Upload and Download reach: the device pool on any
+// backend, and on the CPU backend the host pool too. Pure functions of their arguments; the
+// storage's owner (the engine thread) calls them.
+#ifndef KVSERVE_WORKER_KV_CACHE_KV_BLOCK_WIRE_H_
+#define KVSERVE_WORKER_KV_CACHE_KV_BLOCK_WIRE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/block_hash.h"
+#include "kernels/backend.h"
+#include "worker/kv_cache/kv_storage.h"
+
+namespace kvserve::worker {
+
+// One block as read from the wire: its hash and its bytes (a view into the wire).
+struct WireBlock {
+  BlockHash hash;
+  std::string_view bytes;
+};
+
+// The bytes one block of `storage` takes on the wire (without hash and checksum).
+int64_t WireBlockBytes(KvStorage& storage);
+
+// Blocks `blocks` of `storage`, read through `backend` (device memory on a GPU), with their
+// hashes. InvalidArgument for a block outside the pool or counts that differ.
+absl::StatusOr<std::string> EncodeBlocks(KvStorage& storage, kernels::Backend& backend,
+                                         absl::Span<const int> blocks,
+                                         absl::Span<const BlockHash> hashes);
+
+// Every block of `wire`, checked: FailedPrecondition naming the field when its shape (layers,
+// heads, block size, head size, formats) is not `storage`'s; DataLoss naming the block for a
+// checksum that does not match; InvalidArgument for a truncated or malformed wire.
+absl::StatusOr<std::vector<WireBlock>> ReadBlocks(std::string_view wire, KvStorage& storage);
+
+// Writes one checked block into block `block` of `storage` through `backend`.
+void WriteBlock(KvStorage& storage, kernels::Backend& backend, int block, const WireBlock& b);
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_KV_CACHE_KV_BLOCK_WIRE_H_
