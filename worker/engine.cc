@@ -246,13 +246,7 @@ absl::Status Engine::AddRequest(RequestInput input) {
   if (input.constraint) {
     ASSIGN_OR_RETURN(req->constraint, constraints_->Compile(*input.constraint));
   }
-  CacheKey key{config_.model_id,
-               kv_spec_.CacheKeyDType(),
-               kv_spec_.CacheKeyQuant(),
-               static_cast<uint32_t>(config_.cache.block_size),
-               static_cast<uint32_t>(config_.parallel.tensor_parallel_size),
-               input.cache_salt};
-  ASSIGN_OR_RETURN(req->extra_key, key.Serialize());
+  ASSIGN_OR_RETURN(req->extra_key, ExtraKey(input.cache_salt));
   req->input = std::move(input);
   req->arrival = next_arrival_++;
   if (req->input.sampling.top_k == -1) req->input.sampling.top_k = 0;
@@ -293,6 +287,17 @@ absl::Status Engine::Abort(const std::string& request_id) {
   }
   requests_.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Engine::ExtraKey(const std::string& cache_salt) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  const CacheKey key{config_.model_id,
+                     kv_spec_.CacheKeyDType(),
+                     kv_spec_.CacheKeyQuant(),
+                     static_cast<uint32_t>(config_.cache.block_size),
+                     static_cast<uint32_t>(config_.parallel.tensor_parallel_size),
+                     cache_salt};
+  return key.Serialize();
 }
 
 void Engine::UpdateHashes(Sequence& seq) {

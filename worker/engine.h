@@ -130,6 +130,21 @@ class Engine {
   // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
 
+  // KV transfer (docs/DISAGGREGATION.md; worker/engine_kv_transfer.cc). The device-cached
+  // leading blocks of `prompt` (with `cache_salt`), hashed as this engine hashes them, up to the
+  // first one not cached: one wire (kv_block_wire.h) per tensor-parallel rank, each with that
+  // rank's KV heads; blocks empty of any when none is cached. FailedPrecondition on a device
+  // with no KV pools (null, sim) or with prefix caching off.
+  absl::StatusOr<std::vector<std::string>> ExportPrefix(absl::Span<const int32_t> prompt,
+                                                        const std::string& cache_salt);
+  // Caches `wires` (one per rank, as a peer's ExportPrefix gave them) in the device pool as
+  // `prompt`'s leading blocks. Each block must be the prompt's block at its place (its hash as
+  // hashed here); blocks already cached are skipped. Every wire is checked before anything is
+  // written; a request sent afterwards finds them as prefix hits. Returns the blocks added.
+  // ResourceExhausted when the pool cannot take them (nothing changes).
+  absl::StatusOr<int> ImportPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                                   absl::Span<const std::string> wires);
+
   [[nodiscard]] EngineStats stats() const;
   // stats().computed_tokens without the rest (the server reads it around every step).
   [[nodiscard]] int64_t computed_tokens() const;
@@ -193,6 +208,13 @@ class Engine {
   absl::Status ValidateAdjustments(const SamplingParams& s, int max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   void UpdateHashes(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // The block-hash extra key of a request with `cache_salt` (common/BLOCK_HASH.md).
+  absl::StatusOr<std::string> ExtraKey(const std::string& cache_salt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // The hashes of `prompt`'s full blocks, as a request with `cache_salt` gets them.
+  absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,
+                                                      const std::string& cache_salt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // `logprobs`: the token's, when the request wants them (else null).
   void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);

@@ -239,4 +239,24 @@ absl::Status KvCacheManager::CheckInvariants(absl::Span<const Sequence* const> l
   return absl::OkStatus();
 }
 
+std::optional<std::vector<int>> KvCacheManager::AllocateReceived(int n) {
+  if (device_.num_free() < n) return std::nullopt;
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(*device_.Allocate());
+  return out;
+}
+
+void KvCacheManager::CacheReceived(int block, const BlockHash& hash, const BlockContent& content) {
+  if (options_.enable_prefix_caching) {
+    if (options_.keep_block_contents) contents_.try_emplace(hash, KeptContent{content});
+    device_.Cache(block, hash);
+    ForgetIfUncached(hash);  // another block held the hash: nothing cached
+  }
+  device_.Release(block);
+}
+
+void KvCacheManager::ReleaseReceived(absl::Span<const int> blocks) {
+  for (int b : blocks) device_.Release(b);
+}
+
 }  // namespace kvserve::worker

@@ -117,6 +117,16 @@ class KvCacheManager {
   BlockCopies TakeCopies();
   void FinishCopies();
 
+  // KV transfer (docs/DISAGGREGATION.md): `n` fresh device blocks for blocks received from a
+  // peer, or nullopt (nothing taken) when the pool cannot supply them. Their allocation may plan
+  // spills of evicted blocks (TakeCopies): run those before writing the new blocks.
+  std::optional<std::vector<int>> AllocateReceived(int n);
+  // A received block, written, becomes cached under `hash` (`content` for the listener) and is
+  // released: evictable like any cached block. Release the blocks of a chain last first.
+  void CacheReceived(int block, const BlockHash& hash, const BlockContent& content);
+  // Returns received blocks that will not be written (a failed transfer) to the pool.
+  void ReleaseReceived(absl::Span<const int> blocks);
+
   // Every live block table against the pools: reference counts equal the number of tables
   // holding each block (host tables for swapped sequences), tables are long enough, cached
   // blocks match their sequence's hashes.
