@@ -69,6 +69,39 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.dtype == "fp8_e4m3" ? std::string("fp8") : info.param.dtype;
     });
 
+TEST(EngineKvTransferTp, EachRankSendsItsOwnHeadsAndTheSizesMustMatch) {
+  // Tensor parallelism 2 on both sides (the CPU backend's ranks): one wire per rank, each with
+  // its half of the KV heads.
+  EngineConfig tp2 = Config({.dtype = "int8", .granularity = "per_token"});
+  tp2.parallel.tensor_parallel_size = 2;
+  tp2.parallel.collective_timeout = absl::Seconds(30);
+  std::unique_ptr<Engine> a = MakeEngine(tp2);
+  std::unique_ptr<Engine> b = MakeEngine(tp2);
+  ASSERT_TRUE(a && b);
+  const int bs = a->config().cache.block_size;
+  const std::vector<int32_t> prompt = LongPrompt(bs);
+  ASSERT_OK(a->AddRequest(GreedyRequest("r", prompt, 8)));
+  Results want = RunToCompletion(*a);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(prompt, ""));
+  ASSERT_EQ(wires.size(), 2u);
+  EXPECT_NE(wires[0], wires[1]) << "each rank its own heads";
+  const int full = static_cast<int>(prompt.size()) / bs;
+  ASSERT_OK_AND_ASSIGN(int added, b->ImportPrefix(prompt, "", wires));
+  EXPECT_EQ(added, full);
+  ASSERT_OK(b->AddRequest(GreedyRequest("r", prompt, 8)));
+  Results got = RunToCompletion(*b, /*check_invariants=*/true);
+  EXPECT_EQ(got["r"][0].num_cached_prompt_tokens, full * bs);
+  EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
+  ExpectSameSamples(got, want, 1e-4);
+  // A TP-1 engine takes no TP-2 blocks: its hashes differ (the TP size is in the extra key), and
+  // two wires are not its one.
+  std::unique_ptr<Engine> tp1 = MakeEngine(Config({.dtype = "int8", .granularity = "per_token"}));
+  EXPECT_THAT(tp1->ImportPrefix(prompt, "", wires),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("2 wires for 1")));
+  EXPECT_THAT(tp1->ImportPrefix(prompt, "", {wires[0]}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("KV heads (per rank)")));
+}
+
 TEST(EngineKvTransferRefusals, BlocksOfAnotherPromptSaltOrFormatAndAFullPoolChangeNothing) {
   std::unique_ptr<Engine> a = MakeEngine(Config({.dtype = "int8", .granularity = "per_token"}));
   ASSERT_TRUE(a);
