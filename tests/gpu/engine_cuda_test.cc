@@ -323,6 +323,41 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
   }
 }
 
+// KV transfer (docs/DISAGGREGATION.md) on the CUDA backend: a prompt's blocks leave one CUDA
+// engine's device pool as wire bytes (Download) and enter another's (Upload); the importer's
+// prefill skips them and its greedy tokens and logprobs are the exporter's.
+TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Reference ref = LoadReference("tiny-llama3");
+  std::vector<int32_t> prompt;
+  for (const auto& p : ref.prompts) prompt.insert(prompt.end(), p.begin(), p.end());
+  // Two caches (emulation is slow): the GPU's own bf16, and a quantized one with scales.
+  for (const KvQuantOptions& q : {KvQuantOptions{.dtype = "bf16"},
+                                  KvQuantOptions{.dtype = "int4", .granularity = "per_channel"}}) {
+    SCOPED_TRACE(q.dtype);
+    EngineConfig config = FixtureConfig("tiny-llama3");
+    config.backend.device = Device::kCuda;
+    config.cache.kv_quant = q;
+    std::unique_ptr<Engine> a = testing::MakeEngine(config);
+    std::unique_ptr<Engine> b = testing::MakeEngine(config);
+    ASSERT_TRUE(a && b);
+    const int bs = a->config().cache.block_size;
+    std::vector<int32_t> p = prompt;
+    if (p.size() % bs == 0) p.push_back(p[0]);
+    ASSERT_OK(a->AddRequest(testing::GreedyRequest("r", p, 8)));
+    testing::Results want = testing::RunToCompletion(*a);
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(p, ""));
+    const int full = static_cast<int>(p.size()) / bs;
+    ASSERT_OK_AND_ASSIGN(int added, b->ImportPrefix(p, "", wires));
+    EXPECT_EQ(added, full);
+    ASSERT_OK(b->AddRequest(testing::GreedyRequest("r", p, 8)));
+    testing::Results got = testing::RunToCompletion(*b, /*check_invariants=*/true);
+    EXPECT_EQ(got["r"][0].num_cached_prompt_tokens, full * bs);
+    EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
+    testing::ExpectSameSamples(got, want, 1e-3);
+  }
+}
+
 // A random-weight Llama of `heads` query heads of 64 or 128 (hidden 512) over `kv_heads` in
 // `dir`, vocabulary 2048, bf16 weights on the GPU; and an engine config for it that prefills in
 // chunks over cached prefixes, with `cache` ("auto", "int8", ...).
