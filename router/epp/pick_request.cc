@@ -16,10 +16,20 @@ namespace {
 // `documents` are left out: kvserve's parser refuses them (it renders the model's own template
 // family), and a pod that serves them is the one to judge; the pick then reads the prompt as the
 // model's own template renders it, close enough to find its cached prefix.
-constexpr std::array<const char*, 14> kRoutingFields = {
-    "model",      "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "cache_salt",
-    "tools",      "chat_template_kwargs", "add_generation_prompt", "echo", "continue_final_message",
-    "add_special_tokens", "truncate_prompt_tokens"};
+constexpr std::array<const char*, 14> kRoutingFields = {"model",
+                                                        "prompt",
+                                                        "messages",
+                                                        "max_tokens",
+                                                        "max_completion_tokens",
+                                                        "n",
+                                                        "cache_salt",
+                                                        "tools",
+                                                        "chat_template_kwargs",
+                                                        "add_generation_prompt",
+                                                        "echo",
+                                                        "continue_final_message",
+                                                        "add_special_tokens",
+                                                        "truncate_prompt_tokens"};
 
 }  // namespace
 
