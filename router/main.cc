@@ -52,6 +52,17 @@ ABSL_FLAG(double, shutdown_timeout_seconds, 30,
 ABSL_FLAG(std::string, ports_file, "",
           "Write {\"port\": HTTP port, \"pid\": PID} as JSON here once listening (and "
           "\"epp_port\" with --epp-port)");
+ABSL_FLAG(bool, kv_fetch, false,
+          "Peer prefix fetch: a request routed to a worker that lacks a prefix another worker "
+          "caches further pulls those KV blocks from it when moving them beats prefilling them "
+          "(docs/DISAGGREGATION.md)");
+ABSL_FLAG(int32_t, kv_fetch_min_blocks, 4, "--kv-fetch: the fewest blocks worth a fetch");
+ABSL_FLAG(double, kv_fetch_timeout_seconds, 2,
+          "--kv-fetch: one attempt's time (plus twice the transfer's estimate); a fetch that "
+          "fails is tried once more, then its request prefills");
+ABSL_FLAG(double, kv_fetch_gbps, 1.0,
+          "--kv-fetch: the link rate assumed (GB/s) until transfers measure it");
+ABSL_FLAG(int32_t, kv_fetch_chunk_bytes, 4 << 20, "--kv-fetch: the most bytes of blocks a chunk");
 ABSL_FLAG(int32_t, epp_port, -1,
           "Serve as a Gateway API Inference Extension endpoint picker: Envoy's ext_proc v3 gRPC "
           "and gRPC health on this port (9002 as the extension's pickers; 0: any; -1: off)");
@@ -104,6 +115,23 @@ absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
 }
 
 // --epp-*: the endpoint picker's options (nullopt with --epp-port -1).
+absl::StatusOr<KvFetchConfig> KvFetchFromFlags() {
+  KvFetchConfig c;
+  c.enabled = absl::GetFlag(FLAGS_kv_fetch);
+  c.min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks);
+  const double timeout = absl::GetFlag(FLAGS_kv_fetch_timeout_seconds);
+  c.initial_gbps = absl::GetFlag(FLAGS_kv_fetch_gbps);
+  const int32_t chunk = absl::GetFlag(FLAGS_kv_fetch_chunk_bytes);
+  if (c.min_blocks < 1 || !(timeout > 0) || !(c.initial_gbps > 0) || chunk < 1) {
+    return absl::InvalidArgumentError(
+        "--kv-fetch-min-blocks, --kv-fetch-timeout-seconds, --kv-fetch-gbps and "
+        "--kv-fetch-chunk-bytes must be > 0");
+  }
+  c.timeout = absl::Seconds(timeout);
+  c.max_chunk_bytes = static_cast<uint32_t>(chunk);
+  return c;
+}
+
 absl::StatusOr<std::optional<EndpointPickerOptions>> PickerFromFlags(const FrontOptions& f) {
   const int port = absl::GetFlag(FLAGS_epp_port);
   if (port < 0) return std::nullopt;
@@ -144,6 +172,7 @@ absl::Status Serve() {
   RouterOptions o;
   ASSIGN_OR_RETURN(o.routing, RoutingConfigFromFlags());
   ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
+  ASSIGN_OR_RETURN(o.kv_fetch, KvFetchFromFlags());
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(w, ':');

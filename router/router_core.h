@@ -26,6 +26,7 @@
 #include "common/thread_checker.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
+#include "router/kv_fetch.h"
 #include "router/prefix_index.h"
 #include "router/routing_policy.h"
 #include "router/worker_pool.h"
@@ -61,6 +62,8 @@ struct RouterOptions {
   // ResourceExhausted (a 429 with Retry-After at the front).
   int max_queued = 1024;
   absl::Duration max_queue_wait = absl::Seconds(30);
+  // Peer prefix fetch (router/kv_fetch.h): off unless enabled.
+  KvFetchConfig kv_fetch;
 };
 
 // A worker as the admin API shows it.
@@ -158,6 +161,8 @@ class RouterCore {
     uint64_t instance_id = 0;       // the worker process it went to (0: not known yet)
     std::vector<BlockHash> hashes;  // its prompt's blocks, recorded in the index as assumed
     uint32_t next_seq = 1;          // the GenerateResponse.seq its next reply must have
+    // Not sent yet: its worker is pulling its prefix from a peer (KvFetches' number; 0: none).
+    uint64_t fetch = 0;
   };
   // A request to place again: its job, the placements it had, and the worker it leaves.
   struct Move {
@@ -217,6 +222,13 @@ class RouterCore {
   std::vector<std::string> PickEndpoints(const Job& job, std::vector<WorkerView> views,
                                          const std::vector<BlockHash>& hashes, int first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // Peer prefix fetch (router_core_fetch.cc): starts one for a request just routed to worker
+  // `to` when PlanFetch finds one worth it (the request then waits for it: its number, else 0),
+  // and sends the requests whose fetch ended (moved or failed when the send fails).
+  uint64_t MaybeFetch(Job& job, const std::vector<WorkerView>& views,
+                      const std::vector<BlockHash>& hashes, int to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void SendFetched(std::vector<KvFetches::Done>& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void Enqueue(Move move, bool front) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Places queued requests in order while workers have room.
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
@@ -266,6 +278,7 @@ class RouterCore {
       ABSL_GUARDED_BY(core_thread_);
   std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
   std::unique_ptr<RoutingPolicy> policy_ ABSL_GUARDED_BY(core_thread_);
+  std::unique_ptr<KvFetches> fetches_ ABSL_GUARDED_BY(core_thread_);
 
   // Read by any thread.
   std::thread thread_;

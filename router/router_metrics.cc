@@ -1,5 +1,6 @@
 #include "router/router_metrics.h"
 
+#include "common/kv_transfer.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -166,6 +167,90 @@ void RouterMetrics::ObserveAdded(const std::string& stage, double s) {
       .Register(*registry_)
       .Add({{"stage", stage}}, kFine)
       .Observe(s);
+}
+
+namespace {
+
+prometheus::Family<prometheus::Counter>& FetchCounter(prometheus::Registry& r, const char* name,
+                                                      const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+prometheus::Family<prometheus::Counter>& Fetches(prometheus::Registry& r) {
+  return FetchCounter(
+      r, "kvserve_router_kv_fetches_total",
+      "Peer KV fetches: done (the blocks arrived) or fallback (the request prefilled them)");
+}
+
+prometheus::Family<prometheus::Counter>& Fallbacks(prometheus::Registry& r) {
+  return FetchCounter(r, "kvserve_router_kv_fetch_fallbacks_total",
+                      "Peer KV fetches that ended without their blocks, by reason");
+}
+
+prometheus::Family<prometheus::Counter>& Retries(prometheus::Registry& r) {
+  return FetchCounter(r, "kvserve_router_kv_fetch_retries_total",
+                      "Peer KV fetch attempts that failed and were tried once more, by reason");
+}
+
+prometheus::Counter& FetchBytes(prometheus::Registry& r) {
+  return FetchCounter(r, "kvserve_router_kv_fetch_bytes_total",
+                      "Wire bytes of KV blocks relayed between workers by done fetches")
+      .Add({});
+}
+
+prometheus::Counter& FetchBlocks(prometheus::Registry& r) {
+  return FetchCounter(r, "kvserve_router_kv_fetch_blocks_total",
+                      "KV blocks done fetches added to their target's cache")
+      .Add({});
+}
+
+prometheus::Histogram& FetchSeconds(prometheus::Registry& r) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10};
+  return prometheus::BuildHistogram()
+      .Name("kvserve_router_kv_fetch_seconds")
+      .Help("A done fetch's time, from the ask to the target's last acknowledgement")
+      .Register(r)
+      .Add({}, kBuckets);
+}
+
+prometheus::Gauge& FetchGbps(prometheus::Registry& r) {
+  return prometheus::BuildGauge()
+      .Name("kvserve_router_kv_fetch_gbps")
+      .Help("The achieved transfer rate of fetches (a moving average, GB/s)")
+      .Register(r)
+      .Add({});
+}
+
+}  // namespace
+
+void RouterMetrics::StartKvFetch(double gbps) {
+  for (const char* result : {"done", "fallback"}) Fetches(*registry_).Add({{"result", result}});
+  for (std::string_view reason : kKvTransferFailureReasons) {
+    Fallbacks(*registry_).Add({{"reason", std::string(reason)}});
+    Retries(*registry_).Add({{"reason", std::string(reason)}});
+  }
+  FetchBytes(*registry_);
+  FetchBlocks(*registry_);
+  FetchSeconds(*registry_);
+  FetchGbps(*registry_).Set(gbps);
+}
+
+void RouterMetrics::ObserveKvFetch(int64_t bytes, int64_t blocks, double seconds, double gbps) {
+  Fetches(*registry_).Add({{"result", "done"}}).Increment();
+  FetchBytes(*registry_).Increment(static_cast<double>(bytes));
+  FetchBlocks(*registry_).Increment(static_cast<double>(blocks));
+  FetchSeconds(*registry_).Observe(seconds);
+  FetchGbps(*registry_).Set(gbps);
+}
+
+void RouterMetrics::CountKvFetchFallback(const std::string& reason) {
+  Fetches(*registry_).Add({{"result", "fallback"}}).Increment();
+  Fallbacks(*registry_).Add({{"reason", reason}}).Increment();
+}
+
+void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
+  Retries(*registry_).Add({{"reason", reason}}).Increment();
 }
 
 void RouterMetrics::ObserveTtft(double s) {

@@ -57,6 +57,14 @@ class RouterMetrics {
   // its GenerateRequest on the way to the worker (parsing, tokenization, hashing, placement),
   // "to_client" from a stream's first reply at the router to its chunk handed to the socket.
   void ObserveAdded(const std::string& stage, double seconds);
+  // Peer KV fetches (router/kv_fetch.h): one whose blocks arrived (wire bytes, blocks the target
+  // added, seconds from the ask to the last ack; the achieved rate after it, GB/s), one ended
+  // without them by reason (its request prefills them), and an attempt retried by reason.
+  void ObserveKvFetch(int64_t bytes, int64_t blocks, double seconds, double gbps);
+  // With --kv-fetch: every fetch series at 0 (each result and reason), the rate at `gbps`.
+  void StartKvFetch(double gbps);
+  void CountKvFetchFallback(const std::string& reason);
+  void CountKvFetchRetry(const std::string& reason);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,15 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
   return SendMessage(*workers_[w].dealer.socket, "", message, zmq::send_flags::dontwait);
 }
 
+absl::Status WorkerPool::Forward(int w, const ReceivedMessage& m) {
+  if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
+    return absl::NotFoundError(absl::StrCat("no worker ", w));
+  }
+  workers_[w].dealer.unread = true;
+  const std::string_view frames[] = {m.type, m.payload};
+  return SendFrames(*workers_[w].dealer.socket, frames, zmq::send_flags::dontwait);
+}
+
 namespace {
 
 constexpr int kMaxBlockSize = 1024;
@@ -117,6 +127,13 @@ absl::Status CheckStatus(const pb::WorkerStatus& st) {
   }
   if (st.num_running() < 0 || st.num_waiting() < 0 || st.num_swapped() < 0) {
     return absl::InvalidArgumentError("negative request counts");
+  }
+  // The KV fetch's cost inputs (router/kv_fetch.h): a block of at most 1 GiB, a finite rate.
+  if (st.kv_wire_block_bytes() < 0 || st.kv_wire_block_bytes() > (int64_t{1} << 30) ||
+      !std::isfinite(st.prefill_tokens_per_second()) || st.prefill_tokens_per_second() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_wire_block_bytes ", st.kv_wire_block_bytes(),
+                                                   ", prefill_tokens_per_second ",
+                                                   st.prefill_tokens_per_second()));
   }
   return absl::OkStatus();
 }
@@ -293,6 +310,8 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.block_size = std::max(1, worker.status->block_size());
       v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
       v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
+      v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
+      v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
     }
     views.push_back(v);
   }

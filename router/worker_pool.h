@@ -60,10 +60,12 @@ class WorkerPool {
 
   // Waits up to timeout_ms for traffic (or for `wake_fd`, a file descriptor that becomes
   // readable when the caller has other work; -1: none), handles events / snapshots /
-  // heartbeats, and returns the messages that answer requests (GenerateResponse, ControlReply)
-  // with their worker.
+  // heartbeats, and returns the messages that answer requests (GenerateResponse, ControlReply,
+  // and the KV transfer's KvChunk and KvChunkAck) with their worker.
   std::vector<std::pair<int, ReceivedMessage>> Poll(int timeout_ms, int wake_fd = -1);
   absl::Status Send(int w, const google::protobuf::Message& message);
+  // Sends a message another worker sent, as it came (the KV transfer's relayed chunks).
+  absl::Status Forward(int w, const ReceivedMessage& m);
   // A message from worker w's PUB socket, as Poll hands it on (public for the fuzzer): one that
   // is malformed or impossible is counted in counters().dropped and ignored.
   void HandleSub(int w, const ReceivedMessage& m);

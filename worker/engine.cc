@@ -566,6 +566,11 @@ int64_t Engine::computed_tokens() const {
   return counters_.computed_tokens;
 }
 
+int64_t Engine::computed_prompt_tokens() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  return counters_.computed_prompt_tokens;
+}
+
 Engine::KvUsage Engine::kv_usage() const {
   KVSERVE_CHECK_THREAD(engine_thread_);
   KvUsage u;

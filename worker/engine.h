@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -130,24 +131,52 @@ class Engine {
   // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
 
-  // KV transfer (docs/DISAGGREGATION.md; worker/engine_kv_transfer.cc). The device-cached
-  // leading blocks of `prompt` (with `cache_salt`), hashed as this engine hashes them, up to the
-  // first one not cached: one wire (kv_block_wire.h) per tensor-parallel rank, each with that
-  // rank's KV heads; blocks empty of any when none is cached. FailedPrecondition on a device
-  // with no KV pools (null, sim) or with prefix caching off.
-  absl::StatusOr<std::vector<std::string>> ExportPrefix(absl::Span<const int32_t> prompt,
-                                                        const std::string& cache_salt);
+  // KV transfer (docs/DISAGGREGATION.md; worker/engine_kv_transfer.cc). A chunk of the
+  // device-cached blocks of `prompt` (with `cache_salt`), hashed as this engine hashes them:
+  // from block `first_block` up to the first one not cached, at most `max_blocks`. One wire
+  // (kv_block_wire.h) per tensor-parallel rank, each with that rank's KV heads; no blocks when
+  // block `first_block` is not cached. FailedPrecondition on a device with no KV pools (null,
+  // sim) or with prefix caching off.
+  struct PrefixChunk {
+    std::vector<std::string> wires;  // one per rank
+    int first_block = 0;
+    int num_blocks = 0;
+    bool more = false;  // the cached run goes on past this chunk
+  };
+  absl::StatusOr<PrefixChunk> ExportPrefix(absl::Span<const int32_t> prompt,
+                                           const std::string& cache_salt, int first_block = 0,
+                                           int max_blocks = std::numeric_limits<int>::max());
+  // The same run as chunks of at most `blocks_per_chunk` blocks, each handed to `each` as soon as
+  // encoded (the prompt is hashed once); `each` returns false to stop. At least one chunk is
+  // handed over, empty when block `first_block` is not cached.
+  absl::Status ExportPrefixChunks(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                                  int first_block, int blocks_per_chunk,
+                                  const std::function<bool(PrefixChunk)>& each);
   // Caches `wires` (one per rank, as a peer's ExportPrefix gave them) in the device pool as
-  // `prompt`'s leading blocks. Each block must be the prompt's block at its place (its hash as
-  // hashed here); blocks already cached are skipped. Every wire is checked before anything is
-  // written; a request sent afterwards finds them as prefix hits. Returns the blocks added.
-  // ResourceExhausted when the pool cannot take them (nothing changes).
+  // `prompt`'s blocks from `first_block` on. Each block must be the prompt's block at its place
+  // (its hash as hashed here), and block first_block - 1 must be cached here; blocks already
+  // cached are skipped. Every wire is checked before anything is written; a request sent
+  // afterwards finds them as prefix hits. Returns the blocks added. ResourceExhausted when the
+  // pool cannot take them (nothing changes).
   absl::StatusOr<int> ImportPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
-                                   absl::Span<const std::string> wires);
+                                   absl::Span<const std::string> wires, int first_block = 0);
+  // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
+  // from `first_block` on this engine caches, and caching `blocks` of them here as if their
+  // bytes had arrived (the bookkeeping of ImportPrefix alone; FailedPrecondition on a device
+  // with KV pools). Returns the blocks added.
+  [[nodiscard]] int CachedRun(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                              int first_block) const;
+  absl::StatusOr<int> AdoptPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                                  int first_block, int blocks);
+  // The bytes one block takes on the wire, every rank's together (headers aside); 0 when this
+  // engine serves no KV transfer (the refusals above).
+  [[nodiscard]] int64_t KvWireBlockBytes();
 
   [[nodiscard]] EngineStats stats() const;
   // stats().computed_tokens without the rest (the server reads it around every step).
   [[nodiscard]] int64_t computed_tokens() const;
+  // stats().computed_prompt_tokens alone (the server's prefill rate).
+  [[nodiscard]] int64_t computed_prompt_tokens() const;
   // Device token slots of referenced blocks and the tokens in them (shared blocks counted once).
   struct KvUsage {
     int64_t allocated_slots = 0;
@@ -210,6 +239,16 @@ class Engine {
   void UpdateHashes(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The block-hash extra key of a request with `cache_salt` (common/BLOCK_HASH.md).
   absl::StatusOr<std::string> ExtraKey(const std::string& cache_salt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // KV transfer (engine_kv_transfer.cc): that a chunk from `first_block` of a prompt hashed
+  // `all` may be cached here (in range, its parent cached); and caching `count` blocks from
+  // `first_block`, `write` given (pool block, index from first_block) of those not cached yet
+  // before they are cached.
+  absl::Status CheckChain(absl::Span<const BlockHash> all, int first_block) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  absl::StatusOr<int> CacheArrived(
+      absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
+      const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The hashes of `prompt`'s full blocks, as a request with `cache_salt` gets them.
   absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,

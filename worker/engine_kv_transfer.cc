@@ -1,5 +1,7 @@
 // Engine::ExportPrefix and Engine::ImportPrefix: a prompt's cached KV blocks leave one engine
 // and join another's prefix cache (docs/DISAGGREGATION.md). Engine thread, between steps.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine.h"
@@ -39,31 +41,69 @@ absl::StatusOr<std::vector<BlockHash>> Engine::PromptHashes(absl::Span<const int
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> Engine::ExportPrefix(absl::Span<const int32_t> prompt,
-                                                              const std::string& cache_salt) {
+int64_t Engine::KvWireBlockBytes() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (!NeedsPools(*runner_, *kv_, config_.backend.device).ok()) return 0;
+  int64_t total = 0;
+  for (int r = 0; r < runner_->size(); ++r) total += WireBlockBytes(runner_->device_kv(r));
+  return total;
+}
+
+absl::StatusOr<Engine::PrefixChunk> Engine::ExportPrefix(absl::Span<const int32_t> prompt,
+                                                         const std::string& cache_salt,
+                                                         int first_block, int max_blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  std::optional<PrefixChunk> out;
+  RETURN_IF_ERROR(
+      ExportPrefixChunks(prompt, cache_salt, first_block, max_blocks, [&](PrefixChunk c) {
+        out = std::move(c);
+        return false;
+      }));
+  return *std::move(out);
+}
+
+absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
+                                        const std::string& cache_salt, int first_block,
+                                        int blocks_per_chunk,
+                                        const std::function<bool(PrefixChunk)>& each) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  ASSIGN_OR_RETURN(std::vector<BlockHash> hashes, PromptHashes(prompt, cache_salt));
-  std::vector<int> blocks;
-  for (const BlockHash& h : hashes) {
-    std::optional<int> b = kv_->pool().Lookup(h);
-    if (!b) break;
-    blocks.push_back(*b);
+  if (first_block < 0 || blocks_per_chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("KV transfer: blocks from ", first_block,
+                                                   ", at most ", blocks_per_chunk, " a chunk"));
   }
-  hashes.resize(blocks.size());
-  std::vector<std::string> wires;
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
   for (int r = 0; r < runner_->size(); ++r) {
     runner_->backend(r).Synchronize();  // the steps that wrote them have finished
-    ASSIGN_OR_RETURN(std::string w,
-                     EncodeBlocks(runner_->device_kv(r), runner_->backend(r), blocks, hashes));
-    wires.push_back(std::move(w));
   }
-  return wires;
+  for (size_t at = first_block;;) {
+    PrefixChunk chunk{.first_block = static_cast<int>(at)};
+    std::vector<int> blocks;
+    std::vector<BlockHash> hashes;
+    for (; at < all.size(); ++at) {
+      std::optional<int> b = kv_->pool().Lookup(all[at]);
+      if (!b) break;
+      if (static_cast<int>(blocks.size()) == blocks_per_chunk) {
+        chunk.more = true;
+        break;
+      }
+      blocks.push_back(*b);
+      hashes.push_back(all[at]);
+    }
+    chunk.num_blocks = static_cast<int>(blocks.size());
+    for (int r = 0; r < runner_->size(); ++r) {
+      ASSIGN_OR_RETURN(std::string w,
+                       EncodeBlocks(runner_->device_kv(r), runner_->backend(r), blocks, hashes));
+      chunk.wires.push_back(std::move(w));
+    }
+    const bool more = chunk.more;
+    if (!each(std::move(chunk)) || !more) return absl::OkStatus();
+  }
 }
 
 absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
                                          const std::string& cache_salt,
-                                         absl::Span<const std::string> wires) {
+                                         absl::Span<const std::string> wires, int first_block) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
   if (static_cast<int>(wires.size()) != runner_->size()) {
@@ -71,7 +111,9 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
         absl::StrCat("KV transfer: ", wires.size(), " wires for ", runner_->size(),
                      " tensor-parallel ranks (the sender's TP size must be this worker's)"));
   }
-  ASSIGN_OR_RETURN(std::vector<BlockHash> hashes, PromptHashes(prompt, cache_salt));
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
+  RETURN_IF_ERROR(CheckChain(all, first_block));
+  const absl::Span<const BlockHash> hashes = absl::MakeConstSpan(all).subspan(first_block);
   // Every rank's wire is checked, and each block matched to the prompt, before any write.
   std::vector<std::vector<WireBlock>> got;
   for (int r = 0; r < runner_->size(); ++r) {
@@ -83,15 +125,45 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (i >= hashes.size() || blocks[i].hash != hashes[i]) {
         return absl::FailedPreconditionError(
-            absl::StrCat("KV transfer: block ", i, " is not the prompt's block ", i,
-                         " (another prompt, cache salt, model or KV format)"));
+            absl::StrCat("KV transfer: block ", first_block + i, " is not the prompt's block ",
+                         first_block + i, " (another prompt, cache salt, model or KV format)"));
       }
     }
     got.push_back(std::move(blocks));
   }
-  std::vector<size_t> fresh;  // blocks not cached here yet
-  for (size_t i = 0; i < got[0].size(); ++i) {
-    if (!kv_->pool().Lookup(hashes[i])) fresh.push_back(i);
+  return CacheArrived(prompt, all, first_block, static_cast<int>(got[0].size()),
+                      [&](const std::vector<std::pair<int, size_t>>& writes) {
+                        for (int r = 0; r < runner_->size(); ++r) {
+                          for (const auto& [block, i] : writes) {
+                            WriteBlock(runner_->device_kv(r), runner_->backend(r), block,
+                                       got[r][i]);
+                          }
+                          runner_->backend(r).Synchronize();
+                        }
+                      });
+}
+
+absl::Status Engine::CheckChain(absl::Span<const BlockHash> all, int first_block) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (first_block < 0 || static_cast<size_t>(first_block) > all.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV transfer: first block ", first_block,
+                                                   " of a prompt of ", all.size(), " blocks"));
+  }
+  // A chunk continues a chain: without its parent here, no request could reach its blocks.
+  if (first_block > 0 && !kv_->pool().Lookup(all[first_block - 1])) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV transfer: block ", first_block - 1, ", the parent of the chunk, is not cached here"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Engine::CacheArrived(
+    absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
+    const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  std::vector<size_t> fresh;  // blocks (from first_block) not cached here yet
+  for (int i = 0; i < count; ++i) {
+    if (!kv_->pool().Lookup(all[first_block + i])) fresh.push_back(i);
   }
   std::optional<std::vector<int>> targets = kv_->AllocateReceived(static_cast<int>(fresh.size()));
   if (!targets) {
@@ -107,22 +179,49 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
       return done.status();
     }
   }
-  for (int r = 0; r < runner_->size(); ++r) {
-    for (size_t j = 0; j < fresh.size(); ++j) {
-      WriteBlock(runner_->device_kv(r), runner_->backend(r), (*targets)[j], got[r][fresh[j]]);
-    }
-    runner_->backend(r).Synchronize();
-  }
+  std::vector<std::pair<int, size_t>> writes;
+  for (size_t j = 0; j < fresh.size(); ++j) writes.emplace_back((*targets)[j], fresh[j]);
+  write(writes);
   // Cached last first, as a freed chain is: its tail is evicted first.
   const int bs = config_.cache.block_size;
   for (size_t j = fresh.size(); j-- > 0;) {
-    const size_t i = fresh[j];
+    const size_t at = first_block + fresh[j];  // its place in the prompt
     BlockContent content;
-    if (i > 0) content.parent = hashes[i - 1];
-    content.tokens.assign(prompt.begin() + i * bs, prompt.begin() + (i + 1) * bs);
-    kv_->CacheReceived((*targets)[j], hashes[i], content);
+    if (at > 0) content.parent = all[at - 1];
+    content.tokens.assign(prompt.begin() + at * bs, prompt.begin() + (at + 1) * bs);
+    kv_->CacheReceived((*targets)[j], all[at], content);
   }
   return static_cast<int>(fresh.size());
+}
+
+int Engine::CachedRun(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                      int first_block) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  absl::StatusOr<std::vector<BlockHash>> all = PromptHashes(prompt, cache_salt);
+  int n = 0;
+  while (all.ok() && first_block + n < static_cast<int>(all->size()) &&
+         kv_->pool().Lookup((*all)[first_block + n])) {
+    ++n;
+  }
+  return n;
+}
+
+absl::StatusOr<int> Engine::AdoptPrefix(absl::Span<const int32_t> prompt,
+                                        const std::string& cache_salt, int first_block,
+                                        int blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (runner_->has_kv_pools()) {
+    return absl::FailedPreconditionError(
+        "AdoptPrefix is for devices that keep no KV (sim, null); this one takes ImportPrefix");
+  }
+  if (!kv_->prefix_caching()) {
+    return absl::FailedPreconditionError("KV transfer needs prefix caching on");
+  }
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
+  RETURN_IF_ERROR(CheckChain(all, first_block));
+  const int count = std::clamp(blocks, 0, static_cast<int>(all.size()) - first_block);
+  return CacheArrived(prompt, all, first_block, count,
+                      [](const std::vector<std::pair<int, size_t>>&) {});
 }
 
 }  // namespace kvserve::worker

@@ -93,6 +93,26 @@ const dashboards = {
         [`sum by (worker) (${rate(`kvserve_replies_dropped_total{${nsw}}`)})`, '{{worker}} dropped/s']),
     ],
   },
+  'kvserve-kv-transfer': {
+    title: 'kvserve / KV transfer between workers',
+    panels: [
+      p('Peer fetches by result', 'ops', [`sum by (result) (${rate(`kvserve_router_kv_fetches_total{${ns}}`)})`, '{{result}}']),
+      p('Fetch fallbacks and retries by reason', 'ops',
+        [`sum by (reason) (${rate(`kvserve_router_kv_fetch_fallbacks_total{${ns}}`)})`, 'fallback {{reason}}'],
+        [`sum by (reason) (${rate(`kvserve_router_kv_fetch_retries_total{${ns}}`)})`, 'retry {{reason}}']),
+      p('Fetch time (ask to last ack)', 's', ...quantiles('kvserve_router_kv_fetch_seconds')),
+      p('Achieved fetch rate (GB/s)', 'short', [`max(kvserve_router_kv_fetch_gbps{${ns}})`, 'GB/s']),
+      p('KV bytes moved per worker', 'Bps',
+        [`sum by (worker, direction, format) (${rate(`kvserve_kv_transfer_bytes_total{${nsw}}`)})`, '{{worker}} {{direction}} {{format}}']),
+      p('KV blocks moved per worker', 'ops',
+        [`sum by (worker, direction) (${rate(`kvserve_kv_transfer_blocks_total{${nsw}}`)})`, '{{worker}} {{direction}}']),
+      p('Chunk time per worker (p99)', 's', [
+        `histogram_quantile(0.99, sum by (le, worker, direction) (${rate(`kvserve_kv_transfer_chunk_seconds_bucket{${nsw}}`)}))`,
+        '{{worker}} {{direction}}']),
+      p('Chunks refused or not exported', 'ops',
+        [`sum by (worker, direction, reason) (${rate(`kvserve_kv_transfer_failures_total{${nsw}}`)})`, '{{worker}} {{direction}} {{reason}}']),
+    ],
+  },
   'kvserve-lifecycle': {
     title: 'kvserve / Lifecycle',
     panels: [

@@ -97,6 +97,21 @@ std::vector<std::string> WorkerSeeds() {
     c.set_reason("fuzz");
     seeds.push_back(WriteRecord(2, c.SerializeAsString()));
   }
+  // The KV transfer: an export of a prompt's blocks (none cached: one empty chunk answers), and
+  // a chunk whose wire is only a header.
+  pb::KvExportRequest x;
+  x.set_transfer_id("r1#1.1");
+  for (int t = 0; t < 40; ++t) x.add_token_ids(100 + t);
+  x.set_first_block(1);
+  x.set_max_chunk_bytes(64);
+  seeds.push_back(WriteRecord(4, x.SerializeAsString()));
+  pb::KvChunk k;
+  k.set_transfer_id("r1#1.1");
+  k.set_first_block(0);
+  k.set_num_blocks(1);
+  k.mutable_token_ids()->CopyFrom(x.token_ids());
+  k.add_rank_wires(std::string("KVBW\x01\x00\x00\x00\x01\x00\x00\x00", 12));
+  seeds.push_back(WriteRecord(5, k.SerializeAsString()));
   return seeds;
 }
 

@@ -1,8 +1,9 @@
 // What a worker reads from anyone who reaches its ROUTER socket (worker/server/worker_server.h):
-// messages in the form of frames.h (GenerateRequest, AbortRequest, Control or an unknown type,
-// arbitrary payloads) handed to a real WorkerServer with the tiny CPU model, as its loop hands
-// them on. Each generate request is aborted after the input (the engine never runs a step, so
-// inputs stay cheap) and a drain is lifted; nothing may fault.
+// messages in the form of frames.h (GenerateRequest, AbortRequest, Control, the KV transfer's
+// KvExportRequest and KvChunk, or an unknown type, arbitrary payloads) handed to a real
+// WorkerServer with the tiny CPU model, as its loop hands them on. Each generate request is aborted
+// after the input (the engine never runs a step, so inputs stay cheap) and a drain is lifted;
+// nothing may fault.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -19,7 +20,8 @@ namespace kw = ::kvserve::worker;
 
 namespace {
 
-constexpr const char* kTypes[] = {"GenerateRequest", "AbortRequest", "Control", "KvSnapshot"};
+constexpr const char* kTypes[] = {"GenerateRequest", "AbortRequest",    "Control",
+                                  "KvSnapshot",      "KvExportRequest", "KvChunk"};
 kw::WorkerServer* server = nullptr;
 
 }  // namespace

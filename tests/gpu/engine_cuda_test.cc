@@ -346,7 +346,8 @@ TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) 
     if (p.size() % bs == 0) p.push_back(p[0]);
     ASSERT_OK(a->AddRequest(testing::GreedyRequest("r", p, 8)));
     testing::Results want = testing::RunToCompletion(*a);
-    ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(p, ""));
+    ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(p, ""));
+    const std::vector<std::string>& wires = exported.wires;
     const int full = static_cast<int>(p.size()) / bs;
     ASSERT_OK_AND_ASSIGN(int added, b->ImportPrefix(p, "", wires));
     EXPECT_EQ(added, full);

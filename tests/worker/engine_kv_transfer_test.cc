@@ -43,7 +43,8 @@ TEST_P(EngineKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
   ASSERT_OK(a->AddRequest(GreedyRequest("r", prompt, 12)));
   Results want = RunToCompletion(*a);
 
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(prompt, ""));
+  ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(prompt, ""));
+  const std::vector<std::string>& wires = exported.wires;
   ASSERT_EQ(wires.size(), 1u);
   const int full = static_cast<int>(prompt.size()) / bs;
   ASSERT_OK_AND_ASSIGN(int added, b->ImportPrefix(prompt, "", wires));
@@ -57,6 +58,41 @@ TEST_P(EngineKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
   EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
   ExpectSameSamples(got, want, 1e-4);
   EXPECT_EQ(b->stats().computed_tokens, a->stats().computed_tokens - full * bs);
+}
+
+TEST_P(EngineKvTransferTest, ChunksOfTwoBlocksArriveOneByOneAndEachContinuesTheChain) {
+  std::unique_ptr<Engine> a = MakeEngine(Config(GetParam()));
+  std::unique_ptr<Engine> b = MakeEngine(Config(GetParam()));
+  ASSERT_TRUE(a && b);
+  const int bs = a->config().cache.block_size;
+  const std::vector<int32_t> prompt = LongPrompt(bs);
+  const int full = static_cast<int>(prompt.size()) / bs;
+  ASSERT_OK(a->AddRequest(GreedyRequest("r", prompt, 6)));
+  Results want = RunToCompletion(*a);
+
+  // A chunk whose parent block is not cached at the target is refused.
+  ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk second, a->ExportPrefix(prompt, "", 2, 2));
+  EXPECT_THAT(b->ImportPrefix(prompt, "", second.wires, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("block 1, the parent")));
+  int first = 0, added = 0;
+  for (bool more = true; more;) {
+    ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk c, a->ExportPrefix(prompt, "", first, 2));
+    EXPECT_EQ(c.first_block, first);
+    EXPECT_EQ(c.num_blocks, std::min(2, full - first));
+    ASSERT_OK_AND_ASSIGN(int n, b->ImportPrefix(prompt, "", c.wires, first));
+    added += n;
+    first += c.num_blocks;
+    more = c.more;
+  }
+  EXPECT_EQ(added, full);
+  // A chunk placed at another block than its own is refused by hash.
+  EXPECT_THAT(b->ImportPrefix(prompt, "", second.wires, 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("block 1 is not the prompt's block 1")));
+  ASSERT_OK(b->AddRequest(GreedyRequest("r", prompt, 6)));
+  Results got = RunToCompletion(*b, /*check_invariants=*/true);
+  EXPECT_EQ(got["r"][0].num_cached_prompt_tokens, full * bs);
+  ExpectSameSamples(got, want, 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -82,7 +118,8 @@ TEST(EngineKvTransferTp, EachRankSendsItsOwnHeadsAndTheSizesMustMatch) {
   const std::vector<int32_t> prompt = LongPrompt(bs);
   ASSERT_OK(a->AddRequest(GreedyRequest("r", prompt, 8)));
   Results want = RunToCompletion(*a);
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(prompt, ""));
+  ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(prompt, ""));
+  const std::vector<std::string>& wires = exported.wires;
   ASSERT_EQ(wires.size(), 2u);
   EXPECT_NE(wires[0], wires[1]) << "each rank its own heads";
   const int full = static_cast<int>(prompt.size()) / bs;
@@ -109,7 +146,8 @@ TEST(EngineKvTransferRefusals, BlocksOfAnotherPromptSaltOrFormatAndAFullPoolChan
   const std::vector<int32_t> prompt = LongPrompt(bs);
   ASSERT_OK(a->AddRequest(GreedyRequest("r", prompt, 1)));
   RunToCompletion(*a);
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> wires, a->ExportPrefix(prompt, ""));
+  ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(prompt, ""));
+  const std::vector<std::string>& wires = exported.wires;
 
   std::unique_ptr<Engine> b = MakeEngine(Config({.dtype = "int8", .granularity = "per_token"}));
   std::vector<int32_t> other = prompt;
@@ -137,8 +175,9 @@ TEST(EngineKvTransferRefusals, BlocksOfAnotherPromptSaltOrFormatAndAFullPoolChan
   ASSERT_OK(b->AddRequest(GreedyRequest("r", prompt, 1)));
   EXPECT_EQ(RunToCompletion(*b)["r"][0].num_cached_prompt_tokens, 0);
   // And a prompt never computed exports no block.
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> none, b->ExportPrefix(other, ""));
-  ASSERT_OK_AND_ASSIGN(int added, a->ImportPrefix(other, "", none));
+  ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk none, b->ExportPrefix(other, ""));
+  EXPECT_EQ(none.num_blocks, 0);
+  ASSERT_OK_AND_ASSIGN(int added, a->ImportPrefix(other, "", none.wires));
   EXPECT_EQ(added, 0);
 }
 

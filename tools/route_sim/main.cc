@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -48,6 +49,10 @@ ABSL_FLAG(double, window_start_s, 0, "Replay requests from this trace second..."
 ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
 ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
 ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
+ABSL_FLAG(std::string, kv_fetch_gbps, "",
+          "Also run each policy with peer prefix fetch (router/fetch_plan.h) over a link of each "
+          "of these rates, GB/s, comma-separated (e.g. \"1,10\"; empty: none)");
+ABSL_FLAG(int32_t, kv_fetch_min_blocks, 4, "With --kv-fetch-gbps: the fewest blocks worth a fetch");
 
 namespace kvserve::route_sim {
 namespace {
@@ -100,6 +105,14 @@ void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
                                r["p99_ttft_ms"].get<double>(), 100 * r["utilization"].get<double>(),
                                static_cast<long long>(r["errors"].get<int64_t>()), wall_s,
                                r["decisions"].dump());
+  if (r["fetches"].get<int64_t>() > 0) {
+    std::cout << absl::StrFormat(
+        "%-12s fetches %lld, blocks fetched %lld, link busy %.1f s, "
+        "fallbacks %s\n",
+        "", static_cast<long long>(r["fetches"].get<int64_t>()),
+        static_cast<long long>(r["fetched_blocks"].get<int64_t>()),
+        r["fetch_seconds"].get<double>(), r["fetch_fallbacks"].dump());
+  }
 }
 
 absl::Status Main() {
@@ -127,11 +140,30 @@ absl::Status Main() {
     all[name] = r.json;
     return absl::OkStatus();
   };
+  std::vector<double> rates;
+  for (absl::string_view g :
+       absl::StrSplit(absl::GetFlag(FLAGS_kv_fetch_gbps), ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(g, &v) || !(v > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-fetch-gbps: '", std::string(g), "' is not a rate > 0"));
+    }
+    rates.push_back(v);
+  }
+  if (absl::GetFlag(FLAGS_kv_fetch_min_blocks) < 1) {
+    return absl::InvalidArgumentError("--kv-fetch-min-blocks must be >= 1");
+  }
   for (absl::string_view p :
        absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty())) {
     SimOptions o = base;
     o.routing.policy = std::string(p);
     RETURN_IF_ERROR(run(o.routing.policy, o));
+    for (double gbps : rates) {
+      o.fetch = {.enabled = true,
+                 .min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks),
+                 .initial_gbps = gbps};
+      RETURN_IF_ERROR(run(absl::StrCat(p, "+fetch", gbps), o));
+    }
   }
   if (absl::GetFlag(FLAGS_pooled)) {
     SimOptions o = base;

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/block_hash.h"
 #include "common/hf_config.h"
+#include "common/kv_transfer.h"
 #include "common/status_macros.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/prefix_index.h"
@@ -68,6 +69,9 @@ struct SimWorker {
   std::unique_ptr<worker::Engine> engine;
   EventBuffer events;
   bool busy = false;
+  // Prompt tokens per second of its steps with two blocks of prompt or more (a moving average,
+  // as kvserve-worker measures it for WorkerStatus.prefill_tokens_per_second).
+  double prefill_rate = 0;
   std::vector<worker::SequenceOutput> pending;  // the outputs of the step in progress
   // For the report.
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
@@ -167,6 +171,7 @@ class Simulation {
     }
     const worker::Engine& e = *workers_[0].engine;
     block_size_ = e.config().cache.block_size;
+    wire_block_bytes_ = e.stats().kv_bytes_per_block * e.config().parallel.tensor_parallel_size;
     vocab_size_ = e.model_config().vocab_size;
     ASSIGN_OR_RETURN(extra_key_, (CacheKey{.model_id = e.config().model_id,
                                            .kv_cache_dtype = e.kv_spec().CacheKeyDType(),
@@ -178,9 +183,17 @@ class Simulation {
 
   void Run(const std::vector<trace::TraceRequest>& trace) {
     size_t next = 0;
-    while (next < trace.size() || !steps_.empty()) {
+    while (next < trace.size() || !steps_.empty() || !deferred_.empty()) {
       const double arrival =
           next < trace.size() ? ArrivalTime(trace[next]) : std::numeric_limits<double>::infinity();
+      if (!deferred_.empty() && std::get<0>(deferred_.top()) <= arrival &&
+          (steps_.empty() || std::get<0>(deferred_.top()) <= std::get<0>(steps_.top()))) {
+        now_ = std::get<0>(deferred_.top());
+        const Pending p = std::get<2>(deferred_.top());
+        deferred_.pop();
+        Admit(p);
+        continue;
+      }
       if (!steps_.empty() && std::get<0>(steps_.top()) <= arrival) {
         const auto [t, order, w] = steps_.top();
         steps_.pop();
@@ -213,7 +226,9 @@ class Simulation {
                   .queued_prefill_tokens = b.queued_prefill,
                   .decode_seqs = b.decode_seqs,
                   .capacity_blocks = o_.capacity_blocks,
-                  .block_size = block_size_};
+                  .block_size = block_size_,
+                  .kv_wire_block_bytes = wire_block_bytes_,
+                  .prefill_tokens_per_second = workers_[w].prefill_rate};
     }
     return views;
   }
@@ -242,28 +257,72 @@ class Simulation {
       return;
     }
     ++decisions_[std::string(router::RouteReasonName(d->reason))];
-    SimWorker& w = workers_[d->worker];
     const std::string id = absl::StrCat("r", index);
-    worker::RequestInput in{
-        .request_id = id, .prompt = prompt, .max_tokens = static_cast<int>(out)};
-    in.sampling.ignore_eos = true;
-    if (absl::Status s = w.engine->AddRequest(std::move(in)); !s.ok()) {
-      ++errors_[std::string(s.message().substr(0, 80))];
-      return;
-    }
-    rep.index.RecordRouted(d->worker, hashes, t);
     Live l{.worker = d->worker,
            .replica = replica,
            .arrival = now_,
            .prompt_tokens = static_cast<int64_t>(prompt.size()),
            .predicted_cached = int64_t{d->predicted_cached_blocks} * block_size_,
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
+    Pending p{.id = id, .prompt = prompt, .hashes = hashes, .max_tokens = static_cast<int>(out)};
+    double delay = 0;
+    if (std::optional<router::FetchPlan> plan = router::PlanFetch(
+            o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes, d->worker)) {
+      // The source sends what it holds now; the request reaches its worker once that arrived.
+      p.fetch_first = plan->first_block;
+      p.fetch_blocks = std::min(
+          plan->blocks, workers_[plan->source].engine->CachedRun(prompt, "", plan->first_block));
+      ++fetches_;
+      if (p.fetch_blocks == 0) ++fetch_fallbacks_["evicted"];
+      delay = static_cast<double>(p.fetch_blocks) * static_cast<double>(wire_block_bytes_) /
+              (o_.fetch.initial_gbps * 1e9);
+      fetch_seconds_ += delay;
+      l.predicted_cached = int64_t{plan->first_block + p.fetch_blocks} * block_size_;
+    }
+    rep.index.RecordRouted(d->worker, hashes, t);
     rep.books[d->worker].active_blocks += l.blocks;
     rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
-    ++w.requests;
-    w.prompt_tokens += l.prompt_tokens;
     live_[id] = l;
-    if (!w.busy) StartStep(d->worker);
+    if (delay > 0) {
+      deferred_.emplace(now_ + delay, order_++, std::move(p));
+    } else {
+      Admit(p);
+    }
+  }
+
+  // A routed request reaches its worker (after its fetch, if any).
+  struct Pending {
+    std::string id;
+    std::vector<int32_t> prompt;
+    std::vector<BlockHash> hashes;
+    int max_tokens = 0;
+    int fetch_first = 0, fetch_blocks = 0;  // a fetch's blocks, adopted before the request
+  };
+  void Admit(const Pending& p) {
+    auto it = live_.find(p.id);
+    if (it == live_.end()) return;
+    const int target = it->second.worker;
+    SimWorker& w = workers_[target];
+    if (p.fetch_blocks > 0) {
+      absl::StatusOr<int> added =
+          w.engine->AdoptPrefix(p.prompt, "", p.fetch_first, p.fetch_blocks);
+      if (added.ok()) {
+        fetched_blocks_ += *added;
+      } else {
+        ++fetch_fallbacks_[std::string(KvTransferFailureReason(added.status().code()))];
+      }
+    }
+    worker::RequestInput in{.request_id = p.id, .prompt = p.prompt, .max_tokens = p.max_tokens};
+    in.sampling.ignore_eos = true;
+    if (absl::Status s = w.engine->AddRequest(std::move(in)); !s.ok()) {
+      ++errors_[std::string(s.message().substr(0, 80))];
+      replicas_[it->second.replica].index.ForgetRouted(target, p.hashes);
+      Forget(p.id);
+      return;
+    }
+    ++w.requests;
+    w.prompt_tokens += it->second.prompt_tokens;
+    if (!w.busy) StartStep(target);
   }
 
   void StartStep(int w) {
@@ -287,7 +346,13 @@ class Simulation {
     }
     s.pending = *std::move(outs);
     s.busy = true;
-    steps_.emplace(now_ + (after.sim_busy_seconds - before.sim_busy_seconds), order_++, w);
+    const double took = after.sim_busy_seconds - before.sim_busy_seconds;
+    if (const int64_t prompt = after.computed_prompt_tokens - before.computed_prompt_tokens;
+        prompt >= 32 && took > 0) {
+      const double rate = static_cast<double>(prompt) / took;
+      s.prefill_rate = s.prefill_rate == 0 ? rate : 0.8 * s.prefill_rate + 0.2 * rate;
+    }
+    steps_.emplace(now_ + took, order_++, w);
   }
 
   void FinishStep(int w) {
@@ -346,6 +411,20 @@ class Simulation {
   std::priority_queue<std::tuple<double, uint64_t, int>,
                       std::vector<std::tuple<double, uint64_t, int>>, std::greater<>>
       steps_;
+  // (arrival time, order, request) of requests waiting for their fetch, earliest first.
+  struct Later {
+    bool operator()(const std::tuple<double, uint64_t, Pending>& a,
+                    const std::tuple<double, uint64_t, Pending>& b) const {
+      return std::tie(std::get<0>(a), std::get<1>(a)) > std::tie(std::get<0>(b), std::get<1>(b));
+    }
+  };
+  std::priority_queue<std::tuple<double, uint64_t, Pending>,
+                      std::vector<std::tuple<double, uint64_t, Pending>>, Later>
+      deferred_;
+  int64_t wire_block_bytes_ = 0;
+  int64_t fetches_ = 0, fetched_blocks_ = 0;
+  double fetch_seconds_ = 0;
+  std::map<std::string, int64_t> fetch_fallbacks_;
   absl::flat_hash_map<std::string, Live> live_;
   std::vector<double> ttft_, e2e_;
   std::map<std::string, int64_t> decisions_, errors_;
@@ -383,6 +462,10 @@ json Simulation::Report() const {
   r["prompt_tokens_per_worker_max"] = max_tok;
   r["decisions"] = decisions_;
   r["event_gaps"] = event_gaps_;
+  r["fetches"] = fetches_;
+  r["fetched_blocks"] = fetched_blocks_;
+  r["fetch_seconds"] = fetch_seconds_;
+  r["fetch_fallbacks"] = fetch_fallbacks_;
   r["virtual_seconds"] = now_;
   r["utilization"] = now_ > 0 ? busy / (now_ * static_cast<double>(workers_.size())) : 0.0;
   for (const auto& [name, v] : {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}}) {

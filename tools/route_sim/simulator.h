@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "router/fetch_plan.h"
 #include "router/routing_policy.h"
 #include "tools/trace/trace.h"
 #include "worker/engine_config.h"
@@ -48,6 +49,9 @@ struct SimOptions {
   int64_t window_start_ms = 0, window_end_ms = std::numeric_limits<int64_t>::max();
   int64_t max_output = 0;  // 0: the trace's output lengths
   int trace_block_size = 512;
+  // Peer prefix fetch (router/fetch_plan.h) as the router plans it, with the link moving
+  // fetch.initial_gbps throughout: the request reaches its worker once its blocks have.
+  router::KvFetchConfig fetch;
 };
 
 // Unchanged by the run, so side-by-side runs compare the same requests.

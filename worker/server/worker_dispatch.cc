@@ -81,6 +81,8 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     Respond(it->second, r);
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
+  } else if (m.type == "KvExportRequest" || m.type == "KvChunk") {
+    HandleKvMessage(m);
   } else if (m.type == "Control") {
     pb::Control c;
     if (!ParseMessage(m, &c).ok()) {

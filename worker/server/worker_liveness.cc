@@ -70,6 +70,8 @@ void WorkerServer::PublishStatus() {
   st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
   st.set_max_num_seqs(engine_->config().scheduler.max_num_seqs);
   st.set_http_endpoint(options_.http_endpoint);
+  st.set_kv_wire_block_bytes(engine_->KvWireBlockBytes());
+  st.set_prefill_tokens_per_second(prefill_tokens_per_second_);
   Publish("status", st);
 }
 

@@ -1,6 +1,7 @@
 #include "worker/server/worker_metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/kv_transfer.h"
 #include "prometheus/text_serializer.h"
 
 namespace kvserve::worker {
@@ -293,6 +294,56 @@ void WorkerMetrics::CountDropped(const std::string& reason) {
   C("kvserve_dropped_messages_total", "Malformed or unexpected messages dropped",
     {{"reason", reason}})
       .Increment();
+}
+
+prometheus::Counter& WorkerMetrics::KvCounter(const std::string& name, const std::string& direction,
+                                              const std::string& format) {
+  const bool blocks = name == "kvserve_kv_transfer_blocks_total";
+  return C(name,
+           blocks ? "KV blocks sent to or cached from peers (direction out or in), by KV format"
+                  : "Wire bytes of KV blocks sent to or cached from peers, by KV format",
+           {{"direction", direction}, {"format", format}});
+}
+
+prometheus::Histogram& WorkerMetrics::KvChunkSeconds(const std::string& direction) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1};
+  if (kv_chunk_seconds_ == nullptr) {
+    kv_chunk_seconds_ = &prometheus::BuildHistogram()
+                             .Name("kvserve_kv_transfer_chunk_seconds")
+                             .Help("Loop time to export or check and cache one chunk of KV blocks")
+                             .Register(*registry_);
+  }
+  Labels all = base_;
+  all["direction"] = direction;
+  return kv_chunk_seconds_->Add(all, kBuckets);
+}
+
+void WorkerMetrics::StartKvTransfer(const std::string& format) {
+  for (const char* direction : {"out", "in"}) {
+    KvCounter("kvserve_kv_transfer_blocks_total", direction, format);
+    KvCounter("kvserve_kv_transfer_bytes_total", direction, format);
+    KvChunkSeconds(direction);
+    for (std::string_view reason : kKvTransferFailureReasons) {
+      CountKvTransferFailure(direction, std::string(reason), /*count=*/0);
+    }
+  }
+}
+
+void WorkerMetrics::ObserveKvChunk(const std::string& direction, const std::string& format,
+                                   int64_t blocks, int64_t bytes, double seconds) {
+  KvCounter("kvserve_kv_transfer_blocks_total", direction, format)
+      .Increment(static_cast<double>(blocks));
+  KvCounter("kvserve_kv_transfer_bytes_total", direction, format)
+      .Increment(static_cast<double>(bytes));
+  KvChunkSeconds(direction).Observe(seconds);
+}
+
+void WorkerMetrics::CountKvTransferFailure(const std::string& direction, const std::string& reason,
+                                           int count) {
+  C("kvserve_kv_transfer_failures_total", "KV chunks not exported (out) or refused (in), by reason",
+    {{"direction", direction}, {"reason", reason}})
+      .Increment(count);
 }
 
 void WorkerMetrics::UpdateAuthentications(int64_t accepted, int64_t refused) {

@@ -80,6 +80,15 @@ class WorkerMetrics {
   // totals of replies that had to wait and that were dropped (their router gone or stuck).
   void UpdateReplies(size_t waiting, int64_t waited, int64_t dropped);
 
+  // KV transfer (docs/DISAGGREGATION.md): one chunk sent ("out") or cached ("in") in the cache's
+  // format: its blocks, wire bytes and the loop time it took; a chunk refused, by reason.
+  void ObserveKvChunk(const std::string& direction, const std::string& format, int64_t blocks,
+                      int64_t bytes, double seconds);
+  void CountKvTransferFailure(const std::string& direction, const std::string& reason,
+                              int count = 1);
+  // A worker that moves KV: its transfer series at 0 (both directions in `format`, each reason).
+  void StartKvTransfer(const std::string& format);
+
   // Any thread: the text exposition format.
   [[nodiscard]] std::string Serialize() const;
 
@@ -108,6 +117,10 @@ class WorkerMetrics {
                              const Labels& labels = {});
   void Add(prometheus::Counter& c, double total);
   void UpdateVllm(const EngineStats& s, double usage);
+  // The KV transfer's series (ObserveKvChunk).
+  prometheus::Counter& KvCounter(const std::string& name, const std::string& direction,
+                                 const std::string& format);
+  prometheus::Histogram& KvChunkSeconds(const std::string& direction);
 
   std::shared_ptr<prometheus::Registry> registry_;
   Labels base_;  // worker
@@ -117,6 +130,7 @@ class WorkerMetrics {
   Latency ttft_, tpot_, itl_, e2e_, queue_;
   Latency prefill_, decode_, inference_, prompt_tokens_, generation_tokens_, params_n_,
       params_max_tokens_, iteration_tokens_;
+  prometheus::Family<prometheus::Histogram>* kv_chunk_seconds_ = nullptr;
   int block_size_;
   bool vllm_names_;
   std::map<prometheus::Counter*, double> last_;  // totals already counted

@@ -56,6 +56,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   s->metrics_ = std::make_unique<WorkerMetrics>(options.worker_id, config.model_id, info,
                                                 options.vllm_metric_names);
   s->metrics_->StartRecycleCounts(options.earlier_recycles);
+  if (s->engine_->KvWireBlockBytes() > 0) {
+    s->metrics_->StartKvTransfer(s->engine_->kv_spec().CacheKeyDType());
+  }
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(
       s->http_, HttpServer::Start(options.metrics_host, options.metrics_port,
@@ -162,14 +165,30 @@ absl::Status WorkerServer::ReceiveMessages() {
   return absl::OkStatus();
 }
 
+void WorkerServer::MeasurePrefill(int64_t prompt_tokens, double seconds) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  // A step with a few prompt tokens is bound by reading the weights, not by compute: only steps
+  // with two blocks' worth of prompt or more say how fast this worker prefills (the decode rows
+  // that share the step make the figure lower: on the side of not fetching).
+  constexpr int64_t kPrefillStepTokens = 32;
+  if (prompt_tokens < kPrefillStepTokens || seconds <= 0) return;
+  const double rate = static_cast<double>(prompt_tokens) / seconds;
+  prefill_tokens_per_second_ =
+      prefill_tokens_per_second_ == 0 ? rate : 0.8 * prefill_tokens_per_second_ + 0.2 * rate;
+}
+
 absl::Status WorkerServer::StepEngine() {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const int64_t computed_before = engine_->computed_tokens();
+  const int64_t prompt_before = engine_->computed_prompt_tokens();
+  const auto step_start = Clock::now();
   absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
   // (A step that ran nothing through the model, as the sim device's wait for its step time,
   // is not an iteration.)
   if (const int64_t ran = engine_->computed_tokens() - computed_before; ran > 0) {
     metrics_->ObserveStepTokens(ran);
+    MeasurePrefill(engine_->computed_prompt_tokens() - prompt_before,
+                   Seconds(Clock::now() - step_start));
   }
   if (!outs.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;

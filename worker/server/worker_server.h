@@ -4,6 +4,8 @@
 //                         (numbered per request: seq 1, 2, ...) and ControlReply out, to the
 //                         sender's routing id; a reply to a slow reader waits, never vanishes
 //                         (reply_queue.h)
+//                         KvExportRequest in, KvChunk out (this worker a transfer's source);
+//                         KvChunk in, KvChunkAck out (its target; docs/DISAGGREGATION.md)
 //   PUB    --events-port  topic "kv": KvEventBatch (every change to the cached-block set, per
 //                         medium, seq +1 per batch) and KvSnapshot (on request); topic "status":
 //                         WorkerStatus heartbeats; topic "control": RECYCLE_REQUEST
@@ -22,7 +24,8 @@
 //
 // The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
 // (requests in, replies out), worker_events.cc (KV events), worker_liveness.cc (heartbeats,
-// metrics), worker_drain.cc (control, drain, recycle); wire.h converts the messages.
+// metrics), worker_drain.cc (control, drain, recycle), worker_kv_transfer.cc (KV blocks to and
+// from peers, relayed by the router); wire.h converts the messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 #define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 
@@ -140,6 +143,9 @@ class WorkerServer : private KvEventListener {
   // heartbeat (metrics, status, recycle ask), and a drain's progress (its exit once done).
   absl::Status ReceiveMessages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   absl::Status StepEngine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Folds a step that ran `prompt_tokens` through the model in `seconds` into the prefill rate.
+  void MeasurePrefill(int64_t prompt_tokens, double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void Heartbeat(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   std::optional<Exit> ContinueDrain(Clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
@@ -150,6 +156,13 @@ class WorkerServer : private KvEventListener {
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // The KV transfer (worker_kv_transfer.cc): a KvExportRequest or KvChunk parsed, then a
+  // source's chunks out, a target's chunk in.
+  void HandleKvMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void HandleKvExport(const std::string& identity, const kvserve::v1::KvExportRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void HandleKvChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
@@ -218,6 +231,9 @@ class WorkerServer : private KvEventListener {
   // Why the last drain began: read by drain_reason() once Run returned (the same thread).
   std::string drain_reason_ ABSL_GUARDED_BY(loop_thread_);
   int64_t served_requests_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  // Prompt tokens per second of steps that ran two blocks of prompt or more (a moving average;
+  // 0: none yet): WorkerStatus.prefill_tokens_per_second.
+  double prefill_tokens_per_second_ ABSL_GUARDED_BY(loop_thread_) = 0;
   double start_rss_mb_ ABSL_GUARDED_BY(loop_thread_) = 0;
   Engine::KvUsage kv_usage_ ABSL_GUARDED_BY(loop_thread_);  // as the last heartbeat found it
 };

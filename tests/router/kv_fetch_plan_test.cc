@@ -1,0 +1,93 @@
+// PlanFetch (router/kv_fetch.h): which peer a worker pulls a prompt's prefix from, and when a
+// fetch is not worth it or not possible.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "router/kv_fetch.h"
+
+namespace kvserve::router {
+namespace {
+
+std::vector<BlockHash> Hashes(int n) {
+  std::vector<BlockHash> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint32_t> tokens(16, static_cast<uint32_t>(i + 1));
+    out.push_back(HashBlock(i == 0 ? nullptr : &out.back(), tokens, "key"));
+  }
+  return out;
+}
+
+WorkerView View(int id, double prefill_rate = 0, int64_t wire_bytes = 4096) {
+  WorkerView v;
+  v.id = id;
+  v.name = "w" + std::to_string(id);
+  v.block_size = 16;
+  v.kv_wire_block_bytes = wire_bytes;
+  v.prefill_tokens_per_second = prefill_rate;
+  return v;
+}
+
+class PlanFetchTest : public ::testing::Test {
+ protected:
+  // Worker 0 caches the first 2 blocks, worker 1 the first 10, worker 2 the first 7.
+  void SetUp() override {
+    index_.RecordRouted(0, absl::MakeConstSpan(hashes_).first(2));
+    index_.RecordRouted(1, hashes_);
+    index_.RecordRouted(2, absl::MakeConstSpan(hashes_).first(7));
+    views_ = {View(0, 10000), View(1, 20000), View(2, 20000)};
+  }
+  std::optional<FetchPlan> Plan(int to) {
+    return PlanFetch(config_, /*gbps=*/1.0, views_, index_, hashes_, to);
+  }
+
+  KvFetchConfig config_{.enabled = true, .min_blocks = 4};
+  std::vector<BlockHash> hashes_ = Hashes(10);
+  PrefixIndex index_;
+  std::vector<WorkerView> views_;
+};
+
+TEST_F(PlanFetchTest, TheFurthestReachingPeerSendsWhatTheTargetLacks) {
+  std::optional<FetchPlan> p = Plan(0);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->source, 1);
+  EXPECT_EQ(p->first_block, 2);
+  EXPECT_EQ(p->blocks, 8);
+  EXPECT_DOUBLE_EQ(p->transfer_s, 8 * 4096 / 1e9);
+  EXPECT_DOUBLE_EQ(p->prefill_s, 8 * 16 / 10000.0) << "the target's own prefill rate";
+}
+
+TEST_F(PlanFetchTest, ADrainingPeerStillServesItsCacheButASilentOneDoesNot) {
+  views_[1].eligible = false;  // draining: fresh, not routed to
+  ASSERT_TRUE(Plan(0));
+  EXPECT_EQ(Plan(0)->source, 1);
+  views_[1].fresh = false;  // its heartbeat stopped
+  ASSERT_TRUE(Plan(0));
+  EXPECT_EQ(Plan(0)->source, 2) << "the next furthest";
+}
+
+TEST_F(PlanFetchTest, NoPlanWhenItIsNotWorthItOrNotPossible) {
+  config_.min_blocks = 9;  // worker 1 has 8 more
+  EXPECT_FALSE(Plan(0));
+  config_.min_blocks = 4;
+  EXPECT_FALSE(PlanFetch(config_, /*gbps=*/1e-6, views_, index_, hashes_, 0))
+      << "a link slower than prefilling";
+  EXPECT_FALSE(Plan(1)) << "nobody caches more than worker 1";
+  views_[1].kv_wire_block_bytes = views_[2].kv_wire_block_bytes = 2048;
+  EXPECT_FALSE(Plan(0)) << "blocks of another size on the wire";
+  views_[0].kv_wire_block_bytes = 0;
+  EXPECT_FALSE(Plan(0)) << "a target that moves no KV (an OpenAI upstream)";
+  config_.enabled = false;
+  EXPECT_FALSE(Plan(0));
+}
+
+TEST_F(PlanFetchTest, BeforeTheTargetMeasuredItsPrefillTheFastestPeerRateStandsIn) {
+  views_[0].prefill_tokens_per_second = 0;
+  std::optional<FetchPlan> p = Plan(0);
+  ASSERT_TRUE(p);
+  EXPECT_DOUBLE_EQ(p->prefill_s, 8 * 16 / 20000.0);
+  for (WorkerView& v : views_) v.prefill_tokens_per_second = 0;
+  EXPECT_FALSE(Plan(0)) << "nothing measured: no fetch";
+}
+
+}  // namespace
+}  // namespace kvserve::router

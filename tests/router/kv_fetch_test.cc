@@ -1,0 +1,378 @@
+// Peer prefix fetch end to end (router/kv_fetch.h): a RouterCore in front of two real
+// kvserve-worker processes with int8 KV caches. Worker B computes a prompt; B then drains and
+// the same prompt goes to worker A, which pulls B's blocks (one per chunk) through the router
+// instead of prefilling them. The link between the router and B runs through a proxy that can
+// corrupt, delay or drop B's chunks. Every case ends with A's greedy tokens equal to B's, no
+// request hangs, and both pools hold no active block afterwards.
+#include <signal.h>
+
+#include <atomic>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/zmq_framing.h"
+#include "gtest/gtest.h"
+#include "router/router_core.h"
+#include "router/router_metrics.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/server/worker_process.h"
+
+namespace kvserve::router {
+namespace {
+
+namespace pb = ::kvserve::v1;
+using kvserve::testing::WorkerProcess;
+using Clock = std::chrono::steady_clock;
+
+// Between the router and a worker's ROUTER port: passes every message, but KvChunks as set.
+class LinkProxy {
+ public:
+  enum class Mode { kPass, kCorrupt, kDelay, kDrop };
+
+  explicit LinkProxy(int worker_port) {
+    port_ = *BindTcp(front_, "127.0.0.1", 0, "proxy");
+    back_.connect(absl::StrCat("tcp://127.0.0.1:", worker_port));
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~LinkProxy() {
+    stop_ = true;
+    thread_.join();
+  }
+  int port() const { return port_; }
+  // kCorrupt: a byte flips in each of `count` chunks after the next `skip`; kDelay: chunks
+  // wait `delay`; kDrop: chunks vanish.
+  void Set(Mode mode, int count = 0, std::chrono::milliseconds delay = {}, int skip = 0) {
+    std::lock_guard lock(mu_);
+    mode_ = mode;
+    count_ = count;
+    delay_ = delay;
+    skip_ = skip;
+  }
+  int chunks() const { return chunks_.load(); }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      zmq::pollitem_t items[] = {{front_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {back_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(5));
+      if (items[0].revents & ZMQ_POLLIN) {
+        auto frames = ReceiveFrames(front_, zmq::recv_flags::dontwait);
+        if (frames.ok() && frames->has_value() && (*frames)->size() == 3) {
+          peer_ = (**frames)[0];
+          const std::string_view out[] = {(**frames)[1], (**frames)[2]};
+          SendFrames(back_, out).IgnoreError();
+        }
+      }
+      if (items[1].revents & ZMQ_POLLIN) {
+        auto frames = ReceiveFrames(back_, zmq::recv_flags::dontwait);
+        if (frames.ok() && frames->has_value() && (*frames)->size() == 2) Back(std::move(**frames));
+      }
+      while (!delayed_.empty() && delayed_.front().first <= Clock::now()) {
+        ToFront(delayed_.front().second);
+        delayed_.pop_front();
+      }
+    }
+  }
+
+  void Back(std::vector<std::string> frames) {
+    if (frames[0] != "KvChunk") {
+      ToFront(frames);
+      return;
+    }
+    ++chunks_;
+    std::lock_guard lock(mu_);
+    if (mode_ == Mode::kDrop) return;
+    if (mode_ == Mode::kDelay) {
+      delayed_.emplace_back(Clock::now() + delay_, std::move(frames));
+      return;
+    }
+    if (mode_ == Mode::kCorrupt && skip_ > 0) {
+      --skip_;
+    } else if (mode_ == Mode::kCorrupt && count_ > 0) {
+      --count_;
+      pb::KvChunk c;
+      if (c.ParseFromString(frames[1]) && c.rank_wires_size() > 0) {
+        std::string* wire = c.mutable_rank_wires(0);
+        (*wire)[wire->size() - 20] ^= 0x40;  // in the last block's bytes
+        frames[1] = c.SerializeAsString();
+      }
+    }
+    ToFront(frames);
+  }
+
+  void ToFront(const std::vector<std::string>& frames) {
+    const std::string_view out[] = {peer_, frames[0], frames[1]};
+    SendFrames(front_, out).IgnoreError();
+  }
+
+  zmq::context_t ctx_;
+  zmq::socket_t front_{ctx_, zmq::socket_type::router}, back_{ctx_, zmq::socket_type::dealer};
+  int port_ = 0;
+  std::string peer_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> chunks_{0};
+  std::mutex mu_;
+  Mode mode_ = Mode::kPass;
+  int count_ = 0, skip_ = 0;
+  std::chrono::milliseconds delay_{0};
+  std::deque<std::pair<Clock::time_point, std::vector<std::string>>> delayed_;
+  std::thread thread_;
+};
+
+struct Answer {
+  std::vector<int> tokens;
+  int cached = -1;
+  std::string error;
+};
+
+// The value of the first series in `text` that starts with `series` (its name and its first
+// labels as exposed, or its whole name); -1 when absent.
+double Metric(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, series)) continue;
+    const absl::string_view rest = line.substr(series.size());
+    if (rest.empty() || (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}')) continue;
+    double v = -1;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
+  }
+  return -1;
+}
+
+class KvFetchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::vector<std::string> args = {
+        "--model",          kvserve::testing::FixtureModel("tiny-llama3"),
+        "--max-model-len",  "512",
+        "--num-blocks",     "96",
+        "--kv-cache-dtype", "int8"};
+    ASSERT_OK_AND_ASSIGN(a_, WorkerProcess::Start(args));
+    ASSERT_OK_AND_ASSIGN(b_, WorkerProcess::Start(args));
+    proxy_ = std::make_unique<LinkProxy>(b_->port());
+  }
+
+  void StartCore(absl::Duration timeout = absl::Seconds(5)) {
+    RouterOptions o;
+    o.workers = {{"a", "127.0.0.1", a_->port(), a_->events_port()},
+                 {"b", "127.0.0.1", proxy_->port(), b_->events_port()}};
+    o.heartbeat_timeout = absl::Seconds(1);
+    o.metrics = &metrics_;
+    o.kv_fetch = {.enabled = true, .min_blocks = 2, .timeout = timeout, .max_chunk_bytes = 1};
+    core_ = std::make_unique<RouterCore>(o);
+    core_->Start();
+  }
+
+  void TearDown() override {
+    if (core_) core_->Stop();
+  }
+
+  // Waits until the core sees worker `name` in `eligible`, and fresh.
+  void WaitEligible(const std::string& name, bool eligible) {
+    for (int i = 0; i < 1000; ++i) {
+      for (const WorkerInfo& w : core_->Workers()) {
+        if (w.name == name && w.eligible == eligible && !w.state.empty()) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "worker " << name << " never became " << (eligible ? "eligible" : "ineligible");
+  }
+
+  // Runs `prompt` on worker B alone, then turns B to draining and A to ready: the next request
+  // goes to A, and B still answers for its cache.
+  Answer WarmOnB(const std::vector<int32_t>& prompt) {
+    EXPECT_OK(core_->Control("a", pb::CONTROL_ACTION_DRAIN));
+    WaitEligible("a", false);
+    WaitEligible("b", true);
+    Answer want = Run("warm", prompt);
+    EXPECT_OK(core_->Control("a", pb::CONTROL_ACTION_UNDRAIN));
+    EXPECT_OK(core_->Control("b", pb::CONTROL_ACTION_DRAIN));
+    WaitEligible("a", true);
+    WaitEligible("b", false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // B's measured prefill rate in
+    return want;
+  }
+
+  Answer Run(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens = 8,
+             const std::function<void()>& on_first = nullptr) {
+    auto answer = std::make_shared<Answer>();
+    auto done = std::make_shared<std::promise<void>>();
+    auto job = std::make_shared<Job>();
+    job->request = kvserve::testing::MakeRequest(id, prompt, max_tokens);
+    job->on_response = [answer, done, on_first](const pb::GenerateResponse& r) {
+      if (answer->tokens.empty() && r.token_ids_size() > 0 && on_first) on_first();
+      answer->tokens.insert(answer->tokens.end(), r.token_ids().begin(), r.token_ids().end());
+      if (r.finish_reason() == pb::FINISH_REASON_ERROR) {
+        answer->error = r.error().message();
+        done->set_value();
+      } else if (r.has_usage()) {
+        answer->cached = r.usage().cached_prompt_tokens();
+        done->set_value();
+      }
+    };
+    std::future<void> finished = done->get_future();
+    core_->Submit(job);
+    EXPECT_EQ(finished.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+        << "request " << id << " hangs";
+    return *answer;
+  }
+
+  // Both pools hold no block for a request once the heartbeats say so.
+  void ExpectNoActiveBlocks() {
+    for (int i = 0; i < 300; ++i) {
+      bool idle = true;
+      for (const WorkerInfo& w : core_->Workers()) idle = idle && w.device_blocks_active == 0;
+      if (idle) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "a worker still holds active blocks";
+  }
+
+  std::string RouterMetricsText() const { return metrics_.Serialize(); }
+  std::string WorkerMetrics(const WorkerProcess& w) const {
+    absl::StatusOr<std::pair<int, std::string>> r =
+        kvserve::testing::HttpGet(w.metrics_port(), "/metrics");
+    return r.ok() ? r->second : "";
+  }
+
+  // 170 tokens: ten full blocks of 16 and a partial one. `seed` makes another prompt.
+  static std::vector<int32_t> Prompt(int seed) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 170; ++i) p.push_back(10 + (i * 7919 + seed * 104729) % 900);
+    return p;
+  }
+  static constexpr int kFullBlockTokens = 160;
+
+  std::unique_ptr<WorkerProcess> a_, b_;
+  std::unique_ptr<LinkProxy> proxy_;
+  RouterMetrics metrics_;
+  std::unique_ptr<RouterCore> core_;
+};
+
+TEST_F(KvFetchTest, PeerBlocksServeTheRequestAsItsOwnPrefillWould) {
+  StartCore();
+  const std::vector<int32_t> prompt = Prompt(1);
+  const Answer want = WarmOnB(prompt);
+  ASSERT_TRUE(want.error.empty()) << want.error;
+  ASSERT_EQ(want.cached, 0);
+  const Answer got = Run("r", prompt);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, kFullBlockTokens) << "A's prefill skipped B's ten blocks";
+  EXPECT_GE(proxy_->chunks(), 10) << "one block per chunk";
+  const std::string router = RouterMetricsText();
+  EXPECT_EQ(Metric(router, R"(kvserve_router_kv_fetches_total{result="done"})"), 1) << router;
+  EXPECT_EQ(Metric(router, "kvserve_router_kv_fetch_blocks_total"), 10);
+  EXPECT_GT(Metric(router, "kvserve_router_kv_fetch_bytes_total"), 0);
+  EXPECT_GT(Metric(router, "kvserve_router_kv_fetch_gbps"), 0);
+  const std::string a = WorkerMetrics(*a_);
+  EXPECT_EQ(Metric(a, R"(kvserve_kv_transfer_blocks_total{direction="in",format="int8")"), 10) << a;
+  EXPECT_EQ(Metric(WorkerMetrics(*b_),
+                   R"(kvserve_kv_transfer_blocks_total{direction="out",format="int8")"),
+            10);
+  // The index learned A's copies from A's own events.
+  for (int i = 0; i < 100; ++i) {
+    const std::vector<WorkerInfo> w = core_->Workers();
+    if (w[0].index_blocks >= 10) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(core_->Workers()[0].index_blocks, 10);
+  ExpectNoActiveBlocks();
+}
+
+TEST_F(KvFetchTest, ACorruptedChunkIsRefusedAndTheRetryResumesAfterTheLastGoodOne) {
+  StartCore();
+  const std::vector<int32_t> prompt = Prompt(2);
+  const Answer want = WarmOnB(prompt);
+  proxy_->Set(LinkProxy::Mode::kCorrupt, 1, {}, /*skip=*/3);
+  const Answer got = Run("r", prompt);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, kFullBlockTokens);
+  const std::string router = RouterMetricsText();
+  EXPECT_EQ(Metric(router, R"(kvserve_router_kv_fetch_retries_total{reason="checksum"})"), 1)
+      << router;
+  EXPECT_EQ(Metric(router, R"(kvserve_router_kv_fetches_total{result="done"})"), 1);
+  const std::string a = WorkerMetrics(*a_);
+  EXPECT_EQ(Metric(a, R"(kvserve_kv_transfer_failures_total{direction="in",reason="checksum")"), 1)
+      << a;
+  EXPECT_EQ(Metric(router, "kvserve_router_kv_fetch_blocks_total"), 10)
+      << "three blocks before the bad chunk, seven after it";
+  ExpectNoActiveBlocks();
+}
+
+TEST_F(KvFetchTest, ChunksCorruptedOnBothAttemptsLeaveTheRequestToPrefillItself) {
+  StartCore();
+  const std::vector<int32_t> prompt = Prompt(3);
+  const Answer want = WarmOnB(prompt);
+  proxy_->Set(LinkProxy::Mode::kCorrupt, 1000);
+  const Answer got = Run("r", prompt);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, 0) << "nothing corrupted was cached";
+  EXPECT_EQ(
+      Metric(RouterMetricsText(), R"(kvserve_router_kv_fetch_fallbacks_total{reason="checksum"})"),
+      1);
+  ExpectNoActiveBlocks();
+}
+
+TEST_F(KvFetchTest, ASlowLinkTimesOutTwiceAndTheRequestPrefillsItself) {
+  StartCore(absl::Milliseconds(200));
+  const std::vector<int32_t> prompt = Prompt(4);
+  const Answer want = WarmOnB(prompt);
+  proxy_->Set(LinkProxy::Mode::kDelay, 0, std::chrono::milliseconds(3000));
+  const Answer got = Run("r", prompt);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  const std::string router = RouterMetricsText();
+  EXPECT_EQ(Metric(router, R"(kvserve_router_kv_fetch_retries_total{reason="timeout"})"), 1)
+      << router;
+  EXPECT_EQ(Metric(router, R"(kvserve_router_kv_fetch_fallbacks_total{reason="timeout"})"), 1);
+  // The late chunks of both attempts arrive afterwards and are dropped.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));
+  ExpectNoActiveBlocks();
+}
+
+TEST_F(KvFetchTest, TheSourceKilledMidTransferEndsTheFetchNotTheRequest) {
+  StartCore();
+  const std::vector<int32_t> prompt = Prompt(5);
+  const Answer want = WarmOnB(prompt);
+  proxy_->Set(LinkProxy::Mode::kDrop);
+  std::thread killer([&] {
+    for (int i = 0; i < 1000 && proxy_->chunks() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    kill(b_->pid(), SIGKILL);
+  });
+  const Answer got = Run("r", prompt);
+  killer.join();
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, 0);
+  EXPECT_EQ(Metric(RouterMetricsText(),
+                   R"(kvserve_router_kv_fetch_fallbacks_total{reason="unavailable"})"),
+            1);
+  const std::vector<WorkerInfo> w = core_->Workers();
+  EXPECT_EQ(w[0].device_blocks_active, 0);
+}
+
+TEST_F(KvFetchTest, TheTargetKilledAfterTheHandOffEndsTheRequestWithAnError) {
+  StartCore();
+  const std::vector<int32_t> prompt = Prompt(6);
+  WarmOnB(prompt);
+  // 300 tokens to make: A dies long before its answer could end.
+  const Answer got = Run("r", prompt, 300, [&] { kill(a_->pid(), SIGKILL); });
+  EXPECT_NE(got.error.find("stopped responding"), std::string::npos) << got.error;
+  EXPECT_EQ(Metric(RouterMetricsText(), R"(kvserve_router_kv_fetches_total{result="done"})"), 1);
+  const std::vector<WorkerInfo> w = core_->Workers();
+  EXPECT_EQ(w[1].device_blocks_active, 0) << "the source holds nothing for the request";
+}
+
+}  // namespace
+}  // namespace kvserve::router

@@ -1,0 +1,122 @@
+// WorkerServer: the KV transfer's messages (docs/DISAGGREGATION.md). As a source, a
+// KvExportRequest is answered with KvChunks of the prompt's device-cached blocks; as a target,
+// each KvChunk the router relays is checked whole, cached, and acknowledged with a KvChunkAck.
+// Both run on the loop thread, between engine steps.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/kv_transfer.h"
+#include "worker/server/process_clock.h"
+#include "worker/server/worker_server.h"
+
+namespace kvserve::worker {
+namespace {
+
+namespace pb = ::kvserve::v1;
+
+constexpr uint32_t kDefaultChunkBytes = 4u << 20;
+
+void SetError(const absl::Status& s, pb::Error* e) {
+  e->set_code(static_cast<int>(s.code()));
+  e->set_message(std::string(s.message()));
+}
+
+}  // namespace
+
+void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  pb::KvExportRequest req;
+  pb::KvChunk chunk;
+  google::protobuf::Message* out =
+      m.type == "KvChunk" ? static_cast<google::protobuf::Message*>(&chunk) : &req;
+  if (absl::Status s = ParseMessage(m, out); !s.ok()) {
+    metrics_->CountDropped("malformed_payload");
+    pb::ControlReply r;
+    SetError(s, r.mutable_error());
+    Reply(m.prefix, r);
+    return;
+  }
+  if (m.type == "KvChunk") {
+    HandleKvChunk(m.prefix, chunk);
+  } else {
+    HandleKvExport(m.prefix, req);
+  }
+}
+
+void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
+  const int64_t block_bytes = std::max<int64_t>(1, engine_->KvWireBlockBytes());
+  const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
+  const int per_chunk = static_cast<int>(std::max<int64_t>(1, max_bytes / block_bytes));
+  const int bs = engine_->config().cache.block_size;
+  const std::string format = engine_->kv_spec().CacheKeyDType();
+  const int first = static_cast<int>(std::min<uint32_t>(req.first_block(), tokens.size() / bs));
+  uint32_t index = 0;
+  auto start = Clock::now();
+  absl::Status s = engine_->ExportPrefixChunks(
+      tokens, req.cache_salt(), first, per_chunk, [&](Engine::PrefixChunk chunk) {
+        KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread, from the engine
+        pb::KvChunk c;
+        c.set_transfer_id(req.transfer_id());
+        c.set_index(index++);
+        c.set_first_block(chunk.first_block);
+        c.set_num_blocks(chunk.num_blocks);
+        c.set_last(!chunk.more);
+        int64_t bytes = 0;
+        for (std::string& w : chunk.wires) {
+          bytes += static_cast<int64_t>(w.size());
+          c.add_rank_wires(std::move(w));
+        }
+        const int end = (chunk.first_block + chunk.num_blocks) * bs;
+        c.mutable_token_ids()->Add(tokens.begin(), tokens.begin() + end);
+        c.set_cache_salt(req.cache_salt());
+        const auto now = Clock::now();
+        metrics_->ObserveKvChunk("out", format, chunk.num_blocks, bytes, Seconds(now - start));
+        start = now;
+        Reply(identity, c);
+        return true;
+      });
+  if (!s.ok()) {
+    pb::KvChunk c;
+    c.set_transfer_id(req.transfer_id());
+    c.set_index(index);
+    c.set_first_block(first);
+    c.set_last(true);
+    SetError(s, c.mutable_error());
+    metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
+    Reply(identity, c);
+  }
+}
+
+void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk& c) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const auto start = Clock::now();
+  pb::KvChunkAck ack;
+  ack.set_transfer_id(c.transfer_id());
+  ack.set_index(c.index());
+  absl::StatusOr<int> added = absl::FailedPreconditionError(
+      absl::StrCat("worker is draining (", drain_reason_, "): it caches no peer's blocks"));
+  if (c.has_error()) {
+    added = absl::InvalidArgumentError("a KvChunk that carries an error has no blocks to cache");
+  } else if (!draining_) {
+    const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
+    const std::vector<std::string> wires(c.rank_wires().begin(), c.rank_wires().end());
+    added = engine_->ImportPrefix(tokens, c.cache_salt(), wires, static_cast<int>(c.first_block()));
+  }
+  if (added.ok()) {
+    ack.set_blocks_added(*added);
+    int64_t bytes = 0;
+    for (const std::string& w : c.rank_wires()) bytes += static_cast<int64_t>(w.size());
+    metrics_->ObserveKvChunk("in", engine_->kv_spec().CacheKeyDType(), *added, bytes,
+                             Seconds(Clock::now() - start));
+  } else {
+    SetError(added.status(), ack.mutable_error());
+    metrics_->CountKvTransferFailure("in",
+                                     std::string(KvTransferFailureReason(added.status().code())));
+  }
+  Reply(identity, ack);
+}
+
+}  // namespace kvserve::worker
