@@ -63,6 +63,10 @@ ABSL_FLAG(double, kv_fetch_timeout_seconds, 2,
 ABSL_FLAG(double, kv_fetch_gbps, 1.0,
           "--kv-fetch: the link rate assumed (GB/s) until transfers measure it");
 ABSL_FLAG(int32_t, kv_fetch_chunk_bytes, 4 << 20, "--kv-fetch: the most bytes of blocks a chunk");
+ABSL_FLAG(int64_t, max_local_prefill_tokens, 1000,
+          "With prefill workers (kvserve-worker --role prefill): a request whose decode worker "
+          "would prefill more than this many tokens is prefilled on a prefill worker, and its "
+          "decode worker pulls the KV (docs/DISAGGREGATION.md)");
 ABSL_FLAG(int32_t, epp_port, -1,
           "Serve as a Gateway API Inference Extension endpoint picker: Envoy's ext_proc v3 gRPC "
           "and gRPC health on this port (9002 as the extension's pickers; 0: any; -1: off)");
@@ -173,6 +177,10 @@ absl::Status Serve() {
   ASSIGN_OR_RETURN(o.routing, RoutingConfigFromFlags());
   ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
   ASSIGN_OR_RETURN(o.kv_fetch, KvFetchFromFlags());
+  o.max_local_prefill_tokens = absl::GetFlag(FLAGS_max_local_prefill_tokens);
+  if (o.max_local_prefill_tokens < 0) {
+    return absl::InvalidArgumentError("--max-local-prefill-tokens must be >= 0");
+  }
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(w, ':');

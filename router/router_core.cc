@@ -165,6 +165,7 @@ void RouterCore::Loop() {
     }
     PlaceQueued();  // finished requests made room
     const std::vector<WorkerView> views = pool_->Views();
+    StartDecodes(fetched);
     fetches_->Expire(views, std::chrono::steady_clock::now(), fetched);
     SendFetched(fetched);
     UpdateReadiness(views);
@@ -214,7 +215,17 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
       inflight_.erase(it);
       continue;
     }
-    if (it->second.fetch != 0) {  // not sent yet: its fetch stops
+    if (!it->second.prefill.empty()) {  // not sent yet: its prefill phase stops
+      if (auto pre = inflight_.find(it->second.prefill); pre != inflight_.end()) {
+        pb::AbortRequest a;
+        a.set_request_id(pre->first);
+        a.set_reason("client disconnected");
+        pool_->Send(pre->second.worker, a).IgnoreError();
+        index_.ForgetRouted(pre->second.worker, pre->second.hashes);
+        inflight_.erase(pre);
+      }
+      it = inflight_.find(id);
+    } else if (it->second.fetch != 0) {  // not sent yet: its fetch stops
       fetches_->Cancel(it->second.fetch);
     } else {
       pb::AbortRequest a;
@@ -591,8 +602,8 @@ void RouterCore::ExpireWaits() {
       ++it;
       continue;
     }
-    if (p.fetch != 0) {  // not sent yet: only its fetch stops
-      fetches_->Cancel(p.fetch);
+    if (p.fetch != 0 || !p.prefill.empty()) {  // not sent yet: only its fetch stops
+      fetches_->Cancel(p.fetch);               // (a prefill phase runs on, its end ignored)
     } else {
       pb::AbortRequest a;
       a.set_request_id(it->first);
@@ -617,7 +628,8 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   bool ready = false, room = false, unheard = false;
   for (WorkerView& v : views) {
     unheard = unheard || pool_->status(v.id) == nullptr;
-    if (v.id == exclude) v.eligible = false;
+    // A prefill-only worker takes prefill phases alone (MaybeDisaggregate), never a request.
+    if (v.id == exclude || v.prefill_only) v.eligible = false;
     if (job->pick && !Pickable(*job->pick, v)) v.eligible = false;
     v.active_blocks = load[v.id].blocks;
     v.queued_prefill_tokens = load[v.id].prefill_tokens;
@@ -663,10 +675,15 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, st->block_size()));
   uint64_t fetch = 0;
+  std::string prefill;
+  int prefill_first = 0;
   if (job->pick) {
     // Never sent, so never moved: a lost worker ends it (and the gateway's request fails there).
     attempts = kMaxPlacementAttempts;
     job->pick->on_pick(PickEndpoints(*job, views, hashes, d->worker));
+  } else if (prefill = MaybeDisaggregate(*job, hashes, d->worker, &prefill_first);
+             !prefill.empty()) {
+    // Sent once its prefill ended and its worker has the prefill worker's blocks (StartDecodes).
   } else if (fetch = MaybeFetch(*job, views, hashes, d->worker); fetch != 0) {
     // Sent once its worker has the peer's blocks (SendFetched).
   } else if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
@@ -679,7 +696,9 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
                          .attempts = attempts,
                          .instance_id = st != nullptr ? st->instance_id() : 0,
                          .hashes = std::move(hashes),
-                         .fetch = fetch};
+                         .fetch = fetch,
+                         .prefill = std::move(prefill),
+                         .prefill_first = prefill_first};
   return Placement::kPlaced;
 }
 

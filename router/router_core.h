@@ -64,6 +64,11 @@ struct RouterOptions {
   absl::Duration max_queue_wait = absl::Seconds(30);
   // Peer prefix fetch (router/kv_fetch.h): off unless enabled.
   KvFetchConfig kv_fetch;
+  // Disaggregated serving (docs/DISAGGREGATION.md), with workers of role prefill in the pool: a
+  // request whose decode worker would prefill more than this many tokens is prefilled on a
+  // prefill worker first, and its decode worker pulls the KV (as a peer fetch). Fewer: the
+  // decode worker prefills it itself (Dynamo's max_local_prefill_length).
+  int64_t max_local_prefill_tokens = 1000;
 };
 
 // A worker as the admin API shows it.
@@ -163,6 +168,17 @@ class RouterCore {
     uint32_t next_seq = 1;          // the GenerateResponse.seq its next reply must have
     // Not sent yet: its worker is pulling its prefix from a peer (KvFetches' number; 0: none).
     uint64_t fetch = 0;
+    // Not sent yet: a prefill worker is computing its KV under this request id (empty: none),
+    // after which its worker pulls blocks from prefill_first on.
+    std::string prefill;
+    int prefill_first = 0;
+  };
+  // A prefill phase that ended: the request it was for, its own id, the prefill worker, and
+  // whether the KV is there.
+  struct Prefilled {
+    std::string request_id, prefill_id;
+    int worker = -1;
+    bool ok = false;
   };
   // A request to place again: its job, the placements it had, and the worker it leaves.
   struct Move {
@@ -229,6 +245,16 @@ class RouterCore {
                       const std::vector<BlockHash>& hashes, int to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void SendFetched(std::vector<KvFetches::Done>& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // Disaggregated serving (router_core_fetch.cc): for a request routed to decode worker `to`,
+  // when it would prefill more than max_local_prefill_tokens there and a prefill worker of its
+  // KV shape is ready, sends that worker the prefill phase (placed on its books) and returns
+  // its id (empty: the request goes on as it is). Then, as prefill phases end, starts each
+  // request's fetch from its prefill worker (or sends it at once when the phase failed).
+  // `*first_block`: the first block `to` lacks, which the fetch will start from.
+  std::string MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
+                                int* first_block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void StartDecodes(std::vector<KvFetches::Done>& fetched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void Enqueue(Move move, bool front) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Places queued requests in order while workers have room.
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
@@ -279,6 +305,7 @@ class RouterCore {
   std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
   std::unique_ptr<RoutingPolicy> policy_ ABSL_GUARDED_BY(core_thread_);
   std::unique_ptr<KvFetches> fetches_ ABSL_GUARDED_BY(core_thread_);
+  std::vector<Prefilled> prefilled_ ABSL_GUARDED_BY(core_thread_);  // since the last turn
 
   // Read by any thread.
   std::thread thread_;

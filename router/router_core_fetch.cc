@@ -1,8 +1,15 @@
-// RouterCore: peer prefix fetch (router/kv_fetch.h). A request routed to a worker that lacks a
-// prefix a peer caches further waits, placed but not sent, while its worker pulls the blocks;
-// it is sent when the fetch ends, whether the blocks came or not.
+// RouterCore: KV that moves between workers (docs/DISAGGREGATION.md).
+// - Peer prefix fetch (router/kv_fetch.h): a request routed to a worker that lacks a prefix a
+//   peer caches further waits, placed but not sent, while its worker pulls the blocks; it is
+//   sent when the fetch ends, whether the blocks came or not.
+// - Disaggregated serving: a long prompt's prefill runs first on a prefill worker as a request
+//   of its own (one greedy token, discarded); its decode worker then pulls the blocks as a peer
+//   fetch, and the request itself goes to the decode worker, which prefills only the prompt's
+//   last partial block and generates every token, as it would have alone.
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "router/router_core.h"
+#include "router/router_metrics.h"
 
 namespace kvserve::router {
 
@@ -48,6 +55,105 @@ void RouterCore::SendFetched(std::vector<KvFetches::Done>& done) {
   }
   done.clear();
   PlaceMoves(moves);
+}
+
+std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
+                                          int* first_block) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  if (hashes.empty()) return "";
+  std::vector<WorkerView> views = pool_->Views();
+  const WorkerView* decode = nullptr;
+  for (const WorkerView& v : views) {
+    if (v.id == to) decode = &v;
+  }
+  if (decode == nullptr || decode->kv_wire_block_bytes <= 0) return "";
+  *first_block = index_.LongestPrefix(to, hashes).total();
+  const int64_t local =
+      job.request.prompt_token_ids_size() - static_cast<int64_t>(*first_block) * decode->block_size;
+  if (local <= options_.max_local_prefill_tokens) return "";
+  absl::flat_hash_map<int, Load> load = InflightLoad();
+  std::vector<WorkerView> prefill;
+  for (WorkerView v : views) {
+    if (!v.prefill_only || !v.eligible) continue;
+    if (v.kv_wire_block_bytes != decode->kv_wire_block_bytes) {
+      LOG_EVERY_N(WARNING, 1000)
+          << "prefill worker " << v.name << " moves KV blocks of " << v.kv_wire_block_bytes
+          << " bytes and decode worker " << decode->name << " of " << decode->kv_wire_block_bytes
+          << ": they are not paired (the same model, KV format, block size and tensor-parallel "
+             "size are needed)";
+      continue;
+    }
+    v.active_blocks = load[v.id].blocks;
+    v.queued_prefill_tokens = load[v.id].prefill_tokens;
+    v.decode_seqs = load[v.id].decode_seqs;
+    prefill.push_back(std::move(v));
+  }
+  if (prefill.empty()) return "";
+  absl::StatusOr<Decision> p = Route(
+      *policy_, prefill, index_,
+      {.hashes = hashes, .prompt_tokens = job.request.prompt_token_ids_size(), .max_tokens = 1});
+  if (!p.ok()) return "";
+  // The prefill phase: the prompt alone, one greedy token that nobody reads.
+  auto phase = std::make_shared<Job>();
+  phase->request.set_request_id(absl::StrCat(job.request.request_id(), "#prefill"));
+  *phase->request.mutable_prompt_token_ids() = job.request.prompt_token_ids();
+  phase->request.set_max_tokens(1);
+  phase->request.set_priority(job.request.priority());
+  phase->request.set_cache_salt(job.request.cache_salt());
+  phase->request.set_predicted_cached_tokens(p->predicted_cached_blocks * decode->block_size);
+  phase->deadline = job.deadline;
+  const std::string request_id = job.request.request_id(), phase_id = phase->request.request_id();
+  const int worker = p->worker;
+  phase->on_response = [this, request_id, phase_id,
+                        worker](const kvserve::v1::GenerateResponse& r) {
+    KVSERVE_CHECK_THREAD(core_thread_);  // the core calls every job back on its thread
+    const bool failed = r.finish_reason() == kvserve::v1::FINISH_REASON_ERROR ||
+                        r.finish_reason() == kvserve::v1::FINISH_REASON_ABORT;
+    if (r.has_usage() || failed) {
+      prefilled_.push_back(
+          {.request_id = request_id, .prefill_id = phase_id, .worker = worker, .ok = !failed});
+    }
+  };
+  if (!pool_->Send(p->worker, phase->request).ok()) return "";
+  index_.RecordRouted(p->worker, hashes);
+  const kvserve::v1::WorkerStatus* st = pool_->status(p->worker);
+  inflight_[phase_id] = Placed{.worker = p->worker,
+                               .job = phase,
+                               .attempts = kMaxPlacementAttempts,  // it never moves
+                               .instance_id = st != nullptr ? st->instance_id() : 0,
+                               .hashes = hashes};
+  // The decode worker will hold every full block once the fetch is done.
+  job.request.set_predicted_cached_tokens(static_cast<int>(hashes.size()) * decode->block_size);
+  VLOG(1) << "request " << request_id << ": prefill on worker " << p->worker << ", decode on " << to
+          << " (" << local << " tokens to prefill)";
+  return phase_id;
+}
+
+void RouterCore::StartDecodes(std::vector<KvFetches::Done>& fetched) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  std::vector<Prefilled> ended;
+  std::swap(ended, prefilled_);
+  for (const Prefilled& e : ended) {
+    auto it = inflight_.find(e.request_id);
+    // Aborted, moved or ended meanwhile: its prefill phase counts for nothing.
+    if (it == inflight_.end() || it->second.prefill != e.prefill_id) continue;
+    Placed& p = it->second;
+    p.prefill.clear();
+    if (options_.metrics != nullptr) {
+      options_.metrics->CountDisaggregated(e.ok ? "prefilled" : "prefill_failed");
+    }
+    const int blocks = static_cast<int>(p.hashes.size()) - p.prefill_first;
+    if (e.ok && blocks > 0) {
+      const FetchPlan plan{.source = e.worker, .first_block = p.prefill_first, .blocks = blocks};
+      p.fetch = fetches_->Start(p.job->request, p.worker, plan, std::chrono::steady_clock::now());
+      if (p.fetch != 0) continue;
+    }
+    // Nothing to pull: the decode worker prefills what it lacks (KvFetches' fallback path).
+    fetched.push_back({.request_id = e.request_id,
+                       .fetch = 0,
+                       .first_block = p.prefill_first,
+                       .status = absl::UnavailableError("the prefill phase failed")});
+  }
 }
 
 }  // namespace kvserve::router

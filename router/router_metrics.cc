@@ -249,6 +249,15 @@ void RouterMetrics::CountKvFetchFallback(const std::string& reason) {
   Fallbacks(*registry_).Add({{"reason", reason}}).Increment();
 }
 
+void RouterMetrics::CountDisaggregated(const std::string& result) {
+  prometheus::BuildCounter()
+      .Name("kvserve_router_disaggregated_requests_total")
+      .Help("Requests prefilled on a prefill worker first, by how the prefill phase ended")
+      .Register(*registry_)
+      .Add({{"result", result}})
+      .Increment();
+}
+
 void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
   Retries(*registry_).Add({{"reason", reason}}).Increment();
 }

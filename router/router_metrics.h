@@ -65,6 +65,9 @@ class RouterMetrics {
   void StartKvFetch(double gbps);
   void CountKvFetchFallback(const std::string& reason);
   void CountKvFetchRetry(const std::string& reason);
+  // Disaggregated serving: a request's prefill phase ended, "prefilled" (its decode worker pulls
+  // the KV next) or "prefill_failed" (its decode worker prefills it).
+  void CountDisaggregated(const std::string& result);
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;

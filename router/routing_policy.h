@@ -49,6 +49,8 @@ struct WorkerView {
   // measured prefill rate in prompt tokens per second (0: not measured yet). router/kv_fetch.h.
   int64_t kv_wire_block_bytes = 0;
   double prefill_tokens_per_second = 0;
+  // Its heartbeat's role: true for a prefill-only worker (docs/DISAGGREGATION.md).
+  bool prefill_only = false;
 };
 
 struct RoutingConfig {

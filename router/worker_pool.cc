@@ -312,6 +312,7 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
       v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
       v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
+      v.prefill_only = worker.status->role() == "prefill";
     }
     views.push_back(v);
   }

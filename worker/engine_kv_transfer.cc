@@ -133,6 +133,7 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
   }
   return CacheArrived(prompt, all, first_block, static_cast<int>(got[0].size()),
                       [&](const std::vector<std::pair<int, size_t>>& writes) {
+                        KVSERVE_CHECK_THREAD(engine_thread_);  // called back right here
                         for (int r = 0; r < runner_->size(); ++r) {
                           for (const auto& [block, i] : writes) {
                             WriteBlock(runner_->device_kv(r), runner_->backend(r), block,

@@ -72,6 +72,10 @@ ABSL_FLAG(std::string, kv_events_config, "",
 ABSL_FLAG(std::string, kv_events_encoding, "map",
           "vLLM KV events' encoding: map (vLLM 0.24 on: events as maps tagged by type) or array "
           "(vLLM up to 0.23: tagged arrays)");
+ABSL_FLAG(std::string, role, "both",
+          "Disaggregated serving (docs/DISAGGREGATION.md): prefill (routers send it only the "
+          "prefill of long prompts, whose KV decode workers then pull), decode (it decodes, and "
+          "prefills short prompts itself) or both");
 ABSL_FLAG(int32_t, openai_port, -1,
           "Serve the OpenAI API here as well (chat, completions, /tokenize, /v1/models, /metrics "
           "with vLLM's names): the worker as a vLLM-like pod for a gateway or another router; "
@@ -197,6 +201,11 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
       absl::GetFlag(FLAGS_recycle_on_rss_growth_mb), absl::GetFlag(FLAGS_recycle_on_fragmentation)};
   o.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
   o.earlier_recycles = EarlierRecycles();
+  o.role = absl::GetFlag(FLAGS_role);
+  if (o.role != "prefill" && o.role != "decode" && o.role != "both") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--role '", o.role, "': give prefill, decode or both"));
+  }
   RETURN_IF_ERROR(CurveFromFlags(&o));
   RETURN_IF_ERROR(VllmEventsFromFlags(&o));
   o.worker_id = absl::GetFlag(FLAGS_worker_id);

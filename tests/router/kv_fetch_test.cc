@@ -1,9 +1,16 @@
-// Peer prefix fetch end to end (router/kv_fetch.h): a RouterCore in front of two real
-// kvserve-worker processes with int8 KV caches. Worker B computes a prompt; B then drains and
+// KV that moves between workers, end to end (docs/DISAGGREGATION.md).
+//
+// Peer prefix fetch (router/kv_fetch.h): a RouterCore in front of two real kvserve-worker
+// processes with int8 KV caches. Worker B computes a prompt; B then drains and
 // the same prompt goes to worker A, which pulls B's blocks (one per chunk) through the router
 // instead of prefilling them. The link between the router and B runs through a proxy that can
 // corrupt, delay or drop B's chunks. Every case ends with A's greedy tokens equal to B's, no
 // request hangs, and both pools hold no active block afterwards.
+//
+// Disaggregated serving: a prefill worker and a decode worker behind one core, in every KV
+// format and with tensor parallelism 2 on both sides: a long prompt's greedy tokens equal
+// those an aggregated worker gives, its decode worker prefilling only the last partial block;
+// a short prompt stays on the decode worker.
 #include <signal.h>
 
 #include <atomic>
@@ -139,12 +146,49 @@ double Metric(const std::string& text, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (!absl::StartsWith(line, series)) continue;
     const absl::string_view rest = line.substr(series.size());
-    if (rest.empty() || (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}')) continue;
+    const bool labels_follow = rest[0] == '{' && series.find('{') == std::string::npos;
+    if (rest.empty() || (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}' && !labels_follow)) {
+      continue;
+    }
     double v = -1;
     if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
   }
   return -1;
 }
+
+// Runs a greedy request of `prompt` through `core` to its end (60 s at most: a hang fails the
+// test); `on_first` runs at its first token.
+Answer RunOn(RouterCore& core, const std::string& id, const std::vector<int32_t>& prompt,
+             int max_tokens = 8, const std::function<void()>& on_first = nullptr) {
+  auto answer = std::make_shared<Answer>();
+  auto done = std::make_shared<std::promise<void>>();
+  auto job = std::make_shared<Job>();
+  job->request = kvserve::testing::MakeRequest(id, prompt, max_tokens);
+  job->on_response = [answer, done, on_first](const pb::GenerateResponse& r) {
+    if (answer->tokens.empty() && r.token_ids_size() > 0 && on_first) on_first();
+    answer->tokens.insert(answer->tokens.end(), r.token_ids().begin(), r.token_ids().end());
+    if (r.finish_reason() == pb::FINISH_REASON_ERROR) {
+      answer->error = r.error().message();
+      done->set_value();
+    } else if (r.has_usage()) {
+      answer->cached = r.usage().cached_prompt_tokens();
+      done->set_value();
+    }
+  };
+  std::future<void> finished = done->get_future();
+  core.Submit(job);
+  EXPECT_EQ(finished.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "request " << id << " hangs";
+  return *answer;
+}
+
+// 170 tokens: ten full blocks of 16 and a partial one. `seed` makes another prompt.
+std::vector<int32_t> Prompt(int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 170; ++i) p.push_back(10 + (i * 7919 + seed * 104729) % 900);
+  return p;
+}
+constexpr int kFullBlockTokens = 160;
 
 class KvFetchTest : public ::testing::Test {
  protected:
@@ -202,26 +246,7 @@ class KvFetchTest : public ::testing::Test {
 
   Answer Run(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens = 8,
              const std::function<void()>& on_first = nullptr) {
-    auto answer = std::make_shared<Answer>();
-    auto done = std::make_shared<std::promise<void>>();
-    auto job = std::make_shared<Job>();
-    job->request = kvserve::testing::MakeRequest(id, prompt, max_tokens);
-    job->on_response = [answer, done, on_first](const pb::GenerateResponse& r) {
-      if (answer->tokens.empty() && r.token_ids_size() > 0 && on_first) on_first();
-      answer->tokens.insert(answer->tokens.end(), r.token_ids().begin(), r.token_ids().end());
-      if (r.finish_reason() == pb::FINISH_REASON_ERROR) {
-        answer->error = r.error().message();
-        done->set_value();
-      } else if (r.has_usage()) {
-        answer->cached = r.usage().cached_prompt_tokens();
-        done->set_value();
-      }
-    };
-    std::future<void> finished = done->get_future();
-    core_->Submit(job);
-    EXPECT_EQ(finished.wait_for(std::chrono::seconds(60)), std::future_status::ready)
-        << "request " << id << " hangs";
-    return *answer;
+    return RunOn(*core_, id, prompt, max_tokens, on_first);
   }
 
   // Both pools hold no block for a request once the heartbeats say so.
@@ -241,14 +266,6 @@ class KvFetchTest : public ::testing::Test {
         kvserve::testing::HttpGet(w.metrics_port(), "/metrics");
     return r.ok() ? r->second : "";
   }
-
-  // 170 tokens: ten full blocks of 16 and a partial one. `seed` makes another prompt.
-  static std::vector<int32_t> Prompt(int seed) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < 170; ++i) p.push_back(10 + (i * 7919 + seed * 104729) % 900);
-    return p;
-  }
-  static constexpr int kFullBlockTokens = 160;
 
   std::unique_ptr<WorkerProcess> a_, b_;
   std::unique_ptr<LinkProxy> proxy_;
@@ -373,6 +390,142 @@ TEST_F(KvFetchTest, TheTargetKilledAfterTheHandOffEndsTheRequestWithAnError) {
   const std::vector<WorkerInfo> w = core_->Workers();
   EXPECT_EQ(w[1].device_blocks_active, 0) << "the source holds nothing for the request";
 }
+
+struct DisaggCase {
+  std::string name;
+  std::vector<std::string> flags;
+};
+
+class DisaggregatedTest : public ::testing::TestWithParam<DisaggCase> {
+ protected:
+  static std::vector<std::string> Args(const std::string& role) {
+    std::vector<std::string> args = {
+        "--model",         kvserve::testing::FixtureModel("tiny-llama3"),
+        "--max-model-len", "512",
+        "--num-blocks",    "96",
+        "--role",          role};
+    args.insert(args.end(), GetParam().flags.begin(), GetParam().flags.end());
+    return args;
+  }
+
+  static Answer Run(RouterCore& core, const std::string& id, const std::vector<int32_t>& prompt) {
+    return RunOn(core, id, prompt);
+  }
+
+  static void WaitReady(const RouterCore& core, size_t n) {
+    for (int i = 0; i < 1000; ++i) {
+      const std::vector<WorkerInfo> w = core.Workers();
+      if (w.size() == n && std::all_of(w.begin(), w.end(), [](const WorkerInfo& x) {
+            return x.state == "WORKER_STATE_READY" && x.device_blocks_total > 0;
+          })) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "workers never ready";
+  }
+};
+
+TEST_P(DisaggregatedTest, ALongPromptPrefillsOnThePrefillWorkerAndDecodesAsAggregated) {
+  ASSERT_OK_AND_ASSIGN(auto aggregated, WorkerProcess::Start(Args("both")));
+  ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
+  ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
+  const std::vector<int32_t> prompt = Prompt(7);
+  Answer want;
+  {
+    RouterOptions o;
+    o.workers = {{"both", "127.0.0.1", aggregated->port(), aggregated->events_port()}};
+    RouterCore alone(o);
+    alone.Start();
+    WaitReady(alone, 1);
+    want = Run(alone, "want", prompt);
+    alone.Stop();
+  }
+  ASSERT_TRUE(want.error.empty()) << want.error;
+
+  RouterMetrics metrics;
+  RouterOptions o;
+  o.workers = {{"prefill", "127.0.0.1", prefill->port(), prefill->events_port()},
+               {"decode", "127.0.0.1", decode->port(), decode->events_port()}};
+  o.metrics = &metrics;
+  o.max_local_prefill_tokens = 32;
+  o.kv_fetch.max_chunk_bytes = 1;  // one block a chunk
+  RouterCore core(o);
+  core.Start();
+  WaitReady(core, 2);
+  const Answer got = Run(core, "r", prompt);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.cached, kFullBlockTokens) << "the decode worker prefilled only the partial block";
+  const std::string text = metrics.Serialize();
+  EXPECT_EQ(Metric(text, R"(kvserve_router_disaggregated_requests_total{result="prefilled"})"), 1)
+      << text;
+  EXPECT_EQ(Metric(text, R"(kvserve_router_kv_fetches_total{result="done"})"), 1);
+  EXPECT_EQ(Metric(text, "kvserve_router_kv_fetch_blocks_total"), 10);
+
+  // A short prompt is cheaper to prefill where it decodes: no prefill phase.
+  const Answer shortcut = Run(core, "short", {11, 12, 13, 14, 15, 16, 17, 18, 19, 20});
+  ASSERT_TRUE(shortcut.error.empty()) << shortcut.error;
+  EXPECT_EQ(Metric(metrics.Serialize(),
+                   R"(kvserve_router_disaggregated_requests_total{result="prefilled"})"),
+            1);
+  // The long prompt (170 tokens, and its one token) and not the short one (10 more).
+  const double computed =
+      Metric(kvserve::testing::HttpGet(prefill->metrics_port(), "/metrics")->second,
+             "kvserve_prompt_tokens_total");
+  EXPECT_GE(computed, 170);
+  EXPECT_LT(computed, 180) << "the prefill worker prefilled the long prompt alone";
+  for (int i = 0; i < 300; ++i) {
+    const std::vector<WorkerInfo> w = core.Workers();
+    if (w[0].device_blocks_active == 0 && w[1].device_blocks_active == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const WorkerInfo& w : core.Workers()) EXPECT_EQ(w.device_blocks_active, 0) << w.name;
+  core.Stop();
+}
+
+TEST_P(DisaggregatedTest, APrefillWorkerThatHangsLeavesThePrefillToTheDecodeWorker) {
+  ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
+  ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
+  RouterMetrics metrics;
+  RouterOptions o;
+  o.workers = {{"prefill", "127.0.0.1", prefill->port(), prefill->events_port()},
+               {"decode", "127.0.0.1", decode->port(), decode->events_port()}};
+  o.metrics = &metrics;
+  o.max_local_prefill_tokens = 32;
+  o.heartbeat_timeout = absl::Seconds(1);
+  RouterCore core(o);
+  core.Start();
+  WaitReady(core, 2);
+  const std::vector<int32_t> prompt = Prompt(8);
+  // Frozen, the prefill worker still looks ready until its heartbeat is a second old: the
+  // prefill phase goes to it and never ends there.
+  ASSERT_EQ(kill(prefill->pid(), SIGSTOP), 0);
+  const Answer got = Run(core, "r", prompt);
+  kill(prefill->pid(), SIGCONT);
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  EXPECT_EQ(got.tokens.size(), 8u);
+  EXPECT_EQ(got.cached, 0) << "the decode worker prefilled the whole prompt";
+  EXPECT_EQ(Metric(metrics.Serialize(),
+                   R"(kvserve_router_disaggregated_requests_total{result="prefill_failed"})"),
+            1);
+  // The same prompt, aggregated, gives the same tokens: the decode worker now caches it.
+  const Answer again = Run(core, "again", prompt);
+  EXPECT_EQ(again.tokens, got.tokens);
+  core.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryFormatAndTp2, DisaggregatedTest,
+    ::testing::Values(DisaggCase{"fp32", {}}, DisaggCase{"bf16", {"--kv-cache-dtype", "bf16"}},
+                      DisaggCase{"fp8", {"--kv-cache-dtype", "fp8_e4m3"}},
+                      DisaggCase{"int8", {"--kv-cache-dtype", "int8"}},
+                      DisaggCase{"int4",
+                                 {"--kv-cache-dtype", "int4", "--kv-quant-granularity", "per_group",
+                                  "--kv-quant-group-size", "8"}},
+                      DisaggCase{"int8_tp2",
+                                 {"--kv-cache-dtype", "int8", "--tensor-parallel-size", "2"}}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace kvserve::router

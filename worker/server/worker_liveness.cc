@@ -72,6 +72,7 @@ void WorkerServer::PublishStatus() {
   st.set_http_endpoint(options_.http_endpoint);
   st.set_kv_wire_block_bytes(engine_->KvWireBlockBytes());
   st.set_prefill_tokens_per_second(prefill_tokens_per_second_);
+  st.set_role(options_.role);
   Publish("status", st);
 }
 

@@ -87,6 +87,8 @@ struct WorkerServerOptions {
   std::vector<AllowedClient> curve_also_allowed;
   // WorkerStatus.http_endpoint (set_http_endpoint): empty when it serves no OpenAI API.
   std::string http_endpoint;
+  // WorkerStatus.role: "prefill", "decode" or "both" (--role; docs/DISAGGREGATION.md).
+  std::string role = "both";
   // A router peer that has not taken a waiting reply for this long is given up: its replies
   // are dropped and its requests aborted (reply_queue.h).
   absl::Duration reply_give_up = absl::Seconds(30);
