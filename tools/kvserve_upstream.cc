@@ -4,7 +4,7 @@
 // (router/upstream/upstream_bridge.h, docs/INTEROP.md). Run one beside each such server and
 // list it in the router's --workers like a worker.
 //
-//   kvserve-upstream --url http://127.0.0.1:8000 --kv-events-endpoint tcp://127.0.0.1:5557 \
+//   kvserve-upstream --url http://127.0.0.1:8000 --kv-events-endpoint tcp://127.0.0.1:5557
 //     --kv-replay-endpoint tcp://127.0.0.1:5558 --port 5570 --events-port 5571
 #include <unistd.h>
 

@@ -303,7 +303,9 @@ TEST(CostPolicyTest, NewConversationsSpreadEvenlyWhateverTheWorkerOrder) {
       ASSERT_OK_AND_ASSIGN(Decision d, Route(*cost, workers, index, Req(prompt)));
       ++per_worker[d.worker];
       index.RecordRouted(d.worker, prompt);
-      if (c > 0) EXPECT_EQ(d.reason, RouteReason::kSpread);
+      if (c > 0) {
+        EXPECT_EQ(d.reason, RouteReason::kSpread);
+      }
     }
     ASSERT_EQ(per_worker.size(), 8u);
     for (const auto& [w, n] : per_worker) EXPECT_EQ(n, 8) << "worker " << w;

@@ -103,7 +103,9 @@ TEST(GenerateTraceTest, SessionsGrowTheirContextAndKeepTheirFullBlocks) {
     for (size_t i = 0; i < t.size(); ++i) {
       EXPECT_EQ(t[i].hash_ids, again[i].hash_ids);
       EXPECT_EQ(static_cast<int64_t>(t[i].hash_ids.size()), (t[i].input_length + 511) / 512);
-      if (i > 0) EXPECT_GE(t[i].timestamp_ms, t[i - 1].timestamp_ms);
+      if (i > 0) {
+        EXPECT_GE(t[i].timestamp_ms, t[i - 1].timestamp_ms);
+      }
       // The earlier request whose full blocks this one starts with, if any.
       for (size_t j = 0; j < i; ++j) {
         const size_t full = static_cast<size_t>(t[j].input_length / 512);
