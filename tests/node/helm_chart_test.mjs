@@ -30,6 +30,7 @@ const matrix = {
   'ingress-keda-monitoring': ['-f', path.join(chartDir, 'ci/full-values.yaml')],
   'everything-off': ['-f', path.join(chartDir, 'ci/off-values.yaml')],
   'inference-pool': ['-f', path.join(chartDir, 'ci/pool-values.yaml')],
+  disaggregated: ['-f', path.join(chartDir, 'ci/disagg-values.yaml')],
 };
 
 // APIs with no kubernetes-models package: their published CRDs (tests/deploy/crds/README.md),
@@ -197,6 +198,45 @@ test('workers: GPUs from tensorParallelSize, engine flags, drain and probes', ()
   assert.match(router.args.join(' '), /--max-model-len 8192/);
   const pdb = objs.find((o) => o.kind === 'PodDisruptionBudget' && o.metadata.name === sts.metadata.name);
   assert.match(router.args.join(' '), new RegExp(`--max-unavailable ${pdb.spec.maxUnavailable}`));
+});
+
+test('disaggregated: a prefill StatefulSet beside the decode one, both behind the workers\' Service', () => {
+  const objs = objects(render(matrix.disaggregated).stdout);
+  const sets = objs.filter((o) => o.kind === 'StatefulSet');
+  assert.deepEqual(sets.map((s) => s.metadata.name), ['release-name-kvserve-worker', 'release-name-kvserve-worker-prefill']);
+  const [decode, prefill] = sets;
+  const args = (s) => s.spec.template.spec.containers[0].args.join(' ');
+  assert.match(args(decode), /--role decode/);
+  assert.match(args(prefill), /--role prefill/);
+  // prefill.engine over worker.engine; the KV format is the workers' (it must match to move).
+  assert.match(args(prefill), /--kv-cache-dtype int8 --max-num-batched-tokens 8192 --max-num-seqs 32/);
+  assert.match(args(decode), /--kv-cache-dtype int8 --max-num-seqs 256$/);
+  for (const s of sets) assert.match(args(s), /--tensor-parallel-size 2/);
+  assert.equal(decode.spec.replicas, 2);
+  assert.equal(prefill.spec.replicas, 1);
+  assert.equal(prefill.spec.template.spec.containers[0].resources.limits.memory, '96Gi');
+  assert.equal(decode.spec.template.spec.containers[0].resources.limits.memory, '64Gi');
+  // The decode set keeps the plain workers' selector (immutable across upgrades); the prefill
+  // set's is narrower. The headless Service the routers resolve selects both sets' pods.
+  const plain = worker(objects(render(matrix.defaults).stdout));
+  assert.deepEqual(decode.spec.selector, plain.spec.selector);
+  assert.equal(prefill.spec.selector.matchLabels['kvserve.dev/role'], 'prefill');
+  const svc = objs.find((o) => o.kind === 'Service' && o.spec.clusterIP === 'None');
+  for (const s of sets) {
+    const labels = s.spec.template.metadata.labels;
+    for (const [k, v] of Object.entries(s.spec.selector.matchLabels)) assert.equal(labels[k], v);
+    for (const [k, v] of Object.entries(svc.spec.selector)) assert.equal(labels[k], v, `${s.metadata.name} ${k}`);
+    assert.equal(s.spec.serviceName, svc.metadata.name);
+  }
+  const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
+  assert.match(router.args.join(' '), /--max-local-prefill-tokens 512/);
+  assert.doesNotMatch(args(plain), /--role/);
+  assert.doesNotMatch(objects(render(matrix.defaults).stdout).find((o) => o.kind === 'Deployment')
+    .spec.template.spec.containers[0].args.join(' '), /--max-local-prefill-tokens/);
+  // A flag the chart sets itself is refused by name in the prefill pods' engine flags too.
+  const bad = render([...matrix.disaggregated, '--set', 'worker.prefill.engine.role=both']);
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /worker\.prefill\.engine\.role: the chart sets --role itself/);
 });
 
 test('security: non-root, read-only root, secrets from a Secret, network policy', () => {
