@@ -60,6 +60,32 @@ TEST(RouteSimTest, AtLightLoadTheCostPolicyKeepsSessionsWhereTheirCacheIs) {
   EXPECT_EQ(cost.json["p99_ttft_ms"].get<double>(), 0);
 }
 
+// One prefill worker and three decode workers: every request served, the long prompts
+// prefilled on the prefill worker and their blocks adopted by the decode workers, which then
+// prefill only what did not come; the prefill worker never decodes.
+TEST(RouteSimTest, DisaggregatedServesEveryRequest) {
+  const auto trace = Sessions();
+  SimOptions o = Options("cost", false);
+  o.prefill_workers = 1;
+  o.max_local_prefill_tokens = 1000;
+  o.disagg_gbps = 10;
+  ASSERT_OK_AND_ASSIGN(SimReport r, Simulate(trace, o));
+  EXPECT_EQ(r.json["requests"], static_cast<int64_t>(trace.size()));
+  EXPECT_EQ(r.json["errors"], 0);
+  // Every session's first prompt (1500 tokens) is over the limit; later turns mostly are not.
+  EXPECT_GT(r.json["disaggregated"].get<int64_t>(), 0);
+  EXPECT_LT(r.json["disaggregated"].get<int64_t>(), static_cast<int64_t>(trace.size()));
+  EXPECT_GT(r.json["fetch_seconds"].get<double>(), 0);
+  EXPECT_GT(r.json["p50_tpot_ms"].get<double>(), 0);
+  // The prefill worker took only the phases, one per disaggregated request.
+  EXPECT_EQ(r.json["workers"][0]["requests"], r.json["disaggregated"]);
+  ASSERT_OK_AND_ASSIGN(SimReport again, Simulate(trace, o));
+  EXPECT_EQ(r.json.dump(), again.json.dump());
+  o.prefill_workers = 4;
+  EXPECT_THAT(Simulate(trace, o), kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                             ::testing::HasSubstr("decode")));
+}
+
 TEST(RouteSimTest, BadOptionsAreRefusedByName) {
   SimOptions o = Options("cost", true);
   o.routing.policy = "random";

@@ -5,6 +5,7 @@
 //   kvserve-route-sim --trace conversation_trace.jsonl --workers 8 --capacity-fraction 0.05
 //       --policies cost,prefix,round_robin,least_load,greedy --pooled [--instant]
 //       [--gpu h200] [--speedup 4] [--window-end-s 1200] [--json-out FILE]
+//       [--kv-fetch-gbps 1,10] [--prefill-workers 1 --disagg-gbps 10]
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -53,6 +54,14 @@ ABSL_FLAG(std::string, kv_fetch_gbps, "",
           "Also run each policy with peer prefix fetch (router/fetch_plan.h) over a link of each "
           "of these rates, GB/s, comma-separated (e.g. \"1,10\"; empty: none)");
 ABSL_FLAG(int32_t, kv_fetch_min_blocks, 4, "With --kv-fetch-gbps: the fewest blocks worth a fetch");
+ABSL_FLAG(int32_t, prefill_workers, 0,
+          "Also run each policy disaggregated: this many of --workers only prefill, the rest "
+          "decode (docs/DISAGGREGATION.md; 0: no such run)");
+ABSL_FLAG(int64_t, max_local_prefill_tokens, 1000,
+          "Disaggregated runs: a request its decode worker would prefill more of than this is "
+          "prefilled on a prefill worker (kvserve-router's flag)");
+ABSL_FLAG(double, disagg_gbps, 10,
+          "Disaggregated runs: the rate of the link from prefill to decode workers, GB/s");
 
 namespace kvserve::route_sim {
 namespace {
@@ -99,12 +108,18 @@ void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
       r["requests_per_worker_min"].get<double>() > 0
           ? r["requests_per_worker_max"].get<double>() / r["requests_per_worker_min"].get<double>()
           : 0;
-  std::cout << absl::StrFormat("%-12s %7.2f%% %8.2f %9.0f %9.0f %9.0f %6.1f%% %7lld %7.1f  %s\n",
-                               name, 100 * r["hit_rate"].get<double>(), req_ratio,
-                               r["p50_ttft_ms"].get<double>(), r["p90_ttft_ms"].get<double>(),
-                               r["p99_ttft_ms"].get<double>(), 100 * r["utilization"].get<double>(),
-                               static_cast<long long>(r["errors"].get<int64_t>()), wall_s,
-                               r["decisions"].dump());
+  std::cout << absl::StrFormat(
+      "%-12s %7.2f%% %8.2f %9.0f %9.0f %9.0f %8.1f %8.1f %6.1f%% %7lld %7.1f  %s\n", name,
+      100 * r["hit_rate"].get<double>(), req_ratio, r["p50_ttft_ms"].get<double>(),
+      r["p90_ttft_ms"].get<double>(), r["p99_ttft_ms"].get<double>(),
+      r["p50_tpot_ms"].get<double>(), r["p99_tpot_ms"].get<double>(),
+      100 * r["utilization"].get<double>(), static_cast<long long>(r["errors"].get<int64_t>()),
+      wall_s, r["decisions"].dump());
+  if (r["disaggregated"].get<int64_t>() > 0) {
+    std::cout << absl::StrFormat("%-12s disaggregated %lld, blocks moved in %.1f s of link\n", "",
+                                 static_cast<long long>(r["disaggregated"].get<int64_t>()),
+                                 r["fetch_seconds"].get<double>());
+  }
   if (r["fetches"].get<int64_t>() > 0) {
     std::cout << absl::StrFormat(
         "%-12s fetches %lld, blocks fetched %lld, link busy %.1f s, "
@@ -126,9 +141,9 @@ absl::Status Main() {
       path, trace.size(), base.workers, static_cast<long long>(base.capacity_blocks),
       base.engine.cache.block_size, base.engine.backend.sim_gpu.name, base.speedup,
       base.instant ? ", instant steps" : "");
-  std::cout << absl::StrFormat("%-12s %8s %8s %9s %9s %9s %7s %7s %7s  %s\n", "policy", "hit",
-                               "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "util", "errors",
-                               "wall_s", "decisions");
+  std::cout << absl::StrFormat("%-12s %8s %8s %9s %9s %9s %8s %8s %7s %7s %7s  %s\n", "policy",
+                               "hit", "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50",
+                               "tpot_p99", "util", "errors", "wall_s", "decisions");
   nlohmann::json all;
   auto run = [&](const std::string& name, const SimOptions& o) -> absl::Status {
     const auto start = std::chrono::steady_clock::now();
@@ -163,6 +178,13 @@ absl::Status Main() {
                  .min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks),
                  .initial_gbps = gbps};
       RETURN_IF_ERROR(run(absl::StrCat(p, "+fetch", gbps), o));
+    }
+    if (const int prefill = absl::GetFlag(FLAGS_prefill_workers); prefill > 0) {
+      o.fetch = {};
+      o.prefill_workers = prefill;
+      o.max_local_prefill_tokens = absl::GetFlag(FLAGS_max_local_prefill_tokens);
+      o.disagg_gbps = absl::GetFlag(FLAGS_disagg_gbps);
+      RETURN_IF_ERROR(run(absl::StrCat(p, "+", prefill, "P", o.workers - prefill, "D"), o));
     }
   }
   if (absl::GetFlag(FLAGS_pooled)) {

@@ -63,6 +63,11 @@ struct Live {
   double arrival = 0;
   int64_t prompt_tokens = 0, predicted_cached = 0, blocks = 0;
   bool started = false;
+  double first_token_at = 0;
+  int64_t output_tokens = 0;
+  // A disaggregated request's prefill phase on a prefill worker (its hit rate counts there);
+  // and the request itself on its decode worker (its prompt counts at the phase).
+  bool prefill_phase = false, disaggregated = false;
 };
 
 struct SimWorker {
@@ -228,7 +233,9 @@ class Simulation {
                   .capacity_blocks = o_.capacity_blocks,
                   .block_size = block_size_,
                   .kv_wire_block_bytes = wire_block_bytes_,
-                  .prefill_tokens_per_second = workers_[w].prefill_rate};
+                  .prefill_tokens_per_second = workers_[w].prefill_rate,
+                  .prefill_only = static_cast<int>(w) < o_.prefill_workers};
+      views[w].eligible = !views[w].prefill_only;
     }
     return views;
   }
@@ -266,6 +273,15 @@ class Simulation {
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
     Pending p{.id = id, .prompt = prompt, .hashes = hashes, .max_tokens = static_cast<int>(out)};
     double delay = 0;
+    if (std::optional<std::string> phase = MaybeDisaggregate(rep, views, p, l, d->worker, t)) {
+      // Admitted once its prefill phase ended and the blocks crossed (FinishStep).
+      rep.index.RecordRouted(d->worker, hashes, t);
+      rep.books[d->worker].active_blocks += l.blocks;
+      rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
+      live_[id] = l;
+      after_prefill_[*phase] = std::move(p);
+      return;
+    }
     if (std::optional<router::FetchPlan> plan = router::PlanFetch(
             o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes, d->worker)) {
       // The source sends what it holds now; the request reaches its worker once that arrived.
@@ -298,6 +314,63 @@ class Simulation {
     int max_tokens = 0;
     int fetch_first = 0, fetch_blocks = 0;  // a fetch's blocks, adopted before the request
   };
+
+  // As the router's MaybeDisaggregate: when request `p` (`l` on the books, routed to decode
+  // worker `to`) would prefill more than max_local_prefill_tokens there, places its prefill
+  // phase on the prefill worker the policy picks and returns the phase's id; `p` then starts
+  // its fetch at the first block `to` lacks. None: the request goes on as it is.
+  std::optional<std::string> MaybeDisaggregate(Replica& rep, const std::vector<WorkerView>& views,
+                                               Pending& p, Live& l, int to, absl::Time t) {
+    if (o_.prefill_workers == 0 || p.hashes.empty()) return std::nullopt;
+    const int first = rep.index.LongestPrefix(to, p.hashes).total();
+    if (l.prompt_tokens - int64_t{first} * block_size_ <= o_.max_local_prefill_tokens) {
+      return std::nullopt;
+    }
+    std::vector<WorkerView> prefill;
+    for (WorkerView v : views) {
+      if (!v.prefill_only) continue;
+      v.eligible = true;
+      prefill.push_back(std::move(v));
+    }
+    absl::StatusOr<router::Decision> d =
+        router::Route(*rep.policy, prefill, rep.index,
+                      {.hashes = p.hashes, .prompt_tokens = l.prompt_tokens, .max_tokens = 1});
+    if (!d.ok()) return std::nullopt;
+    const std::string id = absl::StrCat(p.id, "#prefill");
+    Live phase{.worker = d->worker,
+               .replica = l.replica,
+               .arrival = now_,
+               .prompt_tokens = l.prompt_tokens,
+               .predicted_cached = int64_t{d->predicted_cached_blocks} * block_size_,
+               .blocks = l.prompt_tokens / block_size_ + 1,
+               .prefill_phase = true};
+    rep.index.RecordRouted(d->worker, p.hashes, t);
+    rep.books[d->worker].active_blocks += phase.blocks;
+    rep.books[d->worker].queued_prefill += phase.prompt_tokens - phase.predicted_cached;
+    live_[id] = phase;
+    p.fetch_first = first;
+    l.disaggregated = true;
+    l.predicted_cached = static_cast<int64_t>(p.hashes.size()) * block_size_;
+    ++disaggregated_;
+    Admit({.id = id, .prompt = p.prompt, .hashes = p.hashes, .max_tokens = 1});
+    return id;
+  }
+
+  // A prefill phase ended on worker `w`: its request reaches its decode worker once the blocks
+  // the prefill worker holds have crossed the link.
+  void PrefillEnded(const std::string& phase_id, int w) {
+    auto it = after_prefill_.find(phase_id);
+    if (it == after_prefill_.end()) return;
+    Pending p = std::move(it->second);
+    after_prefill_.erase(it);
+    const int lacking = static_cast<int>(p.hashes.size()) - p.fetch_first;
+    p.fetch_blocks = std::min(lacking, workers_[w].engine->CachedRun(p.prompt, "", p.fetch_first));
+    if (p.fetch_blocks < lacking) ++fetch_fallbacks_["evicted"];
+    const double delay = static_cast<double>(p.fetch_blocks) *
+                         static_cast<double>(wire_block_bytes_) / (o_.disagg_gbps * 1e9);
+    fetch_seconds_ += delay;
+    deferred_.emplace(now_ + delay, order_++, std::move(p));
+  }
   void Admit(const Pending& p) {
     auto it = live_.find(p.id);
     if (it == live_.end()) return;
@@ -317,11 +390,11 @@ class Simulation {
     if (absl::Status s = w.engine->AddRequest(std::move(in)); !s.ok()) {
       ++errors_[std::string(s.message().substr(0, 80))];
       replicas_[it->second.replica].index.ForgetRouted(target, p.hashes);
-      Forget(p.id);
+      Drop(p.id);
       return;
     }
     ++w.requests;
-    w.prompt_tokens += it->second.prompt_tokens;
+    if (!it->second.disaggregated) w.prompt_tokens += it->second.prompt_tokens;
     if (!w.busy) StartStep(target);
   }
 
@@ -340,7 +413,7 @@ class Simulation {
       // Nothing could be scheduled and nothing runs: the waiting requests never fit the pool.
       for (const std::string& id : s.engine->AbortAll()) {
         ++errors_["does not fit the worker's KV pool"];
-        Forget(id);
+        Drop(id);
       }
       return;
     }
@@ -369,19 +442,39 @@ class Simulation {
       Live& l = it->second;
       if (!l.started && !out.new_tokens.empty()) {
         l.started = true;
-        ttft_.push_back(now_ - l.arrival);
-        s.cached_tokens += out.num_cached_prompt_tokens;
+        l.first_token_at = now_;
+        if (!l.prefill_phase) ttft_.push_back(now_ - l.arrival);
+        if (!l.disaggregated) s.cached_tokens += out.num_cached_prompt_tokens;
         Books& b = replicas_[l.replica].books[w];
         b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
         ++b.decode_seqs;
       }
+      l.output_tokens += static_cast<int64_t>(out.new_tokens.size());
       if (out.request_finished) {
+        if (l.prefill_phase) {
+          const std::string id = out.request_id;
+          Forget(id);
+          PrefillEnded(id, w);
+          continue;
+        }
         e2e_.push_back(now_ - l.arrival);
+        if (l.output_tokens > 1) {
+          tpot_.push_back((now_ - l.first_token_at) / static_cast<double>(l.output_tokens - 1));
+        }
         Forget(out.request_id);
       }
     }
     s.pending.clear();
     StartStep(w);
+  }
+
+  // A request that failed: off the books, with the request its prefill phase was for.
+  void Drop(const std::string& id) {
+    Forget(id);
+    if (auto it = after_prefill_.find(id); it != after_prefill_.end()) {
+      Forget(it->second.id);
+      after_prefill_.erase(it);
+    }
   }
 
   // Takes a request off the books of its worker.
@@ -426,7 +519,10 @@ class Simulation {
   double fetch_seconds_ = 0;
   std::map<std::string, int64_t> fetch_fallbacks_;
   absl::flat_hash_map<std::string, Live> live_;
-  std::vector<double> ttft_, e2e_;
+  // Disaggregated requests waiting for their prefill phase, by the phase's id.
+  absl::flat_hash_map<std::string, Pending> after_prefill_;
+  int64_t disaggregated_ = 0;
+  std::vector<double> ttft_, e2e_, tpot_;
   std::map<std::string, int64_t> decisions_, errors_;
   int64_t event_gaps_ = 0;
 };
@@ -466,9 +562,11 @@ json Simulation::Report() const {
   r["fetched_blocks"] = fetched_blocks_;
   r["fetch_seconds"] = fetch_seconds_;
   r["fetch_fallbacks"] = fetch_fallbacks_;
+  r["disaggregated"] = disaggregated_;
   r["virtual_seconds"] = now_;
   r["utilization"] = now_ > 0 ? busy / (now_ * static_cast<double>(workers_.size())) : 0.0;
-  for (const auto& [name, v] : {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}}) {
+  for (const auto& [name, v] :
+       {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}, std::pair{"tpot", &tpot_}}) {
     r[absl::StrCat("p50_", name, "_ms")] = 1e3 * Percentile(*v, 50);
     r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
     r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);
@@ -487,6 +585,13 @@ absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace
     return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
   }
   if (!(options.speedup > 0)) return absl::InvalidArgumentError("--speedup must be > 0");
+  if (options.prefill_workers < 0 || options.prefill_workers >= options.workers) {
+    return absl::InvalidArgumentError(
+        "--prefill-workers must leave at least one of --workers to decode");
+  }
+  if (options.prefill_workers > 0 && !(options.disagg_gbps > 0)) {
+    return absl::InvalidArgumentError("--disagg-gbps must be > 0");
+  }
   Simulation sim(options);
   RETURN_IF_ERROR(sim.Init());
   sim.Run(trace::Window(trace, options.window_start_ms, options.window_end_ms));

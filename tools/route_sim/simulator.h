@@ -52,6 +52,14 @@ struct SimOptions {
   // Peer prefix fetch (router/fetch_plan.h) as the router plans it, with the link moving
   // fetch.initial_gbps throughout: the request reaches its worker once its blocks have.
   router::KvFetchConfig fetch;
+  // Disaggregated serving (docs/DISAGGREGATION.md): the first `prefill_workers` workers only
+  // prefill. A request its decode worker would prefill more than max_local_prefill_tokens of is
+  // prefilled on one of them first (one token, discarded), and reaches its decode worker once
+  // the blocks have crossed a link of disagg_gbps; the decode worker then prefills only what
+  // did not come and generates every token.
+  int prefill_workers = 0;
+  int64_t max_local_prefill_tokens = 1000;
+  double disagg_gbps = 10;
 };
 
 // Unchanged by the run, so side-by-side runs compare the same requests.
