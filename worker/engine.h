@@ -29,6 +29,7 @@
 #include "worker/constraints.h"
 #include "worker/engine_config.h"
 #include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/kv_cache/kv_staging.h"
 #include "worker/model/model.h"
 #include "worker/model_runner.h"
 #include "worker/preflight.h"
@@ -250,6 +251,8 @@ class Engine {
       absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
       const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Rank `rank`'s ends of the transfer (made at first use): pinned staging on a device backend.
+  KvStaging& TransferStaging(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The hashes of `prompt`'s full blocks, as a request with `cache_salt` gets them.
   absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,
                                                       const std::string& cache_salt) const
@@ -283,6 +286,8 @@ class Engine {
   ThreadChecker engine_thread_{"engine"};
   std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<KvCacheManager> kv_ ABSL_GUARDED_BY(engine_thread_);
+  // One per rank, each on runner_'s pool and backend (so declared after runner_: freed first).
+  std::vector<std::unique_ptr<KvStaging>> kv_staging_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<Constraints> constraints_ ABSL_GUARDED_BY(engine_thread_);
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_

@@ -92,8 +92,7 @@ absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
     }
     chunk.num_blocks = static_cast<int>(blocks.size());
     for (int r = 0; r < runner_->size(); ++r) {
-      ASSIGN_OR_RETURN(std::string w,
-                       EncodeBlocks(runner_->device_kv(r), runner_->backend(r), blocks, hashes));
+      ASSIGN_OR_RETURN(std::string w, TransferStaging(r).Encode(blocks, hashes));
       chunk.wires.push_back(std::move(w));
     }
     const bool more = chunk.more;
@@ -135,13 +134,26 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
                       [&](const std::vector<std::pair<int, size_t>>& writes) {
                         KVSERVE_CHECK_THREAD(engine_thread_);  // called back right here
                         for (int r = 0; r < runner_->size(); ++r) {
+                          std::vector<const WireBlock*> blocks;
+                          std::vector<int> targets;
                           for (const auto& [block, i] : writes) {
-                            WriteBlock(runner_->device_kv(r), runner_->backend(r), block,
-                                       got[r][i]);
+                            blocks.push_back(&got[r][i]);
+                            targets.push_back(block);
                           }
-                          runner_->backend(r).Synchronize();
+                          TransferStaging(r).Write(blocks, targets);
                         }
                       });
+}
+
+KvStaging& Engine::TransferStaging(int rank) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (kv_staging_.empty()) {
+    for (int r = 0; r < runner_->size(); ++r) {
+      kv_staging_.push_back(
+          std::make_unique<KvStaging>(runner_->device_kv(r), runner_->backend(r)));
+    }
+  }
+  return *kv_staging_[rank];
 }
 
 absl::Status Engine::CheckChain(absl::Span<const BlockHash> all, int first_block) const {

@@ -18,7 +18,8 @@
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # CUDA graphs (backend replays, decode graphs in the engine), GPU sampling against the CPU twin
-# (time and token equality), then the decode-attention
+# (time and token equality), the KV transfer's ends (pageable, pinned staging, device copy),
+# then the decode-attention
 # benchmark (SIMT, tensor-core and pipelined kernels) and PyTorch SDPA on the same shapes, and the whole
 # engine on a Llama 3.2 1B-shaped model. Outputs land in $OUT (or /tmp) as well.
 set -uo pipefail
@@ -90,6 +91,11 @@ if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 else
   results+=("sdpa_bench|no torch")
 fi
+# KV blocks out of and into the device pool (issue 44): today's pageable per-range copies,
+# pinned staging (one gather into pinned memory), and a same-process device copy (what NCCL
+# between two GPUs would approach; one GPU cannot hold two NCCL ranks).
+run_check kv_staging_bench 90 "$build/bin/kv_staging_bench" --device cuda --blocks 64 --reps 5
+cat "$out/kv_staging_bench.log" 2>/dev/null
 # The whole engine (GEMMs, attention, sampling, host work) on a random-weight model of Llama 3.2
 # 1B's shape, bf16 weights: prefill and decode throughput per KV cache dtype, and how close a
 # decode step comes to reading its weights and KV at copy bandwidth.

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -85,9 +86,14 @@ int64_t WireBlockBytes(KvStorage& storage) {
   return total;
 }
 
-absl::StatusOr<std::string> EncodeBlocks(KvStorage& storage, kernels::Backend& backend,
-                                         absl::Span<const int> blocks,
-                                         absl::Span<const BlockHash> hashes) {
+namespace {
+
+// Reads `bytes` of pool memory at `from` into `to`: through a backend, or directly.
+using ReadFn = std::function<void(void* to, const void* from, size_t bytes)>;
+
+absl::StatusOr<std::string> Encode(KvStorage& storage, const ReadFn& read,
+                                   absl::Span<const int> blocks,
+                                   absl::Span<const BlockHash> hashes) {
   if (blocks.size() != hashes.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(blocks.size(), " blocks and ", hashes.size(), " hashes"));
@@ -117,11 +123,29 @@ absl::StatusOr<std::string> EncodeBlocks(KvStorage& storage, kernels::Backend& b
     for (const Range& r : BlockRanges(storage, blocks[i])) {
       const size_t at = out.size();
       out.resize(at + r.bytes);
-      backend.Download(out.data() + at, r.at, r.bytes);
+      read(out.data() + at, r.at, r.bytes);
     }
     Put<uint64_t>(out, XXH3_64bits(out.data() + start, out.size() - start));
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeBlocks(KvStorage& storage, kernels::Backend& backend,
+                                         absl::Span<const int> blocks,
+                                         absl::Span<const BlockHash> hashes) {
+  return Encode(
+      storage,
+      [&backend](void* to, const void* from, size_t bytes) { backend.Download(to, from, bytes); },
+      blocks, hashes);
+}
+
+absl::StatusOr<std::string> EncodeHostBlocks(KvStorage& host_storage, absl::Span<const int> blocks,
+                                             absl::Span<const BlockHash> hashes) {
+  return Encode(
+      host_storage, [](void* to, const void* from, size_t bytes) { std::memcpy(to, from, bytes); },
+      blocks, hashes);
 }
 
 absl::StatusOr<std::vector<WireBlock>> ReadBlocks(std::string_view wire, KvStorage& storage) {
@@ -187,6 +211,14 @@ void WriteBlock(KvStorage& storage, kernels::Backend& backend, int block, const 
   size_t at = 0;
   for (const Range& r : BlockRanges(storage, block)) {
     backend.Upload(r.at, b.bytes.data() + at, r.bytes);
+    at += r.bytes;
+  }
+}
+
+void WriteHostBlock(KvStorage& host_storage, int block, const WireBlock& b) {
+  size_t at = 0;
+  for (const Range& r : BlockRanges(host_storage, block)) {
+    std::memcpy(r.at, b.bytes.data() + at, r.bytes);
     at += r.bytes;
   }
 }

@@ -51,6 +51,10 @@ absl::StatusOr<std::string> EncodeBlocks(KvStorage& storage, kernels::Backend& b
                                          absl::Span<const int> blocks,
                                          absl::Span<const BlockHash> hashes);
 
+// The same from a pool in host memory (a host-tier KvStorage: pinned on CUDA), read directly.
+absl::StatusOr<std::string> EncodeHostBlocks(KvStorage& host_storage, absl::Span<const int> blocks,
+                                             absl::Span<const BlockHash> hashes);
+
 // Every block of `wire`, checked: FailedPrecondition naming the field when its shape (layers,
 // heads, block size, head size, formats) is not `storage`'s; DataLoss naming the block for a
 // checksum that does not match; InvalidArgument for a truncated or malformed wire.
@@ -58,6 +62,8 @@ absl::StatusOr<std::vector<WireBlock>> ReadBlocks(std::string_view wire, KvStora
 
 // Writes one checked block into block `block` of `storage` through `backend`.
 void WriteBlock(KvStorage& storage, kernels::Backend& backend, int block, const WireBlock& b);
+// The same into a pool in host memory, written directly.
+void WriteHostBlock(KvStorage& host_storage, int block, const WireBlock& b);
 
 }  // namespace kvserve::worker
 

@@ -1,0 +1,58 @@
+// The KV transfer's ends on one rank's device pool (issue 44, docs/DISAGGREGATION.md): blocks
+// out of the pool into the wire (kv_block_wire.h) and back. On a device backend they pass
+// through a staging pool in the backend's pinned host memory: one CopyBlocks launch gathers a
+// chunk's blocks there (or scatters them from there), and the CPU encodes or writes the wire
+// against host memory, instead of one synchronous copy per layer's K, V and scale ranges of
+// every block (128 for an 8B model's block). On the CPU backend the pool is host memory and
+// is read and written directly.
+//
+//   KvStaging staging(device_kv, backend);
+//   ASSIGN_OR_RETURN(std::string wire, staging.Encode(blocks, hashes));
+//   staging.Write(blocks_read_from_wire, targets);
+//
+// Owned by the engine thread, as the pool is.
+#ifndef KVSERVE_WORKER_KV_CACHE_KV_STAGING_H_
+#define KVSERVE_WORKER_KV_CACHE_KV_STAGING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/block_hash.h"
+#include "kernels/backend.h"
+#include "worker/kv_cache/kv_block_wire.h"
+#include "worker/kv_cache/kv_storage.h"
+
+namespace kvserve::worker {
+
+class KvStaging {
+ public:
+  // `device`: the rank's device pool, read and written through `backend`; both outlive this.
+  KvStaging(KvStorage& device, kernels::Backend& backend);
+
+  // EncodeBlocks of `blocks` of the device pool; the steps that wrote them must be done.
+  absl::StatusOr<std::string> Encode(absl::Span<const int> blocks,
+                                     absl::Span<const BlockHash> hashes);
+  // Writes blocks[i] (checked by ReadBlocks) into device block targets[i]; returns once they
+  // are in the device pool.
+  void Write(absl::Span<const WireBlock* const> blocks, absl::Span<const int> targets);
+
+  // Blocks the staging pool holds now (0: none yet, or the CPU backend, which needs none).
+  [[nodiscard]] int staged_capacity() const;
+
+ private:
+  bool Direct() const;
+  // The staging pool, grown (doubling) to hold at least `blocks`.
+  KvStorage& Staging(int blocks);
+  void Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> src,
+            absl::Span<const int32_t> dst);
+
+  KvStorage& device_;
+  kernels::Backend& backend_;
+  std::unique_ptr<KvStorage> staging_;
+};
+
+}  // namespace kvserve::worker
+
+#endif  // KVSERVE_WORKER_KV_CACHE_KV_STAGING_H_
