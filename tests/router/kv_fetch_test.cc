@@ -412,6 +412,18 @@ class DisaggregatedTest : public ::testing::TestWithParam<DisaggCase> {
     return RunOn(core, id, prompt);
   }
 
+  // A core over one prefill and one decode worker, counting into `metrics`, that sends prompts
+  // of more than 32 tokens to the prefill worker first.
+  static RouterOptions Pair(const WorkerProcess& prefill, const WorkerProcess& decode,
+                            RouterMetrics* metrics) {
+    RouterOptions o;
+    o.workers = {{"prefill", "127.0.0.1", prefill.port(), prefill.events_port()},
+                 {"decode", "127.0.0.1", decode.port(), decode.events_port()}};
+    o.metrics = metrics;
+    o.max_local_prefill_tokens = 32;
+    return o;
+  }
+
   static void WaitReady(const RouterCore& core, size_t n) {
     for (int i = 0; i < 1000; ++i) {
       const std::vector<WorkerInfo> w = core.Workers();
@@ -444,11 +456,7 @@ TEST_P(DisaggregatedTest, ALongPromptPrefillsOnThePrefillWorkerAndDecodesAsAggre
   ASSERT_TRUE(want.error.empty()) << want.error;
 
   RouterMetrics metrics;
-  RouterOptions o;
-  o.workers = {{"prefill", "127.0.0.1", prefill->port(), prefill->events_port()},
-               {"decode", "127.0.0.1", decode->port(), decode->events_port()}};
-  o.metrics = &metrics;
-  o.max_local_prefill_tokens = 32;
+  RouterOptions o = Pair(*prefill, *decode, &metrics);
   o.kv_fetch.max_chunk_bytes = 1;  // one block a chunk
   RouterCore core(o);
   core.Start();
@@ -488,11 +496,7 @@ TEST_P(DisaggregatedTest, APrefillWorkerThatHangsLeavesThePrefillToTheDecodeWork
   ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
   ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
   RouterMetrics metrics;
-  RouterOptions o;
-  o.workers = {{"prefill", "127.0.0.1", prefill->port(), prefill->events_port()},
-               {"decode", "127.0.0.1", decode->port(), decode->events_port()}};
-  o.metrics = &metrics;
-  o.max_local_prefill_tokens = 32;
+  RouterOptions o = Pair(*prefill, *decode, &metrics);
   o.heartbeat_timeout = absl::Seconds(1);
   RouterCore core(o);
   core.Start();
