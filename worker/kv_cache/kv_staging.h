@@ -3,7 +3,7 @@
 // through a staging pool in the backend's pinned host memory: one CopyBlocks launch gathers a
 // chunk's blocks there (or scatters them from there), and the CPU encodes or writes the wire
 // against host memory, instead of one synchronous copy per layer's K, V and scale ranges of
-// every block (128 for an 8B model's block). On the CPU backend the pool is host memory and
+// every block (64 to 128 for an 8B model's block). On the CPU backend the pool is host memory and
 // is read and written directly.
 //
 //   KvStaging staging(device_kv, backend);
