@@ -273,17 +273,11 @@ class Simulation {
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
     Pending p{.id = id, .prompt = prompt, .hashes = hashes, .max_tokens = static_cast<int>(out)};
     double delay = 0;
-    if (std::optional<std::string> phase = MaybeDisaggregate(rep, views, p, l, d->worker, t)) {
-      // Admitted once its prefill phase ended and the blocks crossed (FinishStep).
-      rep.index.RecordRouted(d->worker, hashes, t);
-      rep.books[d->worker].active_blocks += l.blocks;
-      rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
-      live_[id] = l;
-      after_prefill_[*phase] = std::move(p);
-      return;
-    }
-    if (std::optional<router::FetchPlan> plan = router::PlanFetch(
-            o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes, d->worker)) {
+    const std::optional<std::string> phase = MaybeDisaggregate(rep, views, p, l, d->worker, t);
+    if (std::optional<router::FetchPlan> plan =
+            phase ? std::nullopt
+                  : router::PlanFetch(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes,
+                                      d->worker)) {
       // The source sends what it holds now; the request reaches its worker once that arrived.
       p.fetch_first = plan->first_block;
       p.fetch_blocks = std::min(
@@ -299,7 +293,9 @@ class Simulation {
     rep.books[d->worker].active_blocks += l.blocks;
     rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
     live_[id] = l;
-    if (delay > 0) {
+    if (phase) {
+      after_prefill_[*phase] = std::move(p);  // admitted once the phase ended (PrefillEnded)
+    } else if (delay > 0) {
       deferred_.emplace(now_ + delay, order_++, std::move(p));
     } else {
       Admit(p);
