@@ -18,8 +18,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/dtype.h"
 #include "common/kv_format.h"
+#include "kernels/fingerprint.h"
 #include "kernels/logits_processing.h"
 #include "kernels/sampling.h"
 
@@ -151,6 +153,12 @@ struct PagedAttentionParams {
 // returns: WriteKv and PagedAttention on a copied layer wait for that layer's copies (so they
 // overlap the layers before it); anything else that reads or writes the pools must Synchronize
 // first.
+// Bytes of backend memory.
+struct ByteRange {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
 struct CopyBlocksParams {
   const KvCacheView* src_layers = nullptr;
   const KvCacheView* dst_layers = nullptr;
@@ -189,6 +197,19 @@ class Backend {
   virtual void Download(void* dst, const void* src, size_t bytes) = 0;
   // Backend memory to backend memory, in op order.
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  // The fingerprint (kernels/fingerprint.h, CombineFingerprints) of `ranges` of backend
+  // memory, after the ops issued before it: the same on every backend for the same bytes. A
+  // device backend computes it where the bytes are; this default downloads them.
+  virtual uint64_t Fingerprint(absl::Span<const ByteRange> ranges) {
+    std::vector<uint64_t> each;
+    std::vector<unsigned char> host;
+    for (const ByteRange& r : ranges) {
+      host.resize(r.bytes);
+      Download(host.data(), r.data, r.bytes);
+      each.push_back(FingerprintBytes(host.data(), r.bytes));
+    }
+    return CombineFingerprints(each.data(), each.size());
+  }
   // Returns when every op issued so far is done (a no-op on the CPU). Needed before handing
   // buffers to a communicator that runs on its own stream (NCCL).
   virtual void Synchronize() = 0;

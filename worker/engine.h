@@ -161,6 +161,21 @@ class Engine {
   // pool cannot take them (nothing changes).
   absl::StatusOr<int> ImportPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
                                    absl::Span<const std::string> wires, int first_block = 0);
+  // The device-to-device path (CUDA, one rank, an NCCL link).
+  // StagePrefixForLink gathers the chunk ExportPrefix would give into the device staging pool;
+  // its one wire is the link header (kv_block_wire.h), which goes to the peer by the router.
+  // SendStagedPrefix then moves the blocks over `link`, while the peer's ReceivePrefixFromLink
+  // takes them: it checks the header as ImportPrefix checks a wire (before the link is used),
+  // receives, checks the fingerprint (DataLoss) and caches the blocks as ImportPrefix does. An
+  // error of the link itself leaves it dead (kernels/peer_link.h).
+  absl::StatusOr<PrefixChunk> StagePrefixForLink(absl::Span<const int32_t> prompt,
+                                                 const std::string& cache_salt, int first_block,
+                                                 int max_blocks);
+  absl::Status SendStagedPrefix(kernels::PeerLink& link);
+  absl::StatusOr<int> ReceivePrefixFromLink(kernels::PeerLink& link,
+                                            absl::Span<const int32_t> prompt,
+                                            const std::string& cache_salt,
+                                            const std::string& header, int first_block);
   // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
   // from `first_block` on this engine caches, and caching `blocks` of them here as if their
   // bytes had arrived (the bookkeeping of ImportPrefix alone; FailedPrecondition on a device
@@ -253,6 +268,15 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Rank `rank`'s ends of the transfer (made at first use): pinned staging on a device backend.
   KvStaging& TransferStaging(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // The device pool's blocks of hashes all[first_block...] up to the first not cached, at most
+  // `max_blocks`; `more` when the cached run goes on.
+  struct CachedChunk {
+    std::vector<int> blocks;
+    std::vector<BlockHash> hashes;
+    bool more = false;
+  };
+  CachedChunk CachedBlocks(absl::Span<const BlockHash> all, size_t first_block,
+                           int max_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The hashes of `prompt`'s full blocks, as a request with `cache_salt` gets them.
   absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,
                                                       const std::string& cache_salt) const

@@ -1,5 +1,6 @@
-// Engine::ExportPrefix and Engine::ImportPrefix: a prompt's cached KV blocks leave one engine
-// and join another's prefix cache (docs/DISAGGREGATION.md). Engine thread, between steps.
+// Engine::ExportPrefix and Engine::ImportPrefix (and their device-to-device twins over an NCCL
+// link): a prompt's cached KV blocks leave one engine and join another's prefix cache
+// (docs/DISAGGREGATION.md). Engine thread, between steps.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,20 @@ absl::Status NeedsPools(const ModelRunner& runner, const KvCacheManager& kv, Dev
   if (device == Device::kCuda && runner.size() > 1) {
     return absl::UnimplementedError(
         "KV transfer with tensor parallelism on CUDA is not built yet (docs/DISAGGREGATION.md)");
+  }
+  return absl::OkStatus();
+}
+
+// FailedPrecondition unless got[i] is the prompt's block first_block + i (`hashes`: the
+// prompt's from first_block on) for every i.
+absl::Status MatchPrompt(absl::Span<const BlockHash> hashes, absl::Span<const BlockHash> got,
+                         int first_block) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i >= hashes.size() || got[i] != hashes[i]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV transfer: block ", first_block + i, " is not the prompt's block ",
+                       first_block + i, " (another prompt, cache salt, model or KV format)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -77,27 +92,34 @@ absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
     runner_->backend(r).Synchronize();  // the steps that wrote them have finished
   }
   for (size_t at = first_block;;) {
-    PrefixChunk chunk{.first_block = static_cast<int>(at)};
-    std::vector<int> blocks;
-    std::vector<BlockHash> hashes;
-    for (; at < all.size(); ++at) {
-      std::optional<int> b = kv_->pool().Lookup(all[at]);
-      if (!b) break;
-      if (static_cast<int>(blocks.size()) == blocks_per_chunk) {
-        chunk.more = true;
-        break;
-      }
-      blocks.push_back(*b);
-      hashes.push_back(all[at]);
-    }
-    chunk.num_blocks = static_cast<int>(blocks.size());
+    CachedChunk c = CachedBlocks(all, at, blocks_per_chunk);
+    PrefixChunk chunk{.first_block = static_cast<int>(at),
+                      .num_blocks = static_cast<int>(c.blocks.size()),
+                      .more = c.more};
+    at += c.blocks.size();
     for (int r = 0; r < runner_->size(); ++r) {
-      ASSIGN_OR_RETURN(std::string w, TransferStaging(r).Encode(blocks, hashes));
+      ASSIGN_OR_RETURN(std::string w, TransferStaging(r).Encode(c.blocks, c.hashes));
       chunk.wires.push_back(std::move(w));
     }
-    const bool more = chunk.more;
-    if (!each(std::move(chunk)) || !more) return absl::OkStatus();
+    if (!each(std::move(chunk)) || !c.more) return absl::OkStatus();
   }
+}
+
+Engine::CachedChunk Engine::CachedBlocks(absl::Span<const BlockHash> all, size_t first_block,
+                                         int max_blocks) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  CachedChunk out;
+  for (size_t at = first_block; at < all.size(); ++at) {
+    std::optional<int> b = kv_->pool().Lookup(all[at]);
+    if (!b) break;
+    if (static_cast<int>(out.blocks.size()) == max_blocks) {
+      out.more = true;
+      break;
+    }
+    out.blocks.push_back(*b);
+    out.hashes.push_back(all[at]);
+  }
+  return out;
 }
 
 absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
@@ -121,13 +143,9 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
       return absl::InvalidArgumentError(absl::StrCat(
           "KV transfer: rank ", r, " sent ", blocks.size(), " blocks, rank 0 ", got[0].size()));
     }
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      if (i >= hashes.size() || blocks[i].hash != hashes[i]) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("KV transfer: block ", first_block + i, " is not the prompt's block ",
-                         first_block + i, " (another prompt, cache salt, model or KV format)"));
-      }
-    }
+    std::vector<BlockHash> got_hashes;
+    for (const WireBlock& b : blocks) got_hashes.push_back(b.hash);
+    RETURN_IF_ERROR(MatchPrompt(hashes, got_hashes, first_block));
     got.push_back(std::move(blocks));
   }
   return CacheArrived(prompt, all, first_block, static_cast<int>(got[0].size()),
@@ -142,6 +160,57 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
                           }
                           TransferStaging(r).Write(blocks, targets);
                         }
+                      });
+}
+
+absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const int32_t> prompt,
+                                                               const std::string& cache_salt,
+                                                               int first_block, int max_blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
+  if (first_block < 0 || max_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("KV transfer: blocks from ", first_block,
+                                                   ", at most ", max_blocks, " a chunk"));
+  }
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
+  runner_->backend(0).Synchronize();  // the steps that wrote them have finished
+  CachedChunk c = CachedBlocks(all, first_block, max_blocks);
+  ASSIGN_OR_RETURN(std::string header, TransferStaging(0).StageForLink(c.blocks, c.hashes));
+  return PrefixChunk{.wires = {std::move(header)},
+                     .first_block = first_block,
+                     .num_blocks = static_cast<int>(c.blocks.size()),
+                     .more = c.more};
+}
+
+absl::Status Engine::SendStagedPrefix(kernels::PeerLink& link) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
+  return TransferStaging(0).SendStaged(link);
+}
+
+absl::StatusOr<int> Engine::ReceivePrefixFromLink(kernels::PeerLink& link,
+                                                  absl::Span<const int32_t> prompt,
+                                                  const std::string& cache_salt,
+                                                  const std::string& header, int first_block) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
+  // A header that is not this pool's shape is refused before the link moves a byte.
+  ASSIGN_OR_RETURN(LinkHeader h, ReadLinkHeader(header, runner_->device_kv(0)));
+  KvStaging& staging = TransferStaging(0);
+  RETURN_IF_ERROR(staging.ReceiveFromLink(link, h));
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
+  RETURN_IF_ERROR(CheckChain(all, first_block));
+  RETURN_IF_ERROR(
+      MatchPrompt(absl::MakeConstSpan(all).subspan(first_block), h.hashes, first_block));
+  return CacheArrived(prompt, all, first_block, static_cast<int>(h.hashes.size()),
+                      [&](const std::vector<std::pair<int, size_t>>& writes) {
+                        KVSERVE_CHECK_THREAD(engine_thread_);  // called back right here
+                        std::vector<int> staged, targets;
+                        for (const auto& [block, i] : writes) {
+                          staged.push_back(static_cast<int>(i));
+                          targets.push_back(block);
+                        }
+                        staging.WriteReceived(staged, targets);
                       });
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/cuda/copy_blocks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fingerprint.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/logits_processing.h"
 #include "kernels/cuda/paged_attention.h"
@@ -156,6 +157,7 @@ class CudaBackend final : public Backend {
     attention_workspace_.Release();
     rounded_x_.Release();
     split_counters_.Release();
+    fingerprint_sums_.Release();
     for (SegmentBuffer& b : segment_buffers_) {
       if (b.segments != nullptr) cudaFreeHost(b.segments);
       if (b.done != nullptr) cudaEventDestroy(b.done);
@@ -542,6 +544,22 @@ class CudaBackend final : public Backend {
     cuda::LaunchSample(p, stream_);
   }
 
+  uint64_t Fingerprint(absl::Span<const ByteRange> ranges) override {
+    Current();
+    NotRecording("Fingerprint");
+    if (ranges.empty()) return 0;
+    const size_t bytes = ranges.size() * sizeof(unsigned long long);
+    auto* sums = static_cast<unsigned long long*>(Scratch(fingerprint_sums_, bytes));
+    KVSERVE_CUDA_CHECK(cudaMemsetAsync(sums, 0, bytes, stream_));
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      cuda::LaunchFingerprintTerms(ranges[r].data, ranges[r].bytes, sums + r, stream_);
+    }
+    std::vector<uint64_t> each(ranges.size());
+    Download(each.data(), sums, bytes);
+    for (size_t r = 0; r < ranges.size(); ++r) each[r] += FingerprintLength(ranges[r].bytes);
+    return CombineFingerprints(each.data(), each.size());
+  }
+
   void Logprobs(const LogprobsParams& p) override {
     Current();
     cuda::LaunchLogprobs(p, stream_);
@@ -646,6 +664,7 @@ class CudaBackend final : public Backend {
   int64_t next_graph_ = 0;
   bool recording_ = false;
   DeviceScratch attention_workspace_, rounded_x_;
+  DeviceScratch fingerprint_sums_;                 // Fingerprint's, one per range
   DeviceScratch split_counters_{/*zeroed=*/true};  // the pipelined kernel's (zero between steps)
   std::vector<void*> kept_scratch_;  // outgrown scratch buffers that recorded graphs read
   struct SegmentBuffer {

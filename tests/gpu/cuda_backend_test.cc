@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl_communicator.h"
+#include "kernels/fingerprint.h"
 #include "tests/kernels/attention_cases.h"
 #include "tests/kernels/sampling_cases.h"
 #include "tests/testing/status_matchers.h"
@@ -517,6 +518,38 @@ TEST_F(CudaBackendTest, CopyBlocksBetweenDeviceAndPinnedHost) {
 // Sampling draws exactly the CPU twin's token: the rule is integer arithmetic over weights
 // computed with explicitly rounded float steps (kernels/sampling.h). Logprobs of the draws
 // name the same top ids.
+// The device's fingerprint of ranges (the NCCL transfer's check) is the host's, for odd
+// lengths, an unaligned start and an empty range; a flipped bit or swapped words change it.
+TEST_F(CudaBackendTest, FingerprintMatchesTheHosts) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> bytes(100003);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  auto* dev = static_cast<uint8_t*>(gpu_->Allocate(bytes.size()));
+  gpu_->Upload(dev, bytes.data(), bytes.size());
+  const std::vector<ByteRange> ranges = {
+      {dev, 100000}, {dev + 3, 13}, {dev + 100000, 0}, {dev + 1, 100002}};
+  std::vector<uint64_t> each;
+  each.push_back(FingerprintBytes(bytes.data(), 100000));
+  each.push_back(FingerprintBytes(bytes.data() + 3, 13));
+  each.push_back(FingerprintBytes(bytes.data(), 0));
+  each.push_back(FingerprintBytes(bytes.data() + 1, 100002));
+  const uint64_t want = CombineFingerprints(each.data(), each.size());
+  EXPECT_EQ(gpu_->Fingerprint(ranges), want);
+  EXPECT_EQ(cpu_->Fingerprint({{bytes.data(), 100000},
+                               {bytes.data() + 3, 13},
+                               {bytes.data(), 0},
+                               {bytes.data() + 1, 100002}}),
+            want);
+  bytes[777] ^= 0x10;
+  gpu_->Upload(dev, bytes.data(), bytes.size());
+  EXPECT_NE(gpu_->Fingerprint(ranges), want);
+  bytes[777] ^= 0x10;
+  std::swap_ranges(bytes.begin(), bytes.begin() + 8, bytes.begin() + 8);
+  gpu_->Upload(dev, bytes.data(), bytes.size());
+  EXPECT_NE(gpu_->Fingerprint(ranges), want);
+  gpu_->Free(dev);
+}
+
 TEST_F(CudaBackendTest, SampleMatchesCpuTokenForToken) {
   for (const SamplingCase& c :
        {SamplingCase{3, 1, 1, false}, SamplingCase{5, 7, 7, true},

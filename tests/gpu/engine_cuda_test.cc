@@ -12,11 +12,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
+#include <thread>
+
+#define XXH_INLINE_ALL  // header-only: the test forges a header checksum
+#include <xxhash.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
+#include "kernels/cuda/nccl_peer_link.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"
 #include "tools/random_model.h"
@@ -358,6 +364,81 @@ TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) 
     testing::ExpectSameSamples(got, want, 1e-3);
   }
 }
+
+#ifdef KVSERVE_CUDA_EMULATED
+// `header` with its fingerprint changed and its checksum made good again: a header that lies
+// about the bytes, as a link that corrupted them would make it look.
+std::string WithWrongFingerprint(std::string header) {
+  header[header.size() - 16] ^= 1;
+  const uint64_t sum = XXH3_64bits(header.data(), header.size() - 8);
+  std::memcpy(header.data() + header.size() - 8, &sum, 8);
+  return header;
+}
+
+// The device-to-device path: a prefill engine stages its prompt's blocks and sends them over an
+// NCCL link, and a decode engine (its own thread, as a worker's) receives them and serves the
+// request as the prefill engine did. A chunk whose fingerprint does not match is DataLoss and
+// caches nothing; the link goes on. Both engines are on GPU 0 of one process, which only the
+// emulator allows (NCCL refuses two ranks on one GPU); nccl_peer_link_test runs the link's two
+// ends in two processes.
+TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
+  const Reference ref = LoadReference("tiny-llama3");
+  std::vector<int32_t> prompt;
+  for (const auto& p : ref.prompts) prompt.insert(prompt.end(), p.begin(), p.end());
+  for (const KvQuantOptions& q : {KvQuantOptions{.dtype = "bf16"},
+                                  KvQuantOptions{.dtype = "int4", .granularity = "per_channel"}}) {
+    SCOPED_TRACE(q.dtype);
+    EngineConfig config = FixtureConfig("tiny-llama3");
+    config.backend.device = Device::kCuda;
+    config.cache.kv_quant = q;
+    std::unique_ptr<Engine> prefill = testing::MakeEngine(config);
+    std::unique_ptr<Engine> decode = testing::MakeEngine(config);
+    ASSERT_TRUE(prefill && decode);
+    decode->HandOver();
+    const int bs = prefill->config().cache.block_size;
+    std::vector<int32_t> p = prompt;
+    if (p.size() % bs == 0) p.push_back(p[0]);
+    const int full = static_cast<int>(p.size()) / bs;
+    ASSERT_OK(prefill->AddRequest(testing::GreedyRequest("r", p, 8)));
+    Results want = testing::RunToCompletion(*prefill);
+    ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk chunk, prefill->StagePrefixForLink(p, "", 0, 1000));
+    ASSERT_EQ(chunk.num_blocks, full);
+    ASSERT_OK_AND_ASSIGN(std::string id, kernels::NewNcclPeerId());
+
+    absl::StatusOr<int> forged = 0, added = 0;
+    int cached_after_forged = -1;
+    Results got;
+    std::thread decoder([&] {
+      absl::StatusOr<std::unique_ptr<kernels::PeerLink>> link =
+          kernels::JoinNcclPeerLink(id, 1, 0, absl::Seconds(60));
+      if (!link.ok()) {
+        added = link.status();
+        return;
+      }
+      forged =
+          decode->ReceivePrefixFromLink(**link, p, "", WithWrongFingerprint(chunk.wires[0]), 0);
+      cached_after_forged = decode->CachedRun(p, "", 0);
+      added = decode->ReceivePrefixFromLink(**link, p, "", chunk.wires[0], 0);
+      if (added.ok() && decode->AddRequest(testing::GreedyRequest("r", p, 8)).ok()) {
+        got = testing::RunToCompletion(*decode, /*check_invariants=*/true);
+      }
+      decode->HandOver();
+    });
+    ASSERT_OK_AND_ASSIGN(auto link, kernels::JoinNcclPeerLink(id, 0, 0, absl::Seconds(60)));
+    EXPECT_OK(prefill->SendStagedPrefix(*link));  // the forged header's chunk
+    EXPECT_OK(prefill->SendStagedPrefix(*link));
+    decoder.join();
+    EXPECT_TRUE(absl::IsDataLoss(forged.status())) << forged.status();
+    EXPECT_EQ(cached_after_forged, 0);
+    ASSERT_OK(added);
+    EXPECT_EQ(*added, full);
+    ASSERT_EQ(got.count("r"), 1u);
+    EXPECT_EQ(got["r"][0].num_cached_prompt_tokens, full * bs);
+    EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
+    testing::ExpectSameSamples(got, want, 1e-3);
+  }
+}
+#endif  // KVSERVE_CUDA_EMULATED
 
 // A random-weight Llama of `heads` query heads of 64 or 128 (hidden 512) over `kv_heads` in
 // `dir`, vocabulary 2048, bf16 weights on the GPU; and an engine config for it that prefills in

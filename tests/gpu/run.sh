@@ -65,6 +65,9 @@ run_check cuda_backend_test_pl 120 "$build/bin/cuda_backend_test" --gtest_filter
 if [[ -x $build/bin/nccl_communicator_test ]]; then
   run_check nccl_communicator_test 180 "$build/bin/nccl_communicator_test"
 else results+=("nccl_communicator_test|missing"); fi
+# The KV link between two workers' GPUs: with one GPU only its refusals run (NCCL refuses two
+# ranks on one GPU; the moves need two, which the emulated build has).
+run_check nccl_peer_link_test 60 "$build/bin/nccl_peer_link_test"
 run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Graph*:*Pipelined*
 run_check engine_cuda_test_pl 60 "$build/bin/engine_cuda_test" --gtest_filter=*Pipelined*
 # CUDA graphs (stream capture, replays, decode graphs in the engine), which have not run on a

@@ -7,11 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace kvserve::worker {
 namespace {
 
 constexpr std::string_view kMagic = "KVBW";
+constexpr std::string_view kLinkMagic = "KVBL";
 constexpr uint16_t kVersion = 1;
 
 // One layer's four byte ranges of one block: where they start in the pool and how long they are.
@@ -78,6 +80,60 @@ class Reader {
   std::string_view rest_;
 };
 
+// The header both wires share: magic, version, reserved, count and the storage's shape.
+void PutHeader(std::string& out, std::string_view magic, size_t count, KvStorage& storage) {
+  const kernels::KvCacheView first = storage.View(0);
+  const std::string formats = Formats(storage);
+  out.append(magic);
+  Put<uint16_t>(out, kVersion);
+  Put<uint16_t>(out, 0);
+  Put<uint32_t>(out, static_cast<uint32_t>(count));
+  Put<uint32_t>(out, static_cast<uint32_t>(storage.num_layers()));
+  Put<uint32_t>(out, static_cast<uint32_t>(first.num_kv_heads));
+  Put<uint32_t>(out, static_cast<uint32_t>(first.block_size));
+  Put<uint32_t>(out, static_cast<uint32_t>(first.head_dim));
+  Put<uint16_t>(out, static_cast<uint16_t>(formats.size()));
+  out.append(formats);
+}
+
+// Reads and checks the header against `storage`; returns the block count.
+absl::StatusOr<uint32_t> ReadHeader(Reader& in, std::string_view magic, KvStorage& storage) {
+  std::string_view got;
+  uint16_t version = 0, reserved = 0, formats_size = 0;
+  uint32_t count = 0, layers = 0, heads = 0, block_size = 0, head_dim = 0;
+  if (!in.Take(magic.size(), &got) || got != magic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not KV blocks (no \"", std::string(magic), "\" header)"));
+  }
+  if (!in.Get(&version) || !in.Get(&reserved) || !in.Get(&count) || !in.Get(&layers) ||
+      !in.Get(&heads) || !in.Get(&block_size) || !in.Get(&head_dim) || !in.Get(&formats_size)) {
+    return absl::InvalidArgumentError("KV blocks: the header is truncated");
+  }
+  if (version != kVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV blocks: wire version ", version, ", this worker reads ", kVersion));
+  }
+  std::string_view formats;
+  if (!in.Take(formats_size, &formats)) {
+    return absl::InvalidArgumentError("KV blocks: the header is truncated");
+  }
+  const kernels::KvCacheView own = storage.View(0);
+  const auto mismatch = [](const char* what, const auto& theirs, const auto& ours) {
+    return absl::FailedPreconditionError(absl::StrCat("KV blocks: the sender's ", what, " is ",
+                                                      theirs, ", this worker's is ", ours));
+  };
+  if (layers != static_cast<uint32_t>(storage.num_layers())) {
+    return mismatch("layer count", layers, storage.num_layers());
+  }
+  if (heads != own.num_kv_heads) return mismatch("KV heads (per rank)", heads, own.num_kv_heads);
+  if (block_size != own.block_size) return mismatch("block size", block_size, own.block_size);
+  if (head_dim != own.head_dim) return mismatch("head size", head_dim, own.head_dim);
+  if (const std::string ours = Formats(storage); formats != ours) {
+    return mismatch("KV formats", std::string(formats), ours);
+  }
+  return count;
+}
+
 }  // namespace
 
 int64_t WireBlockBytes(KvStorage& storage) {
@@ -98,21 +154,10 @@ absl::StatusOr<std::string> Encode(KvStorage& storage, const ReadFn& read,
     return absl::InvalidArgumentError(
         absl::StrCat(blocks.size(), " blocks and ", hashes.size(), " hashes"));
   }
-  const kernels::KvCacheView first = storage.View(0);
-  const std::string formats = Formats(storage);
   const int64_t block_bytes = WireBlockBytes(storage);
   std::string out;
-  out.reserve(32 + formats.size() + blocks.size() * (16 + block_bytes + 8));
-  out.append(kMagic);
-  Put<uint16_t>(out, kVersion);
-  Put<uint16_t>(out, 0);
-  Put<uint32_t>(out, static_cast<uint32_t>(blocks.size()));
-  Put<uint32_t>(out, static_cast<uint32_t>(storage.num_layers()));
-  Put<uint32_t>(out, static_cast<uint32_t>(first.num_kv_heads));
-  Put<uint32_t>(out, static_cast<uint32_t>(first.block_size));
-  Put<uint32_t>(out, static_cast<uint32_t>(first.head_dim));
-  Put<uint16_t>(out, static_cast<uint16_t>(formats.size()));
-  out.append(formats);
+  out.reserve(64 + blocks.size() * (16 + block_bytes + 8));
+  PutHeader(out, kMagic, blocks.size(), storage);
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i] < 0 || blocks[i] >= storage.num_blocks()) {
       return absl::InvalidArgumentError(
@@ -150,38 +195,7 @@ absl::StatusOr<std::string> EncodeHostBlocks(KvStorage& host_storage, absl::Span
 
 absl::StatusOr<std::vector<WireBlock>> ReadBlocks(std::string_view wire, KvStorage& storage) {
   Reader in(wire);
-  std::string_view magic;
-  uint16_t version = 0, reserved = 0, formats_size = 0;
-  uint32_t count = 0, layers = 0, heads = 0, block_size = 0, head_dim = 0;
-  if (!in.Take(kMagic.size(), &magic) || magic != kMagic) {
-    return absl::InvalidArgumentError("not KV blocks (no \"KVBW\" header)");
-  }
-  if (!in.Get(&version) || !in.Get(&reserved) || !in.Get(&count) || !in.Get(&layers) ||
-      !in.Get(&heads) || !in.Get(&block_size) || !in.Get(&head_dim) || !in.Get(&formats_size)) {
-    return absl::InvalidArgumentError("KV blocks: the header is truncated");
-  }
-  if (version != kVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("KV blocks: wire version ", version, ", this worker reads ", kVersion));
-  }
-  std::string_view formats;
-  if (!in.Take(formats_size, &formats)) {
-    return absl::InvalidArgumentError("KV blocks: the header is truncated");
-  }
-  const kernels::KvCacheView own = storage.View(0);
-  const auto mismatch = [](const char* what, const auto& theirs, const auto& ours) {
-    return absl::FailedPreconditionError(absl::StrCat("KV blocks: the sender's ", what, " is ",
-                                                      theirs, ", this worker's is ", ours));
-  };
-  if (layers != static_cast<uint32_t>(storage.num_layers())) {
-    return mismatch("layer count", layers, storage.num_layers());
-  }
-  if (heads != own.num_kv_heads) return mismatch("KV heads (per rank)", heads, own.num_kv_heads);
-  if (block_size != own.block_size) return mismatch("block size", block_size, own.block_size);
-  if (head_dim != own.head_dim) return mismatch("head size", head_dim, own.head_dim);
-  if (const std::string ours = Formats(storage); formats != ours) {
-    return mismatch("KV formats", std::string(formats), ours);
-  }
+  ASSIGN_OR_RETURN(const uint32_t count, ReadHeader(in, kMagic, storage));
   const int64_t block_bytes = WireBlockBytes(storage);
   if (in.left() != count * static_cast<size_t>(16 + block_bytes + 8)) {
     return absl::InvalidArgumentError(absl::StrCat("KV blocks: ", in.left(),
@@ -221,6 +235,47 @@ void WriteHostBlock(KvStorage& host_storage, int block, const WireBlock& b) {
     std::memcpy(r.at, b.bytes.data() + at, r.bytes);
     at += r.bytes;
   }
+}
+
+std::vector<kernels::ByteRange> LeadingRanges(KvStorage& storage, int blocks) {
+  std::vector<kernels::ByteRange> out;
+  for (const Range& r : BlockRanges(storage, 0)) {
+    out.push_back({r.at, static_cast<size_t>(r.bytes) * blocks});
+  }
+  return out;
+}
+
+std::string EncodeLinkHeader(KvStorage& storage, absl::Span<const BlockHash> hashes,
+                             uint64_t fingerprint) {
+  std::string out;
+  PutHeader(out, kLinkMagic, hashes.size(), storage);
+  for (const BlockHash& h : hashes) out.append(h.ToBytes());
+  Put<uint64_t>(out, fingerprint);
+  Put<uint64_t>(out, XXH3_64bits(out.data(), out.size()));
+  return out;
+}
+
+absl::StatusOr<LinkHeader> ReadLinkHeader(std::string_view wire, KvStorage& storage) {
+  Reader in(wire);
+  ASSIGN_OR_RETURN(const uint32_t count, ReadHeader(in, kLinkMagic, storage));
+  if (in.left() != count * size_t{16} + 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV link header: ", in.left(), " bytes after the header for ", count, " block hashes"));
+  }
+  uint64_t sum = 0;
+  std::memcpy(&sum, wire.data() + wire.size() - 8, 8);
+  if (XXH3_64bits(wire.data(), wire.size() - 8) != sum) {
+    return absl::DataLossError("KV link header: fails its checksum");
+  }
+  LinkHeader out;
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view bytes;
+    in.Take(16, &bytes);
+    ASSIGN_OR_RETURN(BlockHash h, BlockHash::FromBytes(bytes));
+    out.hashes.push_back(h);
+  }
+  in.Get(&out.fingerprint);
+  return out;
 }
 
 }  // namespace kvserve::worker

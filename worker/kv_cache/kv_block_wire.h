@@ -65,6 +65,22 @@ void WriteBlock(KvStorage& storage, kernels::Backend& backend, int block, const 
 // The same into a pool in host memory, written directly.
 void WriteHostBlock(KvStorage& host_storage, int block, const WireBlock& b);
 
+// The device-to-device path (an NCCL link, kernels/peer_link.h): a chunk's blocks gathered
+// into blocks [0, n) of a staging pool in device memory cross the link as the pool's leading
+// ranges, layer by layer (K codes, V codes, K scales, V scales, each n blocks long), while the
+// header crosses the router: the same header as above under magic "KVBL", each block's hash,
+// the fingerprint (kernels/fingerprint.h) of those ranges, and an XXH3-64 of all that.
+std::vector<kernels::ByteRange> LeadingRanges(KvStorage& storage, int blocks);
+std::string EncodeLinkHeader(KvStorage& storage, absl::Span<const BlockHash> hashes,
+                             uint64_t fingerprint);
+
+struct LinkHeader {
+  std::vector<BlockHash> hashes;
+  uint64_t fingerprint = 0;
+};
+// Checked as ReadBlocks checks a wire's header; DataLoss when its checksum fails.
+absl::StatusOr<LinkHeader> ReadLinkHeader(std::string_view wire, KvStorage& storage);
+
 }  // namespace kvserve::worker
 
 #endif  // KVSERVE_WORKER_KV_CACHE_KV_BLOCK_WIRE_H_

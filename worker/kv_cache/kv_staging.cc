@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvserve::worker {
 
@@ -15,17 +16,18 @@ bool KvStaging::Direct() const { return backend_.name() == "cpu"; }
 
 int KvStaging::staged_capacity() const { return staging_ ? staging_->num_blocks() : 0; }
 
-KvStorage& KvStaging::Staging(int blocks) {
-  if (!staging_ || staging_->num_blocks() < blocks) {
-    const int n = std::max(blocks, 2 * staged_capacity());
+KvStorage& KvStaging::Staging(int blocks, bool device) {
+  std::unique_ptr<KvStorage>& pool = device ? device_staging_ : staging_;
+  if (!pool || pool->num_blocks() < blocks) {
+    const int n = std::max(blocks, pool ? 2 * pool->num_blocks() : 0);
     const kernels::KvCacheView v = device_.View(0);
-    staging_.reset();  // the old pool's pinned memory goes first
-    staging_ = std::make_unique<KvStorage>(device_.spec(), n, static_cast<int>(v.num_kv_heads),
-                                           static_cast<int>(v.block_size),
-                                           static_cast<int>(v.head_dim), &backend_,
-                                           /*host_tier=*/true);
+    pool.reset();  // the old pool's memory goes first
+    pool = std::make_unique<KvStorage>(device_.spec(), n, static_cast<int>(v.num_kv_heads),
+                                       static_cast<int>(v.block_size), static_cast<int>(v.head_dim),
+                                       &backend_,
+                                       /*host_tier=*/!device);
   }
-  return *staging_;
+  return *pool;
 }
 
 void KvStaging::Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> src,
@@ -70,6 +72,59 @@ void KvStaging::Write(absl::Span<const WireBlock* const> blocks, absl::Span<cons
   std::iota(src.begin(), src.end(), 0);
   for (int i = 0; i < n; ++i) WriteHostBlock(staging, i, *blocks[i]);
   Copy(staging, device_, src, dst);
+}
+
+absl::StatusOr<std::string> KvStaging::StageForLink(absl::Span<const int> blocks,
+                                                    absl::Span<const BlockHash> hashes) {
+  if (Direct()) {
+    return absl::FailedPreconditionError(
+        "KV over a device link needs a device backend (the CPU's KV moves over the router)");
+  }
+  if (blocks.size() != hashes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(blocks.size(), " blocks and ", hashes.size(), " hashes"));
+  }
+  for (int b : blocks) {
+    if (b < 0 || b >= device_.num_blocks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block ", b, " is outside the pool of ", device_.num_blocks()));
+    }
+  }
+  const int n = static_cast<int>(blocks.size());
+  KvStorage& staging = Staging(std::max(n, 1), /*device=*/true);
+  std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(n);
+  std::iota(dst.begin(), dst.end(), 0);
+  Copy(device_, staging, src, dst);
+  staged_for_link_ = n;
+  return EncodeLinkHeader(staging, hashes, backend_.Fingerprint(LeadingRanges(staging, n)));
+}
+
+absl::Status KvStaging::SendStaged(kernels::PeerLink& link) {
+  if (!device_staging_) return absl::FailedPreconditionError("nothing is staged for the link");
+  return link.Send(LeadingRanges(*device_staging_, staged_for_link_));
+}
+
+absl::Status KvStaging::ReceiveFromLink(kernels::PeerLink& link, const LinkHeader& header) {
+  if (Direct()) {
+    return absl::FailedPreconditionError(
+        "KV over a device link needs a device backend (the CPU's KV moves over the router)");
+  }
+  const int n = static_cast<int>(header.hashes.size());
+  KvStorage& staging = Staging(std::max(n, 1), /*device=*/true);
+  const std::vector<kernels::ByteRange> ranges = LeadingRanges(staging, n);
+  backend_.Synchronize();  // nothing still reads the staging pool
+  RETURN_IF_ERROR(link.Receive(ranges));
+  if (const uint64_t got = backend_.Fingerprint(ranges); got != header.fingerprint) {
+    return absl::DataLossError(absl::StrCat("KV over the link: the ", n,
+                                            " blocks received have fingerprint ", got,
+                                            ", the sender's header says ", header.fingerprint));
+  }
+  return absl::OkStatus();
+}
+
+void KvStaging::WriteReceived(absl::Span<const int> staged, absl::Span<const int> targets) {
+  std::vector<int32_t> src(staged.begin(), staged.end()), dst(targets.begin(), targets.end());
+  Copy(*device_staging_, device_, src, dst);
 }
 
 }  // namespace kvserve::worker

@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "common/block_hash.h"
 #include "kernels/backend.h"
+#include "kernels/peer_link.h"
 #include "worker/kv_cache/kv_block_wire.h"
 #include "worker/kv_cache/kv_storage.h"
 
@@ -41,16 +42,30 @@ class KvStaging {
   // Blocks the staging pool holds now (0: none yet, or the CPU backend, which needs none).
   [[nodiscard]] int staged_capacity() const;
 
+  // The device-to-device path (a device backend and an NCCL link; kv_block_wire.h's link
+  // header). StageForLink gathers `blocks` into blocks [0, n) of a staging pool in device memory
+  // and returns the link header with their fingerprint; SendStaged moves them over the link.
+  // ReceiveFromLink takes the chunk a checked header describes into that pool and compares the
+  // fingerprint (DataLoss, naming both, when it differs; the device pool is not touched), and
+  // WriteReceived copies staged blocks [0, n) into device blocks `targets`.
+  absl::StatusOr<std::string> StageForLink(absl::Span<const int> blocks,
+                                           absl::Span<const BlockHash> hashes);
+  absl::Status SendStaged(kernels::PeerLink& link);
+  absl::Status ReceiveFromLink(kernels::PeerLink& link, const LinkHeader& header);
+  void WriteReceived(absl::Span<const int> staged, absl::Span<const int> targets);
+
  private:
   bool Direct() const;
-  // The staging pool, grown (doubling) to hold at least `blocks`.
-  KvStorage& Staging(int blocks);
+  // The staging pool in pinned host memory (or, `device`, in device memory), grown (doubling)
+  // to hold at least `blocks`.
+  KvStorage& Staging(int blocks, bool device = false);
   void Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> src,
             absl::Span<const int32_t> dst);
 
   KvStorage& device_;
   kernels::Backend& backend_;
-  std::unique_ptr<KvStorage> staging_;
+  std::unique_ptr<KvStorage> staging_, device_staging_;
+  int staged_for_link_ = 0;  // blocks StageForLink left in device_staging_
 };
 
 }  // namespace kvserve::worker

@@ -1,15 +1,23 @@
-// NCCL's calls that kvserve makes, for the emulated build (runtime.cc): the ranks of a
-// communicator are threads of this process, and each collective, queued on its stream, is a
-// rendezvous where the last rank to arrive computes the result for all (float32 sums, gathers and
-// broadcasts, the only ones kvserve uses). Several ranks in one process is what lets the tests run
-// tensor parallelism on the CUDA path, which the one-GPU machine cannot (NCCL refuses two ranks on
-// one device). A rank that never arrives blocks the others until one of them aborts the
-// communicator (ncclCommAbort, which kvserve's watchdog calls at its timeout): then the collectives
-// waiting and those that come later return without a result, as NCCL's kernels that an abort ends
-// leave garbage. (Unlike NCCL, one rank's abort also ends its peers' collectives.)
+// NCCL's calls that kvserve makes, for the emulated build (runtime.cc). A communicator's ranks
+// join through sockets (nccl_sockets.h), so they may be threads of one process or processes.
+// ncclSend and ncclRecv, queued on their streams, stream the bytes between rank 0 and another
+// rank over those sockets: the two workers of a disaggregated pair move KV through them. The
+// collectives need every rank in one process (the emulator's tensor-parallel groups): each,
+// queued on its stream, is a rendezvous where the last rank to arrive computes the result for
+// all (float32 sums, gathers and broadcasts, the only ones kvserve uses). Several ranks in one
+// process is what lets the tests run tensor parallelism on the CUDA path, which the one-GPU
+// machine cannot (NCCL refuses two ranks on one device). A rank that never arrives blocks the
+// others until one of them aborts the communicator (ncclCommAbort, which kvserve's watchdog calls
+// at its timeout): then the collectives waiting and those that come later return without a
+// result, as NCCL's kernels that an abort ends leave garbage, and the sends and receives stop
+// where they were. (Unlike NCCL, one rank's abort also ends its peers' collectives; a peer that
+// closed its end is NCCL's remote error.) ncclGroupStart/End group nothing: the calls between
+// them are queued in order, which is enough for a side that only sends or only receives.
 #include <nccl.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -18,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "tests/testing/cuda_emulator/nccl_sockets.h"
 #include "tests/testing/cuda_emulator/streams.h"
 
 namespace {
@@ -73,23 +82,66 @@ std::map<std::string, std::shared_ptr<Clique>> cliques ABSL_GUARDED_BY(cliques_m
 }  // namespace
 
 struct ncclComm {
-  std::shared_ptr<Clique> clique;
+  std::shared_ptr<Clique> clique;  // null when the ranks are in several processes
   int rank;
+  kvserve::emulation::Mesh mesh;
 };
+
+namespace {
+
+size_t TypeBytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+// The socket to `peer`: rank 0 has one to each rank, the others one to rank 0.
+std::shared_ptr<kvserve::emulation::PeerSocket> SocketTo(ncclComm_t comm, int peer) {
+  const auto& peers = comm->mesh.peers;
+  if (comm->rank != 0) return peer == 0 ? peers[0] : nullptr;
+  return peer >= 1 && peer < static_cast<int>(peers.size()) ? peers[peer] : nullptr;
+}
+
+}  // namespace
 
 extern "C" {
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  // Unique across the processes of a test: they share the machine's abstract socket names.
   static std::atomic<uint64_t> next{1};
   std::memset(id->internal, 0, sizeof(id->internal));
-  const uint64_t n = next++;
-  std::memcpy(id->internal, &n, sizeof(n));
+  const uint64_t parts[3] = {
+      static_cast<uint64_t>(getpid()), next++,
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  std::memcpy(id->internal, parts, sizeof(parts));
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   const std::string key(id.internal, sizeof(id.internal));
+  absl::StatusOr<kvserve::emulation::Mesh> mesh =
+      kvserve::emulation::JoinMesh(key, nranks, rank, absl::Seconds(120));
+  if (!mesh.ok()) return ncclSystemError;
+  if (!mesh->one_process) {
+    *comm = new ncclComm{nullptr, rank, *std::move(mesh)};
+    return ncclSuccess;
+  }
   std::shared_ptr<Clique> clique;
   {
     absl::MutexLock lock(&cliques_mu);
@@ -103,8 +155,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     absl::MutexLock lock(&cliques_mu);
     cliques.erase(key);
   });
-  *comm = new ncclComm{std::move(clique), rank};
+  *comm = new ncclComm{std::move(clique), rank, *std::move(mesh)};
   return ncclSuccess;
+}
+
+// Joins as ncclCommInitRank does, blocking whatever config->blocking says (a rank that never
+// comes fails the join after 120 s).
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t*) {
+  return ncclCommInitRank(comm, nranks, id, rank);
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -113,12 +172,18 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  comm->clique->Abort();
+  if (comm->clique != nullptr) comm->clique->Abort();
+  for (const auto& peer : comm->mesh.peers) {
+    if (peer != nullptr) peer->Break();
+  }
   return ncclCommDestroy(comm);
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* error) {
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   *error = ncclSuccess;
+  for (const auto& peer : comm->mesh.peers) {
+    if (peer != nullptr && peer->broken()) *error = ncclRemoteError;
+  }
   return ncclSuccess;
 }
 
@@ -128,6 +193,11 @@ const char* ncclGetErrorString(ncclResult_t result) {
       return "no error";
     case ncclInvalidArgument:
       return "invalid argument (emulated NCCL)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error (emulated NCCL: the peer's "
+             "socket closed)";
+    case ncclSystemError:
+      return "system call failed (emulated NCCL: a rank never joined)";
     default:
       return "unsupported by the emulated NCCL";
   }
@@ -135,6 +205,7 @@ const char* ncclGetErrorString(ncclResult_t result) {
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (comm->clique == nullptr) return ncclInvalidUsage;  // ranks in several processes
   if (type != ncclFloat32 || op != ncclSum) return ncclInvalidUsage;
   // The queued call outlives an aborted (deleted) comm: it holds the clique and the rank.
   kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
@@ -153,6 +224,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream) {
+  if (comm->clique == nullptr) return ncclInvalidUsage;  // ranks in several processes
   if (type != ncclFloat32) return ncclInvalidUsage;
   kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
     clique->Rendezvous(rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
@@ -171,6 +243,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream) {
+  if (comm->clique == nullptr) return ncclInvalidUsage;  // ranks in several processes
   if (type != ncclFloat32 || root < 0 || root >= comm->clique->size) return ncclInvalidUsage;
   kvserve::emulation::Enqueue(stream, [=, clique = comm->clique, rank = comm->rank] {
     clique->Rendezvous(rank, {static_cast<const float*>(send), static_cast<float*>(recv)},
@@ -182,5 +255,26 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   });
   return ncclSuccess;
 }
+
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  std::shared_ptr<kvserve::emulation::PeerSocket> socket = SocketTo(comm, peer);
+  if (socket == nullptr || TypeBytes(type) == 0) return ncclInvalidUsage;
+  const size_t bytes = count * TypeBytes(type);
+  kvserve::emulation::Enqueue(stream, [=] { socket->WriteAll(send, bytes); });
+  return ncclSuccess;
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  std::shared_ptr<kvserve::emulation::PeerSocket> socket = SocketTo(comm, peer);
+  if (socket == nullptr || TypeBytes(type) == 0) return ncclInvalidUsage;
+  const size_t bytes = count * TypeBytes(type);
+  kvserve::emulation::Enqueue(stream, [=] { socket->ReadAll(recv, bytes); });
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() { return ncclSuccess; }
+ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 }  // extern "C"

@@ -110,6 +110,41 @@ TEST_P(KvBlockWireTest, ACorruptedOrTruncatedWireIsRefusedNamingTheBlock) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KVBW")));
 }
 
+// The link path's pieces on the CPU: the leading ranges of a pool are its first blocks' bytes,
+// layer by layer, and the link header carries the hashes and the fingerprint, refusing a
+// flipped byte, a truncation, another shape and a block wire.
+TEST_P(KvBlockWireTest, LinkHeaderAndLeadingRanges) {
+  const KvCacheSpec spec = Spec(GetParam().dtype, GetParam().granularity, 16);
+  KvStorage pool(spec, 4, kHeads, kBlockSize, 16, cpu_.get());
+  Fill(pool, 3);
+  const std::vector<kernels::ByteRange> ranges = LeadingRanges(pool, 2);
+  size_t total = 0;
+  for (const kernels::ByteRange& r : ranges) total += r.bytes;
+  EXPECT_EQ(static_cast<int64_t>(total), 2 * WireBlockBytes(pool));
+  const uint64_t fingerprint = cpu_->Fingerprint(ranges);
+  const std::string header = EncodeLinkHeader(pool, {H(7), H(8)}, fingerprint);
+  ASSERT_OK_AND_ASSIGN(LinkHeader got, ReadLinkHeader(header, pool));
+  EXPECT_EQ(got.hashes, (std::vector<BlockHash>{H(7), H(8)}));
+  EXPECT_EQ(got.fingerprint, fingerprint);
+  std::string bad = header;
+  bad[bad.size() - 20] ^= 1;  // a byte of the last hash
+  EXPECT_THAT(ReadLinkHeader(bad, pool),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("checksum")));
+  EXPECT_THAT(ReadLinkHeader(header.substr(0, header.size() - 1), pool),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 block hashes")));
+  KvStorage other(spec, 4, 1, kBlockSize, 16, cpu_.get());
+  EXPECT_THAT(ReadLinkHeader(header, other), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                      HasSubstr("KV heads (per rank) is 2")));
+  ASSERT_OK_AND_ASSIGN(std::string wire, EncodeBlocks(pool, *cpu_, {0}, {H(1)}));
+  EXPECT_THAT(ReadLinkHeader(wire, pool),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KVBL")));
+  EXPECT_THAT(ReadBlocks(header, pool),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KVBW")));
+  // A changed byte in the blocks changes the fingerprint the receiver computes.
+  const_cast<uint8_t*>(static_cast<const uint8_t*>(ranges.back().data))[0] ^= 1;
+  EXPECT_NE(cpu_->Fingerprint(ranges), fingerprint);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryFormat, KvBlockWireTest,
                          ::testing::Values(Format{"fp32", "per_token"}, Format{"bf16", "per_token"},
                                            Format{"fp16", "per_token"},

@@ -1,0 +1,188 @@
+#include "kernels/cuda/nccl_peer_link.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/nccl_communicator.h"
+
+namespace kvserve::kernels {
+namespace {
+
+bool Failed(ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; }
+
+// A stream synchronize run by a helper thread, so that the caller can watch the clock (and
+// abort the communicator, which ends the NCCL kernels the synchronize waits for).
+class StreamWait {
+ public:
+  StreamWait(cudaStream_t stream, int device)
+      : thread_([this, stream, device] {
+          cudaSetDevice(device);
+          const cudaError_t e = cudaStreamSynchronize(stream);
+          absl::MutexLock lock(&mu_);
+          error_ = e;
+          done_ = true;
+        }) {}
+  ~StreamWait() { thread_.join(); }
+
+  // True once the stream is done (error() says how), false after `wait` without.
+  bool DoneWithin(absl::Duration wait) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), wait);
+  }
+  cudaError_t error() {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  cudaError_t error_ ABSL_GUARDED_BY(mu_) = cudaSuccess;
+  std::thread thread_;  // last: starts once the rest is made
+};
+
+class NcclPeerLink final : public PeerLink {
+ public:
+  NcclPeerLink(ncclComm_t comm, cudaStream_t stream, int device, int rank, absl::Duration timeout)
+      : comm_(comm), stream_(stream), device_(device), rank_(rank), timeout_(timeout) {}
+
+  ~NcclPeerLink() override {
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "nccl"; }
+
+  absl::Status Send(absl::Span<const ByteRange> ranges) override {
+    return Transfer("send", ranges, [&](const ByteRange& r) {
+      return ncclSend(r.data, r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
+    });
+  }
+  absl::Status Receive(absl::Span<const ByteRange> ranges) override {
+    return Transfer("receive", ranges, [&](const ByteRange& r) {
+      return ncclRecv(const_cast<void*>(r.data), r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
+    });
+  }
+
+ private:
+  // Queues one op per range in one NCCL group on the link's stream, then waits for the stream
+  // within the timeout, watching NCCL's asynchronous error.
+  template <typename Op>
+  absl::Status Transfer(const char* what, absl::Span<const ByteRange> ranges, Op op) {
+    if (!failure_.ok()) return failure_;
+    cudaSetDevice(device_);
+    ncclGroupStart();
+    ncclResult_t queued = ncclSuccess;
+    for (const ByteRange& r : ranges) {
+      if (r.bytes > 0 && !Failed(queued)) queued = op(r);
+    }
+    const ncclResult_t grouped = ncclGroupEnd();
+    if (Failed(queued) || Failed(grouped)) {
+      return Abort(absl::InternalError(absl::StrCat(
+          "nccl ", what, ": ", ncclGetErrorString(Failed(queued) ? queued : grouped))));
+    }
+    const absl::Time deadline = absl::Now() + timeout_;
+    StreamWait wait(stream_, device_);
+    while (!wait.DoneWithin(absl::Milliseconds(1))) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (Failed(async)) {
+        return Abort(absl::UnavailableError(
+            absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
+      }
+      if (absl::Now() > deadline) {
+        return Abort(absl::DeadlineExceededError(absl::StrCat("nccl ", what, " of ", ranges.size(),
+                                                              " ranges timed out after ",
+                                                              absl::FormatDuration(timeout_))));
+      }
+    }
+    if (const cudaError_t e = wait.error(); e != cudaSuccess) {
+      return Abort(absl::InternalError(absl::StrCat("nccl ", what, ": ", cudaGetErrorString(e))));
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (Failed(async)) {
+      return Abort(absl::UnavailableError(
+          absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
+    }
+    return absl::OkStatus();
+  }
+
+  // Ends the communicator (and the kernels still waiting on the peer); every later call
+  // returns `status`.
+  absl::Status Abort(absl::Status status) {
+    failure_ = status;
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return status;
+  }
+
+  ncclComm_t comm_;  // null once aborted
+  const cudaStream_t stream_;
+  const int device_, rank_;
+  const absl::Duration timeout_;
+  absl::Status failure_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> NewNcclPeerId() {
+  if (CudaDeviceCount() == 0) return absl::UnavailableError("no CUDA device");
+  ncclUniqueId id;
+  if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+    return absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+  }
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclPeerLink(std::string_view id, int rank,
+                                                           int device, absl::Duration timeout) {
+  ncclUniqueId uid;
+  if (id.size() != sizeof(uid.internal)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an NCCL link id has ", sizeof(uid.internal), " bytes, not ", id.size()));
+  }
+  if (rank != 0 && rank != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a link's rank is 0 or 1, not ", rank));
+  }
+  if (CudaDeviceCount() == 0) return absl::UnavailableError("no CUDA device");
+  std::memcpy(uid.internal, id.data(), id.size());
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat("cudaSetDevice(", device, "): ", cudaGetErrorString(e)));
+  }
+  cudaStream_t stream = nullptr;
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cudaStreamCreate: ", cudaGetErrorString(e)));
+  }
+  // Non-blocking, so that a peer that never joins costs the timeout, not a hung thread.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t state = ncclCommInitRankConfig(&comm, 2, uid, rank, &config);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (state == ncclInProgress && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ncclCommGetAsyncError(comm, &state);
+  }
+  if (state != ncclSuccess) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    cudaStreamDestroy(stream);
+    return absl::UnavailableError(
+        state == ncclInProgress
+            ? absl::StrCat("the NCCL link's peer did not join within ",
+                           absl::FormatDuration(timeout))
+            : absl::StrCat("ncclCommInitRankConfig: ", ncclGetErrorString(state)));
+  }
+  return std::make_unique<NcclPeerLink>(comm, stream, device, rank, timeout);
+}
+
+}  // namespace kvserve::kernels

@@ -1,0 +1,38 @@
+// A byte pipe between the devices of two processes: the KV transfer's device-to-device path
+// between a prefill and a decode worker (docs/DISAGGREGATION.md). NCCL's send and receive on
+// CUDA (kernels/cuda/nccl_peer_link.h); the CPU backend has none (its KV moves over the
+// authenticated router links). One side sends while the other receives the same sizes in the
+// same order; the bytes are not checked here (the caller fingerprints them at both ends).
+//
+//   RETURN_IF_ERROR(link.Send(ranges));      // on the prefill worker
+//   RETURN_IF_ERROR(link.Receive(ranges));   // on the decode worker, the same sizes
+//
+// Used by one thread at a time (the engine thread).
+#ifndef KVSERVE_KERNELS_PEER_LINK_H_
+#define KVSERVE_KERNELS_PEER_LINK_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+
+namespace kvserve::kernels {
+
+class PeerLink {
+ public:
+  virtual ~PeerLink() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;
+
+  // Each range of device memory, in order; returns once the peer has them all (Send) or they
+  // are all here (Receive). The ops issued to the backend before must be done
+  // (Backend::Synchronize). DeadlineExceeded when the transfer outlives the link's timeout,
+  // Unavailable when the peer is gone: either way the link is aborted, what was received is
+  // garbage, and every later call returns the same error.
+  virtual absl::Status Send(absl::Span<const ByteRange> ranges) = 0;
+  virtual absl::Status Receive(absl::Span<const ByteRange> ranges) = 0;
+};
+
+}  // namespace kvserve::kernels
+
+#endif  // KVSERVE_KERNELS_PEER_LINK_H_

@@ -1,0 +1,157 @@
+// The NCCL link between two workers' GPUs (kernels/cuda/nccl_peer_link.h): its two ends as
+// threads and as processes, a peer that leaves mid-transfer, a transfer that never comes, and
+// ids that are not ids. Needs two CUDA devices (NCCL refuses two ranks on one GPU): the emulated
+// build has eight; a one-GPU machine skips it. Label: gpu.
+#include "kernels/cuda/nccl_peer_link.h"
+
+#include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/nccl_communicator.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvserve::kernels {
+namespace {
+
+// Sizes of the ranges each test moves: odd sizes, and more than a socket's buffer.
+const std::vector<size_t> kSizes = {7, 1000, size_t{3} << 20};
+
+std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(bytes);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+// Device buffers of kSizes on `device`, filled with Pattern(size, i) when `fill`.
+struct Buffers {
+  Buffers(int device, bool fill) {
+    EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, kSizes[i]), cudaSuccess);
+      if (fill) {
+        const std::vector<uint8_t> host = Pattern(kSizes[i], i);
+        EXPECT_EQ(cudaMemcpy(p, host.data(), kSizes[i], cudaMemcpyHostToDevice), cudaSuccess);
+      }
+      ranges.push_back({p, kSizes[i]});
+    }
+  }
+  ~Buffers() {
+    for (const ByteRange& r : ranges) cudaFree(const_cast<void*>(r.data));
+  }
+  // Whether buffer i holds Pattern(size, i), for every i.
+  bool HoldPatterns() const {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      std::vector<uint8_t> host(ranges[i].bytes);
+      cudaMemcpy(host.data(), ranges[i].data, host.size(), cudaMemcpyDeviceToHost);
+      if (host != Pattern(ranges[i].bytes, i)) return false;
+    }
+    return true;
+  }
+  std::vector<ByteRange> ranges;
+};
+
+bool TwoDevices() { return CudaDeviceCount() >= 2; }
+
+TEST(NcclPeerLinkTest, MovesRangesBetweenThreads) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  absl::Status sent;
+  std::thread sender([&] {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 0, 0, absl::Seconds(30));
+    if (!link.ok()) {
+      sent = link.status();
+      return;
+    }
+    Buffers out(0, /*fill=*/true);
+    sent = (*link)->Send(out.ranges);
+  });
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 1, 1, absl::Seconds(30)));
+  Buffers in(1, /*fill=*/false);
+  EXPECT_OK(link->Receive(in.ranges));
+  sender.join();
+  EXPECT_OK(sent);
+  EXPECT_TRUE(in.HoldPatterns());
+}
+
+// The decode worker's end in another process, as in a deployment: it exits 0 when the bytes
+// arrived whole, 1 when not, 2 when it could not join.
+TEST(NcclPeerLinkTest, MovesRangesBetweenProcesses) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
+    if (!link.ok()) _exit(2);
+    Buffers in(1, /*fill=*/false);
+    _exit((*link)->Receive(in.ranges).ok() && in.HoldPatterns() ? 0 : 1);
+  }
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
+  Buffers out(0, /*fill=*/true);
+  EXPECT_OK(link->Send(out.ranges));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The receiver's process dies after joining: the send ends with Unavailable, not a hang, and
+// the link stays dead.
+TEST(NcclPeerLinkTest, APeerThatDiesEndsTheTransfer) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
+    _exit(link.ok() ? 0 : 2);  // gone without a word
+  }
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  Buffers out(0, /*fill=*/true);
+  const absl::Status s = link->Send(out.ranges);
+  EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_EQ(link->Send(out.ranges), s);
+}
+
+// Nothing is ever sent: the receive gives up at the link's timeout.
+TEST(NcclPeerLinkTest, AReceiveThatNeverComesTimesOut) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  absl::Notification done;
+  std::thread quiet([&] {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link =
+        JoinNcclPeerLink(id, 0, 0, absl::Milliseconds(300));
+    done.WaitForNotification();
+  });
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 1, 1, absl::Milliseconds(300)));
+  Buffers in(1, /*fill=*/false);
+  const absl::Status s = link->Receive(in.ranges);
+  done.Notify();
+  quiet.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+}
+
+TEST(NcclPeerLinkTest, RefusesWhatIsNotALink) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(JoinNcclPeerLink("not an id", 0, 0, absl::Seconds(1)).status()));
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  EXPECT_TRUE(absl::IsInvalidArgument(JoinNcclPeerLink(id, 2, 0, absl::Seconds(1)).status()));
+}
+
+}  // namespace
+}  // namespace kvserve::kernels
