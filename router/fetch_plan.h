@@ -26,6 +26,10 @@ struct KvFetchConfig {
   double initial_gbps = 1.0;
   // The most bytes of blocks in one chunk.
   uint32_t max_chunk_bytes = 4u << 20;
+  // Device-to-device links between the workers that join them (router/kv_links.h): a fetch
+  // whose two workers have an idle one sends its blocks over it; the relay otherwise.
+  bool links = false;
+  absl::Duration link_timeout = absl::Seconds(30);  // a join, and each transfer's wait
 };
 
 // Pull blocks [first_block, first_block + blocks) of the prompt from `source`.

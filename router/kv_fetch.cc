@@ -64,7 +64,13 @@ bool KvFetches::Ask(uint64_t id, Fetch& f, Clock::time_point now) {
   f.chunk_ends.clear();
   f.chunks_acked = 0;
   f.source_done = false;
-  if (!pool_->Send(f.source, f.ask).ok()) return false;
+  f.link = links_ != nullptr ? links_->Acquire(f.source, f.target) : 0;
+  f.ask.set_link_id(f.link);
+  if (!pool_->Send(f.source, f.ask).ok()) {
+    if (f.link != 0) links_->Release(f.link, /*ok=*/true, now);  // nothing moved on it
+    f.link = 0;
+    return false;
+  }
   by_transfer_[f.ask.transfer_id()] = id;
   return true;
 }
@@ -155,6 +161,7 @@ void KvFetches::Fail(uint64_t id, const absl::Status& why, bool source_fresh, Cl
                      std::vector<Done>& done) {
   Fetch& f = fetches_.at(id);
   by_transfer_.erase(f.ask.transfer_id());  // its late messages are dropped
+  ReleaseLink(f, now);
   if (f.attempt == 1 && source_fresh && Retryable(why.code())) {
     ++f.attempt;
     // From the first block the target has not acknowledged.
@@ -175,6 +182,7 @@ void KvFetches::Finish(uint64_t id, absl::Status status, Clock::time_point now,
   Fetch f = std::move(it->second);
   fetches_.erase(it);
   by_transfer_.erase(f.ask.transfer_id());
+  ReleaseLink(f, now);
   if (status.ok() && f.blocks_received == 0) {
     status = absl::NotFoundError("the source no longer caches the prefix");
   }
@@ -196,10 +204,19 @@ void KvFetches::Finish(uint64_t id, absl::Status status, Clock::time_point now,
                   .status = std::move(status)});
 }
 
+void KvFetches::ReleaseLink(Fetch& f, Clock::time_point now) {
+  if (f.link == 0) return;
+  const bool whole = f.source_done && f.chunks_acked == f.chunk_ends.size();
+  links_->Release(f.link, whole, now);
+  if (metrics_ != nullptr) metrics_->CountKvLinkTransfer(whole ? "done" : "failed");
+  f.link = 0;
+}
+
 void KvFetches::Cancel(uint64_t fetch) {
   auto it = fetches_.find(fetch);
   if (it == fetches_.end()) return;
   by_transfer_.erase(it->second.ask.transfer_id());
+  ReleaseLink(it->second, Clock::now());
   fetches_.erase(it);
 }
 

@@ -4,6 +4,9 @@
 //   router -> B  KvExportRequest (the prompt, from A's first missing block)
 //   B -> router  KvChunk ... (the last marked last)        router -> A  each KvChunk as it came
 //   A -> router  KvChunkAck per chunk (cached, or refused with why)
+// With a device-to-device link between A and B (router/kv_links.h), the chunks carry only their
+// headers and B sends the blocks over the link; a failed attempt closes the link, and the retry
+// goes through the relay.
 // The request goes to A after the last ack, or once the transfer failed twice (retried once,
 // from the first block not yet acked; not retried when a retry cannot help: another prompt or
 // format, no room, unsupported), or at once when B went silent; A then prefills what did not
@@ -34,6 +37,7 @@
 #include "common/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/fetch_plan.h"
+#include "router/kv_links.h"
 #include "router/worker_pool.h"
 
 namespace kvserve::router {
@@ -54,8 +58,11 @@ class KvFetches {
     absl::Status status;
   };
 
-  KvFetches(const KvFetchConfig& config, WorkerPool* pool, RouterMetrics* metrics)
-      : config_(config), pool_(pool), metrics_(metrics) {}
+  // `links` (may be null: none) lends a fetch a device-to-device link when its two workers have
+  // an idle one; it outlives this.
+  KvFetches(const KvFetchConfig& config, WorkerPool* pool, RouterMetrics* metrics,
+            KvLinks* links = nullptr)
+      : config_(config), pool_(pool), metrics_(metrics), links_(links) {}
 
   // Asks the plan's source for the blocks of `request`'s prompt, for worker `to`. Returns the
   // fetch's number (never 0), or 0 when the ask could not be sent (the request goes now).
@@ -88,6 +95,7 @@ class KvFetches {
     bool source_done = false;
     int blocks_added = 0, blocks_received = 0;  // over all attempts
     int64_t bytes = 0;
+    uint32_t link = 0;  // the current attempt's device-to-device link (0: the relay)
   };
 
   // Sends fetch `f`'s ask (a new attempt's transfer id); false when it cannot be sent.
@@ -97,6 +105,9 @@ class KvFetches {
   void Fail(uint64_t id, const absl::Status& why, bool source_fresh, Clock::time_point now,
             std::vector<Done>& done);
   void Finish(uint64_t id, absl::Status status, Clock::time_point now, std::vector<Done>& done);
+  // Gives the attempt's link back: kept when the attempt ended whole (every chunk relayed was
+  // acknowledged after the source's last), closed otherwise (the two ends may be out of step).
+  void ReleaseLink(Fetch& f, Clock::time_point now);
   // The fetch an attempt's transfer id names (0: none).
   [[nodiscard]] uint64_t Find(const std::string& transfer_id) const;
   void OnChunk(int w, const ReceivedMessage& m, Clock::time_point now, std::vector<Done>& done);
@@ -106,6 +117,7 @@ class KvFetches {
   const KvFetchConfig config_;
   WorkerPool* pool_;
   RouterMetrics* metrics_;
+  KvLinks* links_;
   absl::flat_hash_map<uint64_t, Fetch> fetches_;
   absl::flat_hash_map<std::string, uint64_t> by_transfer_;  // attempt's transfer id -> fetch
   uint64_t next_id_ = 1;

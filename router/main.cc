@@ -63,6 +63,11 @@ ABSL_FLAG(double, kv_fetch_timeout_seconds, 2,
 ABSL_FLAG(double, kv_fetch_gbps, 1.0,
           "--kv-fetch: the link rate assumed (GB/s) until transfers measure it");
 ABSL_FLAG(int32_t, kv_fetch_chunk_bytes, 4 << 20, "--kv-fetch: the most bytes of blocks a chunk");
+ABSL_FLAG(bool, kv_links, false,
+          "Pair the workers that join device-to-device KV links (CUDA workers of one rank: NCCL) "
+          "and send fetched and disaggregated KV over them; the relay stays the fallback");
+ABSL_FLAG(double, kv_link_timeout_seconds, 30,
+          "--kv-links: the bound on a link's join and on each transfer's wait at the workers");
 ABSL_FLAG(int64_t, max_local_prefill_tokens, 1000,
           "With prefill workers (kvserve-worker --role prefill): a request whose decode worker "
           "would prefill more than this many tokens is prefilled on a prefill worker, and its "
@@ -133,6 +138,13 @@ absl::StatusOr<KvFetchConfig> KvFetchFromFlags() {
   }
   c.timeout = absl::Seconds(timeout);
   c.max_chunk_bytes = static_cast<uint32_t>(chunk);
+  c.links = absl::GetFlag(FLAGS_kv_links);
+  const double link_timeout = absl::GetFlag(FLAGS_kv_link_timeout_seconds);
+  if (!(link_timeout > 0) || link_timeout > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-link-timeout-seconds ", link_timeout,
+                                                   ": give more than 0 and at most 3600"));
+  }
+  c.link_timeout = absl::Seconds(link_timeout);
   return c;
 }
 

@@ -53,7 +53,11 @@ RouterCore::RouterCore(const RouterOptions& options)
   policy_ = *std::move(policy);
   pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve);
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
-  fetches_ = std::make_unique<KvFetches>(options.kv_fetch, pool_.get(), options.metrics);
+  if (options.kv_fetch.links) {
+    links_ = std::make_unique<KvLinks>(pool_.get(), options.kv_fetch.link_timeout);
+  }
+  fetches_ =
+      std::make_unique<KvFetches>(options.kv_fetch, pool_.get(), options.metrics, links_.get());
   if (options.kv_fetch.enabled && options.metrics != nullptr) {
     options.metrics->StartKvFetch(options.kv_fetch.initial_gbps);
   }
@@ -159,6 +163,13 @@ void RouterCore::Loop() {
         fetches_->OnMessage(w, m, std::chrono::steady_clock::now(), fetched);
         continue;
       }
+      if (m.type == "KvLinkStatus") {
+        pb::KvLinkStatus st;
+        if (links_ && ParseMessage(m, &st).ok()) {
+          links_->OnStatus(w, st, std::chrono::steady_clock::now());
+        }
+        continue;
+      }
       if (m.type != "GenerateResponse") continue;
       pb::GenerateResponse r;
       if (ParseMessage(m, &r).ok()) HandleResponse(w, r);
@@ -172,6 +183,10 @@ void RouterCore::Loop() {
     if (auto now = std::chrono::steady_clock::now();
         now - last_info_ > std::chrono::milliseconds(50)) {
       ExpireWaits();
+      if (links_) {
+        links_->Refresh(views, now);
+        if (options_.metrics != nullptr) options_.metrics->SetKvLinksReady(links_->ready());
+      }
       PublishInfo(views);
       index_.Expire(absl::Now());
       last_info_ = now;

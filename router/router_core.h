@@ -304,6 +304,7 @@ class RouterCore {
       ABSL_GUARDED_BY(core_thread_);
   std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
   std::unique_ptr<RoutingPolicy> policy_ ABSL_GUARDED_BY(core_thread_);
+  std::unique_ptr<KvLinks> links_ ABSL_GUARDED_BY(core_thread_);  // null: --kv-links off
   std::unique_ptr<KvFetches> fetches_ ABSL_GUARDED_BY(core_thread_);
   std::vector<Prefilled> prefilled_ ABSL_GUARDED_BY(core_thread_);  // since the last turn
 

@@ -262,6 +262,24 @@ void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
   Retries(*registry_).Add({{"reason", reason}}).Increment();
 }
 
+void RouterMetrics::CountKvLinkTransfer(const std::string& result) {
+  prometheus::BuildCounter()
+      .Name("kvserve_router_kv_link_transfers_total")
+      .Help("Fetch attempts whose blocks crossed a device-to-device link, by how they ended")
+      .Register(*registry_)
+      .Add({{"result", result}})
+      .Increment();
+}
+
+void RouterMetrics::SetKvLinksReady(int links) {
+  prometheus::BuildGauge()
+      .Name("kvserve_router_kv_links_ready")
+      .Help("Device-to-device KV links between worker pairs ready to carry transfers")
+      .Register(*registry_)
+      .Add({})
+      .Set(links);
+}
+
 void RouterMetrics::ObserveTtft(double s) {
   prometheus::BuildHistogram()
       .Name("kvserve_router_time_to_first_token_seconds")

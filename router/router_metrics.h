@@ -65,6 +65,10 @@ class RouterMetrics {
   void StartKvFetch(double gbps);
   void CountKvFetchFallback(const std::string& reason);
   void CountKvFetchRetry(const std::string& reason);
+  // Device-to-device links (router/kv_links.h): a fetch attempt over one ended, "done" (whole)
+  // or "failed" (the link closed); and the links ready now.
+  void CountKvLinkTransfer(const std::string& result);
+  void SetKvLinksReady(int links);
   // Disaggregated serving: a request's prefill phase ended, "prefilled" (its decode worker pulls
   // the KV next) or "prefill_failed" (its decode worker prefills it).
   void CountDisaggregated(const std::string& result);

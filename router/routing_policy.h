@@ -51,6 +51,10 @@ struct WorkerView {
   double prefill_tokens_per_second = 0;
   // Its heartbeat's role: true for a prefill-only worker (docs/DISAGGREGATION.md).
   bool prefill_only = false;
+  // Its heartbeat: the device-to-device KV links it joins ("nccl"; empty: none), and its
+  // process's instance id (a restart drops its links). router/kv_links.h.
+  std::string kv_link;
+  uint64_t instance_id = 0;
 };
 
 struct RoutingConfig {

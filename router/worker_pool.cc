@@ -313,6 +313,8 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
       v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
       v.prefill_only = worker.status->role() == "prefill";
+      v.kv_link = worker.status->kv_link();
+      v.instance_id = worker.status->instance_id();
     }
     views.push_back(v);
   }

@@ -276,6 +276,8 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
     std::cerr << "kvserve-worker: structured outputs are unavailable: " << s.message() << "\n";
   }
 
+  // Device-to-device KV links where the device has them and the engine moves KV at all.
+  if (engine->KvWireBlockBytes() > 0) o.kv_links = MakeKvLinkMaker(engine->config());
   ASSIGN_OR_RETURN(std::optional<OpenAiSetup> openai,
                    OpenAiFromFlags(o, engine->config(), engine->max_model_len()));
   if (openai) RETURN_IF_ERROR(AddFrontKeys(&*openai, &o));

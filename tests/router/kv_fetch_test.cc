@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
+#include "tests/router/kv_transfer_testing.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/server/worker_process.h"
@@ -133,62 +134,6 @@ class LinkProxy {
   std::deque<std::pair<Clock::time_point, std::vector<std::string>>> delayed_;
   std::thread thread_;
 };
-
-struct Answer {
-  std::vector<int> tokens;
-  int cached = -1;
-  std::string error;
-};
-
-// The value of the first series in `text` that starts with `series` (its name and its first
-// labels as exposed, or its whole name); -1 when absent.
-double Metric(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StartsWith(line, series)) continue;
-    const absl::string_view rest = line.substr(series.size());
-    const bool labels_follow = rest[0] == '{' && series.find('{') == std::string::npos;
-    if (rest.empty() || (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}' && !labels_follow)) {
-      continue;
-    }
-    double v = -1;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
-  }
-  return -1;
-}
-
-// Runs a greedy request of `prompt` through `core` to its end (60 s at most: a hang fails the
-// test); `on_first` runs at its first token.
-Answer RunOn(RouterCore& core, const std::string& id, const std::vector<int32_t>& prompt,
-             int max_tokens = 8, const std::function<void()>& on_first = nullptr) {
-  auto answer = std::make_shared<Answer>();
-  auto done = std::make_shared<std::promise<void>>();
-  auto job = std::make_shared<Job>();
-  job->request = kvserve::testing::MakeRequest(id, prompt, max_tokens);
-  job->on_response = [answer, done, on_first](const pb::GenerateResponse& r) {
-    if (answer->tokens.empty() && r.token_ids_size() > 0 && on_first) on_first();
-    answer->tokens.insert(answer->tokens.end(), r.token_ids().begin(), r.token_ids().end());
-    if (r.finish_reason() == pb::FINISH_REASON_ERROR) {
-      answer->error = r.error().message();
-      done->set_value();
-    } else if (r.has_usage()) {
-      answer->cached = r.usage().cached_prompt_tokens();
-      done->set_value();
-    }
-  };
-  std::future<void> finished = done->get_future();
-  core.Submit(job);
-  EXPECT_EQ(finished.wait_for(std::chrono::seconds(60)), std::future_status::ready)
-      << "request " << id << " hangs";
-  return *answer;
-}
-
-// 170 tokens: ten full blocks of 16 and a partial one. `seed` makes another prompt.
-std::vector<int32_t> Prompt(int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < 170; ++i) p.push_back(10 + (i * 7919 + seed * 104729) % 900);
-  return p;
-}
-constexpr int kFullBlockTokens = 160;
 
 class KvFetchTest : public ::testing::Test {
  protected:
@@ -375,8 +320,11 @@ TEST_F(KvFetchTest, TheSourceKilledMidTransferEndsTheFetchNotTheRequest) {
   EXPECT_EQ(Metric(RouterMetricsText(),
                    R"(kvserve_router_kv_fetch_fallbacks_total{reason="unavailable"})"),
             1);
-  const std::vector<WorkerInfo> w = core_->Workers();
-  EXPECT_EQ(w[0].device_blocks_active, 0);
+  // A's pool, once its heartbeat has caught up with the request's end (B is dead).
+  for (int i = 0; i < 300 && core_->Workers()[0].device_blocks_active != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(core_->Workers()[0].device_blocks_active, 0);
 }
 
 TEST_F(KvFetchTest, TheTargetKilledAfterTheHandOffEndsTheRequestWithAnError) {
@@ -422,19 +370,6 @@ class DisaggregatedTest : public ::testing::TestWithParam<DisaggCase> {
     o.metrics = metrics;
     o.max_local_prefill_tokens = 32;
     return o;
-  }
-
-  static void WaitReady(const RouterCore& core, size_t n) {
-    for (int i = 0; i < 1000; ++i) {
-      const std::vector<WorkerInfo> w = core.Workers();
-      if (w.size() == n && std::all_of(w.begin(), w.end(), [](const WorkerInfo& x) {
-            return x.state == "WORKER_STATE_READY" && x.device_blocks_total > 0;
-          })) {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    FAIL() << "workers never ready";
   }
 };
 

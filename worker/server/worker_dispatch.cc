@@ -83,6 +83,8 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     metrics_->CountRequestEnd("abort");
   } else if (m.type == "KvExportRequest" || m.type == "KvChunk") {
     HandleKvMessage(m);
+  } else if (m.type == "KvLinkOpen" || m.type == "KvLinkClose") {
+    HandleKvLinkMessage(m);
   } else if (m.type == "Control") {
     pb::Control c;
     if (!ParseMessage(m, &c).ok()) {

@@ -1,12 +1,14 @@
 // WorkerServer: the KV transfer's messages (docs/DISAGGREGATION.md). As a source, a
-// KvExportRequest is answered with KvChunks of the prompt's device-cached blocks; as a target,
-// each KvChunk the router relays is checked whole, cached, and acknowledged with a KvChunkAck.
-// Both run on the loop thread, between engine steps.
+// KvExportRequest is answered with KvChunks of the prompt's device-cached blocks (over a link:
+// each chunk's header, then its bytes over the link); as a target, each KvChunk the router
+// relays is checked whole, cached, and acknowledged with a KvChunkAck. Any failure on a link
+// drops it at this end. Both run on the loop thread, between engine steps.
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/kv_transfer.h"
+#include "common/status_macros.h"
 #include "worker/server/process_clock.h"
 #include "worker/server/worker_server.h"
 
@@ -46,6 +48,23 @@ void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  if (req.link_id() != 0) {
+    kernels::PeerLink* link = KvLink(req.link_id());
+    absl::Status s = link == nullptr ? absl::FailedPreconditionError(absl::StrCat(
+                                           "KV link ", req.link_id(), " is not open here"))
+                                     : ExportOverLink(identity, req, *link);
+    if (!s.ok()) {
+      pb::KvChunk c;
+      c.set_transfer_id(req.transfer_id());
+      c.set_last(true);
+      c.set_link_id(req.link_id());
+      SetError(s, c.mutable_error());
+      metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
+      Reply(identity, c);
+      if (link != nullptr) DropKvLink(req.link_id(), s);
+    }
+    return;
+  }
   const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
   const int64_t block_bytes = std::max<int64_t>(1, engine_->KvWireBlockBytes());
   const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
@@ -90,6 +109,45 @@ void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExpor
   }
 }
 
+absl::Status WorkerServer::ExportOverLink(const std::string& identity,
+                                          const pb::KvExportRequest& req, kernels::PeerLink& link) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
+  const int64_t block_bytes = std::max<int64_t>(1, engine_->KvWireBlockBytes());
+  const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
+  const int per_chunk = static_cast<int>(std::max<int64_t>(1, max_bytes / block_bytes));
+  const int bs = engine_->config().cache.block_size;
+  const std::string format = engine_->kv_spec().CacheKeyDType();
+  int at = static_cast<int>(std::min<uint32_t>(req.first_block(), tokens.size() / bs));
+  for (uint32_t index = 0;; ++index) {
+    const auto start = Clock::now();
+    ASSIGN_OR_RETURN(Engine::PrefixChunk chunk,
+                     engine_->StagePrefixForLink(tokens, req.cache_salt(), at, per_chunk));
+    pb::KvChunk c;
+    c.set_transfer_id(req.transfer_id());
+    c.set_index(index);
+    c.set_first_block(chunk.first_block);
+    c.set_num_blocks(chunk.num_blocks);
+    c.set_last(!chunk.more);
+    c.set_link_id(req.link_id());
+    c.add_rank_wires(std::move(chunk.wires[0]));
+    const int end = (chunk.first_block + chunk.num_blocks) * bs;
+    c.mutable_token_ids()->Add(tokens.begin(), tokens.begin() + end);
+    c.set_cache_salt(req.cache_salt());
+    Reply(identity, c);
+    FlushReplies();  // the header goes before this loop waits on the link
+    if (chunk.num_blocks == 0) return absl::OkStatus();
+    // Until the target takes the bytes: its loop receives them once the router relayed the
+    // header (a step of its engine at most), or the link's timeout ends the wait.
+    RETURN_IF_ERROR(engine_->SendStagedPrefix(link));
+    metrics_->ObserveKvChunk("out", format, chunk.num_blocks,
+                             chunk.num_blocks * engine_->KvWireBlockBytes(),
+                             Seconds(Clock::now() - start));
+    if (!chunk.more) return absl::OkStatus();
+    at = chunk.first_block + chunk.num_blocks;
+  }
+}
+
 void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk& c) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const auto start = Clock::now();
@@ -100,6 +158,18 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
       absl::StrCat("worker is draining (", drain_reason_, "): it caches no peer's blocks"));
   if (c.has_error()) {
     added = absl::InvalidArgumentError("a KvChunk that carries an error has no blocks to cache");
+  } else if (c.link_id() != 0) {
+    // The bytes wait on the link whatever this worker does with them: it takes them (a draining
+    // worker too, the link stays in step), or the link is dropped.
+    kernels::PeerLink* link = KvLink(c.link_id());
+    const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
+    added = link == nullptr ? absl::FailedPreconditionError(
+                                  absl::StrCat("KV link ", c.link_id(), " is not open here"))
+            : c.rank_wires_size() != 1
+                ? absl::InvalidArgumentError("a KvChunk over a link carries one link header")
+                : engine_->ReceivePrefixFromLink(*link, tokens, c.cache_salt(), c.rank_wires(0),
+                                                 static_cast<int>(c.first_block()));
+    if (!added.ok() && link != nullptr) DropKvLink(c.link_id(), added.status());
   } else if (!draining_) {
     const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
     const std::vector<std::string> wires(c.rank_wires().begin(), c.rank_wires().end());
@@ -109,6 +179,7 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
     ack.set_blocks_added(*added);
     int64_t bytes = 0;
     for (const std::string& w : c.rank_wires()) bytes += static_cast<int64_t>(w.size());
+    if (c.link_id() != 0) bytes = c.num_blocks() * engine_->KvWireBlockBytes();
     metrics_->ObserveKvChunk("in", engine_->kv_spec().CacheKeyDType(), *added, bytes,
                              Seconds(Clock::now() - start));
   } else {

@@ -73,6 +73,7 @@ void WorkerServer::PublishStatus() {
   st.set_kv_wire_block_bytes(engine_->KvWireBlockBytes());
   st.set_prefill_tokens_per_second(prefill_tokens_per_second_);
   st.set_role(options_.role);
+  st.set_kv_link(options_.kv_links.kind);
   Publish("status", st);
 }
 

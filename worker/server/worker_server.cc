@@ -131,6 +131,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       StartDrain("sigterm", /*recycle=*/false);
     }
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
+    PollKvLinkJoins();
     FlushReplies();
     PublishEvents();
     const auto now = Clock::now();

@@ -35,11 +35,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/curve.h"
 #include "common/http_server.h"
@@ -48,6 +50,7 @@
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
+#include "worker/kv_link_maker.h"
 #include "worker/server/reply_queue.h"
 #include "worker/server/vllm_event_publisher.h"
 #include "worker/server/worker_metrics.h"
@@ -95,6 +98,8 @@ struct WorkerServerOptions {
   // vLLM's KV events beside kvserve's (vllm_event_publisher.h); unset: none.
   std::optional<VllmEventsConfig> vllm_events;
   vllm_events::Encoding vllm_events_encoding = vllm_events::Encoding::kMap;
+  // Device-to-device KV links (KvLinkOpen; WorkerStatus.kv_link): how this worker makes them.
+  KvLinkMaker kv_links;
 };
 
 class WorkerServer : private KvEventListener {
@@ -165,6 +170,18 @@ class WorkerServer : private KvEventListener {
   void HandleKvExport(const std::string& identity, const kvserve::v1::KvExportRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleKvChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // The blocks of `req` over link `link`: each chunk's link header to the router, then its bytes
+  // over the link (worker_kv_transfer.cc).
+  absl::Status ExportOverLink(const std::string& identity, const kvserve::v1::KvExportRequest& req,
+                              kernels::PeerLink& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Device-to-device links (worker_kv_links.cc): KvLinkOpen and KvLinkClose; the joins that
+  // finished, answered; a link by id (null: none); a link dropped after a failure, with a
+  // KvLinkStatus naming why to the router that opened it.
+  void HandleKvLinkMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void PollKvLinkJoins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  kernels::PeerLink* KvLink(uint32_t link_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void DropKvLink(uint32_t link_id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
@@ -238,6 +255,26 @@ class WorkerServer : private KvEventListener {
   double prefill_tokens_per_second_ ABSL_GUARDED_BY(loop_thread_) = 0;
   double start_rss_mb_ ABSL_GUARDED_BY(loop_thread_) = 0;
   Engine::KvUsage kv_usage_ ABSL_GUARDED_BY(loop_thread_);  // as the last heartbeat found it
+
+  // A link being joined on its own thread (KvLinkMaker::join blocks until the peer comes).
+  struct KvLinkJoin {
+    ~KvLinkJoin() {
+      if (thread.joinable()) thread.join();
+    }
+    uint32_t link_id = 0;
+    std::string router;   // the identity that opened it
+    bool closed = false;  // KvLinkClose came first: the link is dropped once joined
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<std::unique_ptr<kernels::PeerLink>> result ABSL_GUARDED_BY(mu);
+    std::thread thread;  // writes result and done, once
+  };
+  struct KvLinkEntry {
+    std::unique_ptr<kernels::PeerLink> link;
+    std::string router;
+  };
+  absl::flat_hash_map<uint32_t, KvLinkEntry> kv_links_ ABSL_GUARDED_BY(loop_thread_);
+  std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
 };
 
 }  // namespace kvserve::worker
