@@ -24,7 +24,7 @@ function promtool(...args) {
 test('promtool check rules and the unit tests pass', () => {
   const rules = writeAlertRules(root, [], path.join(tmp, 'rules.yml'));
   assert.deepEqual(rules.map((r) => r.alert).sort(), ['ConnectionsRefused', 'ErrorRateHigh', 'KVCacheUsageHigh',
-    'KVEventGaps', 'KVFetchFailing', 'NoReadyWorker', 'PreemptionStorm', 'PrefixHitRateCollapse', 'QueueWaitHigh',
+    'KVEventGaps', 'KVFetchFailing', 'KVLinkFailing', 'NoReadyWorker', 'PreemptionStorm', 'PrefixHitRateCollapse', 'QueueWaitHigh',
     'RecyclesTooFrequent', 'ReplyGaps', 'RequestsRefused', 'RoutingAccuracyLow', 'SwapThrash', 'TTFTHigh',
     'WorkersMissing']);
   let r = promtool('check', 'rules', 'rules.yml');
