@@ -55,6 +55,7 @@ RouterCore::RouterCore(const RouterOptions& options)
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
   if (options.kv_fetch.links) {
     links_ = std::make_unique<KvLinks>(pool_.get(), options.kv_fetch.link_timeout);
+    if (options.metrics != nullptr) options.metrics->StartKvLinks();
   }
   fetches_ =
       std::make_unique<KvFetches>(options.kv_fetch, pool_.get(), options.metrics, links_.get());

@@ -262,23 +262,35 @@ void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
   Retries(*registry_).Add({{"reason", reason}}).Increment();
 }
 
-void RouterMetrics::CountKvLinkTransfer(const std::string& result) {
-  prometheus::BuildCounter()
+namespace {
+
+prometheus::Family<prometheus::Counter>& LinkTransfers(prometheus::Registry& r) {
+  return prometheus::BuildCounter()
       .Name("kvserve_router_kv_link_transfers_total")
       .Help("Fetch attempts whose blocks crossed a device-to-device link, by how they ended")
-      .Register(*registry_)
-      .Add({{"result", result}})
-      .Increment();
+      .Register(r);
 }
 
-void RouterMetrics::SetKvLinksReady(int links) {
-  prometheus::BuildGauge()
+prometheus::Gauge& LinksReady(prometheus::Registry& r) {
+  return prometheus::BuildGauge()
       .Name("kvserve_router_kv_links_ready")
       .Help("Device-to-device KV links between worker pairs ready to carry transfers")
-      .Register(*registry_)
-      .Add({})
-      .Set(links);
+      .Register(r)
+      .Add({});
 }
+
+}  // namespace
+
+void RouterMetrics::StartKvLinks() {
+  for (const char* result : {"done", "failed"}) LinkTransfers(*registry_).Add({{"result", result}});
+  LinksReady(*registry_).Set(0);
+}
+
+void RouterMetrics::CountKvLinkTransfer(const std::string& result) {
+  LinkTransfers(*registry_).Add({{"result", result}}).Increment();
+}
+
+void RouterMetrics::SetKvLinksReady(int links) { LinksReady(*registry_).Set(links); }
 
 void RouterMetrics::ObserveTtft(double s) {
   prometheus::BuildHistogram()

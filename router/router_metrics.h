@@ -67,6 +67,8 @@ class RouterMetrics {
   void CountKvFetchRetry(const std::string& reason);
   // Device-to-device links (router/kv_links.h): a fetch attempt over one ended, "done" (whole)
   // or "failed" (the link closed); and the links ready now.
+  // With --kv-links: every link series at 0.
+  void StartKvLinks();
   void CountKvLinkTransfer(const std::string& result);
   void SetKvLinksReady(int links);
   // Disaggregated serving: a request's prefill phase ended, "prefilled" (its decode worker pulls

@@ -89,6 +89,21 @@ class NcclPeerLink final : public PeerLink {
           "nccl ", what, ": ", ncclGetErrorString(Failed(queued) ? queued : grouped))));
     }
     const absl::Time deadline = absl::Now() + timeout_;
+    // A non-blocking communicator may still be queueing the group's kernels when ncclGroupEnd
+    // returns ncclInProgress: the stream holds them only once the state leaves it.
+    ncclResult_t state = grouped;
+    while (state == ncclInProgress) {
+      if (absl::Now() > deadline) {
+        return Abort(absl::DeadlineExceededError(absl::StrCat(
+            "nccl ", what, " was not queued within ", absl::FormatDuration(timeout_))));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ncclCommGetAsyncError(comm_, &state);
+    }
+    if (Failed(state)) {
+      return Abort(
+          absl::UnavailableError(absl::StrCat("nccl ", what, ": ", ncclGetErrorString(state))));
+    }
     StreamWait wait(stream_, device_);
     while (!wait.DoneWithin(absl::Milliseconds(1))) {
       ncclResult_t async = ncclSuccess;

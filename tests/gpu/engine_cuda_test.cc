@@ -329,27 +329,40 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
   }
 }
 
+// The KV transfer tests' cases: two caches (emulation is slow), the GPU's own bf16 and a
+// quantized one with scales; a CUDA engine's config for each; and the fixture's prompts as one
+// prompt that ends in a partial block.
+const KvQuantOptions kTransferCaches[] = {{.dtype = "bf16"},
+                                          {.dtype = "int4", .granularity = "per_channel"}};
+
+EngineConfig TransferConfig(const KvQuantOptions& q) {
+  EngineConfig config = FixtureConfig("tiny-llama3");
+  config.backend.device = Device::kCuda;
+  config.cache.kv_quant = q;
+  return config;
+}
+
+std::vector<int32_t> TransferPrompt(int block_size) {
+  std::vector<int32_t> prompt;
+  for (const auto& p : LoadReference("tiny-llama3").prompts) {
+    prompt.insert(prompt.end(), p.begin(), p.end());
+  }
+  if (prompt.size() % block_size == 0) prompt.push_back(prompt[0]);
+  return prompt;
+}
+
 // KV transfer (docs/DISAGGREGATION.md) on the CUDA backend: a prompt's blocks leave one CUDA
 // engine's device pool as wire bytes (Download) and enter another's (Upload); the importer's
 // prefill skips them and its greedy tokens and logprobs are the exporter's.
 TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const Reference ref = LoadReference("tiny-llama3");
-  std::vector<int32_t> prompt;
-  for (const auto& p : ref.prompts) prompt.insert(prompt.end(), p.begin(), p.end());
-  // Two caches (emulation is slow): the GPU's own bf16, and a quantized one with scales.
-  for (const KvQuantOptions& q : {KvQuantOptions{.dtype = "bf16"},
-                                  KvQuantOptions{.dtype = "int4", .granularity = "per_channel"}}) {
+  for (const KvQuantOptions& q : kTransferCaches) {
     SCOPED_TRACE(q.dtype);
-    EngineConfig config = FixtureConfig("tiny-llama3");
-    config.backend.device = Device::kCuda;
-    config.cache.kv_quant = q;
-    std::unique_ptr<Engine> a = testing::MakeEngine(config);
-    std::unique_ptr<Engine> b = testing::MakeEngine(config);
+    std::unique_ptr<Engine> a = testing::MakeEngine(TransferConfig(q));
+    std::unique_ptr<Engine> b = testing::MakeEngine(TransferConfig(q));
     ASSERT_TRUE(a && b);
     const int bs = a->config().cache.block_size;
-    std::vector<int32_t> p = prompt;
-    if (p.size() % bs == 0) p.push_back(p[0]);
+    const std::vector<int32_t> p = TransferPrompt(bs);
     ASSERT_OK(a->AddRequest(testing::GreedyRequest("r", p, 8)));
     testing::Results want = testing::RunToCompletion(*a);
     ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(p, ""));
@@ -382,22 +395,14 @@ std::string WithWrongFingerprint(std::string header) {
 // emulator allows (NCCL refuses two ranks on one GPU); nccl_peer_link_test runs the link's two
 // ends in two processes.
 TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
-  const Reference ref = LoadReference("tiny-llama3");
-  std::vector<int32_t> prompt;
-  for (const auto& p : ref.prompts) prompt.insert(prompt.end(), p.begin(), p.end());
-  for (const KvQuantOptions& q : {KvQuantOptions{.dtype = "bf16"},
-                                  KvQuantOptions{.dtype = "int4", .granularity = "per_channel"}}) {
+  for (const KvQuantOptions& q : kTransferCaches) {
     SCOPED_TRACE(q.dtype);
-    EngineConfig config = FixtureConfig("tiny-llama3");
-    config.backend.device = Device::kCuda;
-    config.cache.kv_quant = q;
-    std::unique_ptr<Engine> prefill = testing::MakeEngine(config);
-    std::unique_ptr<Engine> decode = testing::MakeEngine(config);
+    std::unique_ptr<Engine> prefill = testing::MakeEngine(TransferConfig(q));
+    std::unique_ptr<Engine> decode = testing::MakeEngine(TransferConfig(q));
     ASSERT_TRUE(prefill && decode);
     decode->HandOver();
     const int bs = prefill->config().cache.block_size;
-    std::vector<int32_t> p = prompt;
-    if (p.size() % bs == 0) p.push_back(p[0]);
+    const std::vector<int32_t> p = TransferPrompt(bs);
     const int full = static_cast<int>(p.size()) / bs;
     ASSERT_OK(prefill->AddRequest(testing::GreedyRequest("r", p, 8)));
     Results want = testing::RunToCompletion(*prefill);

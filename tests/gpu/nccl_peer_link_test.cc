@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -63,6 +64,22 @@ struct Buffers {
 
 bool TwoDevices() { return CudaDeviceCount() >= 2; }
 
+// A child process that joins link `id` as rank 1 on device 1 and exits with what `then` returns
+// (2 when it could not join), as a decode worker's end would.
+pid_t ForkPeer(const std::string& id, const std::function<int(PeerLink&)>& then) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
+  _exit(link.ok() ? then(**link) : 2);
+}
+
+// The child's exit status (-1 when it did not exit).
+int ExitStatus(pid_t child) {
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 TEST(NcclPeerLinkTest, MovesRangesBetweenThreads) {
   if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
   ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
@@ -89,21 +106,15 @@ TEST(NcclPeerLinkTest, MovesRangesBetweenThreads) {
 TEST(NcclPeerLinkTest, MovesRangesBetweenProcesses) {
   if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
   ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
-    if (!link.ok()) _exit(2);
+  const pid_t child = ForkPeer(id, [](PeerLink& link) {
     Buffers in(1, /*fill=*/false);
-    _exit((*link)->Receive(in.ranges).ok() && in.HoldPatterns() ? 0 : 1);
-  }
+    return link.Receive(in.ranges).ok() && in.HoldPatterns() ? 0 : 1;
+  });
+  ASSERT_GE(child, 0);
   ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
   Buffers out(0, /*fill=*/true);
   EXPECT_OK(link->Send(out.ranges));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ExitStatus(child), 0);
 }
 
 // The receiver's process dies after joining: the send ends with Unavailable, not a hang, and
@@ -111,16 +122,10 @@ TEST(NcclPeerLinkTest, MovesRangesBetweenProcesses) {
 TEST(NcclPeerLinkTest, APeerThatDiesEndsTheTransfer) {
   if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
   ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
-  const pid_t child = fork();
+  const pid_t child = ForkPeer(id, [](PeerLink&) { return 0; });  // gone without a word
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
-    _exit(link.ok() ? 0 : 2);  // gone without a word
-  }
   ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(ExitStatus(child), 0);
   Buffers out(0, /*fill=*/true);
   const absl::Status s = link->Send(out.ranges);
   EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;

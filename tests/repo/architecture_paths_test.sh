@@ -29,7 +29,10 @@ done <<<"$paths"
 code_lines() {  # PATTERN [FILES...]: non-comment lines matching the extended regex
   local pattern=$1
   shift
-  grep -hE "$pattern" "$@" 2>/dev/null | grep -vE '^[[:space:]]*(//|\*|/\*)' | grep -qE "$pattern"
+  # (Not grep -q: it would exit at the first match, and under pipefail the SIGPIPE of the
+  # greps still writing would fail a name that is there.)
+  grep -hE "$pattern" "$@" 2>/dev/null | grep -vE '^[[:space:]]*(//|\*|/\*)' |
+    grep -E "$pattern" >/dev/null
 }
 mapfile -t sources < <(find common worker router kernels proto tools tests/testing -type f \
   \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.proto' \))

@@ -152,7 +152,9 @@ class KvFetchTest : public ::testing::Test {
     RouterOptions o;
     o.workers = {{"a", "127.0.0.1", a_->port(), a_->events_port()},
                  {"b", "127.0.0.1", proxy_->port(), b_->events_port()}};
-    o.heartbeat_timeout = absl::Seconds(1);
+    // Short, so that a killed worker goes silent soon; not shorter, or a loaded machine's
+    // late heartbeat takes a live worker out (seen with the monitoring test beside this one).
+    o.heartbeat_timeout = absl::Seconds(2);
     o.metrics = &metrics_;
     o.kv_fetch = {.enabled = true, .min_blocks = 2, .timeout = timeout, .max_chunk_bytes = 1};
     core_ = std::make_unique<RouterCore>(o);
@@ -378,16 +380,7 @@ TEST_P(DisaggregatedTest, ALongPromptPrefillsOnThePrefillWorkerAndDecodesAsAggre
   ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
   ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
   const std::vector<int32_t> prompt = Prompt(7);
-  Answer want;
-  {
-    RouterOptions o;
-    o.workers = {{"both", "127.0.0.1", aggregated->port(), aggregated->events_port()}};
-    RouterCore alone(o);
-    alone.Start();
-    WaitReady(alone, 1);
-    want = Run(alone, "want", prompt);
-    alone.Stop();
-  }
+  const Answer want = RunAlone(*aggregated, prompt);
   ASSERT_TRUE(want.error.empty()) << want.error;
 
   RouterMetrics metrics;

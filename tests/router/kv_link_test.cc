@@ -50,16 +50,7 @@ TEST(KvLinkTest, APrefillMovesOverTheLinkAndDecodesAsAggregated) {
   ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
   ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
   const std::vector<int32_t> prompt = Prompt(3);
-  Answer want;
-  {
-    RouterOptions o;
-    o.workers = {{"both", "127.0.0.1", aggregated->port(), aggregated->events_port()}};
-    RouterCore alone(o);
-    alone.Start();
-    WaitReady(alone, 1);
-    want = RunOn(alone, "want", prompt);
-    alone.Stop();
-  }
+  const Answer want = RunAlone(*aggregated, prompt);
   ASSERT_TRUE(want.error.empty()) << want.error;
 
   RouterMetrics metrics;

@@ -94,6 +94,20 @@ inline void WaitReady(const RouterCore& core, size_t n) {
   FAIL() << "workers never ready";
 }
 
+// `prompt`'s greedy answer from `worker` alone behind a core of its own: the aggregated
+// reference a transfer's answer must equal.
+inline Answer RunAlone(const kvserve::testing::WorkerProcess& worker,
+                       const std::vector<int32_t>& prompt) {
+  RouterOptions o;
+  o.workers = {{"alone", "127.0.0.1", worker.port(), worker.events_port()}};
+  RouterCore alone(o);
+  alone.Start();
+  WaitReady(alone, 1);
+  Answer want = RunOn(alone, "want", prompt);
+  alone.Stop();
+  return want;
+}
+
 }  // namespace kvserve::router
 
 #endif  // KVSERVE_TESTS_ROUTER_KV_TRANSFER_TESTING_H_

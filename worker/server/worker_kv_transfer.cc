@@ -19,6 +19,12 @@ namespace pb = ::kvserve::v1;
 
 constexpr uint32_t kDefaultChunkBytes = 4u << 20;
 
+// Blocks a chunk of `req` carries: its byte budget (0: 4 MiB) over a block's, at least one.
+int BlocksPerChunk(const pb::KvExportRequest& req, int64_t block_bytes) {
+  const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
+  return static_cast<int>(std::max<int64_t>(1, max_bytes / std::max<int64_t>(1, block_bytes)));
+}
+
 void SetError(const absl::Status& s, pb::Error* e) {
   e->set_code(static_cast<int>(s.code()));
   e->set_message(std::string(s.message()));
@@ -66,9 +72,7 @@ void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExpor
     return;
   }
   const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
-  const int64_t block_bytes = std::max<int64_t>(1, engine_->KvWireBlockBytes());
-  const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
-  const int per_chunk = static_cast<int>(std::max<int64_t>(1, max_bytes / block_bytes));
+  const int per_chunk = BlocksPerChunk(req, engine_->KvWireBlockBytes());
   const int bs = engine_->config().cache.block_size;
   const std::string format = engine_->kv_spec().CacheKeyDType();
   const int first = static_cast<int>(std::min<uint32_t>(req.first_block(), tokens.size() / bs));
@@ -113,9 +117,7 @@ absl::Status WorkerServer::ExportOverLink(const std::string& identity,
                                           const pb::KvExportRequest& req, kernels::PeerLink& link) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
-  const int64_t block_bytes = std::max<int64_t>(1, engine_->KvWireBlockBytes());
-  const uint32_t max_bytes = req.max_chunk_bytes() > 0 ? req.max_chunk_bytes() : kDefaultChunkBytes;
-  const int per_chunk = static_cast<int>(std::max<int64_t>(1, max_bytes / block_bytes));
+  const int per_chunk = BlocksPerChunk(req, engine_->KvWireBlockBytes());
   const int bs = engine_->config().cache.block_size;
   const std::string format = engine_->kv_spec().CacheKeyDType();
   int at = static_cast<int>(std::min<uint32_t>(req.first_block(), tokens.size() / bs));
