@@ -29,9 +29,9 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   if (m.type == "KvLinkClose") {
     pb::KvLinkClose c;
     if (!ParseMessage(m, &c).ok()) return;
-    kv_links_.erase(c.link_id());
+    kv_links_.erase({m.prefix, c.link_id()});
     for (const auto& j : kv_link_joins_) {
-      if (j->link_id == c.link_id()) j->closed = true;
+      if (j->router == m.prefix && j->link_id == c.link_id()) j->closed = true;
     }
     return;
   }
@@ -50,11 +50,11 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   } else if (id == 0 || open.rank() > 1) {
     refused = absl::InvalidArgumentError(absl::StrCat("KvLinkOpen: link ", id, " rank ",
                                                       open.rank(), " (a nonzero id, rank 0 or 1)"));
-  } else if (kv_links_.contains(id)) {
+  } else if (kv_links_.contains({m.prefix, id})) {
     refused = absl::AlreadyExistsError(absl::StrCat("KV link ", id, " is open here already"));
   }
   for (const auto& j : kv_link_joins_) {
-    if (refused.ok() && j->link_id == id) {
+    if (refused.ok() && j->router == m.prefix && j->link_id == id) {
       refused = absl::AlreadyExistsError(absl::StrCat("KV link ", id, " is being joined here"));
     }
   }
@@ -107,7 +107,7 @@ void WorkerServer::PollKvLinkJoins() {
     if (j.closed) {
       // The router gave up on it while it was joining: dropped unanswered.
     } else if (result.ok()) {
-      kv_links_[j.link_id] = {*std::move(result), j.router};
+      kv_links_[{j.router, j.link_id}] = *std::move(result);
       pb::KvLinkStatus st;
       st.set_link_id(j.link_id);
       st.set_ready(true);
@@ -121,18 +121,19 @@ void WorkerServer::PollKvLinkJoins() {
   }
 }
 
-kernels::PeerLink* WorkerServer::KvLink(uint32_t link_id) {
+kernels::PeerLink* WorkerServer::KvLink(const std::string& router, uint32_t link_id) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  auto it = kv_links_.find(link_id);
-  return it == kv_links_.end() ? nullptr : it->second.link.get();
+  auto it = kv_links_.find({router, link_id});
+  return it == kv_links_.end() ? nullptr : it->second.get();
 }
 
-void WorkerServer::DropKvLink(uint32_t link_id, const absl::Status& why) {
+void WorkerServer::DropKvLink(const std::string& router, uint32_t link_id,
+                              const absl::Status& why) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  auto it = kv_links_.find(link_id);
+  auto it = kv_links_.find({router, link_id});
   if (it == kv_links_.end()) return;
   LOG(WARNING) << "KV link " << link_id << " dropped: " << why;
-  Reply(it->second.router, Failed(link_id, why));
+  Reply(router, Failed(link_id, why));
   kv_links_.erase(it);
 }
 

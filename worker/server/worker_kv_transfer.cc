@@ -55,7 +55,7 @@ void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
 void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   if (req.link_id() != 0) {
-    kernels::PeerLink* link = KvLink(req.link_id());
+    kernels::PeerLink* link = KvLink(identity, req.link_id());
     absl::Status s = link == nullptr ? absl::FailedPreconditionError(absl::StrCat(
                                            "KV link ", req.link_id(), " is not open here"))
                                      : ExportOverLink(identity, req, *link);
@@ -67,7 +67,7 @@ void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExpor
       SetError(s, c.mutable_error());
       metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
       Reply(identity, c);
-      if (link != nullptr) DropKvLink(req.link_id(), s);
+      if (link != nullptr) DropKvLink(identity, req.link_id(), s);
     }
     return;
   }
@@ -163,7 +163,7 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
   } else if (c.link_id() != 0) {
     // The bytes wait on the link whatever this worker does with them: it takes them (a draining
     // worker too, the link stays in step), or the link is dropped.
-    kernels::PeerLink* link = KvLink(c.link_id());
+    kernels::PeerLink* link = KvLink(identity, c.link_id());
     const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
     added = link == nullptr ? absl::FailedPreconditionError(
                                   absl::StrCat("KV link ", c.link_id(), " is not open here"))
@@ -171,7 +171,7 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
                 ? absl::InvalidArgumentError("a KvChunk over a link carries one link header")
                 : engine_->ReceivePrefixFromLink(*link, tokens, c.cache_salt(), c.rank_wires(0),
                                                  static_cast<int>(c.first_block()));
-    if (!added.ok() && link != nullptr) DropKvLink(c.link_id(), added.status());
+    if (!added.ok() && link != nullptr) DropKvLink(identity, c.link_id(), added.status());
   } else if (!draining_) {
     const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
     const std::vector<std::string> wires(c.rank_wires().begin(), c.rank_wires().end());

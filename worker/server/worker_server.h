@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -180,8 +181,10 @@ class WorkerServer : private KvEventListener {
   // KvLinkStatus naming why to the router that opened it.
   void HandleKvLinkMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void PollKvLinkJoins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  kernels::PeerLink* KvLink(uint32_t link_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void DropKvLink(uint32_t link_id, const absl::Status& why)
+  // Links are named by the router that opened them and its id: routers number their own.
+  kernels::PeerLink* KvLink(const std::string& router, uint32_t link_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  void DropKvLink(const std::string& router, uint32_t link_id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
@@ -269,11 +272,9 @@ class WorkerServer : private KvEventListener {
     absl::StatusOr<std::unique_ptr<kernels::PeerLink>> result ABSL_GUARDED_BY(mu);
     std::thread thread;  // writes result and done, once
   };
-  struct KvLinkEntry {
-    std::unique_ptr<kernels::PeerLink> link;
-    std::string router;
-  };
-  absl::flat_hash_map<uint32_t, KvLinkEntry> kv_links_ ABSL_GUARDED_BY(loop_thread_);
+  // By (router identity, link id).
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, std::unique_ptr<kernels::PeerLink>>
+      kv_links_ ABSL_GUARDED_BY(loop_thread_);
   std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
 };
 

@@ -323,7 +323,12 @@ TEST(WorkerServerTest, MetricsExistWhenReady) {
   std::vector<std::string> args = ModelArgs("tiny-qwen2");
   args.insert(args.end(), {"--heartbeat-ms", "60000", "--recycle-grant-hold-ms", "180000"});
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(args));
-  ASSERT_OK_AND_ASSIGN(auto ready, HttpGet(w->metrics_port(), "/ready"));
+  // The ports file is written just before the loop starts and turns /ready to 200.
+  std::pair<int, std::string> ready;
+  for (int i = 0; i < 500 && ready.first != 200; ++i) {
+    ASSERT_OK_AND_ASSIGN(ready, HttpGet(w->metrics_port(), "/ready"));
+    if (ready.first != 200) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ASSERT_EQ(ready.first, 200);
   ASSERT_OK_AND_ASSIGN(auto metrics, HttpGet(w->metrics_port(), "/metrics"));
   const std::string model = "{model_name=\"tiny-qwen2\",worker=";
