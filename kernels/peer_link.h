@@ -4,7 +4,7 @@
 // authenticated router links). One side sends while the other receives the same sizes in the
 // same order; the bytes are not checked here (the caller fingerprints them at both ends).
 //
-//   RETURN_IF_ERROR(link.Send(ranges));      // on the prefill worker
+//   RETURN_IF_ERROR(link.Send(ranges));      // on the prefill worker (or StartSend, PollSend)
 //   RETURN_IF_ERROR(link.Receive(ranges));   // on the decode worker, the same sizes
 //
 // Used by one thread at a time (the engine thread).
@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 
@@ -31,6 +32,14 @@ class PeerLink {
   // garbage, and every later call returns the same error.
   virtual absl::Status Send(absl::Span<const ByteRange> ranges) = 0;
   virtual absl::Status Receive(absl::Span<const ByteRange> ranges) = 0;
+
+  // Send in two halves, for a caller that goes on with its work meanwhile: StartSend queues
+  // the ranges and returns; PollSend is true once the peer has them all (or no send is in
+  // flight), false while they are on their way, and an error, as above, when the send failed
+  // or outlived the timeout. One send at a time: StartSend before that is FailedPrecondition.
+  // The ranges must not change until PollSend is true.
+  virtual absl::Status StartSend(absl::Span<const ByteRange> ranges) = 0;
+  virtual absl::StatusOr<bool> PollSend() = 0;
 };
 
 }  // namespace kvserve::kernels

@@ -4,8 +4,8 @@
 //   router -> A  KvLinkOpen (rank 0)            A -> router  KvLinkStatus (the link's id)
 //   router -> B  KvLinkOpen (rank 1, the id)    A, B -> router  KvLinkStatus (joined, or why not)
 // A link is ready once both joined. A fetch takes a ready link whose two workers carry no other
-// link transfer (one at a time per worker: a worker waiting on its link cannot take another's,
-// so two transfers could otherwise wait on each other) and gives it back when it ends. Any
+// link transfer (one at a time per worker: a worker exports over one link at a time and would
+// queue the others, which the relay can carry meanwhile) and gives it back when it ends. Any
 // failure ends the link at both ends, and the pair gets a new one after a pause; so does a
 // worker's restart. KvFetches (router/kv_fetch.h) sends the blocks over it.
 //

@@ -164,13 +164,16 @@ class Engine {
   // The device-to-device path (CUDA, one rank, an NCCL link).
   // StagePrefixForLink gathers the chunk ExportPrefix would give into the device staging pool;
   // its one wire is the link header (kv_block_wire.h), which goes to the peer by the router.
-  // SendStagedPrefix then moves the blocks over `link`, while the peer's ReceivePrefixFromLink
+  // StartSendStagedPrefix then starts moving the blocks over `link` (link.PollSend says when
+  // they are gone; nothing may be staged before; SendStagedPrefix waits for it), while the
+  // peer's ReceivePrefixFromLink
   // takes them: it checks the header as ImportPrefix checks a wire (before the link is used),
   // receives, checks the fingerprint (DataLoss) and caches the blocks as ImportPrefix does. An
   // error of the link itself leaves it dead (kernels/peer_link.h).
   absl::StatusOr<PrefixChunk> StagePrefixForLink(absl::Span<const int32_t> prompt,
                                                  const std::string& cache_salt, int first_block,
                                                  int max_blocks);
+  absl::Status StartSendStagedPrefix(kernels::PeerLink& link);
   absl::Status SendStagedPrefix(kernels::PeerLink& link);
   absl::StatusOr<int> ReceivePrefixFromLink(kernels::PeerLink& link,
                                             absl::Span<const int32_t> prompt,

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/engine.h"
 #include "worker/kv_cache/kv_block_wire.h"
@@ -182,10 +183,20 @@ absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const 
                      .more = c.more};
 }
 
-absl::Status Engine::SendStagedPrefix(kernels::PeerLink& link) {
+absl::Status Engine::StartSendStagedPrefix(kernels::PeerLink& link) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  return TransferStaging(0).SendStaged(link);
+  return TransferStaging(0).StartSendStaged(link);
+}
+
+absl::Status Engine::SendStagedPrefix(kernels::PeerLink& link) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  RETURN_IF_ERROR(StartSendStagedPrefix(link));
+  while (true) {
+    ASSIGN_OR_RETURN(const bool done, link.PollSend());
+    if (done) return absl::OkStatus();
+    absl::SleepFor(absl::Microseconds(50));
+  }
 }
 
 absl::StatusOr<int> Engine::ReceivePrefixFromLink(kernels::PeerLink& link,

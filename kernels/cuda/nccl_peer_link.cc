@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/nccl_communicator.h"
 
 namespace kvserve::kernels {
@@ -54,6 +55,11 @@ class NcclPeerLink final : public PeerLink {
 
   ~NcclPeerLink() override {
     cudaSetDevice(device_);
+    if (send_ && comm_ != nullptr) {  // a send the peer never took: end its kernels
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    send_.reset();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
@@ -61,21 +67,75 @@ class NcclPeerLink final : public PeerLink {
   std::string_view name() const override { return "nccl"; }
 
   absl::Status Send(absl::Span<const ByteRange> ranges) override {
-    return Transfer("send", ranges, [&](const ByteRange& r) {
-      return ncclSend(r.data, r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
-    });
+    RETURN_IF_ERROR(StartSend(ranges));
+    while (true) {
+      absl::StatusOr<bool> done = PollSend();
+      if (!done.ok() || *done) return done.status();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
   absl::Status Receive(absl::Span<const ByteRange> ranges) override {
-    return Transfer("receive", ranges, [&](const ByteRange& r) {
+    if (send_) return absl::FailedPreconditionError("a receive while a send is in flight");
+    const absl::Time deadline = absl::Now() + timeout_;
+    RETURN_IF_ERROR(Enqueue("receive", ranges, deadline, [&](const ByteRange& r) {
       return ncclRecv(const_cast<void*>(r.data), r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
-    });
+    }));
+    StreamWait wait(stream_, device_);
+    while (true) {
+      absl::StatusOr<bool> done = Check("receive", wait, deadline, absl::Milliseconds(1));
+      if (!done.ok() || *done) return done.status();
+    }
+  }
+
+  absl::Status StartSend(absl::Span<const ByteRange> ranges) override {
+    if (!failure_.ok()) return failure_;
+    if (send_) return absl::FailedPreconditionError("a send is still in flight on the link");
+    const absl::Time deadline = absl::Now() + timeout_;
+    RETURN_IF_ERROR(Enqueue("send", ranges, deadline, [&](const ByteRange& r) {
+      return ncclSend(r.data, r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
+    }));
+    send_ = std::make_unique<StreamWait>(stream_, device_);
+    send_deadline_ = deadline;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> PollSend() override {
+    if (!failure_.ok()) return failure_;
+    if (!send_) return true;
+    absl::StatusOr<bool> done = Check("send", *send_, send_deadline_, absl::ZeroDuration());
+    if (!done.ok() || *done) send_.reset();
+    return done;
   }
 
  private:
-  // Queues one op per range in one NCCL group on the link's stream, then waits for the stream
-  // within the timeout, watching NCCL's asynchronous error.
+  // Whether the ops `wait` watches are done (after waiting up to `wait_for`): an error, the
+  // link aborted, when they failed, NCCL reports the peer gone, or `deadline` passed.
+  absl::StatusOr<bool> Check(const char* what, StreamWait& wait, absl::Time deadline,
+                             absl::Duration wait_for) {
+    if (wait.DoneWithin(wait_for)) {
+      if (const cudaError_t e = wait.error(); e != cudaSuccess) {
+        return Abort(absl::InternalError(absl::StrCat("nccl ", what, ": ", cudaGetErrorString(e))));
+      }
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (Failed(async)) {
+      return Abort(absl::UnavailableError(
+          absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
+    }
+    if (wait.DoneWithin(absl::ZeroDuration())) return true;
+    if (absl::Now() > deadline) {
+      return Abort(absl::DeadlineExceededError(
+          absl::StrCat("nccl ", what, " timed out after ", absl::FormatDuration(timeout_))));
+    }
+    return false;
+  }
+
+  // Queues one op per range in one NCCL group on the link's stream, and waits (until
+  // `deadline`) for a non-blocking communicator to have put them on the stream.
   template <typename Op>
-  absl::Status Transfer(const char* what, absl::Span<const ByteRange> ranges, Op op) {
+  absl::Status Enqueue(const char* what, absl::Span<const ByteRange> ranges, absl::Time deadline,
+                       Op op) {
     if (!failure_.ok()) return failure_;
     cudaSetDevice(device_);
     ncclGroupStart();
@@ -88,7 +148,6 @@ class NcclPeerLink final : public PeerLink {
       return Abort(absl::InternalError(absl::StrCat(
           "nccl ", what, ": ", ncclGetErrorString(Failed(queued) ? queued : grouped))));
     }
-    const absl::Time deadline = absl::Now() + timeout_;
     // A non-blocking communicator may still be queueing the group's kernels when ncclGroupEnd
     // returns ncclInProgress: the stream holds them only once the state leaves it.
     ncclResult_t state = grouped;
@@ -104,29 +163,6 @@ class NcclPeerLink final : public PeerLink {
       return Abort(
           absl::UnavailableError(absl::StrCat("nccl ", what, ": ", ncclGetErrorString(state))));
     }
-    StreamWait wait(stream_, device_);
-    while (!wait.DoneWithin(absl::Milliseconds(1))) {
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (Failed(async)) {
-        return Abort(absl::UnavailableError(
-            absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
-      }
-      if (absl::Now() > deadline) {
-        return Abort(absl::DeadlineExceededError(absl::StrCat("nccl ", what, " of ", ranges.size(),
-                                                              " ranges timed out after ",
-                                                              absl::FormatDuration(timeout_))));
-      }
-    }
-    if (const cudaError_t e = wait.error(); e != cudaSuccess) {
-      return Abort(absl::InternalError(absl::StrCat("nccl ", what, ": ", cudaGetErrorString(e))));
-    }
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
-    if (Failed(async)) {
-      return Abort(absl::UnavailableError(
-          absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
-    }
     return absl::OkStatus();
   }
 
@@ -136,6 +172,7 @@ class NcclPeerLink final : public PeerLink {
     failure_ = status;
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
+    send_.reset();  // its synchronize returns once the abort ended the kernels
     return status;
   }
 
@@ -144,6 +181,8 @@ class NcclPeerLink final : public PeerLink {
   const int device_, rank_;
   const absl::Duration timeout_;
   absl::Status failure_;
+  std::unique_ptr<StreamWait> send_;  // the send in flight (StartSend), if any
+  absl::Time send_deadline_;
 };
 
 }  // namespace

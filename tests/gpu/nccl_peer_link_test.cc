@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
@@ -99,6 +100,37 @@ TEST(NcclPeerLinkTest, MovesRangesBetweenThreads) {
   sender.join();
   EXPECT_OK(sent);
   EXPECT_TRUE(in.HoldPatterns());
+}
+
+// StartSend returns at once and PollSend says false while the peer has not taken the bytes
+// (3 MiB do not fit in the emulator's socket buffer), then true; the bytes arrive whole.
+TEST(NcclPeerLinkTest, ASendRunsWhileItsCallerGoesOn) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  absl::Notification receive;
+  bool whole = false;
+  std::thread receiver([&] {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
+    if (!link.ok()) return;
+    Buffers in(1, /*fill=*/false);
+    receive.WaitForNotification();
+    whole = (*link)->Receive(in.ranges).ok() && in.HoldPatterns();
+  });
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
+  Buffers out(0, /*fill=*/true);
+  ASSERT_OK(link->StartSend(out.ranges));
+  EXPECT_TRUE(absl::IsFailedPrecondition(link->StartSend(out.ranges))) << "one send at a time";
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_OK_AND_ASSIGN(bool done, link->PollSend());
+  EXPECT_FALSE(done) << "nobody has taken the bytes yet";
+  receive.Notify();
+  for (int i = 0; i < 30000 && !done; ++i) {
+    ASSERT_OK_AND_ASSIGN(done, link->PollSend());
+    if (!done) absl::SleepFor(absl::Milliseconds(1));
+  }
+  receiver.join();
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(whole);
 }
 
 // The decode worker's end in another process, as in a deployment: it exits 0 when the bytes

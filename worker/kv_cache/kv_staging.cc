@@ -16,8 +16,7 @@ bool KvStaging::Direct() const { return backend_.name() == "cpu"; }
 
 int KvStaging::staged_capacity() const { return staging_ ? staging_->num_blocks() : 0; }
 
-KvStorage& KvStaging::Staging(int blocks, bool device) {
-  std::unique_ptr<KvStorage>& pool = device ? device_staging_ : staging_;
+KvStorage& KvStaging::Grow(std::unique_ptr<KvStorage>& pool, int blocks, bool device) {
   if (!pool || pool->num_blocks() < blocks) {
     const int n = std::max(blocks, pool ? 2 * pool->num_blocks() : 0);
     const kernels::KvCacheView v = device_.View(0);
@@ -52,7 +51,7 @@ absl::StatusOr<std::string> KvStaging::Encode(absl::Span<const int> blocks,
     }
   }
   const int n = static_cast<int>(blocks.size());
-  KvStorage& staging = Staging(n);
+  KvStorage& staging = Grow(staging_, n, /*device=*/false);
   std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(n);
   std::iota(dst.begin(), dst.end(), 0);
   Copy(device_, staging, src, dst);
@@ -67,7 +66,7 @@ void KvStaging::Write(absl::Span<const WireBlock* const> blocks, absl::Span<cons
     return;
   }
   const int n = static_cast<int>(blocks.size());
-  KvStorage& staging = Staging(n);
+  KvStorage& staging = Grow(staging_, n, /*device=*/false);
   std::vector<int32_t> src(n), dst(targets.begin(), targets.end());
   std::iota(src.begin(), src.end(), 0);
   for (int i = 0; i < n; ++i) WriteHostBlock(staging, i, *blocks[i]);
@@ -91,7 +90,7 @@ absl::StatusOr<std::string> KvStaging::StageForLink(absl::Span<const int> blocks
     }
   }
   const int n = static_cast<int>(blocks.size());
-  KvStorage& staging = Staging(std::max(n, 1), /*device=*/true);
+  KvStorage& staging = Grow(link_out_, std::max(n, 1), /*device=*/true);
   std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(n);
   std::iota(dst.begin(), dst.end(), 0);
   Copy(device_, staging, src, dst);
@@ -99,9 +98,9 @@ absl::StatusOr<std::string> KvStaging::StageForLink(absl::Span<const int> blocks
   return EncodeLinkHeader(staging, hashes, backend_.Fingerprint(LeadingRanges(staging, n)));
 }
 
-absl::Status KvStaging::SendStaged(kernels::PeerLink& link) {
-  if (!device_staging_) return absl::FailedPreconditionError("nothing is staged for the link");
-  return link.Send(LeadingRanges(*device_staging_, staged_for_link_));
+absl::Status KvStaging::StartSendStaged(kernels::PeerLink& link) {
+  if (!link_out_) return absl::FailedPreconditionError("nothing is staged for the link");
+  return link.StartSend(LeadingRanges(*link_out_, staged_for_link_));
 }
 
 absl::Status KvStaging::ReceiveFromLink(kernels::PeerLink& link, const LinkHeader& header) {
@@ -110,7 +109,7 @@ absl::Status KvStaging::ReceiveFromLink(kernels::PeerLink& link, const LinkHeade
         "KV over a device link needs a device backend (the CPU's KV moves over the router)");
   }
   const int n = static_cast<int>(header.hashes.size());
-  KvStorage& staging = Staging(std::max(n, 1), /*device=*/true);
+  KvStorage& staging = Grow(link_in_, std::max(n, 1), /*device=*/true);
   const std::vector<kernels::ByteRange> ranges = LeadingRanges(staging, n);
   backend_.Synchronize();  // nothing still reads the staging pool
   RETURN_IF_ERROR(link.Receive(ranges));
@@ -124,7 +123,7 @@ absl::Status KvStaging::ReceiveFromLink(kernels::PeerLink& link, const LinkHeade
 
 void KvStaging::WriteReceived(absl::Span<const int> staged, absl::Span<const int> targets) {
   std::vector<int32_t> src(staged.begin(), staged.end()), dst(targets.begin(), targets.end());
-  Copy(*device_staging_, device_, src, dst);
+  Copy(*link_in_, device_, src, dst);
 }
 
 }  // namespace kvserve::worker

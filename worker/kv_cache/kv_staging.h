@@ -43,29 +43,31 @@ class KvStaging {
   [[nodiscard]] int staged_capacity() const;
 
   // The device-to-device path (a device backend and an NCCL link; kv_block_wire.h's link
-  // header). StageForLink gathers `blocks` into blocks [0, n) of a staging pool in device memory
-  // and returns the link header with their fingerprint; SendStaged moves them over the link.
-  // ReceiveFromLink takes the chunk a checked header describes into that pool and compares the
-  // fingerprint (DataLoss, naming both, when it differs; the device pool is not touched), and
-  // WriteReceived copies staged blocks [0, n) into device blocks `targets`.
+  // header). StageForLink gathers `blocks` into blocks [0, n) of an outgoing staging pool in
+  // device memory and returns the link header with their fingerprint; StartSendStaged starts
+  // moving them over the link (PeerLink::PollSend says when they are gone; nothing may be
+  // staged before). ReceiveFromLink takes the chunk a checked header describes into an incoming
+  // staging pool (so a receive never touches a send in flight) and compares the fingerprint
+  // (DataLoss, naming both, when it differs; the device pool is not touched), and WriteReceived
+  // copies received blocks [0, n) into device blocks `targets`.
   absl::StatusOr<std::string> StageForLink(absl::Span<const int> blocks,
                                            absl::Span<const BlockHash> hashes);
-  absl::Status SendStaged(kernels::PeerLink& link);
+  absl::Status StartSendStaged(kernels::PeerLink& link);
   absl::Status ReceiveFromLink(kernels::PeerLink& link, const LinkHeader& header);
   void WriteReceived(absl::Span<const int> staged, absl::Span<const int> targets);
 
  private:
   bool Direct() const;
-  // The staging pool in pinned host memory (or, `device`, in device memory), grown (doubling)
-  // to hold at least `blocks`.
-  KvStorage& Staging(int blocks, bool device = false);
+  // `pool` grown (doubling) to hold at least `blocks`: in pinned host memory, or `device`.
+  KvStorage& Grow(std::unique_ptr<KvStorage>& pool, int blocks, bool device);
   void Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> src,
             absl::Span<const int32_t> dst);
 
   KvStorage& device_;
   kernels::Backend& backend_;
-  std::unique_ptr<KvStorage> staging_, device_staging_;
-  int staged_for_link_ = 0;  // blocks StageForLink left in device_staging_
+  std::unique_ptr<KvStorage> staging_;             // pinned: the relay's wires
+  std::unique_ptr<KvStorage> link_out_, link_in_;  // device: a link's outgoing, incoming chunk
+  int staged_for_link_ = 0;                        // blocks StageForLink left in link_out_
 };
 
 }  // namespace kvserve::worker

@@ -1,8 +1,9 @@
 // WorkerServer: the KV transfer's messages (docs/DISAGGREGATION.md). As a source, a
 // KvExportRequest is answered with KvChunks of the prompt's device-cached blocks (over a link:
-// each chunk's header, then its bytes over the link); as a target, each KvChunk the router
-// relays is checked whole, cached, and acknowledged with a KvChunkAck. Any failure on a link
-// drops it at this end. Both run on the loop thread, between engine steps.
+// each chunk's bytes start over the link, then its header goes through the router, and the
+// loop goes on until the send ends); as a target, each KvChunk the router relays is checked
+// whole, cached, and acknowledged with a KvChunkAck. Any failure on a link drops it at this
+// end. Both run on the loop thread, between engine steps.
 #include <algorithm>
 #include <vector>
 
@@ -55,20 +56,12 @@ void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
 void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   if (req.link_id() != 0) {
-    kernels::PeerLink* link = KvLink(identity, req.link_id());
-    absl::Status s = link == nullptr ? absl::FailedPreconditionError(absl::StrCat(
-                                           "KV link ", req.link_id(), " is not open here"))
-                                     : ExportOverLink(identity, req, *link);
-    if (!s.ok()) {
-      pb::KvChunk c;
-      c.set_transfer_id(req.transfer_id());
-      c.set_last(true);
-      c.set_link_id(req.link_id());
-      SetError(s, c.mutable_error());
-      metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
-      Reply(identity, c);
-      if (link != nullptr) DropKvLink(identity, req.link_id(), s);
-    }
+    const int bs = engine_->config().cache.block_size;
+    link_exports_waiting_.push_back(
+        {.identity = identity,
+         .req = req,
+         .at = static_cast<int>(std::min<uint32_t>(req.first_block(), req.token_ids_size() / bs))});
+    AdvanceLinkExports();
     return;
   }
   const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
@@ -113,40 +106,87 @@ void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExpor
   }
 }
 
-absl::Status WorkerServer::ExportOverLink(const std::string& identity,
-                                          const pb::KvExportRequest& req, kernels::PeerLink& link) {
+void WorkerServer::FailLinkExport(const LinkExport& e, const absl::Status& s) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  const std::vector<int32_t> tokens(req.token_ids().begin(), req.token_ids().end());
-  const int per_chunk = BlocksPerChunk(req, engine_->KvWireBlockBytes());
-  const int bs = engine_->config().cache.block_size;
-  const std::string format = engine_->kv_spec().CacheKeyDType();
-  int at = static_cast<int>(std::min<uint32_t>(req.first_block(), tokens.size() / bs));
-  for (uint32_t index = 0;; ++index) {
-    const auto start = Clock::now();
-    ASSIGN_OR_RETURN(Engine::PrefixChunk chunk,
-                     engine_->StagePrefixForLink(tokens, req.cache_salt(), at, per_chunk));
-    pb::KvChunk c;
-    c.set_transfer_id(req.transfer_id());
-    c.set_index(index);
-    c.set_first_block(chunk.first_block);
-    c.set_num_blocks(chunk.num_blocks);
-    c.set_last(!chunk.more);
-    c.set_link_id(req.link_id());
-    c.add_rank_wires(std::move(chunk.wires[0]));
-    const int end = (chunk.first_block + chunk.num_blocks) * bs;
-    c.mutable_token_ids()->Add(tokens.begin(), tokens.begin() + end);
-    c.set_cache_salt(req.cache_salt());
-    Reply(identity, c);
-    FlushReplies();  // the header goes before this loop waits on the link
-    if (chunk.num_blocks == 0) return absl::OkStatus();
-    // Until the target takes the bytes: its loop receives them once the router relayed the
-    // header (a step of its engine at most), or the link's timeout ends the wait.
-    RETURN_IF_ERROR(engine_->SendStagedPrefix(link));
-    metrics_->ObserveKvChunk("out", format, chunk.num_blocks,
-                             chunk.num_blocks * engine_->KvWireBlockBytes(),
-                             Seconds(Clock::now() - start));
-    if (!chunk.more) return absl::OkStatus();
-    at = chunk.first_block + chunk.num_blocks;
+  pb::KvChunk c;
+  c.set_transfer_id(e.req.transfer_id());
+  c.set_index(e.index);
+  c.set_last(true);
+  c.set_link_id(e.req.link_id());
+  SetError(s, c.mutable_error());
+  metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
+  Reply(e.identity, c);
+  DropKvLink(e.identity, e.req.link_id(), s);
+}
+
+absl::StatusOr<bool> WorkerServer::SendNextLinkChunk(LinkExport& e, kernels::PeerLink& link) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const std::vector<int32_t> tokens(e.req.token_ids().begin(), e.req.token_ids().end());
+  e.start = Clock::now();
+  ASSIGN_OR_RETURN(Engine::PrefixChunk chunk,
+                   engine_->StagePrefixForLink(tokens, e.req.cache_salt(), e.at,
+                                               BlocksPerChunk(e.req, engine_->KvWireBlockBytes())));
+  pb::KvChunk c;
+  c.set_transfer_id(e.req.transfer_id());
+  c.set_index(e.index++);
+  c.set_first_block(chunk.first_block);
+  c.set_num_blocks(chunk.num_blocks);
+  c.set_last(!chunk.more);
+  c.set_link_id(e.req.link_id());
+  c.add_rank_wires(std::move(chunk.wires[0]));
+  const int end = (chunk.first_block + chunk.num_blocks) * engine_->config().cache.block_size;
+  c.mutable_token_ids()->Add(tokens.begin(), tokens.begin() + end);
+  c.set_cache_salt(e.req.cache_salt());
+  if (chunk.num_blocks == 0) {
+    Reply(e.identity, c);
+    return false;
+  }
+  // The bytes are on their way before the header: the target, once it has the header, waits
+  // for bytes already sent.
+  RETURN_IF_ERROR(engine_->StartSendStagedPrefix(link));
+  Reply(e.identity, c);
+  e.blocks = chunk.num_blocks;
+  e.at = chunk.first_block + chunk.num_blocks;
+  e.more = chunk.more;
+  return true;
+}
+
+void WorkerServer::AdvanceLinkExports() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  while (link_export_ || !link_exports_waiting_.empty()) {
+    if (!link_export_) {
+      link_export_ = std::move(link_exports_waiting_.front());
+      link_exports_waiting_.pop_front();
+    } else {
+      // The chunk in flight: still going, failed, or gone (then the next, if any).
+      LinkExport& e = *link_export_;
+      kernels::PeerLink* link = KvLink(e.identity, e.req.link_id());
+      absl::StatusOr<bool> sent = link == nullptr ? absl::FailedPreconditionError(absl::StrCat(
+                                                        "KV link ", e.req.link_id(), " was closed"))
+                                                  : link->PollSend();
+      if (sent.ok() && !*sent) return;
+      if (!sent.ok()) {
+        FailLinkExport(e, sent.status());
+        link_export_.reset();
+        continue;
+      }
+      metrics_->ObserveKvChunk("out", engine_->kv_spec().CacheKeyDType(), e.blocks,
+                               e.blocks * engine_->KvWireBlockBytes(),
+                               Seconds(Clock::now() - e.start));
+      if (!e.more) {
+        link_export_.reset();
+        continue;
+      }
+    }
+    LinkExport& e = *link_export_;
+    kernels::PeerLink* link = KvLink(e.identity, e.req.link_id());
+    absl::StatusOr<bool> started = link == nullptr
+                                       ? absl::FailedPreconditionError(absl::StrCat(
+                                             "KV link ", e.req.link_id(), " is not open here"))
+                                       : SendNextLinkChunk(e, *link);
+    if (started.ok() && *started) return;  // in flight
+    if (!started.ok()) FailLinkExport(e, started.status());
+    link_export_.reset();
   }
 }
 

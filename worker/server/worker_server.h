@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -172,10 +173,26 @@ class WorkerServer : private KvEventListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleKvChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // The blocks of `req` over link `link`: each chunk's link header to the router, then its bytes
-  // over the link (worker_kv_transfer.cc).
-  absl::Status ExportOverLink(const std::string& identity, const kvserve::v1::KvExportRequest& req,
-                              kernels::PeerLink& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Exports over links (worker_kv_transfer.cc), one at a time (the engine's outgoing staging
+  // pool holds one chunk): each chunk's link header goes to the router, then its bytes over the
+  // link while the loop goes on; the loop advances the export as each chunk's send ends.
+  struct LinkExport {
+    std::string identity;
+    kvserve::v1::KvExportRequest req;
+    uint32_t index = 0;
+    int at = 0;        // the next chunk's first block
+    bool more = true;  // a chunk follows the one in flight
+    int blocks = 0;    // the chunk in flight's
+    Clock::time_point start;
+  };
+  void AdvanceLinkExports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Stages the next chunk of `e`, sends its header and starts its bytes; false when the source
+  // caches no block there (the header, marked last, ended the export).
+  absl::StatusOr<bool> SendNextLinkChunk(LinkExport& e, kernels::PeerLink& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Ends `e` with an error chunk naming `s`, and drops its link.
+  void FailLinkExport(const LinkExport& e, const absl::Status& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Device-to-device links (worker_kv_links.cc): KvLinkOpen and KvLinkClose; the joins that
   // finished, answered; a link by id (null: none); a link dropped after a failure, with a
   // KvLinkStatus naming why to the router that opened it.
@@ -276,6 +293,8 @@ class WorkerServer : private KvEventListener {
   absl::flat_hash_map<std::pair<std::string, uint32_t>, std::unique_ptr<kernels::PeerLink>>
       kv_links_ ABSL_GUARDED_BY(loop_thread_);
   std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
+  std::optional<LinkExport> link_export_ ABSL_GUARDED_BY(loop_thread_);  // its chunk in flight
+  std::deque<LinkExport> link_exports_waiting_ ABSL_GUARDED_BY(loop_thread_);
 };
 
 }  // namespace kvserve::worker
