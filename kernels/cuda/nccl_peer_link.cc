@@ -112,10 +112,11 @@ class NcclPeerLink final : public PeerLink {
   // link aborted, when they failed, NCCL reports the peer gone, or `deadline` passed.
   absl::StatusOr<bool> Check(const char* what, StreamWait& wait, absl::Time deadline,
                              absl::Duration wait_for) {
-    if (wait.DoneWithin(wait_for)) {
-      if (const cudaError_t e = wait.error(); e != cudaSuccess) {
-        return Abort(absl::InternalError(absl::StrCat("nccl ", what, ": ", cudaGetErrorString(e))));
-      }
+    // Done is read before NCCL's error: ops that ended because the peer went away have set
+    // that error by the time they are done, so it is seen.
+    const bool done = wait.DoneWithin(wait_for);
+    if (const cudaError_t e = done ? wait.error() : cudaSuccess; e != cudaSuccess) {
+      return Abort(absl::InternalError(absl::StrCat("nccl ", what, ": ", cudaGetErrorString(e))));
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
@@ -123,7 +124,7 @@ class NcclPeerLink final : public PeerLink {
       return Abort(absl::UnavailableError(
           absl::StrCat("nccl ", what, ": the peer is gone (", ncclGetErrorString(async), ")")));
     }
-    if (wait.DoneWithin(absl::ZeroDuration())) return true;
+    if (done) return true;
     if (absl::Now() > deadline) {
       return Abort(absl::DeadlineExceededError(
           absl::StrCat("nccl ", what, " timed out after ", absl::FormatDuration(timeout_))));
