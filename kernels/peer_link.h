@@ -11,6 +11,7 @@
 #ifndef KVSERVE_KERNELS_PEER_LINK_H_
 #define KVSERVE_KERNELS_PEER_LINK_H_
 
+#include <memory>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -41,6 +42,18 @@ class PeerLink {
   virtual absl::Status StartSend(absl::Span<const ByteRange> ranges) = 0;
   virtual absl::StatusOr<bool> PollSend() = 0;
 };
+
+// PollSend over a link per tensor-parallel rank: true once every send is done, the first error
+// when one failed.
+inline absl::StatusOr<bool> PollSends(absl::Span<const std::unique_ptr<PeerLink>> links) {
+  bool done = true;
+  for (const std::unique_ptr<PeerLink>& link : links) {
+    absl::StatusOr<bool> one = link->PollSend();
+    if (!one.ok()) return one.status();
+    done = done && *one;
+  }
+  return done;
+}
 
 }  // namespace kvserve::kernels
 

@@ -23,7 +23,8 @@ const WorkerView* Find(absl::Span<const WorkerView> views, int id) {
 
 bool KvLinks::Linkable(const WorkerView& a, const WorkerView& b) {
   return a.fresh && b.fresh && !a.kv_link.empty() && a.kv_link == b.kv_link &&
-         a.kv_wire_block_bytes > 0 && a.kv_wire_block_bytes == b.kv_wire_block_bytes;
+         a.tensor_parallel_size == b.tensor_parallel_size && a.kv_wire_block_bytes > 0 &&
+         a.kv_wire_block_bytes == b.kv_wire_block_bytes;
 }
 
 void KvLinks::Refresh(absl::Span<const WorkerView> views, Clock::time_point now) {

@@ -64,7 +64,8 @@ ABSL_FLAG(double, kv_fetch_gbps, 1.0,
           "--kv-fetch: the link rate assumed (GB/s) until transfers measure it");
 ABSL_FLAG(int32_t, kv_fetch_chunk_bytes, 4 << 20, "--kv-fetch: the most bytes of blocks a chunk");
 ABSL_FLAG(bool, kv_links, false,
-          "Pair the workers that join device-to-device KV links (CUDA workers of one rank: NCCL) "
+          "Pair the workers that join device-to-device KV links (CUDA workers: NCCL, a link per "
+          "tensor-parallel rank) "
           "and send fetched and disaggregated KV over them; the relay stays the fallback");
 ABSL_FLAG(double, kv_link_timeout_seconds, 30,
           "--kv-links: the bound on a link's join and on each transfer's wait at the workers");

@@ -55,6 +55,8 @@ struct WorkerView {
   // process's instance id (a restart drops its links). router/kv_links.h.
   std::string kv_link;
   uint64_t instance_id = 0;
+  // Its heartbeat's tensor-parallel size: a link joins rank r to the peer's rank r.
+  int tensor_parallel_size = 1;
 };
 
 struct RoutingConfig {

@@ -315,6 +315,7 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.prefill_only = worker.status->role() == "prefill";
       v.kv_link = worker.status->kv_link();
       v.instance_id = worker.status->instance_id();
+      v.tensor_parallel_size = std::max(1, worker.status->tensor_parallel_size());
     }
     views.push_back(v);
   }

@@ -161,24 +161,24 @@ class Engine {
   // pool cannot take them (nothing changes).
   absl::StatusOr<int> ImportPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
                                    absl::Span<const std::string> wires, int first_block = 0);
-  // The device-to-device path (CUDA, one rank, an NCCL link).
-  // StagePrefixForLink gathers the chunk ExportPrefix would give into the device staging pool;
-  // its one wire is the link header (kv_block_wire.h), which goes to the peer by the router.
-  // StartSendStagedPrefix then starts moving the blocks over `link` (link.PollSend says when
-  // they are gone; nothing may be staged before; SendStagedPrefix waits for it), while the
-  // peer's ReceivePrefixFromLink
-  // takes them: it checks the header as ImportPrefix checks a wire (before the link is used),
-  // receives, checks the fingerprint (DataLoss) and caches the blocks as ImportPrefix does. An
-  // error of the link itself leaves it dead (kernels/peer_link.h).
+  // The device-to-device path (CUDA, NCCL links: `links` holds one per tensor-parallel rank,
+  // rank r's to the peer's rank r).
+  // StagePrefixForLink gathers the chunk ExportPrefix would give into each rank's device staging
+  // pool; its wires are the ranks' link headers (kv_block_wire.h), which go to the peer by the
+  // router. StartSendStagedPrefix then starts moving each rank's blocks over its link
+  // (kernels::PollSends says when they are gone; nothing may be staged before;
+  // SendStagedPrefix waits for it), while the peer's ReceivePrefixFromLink takes them: it
+  // checks the headers as ImportPrefix checks wires (before a link is used), receives on every
+  // link, checks the fingerprints (DataLoss, the links still in step) and caches the blocks as
+  // ImportPrefix does. An error of a link itself leaves it dead (kernels/peer_link.h).
   absl::StatusOr<PrefixChunk> StagePrefixForLink(absl::Span<const int32_t> prompt,
                                                  const std::string& cache_salt, int first_block,
                                                  int max_blocks);
-  absl::Status StartSendStagedPrefix(kernels::PeerLink& link);
-  absl::Status SendStagedPrefix(kernels::PeerLink& link);
-  absl::StatusOr<int> ReceivePrefixFromLink(kernels::PeerLink& link,
-                                            absl::Span<const int32_t> prompt,
-                                            const std::string& cache_salt,
-                                            const std::string& header, int first_block);
+  absl::Status StartSendStagedPrefix(absl::Span<const std::unique_ptr<kernels::PeerLink>> links);
+  absl::Status SendStagedPrefix(absl::Span<const std::unique_ptr<kernels::PeerLink>> links);
+  absl::StatusOr<int> ReceivePrefixFromLink(
+      absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
+      const std::string& cache_salt, absl::Span<const std::string> headers, int first_block);
   // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
   // from `first_block` on this engine caches, and caching `blocks` of them here as if their
   // bytes had arrived (the bookkeeping of ImportPrefix alone; FailedPrecondition on a device
@@ -271,6 +271,8 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Rank `rank`'s ends of the transfer (made at first use): pinned staging on a device backend.
   KvStaging& TransferStaging(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Waits for every rank's backend to finish what was issued to it (between steps).
+  void SynchronizeRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The device pool's blocks of hashes all[first_block...] up to the first not cached, at most
   // `max_blocks`; `more` when the cached run goes on.
   struct CachedChunk {

@@ -12,20 +12,31 @@
 namespace kvserve::worker {
 namespace {
 
-absl::Status NeedsPools(const ModelRunner& runner, const KvCacheManager& kv, Device device) {
+// The engine thread reads and writes every rank's pool between steps, through that rank's
+// backend (a CUDA backend makes its own device current for each op), while the rank threads
+// wait for the next step.
+absl::Status NeedsPools(const ModelRunner& runner, const KvCacheManager& kv) {
   if (!runner.has_kv_pools()) {
     return absl::FailedPreconditionError("KV transfer: this device keeps no KV (null or sim)");
   }
   if (!kv.prefix_caching()) {
     return absl::FailedPreconditionError("KV transfer needs prefix caching on");
   }
-  // The engine thread reads and writes every rank's pool; a CUDA rank's pool belongs to its
-  // thread's device.
-  if (device == Device::kCuda && runner.size() > 1) {
-    return absl::UnimplementedError(
-        "KV transfer with tensor parallelism on CUDA is not built yet (docs/DISAGGREGATION.md)");
-  }
   return absl::OkStatus();
+}
+
+// FailedPrecondition unless there is one link per rank.
+absl::Status OneLinkPerRank(absl::Span<const std::unique_ptr<kernels::PeerLink>> links, int ranks) {
+  if (static_cast<int>(links.size()) == ranks) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("KV transfer: ", links.size(), " links for ",
+                                                    ranks, " tensor-parallel ranks (one each)"));
+}
+
+// InvalidArgument unless a chunk starts at a block and holds at least one.
+absl::Status ChunkBounds(int first_block, int max_blocks) {
+  if (first_block >= 0 && max_blocks >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("KV transfer: blocks from ", first_block, ", at most ", max_blocks, " a chunk"));
 }
 
 // FailedPrecondition unless got[i] is the prompt's block first_block + i (`hashes`: the
@@ -59,7 +70,7 @@ absl::StatusOr<std::vector<BlockHash>> Engine::PromptHashes(absl::Span<const int
 
 int64_t Engine::KvWireBlockBytes() {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  if (!NeedsPools(*runner_, *kv_, config_.backend.device).ok()) return 0;
+  if (!NeedsPools(*runner_, *kv_).ok()) return 0;
   int64_t total = 0;
   for (int r = 0; r < runner_->size(); ++r) total += WireBlockBytes(runner_->device_kv(r));
   return total;
@@ -83,15 +94,10 @@ absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
                                         int blocks_per_chunk,
                                         const std::function<bool(PrefixChunk)>& each) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  if (first_block < 0 || blocks_per_chunk < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("KV transfer: blocks from ", first_block,
-                                                   ", at most ", blocks_per_chunk, " a chunk"));
-  }
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
+  RETURN_IF_ERROR(ChunkBounds(first_block, blocks_per_chunk));
   ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
-  for (int r = 0; r < runner_->size(); ++r) {
-    runner_->backend(r).Synchronize();  // the steps that wrote them have finished
-  }
+  SynchronizeRanks();  // the steps that wrote them have finished
   for (size_t at = first_block;;) {
     CachedChunk c = CachedBlocks(all, at, blocks_per_chunk);
     PrefixChunk chunk{.first_block = static_cast<int>(at),
@@ -127,7 +133,7 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
                                          const std::string& cache_salt,
                                          absl::Span<const std::string> wires, int first_block) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   if (static_cast<int>(wires.size()) != runner_->size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV transfer: ", wires.size(), " wires for ", runner_->size(),
@@ -168,52 +174,77 @@ absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const 
                                                                const std::string& cache_salt,
                                                                int first_block, int max_blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  if (first_block < 0 || max_blocks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("KV transfer: blocks from ", first_block,
-                                                   ", at most ", max_blocks, " a chunk"));
-  }
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
+  RETURN_IF_ERROR(ChunkBounds(first_block, max_blocks));
   ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
-  runner_->backend(0).Synchronize();  // the steps that wrote them have finished
+  SynchronizeRanks();  // the steps that wrote them have finished
   CachedChunk c = CachedBlocks(all, first_block, max_blocks);
-  ASSIGN_OR_RETURN(std::string header, TransferStaging(0).StageForLink(c.blocks, c.hashes));
-  return PrefixChunk{.wires = {std::move(header)},
-                     .first_block = first_block,
-                     .num_blocks = static_cast<int>(c.blocks.size()),
-                     .more = c.more};
+  PrefixChunk chunk{
+      .first_block = first_block, .num_blocks = static_cast<int>(c.blocks.size()), .more = c.more};
+  for (int r = 0; r < runner_->size(); ++r) {
+    ASSIGN_OR_RETURN(std::string header, TransferStaging(r).StageForLink(c.blocks, c.hashes));
+    chunk.wires.push_back(std::move(header));
+  }
+  return chunk;
 }
 
-absl::Status Engine::StartSendStagedPrefix(kernels::PeerLink& link) {
+absl::Status Engine::StartSendStagedPrefix(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  return TransferStaging(0).StartSendStaged(link);
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
+  RETURN_IF_ERROR(OneLinkPerRank(links, runner_->size()));
+  for (int r = 0; r < runner_->size(); ++r) {
+    RETURN_IF_ERROR(TransferStaging(r).StartSendStaged(*links[r]));
+  }
+  return absl::OkStatus();
 }
 
-absl::Status Engine::SendStagedPrefix(kernels::PeerLink& link) {
+absl::Status Engine::SendStagedPrefix(absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(StartSendStagedPrefix(link));
+  RETURN_IF_ERROR(StartSendStagedPrefix(links));
   while (true) {
-    ASSIGN_OR_RETURN(const bool done, link.PollSend());
+    ASSIGN_OR_RETURN(const bool done, kernels::PollSends(links));
     if (done) return absl::OkStatus();
     absl::SleepFor(absl::Microseconds(50));
   }
 }
 
-absl::StatusOr<int> Engine::ReceivePrefixFromLink(kernels::PeerLink& link,
-                                                  absl::Span<const int32_t> prompt,
-                                                  const std::string& cache_salt,
-                                                  const std::string& header, int first_block) {
+absl::StatusOr<int> Engine::ReceivePrefixFromLink(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
+    const std::string& cache_salt, absl::Span<const std::string> headers, int first_block) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_, config_.backend.device));
-  // A header that is not this pool's shape is refused before the link moves a byte.
-  ASSIGN_OR_RETURN(LinkHeader h, ReadLinkHeader(header, runner_->device_kv(0)));
-  KvStaging& staging = TransferStaging(0);
-  RETURN_IF_ERROR(staging.ReceiveFromLink(link, h));
+  RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
+  RETURN_IF_ERROR(OneLinkPerRank(links, runner_->size()));
+  if (static_cast<int>(headers.size()) != runner_->size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV transfer: ", headers.size(), " link headers for ", runner_->size(),
+                     " tensor-parallel ranks (the sender's TP size must be this worker's)"));
+  }
+  // Headers that are not these pools' shape are refused before the links move a byte.
+  std::vector<LinkHeader> got;
+  for (int r = 0; r < runner_->size(); ++r) {
+    ASSIGN_OR_RETURN(LinkHeader h, ReadLinkHeader(headers[r], runner_->device_kv(r)));
+    if (r > 0 && h.hashes != got[0].hashes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV transfer: rank ", r, "'s link header names other blocks than rank 0's"));
+    }
+    got.push_back(std::move(h));
+  }
+  // Every rank's link takes its bytes, so that the links stay in step when one rank's bytes
+  // are refused (DataLoss); any other error leaves the links dead.
+  absl::Status received;
+  for (int r = 0; r < runner_->size(); ++r) {
+    absl::Status s = TransferStaging(r).ReceiveFromLink(*links[r], got[r]);
+    if (!s.ok() && !absl::IsDataLoss(s)) return s;
+    if (received.ok() && !s.ok())
+      received = absl::DataLossError(absl::StrCat("rank ", r, ": ", s.message()));
+  }
+  RETURN_IF_ERROR(received);
   ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
   RETURN_IF_ERROR(CheckChain(all, first_block));
   RETURN_IF_ERROR(
-      MatchPrompt(absl::MakeConstSpan(all).subspan(first_block), h.hashes, first_block));
-  return CacheArrived(prompt, all, first_block, static_cast<int>(h.hashes.size()),
+      MatchPrompt(absl::MakeConstSpan(all).subspan(first_block), got[0].hashes, first_block));
+  return CacheArrived(prompt, all, first_block, static_cast<int>(got[0].hashes.size()),
                       [&](const std::vector<std::pair<int, size_t>>& writes) {
                         KVSERVE_CHECK_THREAD(engine_thread_);  // called back right here
                         std::vector<int> staged, targets;
@@ -221,8 +252,15 @@ absl::StatusOr<int> Engine::ReceivePrefixFromLink(kernels::PeerLink& link,
                           staged.push_back(static_cast<int>(i));
                           targets.push_back(block);
                         }
-                        staging.WriteReceived(staged, targets);
+                        for (int r = 0; r < runner_->size(); ++r) {
+                          TransferStaging(r).WriteReceived(staged, targets);
+                        }
                       });
+}
+
+void Engine::SynchronizeRanks() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  for (int r = 0; r < runner_->size(); ++r) runner_->backend(r).Synchronize();
 }
 
 KvStaging& Engine::TransferStaging(int rank) {

@@ -19,6 +19,7 @@
 #define XXH_INLINE_ALL  // header-only: the test forges a header checksum
 #include <xxhash.h>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
@@ -26,6 +27,7 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/engine_test_util.h"
 #include "tools/random_model.h"
+#include "worker/kv_link_maker.h"
 
 namespace kvserve::worker {
 namespace {
@@ -335,10 +337,12 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
 const KvQuantOptions kTransferCaches[] = {{.dtype = "bf16"},
                                           {.dtype = "int4", .granularity = "per_channel"}};
 
-EngineConfig TransferConfig(const KvQuantOptions& q) {
+EngineConfig TransferConfig(const KvQuantOptions& q, int tp = 1) {
   EngineConfig config = FixtureConfig("tiny-llama3");
   config.backend.device = Device::kCuda;
   config.cache.kv_quant = q;
+  config.parallel.tensor_parallel_size = tp;
+  config.parallel.collective_timeout = absl::Seconds(60);
   return config;
 }
 
@@ -352,14 +356,14 @@ std::vector<int32_t> TransferPrompt(int block_size) {
 }
 
 // KV transfer (docs/DISAGGREGATION.md) on the CUDA backend: a prompt's blocks leave one CUDA
-// engine's device pool as wire bytes (Download) and enter another's (Upload); the importer's
-// prefill skips them and its greedy tokens and logprobs are the exporter's.
-TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
-  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+// engine's device pools as wire bytes (through pinned staging) and enter another's; the
+// importer's prefill skips them and its greedy tokens and logprobs are the exporter's. With
+// `tp` ranks each side, each rank's wire carries its KV heads.
+void ExpectWiresServeTheImporter(int tp) {
   for (const KvQuantOptions& q : kTransferCaches) {
-    SCOPED_TRACE(q.dtype);
-    std::unique_ptr<Engine> a = testing::MakeEngine(TransferConfig(q));
-    std::unique_ptr<Engine> b = testing::MakeEngine(TransferConfig(q));
+    SCOPED_TRACE(absl::StrCat(q.dtype, " tp ", tp));
+    std::unique_ptr<Engine> a = testing::MakeEngine(TransferConfig(q, tp));
+    std::unique_ptr<Engine> b = testing::MakeEngine(TransferConfig(q, tp));
     ASSERT_TRUE(a && b);
     const int bs = a->config().cache.block_size;
     const std::vector<int32_t> p = TransferPrompt(bs);
@@ -367,6 +371,7 @@ TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) 
     testing::Results want = testing::RunToCompletion(*a);
     ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk exported, a->ExportPrefix(p, ""));
     const std::vector<std::string>& wires = exported.wires;
+    ASSERT_EQ(wires.size(), static_cast<size_t>(tp));
     const int full = static_cast<int>(p.size()) / bs;
     ASSERT_OK_AND_ASSIGN(int added, b->ImportPrefix(p, "", wires));
     EXPECT_EQ(added, full);
@@ -376,6 +381,16 @@ TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) 
     EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
     testing::ExpectSameSamples(got, want, 1e-3);
   }
+}
+
+TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  ExpectWiresServeTheImporter(1);
+}
+
+TEST(EngineCudaKvTransferTest, WithTensorParallelismEachRankMovesItsHeads) {
+  if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ExpectWiresServeTheImporter(2);
 }
 
 #ifdef KVSERVE_CUDA_EMULATED
@@ -388,17 +403,21 @@ std::string WithWrongFingerprint(std::string header) {
   return header;
 }
 
-// The device-to-device path: a prefill engine stages its prompt's blocks and sends them over an
-// NCCL link, and a decode engine (its own thread, as a worker's) receives them and serves the
-// request as the prefill engine did. A chunk whose fingerprint does not match is DataLoss and
-// caches nothing; the link goes on. Both engines are on GPU 0 of one process, which only the
-// emulator allows (NCCL refuses two ranks on one GPU); nccl_peer_link_test runs the link's two
-// ends in two processes.
-TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
+// The device-to-device path: a prefill engine stages its prompt's blocks and sends them over
+// NCCL links made as a worker makes them (MakeKvLinkMaker: one per tensor-parallel rank), and
+// a decode engine (its own thread, as a worker's) receives them and serves the request as the
+// prefill engine did. A chunk whose last rank's fingerprint does not match is DataLoss and
+// caches nothing; the links stay in step. Both engines use the same GPUs of one process, which
+// only the emulator allows (NCCL refuses two ranks on one GPU); nccl_peer_link_test runs a
+// link's two ends in two processes, kv_link_test two workers.
+void ExpectLinksMoveThePrefix(int tp) {
   for (const KvQuantOptions& q : kTransferCaches) {
-    SCOPED_TRACE(q.dtype);
-    std::unique_ptr<Engine> prefill = testing::MakeEngine(TransferConfig(q));
-    std::unique_ptr<Engine> decode = testing::MakeEngine(TransferConfig(q));
+    SCOPED_TRACE(absl::StrCat(q.dtype, " tp ", tp));
+    const EngineConfig config = TransferConfig(q, tp);
+    const KvLinkMaker maker = MakeKvLinkMaker(config);
+    ASSERT_EQ(maker.kind, "nccl");
+    std::unique_ptr<Engine> prefill = testing::MakeEngine(config);
+    std::unique_ptr<Engine> decode = testing::MakeEngine(config);
     ASSERT_TRUE(prefill && decode);
     decode->HandOver();
     const int bs = prefill->config().cache.block_size;
@@ -408,33 +427,35 @@ TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
     Results want = testing::RunToCompletion(*prefill);
     ASSERT_OK_AND_ASSIGN(Engine::PrefixChunk chunk, prefill->StagePrefixForLink(p, "", 0, 1000));
     ASSERT_EQ(chunk.num_blocks, full);
-    ASSERT_OK_AND_ASSIGN(std::string id, kernels::NewNcclPeerId());
+    ASSERT_EQ(chunk.wires.size(), static_cast<size_t>(tp));
+    std::vector<std::string> forged = chunk.wires;
+    forged.back() = WithWrongFingerprint(forged.back());
+    ASSERT_OK_AND_ASSIGN(std::string key, maker.new_key());
 
-    absl::StatusOr<int> forged = 0, added = 0;
-    int cached_after_forged = -1;
+    absl::StatusOr<int> refused = 0, added = 0;
+    int cached_after_refused = -1;
     Results got;
     std::thread decoder([&] {
-      absl::StatusOr<std::unique_ptr<kernels::PeerLink>> link =
-          kernels::JoinNcclPeerLink(id, 1, 0, absl::Seconds(60));
+      absl::StatusOr<KvLink> link = maker.join(key, 1, absl::Seconds(60));
       if (!link.ok()) {
         added = link.status();
         return;
       }
-      forged =
-          decode->ReceivePrefixFromLink(**link, p, "", WithWrongFingerprint(chunk.wires[0]), 0);
-      cached_after_forged = decode->CachedRun(p, "", 0);
-      added = decode->ReceivePrefixFromLink(**link, p, "", chunk.wires[0], 0);
+      refused = decode->ReceivePrefixFromLink(*link, p, "", forged, 0);
+      cached_after_refused = decode->CachedRun(p, "", 0);
+      added = decode->ReceivePrefixFromLink(*link, p, "", chunk.wires, 0);
       if (added.ok() && decode->AddRequest(testing::GreedyRequest("r", p, 8)).ok()) {
         got = testing::RunToCompletion(*decode, /*check_invariants=*/true);
       }
       decode->HandOver();
     });
-    ASSERT_OK_AND_ASSIGN(auto link, kernels::JoinNcclPeerLink(id, 0, 0, absl::Seconds(60)));
-    EXPECT_OK(prefill->SendStagedPrefix(*link));  // the forged header's chunk
-    EXPECT_OK(prefill->SendStagedPrefix(*link));
+    ASSERT_OK_AND_ASSIGN(KvLink link, maker.join(key, 0, absl::Seconds(60)));
+    ASSERT_EQ(link.size(), static_cast<size_t>(tp));
+    EXPECT_OK(prefill->SendStagedPrefix(link));  // the forged header's chunk
+    EXPECT_OK(prefill->SendStagedPrefix(link));
     decoder.join();
-    EXPECT_TRUE(absl::IsDataLoss(forged.status())) << forged.status();
-    EXPECT_EQ(cached_after_forged, 0);
+    EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+    EXPECT_EQ(cached_after_refused, 0);
     ASSERT_OK(added);
     EXPECT_EQ(*added, full);
     ASSERT_EQ(got.count("r"), 1u);
@@ -442,6 +463,14 @@ TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
     EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
     testing::ExpectSameSamples(got, want, 1e-3);
   }
+}
+
+TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
+  ExpectLinksMoveThePrefix(1);
+}
+
+TEST(EngineCudaKvTransferTest, WithTensorParallelismALinkPerRankMovesItsHeads) {
+  ExpectLinksMoveThePrefix(2);
 }
 #endif  // KVSERVE_CUDA_EMULATED
 

@@ -40,21 +40,23 @@ struct FakeWorker {
 class KvLinksTest : public ::testing::Test {
  protected:
   KvLinksTest() : pool_(ctx_, &index_, absl::Seconds(1)) {
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       workers_.push_back(std::make_unique<FakeWorker>(ctx_));
       pool_.Add({absl::StrCat("w", i), "127.0.0.1", workers_[i]->port, 1});
     }
   }
 
-  // Workers 0 and 1 join links and move blocks of one size; worker 2 moves another size.
+  // Workers 0 and 1 join links and move blocks of one size; worker 2 moves another size;
+  // worker 3 moves blocks of the same size over two tensor-parallel ranks.
   std::vector<WorkerView> Views(uint64_t instance_of_1 = 11) const {
-    std::vector<WorkerView> v(3);
-    for (int i = 0; i < 3; ++i) {
+    std::vector<WorkerView> v(4);
+    for (int i = 0; i < 4; ++i) {
       v[i].id = i;
       v[i].kv_link = "nccl";
       v[i].kv_wire_block_bytes = i == 2 ? 2048 : 1024;
       v[i].instance_id = 10 + i;
     }
+    v[3].tensor_parallel_size = 2;
     v[1].instance_id = instance_of_1;
     return v;
   }
@@ -106,6 +108,7 @@ TEST_F(KvLinksTest, PairsTheCompatibleWorkersOnceAndLendsTheLinkOneTransferAtATi
   const uint32_t id = OpenReady(links, now);
   EXPECT_EQ(links.ready(), 1);
   EXPECT_TRUE(workers_[2]->Quiet()) << "worker 2 moves blocks of another size";
+  EXPECT_TRUE(workers_[3]->Quiet()) << "worker 3 has another tensor-parallel size";
   links.Refresh(Views(), now);
   EXPECT_TRUE(workers_[0]->Quiet()) << "one link per pair";
   EXPECT_EQ(links.Acquire(1, 0), id);

@@ -41,21 +41,38 @@ void KvStaging::Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> s
   backend_.Synchronize();
 }
 
-absl::StatusOr<std::string> KvStaging::Encode(absl::Span<const int> blocks,
-                                              absl::Span<const BlockHash> hashes) {
-  if (Direct() || blocks.empty()) return EncodeBlocks(device_, backend_, blocks, hashes);
+void KvStaging::Gather(absl::Span<const int> blocks, KvStorage& to) {
+  std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(blocks.size());
+  std::iota(dst.begin(), dst.end(), 0);
+  Copy(device_, to, src, dst);
+}
+
+absl::Status KvStaging::InPool(absl::Span<const int> blocks) const {
   for (int b : blocks) {
     if (b < 0 || b >= device_.num_blocks()) {
       return absl::InvalidArgumentError(
           absl::StrCat("block ", b, " is outside the pool of ", device_.num_blocks()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status KvStaging::NeedsDevice() const {
+  if (!Direct()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "KV over a device link needs a device backend (the CPU's KV moves over the router)");
+}
+
+absl::StatusOr<std::string> KvStaging::Encode(absl::Span<const int> blocks,
+                                              absl::Span<const BlockHash> hashes) {
+  if (Direct() || blocks.empty()) return EncodeBlocks(device_, backend_, blocks, hashes);
+  RETURN_IF_ERROR(InPool(blocks));
   const int n = static_cast<int>(blocks.size());
   KvStorage& staging = Grow(staging_, n, /*device=*/false);
-  std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(n);
-  std::iota(dst.begin(), dst.end(), 0);
-  Copy(device_, staging, src, dst);
-  return EncodeHostBlocks(staging, dst, hashes);
+  Gather(blocks, staging);
+  std::vector<int> staged(n);
+  std::iota(staged.begin(), staged.end(), 0);
+  return EncodeHostBlocks(staging, staged, hashes);
 }
 
 void KvStaging::Write(absl::Span<const WireBlock* const> blocks, absl::Span<const int> targets) {
@@ -75,25 +92,15 @@ void KvStaging::Write(absl::Span<const WireBlock* const> blocks, absl::Span<cons
 
 absl::StatusOr<std::string> KvStaging::StageForLink(absl::Span<const int> blocks,
                                                     absl::Span<const BlockHash> hashes) {
-  if (Direct()) {
-    return absl::FailedPreconditionError(
-        "KV over a device link needs a device backend (the CPU's KV moves over the router)");
-  }
+  RETURN_IF_ERROR(NeedsDevice());
   if (blocks.size() != hashes.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(blocks.size(), " blocks and ", hashes.size(), " hashes"));
   }
-  for (int b : blocks) {
-    if (b < 0 || b >= device_.num_blocks()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block ", b, " is outside the pool of ", device_.num_blocks()));
-    }
-  }
+  RETURN_IF_ERROR(InPool(blocks));
   const int n = static_cast<int>(blocks.size());
   KvStorage& staging = Grow(link_out_, std::max(n, 1), /*device=*/true);
-  std::vector<int32_t> src(blocks.begin(), blocks.end()), dst(n);
-  std::iota(dst.begin(), dst.end(), 0);
-  Copy(device_, staging, src, dst);
+  Gather(blocks, staging);
   staged_for_link_ = n;
   return EncodeLinkHeader(staging, hashes, backend_.Fingerprint(LeadingRanges(staging, n)));
 }
@@ -104,10 +111,7 @@ absl::Status KvStaging::StartSendStaged(kernels::PeerLink& link) {
 }
 
 absl::Status KvStaging::ReceiveFromLink(kernels::PeerLink& link, const LinkHeader& header) {
-  if (Direct()) {
-    return absl::FailedPreconditionError(
-        "KV over a device link needs a device backend (the CPU's KV moves over the router)");
-  }
+  RETURN_IF_ERROR(NeedsDevice());
   const int n = static_cast<int>(header.hashes.size());
   KvStorage& staging = Grow(link_in_, std::max(n, 1), /*device=*/true);
   const std::vector<kernels::ByteRange> ranges = LeadingRanges(staging, n);

@@ -58,10 +58,16 @@ class KvStaging {
 
  private:
   bool Direct() const;
+  // InvalidArgument naming a block outside the device pool.
+  absl::Status InPool(absl::Span<const int> blocks) const;
+  // FailedPrecondition on the CPU backend, which has no device link.
+  absl::Status NeedsDevice() const;
   // `pool` grown (doubling) to hold at least `blocks`: in pinned host memory, or `device`.
   KvStorage& Grow(std::unique_ptr<KvStorage>& pool, int blocks, bool device);
   void Copy(KvStorage& from, KvStorage& to, absl::Span<const int32_t> src,
             absl::Span<const int32_t> dst);
+  // Copies device blocks `blocks` into blocks [0, n) of `to`.
+  void Gather(absl::Span<const int> blocks, KvStorage& to);
 
   KvStorage& device_;
   kernels::Backend& backend_;

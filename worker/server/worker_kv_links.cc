@@ -46,7 +46,7 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   absl::Status refused;
   if (maker.kind.empty()) {
     refused = absl::UnimplementedError(
-        "this worker makes no device-to-device KV links (a CUDA worker of one rank does)");
+        "this worker makes no device-to-device KV links (a CUDA worker with a GPU per rank does)");
   } else if (id == 0 || open.rank() > 1) {
     refused = absl::InvalidArgumentError(absl::StrCat("KvLinkOpen: link ", id, " rank ",
                                                       open.rank(), " (a nonzero id, rank 0 or 1)"));
@@ -60,7 +60,7 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   }
   std::string link_key = open.nccl_id();
   if (refused.ok() && open.rank() == 0) {
-    absl::StatusOr<std::string> made = maker.new_id();
+    absl::StatusOr<std::string> made = maker.new_key();
     if (made.ok()) {
       link_key = *std::move(made);
       pb::KvLinkStatus st;
@@ -83,7 +83,7 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   KvLinkJoin* j = join.get();
   j->thread = std::thread(
       [j, join_fn = maker.join, link_key, rank = static_cast<int>(open.rank()), timeout] {
-        absl::StatusOr<std::unique_ptr<kernels::PeerLink>> link = join_fn(link_key, rank, timeout);
+        absl::StatusOr<KvLink> link = join_fn(link_key, rank, timeout);
         absl::MutexLock lock(&j->mu);
         j->result = std::move(link);
         j->done = true;
@@ -95,7 +95,7 @@ void WorkerServer::PollKvLinkJoins() {
   KVSERVE_CHECK_THREAD(loop_thread_);
   for (auto it = kv_link_joins_.begin(); it != kv_link_joins_.end();) {
     KvLinkJoin& j = **it;
-    absl::StatusOr<std::unique_ptr<kernels::PeerLink>> result;
+    absl::StatusOr<KvLink> result;
     {
       absl::MutexLock lock(&j.mu);
       if (!j.done) {
@@ -112,7 +112,7 @@ void WorkerServer::PollKvLinkJoins() {
       st.set_link_id(j.link_id);
       st.set_ready(true);
       Reply(j.router, st);
-      LOG(INFO) << "KV link " << j.link_id << " joined";
+      LOG(INFO) << "KV link " << j.link_id << " joined (" << result->size() << " ranks)";
     } else {
       Reply(j.router, Failed(j.link_id, result.status()));
       LOG(WARNING) << "KV link " << j.link_id << " not joined: " << result.status();
@@ -121,10 +121,10 @@ void WorkerServer::PollKvLinkJoins() {
   }
 }
 
-kernels::PeerLink* WorkerServer::KvLink(const std::string& router, uint32_t link_id) {
+KvLink* WorkerServer::FindKvLink(const std::string& router, uint32_t link_id) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   auto it = kv_links_.find({router, link_id});
-  return it == kv_links_.end() ? nullptr : it->second.get();
+  return it == kv_links_.end() ? nullptr : &it->second;
 }
 
 void WorkerServer::DropKvLink(const std::string& router, uint32_t link_id,

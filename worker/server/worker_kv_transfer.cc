@@ -119,7 +119,7 @@ void WorkerServer::FailLinkExport(const LinkExport& e, const absl::Status& s) {
   DropKvLink(e.identity, e.req.link_id(), s);
 }
 
-absl::StatusOr<bool> WorkerServer::SendNextLinkChunk(LinkExport& e, kernels::PeerLink& link) {
+absl::StatusOr<bool> WorkerServer::SendNextLinkChunk(LinkExport& e, KvLink& link) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const std::vector<int32_t> tokens(e.req.token_ids().begin(), e.req.token_ids().end());
   e.start = Clock::now();
@@ -133,7 +133,7 @@ absl::StatusOr<bool> WorkerServer::SendNextLinkChunk(LinkExport& e, kernels::Pee
   c.set_num_blocks(chunk.num_blocks);
   c.set_last(!chunk.more);
   c.set_link_id(e.req.link_id());
-  c.add_rank_wires(std::move(chunk.wires[0]));
+  for (std::string& header : chunk.wires) c.add_rank_wires(std::move(header));
   const int end = (chunk.first_block + chunk.num_blocks) * engine_->config().cache.block_size;
   c.mutable_token_ids()->Add(tokens.begin(), tokens.begin() + end);
   c.set_cache_salt(e.req.cache_salt());
@@ -160,10 +160,10 @@ void WorkerServer::AdvanceLinkExports() {
     } else {
       // The chunk in flight: still going, failed, or gone (then the next, if any).
       LinkExport& e = *link_export_;
-      kernels::PeerLink* link = KvLink(e.identity, e.req.link_id());
+      KvLink* link = FindKvLink(e.identity, e.req.link_id());
       absl::StatusOr<bool> sent = link == nullptr ? absl::FailedPreconditionError(absl::StrCat(
                                                         "KV link ", e.req.link_id(), " was closed"))
-                                                  : link->PollSend();
+                                                  : kernels::PollSends(*link);
       if (sent.ok() && !*sent) return;
       if (!sent.ok()) {
         FailLinkExport(e, sent.status());
@@ -179,7 +179,7 @@ void WorkerServer::AdvanceLinkExports() {
       }
     }
     LinkExport& e = *link_export_;
-    kernels::PeerLink* link = KvLink(e.identity, e.req.link_id());
+    KvLink* link = FindKvLink(e.identity, e.req.link_id());
     absl::StatusOr<bool> started = link == nullptr
                                        ? absl::FailedPreconditionError(absl::StrCat(
                                              "KV link ", e.req.link_id(), " is not open here"))
@@ -203,14 +203,13 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
   } else if (c.link_id() != 0) {
     // The bytes wait on the link whatever this worker does with them: it takes them (a draining
     // worker too, the link stays in step), or the link is dropped.
-    kernels::PeerLink* link = KvLink(identity, c.link_id());
+    KvLink* link = FindKvLink(identity, c.link_id());
     const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());
+    const std::vector<std::string> headers(c.rank_wires().begin(), c.rank_wires().end());
     added = link == nullptr ? absl::FailedPreconditionError(
                                   absl::StrCat("KV link ", c.link_id(), " is not open here"))
-            : c.rank_wires_size() != 1
-                ? absl::InvalidArgumentError("a KvChunk over a link carries one link header")
-                : engine_->ReceivePrefixFromLink(*link, tokens, c.cache_salt(), c.rank_wires(0),
-                                                 static_cast<int>(c.first_block()));
+                            : engine_->ReceivePrefixFromLink(*link, tokens, c.cache_salt(), headers,
+                                                             static_cast<int>(c.first_block()));
     if (!added.ok() && link != nullptr) DropKvLink(identity, c.link_id(), added.status());
   } else if (!draining_) {
     const std::vector<int32_t> tokens(c.token_ids().begin(), c.token_ids().end());

@@ -188,7 +188,7 @@ class WorkerServer : private KvEventListener {
   void AdvanceLinkExports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Stages the next chunk of `e`, sends its header and starts its bytes; false when the source
   // caches no block there (the header, marked last, ended the export).
-  absl::StatusOr<bool> SendNextLinkChunk(LinkExport& e, kernels::PeerLink& link)
+  absl::StatusOr<bool> SendNextLinkChunk(LinkExport& e, KvLink& link)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Ends `e` with an error chunk naming `s`, and drops its link.
   void FailLinkExport(const LinkExport& e, const absl::Status& s)
@@ -199,7 +199,7 @@ class WorkerServer : private KvEventListener {
   void HandleKvLinkMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void PollKvLinkJoins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Links are named by the router that opened them and its id: routers number their own.
-  kernels::PeerLink* KvLink(const std::string& router, uint32_t link_id)
+  KvLink* FindKvLink(const std::string& router, uint32_t link_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void DropKvLink(const std::string& router, uint32_t link_id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
@@ -286,12 +286,12 @@ class WorkerServer : private KvEventListener {
     bool closed = false;  // KvLinkClose came first: the link is dropped once joined
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<std::unique_ptr<kernels::PeerLink>> result ABSL_GUARDED_BY(mu);
+    absl::StatusOr<KvLink> result ABSL_GUARDED_BY(mu);
     std::thread thread;  // writes result and done, once
   };
   // By (router identity, link id).
-  absl::flat_hash_map<std::pair<std::string, uint32_t>, std::unique_ptr<kernels::PeerLink>>
-      kv_links_ ABSL_GUARDED_BY(loop_thread_);
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, KvLink> kv_links_
+      ABSL_GUARDED_BY(loop_thread_);
   std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
   std::optional<LinkExport> link_export_ ABSL_GUARDED_BY(loop_thread_);  // its chunk in flight
   std::deque<LinkExport> link_exports_waiting_ ABSL_GUARDED_BY(loop_thread_);
