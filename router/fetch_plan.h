@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -30,6 +31,9 @@ struct KvFetchConfig {
   // whose two workers have an idle one sends its blocks over it; the relay otherwise.
   bool links = false;
   absl::Duration link_timeout = absl::Seconds(30);  // a join, and each transfer's wait
+  // The cost policy weighs the fetch each worker would make when it picks one (FetchOffers);
+  // otherwise a fetch is planned only for the worker it picked.
+  bool in_policy = true;
 };
 
 // Pull blocks [first_block, first_block + blocks) of the prompt from `source`.
@@ -49,6 +53,13 @@ struct FetchPlan {
 std::optional<FetchPlan> PlanFetch(const KvFetchConfig& config, double gbps,
                                    absl::Span<const WorkerView> views, const PrefixIndex& index,
                                    absl::Span<const BlockHash> hashes, int to);
+
+// PlanFetch's plan for every eligible worker as a RouteRequest::fetch_offers entry (indexed by
+// worker id; an empty offer where there is no plan), the index read once per worker. Empty
+// when fetching is off or not in_policy.
+std::vector<FetchOffer> FetchOffers(const KvFetchConfig& config, double gbps,
+                                    absl::Span<const WorkerView> views, const PrefixIndex& index,
+                                    absl::Span<const BlockHash> hashes);
 
 }  // namespace kvserve::router
 

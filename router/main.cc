@@ -57,6 +57,9 @@ ABSL_FLAG(bool, kv_fetch, false,
           "caches further pulls those KV blocks from it when moving them beats prefilling them "
           "(docs/DISAGGREGATION.md)");
 ABSL_FLAG(int32_t, kv_fetch_min_blocks, 4, "--kv-fetch: the fewest blocks worth a fetch");
+ABSL_FLAG(bool, kv_fetch_in_policy, true,
+          "--kv-fetch with --policy cost: weigh the fetch each worker would make when picking "
+          "one (--route-fetch-weight); false: fetch only for the worker picked without it");
 ABSL_FLAG(double, kv_fetch_timeout_seconds, 2,
           "--kv-fetch: one attempt's time (plus twice the transfer's estimate); a fetch that "
           "fails is tried once more, then its request prefills");
@@ -129,6 +132,7 @@ absl::StatusOr<KvFetchConfig> KvFetchFromFlags() {
   KvFetchConfig c;
   c.enabled = absl::GetFlag(FLAGS_kv_fetch);
   c.min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks);
+  c.in_policy = absl::GetFlag(FLAGS_kv_fetch_in_policy);
   const double timeout = absl::GetFlag(FLAGS_kv_fetch_timeout_seconds);
   c.initial_gbps = absl::GetFlag(FLAGS_kv_fetch_gbps);
   const int32_t chunk = absl::GetFlag(FLAGS_kv_fetch_chunk_bytes);

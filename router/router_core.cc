@@ -669,12 +669,15 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     hashes = HashFullBlocks(ids, pool_->status(v.id)->block_size(), *key);
     break;
   }
+  const std::vector<FetchOffer> offers =
+      FetchOffers(options_.kv_fetch, fetches_->gbps(), views, index_, hashes);
   absl::StatusOr<Decision> d =
       Route(*policy_, views, index_,
             {.hashes = hashes,
              .prompt_tokens = job->request.prompt_token_ids_size(),
              .max_tokens = job->request.max_tokens() * std::max(1, job->request.sampling().n()),
-             .session_key = job->session_key});
+             .session_key = job->session_key,
+             .fetch_offers = offers});
   const std::string& id = job->request.request_id();
   if (!d.ok()) {
     job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));

@@ -24,6 +24,9 @@ ABSL_FLAG(int64_t, route_chunk_tokens, 2048,
 ABSL_FLAG(double, route_miss_weight, 3.0,
           "cost policy: how many times an uncached prompt token counts (its own wait, and the "
           "wait it adds for each request that queues after it)");
+ABSL_FLAG(double, route_fetch_weight, 3.0,
+          "cost policy, with --kv-fetch: how many times a peer fetch's transfer time counts, in "
+          "prompt tokens of the worker that would fetch");
 ABSL_FLAG(double, route_pressure_weight, 1.0,
           "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
 ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
@@ -45,6 +48,7 @@ absl::StatusOr<RoutingConfig> RoutingConfigFromFlags(const std::vector<std::stri
   c.chunk_tokens = absl::GetFlag(FLAGS_route_chunk_tokens);
   c.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
   c.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
+  c.fetch_weight = absl::GetFlag(FLAGS_route_fetch_weight);
   c.w_prefill = absl::GetFlag(FLAGS_w_prefill);
   c.w_load = absl::GetFlag(FLAGS_w_load);
   c.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
@@ -57,7 +61,7 @@ absl::StatusOr<RoutingConfig> RoutingConfigFromFlags(const std::vector<std::stri
   } owners[] = {
       {"cost",
        {"route_host_cost", "route_new_fraction", "route_decode_weight", "route_chunk_tokens",
-        "route_miss_weight", "route_pressure_weight"}},
+        "route_miss_weight", "route_pressure_weight", "route_fetch_weight"}},
       {"prefix", {"w_prefill", "w_load", "balance_abs_threshold", "balance_rel_threshold"}},
   };
   const std::vector<std::string> used = policies.empty() ? std::vector{c.policy} : policies;

@@ -27,10 +27,11 @@ absl::Status CheckParameters(const RoutingConfig& c) {
   if (c.new_fraction < 0 || c.new_fraction > 1) {
     return absl::InvalidArgumentError("--route-new-fraction must be in [0, 1]");
   }
-  if (c.decode_weight < 0 || c.pressure_weight < 0 || c.chunk_tokens < 1 || c.miss_weight < 1) {
+  if (c.decode_weight < 0 || c.pressure_weight < 0 || c.fetch_weight < 0 || c.chunk_tokens < 1 ||
+      c.miss_weight < 1) {
     return absl::InvalidArgumentError(
-        "--route-decode-weight and --route-pressure-weight must be >= 0, --route-chunk-tokens "
-        "and --route-miss-weight >= 1");
+        "--route-decode-weight, --route-pressure-weight and --route-fetch-weight must be >= 0, "
+        "--route-chunk-tokens and --route-miss-weight >= 1");
   }
   if (c.w_prefill < 0 || c.w_load < 0 || c.balance_abs_threshold < 0 ||
       c.balance_rel_threshold < 1) {

@@ -77,6 +77,9 @@ struct RoutingConfig {
   // cost: the uncached tokens count this many times: once for this request's wait, and once for
   // each request that will queue behind the prefill a miss adds (about two at 70% load).
   double miss_weight = 3.0;
+  // cost: a peer fetch's transfer time (RouteRequest::fetch_offers) counts this many times,
+  // as a miss does: the sweep on the Mooncake traces in docs/DISAGGREGATION.md.
+  double fetch_weight = 3.0;
 
   // prefix (the old rules): cost = w_prefill · blocks to prefill + w_load · load blocks, with
   // host blocks saving host_weight of a device block; least-loaded past both thresholds; a
@@ -90,12 +93,22 @@ struct RoutingConfig {
   double spread_below = 0.5;
 };
 
+// A peer fetch (router/fetch_plan.h) that a worker would make if picked: `blocks` past its own
+// cached prefix arrive from a peer in the time it prefills `cost_tokens` prompt tokens.
+struct FetchOffer {
+  int blocks = 0;
+  double cost_tokens = 0;
+};
+
 // What a policy knows of the request.
 struct RouteRequest {
   absl::Span<const BlockHash> hashes;  // its prompt's full blocks, with the workers' cache key
   int64_t prompt_tokens = 0;
   int64_t max_tokens = 0;
   std::string_view session_key;
+  // By worker id (FetchOffers); empty when the router fetches no prefix, or the policy is not
+  // to weigh fetches. Only cost weighs them.
+  absl::Span<const FetchOffer> fetch_offers;
 };
 
 // Why a worker was picked (the metric label): "prefix" (it holds the best cached prefix),

@@ -9,6 +9,12 @@
 //   overflow(w) = tokens past its device pool once its requests in flight and this one's
 //                 uncached blocks are held (it would wait or preempt)
 //
+// With peer fetch weighed in (RouteRequest::fetch_offers), the blocks a worker would pull
+// from a peer leave miss(w), and fetch_weight · the transfer's time, in w's prompt tokens, is
+// added: decode rows do not slow a transfer, but it delays this request, and the prefix it
+// copies crowds w's cache as a miss's blocks would (fetch_weight 3, as miss_weight: the sweep
+// in docs/DISAGGREGATION.md; at 1 the router fetched three times as much and lost hit rate).
+//
 // With chunked prefill a worker prefills `chunk_tokens` per step while running its decodes, so
 // a prompt waits for the prefill queued ahead of it and its own uncached part, each step made
 // longer by the decode rows. A miss counts miss_weight (3) times: once for this request's wait,
@@ -43,8 +49,9 @@ class CostPolicy : public RoutingPolicy {
     double best_cost = 0;
     for (size_t k = 0; k < eligible.size(); ++k) {
       const size_t i = (first + k) % eligible.size();
-      const double cost = is_new ? Ttft(*eligible[i], PrefixIndex::Match{}, request)
-                                 : Ttft(*eligible[i], matches[i], request);
+      const double cost =
+          is_new ? Ttft(*eligible[i], PrefixIndex::Match{}, {}, request)
+                 : Ttft(*eligible[i], matches[i], Offer(*eligible[i], request), request);
       const double eps = 1e-9 * std::max(1.0, best_cost);
       // A new conversation's ties go to the worker caching least (SGLang's smallest tree), so
       // that the conversations, and the cache they will build, spread evenly.
@@ -70,8 +77,16 @@ class CostPolicy : public RoutingPolicy {
            (m.device_blocks + (1.0 - c_.host_cost) * m.host_blocks);
   }
 
-  double Ttft(const WorkerView& w, const PrefixIndex::Match& m, const RouteRequest& r) const {
-    const double miss = std::max(0.0, static_cast<double>(r.prompt_tokens) - Cached(w, m));
+  static FetchOffer Offer(const WorkerView& w, const RouteRequest& r) {
+    const size_t id = static_cast<size_t>(w.id);
+    return id < r.fetch_offers.size() ? r.fetch_offers[id] : FetchOffer{};
+  }
+
+  double Ttft(const WorkerView& w, const PrefixIndex::Match& m, const FetchOffer& fetch,
+              const RouteRequest& r) const {
+    const double fetched = static_cast<double>(w.block_size) * fetch.blocks;
+    const double miss =
+        std::max(0.0, static_cast<double>(r.prompt_tokens) - Cached(w, m) - fetched);
     const double slowdown = 1.0 + c_.decode_weight * static_cast<double>(w.decode_seqs) /
                                       static_cast<double>(c_.chunk_tokens);
     double overflow = 0;
@@ -82,7 +97,7 @@ class CostPolicy : public RoutingPolicy {
           std::max<int64_t>(0, w.active_blocks + need - w.capacity_blocks) * bs);
     }
     return (static_cast<double>(w.queued_prefill_tokens) + c_.miss_weight * miss) * slowdown +
-           c_.pressure_weight * overflow;
+           c_.fetch_weight * fetch.cost_tokens + c_.pressure_weight * overflow;
   }
 
   const RoutingConfig c_;

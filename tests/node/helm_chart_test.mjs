@@ -230,6 +230,10 @@ test('disaggregated: a prefill StatefulSet beside the decode one, both behind th
   }
   const router = objs.find((o) => o.kind === 'Deployment').spec.template.spec.containers[0];
   assert.match(router.args.join(' '), /--max-local-prefill-tokens 512/);
+  assert.match(router.args.join(' '), /--kv-fetch .*--kv-fetch-in-policy=true/);
+  const unweighed = render([...matrix.disaggregated, '--set', 'router.kvFetch.inPolicy=false']).stdout;
+  assert.match(objects(unweighed).find((o) => o.kind === 'Deployment').spec.template.spec.containers[0]
+    .args.join(' '), /--kv-fetch-in-policy=false/);
   assert.doesNotMatch(args(plain), /--role/);
   assert.doesNotMatch(objects(render(matrix.defaults).stdout).find((o) => o.kind === 'Deployment')
     .spec.template.spec.containers[0].args.join(' '), /--max-local-prefill-tokens/);

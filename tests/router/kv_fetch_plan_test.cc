@@ -89,5 +89,21 @@ TEST_F(PlanFetchTest, BeforeTheTargetMeasuredItsPrefillTheFastestPeerRateStandsI
   EXPECT_FALSE(Plan(0)) << "nothing measured: no fetch";
 }
 
+// The offers the cost policy weighs: each eligible worker's plan, its transfer time in its own
+// prompt tokens; none for a worker not routed to, or with fetching out of the policy.
+TEST_F(PlanFetchTest, OffersAreEachEligibleWorkersPlanInItsPromptTokens) {
+  views_[2].eligible = false;  // draining: a source, never a target
+  std::vector<FetchOffer> offers = FetchOffers(config_, /*gbps=*/1.0, views_, index_, hashes_);
+  ASSERT_EQ(offers.size(), 1u) << "only worker 0 has a plan";
+  EXPECT_EQ(offers[0].blocks, Plan(0)->blocks);
+  // 8 blocks of 16 tokens, moved in 8 · 4096 B / 1 GB/s against 128 tokens at 10,000 per second.
+  EXPECT_DOUBLE_EQ(offers[0].cost_tokens, 128 * (8 * 4096 / 1e9) / (128 / 10000.0));
+  views_[0].eligible = false;
+  EXPECT_TRUE(FetchOffers(config_, 1.0, views_, index_, hashes_).empty());
+  views_[0].eligible = true;
+  config_.in_policy = false;
+  EXPECT_TRUE(FetchOffers(config_, 1.0, views_, index_, hashes_).empty());
+}
+
 }  // namespace
 }  // namespace kvserve::router

@@ -168,6 +168,11 @@ TEST(RoutingPolicyTest, UnknownPoliciesAndBadParametersAreRefusedByName) {
               kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                          ::testing::HasSubstr("--route-new-fraction")));
   c = {};
+  c.fetch_weight = -1;
+  EXPECT_THAT(MakeRoutingPolicy(c),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("--route-fetch-weight")));
+  c = {};
   c.chunk_tokens = 0;
   EXPECT_THAT(MakeRoutingPolicy(c),
               kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
@@ -206,6 +211,36 @@ TEST(CostPolicyTest, AHotWorkerIsShedOnlyWhenItsQueueOutweighsItsCache) {
       EXPECT_EQ(d.reason, RouteReason::kBalance);
     }
   }
+}
+
+TEST(CostPolicyTest, APeerFetchCountsAtItsTransferTimeInsteadOfAMiss) {
+  // Worker 1 caches 32 of a 40-block prompt; worker 0 could pull those 32 blocks from it in the
+  // time it prefills 20 tokens. Counted three times (--route-fetch-weight 3), worker 0 costs
+  // 3 · 32 + 3 · 20 = 156 and worker 1 its queue + 3 · 32: it keeps the prompt below 60 queued
+  // tokens, where without the offer it would keep it below 384.
+  PrefixIndex index;
+  const auto prompt = Chain(40, 9);
+  index.RecordRouted(1, absl::MakeSpan(prompt).subspan(0, 32));
+  auto workers = Workers(3);
+  const std::vector<FetchOffer> offers = {{.blocks = 32, .cost_tokens = 20}};
+  RouteRequest with_fetch = Req(prompt);
+  with_fetch.fetch_offers = offers;
+  auto cost = Make("cost");
+  for (int64_t queued : {0, 59, 61, 300}) {
+    workers[1].queued_prefill_tokens = queued;
+    ASSERT_OK_AND_ASSIGN(Decision d, Route(*cost, workers, index, with_fetch));
+    EXPECT_EQ(d.worker, queued < 60 ? 1 : 0) << queued;
+    EXPECT_EQ(d.reason, queued < 60 ? RouteReason::kPrefix : RouteReason::kBalance);
+    EXPECT_EQ(Route(*cost, workers, index, Req(prompt))->worker, 1) << "no offer: " << queued;
+  }
+  // At weight 1 the transfer counts once: 96 + 20 = 116, so worker 1 keeps it below 20.
+  RoutingConfig once;
+  once.fetch_weight = 1;
+  auto light = Make("cost", once);
+  workers[1].queued_prefill_tokens = 21;
+  EXPECT_EQ(Route(*light, workers, index, with_fetch)->worker, 0);
+  workers[1].queued_prefill_tokens = 19;
+  EXPECT_EQ(Route(*light, workers, index, with_fetch)->worker, 1);
 }
 
 TEST(CostPolicyTest, DecodeLoadAndKvPressureCount) {

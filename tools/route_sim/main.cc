@@ -174,10 +174,14 @@ absl::Status Main() {
     o.routing.policy = std::string(p);
     RETURN_IF_ERROR(run(o.routing.policy, o));
     for (double gbps : rates) {
-      o.fetch = {.enabled = true,
-                 .min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks),
-                 .initial_gbps = gbps};
-      RETURN_IF_ERROR(run(absl::StrCat(p, "+fetch", gbps), o));
+      // The fetch planned for the worker the policy picked, then weighed in the pick itself.
+      for (const bool in_policy : {false, true}) {
+        o.fetch = {.enabled = true,
+                   .min_blocks = absl::GetFlag(FLAGS_kv_fetch_min_blocks),
+                   .initial_gbps = gbps,
+                   .in_policy = in_policy};
+        RETURN_IF_ERROR(run(absl::StrCat(p, "+fetch", gbps, in_policy ? "+aware" : ""), o));
+      }
     }
     if (const int prefill = absl::GetFlag(FLAGS_prefill_workers); prefill > 0) {
       o.fetch = {};

@@ -254,11 +254,14 @@ class Simulation {
     Replica& rep = replicas_[replica];
     rep.index.Expire(t);
     const std::vector<WorkerView> views = Views(rep);
+    const std::vector<router::FetchOffer> offers =
+        router::FetchOffers(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes);
     absl::StatusOr<router::Decision> d =
         router::Route(*rep.policy, views, rep.index,
                       {.hashes = hashes,
                        .prompt_tokens = static_cast<int64_t>(prompt.size()),
-                       .max_tokens = out});
+                       .max_tokens = out,
+                       .fetch_offers = offers});
     if (!d.ok()) {
       ++errors_[std::string(d.status().message())];
       return;
