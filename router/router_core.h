@@ -157,6 +157,9 @@ class RouterCore {
   [[nodiscard]] int queued() const { return queued_.load(); }
 
  private:
+  // A request's end with an error (finish reason error), for its job's on_response.
+  static kvserve::v1::GenerateResponse ErrorResponse(const std::string& id, absl::StatusCode code,
+                                                     absl::string_view message);
   // A placed request, as the core thread tracks it.
   struct Placed {
     int worker;
@@ -227,6 +230,7 @@ class RouterCore {
   // Moves or fails the requests of workers that stopped responding or restarted.
   void RescueLost(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
 
+  // Placement and the admission queue (router_core_place.cc).
   // Places the job, or queues it when every ready worker is at its limit (at the queue's front
   // for a request that moves: it came first).
   void Place(const std::shared_ptr<Job>& job, int attempts = 1, int exclude = -1)
