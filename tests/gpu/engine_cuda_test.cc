@@ -334,8 +334,14 @@ TEST(EngineCudaQuantTest, QuantizedCachesOnTheGpuMatchTheCpu) {
 // The KV transfer tests' cases: two caches (emulation is slow), the GPU's own bf16 and a
 // quantized one with scales; a CUDA engine's config for each; and the fixture's prompts as one
 // prompt that ends in a partial block.
-const KvQuantOptions kTransferCaches[] = {{.dtype = "bf16"},
-                                          {.dtype = "int4", .granularity = "per_channel"}};
+const std::vector<KvQuantOptions> kTransferCaches = {
+    {.dtype = "bf16"}, {.dtype = "int4", .granularity = "per_channel"}};
+// And every other KV format, for the one-rank cases: the engine's auto dtype, fp8,
+// int8 per token, and K per channel with V per token.
+const std::vector<KvQuantOptions> kEveryTransferCache = {
+    {.dtype = "bf16"}, {.dtype = "int4", .granularity = "per_channel"},
+    {.dtype = "auto"}, {.dtype = "fp8_e4m3"},
+    {.dtype = "int8"}, {.dtype = "int8", .granularity = "k:per_channel,v:per_token"}};
 
 EngineConfig TransferConfig(const KvQuantOptions& q, int tp = 1) {
   EngineConfig config = FixtureConfig("tiny-llama3");
@@ -359,9 +365,9 @@ std::vector<int32_t> TransferPrompt(int block_size) {
 // engine's device pools as wire bytes (through pinned staging) and enter another's; the
 // importer's prefill skips them and its greedy tokens and logprobs are the exporter's. With
 // `tp` ranks each side, each rank's wire carries its KV heads.
-void ExpectWiresServeTheImporter(int tp) {
-  for (const KvQuantOptions& q : kTransferCaches) {
-    SCOPED_TRACE(absl::StrCat(q.dtype, " tp ", tp));
+void ExpectWiresServeTheImporter(int tp, const std::vector<KvQuantOptions>& caches) {
+  for (const KvQuantOptions& q : caches) {
+    SCOPED_TRACE(absl::StrCat(q.dtype, " ", q.granularity, " tp ", tp));
     std::unique_ptr<Engine> a = testing::MakeEngine(TransferConfig(q, tp));
     std::unique_ptr<Engine> b = testing::MakeEngine(TransferConfig(q, tp));
     ASSERT_TRUE(a && b);
@@ -385,12 +391,12 @@ void ExpectWiresServeTheImporter(int tp) {
 
 TEST(EngineCudaKvTransferTest, APeersBlocksServeTheRequestAsItsOwnPrefillWould) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  ExpectWiresServeTheImporter(1);
+  ExpectWiresServeTheImporter(1, kEveryTransferCache);
 }
 
 TEST(EngineCudaKvTransferTest, WithTensorParallelismEachRankMovesItsHeads) {
   if (kernels::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
-  ExpectWiresServeTheImporter(2);
+  ExpectWiresServeTheImporter(2, kTransferCaches);
 }
 
 #ifdef KVSERVE_CUDA_EMULATED
@@ -410,9 +416,9 @@ std::string WithWrongFingerprint(std::string header) {
 // caches nothing; the links stay in step. Both engines use the same GPUs of one process, which
 // only the emulator allows (NCCL refuses two ranks on one GPU); nccl_peer_link_test runs a
 // link's two ends in two processes, kv_link_test two workers.
-void ExpectLinksMoveThePrefix(int tp) {
-  for (const KvQuantOptions& q : kTransferCaches) {
-    SCOPED_TRACE(absl::StrCat(q.dtype, " tp ", tp));
+void ExpectLinksMoveThePrefix(int tp, const std::vector<KvQuantOptions>& caches) {
+  for (const KvQuantOptions& q : caches) {
+    SCOPED_TRACE(absl::StrCat(q.dtype, " ", q.granularity, " tp ", tp));
     const EngineConfig config = TransferConfig(q, tp);
     const KvLinkMaker maker = MakeKvLinkMaker(config);
     ASSERT_EQ(maker.kind, "nccl");
@@ -466,11 +472,11 @@ void ExpectLinksMoveThePrefix(int tp) {
 }
 
 TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
-  ExpectLinksMoveThePrefix(1);
+  ExpectLinksMoveThePrefix(1, kEveryTransferCache);
 }
 
 TEST(EngineCudaKvTransferTest, WithTensorParallelismALinkPerRankMovesItsHeads) {
-  ExpectLinksMoveThePrefix(2);
+  ExpectLinksMoveThePrefix(2, kTransferCaches);
 }
 #endif  // KVSERVE_CUDA_EMULATED
 
