@@ -35,12 +35,22 @@ class PeerLink {
   virtual absl::Status Receive(absl::Span<const ByteRange> ranges) = 0;
 
   // Send in two halves, for a caller that goes on with its work meanwhile: StartSend queues
-  // the ranges and returns; PollSend is true once the peer has them all (or no send is in
-  // flight), false while they are on their way, and an error, as above, when the send failed
-  // or outlived the timeout. One send at a time: StartSend before that is FailedPrecondition.
-  // The ranges must not change until PollSend is true.
-  virtual absl::Status StartSend(absl::Span<const ByteRange> ranges) = 0;
+  // the ranges and returns; PollSend is true once the peer has every send queued so far (or
+  // none is in flight), false while they are on their way, and an error, as above, when one
+  // failed or outlived the timeout. Sends queue behind one another in order. With `after`,
+  // the ranges go once the ops queued on that backend so far are done (a layer's KV as the
+  // compute that writes it ends), so the caller need not Synchronize. The ranges must not
+  // change until PollSend is true. FailedPrecondition while receives are in flight.
+  virtual absl::Status StartSend(absl::Span<const ByteRange> ranges, Backend* after) = 0;
+  absl::Status StartSend(absl::Span<const ByteRange> ranges) { return StartSend(ranges, nullptr); }
   virtual absl::StatusOr<bool> PollSend() = 0;
+
+  // Receive in two halves, for a caller that must not wait for the peer (a decode worker's
+  // loop): StartReceive queues the ranges (receives queue in order, as sends do) and PollReceive
+  // says, as PollSend does, when every one queued has arrived. The ranges must not be read
+  // before. FailedPrecondition while sends are in flight.
+  virtual absl::Status StartReceive(absl::Span<const ByteRange> ranges) = 0;
+  virtual absl::StatusOr<bool> PollReceive() = 0;
 };
 
 // PollSend over a link per tensor-parallel rank: true once every send is done, the first error

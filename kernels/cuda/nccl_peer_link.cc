@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -55,11 +56,11 @@ class NcclPeerLink final : public PeerLink {
 
   ~NcclPeerLink() override {
     cudaSetDevice(device_);
-    if (send_ && comm_ != nullptr) {  // a send the peer never took: end its kernels
-      ncclCommAbort(comm_);
+    if (!in_flight_.empty() && comm_ != nullptr) {  // a transfer the peer never took part in:
+      ncclCommAbort(comm_);                         // end its kernels
       comm_ = nullptr;
     }
-    send_.reset();
+    in_flight_.clear();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
@@ -67,47 +68,95 @@ class NcclPeerLink final : public PeerLink {
   std::string_view name() const override { return "nccl"; }
 
   absl::Status Send(absl::Span<const ByteRange> ranges) override {
-    RETURN_IF_ERROR(StartSend(ranges));
-    while (true) {
-      absl::StatusOr<bool> done = PollSend();
-      if (!done.ok() || *done) return done.status();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    RETURN_IF_ERROR(StartSend(ranges, nullptr));
+    return Wait(kSend);
   }
   absl::Status Receive(absl::Span<const ByteRange> ranges) override {
-    if (send_) return absl::FailedPreconditionError("a receive while a send is in flight");
+    RETURN_IF_ERROR(StartReceive(ranges));
+    return Wait(kReceive);
+  }
+
+  using PeerLink::StartSend;
+  absl::Status StartSend(absl::Span<const ByteRange> ranges, Backend* after) override {
+    RETURN_IF_ERROR(Idle(kReceive));
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (after != nullptr) RETURN_IF_ERROR(Follow(*after));
+    RETURN_IF_ERROR(Enqueue("send", ranges, deadline, [&](const ByteRange& r) {
+      return ncclSend(r.data, r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
+    }));
+    in_flight_.push_back({std::make_unique<StreamWait>(stream_, device_), deadline});
+    direction_ = kSend;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> PollSend() override { return Poll(kSend, absl::ZeroDuration()); }
+
+  absl::Status StartReceive(absl::Span<const ByteRange> ranges) override {
+    RETURN_IF_ERROR(Idle(kSend));
     const absl::Time deadline = absl::Now() + timeout_;
     RETURN_IF_ERROR(Enqueue("receive", ranges, deadline, [&](const ByteRange& r) {
       return ncclRecv(const_cast<void*>(r.data), r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
     }));
-    StreamWait wait(stream_, device_);
+    in_flight_.push_back({std::make_unique<StreamWait>(stream_, device_), deadline});
+    direction_ = kReceive;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> PollReceive() override { return Poll(kReceive, absl::ZeroDuration()); }
+
+ private:
+  enum Direction { kSend, kReceive };
+  struct InFlight {
+    std::unique_ptr<StreamWait> wait;  // the link's stream as it was once this op was queued
+    absl::Time deadline;
+  };
+
+  // The link's failure, or FailedPrecondition while ops of direction `busy` are in flight.
+  absl::Status Idle(Direction busy) {
+    if (!failure_.ok()) return failure_;
+    if (!in_flight_.empty() && direction_ == busy) {
+      return absl::FailedPreconditionError(busy == kSend
+                                               ? "a receive while a send is in flight on the link"
+                                               : "a send while a receive is in flight on the link");
+    }
+    return absl::OkStatus();
+  }
+
+  // Makes the link's stream wait for the ops queued on `after` so far.
+  absl::Status Follow(Backend& after) {
+    cudaSetDevice(device_);
+    cudaEvent_t done = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(done, static_cast<cudaStream_t>(after.OpStream()));
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, done, 0);
+    if (done != nullptr) cudaEventDestroy(done);  // released once the wait is done with it
+    if (e != cudaSuccess) {
+      return Abort(absl::InternalError(
+          absl::StrCat("nccl send after the backend's ops: ", cudaGetErrorString(e))));
+    }
+    return absl::OkStatus();
+  }
+
+  // Whether every op of `direction` in flight is done, waiting up to `wait_for` for the
+  // oldest: the earliest error of Check, which ends the link.
+  absl::StatusOr<bool> Poll(Direction direction, absl::Duration wait_for) {
+    if (!failure_.ok()) return failure_;
+    if (direction_ != direction) return true;
+    while (!in_flight_.empty()) {
+      InFlight& f = in_flight_.front();
+      absl::StatusOr<bool> done =
+          Check(direction == kSend ? "send" : "receive", *f.wait, f.deadline, wait_for);
+      if (!done.ok() || !*done) return done;
+      in_flight_.pop_front();
+    }
+    return true;
+  }
+
+  absl::Status Wait(Direction direction) {
     while (true) {
-      absl::StatusOr<bool> done = Check("receive", wait, deadline, absl::Milliseconds(1));
+      absl::StatusOr<bool> done = Poll(direction, absl::Milliseconds(1));
       if (!done.ok() || *done) return done.status();
     }
   }
 
-  absl::Status StartSend(absl::Span<const ByteRange> ranges) override {
-    if (!failure_.ok()) return failure_;
-    if (send_) return absl::FailedPreconditionError("a send is still in flight on the link");
-    const absl::Time deadline = absl::Now() + timeout_;
-    RETURN_IF_ERROR(Enqueue("send", ranges, deadline, [&](const ByteRange& r) {
-      return ncclSend(r.data, r.bytes, ncclUint8, 1 - rank_, comm_, stream_);
-    }));
-    send_ = std::make_unique<StreamWait>(stream_, device_);
-    send_deadline_ = deadline;
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<bool> PollSend() override {
-    if (!failure_.ok()) return failure_;
-    if (!send_) return true;
-    absl::StatusOr<bool> done = Check("send", *send_, send_deadline_, absl::ZeroDuration());
-    if (!done.ok() || *done) send_.reset();
-    return done;
-  }
-
- private:
   // Whether the ops `wait` watches are done (after waiting up to `wait_for`): an error, the
   // link aborted, when they failed, NCCL reports the peer gone, or `deadline` passed.
   absl::StatusOr<bool> Check(const char* what, StreamWait& wait, absl::Time deadline,
@@ -173,7 +222,7 @@ class NcclPeerLink final : public PeerLink {
     failure_ = status;
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
-    send_.reset();  // its synchronize returns once the abort ended the kernels
+    in_flight_.clear();  // their synchronizes return once the abort ended the kernels
     return status;
   }
 
@@ -182,8 +231,8 @@ class NcclPeerLink final : public PeerLink {
   const int device_, rank_;
   const absl::Duration timeout_;
   absl::Status failure_;
-  std::unique_ptr<StreamWait> send_;  // the send in flight (StartSend), if any
-  absl::Time send_deadline_;
+  std::deque<InFlight> in_flight_;  // oldest first, all of direction_
+  Direction direction_ = kSend;
 };
 
 }  // namespace

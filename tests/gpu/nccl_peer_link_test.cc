@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/testing/status_matchers.h"
 
@@ -103,7 +104,8 @@ TEST(NcclPeerLinkTest, MovesRangesBetweenThreads) {
 }
 
 // StartSend returns at once and PollSend says false while the peer has not taken the bytes
-// (3 MiB do not fit in the emulator's socket buffer), then true; the bytes arrive whole.
+// (3 MiB do not fit in the emulator's socket buffer), then true; a second send queues behind
+// the first, a receive is refused meanwhile, and the bytes of both arrive whole.
 TEST(NcclPeerLinkTest, ASendRunsWhileItsCallerGoesOn) {
   if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
   ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
@@ -112,14 +114,17 @@ TEST(NcclPeerLinkTest, ASendRunsWhileItsCallerGoesOn) {
   std::thread receiver([&] {
     absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 1, 1, absl::Seconds(30));
     if (!link.ok()) return;
-    Buffers in(1, /*fill=*/false);
+    Buffers first(1, /*fill=*/false), second(1, /*fill=*/false);
     receive.WaitForNotification();
-    whole = (*link)->Receive(in.ranges).ok() && in.HoldPatterns();
+    whole = (*link)->Receive(first.ranges).ok() && (*link)->Receive(second.ranges).ok() &&
+            first.HoldPatterns() && second.HoldPatterns();
   });
   ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 0, 0, absl::Seconds(30)));
   Buffers out(0, /*fill=*/true);
   ASSERT_OK(link->StartSend(out.ranges));
-  EXPECT_TRUE(absl::IsFailedPrecondition(link->StartSend(out.ranges))) << "one send at a time";
+  ASSERT_OK(link->StartSend(out.ranges));
+  EXPECT_TRUE(absl::IsFailedPrecondition(link->StartReceive(out.ranges)))
+      << "one direction at a time";
   absl::SleepFor(absl::Milliseconds(100));
   ASSERT_OK_AND_ASSIGN(bool done, link->PollSend());
   EXPECT_FALSE(done) << "nobody has taken the bytes yet";
@@ -131,6 +136,53 @@ TEST(NcclPeerLinkTest, ASendRunsWhileItsCallerGoesOn) {
   receiver.join();
   EXPECT_TRUE(done);
   EXPECT_TRUE(whole);
+}
+
+// Layer streaming's two ends: each send follows a copy queued on a backend's stream (as a
+// layer's KV follows the compute that writes it) without the sender waiting for it, and the
+// receiver queues its receives and polls, waiting for nothing. PollReceive is false until the
+// sender sends; each range arrives as the copy left it.
+TEST(NcclPeerLinkTest, SendsFollowTheBackendAndReceivesArePolled) {
+  if (!TwoDevices()) GTEST_SKIP() << "needs two CUDA devices";
+  ASSERT_OK_AND_ASSIGN(std::string id, NewNcclPeerId());
+  absl::Notification send;
+  absl::Status sent;
+  std::thread sender([&] {
+    absl::StatusOr<std::unique_ptr<PeerLink>> link = JoinNcclPeerLink(id, 0, 0, absl::Seconds(30));
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend({.device = 0});
+    if (!link.ok() || !backend.ok()) {
+      sent = link.ok() ? backend.status() : link.status();
+      return;
+    }
+    Buffers source(0, /*fill=*/true), out(0, /*fill=*/false);
+    send.WaitForNotification();
+    for (size_t i = 0; i < out.ranges.size() && sent.ok(); ++i) {
+      (*backend)->Copy(const_cast<void*>(out.ranges[i].data), source.ranges[i].data,
+                       out.ranges[i].bytes);
+      sent = (*link)->StartSend({out.ranges[i]}, backend->get());
+    }
+    for (int i = 0; i < 30000 && sent.ok(); ++i) {
+      absl::StatusOr<bool> done = (*link)->PollSend();
+      sent = done.status();
+      if (done.ok() && *done) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  ASSERT_OK_AND_ASSIGN(auto link, JoinNcclPeerLink(id, 1, 1, absl::Seconds(30)));
+  Buffers in(1, /*fill=*/false);
+  for (const ByteRange& r : in.ranges) ASSERT_OK(link->StartReceive({r}));
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_OK_AND_ASSIGN(bool done, link->PollReceive());
+  EXPECT_FALSE(done) << "nothing was sent yet";
+  send.Notify();
+  for (int i = 0; i < 30000 && !done; ++i) {
+    ASSERT_OK_AND_ASSIGN(done, link->PollReceive());
+    if (!done) absl::SleepFor(absl::Milliseconds(1));
+  }
+  sender.join();
+  EXPECT_OK(sent);
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(in.HoldPatterns());
 }
 
 // The decode worker's end in another process, as in a deployment: it exits 0 when the bytes
