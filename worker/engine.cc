@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "kernels/sampling.h"
 #include "nlohmann/json.hpp"
 
@@ -372,8 +373,14 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
 
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  if (!layer_streams_.empty()) {
+    // A failed link ends its stream (the receiver fails its receive): never this step.
+    if (absl::StatusOr<bool> s = PollLayerStreams(); !s.ok())
+      LOG(WARNING) << "layer streaming: " << s.status();
+  }
   StepPlan plan = Schedule();
   AttachMaskFill(plan);
+  std::vector<StreamSend> sends = PlanStreamSends(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
   if (plan.scheduled.empty() && plan.copies.empty()) return std::vector<SequenceOutput>();
   // With nothing scheduled, preemptions may still have planned swap-outs: the runner moves the
@@ -381,6 +388,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   absl::StatusOr<ForwardOutput> out = runner_->Execute(plan.copies, plan.batch);
   kv_->FinishCopies();
   RETURN_IF_ERROR(out.status());
+  if (!sends.empty()) FinishStreamSends(sends);
   counters_.sim_busy_seconds += out->sim_seconds;
   if (plan.scheduled.empty()) return std::vector<SequenceOutput>();
   return UpdateFromOutput(plan, *out);

@@ -13,9 +13,11 @@
 #define KVSERVE_WORKER_ENGINE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -179,6 +181,41 @@ class Engine {
   absl::StatusOr<int> ReceivePrefixFromLink(
       absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
       const std::string& cache_salt, absl::Span<const std::string> headers, int first_block);
+  // Layer streaming (engine_layer_stream.cc, docs/DISAGGREGATION.md; a device backend, one
+  // link per rank, as above). While request `request_id` prefills here, each step that
+  // completes full blocks of its prompt sends each layer's bytes of them over `links` as soon
+  // as the step has queued that layer's KV writes, so the transfer runs while the later layers
+  // compute. It sends the prompt's blocks from `first_block` on (the first step also sends
+  // those cached before it). `on_step` is called on the engine thread twice for each such
+  // step: before it runs, with the blocks (the receiver queues the same receives:
+  // StartStreamedReceive), and after, with each rank's fingerprint of them; and once with
+  // `last` when nothing more comes (the prompt's blocks all sent, or the request ended). The
+  // blocks stay held until their sends are done (PollLayerStreams, also run by Step). The links
+  // must outlive the stream. FailedPrecondition for a request not here.
+  struct StreamStep {
+    int first_block = 0;
+    int num_blocks = 0;
+    std::vector<uint64_t> fingerprints;  // one per rank once the step ran; empty before
+    bool last = false;
+  };
+  absl::Status StreamPrefill(const std::string& request_id, int first_block,
+                             absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
+                             std::function<void(const StreamStep&)> on_step);
+  // True once no stream is left and every send is done (the held blocks released); an error
+  // of a failed send (the stream is dropped, its blocks released).
+  absl::StatusOr<bool> PollLayerStreams();
+  // The receiving end: queues the receives of blocks [first_block, + num_blocks) of `prompt`
+  // into fresh device blocks (neither cached nor visible) over `links`, in the order the
+  // sender sends them (one StartStreamedReceive per `on_step` before its step).
+  // FinishStreamedReceive takes the oldest one queued on these links once its bytes arrived
+  // (nullopt while they have not), checks the sender's fingerprints (DataLoss) and the
+  // chain, and caches the blocks; returns those added. On any error its blocks are released.
+  absl::Status StartStreamedReceive(absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
+                                    absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                                    int first_block, int num_blocks);
+  absl::StatusOr<std::optional<int>> FinishStreamedReceive(
+      absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
+      absl::Span<const uint64_t> fingerprints);
   // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
   // from `first_block` on this engine caches, and caching `blocks` of them here as if their
   // bytes had arrived (the bookkeeping of ImportPrefix alone; FailedPrecondition on a device
@@ -269,8 +306,46 @@ class Engine {
       absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
       const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Caches received block `block` (written) as prompt block `at` of `prompt` hashed `all`, or
+  // releases it when that hash is cached already; returns whether it was cached.
+  bool CacheBlock(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, size_t at,
+                  int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // CacheBlock of targets[i] as block first_block + i, chain tail first; returns those cached.
+  int CacheWritten(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all,
+                   int first_block, absl::Span<const int> targets)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Rank `rank`'s ends of the transfer (made at first use): pinned staging on a device backend.
   KvStaging& TransferStaging(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Layer streaming's state and its parts of a step (engine_layer_stream.cc).
+  struct LayerStream {
+    std::string request_id;
+    std::vector<kernels::PeerLink*> links;  // one per rank
+    std::function<void(const StreamStep&)> on_step;
+    int next_block = 0;     // the first prompt block not sent yet
+    bool ended = false;     // `last` was said: only its held blocks remain
+    std::vector<int> held;  // blocks whose sends may be in flight
+  };
+  struct StreamSend {
+    LayerStream* stream;
+    int first_block;
+    std::vector<int> blocks;
+  };
+  struct StreamedReceive {
+    kernels::PeerLink* link0;  // names the links
+    std::vector<int32_t> prompt;
+    std::string cache_salt;
+    int first_block = 0;
+    std::vector<int> targets;
+  };
+  // The sends of this step's streamed blocks: announced (on_step), and queued layer by layer
+  // through the batch's after_kv_write; after the step, held and fingerprinted.
+  std::vector<StreamSend> PlanStreamSends(StepPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void FinishStreamSends(std::vector<StreamSend>& sends)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Each rank's fingerprint of `blocks` (layer by layer, as LayerRanges gives them).
+  std::vector<uint64_t> StreamFingerprints(absl::Span<const int> blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Waits for every rank's backend to finish what was issued to it (between steps).
   void SynchronizeRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The device pool's blocks of hashes all[first_block...] up to the first not cached, at most
@@ -326,6 +401,10 @@ class Engine {
   std::mt19937_64 seeds_ ABSL_GUARDED_BY(engine_thread_);
   int64_t next_seq_id_ ABSL_GUARDED_BY(engine_thread_) = 0;
   EngineStats counters_ ABSL_GUARDED_BY(engine_thread_);
+  std::vector<std::unique_ptr<LayerStream>> layer_streams_ ABSL_GUARDED_BY(engine_thread_);
+  std::deque<StreamedReceive> streamed_receives_ ABSL_GUARDED_BY(engine_thread_);
+  // The step's sends' failures, one slot per rank (written by that rank's thread in the step).
+  std::shared_ptr<std::vector<absl::Status>> stream_send_errors_ ABSL_GUARDED_BY(engine_thread_);
 };
 
 }  // namespace kvserve::worker

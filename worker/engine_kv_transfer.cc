@@ -314,15 +314,33 @@ absl::StatusOr<int> Engine::CacheArrived(
   for (size_t j = 0; j < fresh.size(); ++j) writes.emplace_back((*targets)[j], fresh[j]);
   write(writes);
   // Cached last first, as a freed chain is: its tail is evicted first.
-  const int bs = config_.cache.block_size;
-  for (size_t j = fresh.size(); j-- > 0;) {
-    const size_t at = first_block + fresh[j];  // its place in the prompt
-    BlockContent content;
-    if (at > 0) content.parent = all[at - 1];
-    content.tokens.assign(prompt.begin() + at * bs, prompt.begin() + (at + 1) * bs);
-    kv_->CacheReceived((*targets)[j], all[at], content);
-  }
+  for (size_t j = fresh.size(); j-- > 0;)
+    CacheBlock(prompt, all, first_block + fresh[j], (*targets)[j]);
   return static_cast<int>(fresh.size());
+}
+
+bool Engine::CacheBlock(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all,
+                        size_t at, int block) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (kv_->pool().Lookup(all[at])) {
+    kv_->ReleaseReceived({block});
+    return false;
+  }
+  const int bs = config_.cache.block_size;
+  BlockContent content;
+  if (at > 0) content.parent = all[at - 1];
+  content.tokens.assign(prompt.begin() + at * bs, prompt.begin() + (at + 1) * bs);
+  kv_->CacheReceived(block, all[at], content);
+  return true;
+}
+
+int Engine::CacheWritten(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all,
+                         int first_block, absl::Span<const int> targets) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  int cached = 0;
+  for (size_t j = targets.size(); j-- > 0;)
+    cached += CacheBlock(prompt, all, first_block + j, targets[j]);
+  return cached;
 }
 
 int Engine::CachedRun(absl::Span<const int32_t> prompt, const std::string& cache_salt,

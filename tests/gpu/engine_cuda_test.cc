@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include <xxhash.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
@@ -477,6 +480,106 @@ TEST(EngineCudaKvTransferTest, ANcclLinkMovesThePrefixDeviceToDevice) {
 
 TEST(EngineCudaKvTransferTest, WithTensorParallelismALinkPerRankMovesItsHeads) {
   ExpectLinksMoveThePrefix(2, kTransferCaches);
+}
+
+// Layer streaming: the prefill engine prefills in chunks of three blocks, and as each step
+// queues a layer's KV writes, that layer's bytes of the blocks the step completes start over
+// the links (one per rank). The decode engine (its own thread) queues the same receives when a
+// step is announced and caches the blocks once the step's fingerprints come; the last step's
+// fingerprints are forged, so its blocks are refused (DataLoss) and released. The decode
+// engine then prefills only what did not arrive, and its greedy tokens are an aggregated
+// engine's; both engines' KV invariants hold (held blocks counted) and nothing stays held.
+void ExpectLayersStreamWhilePrefilling(int tp, const KvQuantOptions& q) {
+  SCOPED_TRACE(absl::StrCat(q.dtype, " tp ", tp));
+  const EngineConfig config = TransferConfig(q, tp);
+  EngineConfig chunked = config;
+  chunked.scheduler.max_num_batched_tokens = 3 * 16;
+  const KvLinkMaker maker = MakeKvLinkMaker(config);
+  ASSERT_EQ(maker.kind, "nccl");
+  std::unique_ptr<Engine> aggregated = testing::MakeEngine(config);
+  std::unique_ptr<Engine> prefill = testing::MakeEngine(chunked);
+  std::unique_ptr<Engine> decode = testing::MakeEngine(config);
+  ASSERT_TRUE(aggregated && prefill && decode);
+  decode->HandOver();
+  const int bs = config.cache.block_size;
+  ASSERT_EQ(chunked.scheduler.max_num_batched_tokens, 3 * bs);
+  const std::vector<int32_t> p = TransferPrompt(bs);
+  const int full = static_cast<int>(p.size()) / bs;
+  ASSERT_OK(aggregated->AddRequest(testing::GreedyRequest("r", p, 8)));
+  Results want = testing::RunToCompletion(*aggregated);
+  ASSERT_OK_AND_ASSIGN(std::string key, maker.new_key());
+
+  absl::Mutex mu;
+  std::deque<Engine::StreamStep> steps;  // as the prefill engine announced them
+  int announced = 0, added = 0, refused_blocks = 0;
+  absl::Status refused;
+  Results got;
+  std::thread decoder([&] {
+    absl::StatusOr<KvLink> link = maker.join(key, 1, absl::Seconds(60));
+    absl::Status s = link.status();
+    for (bool last = false; s.ok() && !last;) {
+      Engine::StreamStep step;
+      {
+        absl::MutexLock lock(&mu);
+        mu.Await(absl::Condition(
+            +[](std::deque<Engine::StreamStep>* q) { return !q->empty(); }, &steps));
+        step = steps.front();
+        steps.pop_front();
+      }
+      last = step.last;
+      if (step.num_blocks == 0) continue;
+      if (step.fingerprints.empty()) {
+        s = decode->StartStreamedReceive(*link, p, "", step.first_block, step.num_blocks);
+        continue;
+      }
+      if (last) step.fingerprints[0] ^= 1;  // forged: its blocks must be refused
+      absl::StatusOr<std::optional<int>> done = std::nullopt;
+      for (int i = 0; i < 60000 && done.ok() && !done->has_value(); ++i) {
+        done = decode->FinishStreamedReceive(*link, step.fingerprints);
+        if (done.ok() && !done->has_value()) absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (last && absl::IsDataLoss(done.status())) {
+        refused = done.status();
+        refused_blocks = step.num_blocks;
+      } else if (!done.ok()) {
+        s = done.status();
+      } else {
+        added += done->value_or(0);
+      }
+    }
+    if (s.ok()) s = decode->AddRequest(testing::GreedyRequest("r", p, 8));
+    if (s.ok()) got = testing::RunToCompletion(*decode, /*check_invariants=*/true);
+    EXPECT_OK(s);
+    decode->HandOver();
+  });
+  ASSERT_OK_AND_ASSIGN(KvLink link, maker.join(key, 0, absl::Seconds(60)));
+  ASSERT_OK(prefill->AddRequest(testing::GreedyRequest("r", p, 1)));
+  ASSERT_OK(prefill->StreamPrefill("r", 0, link, [&](const Engine::StreamStep& step) {
+    absl::MutexLock lock(&mu);
+    if (step.fingerprints.empty() && step.num_blocks > 0) ++announced;
+    steps.push_back(step);
+  }));
+  testing::RunToCompletion(*prefill, /*check_invariants=*/true);
+  bool drained = false;
+  for (int i = 0; i < 60000 && !drained; ++i) {
+    ASSERT_OK_AND_ASSIGN(drained, prefill->PollLayerStreams());
+    if (!drained) absl::SleepFor(absl::Milliseconds(1));
+  }
+  decoder.join();
+  EXPECT_TRUE(drained) << "the sends never ended";
+  EXPECT_OK(prefill->TEST_CheckInvariants()) << "nothing held once the sends are done";
+  EXPECT_EQ(announced, (full + 2) / 3) << "a step per three blocks, each streamed";
+  EXPECT_TRUE(absl::IsDataLoss(refused)) << refused;
+  EXPECT_EQ(added + refused_blocks, full);
+  ASSERT_EQ(got.count("r"), 1u);
+  EXPECT_EQ(got["r"][0].num_cached_prompt_tokens, added * bs);
+  EXPECT_EQ(got["r"][0].tokens, want["r"][0].tokens);
+  testing::ExpectSameSamples(got, want, 1e-3);
+}
+
+TEST(EngineCudaKvTransferTest, LayersStreamWhileThePrefillComputes) {
+  ExpectLayersStreamWhilePrefilling(1, {.dtype = "int4", .granularity = "per_channel"});
+  ExpectLayersStreamWhilePrefilling(2, {.dtype = "bf16"});
 }
 #endif  // KVSERVE_CUDA_EMULATED
 

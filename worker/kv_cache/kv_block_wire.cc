@@ -22,22 +22,25 @@ struct Range {
   int64_t bytes;
 };
 
+// Block `block`'s ranges in layer `l`: K codes, V codes, K scales, V scales (those present).
+void AddLayerRanges(KvStorage& storage, int l, int block, std::vector<Range>& out) {
+  const kernels::KvCacheView v = storage.View(l);
+  const int64_t heads = v.num_kv_heads;
+  const int64_t kd = heads * v.k_format.RowBytes(static_cast<int>(v.head_dim)) * v.block_size;
+  const int64_t vd = heads * v.v_format.RowBytes(static_cast<int>(v.head_dim)) * v.block_size;
+  const int64_t ks =
+      heads * v.k_format.ScaleEntries(static_cast<int>(v.block_size), static_cast<int>(v.head_dim));
+  const int64_t vs =
+      heads * v.v_format.ScaleEntries(static_cast<int>(v.block_size), static_cast<int>(v.head_dim));
+  out.push_back({v.k + block * kd, kd});
+  out.push_back({v.v + block * vd, vd});
+  if (ks > 0) out.push_back({reinterpret_cast<uint8_t*>(v.k_scales + block * ks), 2 * ks});
+  if (vs > 0) out.push_back({reinterpret_cast<uint8_t*>(v.v_scales + block * vs), 2 * vs});
+}
+
 std::vector<Range> BlockRanges(KvStorage& storage, int block) {
   std::vector<Range> out;
-  for (int l = 0; l < storage.num_layers(); ++l) {
-    const kernels::KvCacheView v = storage.View(l);
-    const int64_t heads = v.num_kv_heads;
-    const int64_t kd = heads * v.k_format.RowBytes(static_cast<int>(v.head_dim)) * v.block_size;
-    const int64_t vd = heads * v.v_format.RowBytes(static_cast<int>(v.head_dim)) * v.block_size;
-    const int64_t ks = heads * v.k_format.ScaleEntries(static_cast<int>(v.block_size),
-                                                       static_cast<int>(v.head_dim));
-    const int64_t vs = heads * v.v_format.ScaleEntries(static_cast<int>(v.block_size),
-                                                       static_cast<int>(v.head_dim));
-    out.push_back({v.k + block * kd, kd});
-    out.push_back({v.v + block * vd, vd});
-    if (ks > 0) out.push_back({reinterpret_cast<uint8_t*>(v.k_scales + block * ks), 2 * ks});
-    if (vs > 0) out.push_back({reinterpret_cast<uint8_t*>(v.v_scales + block * vs), 2 * vs});
-  }
+  for (int l = 0; l < storage.num_layers(); ++l) AddLayerRanges(storage, l, block, out);
   return out;
 }
 
@@ -242,6 +245,15 @@ std::vector<kernels::ByteRange> LeadingRanges(KvStorage& storage, int blocks) {
   for (const Range& r : BlockRanges(storage, 0)) {
     out.push_back({r.at, static_cast<size_t>(r.bytes) * blocks});
   }
+  return out;
+}
+
+std::vector<kernels::ByteRange> LayerRanges(KvStorage& storage, int layer,
+                                            absl::Span<const int> blocks) {
+  std::vector<Range> ranges;
+  for (int b : blocks) AddLayerRanges(storage, layer, b, ranges);
+  std::vector<kernels::ByteRange> out;
+  for (const Range& r : ranges) out.push_back({r.at, static_cast<size_t>(r.bytes)});
   return out;
 }
 

@@ -71,6 +71,10 @@ void WriteHostBlock(KvStorage& host_storage, int block, const WireBlock& b);
 // header crosses the router: the same header as above under magic "KVBL", each block's hash,
 // the fingerprint (kernels/fingerprint.h) of those ranges, and an XXH3-64 of all that.
 std::vector<kernels::ByteRange> LeadingRanges(KvStorage& storage, int blocks);
+// Layer streaming: blocks `blocks`' ranges in one layer (for each block: K codes, V codes,
+// K scales, V scales), as the sender and the receiver queue them.
+std::vector<kernels::ByteRange> LayerRanges(KvStorage& storage, int layer,
+                                            absl::Span<const int> blocks);
 std::string EncodeLinkHeader(KvStorage& storage, absl::Span<const BlockHash> hashes,
                              uint64_t fingerprint);
 

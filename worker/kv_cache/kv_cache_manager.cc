@@ -1,5 +1,7 @@
 #include "worker/kv_cache/kv_cache_manager.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -211,6 +213,7 @@ absl::Status KvCacheManager::CheckInvariants(absl::Span<const Sequence* const> l
   std::vector<int> refs(device_.num_blocks(), 0);
   std::vector<int> host_refs(host_ ? host_->num_blocks() : 0, 0);
   for (int h : host_releases_) ++host_refs[h];
+  for (int b : held_) ++refs[b];
   for (const Sequence* seq : live) {
     const bool swapped = seq->status == SeqStatus::kSwapped;
     const BlockPool& pool = swapped ? *host_ : device_;
@@ -243,7 +246,22 @@ std::optional<std::vector<int>> KvCacheManager::AllocateReceived(int n) {
   if (device_.num_free() < n) return std::nullopt;
   std::vector<int> out;
   for (int i = 0; i < n; ++i) out.push_back(*device_.Allocate());
+  held_.insert(held_.end(), out.begin(), out.end());
   return out;
+}
+
+void KvCacheManager::Hold(absl::Span<const int> blocks) {
+  for (int b : blocks) device_.Touch(b);
+  held_.insert(held_.end(), blocks.begin(), blocks.end());
+}
+
+void KvCacheManager::Unhold(absl::Span<const int> blocks) {
+  for (int b : blocks) {
+    auto it = std::find(held_.begin(), held_.end(), b);
+    CHECK(it != held_.end()) << "block " << b << " is not held";
+    held_.erase(it);
+    device_.Release(b);
+  }
 }
 
 void KvCacheManager::CacheReceived(int block, const BlockHash& hash, const BlockContent& content) {
@@ -252,11 +270,9 @@ void KvCacheManager::CacheReceived(int block, const BlockHash& hash, const Block
     device_.Cache(block, hash);
     ForgetIfUncached(hash);  // another block held the hash: nothing cached
   }
-  device_.Release(block);
+  Unhold({block});
 }
 
-void KvCacheManager::ReleaseReceived(absl::Span<const int> blocks) {
-  for (int b : blocks) device_.Release(b);
-}
+void KvCacheManager::ReleaseReceived(absl::Span<const int> blocks) { Unhold(blocks); }
 
 }  // namespace kvserve::worker

@@ -126,6 +126,10 @@ class KvCacheManager {
   void CacheReceived(int block, const BlockHash& hash, const BlockContent& content);
   // Returns received blocks that will not be written (a failed transfer) to the pool.
   void ReleaseReceived(absl::Span<const int> blocks);
+  // Layer streaming: keeps device blocks from being freed or reused while sends read them
+  // (a reference each, counted by CheckInvariants), and lets them go.
+  void Hold(absl::Span<const int> blocks);
+  void Unhold(absl::Span<const int> blocks);
 
   // Every live block table against the pools: reference counts equal the number of tables
   // holding each block (host tables for swapped sequences), tables are long enough, cached
@@ -165,6 +169,9 @@ class KvCacheManager {
   std::optional<BlockPool> host_;
   BlockCopies pending_;
   std::vector<int> host_releases_;  // host blocks to release after the pending copies ran
+  // Device blocks held outside any table: received ones not cached yet, and streamed ones
+  // whose sends may be in flight (one entry per reference).
+  std::vector<int> held_;
   KvCacheCounters counters_;
   KvEventListener* listener_ = nullptr;
   absl::flat_hash_map<BlockHash, KeptContent> contents_;  // keep_block_contents only

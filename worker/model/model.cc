@@ -371,7 +371,7 @@ absl::Status Model::AllGather(const float* in, size_t count, float* out) {
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
   // Uploaded before the model's ops are queued: an upload waits for the stream to be idle.
   StageAdjustments(b);
-  if (graphs_ != nullptr && graphs_->Fits(b)) return ForwardGraph(b, kv);
+  if (graphs_ != nullptr && !b.after_kv_write && graphs_->Fits(b)) return ForwardGraph(b, kv);
   Scratch& s = scratch_;
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.
   s.batch_host.clear();
@@ -403,8 +403,11 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
   const auto* logprob_requests =
       reinterpret_cast<const kernels::LogprobRequest*>(batch + logprobs_at);
-  ASSIGN_OR_RETURN(const float* logits, RunModel(in, kv));
-  return Finish(b, logits, in.num_logit_rows, samples, logprob_requests);
+  after_kv_write_ = b.after_kv_write ? &b.after_kv_write : nullptr;
+  absl::StatusOr<const float*> logits = RunModel(in, kv);
+  after_kv_write_ = nullptr;
+  RETURN_IF_ERROR(logits.status());
+  return Finish(b, *logits, in.num_logit_rows, samples, logprob_requests);
 }
 
 absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStorage& kv) {
@@ -517,6 +520,7 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
     gemm(h, h16, L.qkv, L.qkv_bias, qkv, qkv_dim, H);
     const kernels::KvCacheView cache = kv.View(l);
     RotateAndStore(in, L, cache, qkv);
+    if (after_kv_write_ != nullptr) (*after_kv_write_)(shard_.rank, l);
     Attend(in, cache, qkv, qkv_dim, attn, attn16);
     gemm(attn, attn16, L.o, L.o_bias, delta, H, q_dim);
     if (comm_ != nullptr) RETURN_IF_ERROR(AllReduce(delta, T * H));

@@ -62,6 +62,10 @@ struct ForwardBatch {
   std::function<void(std::vector<uint32_t>& mask_words)> fill_masks;
   // Indexes into logit_rows of the rows whose logits come back (prompt logits).
   std::vector<int32_t> host_logit_rows;
+  // When set, each rank calls it (on its thread) with its rank and a layer as soon as that
+  // layer's KV writes are queued, before the layer's attention (layer streaming: the engine
+  // queues the layer's sends behind them). Such a step never replays a decode graph.
+  std::function<void(int rank, int layer)> after_kv_write;
 };
 
 struct ForwardOutput {
@@ -235,6 +239,8 @@ class Model {
   ModelConfig config_;
   kernels::Backend* backend_;
   TpShard shard_;
+  // The eager step's ForwardBatch::after_kv_write while RunModel runs (null otherwise).
+  const std::function<void(int, int)>* after_kv_write_ = nullptr;
   kernels::Communicator* comm_;
   DType weight_type_;
   int graph_max_batch_, graph_max_blocks_per_seq_;
