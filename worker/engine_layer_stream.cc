@@ -235,6 +235,7 @@ absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
   StreamedReceive r = std::move(*it);
   streamed_receives_.erase(it);
   absl::StatusOr<int> added = [&]() -> absl::StatusOr<int> {
+    KVSERVE_CHECK_THREAD(engine_thread_);  // called right here
     RETURN_IF_ERROR(failed);
     if (static_cast<int>(fingerprints.size()) != runner_->size()) {
       return absl::InvalidArgumentError(absl::StrCat("layer streaming: ", fingerprints.size(),
