@@ -306,6 +306,10 @@ class Engine {
       absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
       const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // `n` fresh device blocks for received KV (KvCacheManager::AllocateReceived), the spills
+  // their allocation planned run first; ResourceExhausted when the pool has no room.
+  absl::StatusOr<std::vector<int>> AllocateForTransfer(int n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Caches received block `block` (written) as prompt block `at` of `prompt` hashed `all`, or
   // releases it when that hash is cached already; returns whether it was cached.
   bool CacheBlock(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, size_t at,

@@ -296,10 +296,23 @@ absl::StatusOr<int> Engine::CacheArrived(
   for (int i = 0; i < count; ++i) {
     if (!kv_->pool().Lookup(all[first_block + i])) fresh.push_back(i);
   }
-  std::optional<std::vector<int>> targets = kv_->AllocateReceived(static_cast<int>(fresh.size()));
+  ASSIGN_OR_RETURN(const std::vector<int> targets,
+                   AllocateForTransfer(static_cast<int>(fresh.size())));
+  std::vector<std::pair<int, size_t>> writes;
+  for (size_t j = 0; j < fresh.size(); ++j) writes.emplace_back(targets[j], fresh[j]);
+  write(writes);
+  // Cached last first, as a freed chain is: its tail is evicted first.
+  for (size_t j = fresh.size(); j-- > 0;)
+    CacheBlock(prompt, all, first_block + fresh[j], targets[j]);
+  return static_cast<int>(fresh.size());
+}
+
+absl::StatusOr<std::vector<int>> Engine::AllocateForTransfer(int n) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  std::optional<std::vector<int>> targets = kv_->AllocateReceived(n);
   if (!targets) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("KV transfer: the device pool has no room for ", fresh.size(), " blocks"));
+        absl::StrCat("KV transfer: the device pool has no room for ", n, " blocks"));
   }
   // Blocks evicted to make room may be spilling to the host tier: they leave before the writes.
   if (BlockCopies copies = kv_->TakeCopies(); !copies.empty()) {
@@ -310,13 +323,7 @@ absl::StatusOr<int> Engine::CacheArrived(
       return done.status();
     }
   }
-  std::vector<std::pair<int, size_t>> writes;
-  for (size_t j = 0; j < fresh.size(); ++j) writes.emplace_back((*targets)[j], fresh[j]);
-  write(writes);
-  // Cached last first, as a freed chain is: its tail is evicted first.
-  for (size_t j = fresh.size(); j-- > 0;)
-    CacheBlock(prompt, all, first_block + fresh[j], (*targets)[j]);
-  return static_cast<int>(fresh.size());
+  return *std::move(targets);
 }
 
 bool Engine::CacheBlock(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all,

@@ -24,15 +24,18 @@ std::vector<kernels::ByteRange> AllLayerRanges(KvStorage& storage, absl::Span<co
   return out;
 }
 
+absl::Status NeedsDevicePools(ModelRunner& runner) {
+  if (runner.has_kv_pools() && runner.backend(0).name() != "cpu") return absl::OkStatus();
+  return absl::FailedPreconditionError("layer streaming needs a device backend with KV pools");
+}
+
 }  // namespace
 
 absl::Status Engine::StreamPrefill(const std::string& request_id, int first_block,
                                    absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
                                    std::function<void(const StreamStep&)> on_step) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  if (!runner_->has_kv_pools() || runner_->backend(0).name() == "cpu") {
-    return absl::FailedPreconditionError("layer streaming needs a device backend with KV pools");
-  }
+  RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size() || first_block < 0) {
     return absl::InvalidArgumentError(absl::StrCat("layer streaming: ", links.size(), " links for ",
                                                    runner_->size(), " ranks, from block ",
@@ -169,9 +172,7 @@ absl::Status Engine::StartStreamedReceive(
     absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
     const std::string& cache_salt, int first_block, int num_blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  if (!runner_->has_kv_pools() || runner_->backend(0).name() == "cpu") {
-    return absl::FailedPreconditionError("layer streaming needs a device backend with KV pools");
-  }
+  RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("layer streaming: ", links.size(), " links for ", runner_->size(), " ranks"));
@@ -182,26 +183,13 @@ absl::Status Engine::StartStreamedReceive(
                                                    num_blocks, " of a prompt of ", prompt_blocks,
                                                    " full blocks"));
   }
-  std::optional<std::vector<int>> targets = kv_->AllocateReceived(num_blocks);
-  if (!targets) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("layer streaming: the device pool has no room for ", num_blocks, " blocks"));
-  }
-  // Blocks evicted to make room may be spilling to the host tier: they leave before the writes.
-  if (BlockCopies copies = kv_->TakeCopies(); !copies.empty()) {
-    absl::StatusOr<ForwardOutput> done = runner_->Execute(copies, ForwardBatch{});
-    kv_->FinishCopies();
-    if (!done.ok()) {
-      kv_->ReleaseReceived(*targets);
-      return done.status();
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<int> targets, AllocateForTransfer(num_blocks));
   SynchronizeRanks();  // nothing still reads the blocks the receives will write
   for (int l = 0; l < runner_->device_kv(0).num_layers(); ++l) {
     for (int r = 0; r < runner_->size(); ++r) {
-      if (absl::Status s = links[r]->StartReceive(LayerRanges(runner_->device_kv(r), l, *targets));
+      if (absl::Status s = links[r]->StartReceive(LayerRanges(runner_->device_kv(r), l, targets));
           !s.ok()) {
-        kv_->ReleaseReceived(*targets);
+        kv_->ReleaseReceived(targets);
         return s;
       }
     }
@@ -210,7 +198,7 @@ absl::Status Engine::StartStreamedReceive(
                                 .prompt = std::vector<int32_t>(prompt.begin(), prompt.end()),
                                 .cache_salt = cache_salt,
                                 .first_block = first_block,
-                                .targets = *std::move(targets)});
+                                .targets = std::move(targets)});
   return absl::OkStatus();
 }
 
