@@ -38,9 +38,10 @@ std::vector<std::string> Args(const std::string& role, int tp = 1) {
           std::to_string(tp)};
 }
 
-// Polls `core`'s metrics until `series` reads `value` (20 s at most).
+// Polls `core`'s metrics until `series` reads `value` (30 s at most: a dead worker's link may
+// close only once its heartbeats are missed).
 bool WaitMetric(const RouterMetrics& metrics, const std::string& series, double value) {
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     if (Metric(metrics.Serialize(), series) == value) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -61,7 +62,7 @@ std::unique_ptr<RouterCore> LinkedCore(const WorkerProcess& prefill, const Worke
                {"decode", "127.0.0.1", decode.port(), decode.events_port()}};
   o.metrics = &metrics;
   o.max_local_prefill_tokens = 32;
-  o.heartbeat_timeout = absl::Seconds(5);  // an emulated prefill step takes seconds
+  o.heartbeat_timeout = kSlowStepHeartbeatTimeout;
   o.kv_fetch.links = true;
   o.kv_fetch.link_timeout = absl::Seconds(20);
   o.kv_fetch.max_chunk_bytes = 1;  // one block a chunk: ten headers, ten sends over the link

@@ -94,12 +94,18 @@ inline void WaitReady(const RouterCore& core, size_t n) {
   FAIL() << "workers never ready";
 }
 
+// The heartbeat timeout of cores in front of workers whose steps can take seconds (the emulated
+// CUDA device on a loaded CI machine): a worker heartbeats between steps, and the default 2 s
+// marked a busy worker unhealthy under its first request.
+inline constexpr absl::Duration kSlowStepHeartbeatTimeout = absl::Seconds(10);
+
 // `prompt`'s greedy answer from `worker` alone behind a core of its own: the aggregated
 // reference a transfer's answer must equal.
 inline Answer RunAlone(const kvserve::testing::WorkerProcess& worker,
                        const std::vector<int32_t>& prompt) {
   RouterOptions o;
   o.workers = {{"alone", "127.0.0.1", worker.port(), worker.events_port()}};
+  o.heartbeat_timeout = kSlowStepHeartbeatTimeout;
   RouterCore alone(o);
   alone.Start();
   WaitReady(alone, 1);
