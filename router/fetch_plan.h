@@ -31,6 +31,10 @@ struct KvFetchConfig {
   // whose two workers have an idle one sends its blocks over it; the relay otherwise.
   bool links = false;
   absl::Duration link_timeout = absl::Seconds(30);  // a join, and each transfer's wait
+  // With links: a disaggregated request's prefill phase streams its blocks over an idle link
+  // layer by layer as it computes them (KvExportRequest.stream_request_id), rather than the
+  // decode worker pulling them once the phase ended.
+  bool stream_layers = true;
   // The cost policy weighs the fetch each worker would make when it picks one (FetchOffers);
   // otherwise a fetch is planned only for the worker it picked.
   bool in_policy = true;

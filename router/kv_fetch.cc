@@ -38,7 +38,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 uint64_t KvFetches::Start(const pb::GenerateRequest& request, int to, const FetchPlan& plan,
-                          Clock::time_point now) {
+                          Clock::time_point now, const std::string& stream_request_id) {
   const uint64_t id = next_id_++;
   Fetch f;
   f.request_id = request.request_id();
@@ -48,6 +48,13 @@ uint64_t KvFetches::Start(const pb::GenerateRequest& request, int to, const Fetc
   f.first_block = plan.first_block;
   // The attempt's time: the configured floor, plus twice the transfer's estimate.
   f.budget = config_.timeout + absl::Seconds(2 * plan.transfer_s);
+  if (!stream_request_id.empty()) {
+    // It waits for the prefill, queued at the source behind others: the link's bound.
+    if (links_ == nullptr) return 0;
+    f.streamed = true;
+    f.budget = std::max(f.budget, config_.link_timeout);
+    f.ask.set_stream_request_id(stream_request_id);
+  }
   f.ask.mutable_token_ids()->CopyFrom(request.prompt_token_ids());
   f.ask.set_cache_salt(request.cache_salt());
   f.ask.set_first_block(plan.first_block);
@@ -66,6 +73,7 @@ bool KvFetches::Ask(uint64_t id, Fetch& f, Clock::time_point now) {
   f.source_done = false;
   f.link = links_ != nullptr ? links_->Acquire(f.source, f.target) : 0;
   f.ask.set_link_id(f.link);
+  if (f.link == 0 && !f.ask.stream_request_id().empty()) return false;  // streams need a link
   if (!pool_->Send(f.source, f.ask).ok()) {
     if (f.link != 0) links_->Release(f.link, /*ok=*/true, now);  // nothing moved on it
     f.link = 0;
@@ -109,9 +117,11 @@ void KvFetches::OnChunk(int w, const ReceivedMessage& m, Clock::time_point now,
            /*source_fresh=*/true, now, done);
       return;
     }
-    f.chunk_ends.push_back(static_cast<int>(c.first_block() + c.num_blocks()));
+    // A stream's announce is acknowledged once its receives are queued: no block is in by then.
+    const bool announce = c.stream_announce();
+    f.chunk_ends.push_back(static_cast<int>(c.first_block() + (announce ? 0 : c.num_blocks())));
     f.bytes += static_cast<int64_t>(m.payload.size());
-    f.blocks_received += static_cast<int>(c.num_blocks());
+    if (!announce) f.blocks_received += static_cast<int>(c.num_blocks());
   }
   f.source_done = c.last();
   if (f.source_done && f.chunks_acked == f.chunk_ends.size())
@@ -164,6 +174,7 @@ void KvFetches::Fail(uint64_t id, const absl::Status& why, bool source_fresh, Cl
   ReleaseLink(f, now);
   if (f.attempt == 1 && source_fresh && Retryable(why.code())) {
     ++f.attempt;
+    f.ask.clear_stream_request_id();  // the retry pulls what the source caches by then
     // From the first block the target has not acknowledged.
     if (f.chunks_acked > 0) f.ask.set_first_block(f.chunk_ends[f.chunks_acked - 1]);
     if (Ask(id, f, now)) {
@@ -187,7 +198,7 @@ void KvFetches::Finish(uint64_t id, absl::Status status, Clock::time_point now,
     status = absl::NotFoundError("the source no longer caches the prefix");
   }
   const double seconds = Seconds(now - f.first_started);
-  if (status.ok() && f.bytes > 0 && seconds > 0) {
+  if (status.ok() && f.bytes > 0 && seconds > 0 && !f.streamed) {
     gbps_ = 0.7 * gbps_ + 0.3 * static_cast<double>(f.bytes) / seconds / 1e9;
   }
   if (metrics_ != nullptr) {

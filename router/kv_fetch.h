@@ -16,6 +16,7 @@
 //   if (auto plan = PlanFetch(config, fetches.gbps(), views, index, hashes, to)) {
 //     fetches.Start(id, request, to, *plan, now);            // the request waits
 //   }
+//   fetches.Start(id, request, to, plan, now, phase_id);     // or streamed as `phase_id` runs
 //   fetches.OnMessage(w, message, now, done);                // KvChunk / KvChunkAck from Poll
 //   fetches.Expire(views, now, done);                        // timeouts, silent peers
 //   for (const KvFetches::Done& d : done) SendTheRequest(d.request_id);
@@ -66,8 +67,12 @@ class KvFetches {
 
   // Asks the plan's source for the blocks of `request`'s prompt, for worker `to`. Returns the
   // fetch's number (never 0), or 0 when the ask could not be sent (the request goes now).
+  // With `stream_request_id` (layer streaming, docs/DISAGGREGATION.md): the source streams the
+  // blocks over an idle link as that request, to be sent to it next, prefills them; 0 when no
+  // link is idle. Its attempt may last the link's timeout; a retry pulls what the source
+  // caches by then, as a fetch does.
   uint64_t Start(const kvserve::v1::GenerateRequest& request, int to, const FetchPlan& plan,
-                 Clock::time_point now);
+                 Clock::time_point now, const std::string& stream_request_id = "");
   // A worker's KvChunk or KvChunkAck, as Poll gave it. Fetches that ended go to `done`.
   void OnMessage(int w, const ReceivedMessage& m, Clock::time_point now, std::vector<Done>& done);
   // Ends or retries attempts past their timeout, or whose source or target went silent.
@@ -96,6 +101,7 @@ class KvFetches {
     int blocks_added = 0, blocks_received = 0;  // over all attempts
     int64_t bytes = 0;
     uint32_t link = 0;  // the current attempt's device-to-device link (0: the relay)
+    bool streamed = false;  // the first attempt streamed: its time is not a transfer's
   };
 
   // Sends fetch `f`'s ask (a new attempt's transfer id); false when it cannot be sent.

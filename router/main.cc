@@ -72,6 +72,10 @@ ABSL_FLAG(bool, kv_links, false,
           "and send fetched and disaggregated KV over them; the relay stays the fallback");
 ABSL_FLAG(double, kv_link_timeout_seconds, 30,
           "--kv-links: the bound on a link's join and on each transfer's wait at the workers");
+ABSL_FLAG(bool, kv_link_stream_layers, true,
+          "--kv-links: a disaggregated request's prefill streams its KV over an idle link layer "
+          "by layer as it computes it; false: the decode worker pulls the blocks once the "
+          "prefill ended");
 ABSL_FLAG(int64_t, max_local_prefill_tokens, 1000,
           "With prefill workers (kvserve-worker --role prefill): a request whose decode worker "
           "would prefill more than this many tokens is prefilled on a prefill worker, and its "
@@ -144,6 +148,7 @@ absl::StatusOr<KvFetchConfig> KvFetchFromFlags() {
   c.timeout = absl::Seconds(timeout);
   c.max_chunk_bytes = static_cast<uint32_t>(chunk);
   c.links = absl::GetFlag(FLAGS_kv_links);
+  c.stream_layers = absl::GetFlag(FLAGS_kv_link_stream_layers);
   const double link_timeout = absl::GetFlag(FLAGS_kv_link_timeout_seconds);
   if (!(link_timeout > 0) || link_timeout > 3600) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-link-timeout-seconds ", link_timeout,

@@ -254,9 +254,12 @@ class RouterCore {
   // KV shape is ready, sends that worker the prefill phase (placed on its books) and returns
   // its id (empty: the request goes on as it is). Then, as prefill phases end, starts each
   // request's fetch from its prefill worker (or sends it at once when the phase failed).
-  // `*first_block`: the first block `to` lacks, which the fetch will start from.
+  // `*first_block`: the first block `to` lacks, which the fetch will start from. `*stream`:
+  // the fetch streaming the phase's blocks over a link (KvFetches' number; 0: none), which
+  // sends the request when it ends, whether the phase ended or not.
   std::string MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
-                                int* first_block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+                                int* first_block, uint64_t* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void StartDecodes(std::vector<KvFetches::Done>& fetched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void Enqueue(Move move, bool front) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);

@@ -5,7 +5,9 @@
 // - Disaggregated serving: a long prompt's prefill runs first on a prefill worker as a request
 //   of its own (one greedy token, discarded); its decode worker then pulls the blocks as a peer
 //   fetch, and the request itself goes to the decode worker, which prefills only the prompt's
-//   last partial block and generates every token, as it would have alone.
+//   last partial block and generates every token, as it would have alone. With an idle link
+//   between the two (and --kv-link-stream-layers), the prefill worker streams the blocks over it
+//   layer by layer as the phase computes them, and the request goes once that stream ended.
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "router/router_core.h"
@@ -40,6 +42,7 @@ void RouterCore::SendFetched(std::vector<KvFetches::Done>& done) {
     if (it == inflight_.end() || it->second.fetch != d.fetch) continue;
     Placed& p = it->second;
     p.fetch = 0;
+    p.prefill.clear();  // a streamed phase still running counts for nothing now
     if (!d.status.ok()) {
       VLOG(1) << "request " << d.request_id << ": fetch ended without its blocks (" << d.status
               << "); it prefills them";
@@ -58,7 +61,7 @@ void RouterCore::SendFetched(std::vector<KvFetches::Done>& done) {
 }
 
 std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
-                                          int* first_block) {
+                                          int* first_block, uint64_t* stream) {
   KVSERVE_CHECK_THREAD(core_thread_);
   if (hashes.empty()) return "";
   std::vector<WorkerView> views = pool_->Views();
@@ -114,7 +117,20 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
           {.request_id = request_id, .prefill_id = phase_id, .worker = worker, .ok = !failed});
     }
   };
-  if (!pool_->Send(p->worker, phase->request).ok()) return "";
+  // The stream's ask goes first: the prefill worker starts it as the phase arrives.
+  *stream = 0;
+  const int blocks = static_cast<int>(hashes.size()) - *first_block;
+  if (options_.kv_fetch.links && options_.kv_fetch.stream_layers && blocks > 0) {
+    *stream = fetches_->Start(job.request, to,
+                              {.source = worker, .first_block = *first_block, .blocks = blocks},
+                              std::chrono::steady_clock::now(), phase_id);
+    if (*stream != 0 && options_.metrics != nullptr) options_.metrics->CountKvLayerStream();
+  }
+  if (!pool_->Send(p->worker, phase->request).ok()) {
+    fetches_->Cancel(*stream);
+    *stream = 0;
+    return "";
+  }
   index_.RecordRouted(p->worker, hashes);
   const kvserve::v1::WorkerStatus* st = pool_->status(p->worker);
   inflight_[phase_id] = Placed{.worker = p->worker,
@@ -125,7 +141,7 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
   // The decode worker will hold every full block once the fetch is done.
   job.request.set_predicted_cached_tokens(static_cast<int>(hashes.size()) * decode->block_size);
   VLOG(1) << "request " << request_id << ": prefill on worker " << p->worker << ", decode on " << to
-          << " (" << local << " tokens to prefill)";
+          << " (" << local << " tokens to prefill" << (*stream != 0 ? ", streamed)" : ")");
   return phase_id;
 }
 
@@ -142,6 +158,7 @@ void RouterCore::StartDecodes(std::vector<KvFetches::Done>& fetched) {
     if (options_.metrics != nullptr) {
       options_.metrics->CountDisaggregated(e.ok ? "prefilled" : "prefill_failed");
     }
+    if (p.fetch != 0) continue;  // its blocks stream: it goes once the stream ended
     const int blocks = static_cast<int>(p.hashes.size()) - p.prefill_first;
     if (e.ok && blocks > 0) {
       const FetchPlan plan{.source = e.worker, .first_block = p.prefill_first, .blocks = blocks};

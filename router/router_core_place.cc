@@ -230,9 +230,10 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     // Never sent, so never moved: a lost worker ends it (and the gateway's request fails there).
     attempts = kMaxPlacementAttempts;
     job->pick->on_pick(PickEndpoints(*job, views, hashes, d->worker));
-  } else if (prefill = MaybeDisaggregate(*job, hashes, d->worker, &prefill_first);
+  } else if (prefill = MaybeDisaggregate(*job, hashes, d->worker, &prefill_first, &fetch);
              !prefill.empty()) {
-    // Sent once its prefill ended and its worker has the prefill worker's blocks (StartDecodes).
+    // Sent once its prefill ended and its worker has the prefill worker's blocks (StartDecodes),
+    // or once the blocks streamed (SendFetched).
   } else if (fetch = MaybeFetch(*job, views, hashes, d->worker); fetch != 0) {
     // Sent once its worker has the peer's blocks (SendFetched).
   } else if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {

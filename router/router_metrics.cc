@@ -258,6 +258,15 @@ void RouterMetrics::CountDisaggregated(const std::string& result) {
       .Increment();
 }
 
+void RouterMetrics::CountKvLayerStream() {
+  prometheus::BuildCounter()
+      .Name("kvserve_router_kv_layer_streams_total")
+      .Help("Prefill phases asked to stream their KV over a device-to-device link layer by layer")
+      .Register(*registry_)
+      .Add({})
+      .Increment();
+}
+
 void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
   Retries(*registry_).Add({{"reason", reason}}).Increment();
 }

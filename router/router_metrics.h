@@ -74,6 +74,8 @@ class RouterMetrics {
   // Disaggregated serving: a request's prefill phase ended, "prefilled" (its decode worker pulls
   // the KV next) or "prefill_failed" (its decode worker prefills it).
   void CountDisaggregated(const std::string& result);
+  // Disaggregated serving over a link: a prefill phase asked to stream its KV as it computes it.
+  void CountKvLayerStream();
   void ObserveTtft(double seconds);
   void ObserveE2e(double seconds);
   [[nodiscard]] std::string Serialize() const;

@@ -216,6 +216,15 @@ class Engine {
   absl::StatusOr<std::optional<int>> FinishStreamedReceive(
       absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
       absl::Span<const uint64_t> fingerprints);
+  // Forgets the layer streams and the streamed receives on the links whose rank 0's is `link0`
+  // (links about to be destroyed, which ends their ops in flight), releasing their blocks;
+  // called before the links go. `link0` is only compared, never read.
+  void DropLinkStreams(const kernels::PeerLink* link0);
+  // Whether a layer stream still sends (PollLayerStreams has work; Step polls only with work).
+  [[nodiscard]] bool HasLayerStreams() const {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return !layer_streams_.empty();
+  }
   // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
   // from `first_block` on this engine caches, and caching `blocks` of them here as if their
   // bytes had arrived (the bookkeeping of ImportPrefix alone; FailedPrecondition on a device

@@ -247,4 +247,24 @@ absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
   return *added;
 }
 
+void Engine::DropLinkStreams(const kernels::PeerLink* link0) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  for (auto it = layer_streams_.begin(); it != layer_streams_.end();) {
+    if ((*it)->links.empty() || (*it)->links[0] != link0) {
+      ++it;
+      continue;
+    }
+    kv_->Unhold((*it)->held);
+    it = layer_streams_.erase(it);
+  }
+  for (auto it = streamed_receives_.begin(); it != streamed_receives_.end();) {
+    if (it->link0 != link0) {
+      ++it;
+      continue;
+    }
+    kv_->ReleaseReceived(it->targets);
+    it = streamed_receives_.erase(it);
+  }
+}
+
 }  // namespace kvserve::worker

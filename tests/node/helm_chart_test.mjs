@@ -234,6 +234,13 @@ test('disaggregated: a prefill StatefulSet beside the decode one, both behind th
   const unweighed = render([...matrix.disaggregated, '--set', 'router.kvFetch.inPolicy=false']).stdout;
   assert.match(objects(unweighed).find((o) => o.kind === 'Deployment').spec.template.spec.containers[0]
     .args.join(' '), /--kv-fetch-in-policy=false/);
+  const routerArgs = (extra) => objects(render([...matrix.disaggregated, ...extra]).stdout)
+    .find((o) => o.kind === 'Deployment').spec.template.spec.containers[0].args.join(' ');
+  assert.doesNotMatch(routerArgs([]), /--kv-link/);
+  assert.match(routerArgs(['--set', 'router.kvLinks.enabled=true']),
+    /--kv-links --kv-link-timeout-seconds 30 --kv-link-stream-layers=true/);
+  assert.match(routerArgs(['--set', 'router.kvLinks.enabled=true', '--set', 'router.kvLinks.streamLayers=false']),
+    /--kv-link-stream-layers=false/);
   assert.doesNotMatch(args(plain), /--role/);
   assert.doesNotMatch(objects(render(matrix.defaults).stdout).find((o) => o.kind === 'Deployment')
     .spec.template.spec.containers[0].args.join(' '), /--max-local-prefill-tokens/);

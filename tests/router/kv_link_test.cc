@@ -2,11 +2,15 @@
 // RouterCore with --kv-links in front of a prefill and a decode kvserve-worker on the emulated
 // CUDA device (tests/testing/cuda_emulator: the link's NCCL runs between the two processes over
 // the emulator's sockets). The router pairs them, a long prompt's prefill phase runs on the
-// prefill worker and its blocks cross the link, and the decode worker's greedy tokens equal an
-// aggregated worker's, also with tensor parallelism 2 on both sides; a prefill worker that dies
+// prefill worker and its blocks cross the link (streamed layer by layer as the phase computes
+// them, or once it ended), and the decode worker's greedy tokens equal an aggregated worker's,
+// also with tensor parallelism 2 on both sides; a prefill worker that dies mid-stream
 // takes its link with it, and the decode worker serves the next long prompt by itself. Built in the
 // emulated build only (label gpu): two ranks cannot share the one GPU a GPU machine here has.
 #include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "router/router_core.h"
@@ -21,8 +25,11 @@ namespace {
 
 using kvserve::testing::WorkerProcess;
 
-std::vector<std::string> Args(const std::string& role, int tp = 1) {
-  return {"--model",
+std::vector<std::string> Args(const std::string& role, int tp = 1,
+                              const std::string& step_tokens = "2048") {
+  return {"--max-num-batched-tokens",
+          step_tokens,
+          "--model",
           kvserve::testing::FixtureModel("tiny-llama3"),
           "--device",
           "cuda",
@@ -48,15 +55,18 @@ bool WaitMetric(const RouterMetrics& metrics, const std::string& series, double 
   return false;
 }
 
+constexpr char kBlocksIn[] = R"(kvserve_kv_transfer_blocks_total{direction="in",format="int8")";
+
 std::string WorkerMetrics(const WorkerProcess& w) {
   absl::StatusOr<std::pair<int, std::string>> r =
       kvserve::testing::HttpGet(w.metrics_port(), "/metrics");
   return r.ok() ? r->second : "";
 }
 
-// A core with --kv-links before `prefill` and `decode`, once it has paired them.
+// A core with --kv-links before `prefill` and `decode`, once it has paired them; `stream`:
+// --kv-link-stream-layers.
 std::unique_ptr<RouterCore> LinkedCore(const WorkerProcess& prefill, const WorkerProcess& decode,
-                                       RouterMetrics& metrics) {
+                                       RouterMetrics& metrics, bool stream) {
   RouterOptions o;
   o.workers = {{"prefill", "127.0.0.1", prefill.port(), prefill.events_port()},
                {"decode", "127.0.0.1", decode.port(), decode.events_port()}};
@@ -66,6 +76,7 @@ std::unique_ptr<RouterCore> LinkedCore(const WorkerProcess& prefill, const Worke
   o.kv_fetch.links = true;
   o.kv_fetch.link_timeout = absl::Seconds(20);
   o.kv_fetch.max_chunk_bytes = 1;  // one block a chunk: ten headers, ten sends over the link
+  o.kv_fetch.stream_layers = stream;
   auto core = std::make_unique<RouterCore>(o);
   core->Start();
   WaitReady(*core, 2);
@@ -74,11 +85,12 @@ std::unique_ptr<RouterCore> LinkedCore(const WorkerProcess& prefill, const Worke
   return core;
 }
 
-// The long prompt's prefill phase runs on the prefill worker, its ten blocks cross the link,
-// and the decode worker, prefilling only the partial block, answers as `want`.
+// The long prompt's prefill phase runs on the prefill worker, its ten blocks cross the link
+// (streamed as the phase computes them, or once it ended), and the decode worker, prefilling
+// only the partial block, answers as `want`.
 void ExpectMovedOverTheLink(RouterCore& core, const RouterMetrics& metrics,
                             const WorkerProcess& decode, const std::vector<int32_t>& prompt,
-                            const Answer& want) {
+                            const Answer& want, bool streamed) {
   const Answer got = RunOn(core, "r", prompt);
   ASSERT_TRUE(got.error.empty()) << got.error;
   EXPECT_EQ(got.tokens, want.tokens);
@@ -86,30 +98,47 @@ void ExpectMovedOverTheLink(RouterCore& core, const RouterMetrics& metrics,
   const std::string text = metrics.Serialize();
   EXPECT_EQ(Metric(text, R"(kvserve_router_kv_link_transfers_total{result="done"})"), 1) << text;
   EXPECT_EQ(Metric(text, R"(kvserve_router_kv_fetches_total{result="done"})"), 1);
-  EXPECT_EQ(Metric(WorkerMetrics(decode),
-                   R"(kvserve_kv_transfer_blocks_total{direction="in",format="int8")"),
-            10);
+  EXPECT_EQ(Metric(text, "kvserve_router_kv_layer_streams_total"), streamed ? 1 : -1) << text;
+  EXPECT_EQ(Metric(WorkerMetrics(decode), kBlocksIn), 10);
 }
 
-TEST(KvLinkTest, APrefillMovesOverTheLinkAndDecodesAsAggregated) {
+// The prefill worker computes a block a step (--max-num-batched-tokens 16), and each step's
+// block streams over the link layer by layer as it computes it.
+TEST(KvLinkTest, APrefillStreamsOverTheLinkAndDecodesAsAggregated) {
   ASSERT_OK_AND_ASSIGN(auto aggregated, WorkerProcess::Start(Args("both")));
-  ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
+  ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill", 1, "16")));
   ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
   const std::vector<int32_t> prompt = Prompt(3);
   const Answer want = RunAlone(*aggregated, prompt);
   ASSERT_TRUE(want.error.empty()) << want.error;
   RouterMetrics metrics;
-  std::unique_ptr<RouterCore> linked = LinkedCore(*prefill, *decode, metrics);
+  std::unique_ptr<RouterCore> linked = LinkedCore(*prefill, *decode, metrics, /*stream=*/true);
   RouterCore& core = *linked;
-  ExpectMovedOverTheLink(core, metrics, *decode, prompt, want);
+  ExpectMovedOverTheLink(core, metrics, *decode, prompt, want, /*streamed=*/true);
 
-  // The prefill worker dies: its link closes, and the next long prompt, whose prefill phase
-  // finds no prefill worker, is prefilled by the decode worker itself.
-  ASSERT_EQ(kill(prefill->pid(), SIGKILL), 0);
+  // The prefill worker dies while the next long prompt's phase streams, once the decode worker
+  // has cached the stream's first block: the stream fails, the link closes, and the decode
+  // worker prefills what did not arrive, with the aggregated tokens still.
+  const std::vector<int32_t> next = Prompt(4);
+  const Answer next_want = RunAlone(*aggregated, next);
+  ASSERT_TRUE(next_want.error.empty()) << next_want.error;
+  double arrived = -1;
+  std::thread killer([&] {
+    for (int i = 0; i < 6000 && Metric(WorkerMetrics(*decode), kBlocksIn) <= 10; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    kill(prefill->pid(), SIGSTOP);  // no step after this one
+    arrived = Metric(WorkerMetrics(*decode), kBlocksIn);
+    kill(prefill->pid(), SIGKILL);
+  });
+  const Answer cut = RunOn(core, "cut", next);
+  killer.join();
+  EXPECT_GT(arrived, 10);
+  EXPECT_LT(arrived, 20) << "the stream was not cut short";
+  ASSERT_TRUE(cut.error.empty()) << cut.error;
+  EXPECT_EQ(cut.tokens, next_want.tokens);
+  EXPECT_EQ(Metric(metrics.Serialize(), "kvserve_router_kv_layer_streams_total"), 2);
   EXPECT_TRUE(WaitMetric(metrics, "kvserve_router_kv_links_ready", 0));
-  const Answer alone = RunOn(core, "after", Prompt(4));
-  ASSERT_TRUE(alone.error.empty()) << alone.error;
-  EXPECT_EQ(alone.tokens.size(), 8u);
   for (int i = 0; i < 300; ++i) {
     const std::vector<WorkerInfo> w = core.Workers();
     if (w[1].device_blocks_active == 0) break;
@@ -117,6 +146,21 @@ TEST(KvLinkTest, APrefillMovesOverTheLinkAndDecodesAsAggregated) {
   }
   EXPECT_EQ(core.Workers()[1].device_blocks_active, 0);
   core.Stop();
+}
+
+// --kv-link-stream-layers=false: the decode worker pulls the blocks over the link once the
+// prefill phase ended, a chunk of one block at a time.
+TEST(KvLinkTest, APrefillMovesOverTheLinkOnceItEnded) {
+  ASSERT_OK_AND_ASSIGN(auto aggregated, WorkerProcess::Start(Args("both")));
+  ASSERT_OK_AND_ASSIGN(auto prefill, WorkerProcess::Start(Args("prefill")));
+  ASSERT_OK_AND_ASSIGN(auto decode, WorkerProcess::Start(Args("decode")));
+  const std::vector<int32_t> prompt = Prompt(5);
+  const Answer want = RunAlone(*aggregated, prompt);
+  ASSERT_TRUE(want.error.empty()) << want.error;
+  RouterMetrics metrics;
+  std::unique_ptr<RouterCore> core = LinkedCore(*prefill, *decode, metrics, /*stream=*/false);
+  ExpectMovedOverTheLink(*core, metrics, *decode, prompt, want, /*streamed=*/false);
+  core->Stop();
 }
 
 // Tensor parallelism 2 on both sides: each rank's KV heads cross the link of its own rank (one
@@ -129,8 +173,8 @@ TEST(KvLinkTest, WithTensorParallelismEachRankMovesItsHeadsOverItsLink) {
   const Answer want = RunAlone(*aggregated, prompt);
   ASSERT_TRUE(want.error.empty()) << want.error;
   RouterMetrics metrics;
-  std::unique_ptr<RouterCore> core = LinkedCore(*prefill, *decode, metrics);
-  ExpectMovedOverTheLink(*core, metrics, *decode, prompt, want);
+  std::unique_ptr<RouterCore> core = LinkedCore(*prefill, *decode, metrics, /*stream=*/true);
+  ExpectMovedOverTheLink(*core, metrics, *decode, prompt, want, /*streamed=*/true);
   core->Stop();
 }
 

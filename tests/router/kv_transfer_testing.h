@@ -36,8 +36,9 @@ inline double Metric(const std::string& text, const std::string& series) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (!absl::StartsWith(line, series)) continue;
     const absl::string_view rest = line.substr(series.size());
+    if (rest.empty()) continue;
     const bool labels_follow = rest[0] == '{' && series.find('{') == std::string::npos;
-    if (rest.empty() || (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}' && !labels_follow)) {
+    if (rest[0] != ' ' && rest[0] != ',' && rest[0] != '}' && !labels_follow) {
       continue;
     }
     double v = -1;

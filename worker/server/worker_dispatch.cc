@@ -50,6 +50,7 @@ void WorkerServer::SendError(const std::string& identity, const std::string& req
   r.mutable_error()->set_code(static_cast<int>(status.code()));
   r.mutable_error()->set_message(std::string(status.message()));
   Reply(identity, r);
+  if (seq == 1) FailStreamAsk(request_id, status);  // refused: its layer stream never starts
 }
 
 void WorkerServer::HandleMessage(const ReceivedMessage& m) {
@@ -142,6 +143,7 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
   route.max_tokens = max_tokens;
   if (!route.stream) route.pending.resize(n);
   routes_.emplace(req.request_id(), std::move(route));
+  StartLayerStream(req.request_id());
 }
 
 FinishedRequest WorkerServer::Finished(const Route& route, const SequenceOutput& o,

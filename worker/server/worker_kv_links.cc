@@ -29,7 +29,7 @@ void WorkerServer::HandleKvLinkMessage(const ReceivedMessage& m) {
   if (m.type == "KvLinkClose") {
     pb::KvLinkClose c;
     if (!ParseMessage(m, &c).ok()) return;
-    kv_links_.erase({m.prefix, c.link_id()});
+    EraseKvLink(m.prefix, c.link_id());
     for (const auto& j : kv_link_joins_) {
       if (j->router == m.prefix && j->link_id == c.link_id()) j->closed = true;
     }
@@ -107,12 +107,12 @@ void WorkerServer::PollKvLinkJoins() {
     if (j.closed) {
       // The router gave up on it while it was joining: dropped unanswered.
     } else if (result.ok()) {
+      LOG(INFO) << "KV link " << j.link_id << " joined (" << result->size() << " ranks)";
       kv_links_[{j.router, j.link_id}] = *std::move(result);
       pb::KvLinkStatus st;
       st.set_link_id(j.link_id);
       st.set_ready(true);
       Reply(j.router, st);
-      LOG(INFO) << "KV link " << j.link_id << " joined (" << result->size() << " ranks)";
     } else {
       Reply(j.router, Failed(j.link_id, result.status()));
       LOG(WARNING) << "KV link " << j.link_id << " not joined: " << result.status();
@@ -134,7 +134,18 @@ void WorkerServer::DropKvLink(const std::string& router, uint32_t link_id,
   if (it == kv_links_.end()) return;
   LOG(WARNING) << "KV link " << link_id << " dropped: " << why;
   Reply(router, Failed(link_id, why));
-  kv_links_.erase(it);
+  EraseKvLink(router, link_id);
+}
+
+void WorkerServer::EraseKvLink(const std::string& router, uint32_t link_id) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  std::erase_if(stream_asks_, [&](const StreamAsk& a) {
+    return a.identity == router && a.req.link_id() == link_id;
+  });
+  auto it = kv_links_.find({router, link_id});
+  if (it == kv_links_.end()) return;
+  if (!it->second.empty()) engine_->DropLinkStreams(it->second[0].get());
+  kv_links_.erase(it);  // aborts what is still in flight on it
 }
 
 }  // namespace kvserve::worker

@@ -55,6 +55,10 @@ void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  if (req.link_id() != 0 && !req.stream_request_id().empty()) {
+    AskLayerStream(identity, req);
+    return;
+  }
   if (req.link_id() != 0) {
     const int bs = engine_->config().cache.block_size;
     link_exports_waiting_.push_back(
@@ -200,6 +204,9 @@ void WorkerServer::HandleKvChunk(const std::string& identity, const pb::KvChunk&
       absl::StrCat("worker is draining (", drain_reason_, "): it caches no peer's blocks"));
   if (c.has_error()) {
     added = absl::InvalidArgumentError("a KvChunk that carries an error has no blocks to cache");
+  } else if (c.link_id() != 0 && (c.stream_announce() || c.stream_fingerprints_size() > 0)) {
+    HandleStreamedChunk(identity, c);  // acknowledged there
+    return;
   } else if (c.link_id() != 0) {
     // The bytes wait on the link whatever this worker does with them: it takes them (a draining
     // worker too, the link stays in step), or the link is dropped.

@@ -133,6 +133,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
     PollKvLinkJoins();
     AdvanceLinkExports();
+    PollLayerStreams();
     FlushReplies();
     PublishEvents();
     const auto now = Clock::now();
@@ -149,9 +150,8 @@ absl::Status WorkerServer::ReceiveMessages() {
   try {
     // Replies that wait for a slow router are retried often (ZeroMQ cannot say when a peer's
     // queue has room).
-    const int wait_ms = engine_->HasWork()                                    ? 0
-                        : replies_->waiting() > 0 || link_export_.has_value() ? 1
-                                                                              : 10;
+    const bool transfers = link_export_.has_value() || LayerStreamsWaiting();
+    const int wait_ms = engine_->HasWork() ? 0 : replies_->waiting() > 0 || transfers ? 1 : 10;
     zmq::poll(items, 1, std::chrono::milliseconds(wait_ms));
   } catch (const zmq::error_t& e) {
     if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));

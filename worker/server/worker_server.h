@@ -193,6 +193,38 @@ class WorkerServer : private KvEventListener {
   // Ends `e` with an error chunk naming `s`, and drops its link.
   void FailLinkExport(const LinkExport& e, const absl::Status& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Layer streaming over links (worker_layer_stream.cc). As a source: a KvExportRequest with a
+  // stream_request_id waits here for its request (a stream ask), whose prefill then streams
+  // (Engine::StreamPrefill), each step's announce and fingerprints sent as KvChunks; an error
+  // reply to the request ends its ask with an error chunk. As a target: an announcing chunk
+  // queues the receives; a chunk of fingerprints waits here until its bytes arrived, and is
+  // then cached and acknowledged (in order on each link). The loop polls both.
+  struct StreamAsk {
+    std::string identity;
+    kvserve::v1::KvExportRequest req;
+  };
+  struct StreamFinish {
+    std::string identity;
+    kvserve::v1::KvChunk chunk;
+    Clock::time_point since;
+  };
+  void AskLayerStream(const std::string& identity, const kvserve::v1::KvExportRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Starts the stream ask for `request_id` (just added to the engine), if any.
+  void StartLayerStream(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Ends the stream ask for `request_id`, if any, with an error chunk naming `why`.
+  void FailStreamAsk(const std::string& request_id, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Sends the error chunk, marked last, of the stream `req` asked for.
+  void SendStreamError(const std::string& identity, const kvserve::v1::KvExportRequest& req,
+                       uint32_t index, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // A target's streamed chunk: an announce, or fingerprints.
+  void HandleStreamedChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // The streams' sends past the engine's last step, and the receives whose bytes arrived.
+  void PollLayerStreams() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  [[nodiscard]] bool LayerStreamsWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Device-to-device links (worker_kv_links.cc): KvLinkOpen and KvLinkClose; the joins that
   // finished, answered; a link by id (null: none); a link dropped after a failure, with a
   // KvLinkStatus naming why to the router that opened it.
@@ -202,6 +234,9 @@ class WorkerServer : private KvEventListener {
   KvLink* FindKvLink(const std::string& router, uint32_t link_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void DropKvLink(const std::string& router, uint32_t link_id, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Closes a link: the engine's streams on it and the stream asks for it first.
+  void EraseKvLink(const std::string& router, uint32_t link_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
@@ -295,6 +330,8 @@ class WorkerServer : private KvEventListener {
   std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
   std::optional<LinkExport> link_export_ ABSL_GUARDED_BY(loop_thread_);  // its chunk in flight
   std::deque<LinkExport> link_exports_waiting_ ABSL_GUARDED_BY(loop_thread_);
+  std::vector<StreamAsk> stream_asks_ ABSL_GUARDED_BY(loop_thread_);
+  std::deque<StreamFinish> stream_finishes_ ABSL_GUARDED_BY(loop_thread_);
 };
 
 }  // namespace kvserve::worker
