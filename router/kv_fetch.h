@@ -100,7 +100,7 @@ class KvFetches {
     bool source_done = false;
     int blocks_added = 0, blocks_received = 0;  // over all attempts
     int64_t bytes = 0;
-    uint32_t link = 0;  // the current attempt's device-to-device link (0: the relay)
+    uint32_t link = 0;      // the current attempt's device-to-device link (0: the relay)
     bool streamed = false;  // the first attempt streamed: its time is not a transfer's
   };
 

@@ -230,7 +230,7 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
       }
       it = inflight_.find(id);
       fetches_->Cancel(it->second.fetch);  // the phase's stream, if any
-    } else if (it->second.fetch != 0) {  // not sent yet: its fetch stops
+    } else if (it->second.fetch != 0) {    // not sent yet: its fetch stops
       fetches_->Cancel(it->second.fetch);
     } else {
       pb::AbortRequest a;
