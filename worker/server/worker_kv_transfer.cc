@@ -55,7 +55,7 @@ void WorkerServer::HandleKvMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleKvExport(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (req.link_id() != 0 && !req.stream_request_id().empty()) {
+  if (!req.stream_request_id().empty()) {
     AskLayerStream(identity, req);
     return;
   }

@@ -28,6 +28,12 @@ void SetError(const absl::Status& s, pb::Error* e) {
 
 void WorkerServer::AskLayerStream(const std::string& identity, const pb::KvExportRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
+  if (req.link_id() == 0) {
+    SendStreamError(identity, req, 0,
+                    absl::InvalidArgumentError(
+                        "KvExportRequest: a layer stream (stream_request_id) needs a link_id"));
+    return;
+  }
   for (const StreamAsk& a : stream_asks_) {
     if (a.req.stream_request_id() == req.stream_request_id()) {
       SendStreamError(
