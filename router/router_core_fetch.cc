@@ -113,6 +113,10 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
     const bool failed = r.finish_reason() == kvserve::v1::FINISH_REASON_ERROR ||
                         r.finish_reason() == kvserve::v1::FINISH_REASON_ABORT;
     if (r.has_usage() || failed) {
+      // Counted as the phase ends: a streamed request may have gone to its worker already.
+      if (options_.metrics != nullptr) {
+        options_.metrics->CountDisaggregated(failed ? "prefill_failed" : "prefilled");
+      }
       prefilled_.push_back(
           {.request_id = request_id, .prefill_id = phase_id, .worker = worker, .ok = !failed});
     }
@@ -155,9 +159,6 @@ void RouterCore::StartDecodes(std::vector<KvFetches::Done>& fetched) {
     if (it == inflight_.end() || it->second.prefill != e.prefill_id) continue;
     Placed& p = it->second;
     p.prefill.clear();
-    if (options_.metrics != nullptr) {
-      options_.metrics->CountDisaggregated(e.ok ? "prefilled" : "prefill_failed");
-    }
     if (p.fetch != 0) continue;  // its blocks stream: it goes once the stream ended
     const int blocks = static_cast<int>(p.hashes.size()) - p.prefill_first;
     if (e.ok && blocks > 0) {

@@ -72,7 +72,7 @@ class RouterMetrics {
   void CountKvLinkTransfer(const std::string& result);
   void SetKvLinksReady(int links);
   // Disaggregated serving: a request's prefill phase ended, "prefilled" (its decode worker pulls
-  // the KV next) or "prefill_failed" (its decode worker prefills it).
+  // the KV next, or has it streamed) or "prefill_failed" (its decode worker prefills it).
   void CountDisaggregated(const std::string& result);
   // Disaggregated serving over a link: a prefill phase asked to stream its KV as it computes it.
   void CountKvLayerStream();

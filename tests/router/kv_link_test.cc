@@ -99,6 +99,10 @@ void ExpectMovedOverTheLink(RouterCore& core, const RouterMetrics& metrics,
   EXPECT_EQ(Metric(text, R"(kvserve_router_kv_link_transfers_total{result="done"})"), 1) << text;
   EXPECT_EQ(Metric(text, R"(kvserve_router_kv_fetches_total{result="done"})"), 1);
   EXPECT_EQ(Metric(text, "kvserve_router_kv_layer_streams_total"), streamed ? 1 : -1) << text;
+  // Counted as the phase ends, which a streamed request need not wait for.
+  EXPECT_TRUE(
+      WaitMetric(metrics, R"(kvserve_router_disaggregated_requests_total{result="prefilled"})", 1))
+      << metrics.Serialize();
   EXPECT_EQ(Metric(WorkerMetrics(decode), kBlocksIn), 10);
 }
 

@@ -34,12 +34,20 @@ void WorkerServer::AskLayerStream(const std::string& identity, const pb::KvExpor
                         "KvExportRequest: a layer stream (stream_request_id) needs a link_id"));
     return;
   }
+  // A link carries one transfer at a time: so the asks waiting here are at most the links.
+  if (FindKvLink(identity, req.link_id()) == nullptr) {
+    SendStreamError(identity, req, 0,
+                    absl::FailedPreconditionError(
+                        absl::StrCat("KV link ", req.link_id(), " is not open here")));
+    return;
+  }
   for (const StreamAsk& a : stream_asks_) {
-    if (a.req.stream_request_id() == req.stream_request_id()) {
-      SendStreamError(
-          identity, req, 0,
-          absl::AlreadyExistsError(absl::StrCat(
-              "a layer stream of request '", req.stream_request_id(), "' is asked for already")));
+    if (a.req.stream_request_id() == req.stream_request_id() ||
+        (a.identity == identity && a.req.link_id() == req.link_id())) {
+      SendStreamError(identity, req, 0,
+                      absl::AlreadyExistsError(
+                          absl::StrCat("a layer stream of request '", a.req.stream_request_id(),
+                                       "' waits for KV link ", a.req.link_id(), " already")));
       return;
     }
   }

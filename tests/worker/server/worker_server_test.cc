@@ -589,6 +589,32 @@ TEST(WorkerServerTest, RepliesToASlowReaderArriveInOrderAndWhole) {
   EXPECT_EQ(w->Terminate(), 0);
 }
 
+// A layer stream's ask (docs/DISAGGREGATION.md) names a device-to-device link; a CPU worker has
+// none, so the ask is refused at once with an error chunk naming the link, and the request it
+// named is then served as any other.
+TEST(WorkerServerTest, ALayerStreamAskWithoutItsLinkIsRefusedByName) {
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(ModelArgs("tiny-llama3")));
+  zmq::context_t ctx;
+  Client c(ctx, w->port());
+  pb::KvExportRequest ask;
+  ask.set_transfer_id("t#1.1");
+  for (int i = 0; i < 40; ++i) ask.add_token_ids(i + 1);
+  ask.set_link_id(7);
+  ask.set_stream_request_id("streamed");
+  ASSERT_OK(c.Send(ask));
+  std::optional<ReceivedMessage> m = c.Receive(20000);
+  ASSERT_TRUE(m.has_value());
+  pb::KvChunk chunk;
+  ASSERT_OK(ParseMessage(*m, &chunk));
+  EXPECT_EQ(chunk.transfer_id(), "t#1.1");
+  EXPECT_TRUE(chunk.last());
+  EXPECT_EQ(chunk.error().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(chunk.error().message(), "KV link 7 is not open here");
+  auto got = RunRequests(c, {MakeRequest("streamed", {1, 2, 3, 4}, 5)});
+  EXPECT_EQ(got["streamed"].size(), 5u);
+  EXPECT_EQ(w->Terminate(), 0);
+}
+
 // Issue 26: --device null serves the real protocol with no model behind it (config.json is all it
 // reads), so that the router can be measured on its own.
 TEST(WorkerServerTest, TheNullDeviceAnswersAFixedTokenWithoutWeights) {
