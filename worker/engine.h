@@ -231,6 +231,9 @@ class Engine {
   // with KV pools). Returns the blocks added.
   [[nodiscard]] int CachedRun(absl::Span<const int32_t> prompt, const std::string& cache_salt,
                               int first_block) const;
+  // The same, given the prompt's block hashes (PromptHashes'), so that a caller asking each
+  // step hashes the prompt once.
+  [[nodiscard]] int CachedRun(absl::Span<const BlockHash> hashes, int first_block) const;
   absl::StatusOr<int> AdoptPrefix(absl::Span<const int32_t> prompt, const std::string& cache_salt,
                                   int first_block, int blocks);
   // The bytes one block takes on the wire, every rank's together (headers aside); 0 when this

@@ -354,9 +354,14 @@ int Engine::CachedRun(absl::Span<const int32_t> prompt, const std::string& cache
                       int first_block) const {
   KVSERVE_CHECK_THREAD(engine_thread_);
   absl::StatusOr<std::vector<BlockHash>> all = PromptHashes(prompt, cache_salt);
+  return all.ok() ? CachedRun(*all, first_block) : 0;
+}
+
+int Engine::CachedRun(absl::Span<const BlockHash> hashes, int first_block) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
   int n = 0;
-  while (all.ok() && first_block + n < static_cast<int>(all->size()) &&
-         kv_->pool().Lookup((*all)[first_block + n])) {
+  while (first_block + n < static_cast<int>(hashes.size()) &&
+         kv_->pool().Lookup(hashes[first_block + n])) {
     ++n;
   }
   return n;

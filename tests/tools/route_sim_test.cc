@@ -86,6 +86,32 @@ TEST(RouteSimTest, DisaggregatedServesEveryRequest) {
                                                              ::testing::HasSubstr("decode")));
 }
 
+// Layer streaming: the same requests, their phases' blocks sent as the steps compute them. The
+// decode workers wait less for the blocks once the phases ended, and the disaggregated requests
+// less for their first token.
+TEST(RouteSimTest, LayerStreamingHidesTheTransferBehindThePrefill) {
+  const auto trace = Sessions();
+  SimOptions o = Options("cost", false);
+  o.prefill_workers = 1;
+  o.max_local_prefill_tokens = 1000;
+  o.disagg_gbps = 20;  // the link outruns the prefill: streamed, little is left to wait for
+  o.engine.scheduler.max_num_batched_tokens = 512;  // a phase takes several steps
+  ASSERT_OK_AND_ASSIGN(SimReport after, Simulate(trace, o));
+  o.disagg_stream_layers = true;
+  ASSERT_OK_AND_ASSIGN(SimReport streamed, Simulate(trace, o));
+  EXPECT_EQ(streamed.json["requests"], static_cast<int64_t>(trace.size()));
+  EXPECT_EQ(streamed.json["errors"], 0);
+  EXPECT_EQ(streamed.json["disaggregated"], after.json["disaggregated"]);
+  EXPECT_TRUE(streamed.json["fetch_fallbacks"].empty()) << streamed.json["fetch_fallbacks"];
+  // Post-phase, every block's link time is waited for; streamed, a fraction of it.
+  EXPECT_NEAR(after.json["exposed_fetch_seconds"].get<double>(),
+              after.json["fetch_seconds"].get<double>(), 1e-9);
+  EXPECT_LT(streamed.json["exposed_fetch_seconds"].get<double>(),
+            0.5 * streamed.json["fetch_seconds"].get<double>());
+  EXPECT_LT(streamed.json["p50_disaggregated_ttft_ms"].get<double>(),
+            after.json["p50_disaggregated_ttft_ms"].get<double>());
+}
+
 TEST(RouteSimTest, BadOptionsAreRefusedByName) {
   SimOptions o = Options("cost", true);
   o.routing.policy = "random";

@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, max_local_prefill_tokens, 1000,
           "prefilled on a prefill worker (kvserve-router's flag)");
 ABSL_FLAG(double, disagg_gbps, 10,
           "Disaggregated runs: the rate of the link from prefill to decode workers, GB/s");
+ABSL_FLAG(bool, disagg_stream_layers, true,
+          "Disaggregated runs: also run with layer streaming (the phase's blocks sent as its "
+          "steps compute them), beside the transfer once the phase ended");
 
 namespace kvserve::route_sim {
 namespace {
@@ -109,20 +112,22 @@ void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
           ? r["requests_per_worker_max"].get<double>() / r["requests_per_worker_min"].get<double>()
           : 0;
   std::cout << absl::StrFormat(
-      "%-12s %7.2f%% %8.2f %9.0f %9.0f %9.0f %8.1f %8.1f %6.1f%% %7lld %7.1f  %s\n", name,
+      "%-18s %7.2f%% %8.2f %9.0f %9.0f %9.0f %8.1f %8.1f %6.1f%% %7lld %7.1f  %s\n", name,
       100 * r["hit_rate"].get<double>(), req_ratio, r["p50_ttft_ms"].get<double>(),
       r["p90_ttft_ms"].get<double>(), r["p99_ttft_ms"].get<double>(),
       r["p50_tpot_ms"].get<double>(), r["p99_tpot_ms"].get<double>(),
       100 * r["utilization"].get<double>(), static_cast<long long>(r["errors"].get<int64_t>()),
       wall_s, r["decisions"].dump());
   if (r["disaggregated"].get<int64_t>() > 0) {
-    std::cout << absl::StrFormat("%-12s disaggregated %lld, blocks moved in %.1f s of link\n", "",
-                                 static_cast<long long>(r["disaggregated"].get<int64_t>()),
-                                 r["fetch_seconds"].get<double>());
+    std::cout << absl::StrFormat(
+        "%-18s disaggregated %lld, blocks moved in %.1f s of link, %.1f s of it after the "
+        "phases\n",
+        "", static_cast<long long>(r["disaggregated"].get<int64_t>()),
+        r["fetch_seconds"].get<double>(), r["exposed_fetch_seconds"].get<double>());
   }
   if (r["fetches"].get<int64_t>() > 0) {
     std::cout << absl::StrFormat(
-        "%-12s fetches %lld, blocks fetched %lld, link busy %.1f s, "
+        "%-18s fetches %lld, blocks fetched %lld, link busy %.1f s, "
         "fallbacks %s\n",
         "", static_cast<long long>(r["fetches"].get<int64_t>()),
         static_cast<long long>(r["fetched_blocks"].get<int64_t>()),
@@ -141,7 +146,7 @@ absl::Status Main() {
       path, trace.size(), base.workers, static_cast<long long>(base.capacity_blocks),
       base.engine.cache.block_size, base.engine.backend.sim_gpu.name, base.speedup,
       base.instant ? ", instant steps" : "");
-  std::cout << absl::StrFormat("%-12s %8s %8s %9s %9s %9s %8s %8s %7s %7s %7s  %s\n", "policy",
+  std::cout << absl::StrFormat("%-18s %8s %8s %9s %9s %9s %8s %8s %7s %7s %7s  %s\n", "policy",
                                "hit", "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50",
                                "tpot_p99", "util", "errors", "wall_s", "decisions");
   nlohmann::json all;
@@ -188,7 +193,12 @@ absl::Status Main() {
       o.prefill_workers = prefill;
       o.max_local_prefill_tokens = absl::GetFlag(FLAGS_max_local_prefill_tokens);
       o.disagg_gbps = absl::GetFlag(FLAGS_disagg_gbps);
-      RETURN_IF_ERROR(run(absl::StrCat(p, "+", prefill, "P", o.workers - prefill, "D"), o));
+      const std::string name = absl::StrCat(p, "+", prefill, "P", o.workers - prefill, "D");
+      RETURN_IF_ERROR(run(name, o));
+      if (absl::GetFlag(FLAGS_disagg_stream_layers)) {
+        o.disagg_stream_layers = true;
+        RETURN_IF_ERROR(run(name + "+stream", o));
+      }
     }
   }
   if (absl::GetFlag(FLAGS_pooled)) {

@@ -78,6 +78,8 @@ struct SimWorker {
   // as kvserve-worker measures it for WorkerStatus.prefill_tokens_per_second).
   double prefill_rate = 0;
   std::vector<worker::SequenceOutput> pending;  // the outputs of the step in progress
+  double step_started = 0;                      // of the step in progress
+  std::vector<std::string> streams;             // the prefill phases streaming from here
   // For the report.
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
 };
@@ -177,6 +179,7 @@ class Simulation {
     const worker::Engine& e = *workers_[0].engine;
     block_size_ = e.config().cache.block_size;
     wire_block_bytes_ = e.stats().kv_bytes_per_block * e.config().parallel.tensor_parallel_size;
+    num_layers_ = std::max(1, e.model_config().num_layers);
     vocab_size_ = e.model_config().vocab_size;
     ASSIGN_OR_RETURN(extra_key_, (CacheKey{.model_id = e.config().model_id,
                                            .kv_cache_dtype = e.kv_spec().CacheKeyDType(),
@@ -276,7 +279,7 @@ class Simulation {
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
     Pending p{.id = id, .prompt = prompt, .hashes = hashes, .max_tokens = static_cast<int>(out)};
     double delay = 0;
-    const std::optional<std::string> phase = MaybeDisaggregate(rep, views, p, l, d->worker, t);
+    std::optional<Pending> phase = MaybeDisaggregate(rep, views, p, l, d->worker, t);
     if (std::optional<router::FetchPlan> plan =
             phase ? std::nullopt
                   : router::PlanFetch(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes,
@@ -297,7 +300,10 @@ class Simulation {
     rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
     live_[id] = l;
     if (phase) {
-      after_prefill_[*phase] = std::move(p);  // admitted once the phase ended (PrefillEnded)
+      // Admitted once the phase ended (PrefillEnded), or its stream did.
+      StartStream(*phase, p);
+      after_prefill_[phase->id] = std::move(p);
+      Admit(*phase);
     } else if (delay > 0) {
       deferred_.emplace(now_ + delay, order_++, std::move(p));
     } else {
@@ -312,14 +318,19 @@ class Simulation {
     std::vector<BlockHash> hashes;
     int max_tokens = 0;
     int fetch_first = 0, fetch_blocks = 0;  // a fetch's blocks, adopted before the request
+    // Layer streaming, for a request waiting for its phase: the blocks from fetch_first the
+    // prefill worker cached when last seen, those sent, and when its link is free.
+    int seen_run = 0, streamed_blocks = 0;
+    double link_free = 0;
   };
 
   // As the router's MaybeDisaggregate: when request `p` (`l` on the books, routed to decode
   // worker `to`) would prefill more than max_local_prefill_tokens there, places its prefill
-  // phase on the prefill worker the policy picks and returns the phase's id; `p` then starts
-  // its fetch at the first block `to` lacks. None: the request goes on as it is.
-  std::optional<std::string> MaybeDisaggregate(Replica& rep, const std::vector<WorkerView>& views,
-                                               Pending& p, Live& l, int to, absl::Time t) {
+  // phase on the prefill worker the policy picks and returns the phase, to admit once `p`
+  // waits for it; `p` then starts its fetch at the first block `to` lacks. None: the request
+  // goes on as it is.
+  std::optional<Pending> MaybeDisaggregate(Replica& rep, const std::vector<WorkerView>& views,
+                                           Pending& p, Live& l, int to, absl::Time t) {
     if (o_.prefill_workers == 0 || p.hashes.empty()) return std::nullopt;
     const int first = rep.index.LongestPrefix(to, p.hashes).total();
     if (l.prompt_tokens - int64_t{first} * block_size_ <= o_.max_local_prefill_tokens) {
@@ -351,8 +362,45 @@ class Simulation {
     l.disaggregated = true;
     l.predicted_cached = static_cast<int64_t>(p.hashes.size()) * block_size_;
     ++disaggregated_;
-    Admit({.id = id, .prompt = p.prompt, .hashes = p.hashes, .max_tokens = 1});
-    return id;
+    return Pending{.id = id, .prompt = p.prompt, .hashes = p.hashes, .max_tokens = 1};
+  }
+
+  // With layer streaming: request `p` waits for `phase`, whose worker sends its blocks from
+  // p.fetch_first as its steps compute them (AdvanceStreams).
+  void StartStream(const Pending& phase, Pending& p) {
+    if (!o_.disagg_stream_layers) return;
+    SimWorker& s = workers_[live_.at(phase.id).worker];
+    p.seen_run = s.engine->CachedRun(p.hashes, p.fetch_first);
+    s.streams.push_back(phase.id);
+  }
+
+  // A step of worker `w` ended: each phase streaming from it whose prompt's cached run the step
+  // lengthened (so the phase ran in it) sends what of the run it has not.
+  void AdvanceStreams(int w) {
+    SimWorker& s = workers_[w];
+    std::erase_if(s.streams, [&](const std::string& phase_id) {
+      auto it = after_prefill_.find(phase_id);
+      if (it == after_prefill_.end()) return true;  // dropped
+      Pending& p = it->second;
+      if (s.engine->CachedRun(p.hashes, p.fetch_first) > p.seen_run) SendStep(s, p);
+      return false;
+    });
+  }
+
+  // The step of `s` that just ended sends p's blocks its prefill worker caches and it has not
+  // sent. Layer l of them leaves once the step computed it (layers spread evenly over the
+  // step), the link taking them one after the other.
+  void SendStep(const SimWorker& s, Pending& p) {
+    const int run = s.engine->CachedRun(p.hashes, p.fetch_first);
+    const int lacking = static_cast<int>(p.hashes.size()) - p.fetch_first;
+    const int blocks = std::min(run, lacking) - p.streamed_blocks;
+    p.seen_run = std::max(p.seen_run, run);
+    if (blocks <= 0) return;
+    const double rate = o_.disagg_gbps * 1e9, layers = num_layers_;
+    const double bytes = static_cast<double>(blocks) * static_cast<double>(wire_block_bytes_);
+    const double begin = std::max(p.link_free, s.step_started + (now_ - s.step_started) / layers);
+    p.link_free = std::max(begin + bytes / rate, now_ + bytes / (layers * rate));
+    p.streamed_blocks += blocks;
   }
 
   // A prefill phase ended on worker `w`: its request reaches its decode worker once the blocks
@@ -363,12 +411,23 @@ class Simulation {
     Pending p = std::move(it->second);
     after_prefill_.erase(it);
     const int lacking = static_cast<int>(p.hashes.size()) - p.fetch_first;
-    p.fetch_blocks = std::min(lacking, workers_[w].engine->CachedRun(p.prompt, "", p.fetch_first));
+    double arrives = 0;
+    if (o_.disagg_stream_layers) {
+      std::erase(workers_[w].streams, phase_id);
+      SendStep(workers_[w], p);  // its last step sends the rest (all, on a whole prefix hit)
+      p.fetch_blocks = p.streamed_blocks;  // what the phase's steps sent, held until sent
+      arrives = std::max(now_, p.link_free);
+    } else {
+      p.fetch_blocks =
+          std::min(lacking, workers_[w].engine->CachedRun(p.prompt, "", p.fetch_first));
+      arrives = now_ + static_cast<double>(p.fetch_blocks) *
+                           static_cast<double>(wire_block_bytes_) / (o_.disagg_gbps * 1e9);
+    }
     if (p.fetch_blocks < lacking) ++fetch_fallbacks_["evicted"];
-    const double delay = static_cast<double>(p.fetch_blocks) *
-                         static_cast<double>(wire_block_bytes_) / (o_.disagg_gbps * 1e9);
-    fetch_seconds_ += delay;
-    deferred_.emplace(now_ + delay, order_++, std::move(p));
+    fetch_seconds_ += static_cast<double>(p.fetch_blocks) * static_cast<double>(wire_block_bytes_) /
+                      (o_.disagg_gbps * 1e9);
+    exposed_fetch_seconds_ += arrives - now_;
+    deferred_.emplace(arrives, order_++, std::move(p));
   }
   void Admit(const Pending& p) {
     auto it = live_.find(p.id);
@@ -418,6 +477,7 @@ class Simulation {
     }
     s.pending = *std::move(outs);
     s.busy = true;
+    s.step_started = now_;
     const double took = after.sim_busy_seconds - before.sim_busy_seconds;
     if (const int64_t prompt = after.computed_prompt_tokens - before.computed_prompt_tokens;
         prompt >= 32 && took > 0) {
@@ -430,6 +490,7 @@ class Simulation {
   void FinishStep(int w) {
     SimWorker& s = workers_[w];
     s.busy = false;
+    AdvanceStreams(w);
     if (std::optional<pb::KvEventBatch> batch = s.events.Take(w + 1)) {
       for (Replica& r : replicas_) {  // every replica subscribes to every worker's events
         if (r.index.ApplyEvents(w, *batch) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
@@ -443,6 +504,7 @@ class Simulation {
         l.started = true;
         l.first_token_at = now_;
         if (!l.prefill_phase) ttft_.push_back(now_ - l.arrival);
+        if (l.disaggregated) disaggregated_ttft_.push_back(now_ - l.arrival);
         if (!l.disaggregated) s.cached_tokens += out.num_cached_prompt_tokens;
         Books& b = replicas_[l.replica].books[w];
         b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
@@ -514,14 +576,17 @@ class Simulation {
                       std::vector<std::tuple<double, uint64_t, Pending>>, Later>
       deferred_;
   int64_t wire_block_bytes_ = 0;
+  int num_layers_ = 1;
   int64_t fetches_ = 0, fetched_blocks_ = 0;
-  double fetch_seconds_ = 0;
+  // The link time of the fetches and phases' transfers; of the phases', what the decode worker
+  // waited for once the phase had ended.
+  double fetch_seconds_ = 0, exposed_fetch_seconds_ = 0;
   std::map<std::string, int64_t> fetch_fallbacks_;
   absl::flat_hash_map<std::string, Live> live_;
   // Disaggregated requests waiting for their prefill phase, by the phase's id.
   absl::flat_hash_map<std::string, Pending> after_prefill_;
   int64_t disaggregated_ = 0;
-  std::vector<double> ttft_, e2e_, tpot_;
+  std::vector<double> ttft_, e2e_, tpot_, disaggregated_ttft_;
   std::map<std::string, int64_t> decisions_, errors_;
   int64_t event_gaps_ = 0;
 };
@@ -560,12 +625,14 @@ json Simulation::Report() const {
   r["fetches"] = fetches_;
   r["fetched_blocks"] = fetched_blocks_;
   r["fetch_seconds"] = fetch_seconds_;
+  r["exposed_fetch_seconds"] = exposed_fetch_seconds_;
   r["fetch_fallbacks"] = fetch_fallbacks_;
   r["disaggregated"] = disaggregated_;
   r["virtual_seconds"] = now_;
   r["utilization"] = now_ > 0 ? busy / (now_ * static_cast<double>(workers_.size())) : 0.0;
   for (const auto& [name, v] :
-       {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}, std::pair{"tpot", &tpot_}}) {
+       {std::pair{"ttft", &ttft_}, std::pair{"e2e", &e2e_}, std::pair{"tpot", &tpot_},
+        std::pair{"disaggregated_ttft", &disaggregated_ttft_}}) {
     r[absl::StrCat("p50_", name, "_ms")] = 1e3 * Percentile(*v, 50);
     r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
     r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);

@@ -60,6 +60,12 @@ struct SimOptions {
   int prefill_workers = 0;
   int64_t max_local_prefill_tokens = 1000;
   double disagg_gbps = 10;
+  // Layer streaming (docs/DISAGGREGATION.md): a phase's blocks leave the prefill worker in the
+  // steps that compute them, layer by layer behind the compute, rather than once it ended. Each
+  // step's blocks start as its first layer ends, at disagg_gbps, never ahead of the layers the
+  // step has computed, after the phase's earlier steps' blocks. Each phase has its own link:
+  // in both modes, transfers never share bandwidth.
+  bool disagg_stream_layers = false;
 };
 
 // Unchanged by the run, so side-by-side runs compare the same requests.
