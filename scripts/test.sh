@@ -28,6 +28,7 @@ if [[ -e /usr/local/cuda/include/cuda_runtime_api.h ]]; then
   emulated="$build-emulated"
   stage build-emulated env KVSERVE_CUDA=EMULATED KVSERVE_BUILD_DIR="$emulated" \
     bash scripts/build.sh --target nccl_communicator_test nccl_peer_link_test cuda_backend_test engine_cuda_test \
+    engine_cuda_transfer_test \
     engine_cuda_tp_test engine_cuda_small_device_test emulated_runtime_test mma_probe_test \
     decode_attention_bench kvserve-bench kvserve-make-model engine_launches_test \
     kv_staging_bench kv_link_test kvserve-worker

@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
-targets=(mma_probe_test cuda_backend_test nccl_communicator_test nccl_peer_link_test engine_cuda_test decode_attention_bench
+targets=(mma_probe_test cuda_backend_test nccl_communicator_test nccl_peer_link_test engine_cuda_test
+  engine_cuda_transfer_test decode_attention_bench
   sampling_bench kvserve-bench kvserve-make-model kv_staging_bench)
 # A CUDA object whose header dependencies ninja never recorded (seen once here: "#deps 0") is
 # not rebuilt when a header changes, and would carry stale kernels: remove such objects first.

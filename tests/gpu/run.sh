@@ -70,14 +70,17 @@ else results+=("nccl_communicator_test|missing"); fi
 run_check nccl_peer_link_test 60 "$build/bin/nccl_peer_link_test"
 run_check engine_cuda_test 180 "$build/bin/engine_cuda_test" --gtest_filter=-*Graph*:*Pipelined*
 run_check engine_cuda_test_pl 60 "$build/bin/engine_cuda_test" --gtest_filter=*Pipelined*
+# KV blocks out of one engine's device pools and into another's through pinned staging (issue
+# 44; the link cases need the emulator's two engines on one GPU, and are not built here).
+run_check engine_cuda_transfer_test 90 "$build/bin/engine_cuda_transfer_test"
 # CUDA graphs (stream capture, replays, decode graphs in the engine), which have not run on a
 # GPU before: in their own processes, so that a fault there takes nothing else down.
 run_check cuda_backend_test_graphs 60 "$build/bin/cuda_backend_test" --gtest_filter=*Graph*
 run_check engine_cuda_test_graphs 120 "$build/bin/engine_cuda_test" --gtest_filter=*Graph*
 grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_backend_test_tc.log" \
   "$out/cuda_backend_test_pl.log" \
-  "$out/engine_cuda_test.log" "$out/engine_cuda_test_pl.log" "$out/cuda_backend_test_graphs.log" \
-  "$out/engine_cuda_test_graphs.log" 2>/dev/null
+  "$out/engine_cuda_test.log" "$out/engine_cuda_test_pl.log" "$out/engine_cuda_transfer_test.log" \
+  "$out/cuda_backend_test_graphs.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log" 2>/dev/null
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
