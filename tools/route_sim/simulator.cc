@@ -287,11 +287,10 @@ class Simulation {
       // The source sends what it holds now; the request reaches its worker once that arrived.
       p.fetch_first = plan->first_block;
       p.fetch_blocks = std::min(
-          plan->blocks, workers_[plan->source].engine->CachedRun(prompt, "", plan->first_block));
+          plan->blocks, workers_[plan->source].engine->CachedRun(hashes, plan->first_block));
       ++fetches_;
       if (p.fetch_blocks == 0) ++fetch_fallbacks_["evicted"];
-      delay = static_cast<double>(p.fetch_blocks) * static_cast<double>(wire_block_bytes_) /
-              (o_.fetch.initial_gbps * 1e9);
+      delay = LinkSeconds(p.fetch_blocks, o_.fetch.initial_gbps);
       fetch_seconds_ += delay;
       l.predicted_cached = int64_t{plan->first_block + p.fetch_blocks} * block_size_;
     }
@@ -382,25 +381,30 @@ class Simulation {
       auto it = after_prefill_.find(phase_id);
       if (it == after_prefill_.end()) return true;  // dropped
       Pending& p = it->second;
-      if (s.engine->CachedRun(p.hashes, p.fetch_first) > p.seen_run) SendStep(s, p);
+      if (const int run = s.engine->CachedRun(p.hashes, p.fetch_first); run > p.seen_run) {
+        SendStep(s, p, run);
+      }
       return false;
     });
   }
 
-  // The step of `s` that just ended sends p's blocks its prefill worker caches and it has not
-  // sent. Layer l of them leaves once the step computed it (layers spread evenly over the
-  // step), the link taking them one after the other.
-  void SendStep(const SimWorker& s, Pending& p) {
-    const int run = s.engine->CachedRun(p.hashes, p.fetch_first);
+  // The step of `s` that just ended sends what of p's cached run (`run` blocks from
+  // p.fetch_first) it has not sent. Layer l of them leaves once the step computed it (layers
+  // spread evenly over the step), the link taking them one after the other.
+  void SendStep(const SimWorker& s, Pending& p, int run) {
     const int lacking = static_cast<int>(p.hashes.size()) - p.fetch_first;
     const int blocks = std::min(run, lacking) - p.streamed_blocks;
     p.seen_run = std::max(p.seen_run, run);
     if (blocks <= 0) return;
-    const double rate = o_.disagg_gbps * 1e9, layers = num_layers_;
-    const double bytes = static_cast<double>(blocks) * static_cast<double>(wire_block_bytes_);
+    const double link = LinkSeconds(blocks, o_.disagg_gbps), layers = num_layers_;
     const double begin = std::max(p.link_free, s.step_started + (now_ - s.step_started) / layers);
-    p.link_free = std::max(begin + bytes / rate, now_ + bytes / (layers * rate));
+    p.link_free = std::max(begin + link, now_ + link / layers);
     p.streamed_blocks += blocks;
+  }
+
+  // The time `blocks` blocks take on a link of `gbps`.
+  double LinkSeconds(int blocks, double gbps) const {
+    return static_cast<double>(blocks) * static_cast<double>(wire_block_bytes_) / (gbps * 1e9);
   }
 
   // A prefill phase ended on worker `w`: its request reaches its decode worker once the blocks
@@ -411,21 +415,18 @@ class Simulation {
     Pending p = std::move(it->second);
     after_prefill_.erase(it);
     const int lacking = static_cast<int>(p.hashes.size()) - p.fetch_first;
-    double arrives = 0;
+    const int run = workers_[w].engine->CachedRun(p.hashes, p.fetch_first);
     if (o_.disagg_stream_layers) {
       std::erase(workers_[w].streams, phase_id);
-      SendStep(workers_[w], p);  // its last step sends the rest (all, on a whole prefix hit)
+      SendStep(workers_[w], p, run);  // its last step sends the rest (all, on a whole prefix hit)
       p.fetch_blocks = p.streamed_blocks;  // what the phase's steps sent, held until sent
-      arrives = std::max(now_, p.link_free);
     } else {
-      p.fetch_blocks =
-          std::min(lacking, workers_[w].engine->CachedRun(p.prompt, "", p.fetch_first));
-      arrives = now_ + static_cast<double>(p.fetch_blocks) *
-                           static_cast<double>(wire_block_bytes_) / (o_.disagg_gbps * 1e9);
+      p.fetch_blocks = std::min(lacking, run);
     }
     if (p.fetch_blocks < lacking) ++fetch_fallbacks_["evicted"];
-    fetch_seconds_ += static_cast<double>(p.fetch_blocks) * static_cast<double>(wire_block_bytes_) /
-                      (o_.disagg_gbps * 1e9);
+    const double link = LinkSeconds(p.fetch_blocks, o_.disagg_gbps);
+    const double arrives = o_.disagg_stream_layers ? std::max(now_, p.link_free) : now_ + link;
+    fetch_seconds_ += link;
     exposed_fetch_seconds_ += arrives - now_;
     deferred_.emplace(arrives, order_++, std::move(p));
   }
