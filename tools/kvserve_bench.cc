@@ -27,6 +27,7 @@
 #include "tools/bench/engine_bench.h"
 #include "tools/bench/kv_quality.h"
 #include "tools/bench/serving.h"
+#include "worker/step_profile.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory");
 ABSL_FLAG(int32_t, tokens, 2048, "quality: teacher-forced stream length");
@@ -74,7 +75,7 @@ ABSL_FLAG(std::string, goodput, "",
           "serve: SLOs for goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (milliseconds)");
 ABSL_FLAG(std::string, json_out, "", "serve, engine: also write the report as JSON to this file");
 
-ABSL_FLAG(std::string, device, "cpu", "engine: cpu or cuda");
+ABSL_FLAG(std::string, device, "cpu", "engine: cpu, cuda, or null (no model: the host path alone)");
 ABSL_FLAG(std::string, dtype, "auto", "engine: weights (auto, float32, bfloat16, float16)");
 ABSL_FLAG(std::string, attention_kernel, "simt",
           "engine: CUDA attention (simt, tensor-cores, pipelined)");
@@ -82,6 +83,8 @@ ABSL_FLAG(std::string, cuda_graph_max_batch, "0",
           "engine: comma-separated --cuda-graph-max-batch values, one engine each (0: no CUDA "
           "graphs; e.g. 0,16 times decode without and with them)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs");
+ABSL_FLAG(bool, prefix_caching, true,
+          "engine: hash and cache full blocks as a worker does (their KV events counted)");
 ABSL_FLAG(std::string, kv_cache_dtypes, "auto",
           "engine: comma-separated --kv-cache-dtype values, one engine each (per-token scales)");
 ABSL_FLAG(std::string, batches, "1,16", "engine: comma-separated batch sizes");
@@ -152,6 +155,15 @@ absl::StatusOr<std::vector<int>> ParseIntList(const std::string& flag, const std
   return out;
 }
 
+// A row's µs per step of each phase, by the phase's name.
+nlohmann::json PhaseJson(const std::vector<double>& phase_us) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t p = 0; p < phase_us.size(); ++p) {
+    j[std::string(worker::StepPhaseName(static_cast<worker::StepPhase>(p)))] = phase_us[p];
+  }
+  return j;
+}
+
 nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const bench::EngineBenchRow& w : r.rows) {
@@ -171,7 +183,12 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"graph_steps", w.graph_steps},
                     {"start_s", w.start_s},
                     {"graph_record_s", w.graph_record_s},
-                    {"graph_record_mib", w.graph_record_mib}});
+                    {"graph_record_mib", w.graph_record_mib},
+                    {"host_us_per_step", w.host_us_per_step},
+                    {"host_cpu_us_per_step", w.host_cpu_us_per_step},
+                    {"phase_us", PhaseJson(w.phase_us)},
+                    {"metrics_us_per_step", w.metrics_us_per_step},
+                    {"kv_events_per_step", w.kv_events_per_step}});
   }
   return {{"device", r.device},
           {"copy_gbps", r.copy_gbps},
@@ -187,6 +204,7 @@ int EngineBench() {
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.kv_cache_dtypes = absl::StrSplit(absl::GetFlag(FLAGS_kv_cache_dtypes), ',', absl::SkipEmpty());
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);

@@ -314,11 +314,16 @@ void Engine::UpdateHashes(Sequence& seq) {
 
 void Engine::AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  const RequestInput& in = seq.request->input;
   seq.tokens.push_back(token);
   ++counters_.generated_tokens;
   if (logprobs != nullptr) seq.logprobs.push_back(*logprobs);
   UpdateHashes(seq);
+}
+
+void Engine::CheckStop(Sequence& seq) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  const RequestInput& in = seq.request->input;
+  const int32_t token = seq.tokens.back();
   // Before min_tokens, EOS and the stop ids are banned from the draw and end nothing.
   const bool may_stop = seq.num_output_tokens() > in.sampling.min_tokens;
   if (may_stop && (std::find(in.stop_token_ids.begin(), in.stop_token_ids.end(), token) !=
@@ -346,7 +351,8 @@ bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
   return !c.matcher.has_next(seq.constraint_state);
 }
 
-void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs) {
+void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs,
+                  std::vector<Sequence*>& appended) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   Sequence& first = *req.sequences[0];
   for (int i = 1; i < req.input.sampling.n; ++i) {
@@ -368,37 +374,65 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
   req.forked = true;
   for (size_t i = 0; i < req.sequences.size(); ++i) {
     AppendToken(*req.sequences[i], tokens[i], logprobs == nullptr ? nullptr : logprobs + i);
+    appended.push_back(req.sequences[i].get());
   }
 }
 
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (!profiling_) return RunStep();
+  const double cpu_start = ThreadCpuSeconds();
+  PhaseClock wall;
+  step_times_ = {};
+  step_clock_.Lap();
+  const int64_t steps_before = counters_.steps;
+  absl::StatusOr<std::vector<SequenceOutput>> outs = RunStep();
+  const double wall_s = wall.Lap();
+  if (counters_.steps > steps_before) {  // it ran a batch (UpdateFromOutput counts it)
+    ++profile_.steps;
+    for (size_t p = 0; p < profile_.seconds.s.size(); ++p) {
+      profile_.seconds.s[p] += step_times_.s[p];
+    }
+    profile_.wall_seconds += wall_s;
+    profile_.cpu_seconds += ThreadCpuSeconds() - cpu_start;
+  }
+  return outs;
+}
+
+absl::StatusOr<std::vector<SequenceOutput>> Engine::RunStep() {
   KVSERVE_CHECK_THREAD(engine_thread_);
   if (!layer_streams_.empty()) {
     // A failed link ends its stream (the receiver fails its receive): never this step.
     if (absl::StatusOr<bool> s = PollLayerStreams(); !s.ok())
       LOG(WARNING) << "layer streaming: " << s.status();
   }
-  StepPlan plan = Schedule();
+  Scheduler::Output chosen = scheduler_->Schedule();
+  Mark(StepPhase::kSchedule);
+  StepPlan plan = BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(),
+                                config_.cache.block_size, eos_ids_);
   AttachMaskFill(plan);
   std::vector<StreamSend> sends = PlanStreamSends(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
   if (plan.scheduled.empty() && plan.copies.empty()) return std::vector<SequenceOutput>();
+  plan.batch.time_phases = profiling_;
+  Mark(StepPhase::kPlan);
   // With nothing scheduled, preemptions may still have planned swap-outs: the runner moves the
   // data and runs no batch.
   absl::StatusOr<ForwardOutput> out = runner_->Execute(plan.copies, plan.batch);
   kv_->FinishCopies();
   RETURN_IF_ERROR(out.status());
   if (!sends.empty()) FinishStreamSends(sends);
+  Mark(StepPhase::kRunner);
+  if (profiling_) {  // rank 0's model phases, out of the runner's time
+    const ForwardTimes& t = out->times;
+    step_times_[StepPhase::kInputs] += t.inputs;
+    step_times_[StepPhase::kLaunch] += t.launch;
+    step_times_[StepPhase::kDownload] += t.download;
+    step_times_[StepPhase::kRunner] -= t.inputs + t.launch + t.download;
+  }
   counters_.sim_busy_seconds += out->sim_seconds;
   if (plan.scheduled.empty()) return std::vector<SequenceOutput>();
   return UpdateFromOutput(plan, *out);
-}
-
-StepPlan Engine::Schedule() {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Scheduler::Output chosen = scheduler_->Schedule();
-  return BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(), config_.cache.block_size,
-                       eos_ids_);
 }
 
 void Engine::AttachMaskFill(StepPlan& plan) {
@@ -438,11 +472,19 @@ std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,
     seq->num_computed_tokens += n;
     kv_->CacheComputedBlocks(*seq);
   }
-  for (const RowUse& use : plan.rows) ApplyRow(use, out);
-  return CollectOutputs();
+  Mark(StepPhase::kCacheCommit);
+  appended_.clear();
+  for (const RowUse& use : plan.rows) ApplyRow(use, out, appended_);
+  Mark(StepPhase::kBookkeeping);
+  for (Sequence* seq : appended_) CheckStop(*seq);
+  Mark(StepPhase::kStopChecks);
+  std::vector<SequenceOutput> outs = CollectOutputs();
+  Mark(StepPhase::kOutputs);
+  return outs;
 }
 
-void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
+void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out,
+                      std::vector<Sequence*>& appended) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   Sequence& seq = *use.seq;
   Request& req = *seq.request;
@@ -472,16 +514,18 @@ void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out) {
     logprobs = with_given.data();
   }
   if (use.num_samples > 1) {
-    Fork(req, tokens, logprobs);
+    Fork(req, tokens, logprobs, appended);
   } else {
     req.forked = true;
     AppendToken(seq, tokens[0], logprobs);
+    appended.push_back(&seq);
   }
 }
 
 std::vector<SequenceOutput> Engine::CollectOutputs() {
   KVSERVE_CHECK_THREAD(engine_thread_);
   std::vector<SequenceOutput> outs;
+  outs.reserve(requests_.size());
   std::vector<std::string> done;
   for (auto& [id, req] : requests_) {
     bool all_finished = req->forked;

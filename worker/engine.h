@@ -38,6 +38,7 @@
 #include "worker/request.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/step_plan.h"
+#include "worker/step_profile.h"
 
 namespace kvserve::worker {
 
@@ -240,6 +241,18 @@ class Engine {
   // engine serves no KV transfer (the refusals above).
   [[nodiscard]] int64_t KvWireBlockBytes();
 
+  // The host time of steps by phase (worker/step_profile.h), summed from when it was turned on
+  // (turning it on clears it). Off by default.
+  void EnableStepProfile(bool on) {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    profiling_ = on;
+    profile_ = {};
+  }
+  [[nodiscard]] const StepProfile& step_profile() const {
+    KVSERVE_CHECK_THREAD(engine_thread_);
+    return profile_;
+  }
+
   [[nodiscard]] EngineStats stats() const;
   // stats().computed_tokens without the rest (the server reads it around every step).
   [[nodiscard]] int64_t computed_tokens() const;
@@ -286,18 +299,27 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   void StartScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
-  // The step contract (vLLM's scheduler interface): Schedule() picks the sequences and builds
-  // the batch; UpdateFromOutput() applies the model's output to them and reports.
-  StepPlan Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // The step contract (vLLM's scheduler interface): the scheduler picks the sequences and
+  // BuildStepPlan builds the batch (RunStep); UpdateFromOutput() applies the model's output to
+  // them and reports.
   // Gives the batch the masks it left to compute (sequences in a constraint state met for the
   // first time): rank 0 computes them once the forward pass is queued, so that a device runs
   // it meanwhile (sequences and constraints are the engine thread's, which waits for the step).
   void AttachMaskFill(StepPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   std::vector<SequenceOutput> UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Parts of UpdateFromOutput: the tokens each row drew, then the outputs and retirements.
-  void ApplyRow(const RowUse& use, const ForwardOutput& out)
+  // Parts of UpdateFromOutput: the tokens each row drew (the sequences that got one added to
+  // `appended`), each such sequence's stop conditions, then the outputs and retirements.
+  void ApplyRow(const RowUse& use, const ForwardOutput& out, std::vector<Sequence*>& appended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void CheckStop(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Step() without its profile: Schedule, run, UpdateFromOutput.
+  absl::StatusOr<std::vector<SequenceOutput>> RunStep()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // With the profile on, adds the time since the last mark to `phase`.
+  void Mark(StepPhase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_) {
+    if (profiling_) step_times_[phase] += step_clock_.Lap();
+  }
   std::vector<SequenceOutput> CollectOutputs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   absl::Status Validate(const RequestInput& in) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
@@ -377,7 +399,8 @@ class Engine {
   absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,
                                                       const std::string& cache_salt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // `logprobs`: the token's, when the request wants them (else null).
+  // `logprobs`: the token's, when the request wants them (else null). CheckStop then decides
+  // whether it ended the sequence.
   void AppendToken(Sequence& seq, int32_t token, const TokenLogprobs* logprobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Moves the sequence's constraint past `token`; whether the constraint is then complete (or
@@ -386,8 +409,8 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Makes the request's n - 1 further samples and appends the first token to each;
   // tokens[i] is sample i's (drawn with seed rng_seed + i), logprobs[i] its logprobs (or null).
-  void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs,
+            std::vector<Sequence*>& appended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   // Constant after Create.
   EngineConfig config_;
@@ -417,6 +440,13 @@ class Engine {
   std::mt19937_64 seeds_ ABSL_GUARDED_BY(engine_thread_);
   int64_t next_seq_id_ ABSL_GUARDED_BY(engine_thread_) = 0;
   EngineStats counters_ ABSL_GUARDED_BY(engine_thread_);
+  // The step profile (EnableStepProfile): the phases of the step in progress, then the sums.
+  bool profiling_ ABSL_GUARDED_BY(engine_thread_) = false;
+  PhaseClock step_clock_ ABSL_GUARDED_BY(engine_thread_);
+  PhaseSeconds step_times_ ABSL_GUARDED_BY(engine_thread_);
+  StepProfile profile_ ABSL_GUARDED_BY(engine_thread_);
+  // The sequences that got a token in the step being applied (reused between steps).
+  std::vector<Sequence*> appended_ ABSL_GUARDED_BY(engine_thread_);
   std::vector<std::unique_ptr<LayerStream>> layer_streams_ ABSL_GUARDED_BY(engine_thread_);
   std::deque<StreamedReceive> streamed_receives_ ABSL_GUARDED_BY(engine_thread_);
   // The step's sends' failures, one slot per rank (written by that rank's thread in the step).

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
+#include "worker/step_profile.h"
 
 namespace kvserve::bench {
 namespace {
@@ -80,6 +81,45 @@ TEST(EngineBenchTest, KeepsTheWholeBatchThroughChunkedPrefill) {
   ASSERT_OK_AND_ASSIGN(EngineBenchReport r, RunEngineBench(o));
   ASSERT_EQ(r.rows.size(), 1u);
   EXPECT_GT(r.rows[0].decode_tokens_per_s, 0);
+}
+
+// The host path by phase: every phase reported, none negative, together within the step's
+// wall time. The null device runs no model, so its model phases are empty; the CPU backend's
+// forward pass is its launch phase. Prefix caching on, as served: each sequence fills one block
+// in the 16 timed steps (positions 22..37 computed, block 1 full after position 31), a KV
+// event each.
+TEST(EngineBenchTest, ProfilesTheHostPathByPhase) {
+  for (const std::string device : {"null", "cpu"}) {
+    SCOPED_TRACE(device);
+    EngineBenchOptions o;
+    o.model_dir = kvserve::testing::FixtureModel("tiny-llama3");
+    o.device = device;
+    o.batches = {3};
+    o.contexts = {20};
+    o.warmup_steps = 2;
+    o.decode_steps = 16;
+    ASSERT_OK_AND_ASSIGN(EngineBenchReport r, RunEngineBench(o));
+    std::cout << FormatEngineBench(r);
+    ASSERT_EQ(r.rows.size(), 1u);
+    const EngineBenchRow& w = r.rows[0];
+    ASSERT_EQ(w.phase_us.size(), static_cast<size_t>(worker::StepPhase::kCount));
+    double sum = 0;
+    for (double us : w.phase_us) {
+      EXPECT_GE(us, 0);
+      sum += us;
+    }
+    EXPECT_LE(sum, w.host_us_per_step * (1 + 1e-9));
+    EXPECT_GT(w.host_cpu_us_per_step, 0);
+    EXPECT_DOUBLE_EQ(w.kv_events_per_step, 3.0 / 16);
+    const double model = w.phase_us[static_cast<int>(worker::StepPhase::kInputs)] +
+                         w.phase_us[static_cast<int>(worker::StepPhase::kLaunch)] +
+                         w.phase_us[static_cast<int>(worker::StepPhase::kDownload)];
+    if (device == "null") {
+      EXPECT_EQ(model, 0);
+    } else {
+      EXPECT_GT(w.phase_us[static_cast<int>(worker::StepPhase::kLaunch)], 0);
+    }
+  }
 }
 
 TEST(EngineBenchTest, NamesBadSettings) {

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "worker/engine.h"
+#include "worker/step_profile.h"
 
 namespace kvserve::bench {
 namespace {
@@ -67,11 +68,37 @@ absl::Status CheckOptions(const EngineBenchOptions& o) {
 
 // Output tokens a request needs so that it never finishes inside the timed window: the
 // decode steps, plus one per prefill step in which it may already decode while others
-// prefill (chunked prefill), plus the prefill's own token.
+// prefill (chunked prefill: the sequences decoding take up to `batch` of each step's tokens),
+// plus the prefill's own token.
 int MaxTokens(const EngineBenchOptions& o, int batch, int context) {
-  const int64_t prefill_steps =
-      (int64_t{batch} * context + o.max_num_batched_tokens - 1) / o.max_num_batched_tokens;
+  const int64_t budget = std::max(o.max_num_batched_tokens, context);  // RunEngineBench's
+  const int64_t prefill_tokens = std::max<int64_t>(1, budget - batch);
+  const int64_t prefill_steps = (int64_t{batch} * context + prefill_tokens - 1) / prefill_tokens;
   return static_cast<int>(prefill_steps) + o.warmup_steps + o.decode_steps + 2;
+}
+
+// Counts the KV events the engine fires (a worker encodes and publishes each).
+class EventCounter : public worker::KvEventListener {
+ public:
+  void OnKvEvent(const BlockHash& /*hash*/, bool /*stored*/, worker::Medium /*medium*/,
+                 const worker::BlockContent* /*content*/) override {
+    ++events_;
+  }
+  [[nodiscard]] int64_t events() const { return events_; }
+
+ private:
+  int64_t events_ = 0;
+};
+
+// The step profile's figures, µs per step, into `row`.
+void AddHostTimes(const worker::StepProfile& p, double metrics_s, int64_t events,
+                  EngineBenchRow& row) {
+  const double steps = static_cast<double>(std::max<int64_t>(p.steps, 1));
+  row.host_us_per_step = 1e6 * p.wall_seconds / steps;
+  row.host_cpu_us_per_step = 1e6 * p.cpu_seconds / steps;
+  for (double s : p.seconds.s) row.phase_us.push_back(1e6 * s / steps);
+  row.metrics_us_per_step = 1e6 * metrics_s / steps;
+  row.kv_events_per_step = static_cast<double>(events) / steps;
 }
 
 // One batch × context on `engine`: prefill, warm-up, timed decode; the requests are aborted
@@ -119,9 +146,21 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   for (int s = 0; s < o.warmup_steps; ++s) RETURN_IF_ERROR(decode_step());
   const int64_t kv_tokens_before = engine.kv_usage().used_tokens;
   const int64_t graph_steps_before = engine.stats().graph_steps;
+  EventCounter events;
+  engine.SetKvEventListener(&events);
+  engine.EnableStepProfile(true);
   start = Clock::now();
   for (int s = 0; s < o.decode_steps; ++s) RETURN_IF_ERROR(decode_step());
   const double decode_s = Seconds(start);
+  const worker::StepProfile profile = engine.step_profile();
+  engine.EnableStepProfile(false);
+  engine.SetKvEventListener(nullptr);
+  // The metrics' read, timed apart so that the window above is the engine's alone.
+  start = Clock::now();
+  int64_t sink = 0;
+  for (int s = 0; s < o.decode_steps; ++s) sink += engine.stats().num_running;
+  const double metrics_s = Seconds(start);
+  if (sink < 0) return absl::InternalError("negative running count");
   const int64_t kv_tokens_after = engine.kv_usage().used_tokens;
   engine.AbortAll();
 
@@ -136,6 +175,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
       kv_bytes_per_token * 0.5 * static_cast<double>(kv_tokens_before + kv_tokens_after + batch);
   row.step_bytes = static_cast<double>(weight_bytes_read) + row.step_kv_bytes;
   row.gbps = row.step_bytes / (1e-3 * row.decode_ms_per_step) / 1e9;
+  AddHostTimes(profile, metrics_s, events.events(), row);
   return row;
 }
 
@@ -179,7 +219,7 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
       c.backend.cpu_threads = o.cpu_threads;
       c.cache.block_size = o.block_size;
       c.max_model_len = max_len;
-      c.cache.enable_prefix_caching = false;
+      c.cache.enable_prefix_caching = o.prefix_caching;
       c.cache.num_blocks = static_cast<int>(max_blocks + 1);
       c.cache.kv_quant.dtype = kv_dtype;
       c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
@@ -235,6 +275,21 @@ std::string FormatEngineBench(const EngineBenchReport& r) {
         100 * w.fraction_of_copy,
         // timed steps that replayed a graph
         w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off", w.start_s);
+  }
+  absl::StrAppendFormat(
+      &s, "host us per decode step (Step's wall and CPU time, by phase)\n%-8s %6s %7s %6s %8s %8s",
+      "kv", "batch", "context", "graphs", "wall", "cpu");
+  for (int p = 0; p < static_cast<int>(worker::StepPhase::kCount); ++p) {
+    absl::StrAppendFormat(&s, " %8s",
+                          worker::StepPhaseName(static_cast<worker::StepPhase>(p)).substr(0, 8));
+  }
+  absl::StrAppendFormat(&s, " %8s %8s\n", "metrics", "events");
+  for (const EngineBenchRow& w : r.rows) {
+    absl::StrAppendFormat(&s, "%-8s %6d %7d %6s %8.2f %8.2f", w.kv_cache_dtype, w.batch, w.context,
+                          w.cuda_graph_max_batch > 0 ? absl::StrCat(w.cuda_graph_max_batch) : "off",
+                          w.host_us_per_step, w.host_cpu_us_per_step);
+    for (double us : w.phase_us) absl::StrAppendFormat(&s, " %8.2f", us);
+    absl::StrAppendFormat(&s, " %8.2f %8.2f\n", w.metrics_us_per_step, w.kv_events_per_step);
   }
   return s;
 }

@@ -40,6 +40,18 @@ struct EngineBenchRow {
   // GraphRecording; 0 without graphs).
   double graph_record_s = 0;
   double graph_record_mib = 0;
+  // The host's side of a timed decode step (the engine's step profile, worker/step_profile.h):
+  // Step()'s wall time and the engine thread's CPU time in it, µs per step, and each phase's
+  // share (StepPhase order). On a GPU the wall time includes the wait for the device
+  // (the "download" phase); the CPU time does not count a blocking wait.
+  double host_us_per_step = 0;
+  double host_cpu_us_per_step = 0;
+  std::vector<double> phase_us;  // per StepPhase
+  // What the worker's loop adds around a step: Engine::stats() read once (its metrics, read at
+  // each request's end), µs per step; and the KV events the step fired (prefix-cache stores
+  // and evictions, each one the worker encodes and publishes).
+  double metrics_us_per_step = 0;
+  double kv_events_per_step = 0;
 };
 
 struct EngineBenchOptions {
@@ -59,6 +71,8 @@ struct EngineBenchOptions {
   int decode_steps = 16;
   int max_num_batched_tokens = 8192;  // prefill chunk budget per step
   uint64_t seed = 1;
+  // As served (the worker's default): full blocks are hashed and cached, and fire KV events.
+  bool prefix_caching = true;
   // Called with each row as it is measured (the CLI prints it at once, so that a run cut short
   // still shows what it measured).
   std::function<void(const EngineBenchRow&)> on_row;
@@ -82,6 +96,7 @@ int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes);
 // that none happens).
 absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& options);
 
+// The rows' throughput table, then their host time per decode step by phase.
 std::string FormatEngineBench(const EngineBenchReport& report);
 
 }  // namespace kvserve::bench

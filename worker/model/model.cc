@@ -329,6 +329,7 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (2 + kTop));
     backend_->Logprobs(lp);
   }
+  Lap(&ForwardTimes::launch);
   std::vector<uint32_t>& host = scratch_.results_host;
   host.resize(words);
   backend_->Download(host.data(), results, sizeof(uint32_t) * words);
@@ -350,6 +351,7 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     }
     out->logprobs.push_back(std::move(t));
   }
+  Lap(&ForwardTimes::download);
 }
 
 absl::Status Model::AllReduce(float* data, size_t count) {
@@ -369,7 +371,17 @@ absl::Status Model::AllGather(const float* in, size_t count, float* out) {
 }
 
 absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& kv) {
-  // Uploaded before the model's ops are queued: an upload waits for the stream to be idle.
+  timing_ = b.time_phases;
+  times_ = {};
+  if (timing_) phase_clock_.Lap();
+  absl::StatusOr<ForwardOutput> out = RunForward(b, kv);
+  if (out.ok()) out->times = times_;
+  timing_ = false;
+  return out;
+}
+
+absl::StatusOr<ForwardOutput> Model::RunForward(const ForwardBatch& b, KvStorage& kv) {
+  // The logits adjustments first: their lists go up with the batch, in stream order.
   StageAdjustments(b);
   if (graphs_ != nullptr && !b.after_kv_write && graphs_->Fits(b)) return ForwardGraph(b, kv);
   Scratch& s = scratch_;
@@ -404,6 +416,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
   const auto* logprob_requests =
       reinterpret_cast<const kernels::LogprobRequest*>(batch + logprobs_at);
   after_kv_write_ = b.after_kv_write ? &b.after_kv_write : nullptr;
+  Lap(&ForwardTimes::inputs);
   absl::StatusOr<const float*> logits = RunModel(in, kv);
   after_kv_write_ = nullptr;
   RETURN_IF_ERROR(logits.status());
@@ -413,6 +426,7 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
 absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStorage& kv) {
   const kernels::KvCacheView cache = kv.View(0);
   const DecodeGraphs::Step step = graphs_->Prepare(b, cache.block_size, cache.k);
+  Lap(&ForwardTimes::inputs);
   if (const DecodeGraphs::Recorded r = graphs_->Find(step);
       r.graph >= 0 && backend_->ReplayGraph(r.graph)) {
     // The replay's collectives, bounded by the timeout like the eager steps' (and on every
@@ -633,6 +647,7 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
   // emulated device, whose queued work runs only when something waits for it.)
   const bool draws = !b.samples.empty() || !b.logprobs.empty();
   const bool downloads = shard_.rank == 0 && (draws || !b.host_logit_rows.empty());
+  Lap(&ForwardTimes::launch);
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
   const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
   // The prompt logits first: the draw's adjustments change the rows it reads.
@@ -655,6 +670,7 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
       backend_->Download(out.logits.data() + k0 * vocab, host_rows, sizeof(float) * m * vocab);
     }
   }
+  Lap(&ForwardTimes::download);
   if (shard_.rank == 0 && draws) {
     Draw(b, logits, rows, samples, logprob_requests, &out);
   }

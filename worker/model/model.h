@@ -28,6 +28,7 @@
 #include "worker/kv_cache/kv_storage.h"
 #include "worker/model/step_inputs.h"
 #include "worker/request.h"
+#include "worker/step_profile.h"
 
 namespace kvserve::worker {
 
@@ -66,6 +67,8 @@ struct ForwardBatch {
   // layer's KV writes are queued, before the layer's attention (layer streaming: the engine
   // queues the layer's sends behind them). Such a step never replays a decode graph.
   std::function<void(int rank, int layer)> after_kv_write;
+  // Rank 0 times its phases into ForwardOutput::times (the engine's step profile).
+  bool time_phases = false;
 };
 
 struct ForwardOutput {
@@ -75,6 +78,7 @@ struct ForwardOutput {
   bool graph = false;                   // the step replayed a decode graph
   bool recorded_graph = false;          // the step ran eagerly and recorded its decode graph
   double sim_seconds = 0;               // --device sim: the step's time on the simulated GPU
+  ForwardTimes times;                   // rank 0's, when ForwardBatch::time_phases
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -195,6 +199,8 @@ class Model {
   // a decode graph records): returns where the logits are, [num_logit_rows][vocab] laid out as
   // SampleParams says.
   absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
+  // Forward without the phase timing around it.
+  absl::StatusOr<ForwardOutput> RunForward(const ForwardBatch& b, KvStorage& kv);
   // Paged attention of one layer: the step's queries (rows of `qkv_stride` in `qkv`) against
   // `cache`, into attn (float32 weights) or attn16 (16-bit weights).
   // A layer's q and k after their per-head norms (qwen3) and the rotary embedding, and the k
@@ -253,6 +259,14 @@ class Model {
   kernels::Buffer<float> inv_freq_;
   Scratch scratch_;
   int64_t weight_bytes_ = 0;
+  // The step's phase times while a ForwardBatch::time_phases step runs (timing_ set), each lap
+  // added to one of them (Lap).
+  bool timing_ = false;
+  ForwardTimes times_;
+  PhaseClock phase_clock_;
+  void Lap(double ForwardTimes::*phase) {
+    if (timing_) times_.*phase += phase_clock_.Lap();
+  }
 };
 
 }  // namespace kvserve::worker
