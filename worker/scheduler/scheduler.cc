@@ -141,7 +141,11 @@ Scheduler::Output Scheduler::Schedule() {
 // Running sequences in priority order; when blocks run out, the lowest-priority, latest one is
 // preempted (possibly the one being scheduled).
 void Scheduler::ScheduleRunning(StepBudget& b, Output& out) {
-  std::sort(running_.begin(), running_.end(), Before);
+  // Sorted already at steady state (a step appends admissions in order): one pass checks it.
+  if (!std::is_sorted(running_.begin(), running_.end(), Before)) {
+    std::sort(running_.begin(), running_.end(), Before);
+  }
+  out.scheduled.reserve(running_.size());
   std::vector<Sequence*> snapshot = running_;
   int later = static_cast<int>(snapshot.size());
   for (Sequence* seq : snapshot) {
