@@ -25,12 +25,20 @@ struct StepCase {
   int tp = 1;
   int prompt = 20;
   AttentionKernel attention = AttentionKernel::kSimt;
+  bool penalties = false;  // a presence penalty: the logits adjustments' lists go up too
+  int decode_before = 0;   // decode steps before the one counted
+};
+
+// A decode step's kernel launches and host waits for the device (emulation::SyncCount).
+struct StepCounts {
+  int64_t launches = 0;
+  int64_t syncs = 0;
 };
 
 // Launches of the first decode step of one sequence (with graphs, a replay of the graph
 // recorded at start-up), summed over the tensor-parallel ranks. (The
 // emulated NCCL's collectives are not counted; on a GPU each is a kernel of its own.)
-int64_t DecodeStepLaunches(const StepCase& c) {
+StepCounts DecodeStepCounts(const StepCase& c) {
   const std::string dir = kvserve::testing::MakeTempDir() + "/model";
   RandomModelOptions o;
   o.vocab = 512;
@@ -51,14 +59,19 @@ int64_t DecodeStepLaunches(const StepCase& c) {
   config.backend.cuda_graph_max_batch = c.graph_max_batch;
   config.parallel.tensor_parallel_size = c.tp;
   auto engine = testing::MakeEngine(config);
-  EXPECT_OK(engine->AddRequest(testing::GreedyRequest("a", std::vector<int32_t>(c.prompt, 7), 8)));
+  RequestInput request = testing::GreedyRequest("a", std::vector<int32_t>(c.prompt, 7), 8);
+  if (c.penalties) request.sampling.presence_penalty = 0.5f;
+  EXPECT_OK(engine->AddRequest(std::move(request)));
   EXPECT_OK(engine->Step().status());  // the prompt
-  const int64_t before = emulation::LaunchCount();
+  for (int i = 0; i < c.decode_before; ++i) EXPECT_OK(engine->Step().status());
+  const int64_t launches = emulation::LaunchCount(), syncs = emulation::SyncCount();
   const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());
   EXPECT_EQ(engine->stats().graph_steps - graph_steps, c.graph_max_batch > 0 ? 1 : 0);
-  return emulation::LaunchCount() - before;
+  return {emulation::LaunchCount() - launches, emulation::SyncCount() - syncs};
 }
+
+int64_t DecodeStepLaunches(const StepCase& c) { return DecodeStepCounts(c).launches; }
 
 // Launches per layer: a two-layer model's step less a one-layer model's.
 int64_t PerLayer(StepCase c) {
@@ -116,6 +129,21 @@ TEST(EngineLaunchesTest, AGraphStepIsOneLaunchPerRankWithTensorParallelism) {
   std::printf("TP=2, 2 layers: %lld launches per decode step eagerly, %lld with CUDA graphs\n",
               static_cast<long long>(eager), static_cast<long long>(graphs));
   EXPECT_EQ(graphs, 4);
+}
+
+// At steady state the host waits for the device once a decode step: to read the drawn tokens
+// back. The batch, the logits adjustments' lists and the graph's inputs go up through pinned
+// staging (kernels/cuda/staged_uploads.h) without a wait; before it, each upload waited (3 a
+// step with a penalty eagerly). (The first decode step also grows the adjustments' buffer,
+// and an allocation waits: counted from the third step.)
+TEST(EngineLaunchesTest, ADecodeStepWaitsForTheDeviceOnlyToReadItsTokens) {
+  const StepCounts eager = DecodeStepCounts({.layers = 2, .penalties = true, .decode_before = 2});
+  const StepCounts graphs =
+      DecodeStepCounts({.layers = 2, .graph_max_batch = 8, .penalties = true, .decode_before = 2});
+  std::printf("host waits per decode step: %lld eagerly, %lld with CUDA graphs\n",
+              static_cast<long long>(eager.syncs), static_cast<long long>(graphs.syncs));
+  EXPECT_EQ(eager.syncs, 1);
+  EXPECT_EQ(graphs.syncs, 1);
 }
 
 }  // namespace

@@ -257,11 +257,13 @@ class Streams {
     return s->capture != nullptr;
   }
 
-  // Runs the stream's work until `position` items are done.
-  void RunUpTo(Stream* s, uint64_t position) {
+  // Runs the stream's work until `position` items are done. A `host_wait` (the host blocks
+  // until then, as in a synchronize) that finds work to run is counted (SyncCount).
+  void RunUpTo(Stream* s, uint64_t position, bool host_wait = false) {
     CHECK(!Capturing(s)) << "emulated CUDA: waiting for a stream that is capturing a graph "
                             "(cudaErrorStreamCaptureUnsupported on a GPU)";
     std::lock_guard<std::recursive_mutex> running(s->running);
+    if (host_wait && s->done < position) kvserve::emulation::CountSync();
     while (s->done < position) {
       std::function<void()> next;
       {
@@ -274,9 +276,9 @@ class Streams {
     }
   }
 
-  void RunAll(Stream* s) { RunUpTo(s, Position(s)); }
+  void RunAll(Stream* s, bool host_wait = false) { RunUpTo(s, Position(s), host_wait); }
 
-  // What cudaDeviceSynchronize waits for: every stream of the current device.
+  // What cudaDeviceSynchronize waits for: every stream of the current device (a host wait).
   void SynchronizeDevice() {
     std::vector<Stream*> streams;
     {
@@ -285,7 +287,7 @@ class Streams {
         if (s->device == current_device) streams.push_back(s);
       }
     }
-    for (Stream* s : streams) RunAll(s);
+    for (Stream* s : streams) RunAll(s, /*host_wait=*/true);
   }
 
  private:
@@ -331,10 +333,14 @@ void Enqueue(cudaStream_t stream, std::function<void()> work) {
 
 namespace {
 std::atomic<int64_t> launches{0};
+std::atomic<int64_t> syncs{0};
 }  // namespace
 
 void CountLaunch() { launches.fetch_add(1, std::memory_order_relaxed); }
 int64_t LaunchCount() { return launches.load(std::memory_order_relaxed); }
+
+void CountSync() { syncs.fetch_add(1, std::memory_order_relaxed); }
+int64_t SyncCount() { return syncs.load(std::memory_order_relaxed); }
 
 }  // namespace kvserve::emulation
 
@@ -493,14 +499,14 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   } else {
     Streams::Get().Enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   }
-  if (memory.Pageable(dst)) Streams::Get().RunAll(s);  // returns once the copy is done
+  if (memory.Pageable(dst)) Streams::Get().RunAll(s, /*host_wait=*/true);  // once it is done
   return cudaSuccess;
 }
 
 // On the legacy stream, which the backend's non-blocking streams do not wait for or make wait.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-  Streams::Get().RunAll(StreamOf(nullptr));
+  Streams::Get().RunAll(StreamOf(nullptr), /*host_wait=*/true);
   return cudaSuccess;
 }
 
@@ -511,7 +517,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
 
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   cudaMemsetAsync(p, value, bytes, nullptr);
-  Streams::Get().RunAll(StreamOf(nullptr));
+  Streams::Get().RunAll(StreamOf(nullptr), /*host_wait=*/true);
   return cudaSuccess;
 }
 
@@ -528,11 +534,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  Streams::Get().RunAll(StreamOf(s));
+  Streams::Get().RunAll(StreamOf(s), /*host_wait=*/true);
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+// Runs the stream (the emulated device runs only when waited for), yet not a host wait: a GPU
+// answers at once.
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  Streams::Get().RunAll(StreamOf(s));
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
   *e = reinterpret_cast<cudaEvent_t>(new Event);
@@ -570,7 +581,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   const Event ev = *reinterpret_cast<Event*>(e);
-  if (ev.stream != nullptr) Streams::Get().RunUpTo(ev.stream, ev.position);
+  if (ev.stream != nullptr) Streams::Get().RunUpTo(ev.stream, ev.position, /*host_wait=*/true);
   return cudaSuccess;
 }
 

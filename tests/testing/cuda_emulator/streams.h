@@ -23,6 +23,14 @@ void Enqueue(cudaStream_t stream, std::function<void()> work);
 void CountLaunch();
 int64_t LaunchCount();
 
+// Host waits for the device made so far, on every thread: each call that returns only once
+// queued device work is done (a stream, device or event synchronize whose event has not
+// passed, cudaMemcpy, cudaMemset, a copy to pageable memory, cudaFree, cudaFreeHost). A
+// cudaStreamQuery does not count (it does not wait on a GPU). A test counts a step's by the
+// difference.
+void CountSync();
+int64_t SyncCount();
+
 // The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize)
 // on the emulated device, as on sm_90: 227 KiB.
 inline constexpr size_t kMaxOptInSharedBytes = size_t{227} << 10;
