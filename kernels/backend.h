@@ -227,6 +227,10 @@ class Backend {
   // on first need: so that it is in use when the memory left for the KV pool is measured, and
   // serving allocates none.
   virtual void ReserveScratch(const StepLimits& /*limits*/) {}
+  // The device memory the backend's own scratch buffers hold, by its own count: the current
+  // ones and those kept for recorded graphs (0 on the CPU). A stream-ordered pool (CUDA's
+  // cudaMallocAsync) need not return freed memory to the device, so MemoryInfo cannot say.
+  [[nodiscard]] virtual size_t ScratchBytes() const { return 0; }
 
   // Graphs (CUDA graphs; SupportsGraphs is false on the CPU): ops issued between BeginGraph and
   // EndGraph are recorded, not run, and ReplayGraph issues them again as one launch with the

@@ -19,6 +19,7 @@
 #include "kernels/cuda/logits_processing.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/staged_uploads.h"
 
 #define KVSERVE_CUBLAS_CHECK(call)                                        \
   do {                                                                    \
@@ -94,11 +95,12 @@ class DeviceScratch {
 
   // Grows the buffer to at least `bytes`; the old one is freed, or handed to `keep` (when not
   // null) for what still reads it.
-  void* Get(size_t bytes, cudaStream_t stream, bool* grew, std::vector<void*>* keep) {
+  void* Get(size_t bytes, cudaStream_t stream, bool* grew,
+            std::vector<std::pair<void*, size_t>>* keep) {
     if (bytes > bytes_) {
       *grew = true;
       if (data_ != nullptr && keep != nullptr) {
-        keep->push_back(data_);
+        keep->emplace_back(data_, bytes_);
       } else if (data_ != nullptr) {
         KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
       }
@@ -111,7 +113,9 @@ class DeviceScratch {
   void Release() {
     if (data_ != nullptr) cudaFree(data_);
     data_ = nullptr;
+    bytes_ = 0;
   }
+  [[nodiscard]] size_t bytes() const { return bytes_; }
 
  private:
   const bool zeroed_;
@@ -137,6 +141,7 @@ class CudaBackend final : public Backend {
     for (SegmentBuffer& b : segment_buffers_) {
       KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
     }
+    uploads_.Init();
     if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
@@ -154,6 +159,7 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     DropGraphs();
+    uploads_.Release();
     attention_workspace_.Release();
     rounded_x_.Release();
     split_counters_.Release();
@@ -296,8 +302,15 @@ class CudaBackend final : public Backend {
     for (const auto& [id, exec] : graphs_) KVSERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     graphs_.clear();
     // After the replays queued so far, which may read them.
-    for (void* p : kept_scratch_) KVSERVE_CUDA_CHECK(cudaFreeAsync(p, stream_));
+    for (const auto& [p, bytes] : kept_scratch_) KVSERVE_CUDA_CHECK(cudaFreeAsync(p, stream_));
     kept_scratch_.clear();
+  }
+
+  size_t ScratchBytes() const override {
+    size_t bytes = attention_workspace_.bytes() + rounded_x_.bytes() + fingerprint_sums_.bytes() +
+                   split_counters_.bytes();
+    for (const auto& kept : kept_scratch_) bytes += kept.second;
+    return bytes;
   }
 
   void* Allocate(size_t bytes) override {
@@ -332,9 +345,7 @@ class CudaBackend final : public Backend {
   void Upload(void* dst, const void* src, size_t bytes) override {
     Current();
     NotRecording("Upload");
-    if (bytes == 0) return;
-    KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be reused at once
+    uploads_.Upload(dst, src, bytes, stream_);  // returns at once (staged in pinned memory)
   }
   void Download(void* dst, const void* src, size_t bytes) override {
     Current();
@@ -666,7 +677,8 @@ class CudaBackend final : public Backend {
   DeviceScratch attention_workspace_, rounded_x_;
   DeviceScratch fingerprint_sums_;                 // Fingerprint's, one per range
   DeviceScratch split_counters_{/*zeroed=*/true};  // the pipelined kernel's (zero between steps)
-  std::vector<void*> kept_scratch_;  // outgrown scratch buffers that recorded graphs read
+  // Outgrown scratch buffers that recorded graphs read, and their bytes.
+  std::vector<std::pair<void*, size_t>> kept_scratch_;
   struct SegmentBuffer {
     cuda::CopySegment* segments = nullptr;  // mapped pinned host memory
     size_t capacity = 0;
@@ -674,6 +686,7 @@ class CudaBackend final : public Backend {
   };
   std::array<SegmentBuffer, 4> segment_buffers_;
   size_t next_segment_buffer_ = 0;
+  cuda::StagedUploads uploads_;  // Upload's pinned ring
 };
 
 }  // namespace

@@ -394,7 +394,9 @@ TEST_F(CudaBackendTest, TensorCoreAttentionMatchesCpuForEveryFormat) {
       {16, 2, 64, 8, {{0, 37}, {300, 100}, {1000, 1}, {5, 3}}},
       // GQA 8:1: 16 rows (one warp-tile, decode style) next to 72 (prefill style) in one launch.
       {64, 8, 128, 32, {{3000, 2}, {17, 1}, {255, 9}}},
-      {32, 8, 128, 16, {{2000, 300}, {0, 64}}},  // prefill chunks: 1,200 and 256 rows
+      // Prefill chunks of 320 and 256 rows. (A 300-token chunk over 2,000 cached, 1,200 rows,
+      // made the CPU reference take over 358 s on the GPU machine; this one is ~9x cheaper.)
+      {32, 8, 128, 16, {{500, 80}, {0, 64}}},
   };
   ASSERT_OK_AND_ASSIGN(auto split, CreateCudaBackend({.attention_tensor_cores = true}));
   ASSERT_OK_AND_ASSIGN(auto unsplit, CreateCudaBackend({.max_attention_workspace_bytes = 0,
@@ -722,11 +724,11 @@ TEST_F(CudaBackendTest, GraphsKeepTheScratchTheyReadWhenItGrows) {
   auto gemm = [&](int64_t m) {
     gpu_->Gemm({dx.get(), dw16.get(), nullptr, dy.get(), m, n, hidden, DType::kBF16});
   };
+  // The backend's own count: a GPU's stream-ordered pool keeps freed memory mapped, so
+  // cudaMemGetInfo need not move with these buffers (it did not on the H200, 2026-12-04).
   auto used = [&] {
     Sync();
-    size_t free = 0, total = 0;
-    EXPECT_TRUE(gpu_->MemoryInfo(&free, &total));
-    return total - free;
+    return gpu_->ScratchBytes();
   };
   gemm(rows);  // sizes the rounding buffer
   ASSERT_OK(gpu_->BeginGraph());

@@ -576,8 +576,11 @@ TEST(EngineCudaGraphTest, RecordingStopsWhereDeviceMemoryEnds) {
     recording = static_cast<size_t>(g.device_mib * 1048576.0);
     before_recording = free - FreeDeviceMemory() - recording;
   }
+  // At least the graphs' workspace. The instantiated graphs' own memory shows in
+  // cudaMemGetInfo in emulation, not on a GPU (the H200 measured the workspace alone): there the
+  // second case has room for the workspace and whatever the driver needs unseen.
   constexpr size_t kWorkspace = size_t{32} << 20;
-  ASSERT_GT(recording, kWorkspace);
+  ASSERT_GE(recording, kWorkspace);
   struct Case {
     const char* name;
     size_t keep;  // of the recording's memory
