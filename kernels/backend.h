@@ -110,6 +110,11 @@ struct KvCacheView {
 // slot slot_mapping[t] = block · block_size + offset, quantizing to the cache's format. A slot
 // of -1 is skipped. Tokens of one block must come in position order (per-channel scales grow
 // with each token and earlier codes are re-encoded when they do).
+//
+// With `rope` set (positions and inv_freq as RopeParams'), the rotary embedding is applied in
+// the same pass: each K row is rotated on its way into the cache, and each token's
+// rope.num_heads query heads at rope.x (row stride rope.row_stride) are rotated in place, as
+// Rope would; the K rows read are left unspecified. One launch where Rope and WriteKv take two.
 struct WriteKvParams {
   const float* k = nullptr;
   const float* v = nullptr;
@@ -117,6 +122,7 @@ struct WriteKvParams {
   const int64_t* slot_mapping = nullptr;
   int64_t num_tokens = 0;
   KvCacheView cache;
+  RopeParams rope;  // rope.x (the queries) null: no rotation
 };
 
 // Causal attention of each sequence's query tokens over its cached context, dequantizing K and

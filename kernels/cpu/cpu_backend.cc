@@ -61,6 +61,27 @@ class Out16 {
 // docs/PERF.md, "The whole engine").
 constexpr int64_t kGemvMaxRows = 3;
 
+// The rotary angles of token t's position: cos and sin of position · inv_freq[i].
+void RopeAngles(const RopeParams& p, int64_t t, std::vector<float>& cos_v,
+                std::vector<float>& sin_v) {
+  const float pos = static_cast<float>(p.positions[t]);
+  for (size_t i = 0; i < cos_v.size(); ++i) {
+    const float angle = pos * p.inv_freq[i];
+    cos_v[i] = std::cos(angle);
+    sin_v[i] = std::sin(angle);
+  }
+}
+
+// One head of 2 · cos_v.size() values rotated in place (rotate_half).
+void Rotate(float* x, const std::vector<float>& cos_v, const std::vector<float>& sin_v) {
+  const size_t half = cos_v.size();
+  for (size_t i = 0; i < half; ++i) {
+    const float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * cos_v[i] - x2 * sin_v[i];
+    x[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options) {
@@ -172,22 +193,11 @@ class CpuBackend final : public Backend {
   }
 
   void Rope(const RopeParams& p) override {
-    const int64_t half = p.head_dim / 2;
-    std::vector<float> cos_v(half), sin_v(half);
+    std::vector<float> cos_v(p.head_dim / 2), sin_v(p.head_dim / 2);
     for (int64_t t = 0; t < p.num_tokens; ++t) {
-      const float pos = static_cast<float>(p.positions[t]);
-      for (int64_t i = 0; i < half; ++i) {
-        const float angle = pos * p.inv_freq[i];
-        cos_v[i] = std::cos(angle);
-        sin_v[i] = std::sin(angle);
-      }
+      RopeAngles(p, t, cos_v, sin_v);
       for (int64_t h = 0; h < p.num_heads; ++h) {
-        float* x = p.x + t * p.row_stride + h * p.head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = x[i], x2 = x[i + half];
-          x[i] = x1 * cos_v[i] - x2 * sin_v[i];
-          x[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
-        }
+        Rotate(p.x + t * p.row_stride + h * p.head_dim, cos_v, sin_v);
       }
     }
   }
@@ -206,14 +216,33 @@ class CpuBackend final : public Backend {
 
   void WriteKv(const WriteKvParams& p) override {
     const KvCacheView& c = p.cache;
+    const bool rope = p.rope.x != nullptr;
+    if (rope) {
+      CHECK_EQ(p.rope.head_dim, c.head_dim);
+      Rope({.x = p.rope.x,
+            .positions = p.rope.positions,
+            .inv_freq = p.rope.inv_freq,
+            .num_tokens = p.num_tokens,
+            .num_heads = p.rope.num_heads,
+            .head_dim = c.head_dim,
+            .row_stride = p.rope.row_stride});
+    }
+    std::vector<float> k_row(c.head_dim), cos_v(c.head_dim / 2), sin_v(c.head_dim / 2);
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       const int64_t slot = p.slot_mapping[t];
       if (slot < 0) continue;
       const int64_t block = slot / c.block_size, offset = slot % c.block_size;
       CHECK_LT(block, c.num_blocks);
+      if (rope) RopeAngles(p.rope, t, cos_v, sin_v);
       for (int64_t h = 0; h < c.num_kv_heads; ++h) {
-        cpu::WriteRow(c.k_format, p.k + t * p.row_stride + h * c.head_dim, c.head_dim, c.block_size,
-                      cpu::KBlockHead(c, block, h), offset);
+        const float* k = p.k + t * p.row_stride + h * c.head_dim;
+        if (rope) {  // rotated on its way in, as Rope would have rotated it in place
+          std::copy(k, k + c.head_dim, k_row.begin());
+          Rotate(k_row.data(), cos_v, sin_v);
+          k = k_row.data();
+        }
+        cpu::WriteRow(c.k_format, k, c.head_dim, c.block_size, cpu::KBlockHead(c, block, h),
+                      offset);
         cpu::WriteRow(c.v_format, p.v + t * p.row_stride + h * c.head_dim, c.head_dim, c.block_size,
                       cpu::VBlockHead(c, block, h), offset);
       }

@@ -449,6 +449,14 @@ class CudaBackend final : public Backend {
     a.num_kv_heads = c.num_kv_heads;
     a.block_size = c.block_size;
     a.head_dim = c.head_dim;
+    if (p.rope.x != nullptr) {
+      CHECK_EQ(p.rope.head_dim, c.head_dim) << "WriteKv: RoPE's head_dim";
+      a.q = p.rope.x;
+      a.q_heads = p.rope.num_heads;
+      a.q_stride = p.rope.row_stride;
+      a.positions = p.rope.positions;
+      a.inv_freq = p.rope.inv_freq;
+    }
     cuda::LaunchKvWrite(a, stream_);
   }
 

@@ -80,9 +80,11 @@ __global__ void RopeKernel(float* x, const int32_t* positions, const float* inv_
     float s, c;
     sincosf(pos * inv_freq[i], &s, &c);
     float* row = x + t * row_stride + h * head_dim;
+    // Unfused (no FMA contraction), so that the KV write's fused RoPE (kv_write.cu) gives the
+    // same bits.
     const float x1 = row[i], x2 = row[i + half];
-    row[i] = x1 * c - x2 * s;
-    row[i + half] = x2 * c + x1 * s;
+    row[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    row[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
   }
 }
 

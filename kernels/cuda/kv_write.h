@@ -3,6 +3,8 @@
 // block must be contiguous in the batch and in position order (a sequence's new tokens are);
 // per-channel formats re-encode a block's earlier codes when a token widens the range, so one
 // thread block walks each such run in order while runs in different blocks go in parallel.
+// With RoPE fused (KvWriteArgs::q), K is rotated as it is read, never in place, so that a run's
+// walk reads other tokens' K unchanged.
 #ifndef KVSERVE_KERNELS_CUDA_KV_WRITE_H_
 #define KVSERVE_KERNELS_CUDA_KV_WRITE_H_
 
@@ -26,6 +28,13 @@ struct KvWriteArgs {
   uint16_t* v_scales = nullptr;
   DevKvLayout k_layout, v_layout;
   int64_t num_kv_heads = 0, block_size = 0, head_dim = 0;
+  // RoPE in the same pass (WriteKvParams::rope): K rotated as it is read, and each token's
+  // q_heads query heads at q (row stride q_stride) rotated in place by the blocks of their KV
+  // head (q_heads / num_kv_heads each). q null: none.
+  float* q = nullptr;
+  int64_t q_heads = 0, q_stride = 0;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
 };
 
 void LaunchKvWrite(const KvWriteArgs& args, cudaStream_t stream);

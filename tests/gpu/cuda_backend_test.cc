@@ -385,6 +385,82 @@ TEST_F(CudaBackendTest, KvWriteMatchesCpuForEveryFormat) {
   }
 }
 
+// The KV write with RoPE fused (one launch) gives what Rope on q and k, then the KV write, give:
+// the same cache bytes and the same rotated queries, bit for bit, on each backend, for every
+// format (per-channel runs read other tokens' K while they are written: never rotated in place).
+// On the GPU the two paths share the unfused rotation arithmetic.
+TEST_F(CudaBackendTest, KvWriteWithRopeIsRopeThenKvWrite) {
+  const std::vector<Shape> shapes = {
+      {8, 2, 128, 16, {{0, 21}, {0, 2}}},
+      {4, 4, 64, 8, {{0, 14}}},
+      {2, 1, 256, 32, {{0, 7}}},
+  };
+  for (const FormatCase& fc : Formats()) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(Describe(fc, s));
+      const BatchLayout layout = LayOut(s, rng_);
+      const int64_t q_dim = int64_t{s.heads} * s.d, kv_dim = int64_t{s.kv_heads} * s.d;
+      const int64_t row = q_dim + 2 * kv_dim;
+      std::vector<int64_t> slots;
+      std::vector<int32_t> positions;
+      for (int64_t i = 0; i < layout.num_seqs; ++i) {
+        for (int64_t t = 0; t < s.seqs[i].query; ++t) {
+          slots.push_back(layout.Slot(s, i, t));
+          positions.push_back(static_cast<int32_t>(37 * t + 5 * i));  // varied angles
+        }
+      }
+      const int64_t n = static_cast<int64_t>(slots.size());
+      const std::vector<float> qkv = Random(n * row, rng_);
+      std::vector<float> inv_freq(s.d / 2);
+      for (int64_t i = 0; i < s.d / 2; ++i) {
+        inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.d));
+      }
+      for (Backend* b : {cpu_.get(), gpu_.get()}) {
+        const bool on_gpu = b == gpu_.get();
+        SCOPED_TRACE(on_gpu ? "cuda" : "cpu");
+        Pool unfused(fc.k, fc.v, layout.pool_blocks, s.kv_heads, s.bs, s.d);
+        Pool fused = unfused;
+        DevPool dev_unfused(unfused), dev_fused(fused);
+        Dev<float> d_a(qkv), d_b(qkv), d_inv(inv_freq);
+        Dev<int32_t> d_pos(positions);
+        Dev<int64_t> d_slots(slots);
+        std::vector<float> a = qkv, bq = qkv;
+        float* xa = on_gpu ? d_a.get() : a.data();
+        float* xb = on_gpu ? d_b.get() : bq.data();
+        const int32_t* pos = on_gpu ? d_pos.get() : positions.data();
+        const float* inv = on_gpu ? d_inv.get() : inv_freq.data();
+        const int64_t* sl = on_gpu ? d_slots.get() : slots.data();
+        const RopeParams rope{xa, pos, inv, n, s.heads + s.kv_heads, s.d, row};
+        b->Rope(rope);
+        b->WriteKv({xa + q_dim, xa + q_dim + kv_dim, row, sl, n,
+                    on_gpu ? dev_unfused.view : unfused.Host()});
+        b->WriteKv({.k = xb + q_dim,
+                    .v = xb + q_dim + kv_dim,
+                    .row_stride = row,
+                    .slot_mapping = sl,
+                    .num_tokens = n,
+                    .cache = on_gpu ? dev_fused.view : fused.Host(),
+                    .rope = {xb, pos, inv, n, s.heads, s.d, row}});
+        if (on_gpu) {
+          a = d_a.Host();
+          bq = d_b.Host();
+          EXPECT_EQ(dev_fused.k.Host(), dev_unfused.k.Host()) << "K codes differ";
+          EXPECT_EQ(dev_fused.v.Host(), dev_unfused.v.Host()) << "V codes differ";
+          if (fc.k.quantized()) EXPECT_EQ(dev_fused.ks.Host(), dev_unfused.ks.Host());
+        } else {
+          EXPECT_EQ(fused.k, unfused.k) << "K codes differ";
+          EXPECT_EQ(fused.v, unfused.v) << "V codes differ";
+          if (fc.k.quantized()) EXPECT_EQ(fused.ks, unfused.ks);
+        }
+        for (int64_t t = 0; t < n; ++t) {
+          ASSERT_EQ(0, std::memcmp(a.data() + t * row, bq.data() + t * row, sizeof(float) * q_dim))
+              << "token " << t << ": the rotated queries differ";
+        }
+      }
+    }
+  }
+}
+
 // The tensor-core kernel (fp16 / bf16 / quantized caches at head_dim 64 and 128; the rest
 // stays SIMT), with the looser tolerances of its 16-bit operands (TensorCoreTolerance). The
 // CPU emulation (tests/kernels/attention_emulation_test.cc) runs smaller cases in CI.

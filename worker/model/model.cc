@@ -579,20 +579,21 @@ void Model::RotateAndStore(const StepInputs& in, const Layer& L, const kernels::
     head_norm(0, L.q_norm.data(), heads_);
     head_norm(q_dim, L.k_norm.data(), kv_heads_);
   }
-  // Each token's k heads follow its q heads in the row: one rotation covers both.
-  backend_->Rope({.x = qkv,
-                  .positions = in.positions,
-                  .inv_freq = inv_freq_.data(),
-                  .num_tokens = T,
-                  .num_heads = heads_ + kv_heads_,
-                  .head_dim = D,
-                  .row_stride = qkv_dim});
+  // One launch: k rotated on its way into the cache, q rotated in place (attention reads q from
+  // the row and k from the cache).
   backend_->WriteKv({.k = qkv + q_dim,
                      .v = qkv + q_dim + kv_dim,
                      .row_stride = qkv_dim,
                      .slot_mapping = in.slot_mapping,
                      .num_tokens = T,
-                     .cache = cache});
+                     .cache = cache,
+                     .rope = {.x = qkv,
+                              .positions = in.positions,
+                              .inv_freq = inv_freq_.data(),
+                              .num_tokens = T,
+                              .num_heads = heads_,
+                              .head_dim = D,
+                              .row_stride = qkv_dim}});
 }
 
 void Model::Attend(const StepInputs& in, const kernels::KvCacheView& cache, const float* qkv,
