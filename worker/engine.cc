@@ -380,13 +380,20 @@ void Engine::Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLog
 
 absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  if (!profiling_) return RunStep();
+  std::vector<SequenceOutput> outs;
+  RETURN_IF_ERROR(StepInto(outs));
+  return outs;
+}
+
+absl::Status Engine::StepInto(std::vector<SequenceOutput>& outs) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  if (!profiling_) return RunStep(outs);
   const double cpu_start = ThreadCpuSeconds();
   PhaseClock wall;
   step_times_ = {};
   step_clock_.Lap();
   const int64_t steps_before = counters_.steps;
-  absl::StatusOr<std::vector<SequenceOutput>> outs = RunStep();
+  const absl::Status status = RunStep(outs);
   const double wall_s = wall.Lap();
   if (counters_.steps > steps_before) {  // it ran a batch (UpdateFromOutput counts it)
     ++profile_.steps;
@@ -396,11 +403,12 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::Step() {
     profile_.wall_seconds += wall_s;
     profile_.cpu_seconds += ThreadCpuSeconds() - cpu_start;
   }
-  return outs;
+  return status;
 }
 
-absl::StatusOr<std::vector<SequenceOutput>> Engine::RunStep() {
+absl::Status Engine::RunStep(std::vector<SequenceOutput>& outs) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  outs.clear();
   if (!layer_streams_.empty()) {
     // A failed link ends its stream (the receiver fails its receive): never this step.
     if (absl::StatusOr<bool> s = PollLayerStreams(); !s.ok())
@@ -413,7 +421,7 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::RunStep() {
   AttachMaskFill(plan);
   std::vector<StreamSend> sends = PlanStreamSends(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
-  if (plan.scheduled.empty() && plan.copies.empty()) return std::vector<SequenceOutput>();
+  if (plan.scheduled.empty() && plan.copies.empty()) return absl::OkStatus();
   plan.batch.time_phases = profiling_;
   Mark(StepPhase::kPlan);
   // With nothing scheduled, preemptions may still have planned swap-outs: the runner moves the
@@ -431,8 +439,9 @@ absl::StatusOr<std::vector<SequenceOutput>> Engine::RunStep() {
     step_times_[StepPhase::kRunner] -= t.inputs + t.launch + t.download;
   }
   counters_.sim_busy_seconds += out->sim_seconds;
-  if (plan.scheduled.empty()) return std::vector<SequenceOutput>();
-  return UpdateFromOutput(plan, *out);
+  if (plan.scheduled.empty()) return absl::OkStatus();
+  UpdateFromOutput(plan, *out, outs);
+  return absl::OkStatus();
 }
 
 void Engine::AttachMaskFill(StepPlan& plan) {
@@ -459,8 +468,8 @@ void Engine::AttachMaskFill(StepPlan& plan) {
   };
 }
 
-std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,
-                                                     const ForwardOutput& out) {
+void Engine::UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out,
+                              std::vector<SequenceOutput>& outs) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   ++counters_.steps;
   counters_.graph_steps += out.graph ? 1 : 0;
@@ -478,9 +487,8 @@ std::vector<SequenceOutput> Engine::UpdateFromOutput(const StepPlan& plan,
   Mark(StepPhase::kBookkeeping);
   for (Sequence* seq : appended_) CheckStop(*seq);
   Mark(StepPhase::kStopChecks);
-  std::vector<SequenceOutput> outs = CollectOutputs();
+  CollectOutputs(outs);
   Mark(StepPhase::kOutputs);
-  return outs;
 }
 
 void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out,
@@ -522,53 +530,53 @@ void Engine::ApplyRow(const RowUse& use, const ForwardOutput& out,
   }
 }
 
-std::vector<SequenceOutput> Engine::CollectOutputs() {
+void Engine::CollectOutputs(std::vector<SequenceOutput>& outs) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  std::vector<SequenceOutput> outs;
-  outs.reserve(requests_.size());
-  std::vector<std::string> done;
-  for (auto& [id, req] : requests_) {
-    bool all_finished = req->forked;
-    bool any_output = false;
-    for (auto& seq : req->sequences) {
-      if (seq->status == SeqStatus::kFinished) continue;
-      const bool finishing = seq->finish_reason != FinishReason::kNone;
-      if (seq->tokens.size() - seq->num_prompt_tokens > seq->num_emitted || finishing) {
-        SequenceOutput o;
-        o.request_id = id;
-        o.sample_index = seq->sample_index;
-        o.new_tokens.assign(seq->tokens.begin() + seq->num_prompt_tokens + seq->num_emitted,
-                            seq->tokens.end());
-        if (!seq->logprobs.empty()) {
-          o.new_logprobs.assign(seq->logprobs.begin() + seq->num_emitted, seq->logprobs.end());
-        }
-        seq->num_emitted = seq->tokens.size() - seq->num_prompt_tokens;
-        o.finish_reason = seq->finish_reason;
-        o.stop_token = seq->stop_token;
-        o.num_prompt_tokens = seq->num_prompt_tokens;
-        o.num_cached_prompt_tokens = std::max(0, req->num_cached_prompt_tokens);
-        if (req->input.sampling.prompt_logprobs && !req->prompt_logprobs_sent) {
-          o.prompt_logprobs = std::move(req->prompt_logprobs);
-          req->prompt_logprobs_sent = true;
-        }
-        outs.push_back(std::move(o));
-        any_output = true;
-      }
-      if (finishing) {
-        scheduler_->Remove(seq.get());
-        seq->status = SeqStatus::kFinished;
-      } else {
-        all_finished = false;
-      }
+  // Only a sequence that got a token this step has something to say (CheckStop alone ends
+  // one), so the walk is over those, in the batch's order, while they are still in the cache.
+  // Each output overwrites an element of `outs` whole (every field), reusing its memory.
+  size_t n = 0;
+  std::vector<const std::string*> done;
+  for (Sequence* seq : appended_) {
+    Request& req = *seq->request;
+    const bool finishing = seq->finish_reason != FinishReason::kNone;
+    if (n == outs.size()) outs.emplace_back();
+    SequenceOutput& o = outs[n++];
+    o.request_id.assign(req.input.request_id);
+    o.sample_index = seq->sample_index;
+    o.new_tokens.assign(seq->tokens.begin() + seq->num_prompt_tokens + seq->num_emitted,
+                        seq->tokens.end());
+    o.new_logprobs.clear();
+    if (!seq->logprobs.empty()) {
+      o.new_logprobs.assign(seq->logprobs.begin() + seq->num_emitted, seq->logprobs.end());
     }
-    if (all_finished && any_output) {
-      outs.back().request_finished = true;
-      outs.back().prompt_logits = std::move(req->prompt_logits);
-      done.push_back(id);
+    seq->num_emitted = seq->tokens.size() - seq->num_prompt_tokens;
+    o.finish_reason = seq->finish_reason;
+    o.stop_token = seq->stop_token;
+    o.request_finished = false;
+    o.num_prompt_tokens = seq->num_prompt_tokens;
+    o.num_cached_prompt_tokens = std::max(0, req.num_cached_prompt_tokens);
+    o.prompt_logits.clear();
+    o.prompt_logprobs.clear();
+    if (req.input.sampling.prompt_logprobs && !req.prompt_logprobs_sent) {
+      o.prompt_logprobs = std::move(req.prompt_logprobs);
+      req.prompt_logprobs_sent = true;
+    }
+    if (!finishing) continue;
+    scheduler_->Remove(seq);
+    seq->status = SeqStatus::kFinished;
+    // The request ends with the output of its last sequence to finish.
+    const bool all_finished =
+        std::all_of(req.sequences.begin(), req.sequences.end(),
+                    [](const auto& s) { return s->status == SeqStatus::kFinished; });
+    if (req.forked && all_finished) {
+      o.request_finished = true;
+      o.prompt_logits = std::move(req.prompt_logits);
+      done.push_back(&req.input.request_id);
     }
   }
-  for (const std::string& id : done) requests_.erase(id);
-  return outs;
+  outs.resize(n);
+  for (const std::string* id : done) requests_.erase(requests_.find(*id));  // *id dies here
 }
 
 EngineStats Engine::stats() const {

@@ -108,6 +108,10 @@ class Engine {
   // new tokens of every sample that has some, and the finished ones. An error means the model
   // runner failed; the engine cannot step again.
   absl::StatusOr<std::vector<SequenceOutput>> Step();
+  // Step() into `outs`, which it overwrites: its elements, with their strings' and lists'
+  // memory, are reused, so that a caller keeping one vector across steps (the worker's loop)
+  // allocates nothing per sequence at steady state. On error `outs` holds nothing of the step.
+  absl::Status StepInto(std::vector<SequenceOutput>& outs);
   [[nodiscard]] bool HasWork() const {
     KVSERVE_CHECK_THREAD(engine_thread_);
     return !requests_.empty();
@@ -306,7 +310,8 @@ class Engine {
   // first time): rank 0 computes them once the forward pass is queued, so that a device runs
   // it meanwhile (sequences and constraints are the engine thread's, which waits for the step).
   void AttachMaskFill(StepPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  std::vector<SequenceOutput> UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out)
+  void UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out,
+                        std::vector<SequenceOutput>& outs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Parts of UpdateFromOutput: the tokens each row drew (the sequences that got one added to
   // `appended`), each such sequence's stop conditions, then the outputs and retirements.
@@ -314,13 +319,14 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   void CheckStop(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Step() without its profile: Schedule, run, UpdateFromOutput.
-  absl::StatusOr<std::vector<SequenceOutput>> RunStep()
+  absl::Status RunStep(std::vector<SequenceOutput>& outs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // With the profile on, adds the time since the last mark to `phase`.
   void Mark(StepPhase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_) {
     if (profiling_) step_times_[phase] += step_clock_.Lap();
   }
-  std::vector<SequenceOutput> CollectOutputs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void CollectOutputs(std::vector<SequenceOutput>& outs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   absl::Status Validate(const RequestInput& in) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The logits adjustments' parameters: ranges, and ids inside the vocabulary.

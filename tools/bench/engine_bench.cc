@@ -131,9 +131,11 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   row.prefill_s = Seconds(start);
   row.prefill_tokens_per_s = static_cast<double>(prompt_tokens) / row.prefill_s;
 
-  // Every step of the warm-up and the timed window must decode the whole batch.
+  // Every step of the warm-up and the timed window must decode the whole batch. One outputs
+  // vector across steps, as the worker keeps it.
+  std::vector<worker::SequenceOutput> outs;
   auto decode_step = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<worker::SequenceOutput> outs, engine.Step());
+    RETURN_IF_ERROR(engine.StepInto(outs));
     int64_t tokens = 0;
     for (const auto& out : outs) tokens += static_cast<int64_t>(out.new_tokens.size());
     if (tokens != batch) {

@@ -186,7 +186,7 @@ absl::Status WorkerServer::StepEngine() {
   const int64_t computed_before = engine_->computed_tokens();
   const int64_t prompt_before = engine_->computed_prompt_tokens();
   const auto step_start = Clock::now();
-  absl::StatusOr<std::vector<SequenceOutput>> outs = engine_->Step();
+  const absl::Status stepped_ok = engine_->StepInto(step_outputs_);
   // (A step that ran nothing through the model, as the sim device's wait for its step time,
   // is not an iteration.)
   if (const int64_t ran = engine_->computed_tokens() - computed_before; ran > 0) {
@@ -194,17 +194,17 @@ absl::Status WorkerServer::StepEngine() {
     MeasurePrefill(engine_->computed_prompt_tokens() - prompt_before,
                    Seconds(Clock::now() - step_start));
   }
-  if (!outs.ok()) {
+  if (!stepped_ok.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;
-    for (auto& [id, route] : routes_) SendError(route.identity, id, outs.status(), ++route.seq);
+    for (auto& [id, route] : routes_) SendError(route.identity, id, stepped_ok, ++route.seq);
     PublishStatus();
-    return outs.status();
+    return stepped_ok;
   }
   const auto stepped = Clock::now();
   for (auto& [id, route] : routes_) {  // queue time ends at the first scheduling
     if (route.scheduled == Clock::time_point() && engine_->Started(id)) route.scheduled = stepped;
   }
-  SendOutputs(*outs);
+  SendOutputs(step_outputs_);
   return absl::OkStatus();
 }
 

@@ -283,6 +283,8 @@ class WorkerServer : private KvEventListener {
   std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(loop_thread_);
   std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);  // every reply on router_
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
+  // Each step's outputs, one vector kept across steps (Engine::StepInto reuses its memory).
+  std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);
   std::vector<kvserve::v1::KvEvent> pending_events_ ABSL_GUARDED_BY(loop_thread_);
   // vLLM's events of the same changes, for the next batch, and their publisher (its own
   // thread; Publish is the loop thread's). Null when --kv-events-config asks for none.
