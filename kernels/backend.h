@@ -165,6 +165,17 @@ struct ByteRange {
   size_t bytes = 0;
 };
 
+// dst[rows[i]] = src[from[i]] for i < n, int32 values in backend memory (rows and from too):
+// the previous step's drawn tokens (src: its samples) into this step's token ids, on the device,
+// where async scheduling planned the step before the host knew them.
+struct GatherTokensParams {
+  int32_t* dst = nullptr;
+  const int32_t* src = nullptr;
+  const int32_t* rows = nullptr;
+  const int32_t* from = nullptr;
+  int64_t n = 0;
+};
+
 struct CopyBlocksParams {
   const KvCacheView* src_layers = nullptr;
   const KvCacheView* dst_layers = nullptr;
@@ -201,6 +212,15 @@ class Backend {
   // both return once `src` may be reused (Download: once `dst` holds the data).
   virtual void Upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void Download(void* dst, const void* src, size_t bytes) = 0;
+  // A download that returns at once: `bytes` of backend memory at `src` land in host memory at
+  // `dst` (AllocateHost's on a device: pinned) after the ops issued before it, once
+  // WaitDownload(the returned ticket) returns; `dst` must stay until then. The CPU copies at
+  // once. Tickets are waited for in order, and one at most 8 downloads old is still known.
+  virtual int64_t StartDownload(void* dst, const void* src, size_t bytes) {
+    Download(dst, src, bytes);
+    return 0;
+  }
+  virtual void WaitDownload(int64_t /*ticket*/) {}
   // Backend memory to backend memory, in op order.
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   // The fingerprint (kernels/fingerprint.h, CombineFingerprints) of `ranges` of backend
@@ -259,6 +279,9 @@ class Backend {
   virtual void WriteKv(const WriteKvParams& p) = 0;
   virtual void PagedAttention(const PagedAttentionParams& p) = 0;
   virtual void CopyBlocks(const CopyBlocksParams& p) = 0;
+  // GatherTokensParams' rule. By default through the host (a wait); the CPU and CUDA backends
+  // do it in place, in op order.
+  virtual void GatherTokens(const GatherTokensParams& p);
   // Changes logits rows in place by the rule of kernels/logits_processing.h (penalties, biases,
   // bans, allowed ids), before Sample and Logprobs.
   virtual void AdjustLogits(const AdjustLogitsParams& p) = 0;

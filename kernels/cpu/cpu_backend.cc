@@ -249,6 +249,10 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void GatherTokens(const GatherTokensParams& p) override {
+    for (int64_t i = 0; i < p.n; ++i) p.dst[p.rows[i]] = p.src[p.from[i]];
+  }
+
   void PagedAttention(const PagedAttentionParams& p) override {
     const KvCacheView& c = p.cache;
     const int64_t d = c.head_dim;

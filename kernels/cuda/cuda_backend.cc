@@ -142,6 +142,9 @@ class CudaBackend final : public Backend {
       KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
     }
     uploads_.Init();
+    for (cudaEvent_t& e : download_done_) {
+      KVSERVE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
     if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
@@ -160,6 +163,9 @@ class CudaBackend final : public Backend {
     if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     DropGraphs();
     uploads_.Release();
+    for (cudaEvent_t e : download_done_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     attention_workspace_.Release();
     rounded_x_.Release();
     split_counters_.Release();
@@ -354,6 +360,29 @@ class CudaBackend final : public Backend {
     KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     KVSERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  int64_t StartDownload(void* dst, const void* src, size_t bytes) override {
+    Current();
+    NotRecording("StartDownload");
+    const int64_t ticket = next_download_++;
+    if (bytes > 0) {
+      KVSERVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    KVSERVE_CUDA_CHECK(cudaEventRecord(download_done_[ticket % download_done_.size()], stream_));
+    return ticket;
+  }
+  void WaitDownload(int64_t ticket) override {
+    Current();
+    CHECK(ticket < next_download_ &&
+          ticket + static_cast<int64_t>(download_done_.size()) >= next_download_)
+        << "WaitDownload: ticket " << ticket << " is not among the last " << download_done_.size()
+        << " of " << next_download_;
+    KVSERVE_CUDA_CHECK(cudaEventSynchronize(download_done_[ticket % download_done_.size()]));
+  }
+  void GatherTokens(const GatherTokensParams& p) override {
+    Current();
+    cuda::LaunchGatherTokens(p.dst, p.src, p.rows, p.from, p.n, stream_);
+  }
+
   void Copy(void* dst, const void* src, size_t bytes) override {
     Current();
     if (bytes == 0) return;
@@ -695,6 +724,9 @@ class CudaBackend final : public Backend {
   std::array<SegmentBuffer, 4> segment_buffers_;
   size_t next_segment_buffer_ = 0;
   cuda::StagedUploads uploads_;  // Upload's pinned ring
+  // StartDownload's events, by ticket modulo their count.
+  std::array<cudaEvent_t, 8> download_done_{};
+  int64_t next_download_ = 0;
 };
 
 }  // namespace

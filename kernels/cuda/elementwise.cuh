@@ -99,6 +99,12 @@ __global__ void SiluMulKernel(const float* gate_up, Out* out, int64_t inter) {
   }
 }
 
+__global__ void GatherTokensKernel(int32_t* dst, const int32_t* src, const int32_t* rows,
+                                   const int32_t* from, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[rows[i]] = src[from[i]];
+}
+
 __global__ void AddBiasKernel(float* y, const float* bias, int64_t cols) {
   float* row = y + static_cast<int64_t>(blockIdx.x) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] += bias[c];

@@ -32,6 +32,10 @@ void LaunchAddBias(float* y, const float* bias, int64_t rows, int64_t cols, cuda
 // out[i] = round-to-nearest-even(x[i]) as fp16 (bf16 when `bf16`), 16-bit patterns.
 void LaunchRoundTo16(const float* x, uint16_t* out, int64_t n, bool bf16, cudaStream_t stream);
 
+// dst[rows[i]] = src[from[i]] for i < n (async scheduling's tokens, Backend::GatherTokens).
+void LaunchGatherTokens(int32_t* dst, const int32_t* src, const int32_t* rows, const int32_t* from,
+                        int64_t n, cudaStream_t stream);
+
 }  // namespace kvserve::kernels::cuda
 
 #endif  // KVSERVE_KERNELS_CUDA_ELEMENTWISE_H_

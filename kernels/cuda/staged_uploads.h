@@ -3,7 +3,8 @@
 // uploads (the packed batch, the logits adjustments, a constrained row's mask) never make the
 // host wait for the device (the CUDA backend's Upload; docs/PERF.md, "The engine's host path").
 // A buffer is reused once the copy that read it is done (an event, passed long before in
-// steady state: four uploads later).
+// steady state: eight uploads later, two steps or more, and async scheduling has waited for
+// the step before the one in flight).
 //
 //   StagedUploads uploads;
 //   absl::Status s = uploads.Init();
@@ -45,7 +46,7 @@ class StagedUploads {
     size_t capacity = 0;
     cudaEvent_t done = nullptr;  // recorded after the copy that read it
   };
-  std::array<Buffer, 4> ring_;
+  std::array<Buffer, 8> ring_;
   size_t next_ = 0;
 };
 

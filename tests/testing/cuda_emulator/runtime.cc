@@ -278,6 +278,22 @@ class Streams {
 
   void RunAll(Stream* s, bool host_wait = false) { RunUpTo(s, Position(s), host_wait); }
 
+  // Work items queued and not yet run, on every stream.
+  int64_t Queued() {
+    std::vector<Stream*> streams;
+    {
+      absl::MutexLock lock(&mu_);
+      streams.assign(live_.begin(), live_.end());
+    }
+    int64_t queued = 0;
+    for (Stream* s : streams) {
+      std::lock_guard<std::recursive_mutex> running(s->running);
+      absl::MutexLock lock(&s->mu);
+      queued += static_cast<int64_t>(s->work.size());
+    }
+    return queued;
+  }
+
   // What cudaDeviceSynchronize waits for: every stream of the current device (a host wait).
   void SynchronizeDevice() {
     std::vector<Stream*> streams;
@@ -341,6 +357,8 @@ int64_t LaunchCount() { return launches.load(std::memory_order_relaxed); }
 
 void CountSync() { syncs.fetch_add(1, std::memory_order_relaxed); }
 int64_t SyncCount() { return syncs.load(std::memory_order_relaxed); }
+
+int64_t QueuedWork() { return Streams::Get().Queued(); }
 
 }  // namespace kvserve::emulation
 

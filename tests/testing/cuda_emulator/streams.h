@@ -31,6 +31,10 @@ int64_t LaunchCount();
 void CountSync();
 int64_t SyncCount();
 
+// Work items queued on any stream and not run yet: what a GPU would still be running when the
+// host moves on (async scheduling leaves the next step queued).
+int64_t QueuedWork();
+
 // The most shared memory a block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize)
 // on the emulated device, as on sm_90: 227 KiB.
 inline constexpr size_t kMaxOptInSharedBytes = size_t{227} << 10;
