@@ -83,6 +83,9 @@ ABSL_FLAG(std::string, cuda_graph_max_batch, "0",
           "engine: comma-separated --cuda-graph-max-batch values, one engine each (0: no CUDA "
           "graphs; e.g. 0,16 times decode without and with them)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs");
+ABSL_FLAG(std::string, async, "auto",
+          "engine: comma-separated async scheduling modes, one engine each: auto (on for CUDA "
+          "with one rank), on, off");
 ABSL_FLAG(bool, prefix_caching, true,
           "engine: hash and cache full blocks as a worker does (their KV events counted)");
 ABSL_FLAG(std::string, kv_cache_dtypes, "auto",
@@ -180,6 +183,7 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"gbps", w.gbps},
                     {"fraction_of_copy", w.fraction_of_copy},
                     {"cuda_graph_max_batch", w.cuda_graph_max_batch},
+                    {"async_scheduling", w.async_scheduling},
                     {"graph_steps", w.graph_steps},
                     {"start_s", w.start_s},
                     {"graph_record_s", w.graph_record_s},
@@ -205,6 +209,7 @@ int EngineBench() {
   o.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.async_scheduling = absl::StrSplit(absl::GetFlag(FLAGS_async), ',', absl::SkipEmpty());
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.kv_cache_dtypes = absl::StrSplit(absl::GetFlag(FLAGS_kv_cache_dtypes), ',', absl::SkipEmpty());
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);

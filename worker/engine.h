@@ -59,7 +59,8 @@ struct SequenceOutput {
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t graph_steps = 0;      // steps that replayed a CUDA graph
+  int64_t graph_steps = 0;  // steps that replayed a CUDA graph
+  int64_t steps_ahead = 0;  // steps left in flight while the next was planned (async scheduling)
   int64_t computed_tokens = 0;  // tokens run through the model (prefill, recompute, decode)
   int64_t computed_prompt_tokens = 0;
   int64_t generated_tokens = 0;
@@ -114,8 +115,12 @@ class Engine {
   absl::Status StepInto(std::vector<SequenceOutput>& outs);
   [[nodiscard]] bool HasWork() const {
     KVSERVE_CHECK_THREAD(engine_thread_);
-    return !requests_.empty();
+    return !requests_.empty() || in_flight_.has_value();
   }
+  // Whether steps run ahead (async scheduling, EngineConfig::async_scheduling): a step's
+  // outputs then come from the step before it, the first step after an idle spell saying
+  // nothing, and HasWork stays true until the last step was applied.
+  [[nodiscard]] bool async_scheduling() const { return async_; }
   // Loads what structured outputs need (the vocabulary trie) now rather than on the first
   // constrained request; an error says they are unavailable (no usable tokenizer).
   absl::Status PreloadConstraints() {
@@ -286,6 +291,7 @@ class Engine {
   [[nodiscard]] absl::Status TEST_CheckInvariants() const;  // every live sequence's blocks
   bool TEST_ForcePreemption() {
     KVSERVE_CHECK_THREAD(engine_thread_);
+    Settle();
     return scheduler_->PreemptOne();
   }
   [[nodiscard]] const KvCacheManager& TEST_kv_cache() const {
@@ -310,8 +316,10 @@ class Engine {
   // first time): rank 0 computes them once the forward pass is queued, so that a device runs
   // it meanwhile (sequences and constraints are the engine thread's, which waits for the step).
   void AttachMaskFill(StepPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  void UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out,
-                        std::vector<SequenceOutput>& outs)
+  // `advanced`: AdvanceInFlight already moved the sequences' computed tokens. Outputs go into
+  // `outs` from `used` on (CollectOutputs).
+  void UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out, bool advanced,
+                        std::vector<SequenceOutput>& outs, size_t& used)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Parts of UpdateFromOutput: the tokens each row drew (the sequences that got one added to
   // `appended`), each such sequence's stop conditions, then the outputs and retirements.
@@ -319,13 +327,24 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   void CheckStop(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Step() without its profile: Schedule, run, UpdateFromOutput.
-  absl::Status RunStep(std::vector<SequenceOutput>& outs)
+  absl::Status RunStep(std::vector<SequenceOutput>& outs, size_t& used)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Async scheduling (engine_step.cc). A step may stay in flight when planning the next one
+  // needs nothing of it on the host (CanRunAhead); AdvanceInFlight then moves its sequences on
+  // as it will (computed tokens; a placeholder for each draw), ApplyInFlight applies it once
+  // the next step is queued (or before anything needs it settled), and Settle does that outside
+  // a step, keeping its outputs for the next one.
+  [[nodiscard]] bool CanRunAhead(const StepPlan& plan) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void AdvanceInFlight(const StepPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void ApplyInFlight(std::vector<SequenceOutput>& outs, size_t& used)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  void Settle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // With the profile on, adds the time since the last mark to `phase`.
   void Mark(StepPhase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_) {
     if (profiling_) step_times_[phase] += step_clock_.Lap();
   }
-  void CollectOutputs(std::vector<SequenceOutput>& outs)
+  void CollectOutputs(std::vector<SequenceOutput>& outs, size_t& used)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
 
   absl::Status Validate(const RequestInput& in) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
@@ -453,6 +472,17 @@ class Engine {
   StepProfile profile_ ABSL_GUARDED_BY(engine_thread_);
   // The sequences that got a token in the step being applied (reused between steps).
   std::vector<Sequence*> appended_ ABSL_GUARDED_BY(engine_thread_);
+  // Async scheduling: on (constant after Create); the step queued whose results are not applied
+  // yet; the requests that ended while it ran (its plan names them until it is applied); the
+  // outputs of a step applied outside Step, which the next Step returns first.
+  bool async_ = false;
+  struct InFlight {
+    StepPlan plan;
+    ForwardOutput out;
+  };
+  std::optional<InFlight> in_flight_ ABSL_GUARDED_BY(engine_thread_);
+  std::vector<std::unique_ptr<Request>> retiring_ ABSL_GUARDED_BY(engine_thread_);
+  std::vector<SequenceOutput> settled_ ABSL_GUARDED_BY(engine_thread_);
   std::vector<std::unique_ptr<LayerStream>> layer_streams_ ABSL_GUARDED_BY(engine_thread_);
   std::deque<StreamedReceive> streamed_receives_ ABSL_GUARDED_BY(engine_thread_);
   // The step's sends' failures, one slot per rank (written by that rank's thread in the step).

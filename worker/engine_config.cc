@@ -108,6 +108,11 @@ absl::Status EngineConfig::Validate() const {
   if (parallel.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--tp-timeout-seconds must be > 0");
   }
+  if (async_scheduling == AsyncScheduling::kOn && parallel.tensor_parallel_size != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("async scheduling runs with one tensor-parallel rank, not ",
+                     parallel.tensor_parallel_size, " (--async-scheduling=false)"));
+  }
   return ValidateScheduler(scheduler);
 }
 

@@ -87,6 +87,13 @@ struct ParallelConfig {
   absl::Duration collective_timeout = absl::Seconds(60);  // bound on every collective
 };
 
+// Async scheduling (vLLM's --async-scheduling): the next step is planned and queued while the
+// device runs the current one, the drawn tokens reaching the next step's inputs on the device
+// and the host one step later. kAuto: on where it hides host work (--device cuda, one
+// tensor-parallel rank); kOn: wherever it can run (one rank; the CPU, null and sim devices gain
+// nothing from it, which tests use); kOff: never.
+enum class AsyncScheduling { kAuto, kOn, kOff };
+
 struct EngineConfig {
   std::string model_dir;
   std::string config_path;  // default: model_dir/config.json
@@ -103,6 +110,7 @@ struct EngineConfig {
   // --seed: requests without a seed draw theirs from a generator seeded with it, so that a
   // replayed workload gives the same outputs; unset: each such request gets a random seed.
   std::optional<uint64_t> seed;
+  AsyncScheduling async_scheduling = AsyncScheduling::kAuto;
 
   // Checks the settings among themselves: ranges, and options that need another (CUDA graphs
   // need CUDA, swap preemption needs a host tier). InvalidArgument naming the flag.

@@ -82,6 +82,9 @@ ABSL_FLAG(bool, enforce_eager, false,
 ABSL_FLAG(std::string, seed, "",
           "Requests without a seed draw theirs from a generator seeded with this, so that a "
           "replayed workload gives the same outputs (empty: a random seed each)");
+ABSL_FLAG(bool, async_scheduling, true,
+          "Plan and queue the next step while the GPU runs the current one (on with --device "
+          "cuda and one tensor-parallel rank; false: each step waits for the last)");
 ABSL_FLAG(std::string, scheduling_policy, "fcfs",
           "fcfs (arrival order; a request with a priority is refused) or priority (lower "
           "priority values first, then arrival)");
@@ -195,7 +198,7 @@ absl::StatusOr<SchedulerConfig> SchedulerConfigFromFlags() {
   return s;
 }
 
-// vLLM's --scheduling-policy and --seed.
+// vLLM's --scheduling-policy, --async-scheduling and --seed.
 absl::Status PolicyFromFlags(EngineConfig& c) {
   const std::string policy = absl::GetFlag(FLAGS_scheduling_policy);
   if (policy != "fcfs" && policy != "priority") {
@@ -203,6 +206,8 @@ absl::Status PolicyFromFlags(EngineConfig& c) {
         absl::StrCat("--scheduling-policy '", policy, "' is not one of fcfs, priority"));
   }
   c.priority_scheduling = policy == "priority";
+  c.async_scheduling =
+      absl::GetFlag(FLAGS_async_scheduling) ? AsyncScheduling::kAuto : AsyncScheduling::kOff;
   const std::string seed = absl::GetFlag(FLAGS_seed);
   if (!seed.empty()) {
     uint64_t value;

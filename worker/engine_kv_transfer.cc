@@ -80,6 +80,7 @@ absl::StatusOr<Engine::PrefixChunk> Engine::ExportPrefix(absl::Span<const int32_
                                                          const std::string& cache_salt,
                                                          int first_block, int max_blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   std::optional<PrefixChunk> out;
   RETURN_IF_ERROR(
       ExportPrefixChunks(prompt, cache_salt, first_block, max_blocks, [&](PrefixChunk c) {
@@ -94,6 +95,7 @@ absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
                                         int blocks_per_chunk,
                                         const std::function<bool(PrefixChunk)>& each) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   RETURN_IF_ERROR(ChunkBounds(first_block, blocks_per_chunk));
   ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
@@ -133,6 +135,7 @@ absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
                                          const std::string& cache_salt,
                                          absl::Span<const std::string> wires, int first_block) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   if (static_cast<int>(wires.size()) != runner_->size()) {
     return absl::FailedPreconditionError(
@@ -174,6 +177,7 @@ absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const 
                                                                const std::string& cache_salt,
                                                                int first_block, int max_blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   RETURN_IF_ERROR(ChunkBounds(first_block, max_blocks));
   ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(prompt, cache_salt));
@@ -191,6 +195,7 @@ absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const 
 absl::Status Engine::StartSendStagedPrefix(
     absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   RETURN_IF_ERROR(OneLinkPerRank(links, runner_->size()));
   for (int r = 0; r < runner_->size(); ++r) {
@@ -201,6 +206,7 @@ absl::Status Engine::StartSendStagedPrefix(
 
 absl::Status Engine::SendStagedPrefix(absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(StartSendStagedPrefix(links));
   while (true) {
     ASSIGN_OR_RETURN(const bool done, kernels::PollSends(links));
@@ -213,6 +219,7 @@ absl::StatusOr<int> Engine::ReceivePrefixFromLink(
     absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
     const std::string& cache_salt, absl::Span<const std::string> headers, int first_block) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsPools(*runner_, *kv_));
   RETURN_IF_ERROR(OneLinkPerRank(links, runner_->size()));
   if (static_cast<int>(headers.size()) != runner_->size()) {
@@ -371,6 +378,7 @@ absl::StatusOr<int> Engine::AdoptPrefix(absl::Span<const int32_t> prompt,
                                         const std::string& cache_salt, int first_block,
                                         int blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   if (runner_->has_kv_pools()) {
     return absl::FailedPreconditionError(
         "AdoptPrefix is for devices that keep no KV (sim, null); this one takes ImportPrefix");

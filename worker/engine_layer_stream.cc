@@ -35,6 +35,7 @@ absl::Status Engine::StreamPrefill(const std::string& request_id, int first_bloc
                                    absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
                                    std::function<void(const StreamStep&)> on_step) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size() || first_block < 0) {
     return absl::InvalidArgumentError(absl::StrCat("layer streaming: ", links.size(), " links for ",
@@ -133,6 +134,7 @@ std::vector<uint64_t> Engine::StreamFingerprints(absl::Span<const int> blocks) {
 
 absl::StatusOr<bool> Engine::PollLayerStreams() {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   absl::Status failed;
   for (auto it = layer_streams_.begin(); it != layer_streams_.end();) {
     LayerStream& stream = **it;
@@ -172,6 +174,7 @@ absl::Status Engine::StartStreamedReceive(
     absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
     const std::string& cache_salt, int first_block, int num_blocks) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size()) {
     return absl::FailedPreconditionError(
@@ -206,6 +209,7 @@ absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
     absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
     absl::Span<const uint64_t> fingerprints) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   auto it = std::find_if(
       streamed_receives_.begin(), streamed_receives_.end(),
       [&](const StreamedReceive& r) { return !links.empty() && r.link0 == links[0].get(); });
@@ -249,6 +253,7 @@ absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
 
 void Engine::DropLinkStreams(const kernels::PeerLink* link0) {
   KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
   for (auto it = layer_streams_.begin(); it != layer_streams_.end();) {
     if ((*it)->links.empty() || (*it)->links[0] != link0) {
       ++it;

@@ -387,12 +387,15 @@ absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,
   int64_t step;
   {
     absl::MutexLock lock(&mu_);
-    copies_ = copies;
-    batch_ = batch;
+    if (n > 1) {  // the other ranks read the step's plan from here
+      copies_ = copies;
+      batch_ = batch;
+    }
     step = ++step_;
   }
-  cv_.SignalAll();
-  absl::StatusOr<ForwardOutput> out = RunRank(0, copies_, batch_, step);
+  if (n > 1) cv_.SignalAll();
+  absl::StatusOr<ForwardOutput> out =
+      n > 1 ? RunRank(0, copies_, batch_, step) : RunRank(0, copies, batch, step);
   absl::Status first = out.status();
   if (!first.ok()) first = Annotate(first, "tensor-parallel rank 0");
   // Wait for the other ranks, bounded: a stalled rank has already made our collectives fail.
@@ -418,6 +421,11 @@ absl::StatusOr<ForwardOutput> ModelRunner::Execute(const BlockCopies& copies,
     return first;
   }
   return out;
+}
+
+void ModelRunner::Collect(const ForwardBatch& batch, ForwardOutput& out) {
+  if (!out.in_flight) return;
+  ranks_[0].model->Collect(batch, out);
 }
 
 }  // namespace kvserve::worker

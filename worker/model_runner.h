@@ -79,6 +79,9 @@ class ModelRunner {
   // runs the batch on every rank; returns rank 0's output (the sampled tokens and the logits rows
   // asked for). After a rank fails, every call returns the first failure.
   absl::StatusOr<ForwardOutput> Execute(const BlockCopies& copies, const ForwardBatch& batch);
+  // Completes an output Execute left in flight (ForwardBatch::async_results, one rank only):
+  // waits for the step's results on rank 0. `batch` is that step's.
+  void Collect(const ForwardBatch& batch, ForwardOutput& out);
 
   // Before the first request, with CUDA graphs: records each bucket's decode graph on every rank
   // by running a placeholder step that writes no KV. Returns how many were recorded (0 past

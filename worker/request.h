@@ -95,6 +95,9 @@ struct TokenLogprobs {
   std::vector<std::pair<int32_t, float>> top;  // best first
 };
 
+// A token the host does not know yet (Sequence::pending_sample).
+inline constexpr int32_t kPendingToken = -1;
+
 struct Sequence {
   int64_t id = 0;
   Request* request = nullptr;
@@ -119,6 +122,11 @@ struct Sequence {
   // forward pass runs (the ForwardBatch's fill_masks, set by Engine::AttachMaskFill), and sets
   // allowed_mask.
   bool mask_pending = false;
+  // Async scheduling (Engine): the last token is a placeholder (kPendingToken) for sample
+  // `pending_sample` of the step in flight, known once that step is applied; -1: none. And
+  // whether that token is the last it may take (max_tokens, the context): not scheduled again.
+  int pending_sample = -1;
+  bool ends_when_applied = false;
 
   [[nodiscard]] int num_tokens() const { return static_cast<int>(tokens.size()); }
   [[nodiscard]] int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -48,6 +48,10 @@ void AddSequence(Sequence& seq, int n, int block_size, absl::Span<const int32_t>
   for (int pos = start; pos < start + n; ++pos) {
     const int row = static_cast<int>(batch.token_ids.size());
     batch.token_ids.push_back(seq.tokens[pos]);
+    if (seq.tokens[pos] == kPendingToken) {  // the step in flight draws it (async scheduling)
+      batch.pending_rows.push_back(row);
+      batch.pending_from.push_back(seq.pending_sample);
+    }
     batch.positions.push_back(pos);
     batch.slot_mapping.push_back(int64_t{seq.block_table[pos / block_size]} * block_size +
                                  pos % block_size);

@@ -43,7 +43,8 @@ struct StepPlan {
 // row for each sequence's last token (drawing n samples for a request's first token, 1 after,
 // with its logits adjustments: worker/logits_processor.h, given the model's `eos_ids`) and for
 // every prompt position of a request that returns its prompt logits or prompt logprobs (the
-// latter scoring the next prompt token on the backend).
+// latter scoring the next prompt token on the backend). A sequence whose last token is still
+// being drawn by the step in flight (kPendingToken) gets a pending row: the device fills it in.
 StepPlan BuildStepPlan(std::vector<Scheduler::ScheduledSeq> scheduled, BlockCopies copies,
                        int block_size, absl::Span<const int32_t> eos_ids);
 

@@ -27,12 +27,15 @@ struct StepCase {
   AttentionKernel attention = AttentionKernel::kSimt;
   bool penalties = false;  // a presence penalty: the logits adjustments' lists go up too
   int decode_before = 0;   // decode steps before the one counted
+  bool async = false;      // async scheduling (on by default on CUDA; off to count one step)
 };
 
-// A decode step's kernel launches and host waits for the device (emulation::SyncCount).
+// A decode step's kernel launches and host waits for the device (emulation::SyncCount), and
+// the work still queued when Step returned (emulation::QueuedWork).
 struct StepCounts {
   int64_t launches = 0;
   int64_t syncs = 0;
+  int64_t queued = 0;
 };
 
 // Launches of the first decode step of one sequence (with graphs, a replay of the graph
@@ -58,6 +61,7 @@ StepCounts DecodeStepCounts(const StepCase& c) {
   config.max_model_len = 512;
   config.backend.cuda_graph_max_batch = c.graph_max_batch;
   config.parallel.tensor_parallel_size = c.tp;
+  config.async_scheduling = c.async ? AsyncScheduling::kOn : AsyncScheduling::kOff;
   auto engine = testing::MakeEngine(config);
   RequestInput request = testing::GreedyRequest("a", std::vector<int32_t>(c.prompt, 7), 8);
   if (c.penalties) request.sampling.presence_penalty = 0.5f;
@@ -67,8 +71,12 @@ StepCounts DecodeStepCounts(const StepCase& c) {
   const int64_t launches = emulation::LaunchCount(), syncs = emulation::SyncCount();
   const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());
-  EXPECT_EQ(engine->stats().graph_steps - graph_steps, c.graph_max_batch > 0 ? 1 : 0);
-  return {emulation::LaunchCount() - launches, emulation::SyncCount() - syncs};
+  const int64_t queued = emulation::QueuedWork();
+  // Run ahead, the step's graph is counted when it is applied: by the next step.
+  if (!c.async) {
+    EXPECT_EQ(engine->stats().graph_steps - graph_steps, c.graph_max_batch > 0 ? 1 : 0);
+  }
+  return {emulation::LaunchCount() - launches, emulation::SyncCount() - syncs, queued};
 }
 
 int64_t DecodeStepLaunches(const StepCase& c) { return DecodeStepCounts(c).launches; }
@@ -145,6 +153,31 @@ TEST(EngineLaunchesTest, ADecodeStepWaitsForTheDeviceOnlyToReadItsTokens) {
               static_cast<long long>(eager.syncs), static_cast<long long>(graphs.syncs));
   EXPECT_EQ(eager.syncs, 1);
   EXPECT_EQ(graphs.syncs, 1);
+}
+
+// Async scheduling: a decode step is queued before the host waits, and the wait is for the
+// step before; when Step returns the device still has the whole step to run (emulation's
+// queued work), where in series it has nothing. The one launch it adds is the gather of the
+// previous step's tokens into this step's inputs.
+TEST(EngineLaunchesTest, RunAheadTheDeviceStillHasTheStepWhenStepReturns) {
+  for (const int graphs : {0, 8}) {
+    SCOPED_TRACE(graphs > 0 ? "graphs" : "eager");
+    const StepCounts serial =
+        DecodeStepCounts({.layers = 2, .graph_max_batch = graphs, .decode_before = 2});
+    const StepCounts ahead = DecodeStepCounts(
+        {.layers = 2, .graph_max_batch = graphs, .decode_before = 2, .async = true});
+    std::printf(
+        "%s: in series %lld launches, %lld waits, %lld queued after Step; ahead %lld, "
+        "%lld, %lld\n",
+        graphs > 0 ? "graphs" : "eager", static_cast<long long>(serial.launches),
+        static_cast<long long>(serial.syncs), static_cast<long long>(serial.queued),
+        static_cast<long long>(ahead.launches), static_cast<long long>(ahead.syncs),
+        static_cast<long long>(ahead.queued));
+    EXPECT_EQ(serial.queued, 0);
+    EXPECT_GE(ahead.queued, graphs > 0 ? 3 : serial.launches);
+    EXPECT_EQ(ahead.launches, serial.launches + 1);
+    EXPECT_EQ(ahead.syncs, 1);
+  }
 }
 
 }  // namespace

@@ -104,8 +104,8 @@ run_check kv_staging_bench 90 "$build/bin/kv_staging_bench" --device cuda --bloc
 cat "$out/kv_staging_bench.log" 2>/dev/null
 # Issue 61 first: the engine on a random-weight model of Llama 3.1 8B's shape (16 GB of bf16
 # weights, made here), where weights dominate a decode step and the roofline is what users
-# compare. Its rows print the host's side of each step by phase (the null device's figures are
-# in docs/PERF.md). Tensor-core attention once it passed conformance above (its prefills read
+# compare: eager and CUDA graphs, async scheduling off and on, one engine each. Its rows print
+# the host's side of each step by phase (the null device's figures are in docs/PERF.md). Tensor-core attention once it passed conformance above (its prefills read
 # 8x less than SIMT's; a 1K prompt on SIMT reads ~17 GB at this shape), else batch 1 only.
 model8b=/tmp/kvserve-llama-8b
 if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
@@ -114,8 +114,8 @@ else shapes8b=(--batches 1 --contexts 1024); fi
 run_check make_model_8b 150 "$build/bin/kvserve-make-model" --vocab-size 128256 \
   --hidden-size 4096 --num-layers 32 --num-heads 32 --num-kv-heads 8 --intermediate-size 14336 \
   --out "$model8b"
-run_check engine_8b 200 "$build/bin/kvserve-bench" engine --model "$model8b" --device cuda \
-  "${shapes8b[@]}" --decode-steps 16 --cuda-graph-max-batch 0,64 \
+run_check engine_8b 240 "$build/bin/kvserve-bench" engine --model "$model8b" --device cuda \
+  "${shapes8b[@]}" --decode-steps 16 --cuda-graph-max-batch 0,64 --async off,on \
   --json-out "$out/engine_8b_bench.json"
 cat "$out/engine_8b.log" 2>/dev/null
 rm -rf "$model8b"

@@ -15,6 +15,8 @@ namespace {
 struct PropertyParam {
   const char* name;
   int host_blocks;
+  // Steps run ahead (async scheduling): aborts and forced preemptions settle the step in flight.
+  bool async = false;
 };
 
 class EnginePropertyTest : public ::testing::TestWithParam<PropertyParam> {};
@@ -31,6 +33,7 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
     config.cache.host_prefix_cache = true;
     config.cache.kv_quant = {.dtype = "int4", .granularity = "k:per_channel,v:per_token"};
   }
+  config.async_scheduling = GetParam().async ? AsyncScheduling::kOn : AsyncScheduling::kOff;
   auto engine = testing::MakeEngine(config);
   ASSERT_NE(engine, nullptr);
 
@@ -105,12 +108,14 @@ TEST_P(EnginePropertyTest, RandomRequestsAbortsAndPreemptionsKeepInvariants) {
     ASSERT_EQ(engine->TEST_kv_cache().pool().ref_count(b), 0) << "block " << b;
   }
   ASSERT_OK(engine->TEST_CheckInvariants());
+  if (GetParam().async) EXPECT_GT(s.steps_ahead, s.steps / 10);
   RecordProperty("steps", static_cast<int>(steps));
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, EnginePropertyTest,
                          ::testing::Values(PropertyParam{"DeviceOnly", 0},
-                                           PropertyParam{"WithHostTier", 40}),
+                                           PropertyParam{"WithHostTier", 40},
+                                           PropertyParam{"WithHostTierAsync", 40, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

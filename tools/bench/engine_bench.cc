@@ -60,6 +60,14 @@ absl::Status CheckOptions(const EngineBenchOptions& o) {
   for (int c : o.contexts) {
     if (c < 1) return absl::InvalidArgumentError(absl::StrCat("--contexts has ", c, "; use >= 1"));
   }
+  if (o.async_scheduling.empty()) {
+    return absl::InvalidArgumentError("--async needs at least one value");
+  }
+  for (const std::string& a : o.async_scheduling) {
+    if (a != "auto" && a != "on" && a != "off") {
+      return absl::InvalidArgumentError(absl::StrCat("--async has '", a, "'; use auto, on or off"));
+    }
+  }
   if (o.warmup_steps < 0 || o.decode_steps < 1) {
     return absl::InvalidArgumentError("--warmup-steps must be >= 0 and --decode-steps >= 1");
   }
@@ -212,49 +220,61 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
   std::mt19937_64 rng(o.seed);
   for (const std::string& kv_dtype : o.kv_cache_dtypes) {
     for (const int graph_max_batch : o.cuda_graph_max_batches) {
-      EngineConfig c;
-      c.model_dir = o.model_dir;
-      c.backend.device = device;
-      c.dtype = dtype;
-      c.backend.attention_kernel = kernel;
-      c.backend.cuda_graph_max_batch = graph_max_batch;
-      c.backend.cpu_threads = o.cpu_threads;
-      c.cache.block_size = o.block_size;
-      c.max_model_len = max_len;
-      c.cache.enable_prefix_caching = o.prefix_caching;
-      c.cache.num_blocks = static_cast<int>(max_blocks + 1);
-      c.cache.kv_quant.dtype = kv_dtype;
-      c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
-      c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
-      const Clock::time_point start = Clock::now();
-      absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
-      const double start_s = Seconds(start);
-      if (!made.ok()) {
-        return absl::Status(made.status().code(),
-                            absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
-                                         made.status().message()));
-      }
-      std::unique_ptr<Engine> engine = *std::move(made);
-      if (report.copy_gbps == 0) {
-        report.weight_bytes = engine->runner().weight_bytes(0);
-        report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
-        // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
-        report.copy_gbps = CopyGbps(engine->runner().backend(0),
-                                    device == Device::kCuda ? size_t{1} << 30 : size_t{256} << 20);
-      }
-      for (int b : o.batches) {
-        for (int ctx : o.contexts) {
-          ASSIGN_OR_RETURN(EngineBenchRow row,
-                           RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
-          row.kv_cache_dtype = kv_dtype;
-          row.kv_format = engine->kv_spec().k[0].Describe();
-          row.cuda_graph_max_batch = graph_max_batch;
-          row.start_s = start_s;
-          row.graph_record_s = engine->graph_recording().seconds;
-          row.graph_record_mib = engine->graph_recording().device_mib;
-          row.fraction_of_copy = row.gbps / report.copy_gbps;
-          if (o.on_row) o.on_row(row);
-          report.rows.push_back(std::move(row));
+      for (const std::string& async : o.async_scheduling) {
+        EngineConfig c;
+        c.async_scheduling = async == "on"    ? worker::AsyncScheduling::kOn
+                             : async == "off" ? worker::AsyncScheduling::kOff
+                                              : worker::AsyncScheduling::kAuto;
+        c.model_dir = o.model_dir;
+        c.backend.device = device;
+        c.dtype = dtype;
+        c.backend.attention_kernel = kernel;
+        c.backend.cuda_graph_max_batch = graph_max_batch;
+        c.backend.cpu_threads = o.cpu_threads;
+        c.cache.block_size = o.block_size;
+        c.max_model_len = max_len;
+        c.cache.enable_prefix_caching = o.prefix_caching;
+        c.cache.num_blocks = static_cast<int>(max_blocks + 1);
+        c.cache.kv_quant.dtype = kv_dtype;
+        c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
+        c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
+        const Clock::time_point start = Clock::now();
+        absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
+        const double start_s = Seconds(start);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(),
+                              absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
+                                           made.status().message()));
+        }
+        std::unique_ptr<Engine> engine = *std::move(made);
+        if (engine->async_scheduling() && o.warmup_steps < 1) {
+          return absl::InvalidArgumentError(
+              "--warmup-steps must be >= 1 with async scheduling (a step reports the one before "
+              "it; --async off)");
+        }
+        if (report.copy_gbps == 0) {
+          report.weight_bytes = engine->runner().weight_bytes(0);
+          report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
+          // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
+          report.copy_gbps =
+              CopyGbps(engine->runner().backend(0),
+                       device == Device::kCuda ? size_t{1} << 30 : size_t{256} << 20);
+        }
+        for (int b : o.batches) {
+          for (int ctx : o.contexts) {
+            ASSIGN_OR_RETURN(EngineBenchRow row,
+                             RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
+            row.kv_cache_dtype = kv_dtype;
+            row.kv_format = engine->kv_spec().k[0].Describe();
+            row.cuda_graph_max_batch = graph_max_batch;
+            row.async_scheduling = engine->async_scheduling();
+            row.start_s = start_s;
+            row.graph_record_s = engine->graph_recording().seconds;
+            row.graph_record_mib = engine->graph_recording().device_mib;
+            row.fraction_of_copy = row.gbps / report.copy_gbps;
+            if (o.on_row) o.on_row(row);
+            report.rows.push_back(std::move(row));
+          }
         }
       }
     }
@@ -265,31 +285,34 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
 std::string FormatEngineBench(const EngineBenchReport& r) {
   std::string s = absl::StrFormat(
       "device %s: copy %.0f GB/s (read + write); weights %.1f MiB, %.1f MiB read per decode "
-      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s %7s\n",
+      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s %5s %7s\n",
       r.device, r.copy_gbps, r.weight_bytes / 1048576.0, r.weight_bytes_read / 1048576.0, "kv",
       "format", "batch", "context", "prefill_s", "prefill_tok/s", "ms/step", "decode_tok/s",
-      "MiB/step", "GB/s", "of_copy", "graphs", "start_s");
+      "MiB/step", "GB/s", "of_copy", "graphs", "async", "start_s");
   for (const EngineBenchRow& w : r.rows) {
     absl::StrAppendFormat(
-        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s %7.3f\n",
+        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s %5s %7.3f\n",
         w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s, w.prefill_tokens_per_s,
         w.decode_ms_per_step, w.decode_tokens_per_s, w.step_bytes / 1048576.0, w.gbps,
         100 * w.fraction_of_copy,
         // timed steps that replayed a graph
-        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off", w.start_s);
+        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off",
+        w.async_scheduling ? "on" : "off", w.start_s);
   }
   absl::StrAppendFormat(
-      &s, "host us per decode step (Step's wall and CPU time, by phase)\n%-8s %6s %7s %6s %8s %8s",
-      "kv", "batch", "context", "graphs", "wall", "cpu");
+      &s,
+      "host us per decode step (Step's wall and CPU time, by phase)\n%-8s %6s %7s %6s %5s %8s %8s",
+      "kv", "batch", "context", "graphs", "async", "wall", "cpu");
   for (int p = 0; p < static_cast<int>(worker::StepPhase::kCount); ++p) {
     absl::StrAppendFormat(&s, " %8s",
                           worker::StepPhaseName(static_cast<worker::StepPhase>(p)).substr(0, 8));
   }
   absl::StrAppendFormat(&s, " %8s %8s\n", "metrics", "events");
   for (const EngineBenchRow& w : r.rows) {
-    absl::StrAppendFormat(&s, "%-8s %6d %7d %6s %8.2f %8.2f", w.kv_cache_dtype, w.batch, w.context,
-                          w.cuda_graph_max_batch > 0 ? absl::StrCat(w.cuda_graph_max_batch) : "off",
-                          w.host_us_per_step, w.host_cpu_us_per_step);
+    absl::StrAppendFormat(
+        &s, "%-8s %6d %7d %6s %5s %8.2f %8.2f", w.kv_cache_dtype, w.batch, w.context,
+        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.cuda_graph_max_batch) : "off",
+        w.async_scheduling ? "on" : "off", w.host_us_per_step, w.host_cpu_us_per_step);
     for (double us : w.phase_us) absl::StrAppendFormat(&s, " %8.2f", us);
     absl::StrAppendFormat(&s, " %8.2f %8.2f\n", w.metrics_us_per_step, w.kv_events_per_step);
   }

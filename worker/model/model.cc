@@ -238,7 +238,15 @@ void Model::ReserveScratch(int64_t tokens, int64_t logit_rows, int64_t samples, 
   ReserveActivations(tokens);
   ReserveLogits(logit_rows);
   // Logprobs: one per draw, and one per prompt row (prompt_logprobs).
-  Reserve(scratch_.results, samples + (samples + logit_rows) * kLogprobWords);
+  const int64_t result_words = samples + (samples + logit_rows) * kLogprobWords;
+  Reserve(scratch_.results, result_words);
+  // Async scheduling's: the results in pinned memory, and the pending rows' lists.
+  for (kernels::Buffer<uint32_t>& pinned : scratch_.results_pinned) {
+    if (pinned.size() < static_cast<size_t>(result_words)) {
+      pinned = kernels::Buffer<uint32_t>(backend_, result_words, /*host=*/true);
+    }
+  }
+  Reserve(scratch_.pending, 2 * seqs);
   Reserve(scratch_.host_rows, HostRowsPerCopy() * config_.vocab_size);
   // The packed batch (Forward) at its largest: each part padded to 8 bytes, a sequence per
   // logits row at most, the block tables at their widest, a logprobs request per sample and
@@ -330,12 +338,52 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     backend_->Logprobs(lp);
   }
   Lap(&ForwardTimes::launch);
+  if (b.async_results) {  // into pinned memory; Collect waits and unpacks
+    const int slot = scratch_.next_results_slot;
+    scratch_.next_results_slot ^= 1;
+    kernels::Buffer<uint32_t>& pinned = scratch_.results_pinned[slot];
+    if (pinned.size() < static_cast<size_t>(words)) {
+      pinned = kernels::Buffer<uint32_t>(backend_, std::max<size_t>(words, 2 * pinned.size()),
+                                         /*host=*/true);
+    }
+    out->in_flight = true;
+    out->results_slot = slot;
+    out->download_ticket =
+        backend_->StartDownload(pinned.data(), results, sizeof(uint32_t) * words);
+    return;
+  }
   std::vector<uint32_t>& host = scratch_.results_host;
   host.resize(words);
   backend_->Download(host.data(), results, sizeof(uint32_t) * words);
+  UnpackResults(b, host.data(), out);
+  Lap(&ForwardTimes::download);
+}
+
+void Model::Collect(const ForwardBatch& b, ForwardOutput& out) {
+  if (!out.in_flight) return;
+  backend_->WaitDownload(out.download_ticket);
+  UnpackResults(b, scratch_.results_pinned[out.results_slot].data(), &out);
+  out.in_flight = false;
+}
+
+void Model::GatherPending(const ForwardBatch& b, const int32_t* token_ids) {
+  const auto n = static_cast<int64_t>(b.pending_rows.size());
+  if (n == 0) return;
+  // The previous step's tokens lead its results (Draw): nothing has written them since.
+  backend_->GatherTokens({.dst = const_cast<int32_t*>(token_ids),
+                          .src = reinterpret_cast<const int32_t*>(scratch_.results.data()),
+                          .rows = scratch_.pending.data(),
+                          .from = scratch_.pending.data() + n,
+                          .n = n});
+}
+
+void Model::UnpackResults(const ForwardBatch& b, const uint32_t* host, ForwardOutput* out) const {
+  constexpr int kTop = kernels::kMaxTopLogprobs;
+  const auto n = static_cast<int64_t>(b.samples.size());
+  const auto num = static_cast<int64_t>(b.logprobs.size());
   out->tokens.resize(n);
-  std::memcpy(out->tokens.data(), host.data(), sizeof(int32_t) * n);
-  const uint32_t* h = host.data() + n;
+  std::memcpy(out->tokens.data(), host, sizeof(int32_t) * n);
+  const uint32_t* h = host + n;
   for (int64_t k = 0; k < num; ++k) {
     const kernels::LogprobRequest& q = b.logprobs[k];
     TokenLogprobs t;
@@ -351,7 +399,6 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     }
     out->logprobs.push_back(std::move(t));
   }
-  Lap(&ForwardTimes::download);
 }
 
 absl::Status Model::AllReduce(float* data, size_t count) {
@@ -383,6 +430,13 @@ absl::StatusOr<ForwardOutput> Model::Forward(const ForwardBatch& b, KvStorage& k
 absl::StatusOr<ForwardOutput> Model::RunForward(const ForwardBatch& b, KvStorage& kv) {
   // The logits adjustments first: their lists go up with the batch, in stream order.
   StageAdjustments(b);
+  if (!b.pending_rows.empty()) {  // rows, then their samples, in one upload
+    std::vector<int32_t>& host = scratch_.pending_host;
+    host.assign(b.pending_rows.begin(), b.pending_rows.end());
+    host.insert(host.end(), b.pending_from.begin(), b.pending_from.end());
+    backend_->Upload(Reserve(scratch_.pending, host.size()), host.data(),
+                     sizeof(int32_t) * host.size());
+  }
   if (graphs_ != nullptr && !b.after_kv_write && graphs_->Fits(b)) return ForwardGraph(b, kv);
   Scratch& s = scratch_;
   // The batch, packed (8-byte aligned parts) and uploaded in one copy.
@@ -415,6 +469,7 @@ absl::StatusOr<ForwardOutput> Model::RunForward(const ForwardBatch& b, KvStorage
   const auto* samples = reinterpret_cast<const kernels::SampleRequest*>(batch + samples_at);
   const auto* logprob_requests =
       reinterpret_cast<const kernels::LogprobRequest*>(batch + logprobs_at);
+  GatherPending(b, in.token_ids);
   after_kv_write_ = b.after_kv_write ? &b.after_kv_write : nullptr;
   Lap(&ForwardTimes::inputs);
   absl::StatusOr<const float*> logits = RunModel(in, kv);
@@ -426,6 +481,7 @@ absl::StatusOr<ForwardOutput> Model::RunForward(const ForwardBatch& b, KvStorage
 absl::StatusOr<ForwardOutput> Model::ForwardGraph(const ForwardBatch& b, KvStorage& kv) {
   const kernels::KvCacheView cache = kv.View(0);
   const DecodeGraphs::Step step = graphs_->Prepare(b, cache.block_size, cache.k);
+  GatherPending(b, step.inputs.token_ids);
   Lap(&ForwardTimes::inputs);
   if (const DecodeGraphs::Recorded r = graphs_->Find(step);
       r.graph >= 0 && backend_->ReplayGraph(r.graph)) {

@@ -69,6 +69,14 @@ struct ForwardBatch {
   std::function<void(int rank, int layer)> after_kv_write;
   // Rank 0 times its phases into ForwardOutput::times (the engine's step profile).
   bool time_phases = false;
+  // Async scheduling. Rows whose token is the previous step's draw, which the host does not know
+  // yet: token_ids[pending_rows[i]] is a placeholder that the model replaces, on the device,
+  // with that step's sample pending_from[i] (Backend::GatherTokens).
+  std::vector<int32_t> pending_rows, pending_from;
+  // The draw's results stay in flight: Forward returns once the step is queued
+  // (ForwardOutput::in_flight) and Model::Collect completes the output. Rank 0, no host logits
+  // rows, no more than one such step between collects.
+  bool async_results = false;
 };
 
 struct ForwardOutput {
@@ -79,6 +87,10 @@ struct ForwardOutput {
   bool recorded_graph = false;          // the step ran eagerly and recorded its decode graph
   double sim_seconds = 0;               // --device sim: the step's time on the simulated GPU
   ForwardTimes times;                   // rank 0's, when ForwardBatch::time_phases
+  // An async_results step whose tokens and logprobs are still on their way (Model::Collect).
+  bool in_flight = false;
+  int64_t download_ticket = -1;  // Backend::StartDownload's
+  int results_slot = 0;          // the pinned buffer they land in
 };
 
 // Which part of the model a tensor-parallel rank holds: query heads [rank·heads/size, ...),
@@ -120,6 +132,9 @@ class Model {
   // rank 0 gets the output (the others an empty one). Fails only when a collective does (a peer
   // errored or stalled). With graph_max_batch, a decode step replays a graph where it can.
   absl::StatusOr<ForwardOutput> Forward(const ForwardBatch& batch, KvStorage& kv);
+  // Completes an output that Forward left in flight (ForwardBatch::async_results): waits for
+  // its results and unpacks them. `batch` is the step's.
+  void Collect(const ForwardBatch& batch, ForwardOutput& out);
 
   // Allocates the buffers of the largest step (`tokens`, `logit_rows`, `samples`, `context`),
   // the backend's scratch and the decode graphs' inputs included, so that the KV pool is sized
@@ -163,6 +178,12 @@ class Model {
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
+    // Async scheduling: in-flight results land in pinned memory, two steps' apart
+    // (next_results_slot), and the pending rows' lists go up here.
+    kernels::Buffer<uint32_t> results_pinned[2];
+    int next_results_slot = 0;
+    kernels::Buffer<int32_t> pending;
+    std::vector<int32_t> pending_host;
     std::vector<uint8_t> adjust_host;           // the logits adjustments' lists, packed
     kernels::Buffer<uint8_t> adjust;            // and uploaded (StageAdjustments)
     kernels::AdjustLogitsParams adjust_params;  // the step's, but for the logits
@@ -230,6 +251,10 @@ class Model {
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
             const kernels::SampleRequest* samples, const kernels::LogprobRequest* logprob_requests,
             ForwardOutput* out);
+  // The draw's results (tokens, then logprobs as Draw lays them out) from host memory.
+  void UnpackResults(const ForwardBatch& b, const uint32_t* host, ForwardOutput* out) const;
+  // The pending rows' tokens from the previous step's draw, into `token_ids` (backend memory).
+  void GatherPending(const ForwardBatch& b, const int32_t* token_ids);
 
   Model(const ModelConfig& config, kernels::Backend* backend, const ModelLoadOptions& options);
   // Where this rank's slices start: its first query head, KV head and MLP row.

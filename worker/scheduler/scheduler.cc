@@ -124,14 +124,15 @@ void Scheduler::Take(Sequence* seq, int start, int n, StepBudget& b, Output& out
   b.rows -= LogitRows(*seq, start, n);
 }
 
-Scheduler::Output Scheduler::Schedule() {
+Scheduler::Output Scheduler::Schedule(bool may_preempt) {
   Output out;
   StepBudget b;
   b.tokens = config_.max_num_batched_tokens;
   b.rows = config_.max_logit_rows > 0 ? config_.max_logit_rows : std::numeric_limits<int>::max();
   for (const Sequence* seq : running_) b.slots += Slots(*seq);
-  ScheduleRunning(b, out);
-  if (!out.preempted.empty()) return out;  // no admissions while memory is short
+  ScheduleRunning(b, may_preempt, out);
+  // No admissions while memory is short.
+  if (!out.preempted.empty() || out.blocked) return out;
   ScheduleSwapped(b, out);
   if (!swapped_.empty()) return out;
   AdmitWaiting(b, out);
@@ -140,7 +141,7 @@ Scheduler::Output Scheduler::Schedule() {
 
 // Running sequences in priority order; when blocks run out, the lowest-priority, latest one is
 // preempted (possibly the one being scheduled).
-void Scheduler::ScheduleRunning(StepBudget& b, Output& out) {
+void Scheduler::ScheduleRunning(StepBudget& b, bool may_preempt, Output& out) {
   // Sorted already at steady state (a step appends admissions in order): one pass checks it.
   if (!std::is_sorted(running_.begin(), running_.end(), Before)) {
     std::sort(running_.begin(), running_.end(), Before);
@@ -152,6 +153,7 @@ void Scheduler::ScheduleRunning(StepBudget& b, Output& out) {
     --later;
     if (b.tokens == 0) break;
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier in this loop
+    if (seq->ends_when_applied) continue;              // its last token is on its way
     if (!PrefillAllowed(*seq, b)) continue;
     const int start = seq->num_computed_tokens;
     // A prompt's rows leave one for each running sequence after it.
@@ -159,6 +161,10 @@ void Scheduler::ScheduleRunning(StepBudget& b, Output& out) {
                           ReturnsPromptLogits(*seq) ? b.rows - later : b.rows);
     if (n == 0) continue;
     bool ok = kv_->Allocate(*seq, n, {});
+    if (!ok && !may_preempt) {
+      out.blocked = true;
+      return;
+    }
     while (!ok) {
       Sequence* victim = running_.back();
       Preempt(victim);

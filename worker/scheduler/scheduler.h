@@ -60,6 +60,9 @@ class Scheduler {
   struct Output {
     std::vector<ScheduledSeq> scheduled;
     std::vector<Sequence*> preempted;
+    // Without may_preempt: a running sequence found no blocks and nothing was preempted; the
+    // step is not complete (the caller settles what it waits for and schedules again).
+    bool blocked = false;
   };
   struct Counters {
     int64_t preemptions = 0;
@@ -81,7 +84,11 @@ class Scheduler {
 
   // One step's choice: running sequences first (preempting when blocks run out), then swapped
   // ones back when nothing was preempted, then waiting ones when nothing is left swapped.
-  Output Schedule();
+  // Running sequences that end_when_applied are left out. Without `may_preempt` (a step is in
+  // flight: its sequences' last tokens are placeholders, which a recompute would feed back),
+  // running out of blocks ends the choice as `blocked`; the blocks allocated so far stay, and
+  // the next call finds them.
+  Output Schedule(bool may_preempt = true);
 
   [[nodiscard]] int num_running() const { return static_cast<int>(running_.size()); }
   [[nodiscard]] int num_waiting() const { return static_cast<int>(waiting_.size()); }
@@ -102,7 +109,7 @@ class Scheduler {
     int prefills = 0, long_prefills = 0;
   };
   // The phases of Schedule().
-  void ScheduleRunning(StepBudget& b, Output& out);
+  void ScheduleRunning(StepBudget& b, bool may_preempt, Output& out);
   void ScheduleSwapped(StepBudget& b, Output& out);
   void AdmitWaiting(StepBudget& b, Output& out);
   // Whether `seq` may prefill in this step (--max-num-partial-prefills and the long-prompt
