@@ -119,6 +119,9 @@ run_check engine_8b 240 "$build/bin/kvserve-bench" engine --model "$model8b" --d
   --json-out "$out/engine_8b_bench.json"
 cat "$out/engine_8b.log" 2>/dev/null
 rm -rf "$model8b"
+# Issue 61's rows (engine_8b.json, for docs/gpu-runs/<date>/): ms per step against the roofline.
+[[ -f $out/engine_8b_bench.json ]] &&
+  python3 tests/gpu/engine_8b.py "$out/engine_8b_bench.json" "$out/engine_8b.json"
 # The whole engine (GEMMs, attention, sampling, host work) on a random-weight model of Llama 3.2
 # 1B's shape, bf16 weights: prefill and decode throughput per KV cache dtype, and how close a
 # decode step comes to reading its weights and KV at copy bandwidth.
