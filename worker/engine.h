@@ -105,9 +105,11 @@ class Engine {
   // Ends every request (finish reason abort) and frees its blocks; returns their ids.
   std::vector<std::string> AbortAll();
 
-  // One step: Schedule(), then the model runs the plan, then UpdateFromOutput(). Returns the
-  // new tokens of every sample that has some, and the finished ones. An error means the model
-  // runner failed; the engine cannot step again.
+  // One step: the scheduler picks, the model runs the plan, then UpdateFromOutput(). Returns
+  // the new tokens of every sample that has some, and the finished ones. With async scheduling
+  // (async_scheduling()) the step is queued and the one before it applied: its outputs are
+  // that step's, and the step after an idle engine's first says nothing. An error means the
+  // model runner failed; the engine cannot step again.
   absl::StatusOr<std::vector<SequenceOutput>> Step();
   // Step() into `outs`, which it overwrites: its elements, with their strings' and lists'
   // memory, are reused, so that a caller keeping one vector across steps (the worker's loop)
