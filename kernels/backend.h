@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -257,6 +259,16 @@ class Backend {
   // ones and those kept for recorded graphs (0 on the CPU). A stream-ordered pool (CUDA's
   // cudaMallocAsync) need not return freed memory to the device, so MemoryInfo cannot say.
   [[nodiscard]] virtual size_t ScratchBytes() const { return 0; }
+  // Device time per op, for a step's breakdown by kernel (CUDA: events around each op on the
+  // compute stream, a graph replay timed as one op, "graph"; none while a graph records). Off
+  // by default; nothing on the CPU. TakeOpTimes waits for the ops timed so far and returns
+  // their milliseconds and calls by op name, clearing them.
+  struct OpTime {
+    double ms = 0;
+    int64_t count = 0;
+  };
+  virtual void EnableOpTiming(bool /*on*/) {}
+  virtual std::map<std::string, OpTime> TakeOpTimes() { return {}; }
 
   // Graphs (CUDA graphs; SupportsGraphs is false on the CPU): ops issued between BeginGraph and
   // EndGraph are recorded, not run, and ReplayGraph issues them again as one launch with the

@@ -86,6 +86,9 @@ ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs")
 ABSL_FLAG(std::string, async, "auto",
           "engine: comma-separated async scheduling modes, one engine each: auto (on for CUDA "
           "with one rank), on, off");
+ABSL_FLAG(bool, op_times, false,
+          "engine: time each op of the timed decode steps on the device (CUDA events; adds "
+          "their cost to ms/step)");
 ABSL_FLAG(bool, prefix_caching, true,
           "engine: hash and cache full blocks as a worker does (their KV events counted)");
 ABSL_FLAG(std::string, kv_cache_dtypes, "auto",
@@ -167,6 +170,13 @@ nlohmann::json PhaseJson(const std::vector<double>& phase_us) {
   return j;
 }
 
+// A row's device time per op: µs and calls per step, by op.
+nlohmann::json OpJson(const std::vector<bench::EngineBenchRow::OpUs>& ops) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& op : ops) j[op.op] = {{"us", op.us_per_step}, {"calls", op.calls_per_step}};
+  return j;
+}
+
 nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const bench::EngineBenchRow& w : r.rows) {
@@ -192,7 +202,8 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"host_cpu_us_per_step", w.host_cpu_us_per_step},
                     {"phase_us", PhaseJson(w.phase_us)},
                     {"metrics_us_per_step", w.metrics_us_per_step},
-                    {"kv_events_per_step", w.kv_events_per_step}});
+                    {"kv_events_per_step", w.kv_events_per_step},
+                    {"op_us", OpJson(w.op_us)}});
   }
   return {{"device", r.device},
           {"copy_gbps", r.copy_gbps},
@@ -209,6 +220,7 @@ int EngineBench() {
   o.attention_kernel = absl::GetFlag(FLAGS_attention_kernel);
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.op_times = absl::GetFlag(FLAGS_op_times);
   o.async_scheduling = absl::StrSplit(absl::GetFlag(FLAGS_async), ',', absl::SkipEmpty());
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.kv_cache_dtypes = absl::StrSplit(absl::GetFlag(FLAGS_kv_cache_dtypes), ',', absl::SkipEmpty());

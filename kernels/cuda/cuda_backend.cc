@@ -17,6 +17,7 @@
 #include "kernels/cuda/fingerprint.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/logits_processing.h"
+#include "kernels/cuda/op_times.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/staged_uploads.h"
@@ -163,6 +164,7 @@ class CudaBackend final : public Backend {
     if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
     DropGraphs();
     uploads_.Release();
+    op_times_.Release();
     for (cudaEvent_t e : download_done_) {
       if (e != nullptr) cudaEventDestroy(e);
     }
@@ -297,6 +299,7 @@ class CudaBackend final : public Backend {
     auto it = graphs_.find(graph);
     if (it == graphs_.end()) return false;
     AwaitAllCopies();
+    const cuda::OpTimes::Scope timed(op_times_, "graph", stream_, recording_);
     KVSERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     return true;
   }
@@ -310,6 +313,12 @@ class CudaBackend final : public Backend {
     // After the replays queued so far, which may read them.
     for (const auto& [p, bytes] : kept_scratch_) KVSERVE_CUDA_CHECK(cudaFreeAsync(p, stream_));
     kept_scratch_.clear();
+  }
+
+  void EnableOpTiming(bool on) override { op_times_.Enable(on); }
+  std::map<std::string, OpTime> TakeOpTimes() override {
+    Current();
+    return op_times_.Take();
   }
 
   size_t ScratchBytes() const override {
@@ -380,6 +389,7 @@ class CudaBackend final : public Backend {
   }
   void GatherTokens(const GatherTokensParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "gather_tokens", stream_, recording_);
     cuda::LaunchGatherTokens(p.dst, p.src, p.rows, p.from, p.n, stream_);
   }
 
@@ -402,6 +412,7 @@ class CudaBackend final : public Backend {
 
   void Gemm(const GemmParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "gemm", stream_, recording_);
     if (p.m == 0 || p.n == 0) return;
     const float alpha = 1.0f, beta = 0.0f;
     const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
@@ -430,6 +441,7 @@ class CudaBackend final : public Backend {
 
   void Embedding(const EmbeddingParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "embedding", stream_, recording_);
     CHECK(p.table_type == DType::kF32 || p.table_type == DType::kF16 ||
           p.table_type == DType::kBF16)
         << "embedding table type " << DTypeName(p.table_type);
@@ -439,6 +451,7 @@ class CudaBackend final : public Backend {
 
   void RmsNorm(const RmsNormParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "rms_norm", stream_, recording_);
     CHECK(p.group_rows == 0 || p.residual == nullptr) << "RmsNorm: groups take no residual";
     CHECK(p.out16 == nullptr || p.group_rows == 0) << "RmsNorm: out16 takes no groups";
     CheckOut16Type(p.out16, p.out16_type);
@@ -448,12 +461,14 @@ class CudaBackend final : public Backend {
 
   void Rope(const RopeParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "rope", stream_, recording_);
     cuda::LaunchRope(p.x, p.positions, p.inv_freq, p.num_tokens, p.num_heads, p.head_dim,
                      p.row_stride, stream_);
   }
 
   void SiluMul(const SiluMulParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "silu_mul", stream_, recording_);
     CheckOut16Type(p.out16, p.out16_type);
     cuda::LaunchSiluMul(p.gate_up, p.out, p.out16, p.out16_type == DType::kBF16, p.num_tokens,
                         p.inter, stream_);
@@ -461,6 +476,7 @@ class CudaBackend final : public Backend {
 
   void WriteKv(const WriteKvParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "write_kv", stream_, recording_);
     AwaitCopies(p.cache);
     const KvCacheView& c = p.cache;
     cuda::KvWriteArgs a;
@@ -491,6 +507,7 @@ class CudaBackend final : public Backend {
 
   void PagedAttention(const PagedAttentionParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "attention", stream_, recording_);
     AwaitCopies(p.cache);
     CheckOut16Type(p.out16, p.out16_type);
     const cuda::AttnArgs a = cuda::MakeAttnArgs(p);
@@ -584,11 +601,13 @@ class CudaBackend final : public Backend {
 
   void AdjustLogits(const AdjustLogitsParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "adjust_logits", stream_, recording_);
     cuda::LaunchAdjustLogits(p, stream_);
   }
 
   void Sample(const SampleParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "sample", stream_, recording_);
     cuda::LaunchSample(p, stream_);
   }
 
@@ -610,6 +629,7 @@ class CudaBackend final : public Backend {
 
   void Logprobs(const LogprobsParams& p) override {
     Current();
+    const cuda::OpTimes::Scope timed(op_times_, "logprobs", stream_, recording_);
     cuda::LaunchLogprobs(p, stream_);
   }
 
@@ -724,6 +744,7 @@ class CudaBackend final : public Backend {
   std::array<SegmentBuffer, 4> segment_buffers_;
   size_t next_segment_buffer_ = 0;
   cuda::StagedUploads uploads_;  // Upload's pinned ring
+  cuda::OpTimes op_times_;       // EnableOpTiming's
   // StartDownload's events, by ticket modulo their count.
   std::array<cudaEvent_t, 8> download_done_{};
   int64_t next_download_ = 0;

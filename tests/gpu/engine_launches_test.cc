@@ -4,6 +4,7 @@
 // count per layer is the difference between a two-layer and a one-layer model of one shape.
 // With CUDA graphs (--cuda-graph-max-batch), a decode step replays the whole model as one
 // launch, whatever its depth.
+#include <map>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -28,6 +29,7 @@ struct StepCase {
   bool penalties = false;  // a presence penalty: the logits adjustments' lists go up too
   int decode_before = 0;   // decode steps before the one counted
   bool async = false;      // async scheduling (on by default on CUDA; off to count one step)
+  bool time_ops = false;   // Backend::EnableOpTiming around the counted step
 };
 
 // A decode step's kernel launches and host waits for the device (emulation::SyncCount), and
@@ -36,6 +38,7 @@ struct StepCounts {
   int64_t launches = 0;
   int64_t syncs = 0;
   int64_t queued = 0;
+  std::map<std::string, kernels::Backend::OpTime> ops;  // with time_ops
 };
 
 // Launches of the first decode step of one sequence (with graphs, a replay of the graph
@@ -68,15 +71,19 @@ StepCounts DecodeStepCounts(const StepCase& c) {
   EXPECT_OK(engine->AddRequest(std::move(request)));
   EXPECT_OK(engine->Step().status());  // the prompt
   for (int i = 0; i < c.decode_before; ++i) EXPECT_OK(engine->Step().status());
+  kernels::Backend& device = engine->runner().backend(0);
+  device.EnableOpTiming(c.time_ops);
   const int64_t launches = emulation::LaunchCount(), syncs = emulation::SyncCount();
   const int64_t graph_steps = engine->stats().graph_steps;
   EXPECT_OK(engine->Step().status());
   const int64_t queued = emulation::QueuedWork();
+  std::map<std::string, kernels::Backend::OpTime> ops = device.TakeOpTimes();
   // Run ahead, the step's graph is counted when it is applied: by the next step.
   if (!c.async) {
     EXPECT_EQ(engine->stats().graph_steps - graph_steps, c.graph_max_batch > 0 ? 1 : 0);
   }
-  return {emulation::LaunchCount() - launches, emulation::SyncCount() - syncs, queued};
+  return {emulation::LaunchCount() - launches, emulation::SyncCount() - syncs, queued,
+          std::move(ops)};
 }
 
 int64_t DecodeStepLaunches(const StepCase& c) { return DecodeStepCounts(c).launches; }
@@ -178,6 +185,28 @@ TEST(EngineLaunchesTest, RunAheadTheDeviceStillHasTheStepWhenStepReturns) {
     EXPECT_EQ(ahead.launches, serial.launches + 1);
     EXPECT_EQ(ahead.syncs, 1);
   }
+}
+
+// The per-op device times (kvserve-bench engine --op-times) account for every op of a step:
+// 2 layers of bf16 weights eagerly, and a graph replay as one op.
+TEST(EngineLaunchesTest, OpTimesAccountForEveryLaunch) {
+  const StepCounts eager = DecodeStepCounts({.layers = 2, .time_ops = true});
+  const std::map<std::string, int64_t> want = {{"gemm", 9},      {"rms_norm", 5}, {"write_kv", 2},
+                                               {"attention", 2}, {"silu_mul", 2}, {"embedding", 2},
+                                               {"sample", 1},    {"logprobs", 1}};
+  int64_t calls = 0;
+  for (const auto& [op, t] : eager.ops) {
+    EXPECT_EQ(t.count, want.contains(op) ? want.at(op) : -1) << op;
+    EXPECT_GE(t.ms, 0) << op;
+    calls += t.count;
+  }
+  // One op, two launches: the LM head's gemm rounds its float input to bf16 first.
+  EXPECT_EQ(calls, eager.launches - 1);
+  const StepCounts graphs = DecodeStepCounts({.layers = 2, .graph_max_batch = 8, .time_ops = true});
+  ASSERT_TRUE(graphs.ops.contains("graph"));
+  EXPECT_EQ(graphs.ops.at("graph").count, 1);
+  EXPECT_FALSE(graphs.ops.contains("gemm")) << "a replay's ops are not timed one by one";
+  EXPECT_TRUE(DecodeStepCounts({.layers = 2}).ops.empty()) << "off by default";
 }
 
 }  // namespace

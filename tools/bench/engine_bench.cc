@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -158,12 +159,24 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   const int64_t graph_steps_before = engine.stats().graph_steps;
   EventCounter events;
   engine.SetKvEventListener(&events);
+  kernels::Backend& device = engine.runner().backend(0);
+  if (o.op_times) {
+    device.TakeOpTimes();  // what ran before the window
+    device.EnableOpTiming(true);
+  }
   engine.EnableStepProfile(true);
   start = Clock::now();
   for (int s = 0; s < o.decode_steps; ++s) RETURN_IF_ERROR(decode_step());
   const double decode_s = Seconds(start);
+  // Applied in the window (run ahead, the window's last step is applied after it).
+  const int64_t graph_steps_after = engine.stats().graph_steps;
   const worker::StepProfile profile = engine.step_profile();
   engine.EnableStepProfile(false);
+  std::map<std::string, kernels::Backend::OpTime> op_times;
+  if (o.op_times) {
+    op_times = device.TakeOpTimes();
+    device.EnableOpTiming(false);
+  }
   engine.SetKvEventListener(nullptr);
   // The metrics' read, timed apart so that the window above is the engine's alone.
   start = Clock::now();
@@ -178,7 +191,7 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   row.decode_tokens_per_s = static_cast<double>(batch) * o.decode_steps / decode_s;
   // Step k of the window reads each sequence's tokens computed before the window, plus k + 1.
   const worker::EngineStats stats = engine.stats();
-  row.graph_steps = static_cast<int>(stats.graph_steps - graph_steps_before);
+  row.graph_steps = static_cast<int>(graph_steps_after - graph_steps_before);
   const double kv_bytes_per_token =
       static_cast<double>(stats.kv_bytes_per_block) / engine.config().cache.block_size;
   row.step_kv_bytes =
@@ -186,6 +199,12 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   row.step_bytes = static_cast<double>(weight_bytes_read) + row.step_kv_bytes;
   row.gbps = row.step_bytes / (1e-3 * row.decode_ms_per_step) / 1e9;
   AddHostTimes(profile, metrics_s, events.events(), row);
+  for (const auto& [op, t] : op_times) {
+    row.op_us.push_back(
+        {op, 1e3 * t.ms / o.decode_steps, static_cast<double>(t.count) / o.decode_steps});
+  }
+  std::sort(row.op_us.begin(), row.op_us.end(),
+            [](const auto& a, const auto& b) { return a.us_per_step > b.us_per_step; });
   return row;
 }
 
@@ -315,6 +334,22 @@ std::string FormatEngineBench(const EngineBenchReport& r) {
         w.async_scheduling ? "on" : "off", w.host_us_per_step, w.host_cpu_us_per_step);
     for (double us : w.phase_us) absl::StrAppendFormat(&s, " %8.2f", us);
     absl::StrAppendFormat(&s, " %8.2f %8.2f\n", w.metrics_us_per_step, w.kv_events_per_step);
+  }
+  for (const EngineBenchRow& w : r.rows) {
+    if (w.op_us.empty()) continue;
+    absl::StrAppendFormat(
+        &s, "device us per decode step by op: %s batch %d x %d, graphs %s, async %s\n",
+        w.kv_cache_dtype, w.batch, w.context,
+        w.cuda_graph_max_batch > 0 ? absl::StrCat(w.cuda_graph_max_batch) : "off",
+        w.async_scheduling ? "on" : "off");
+    double total = 0;
+    for (const EngineBenchRow::OpUs& op : w.op_us) total += op.us_per_step;
+    for (const EngineBenchRow::OpUs& op : w.op_us) {
+      absl::StrAppendFormat(&s, "  %-14s %9.1f us %5.1f%% %7.1f calls\n", op.op, op.us_per_step,
+                            total > 0 ? 100 * op.us_per_step / total : 0.0, op.calls_per_step);
+    }
+    absl::StrAppendFormat(&s, "  %-14s %9.1f us of %9.1f us per step\n", "ops", total,
+                          1e3 * w.decode_ms_per_step);
   }
   return s;
 }

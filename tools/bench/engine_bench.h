@@ -53,6 +53,13 @@ struct EngineBenchRow {
   // and evictions, each one the worker encodes and publishes).
   double metrics_us_per_step = 0;
   double kv_events_per_step = 0;
+  // With EngineBenchOptions::op_times: the device's time per op over the timed window, µs and
+  // calls per decode step, by op name (Backend::TakeOpTimes; empty on the CPU).
+  struct OpUs {
+    std::string op;
+    double us_per_step = 0, calls_per_step = 0;
+  };
+  std::vector<OpUs> op_us;
 };
 
 struct EngineBenchOptions {
@@ -77,6 +84,9 @@ struct EngineBenchOptions {
   uint64_t seed = 1;
   // As served (the worker's default): full blocks are hashed and cached, and fire KV events.
   bool prefix_caching = true;
+  // Times each op of the timed window on rank 0's device (CUDA events around each op; the
+  // step's ms then include the events' own cost: compare with a run without it).
+  bool op_times = false;
   // Called with each row as it is measured (the CLI prints it at once, so that a run cut short
   // still shows what it measured).
   std::function<void(const EngineBenchRow&)> on_row;
@@ -100,7 +110,8 @@ int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes);
 // that none happens).
 absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& options);
 
-// The rows' throughput table, then their host time per decode step by phase.
+// The rows' throughput table, their host time per decode step by phase, and (op_times) the
+// device's time per op.
 std::string FormatEngineBench(const EngineBenchReport& report);
 
 }  // namespace kvserve::bench
