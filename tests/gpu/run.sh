@@ -110,7 +110,8 @@ cat "$out/kv_staging_bench.log" 2>/dev/null
 model8b=/tmp/kvserve-llama-8b
 if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
   shapes8b=(--attention-kernel tensor-cores --batches 1,32,64 --contexts 1024)
-else shapes8b=(--batches 1 --contexts 1024); fi
+  ops8b=(--attention-kernel tensor-cores --batches 1,32 --contexts 1024)
+else shapes8b=(--batches 1 --contexts 1024) ops8b=(--batches 1 --contexts 1024); fi
 run_check make_model_8b 150 "$build/bin/kvserve-make-model" --vocab-size 128256 \
   --hidden-size 4096 --num-layers 32 --num-heads 32 --num-kv-heads 8 --intermediate-size 14336 \
   --out "$model8b"
@@ -118,6 +119,11 @@ run_check engine_8b 240 "$build/bin/kvserve-bench" engine --model "$model8b" --d
   "${shapes8b[@]}" --decode-steps 16 --cuda-graph-max-batch 0,64 --async off,on \
   --json-out "$out/engine_8b_bench.json"
 cat "$out/engine_8b.log" 2>/dev/null
+# Where a step's time goes, kernel by kernel (CUDA events around each op, so apart from the
+# timed rows above): eager, async off, batch 1 and 32 (batch 1 on SIMT).
+run_check engine_8b_ops 120 "$build/bin/kvserve-bench" engine --model "$model8b" --device cuda \
+  "${ops8b[@]}" --decode-steps 8 --async off --op-times --json-out "$out/engine_8b_ops.json"
+grep -A16 "device us per decode step by op" "$out/engine_8b_ops.log" 2>/dev/null
 rm -rf "$model8b"
 # Issue 61's rows (engine_8b.json, for docs/gpu-runs/<date>/): ms per step against the roofline.
 [[ -f $out/engine_8b_bench.json ]] &&
@@ -138,6 +144,11 @@ run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --
   --kv-cache-dtypes auto,int8,int4 "${engine_shapes[@]}" --decode-steps 16 \
   --json-out "$out/engine_bench.json"
 cat "$out/engine_bench.log" 2>/dev/null
+# The 1B step by kernel (its ~120 us per layer against 13-35 us of attention, 2026-12-04).
+run_check engine_bench_ops 90 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
+  --batches 1,16 --contexts 1024 --decode-steps 8 --async off --op-times \
+  --json-out "$out/engine_bench_ops.json"
+grep -A16 "device us per decode step by op" "$out/engine_bench_ops.log" 2>/dev/null
 # Decode with CUDA graphs against eager launches, side by side (one engine each): short prompts,
 # so that the prefills are cheap, and batches where a step's kernels are short enough for
 # launches to matter. The start_s column's difference is the graphs' recording at start-up.
