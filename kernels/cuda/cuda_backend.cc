@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/copy_blocks.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_scratch.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fingerprint.h"
 #include "kernels/cuda/kv_write.h"
@@ -85,44 +86,6 @@ void CheckOut16Type(const uint16_t* out16, DType type) {
   CHECK(out16 == nullptr || type == DType::kBF16 || type == DType::kF16)
       << "out16_type must be fp16 or bf16, not " << DTypeName(type);
 }
-
-// A device buffer that only grows (stream-ordered allocation, so growing never syncs). A graph
-// recorded with the old buffer reads it still: the backend keeps it (`keep`) while graphs
-// exist, and refuses growth while recording (`grew`).
-class DeviceScratch {
- public:
-  // `zeroed`: each new buffer is zeroed (in stream order) for users that leave it zeroed.
-  explicit DeviceScratch(bool zeroed = false) : zeroed_(zeroed) {}
-
-  // Grows the buffer to at least `bytes`; the old one is freed, or handed to `keep` (when not
-  // null) for what still reads it.
-  void* Get(size_t bytes, cudaStream_t stream, bool* grew,
-            std::vector<std::pair<void*, size_t>>* keep) {
-    if (bytes > bytes_) {
-      *grew = true;
-      if (data_ != nullptr && keep != nullptr) {
-        keep->emplace_back(data_, bytes_);
-      } else if (data_ != nullptr) {
-        KVSERVE_CUDA_CHECK(cudaFreeAsync(data_, stream));
-      }
-      bytes_ = std::max(bytes, bytes_ * 2);
-      KVSERVE_CUDA_CHECK(cudaMallocAsync(&data_, bytes_, stream));
-      if (zeroed_) KVSERVE_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes_, stream));
-    }
-    return data_;
-  }
-  void Release() {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  [[nodiscard]] size_t bytes() const { return bytes_; }
-
- private:
-  const bool zeroed_;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -234,7 +197,7 @@ class CudaBackend final : public Backend {
 
   // The scratch buffer `s`, at least `bytes` long. Growing it keeps the old one while there
   // are recorded graphs, which may read it: they stay valid, and the eager ops use the new one.
-  void* Scratch(DeviceScratch& s, size_t bytes) {
+  void* Scratch(cuda::DeviceScratch& s, size_t bytes) {
     bool grew = false;
     void* p = s.Get(bytes, stream_, &grew, graphs_.empty() ? nullptr : &kept_scratch_);
     CHECK(!grew || !recording_) << "an op recorded into a graph needs more scratch memory than "
@@ -731,9 +694,10 @@ class CudaBackend final : public Backend {
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_ = 0;
   bool recording_ = false;
-  DeviceScratch attention_workspace_, rounded_x_;
-  DeviceScratch fingerprint_sums_;                 // Fingerprint's, one per range
-  DeviceScratch split_counters_{/*zeroed=*/true};  // the pipelined kernel's (zero between steps)
+  cuda::DeviceScratch attention_workspace_, rounded_x_;
+  cuda::DeviceScratch fingerprint_sums_;  // Fingerprint's, one per range
+  // The pipelined kernel's (zero between steps).
+  cuda::DeviceScratch split_counters_{/*zeroed=*/true};
   // Outgrown scratch buffers that recorded graphs read, and their bytes.
   std::vector<std::pair<void*, size_t>> kept_scratch_;
   struct SegmentBuffer {

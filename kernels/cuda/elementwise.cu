@@ -73,8 +73,8 @@ void LaunchRoundTo16(const float* x, uint16_t* out, int64_t n, bool bf16, cudaSt
   LaunchKernel(RoundTo16Kernel, blocks, kThreads, 0, stream, x, out, n, bf16);
 }
 
-void LaunchGatherTokens(int32_t* dst, const int32_t* src, const int32_t* rows,
-                        const int32_t* from, int64_t n, cudaStream_t stream) {
+void LaunchGatherTokens(int32_t* dst, const int32_t* src, const int32_t* rows, const int32_t* from,
+                        int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   LaunchKernel(GatherTokensKernel, (n + kThreads - 1) / kThreads, kThreads, 0, stream, dst, src,
                rows, from, n);
