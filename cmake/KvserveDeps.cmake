@@ -28,7 +28,7 @@ else()
   find_package(msgpack 4 CONFIG REQUIRED)
   add_library(kvserve_msgpack ALIAS msgpackc-cxx)
 endif()
-# gRPC for the endpoint picker's Envoy ext_proc service (router/epp/): libgrpc++-dev and
+# gRPC for the endpoint picker's Envoy ext_proc service (epp/): libgrpc++-dev and
 # protobuf-compiler-grpc (grpc_cpp_plugin).
 find_package(gRPC CONFIG REQUIRED)
 find_program(KVSERVE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

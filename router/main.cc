@@ -19,10 +19,12 @@
 #include "common/hf_config.h"
 #include "common/init.h"
 #include "common/status_macros.h"
+#include "epp/endpoint_picker.h"
+#include "frontend/http/front_flags.h"
+#include "frontend/http/http_front.h"
 #include "glog/logging.h"
-#include "router/epp/endpoint_picker.h"
-#include "router/front_flags.h"
-#include "router/http_front.h"
+#include "router/router_core.h"
+#include "router/router_metrics.h"
 #include "router/routing_flags.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory: tokenizer files and config.json (max length)");
@@ -111,6 +113,13 @@ void WaitForStop() {
 }  // namespace
 
 namespace kvserve::router {
+
+namespace ext_proc = ::envoy::service::ext_proc::v3;
+using epp::EndpointPicker;
+using epp::EndpointPickerOptions;
+using epp::PickOptions;
+using frontend::FrontOptions;
+using frontend::HttpFront;
 
 absl::StatusOr<std::optional<CurveClientKeys>> CurveFromFlags() {
   const std::string own = absl::GetFlag(FLAGS_curve_secret_key_file);
@@ -238,7 +247,7 @@ absl::Status Serve() {
   RETURN_IF_ERROR(FrontFromFlags(absl::GetFlag(FLAGS_max_model_len) > 0
                                      ? absl::GetFlag(FLAGS_max_model_len)
                                      : static_cast<int>(config.max_position_embeddings),
-                                 &f, &o));
+                                 &f, &o.admission));
   ASSIGN_OR_RETURN(std::optional<EndpointPickerOptions> epp_options, PickerFromFlags(f));
   RouterMetrics metrics;
   o.metrics = &metrics;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "router/policies/factory.h"
 #include "router/recycle_coordinator.h"
 #include "router/router_metrics.h"
 

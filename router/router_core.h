@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_checker.h"
+#include "frontend/core.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
 #include "router/kv_fetch.h"
@@ -53,15 +54,8 @@ struct RouterOptions {
   bool coordinate_recycles = true;
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
-  // Admission: sequences (a request of n samples is n) one worker takes from this router at
-  // once (0: the max_num_seqs its heartbeat reports; unlimited when it reports none); a worker
-  // with nothing in flight takes any request. A request that finds every ready worker at its
-  // limit waits in the router's queue, first come first placed.
-  int max_inflight_per_worker = 0;
-  // The queue: past this many waiting, or this long waited, a request is refused with
-  // ResourceExhausted (a 429 with Retry-After at the front).
-  int max_queued = 1024;
-  absl::Duration max_queue_wait = absl::Seconds(30);
+  // Per-worker limits and the router's queue (frontend/core.h).
+  frontend::Admission admission;
   // Peer prefix fetch (router/kv_fetch.h): off unless enabled.
   KvFetchConfig kv_fetch;
   // Disaggregated serving (docs/DISAGGREGATION.md), with workers of role prefill in the pool: a
@@ -71,49 +65,11 @@ struct RouterOptions {
   int64_t max_local_prefill_tokens = 1000;
 };
 
-// A worker as the admin API shows it.
-struct WorkerInfo {
-  int id = 0;
-  std::string name;
-  bool eligible = false;
-  std::string state;  // from the worker's heartbeat: STARTING, READY, DRAINING, RECYCLING, ...
-  double load = 0;
-  int64_t device_blocks_total = 0, device_blocks_active = 0, device_blocks_cached = 0;
-  int num_running = 0, num_waiting = 0;
-  uint64_t instance_id = 0;
-  // The router's side: its in-flight load, its index, the KV-event stream's health.
-  int64_t load_blocks = 0, index_blocks = 0, event_batches = 0, event_gaps = 0, event_joins = 0,
-          snapshots = 0;
-  // Requests the router has on it now, and the most it sends at once (0: no limit).
-  int inflight_requests = 0, inflight_limit = 0;
-};
+// The front end's job and worker view (frontend/core.h), as the core's own.
+using frontend::Job;
+using frontend::WorkerInfo;
 
-struct Job {
-  kvserve::v1::GenerateRequest request;
-  std::string session_key;
-  // Past it the request ends with DeadlineExceeded, queued or running (and is aborted on its
-  // worker). The default: none.
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  // When its HTTP request was read (the router's added latency is measured from it; unset: not
-  // measured).
-  std::chrono::steady_clock::time_point received;
-  // Called on the core thread for every response (and once with an error response when the
-  // job cannot be placed or its worker is lost).
-  std::function<void(const kvserve::v1::GenerateResponse&)> on_response;
-  // Set for an endpoint picker's request (router/epp/): it is placed on the books like any
-  // other (load, the index's assumed blocks, admission and the queue) but never sent; a gateway
-  // sends it to the endpoints on_pick is given. It leaves the books on Abort(request_id).
-  struct Pick {
-    // The gateway's subset hint: endpoints ("ip:port") it may go to; unset: any.
-    std::optional<std::vector<std::string>> subset;
-    int fallbacks = 0;  // endpoints after the first, each the best of those left
-    // On the core thread, once: the endpoints, best first (errors go to on_response).
-    std::function<void(const std::vector<std::string>& endpoints)> on_pick;
-  };
-  std::optional<Pick> pick;
-};
-
-class RouterCore {
+class RouterCore : public frontend::Core {
  public:
   // Requests whose worker went away (or drained) before anything streamed are placed again, on
   // another worker, up to this many placements in all.
@@ -123,30 +79,28 @@ class RouterCore {
   static constexpr int kIdleTurnMs = 25;
 
   explicit RouterCore(const RouterOptions& options);
-  ~RouterCore();
+  ~RouterCore() override;
   void Start();
   void Stop();  // idempotent; joins
 
   // Queue a job for placement. Any thread.
-  void Submit(std::shared_ptr<Job> job) ABSL_LOCKS_EXCLUDED(mu_);
+  void Submit(std::shared_ptr<Job> job) override ABSL_LOCKS_EXCLUDED(mu_);
   // Abort a submitted request (client gone). Any thread.
-  void Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void Abort(const std::string& request_id) override ABSL_LOCKS_EXCLUDED(mu_);
   // A picked request's response began (its gateway saw the headers): its prompt is prefilled,
   // and it counts as decoding. Any thread.
-  void Started(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // True when at least one worker is eligible (for /ready). Any thread.
-  [[nodiscard]] bool ready() const { return eligible_.load() > 0; }
+  void Started(const std::string& request_id) override ABSL_LOCKS_EXCLUDED(mu_);
   // Workers eligible for routing, and known. Any thread.
-  [[nodiscard]] int eligible_workers() const { return eligible_.load(); }
-  [[nodiscard]] int known_workers() const { return known_.load(); }
+  [[nodiscard]] int eligible_workers() const override { return eligible_.load(); }
+  [[nodiscard]] int known_workers() const override { return known_.load(); }
   // Admin: a snapshot of the workers (any thread), and control actions (DRAIN, UNDRAIN,
   // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
-  [[nodiscard]] std::vector<WorkerInfo> Workers() const ABSL_LOCKS_EXCLUDED(info_mu_);
-  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action)
+  [[nodiscard]] std::vector<WorkerInfo> Workers() const override ABSL_LOCKS_EXCLUDED(info_mu_);
+  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action) override
       ABSL_LOCKS_EXCLUDED(mu_, info_mu_);
   // Recycle slots granted so far (the coordinator), and grants revoked because another
   // replica granted a slot at the same moment.
-  [[nodiscard]] int64_t grants() const { return grants_.load(); }
+  [[nodiscard]] int64_t grants() const override { return grants_.load(); }
   [[nodiscard]] int64_t revokes() const { return revokes_.load(); }
 
   // Requests moved to another worker because theirs went silent before they started.

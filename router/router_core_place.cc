@@ -53,7 +53,8 @@ absl::flat_hash_map<int, RouterCore::Load> RouterCore::InflightLoad() const {
 
 int RouterCore::InflightLimit(int w) const {
   KVSERVE_CHECK_THREAD(core_thread_);
-  if (options_.max_inflight_per_worker > 0) return options_.max_inflight_per_worker;
+  if (options_.admission.max_inflight_per_worker > 0)
+    return options_.admission.max_inflight_per_worker;
   const pb::WorkerStatus* st = pool_->status(w);
   return st != nullptr ? std::max(0, st->max_num_seqs()) : 0;
 }
@@ -79,7 +80,7 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
 
 void RouterCore::Enqueue(Move move, bool front) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  if (static_cast<int>(queue_.size()) >= options_.max_queued) {
+  if (static_cast<int>(queue_.size()) >= options_.admission.max_queued) {
     if (options_.metrics != nullptr) options_.metrics->CountRejected("queue_full");
     move.job->on_response(ErrorResponse(
         move.job->request.request_id(), absl::StatusCode::kResourceExhausted,
@@ -117,7 +118,7 @@ void RouterCore::ExpireWaits() {
   KVSERVE_CHECK_THREAD(core_thread_);
   const auto now = std::chrono::steady_clock::now();
   const auto max_wait =
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.max_queue_wait));
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.admission.max_queue_wait));
   const auto expire = [&](Job& job, absl::StatusCode code, const char* reason,
                           absl::string_view why) {
     if (options_.metrics != nullptr) options_.metrics->CountRejected(reason);
@@ -133,7 +134,7 @@ void RouterCore::ExpireWaits() {
     } else if (now - it->since >= max_wait) {
       expire(job, absl::StatusCode::kResourceExhausted, "queue_timeout",
              absl::StrCat("no worker had room for the request within ",
-                          absl::FormatDuration(options_.max_queue_wait),
+                          absl::FormatDuration(options_.admission.max_queue_wait),
                           " (--max-queue-wait-seconds); retry later"));
     } else {
       ++it;

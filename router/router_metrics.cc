@@ -4,25 +4,14 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
-#include "prometheus/text_serializer.h"
 
 namespace kvserve::router {
-namespace {
-
-const prometheus::Histogram::BucketBoundaries& Buckets() {
-  static const prometheus::Histogram::BucketBoundaries b = {
-      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-  return b;
-}
-
-}  // namespace
-
-RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+RouterMetrics::RouterMetrics() {
   auto gauge = [&](const char* name, const char* help) {
-    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry());
   };
   auto counter = [&](const char* name, const char* help) {
-    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(registry());
   };
   load_ =
       gauge("kvserve_router_worker_load_blocks", "Blocks of the requests in flight on the worker");
@@ -46,48 +35,16 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
   inflight_ =
       gauge("kvserve_router_worker_inflight_requests",
             "Requests the router has on the worker now (--max-inflight-per-worker caps it)");
-  queue_depth_ =
-      &gauge("kvserve_router_queue_depth", "Requests waiting at the router for a worker with room")
-           ->Add({});
-  queue_wait_ = &prometheus::BuildHistogram()
-                     .Name("kvserve_router_queue_wait_seconds")
-                     .Help("Time a request waited at the router for a worker with room")
-                     .Register(*registry_)
-                     .Add({}, Buckets());
-  rejected_ = counter("kvserve_router_rejected_requests_total",
-                      "Requests refused for overload (queue_full, queue_timeout: 429) or ended at "
-                      "their deadline (deadline: 504)");
-  for (const char* reason : {"queue_full", "queue_timeout", "deadline"}) {
-    rejected_->Add({{"reason", reason}});
-  }
-  open_connections_ = &gauge("kvserve_router_open_connections", "HTTP connections open")->Add({});
-  refused_connections_ =
-      &counter("kvserve_router_connections_refused_total",
-               "HTTP connections refused with a 503 because --max-connections were open")
-           ->Add({});
-  slow_clients_ = &counter("kvserve_router_slow_clients_total",
-                           "Streaming clients dropped (their request aborted) because they did not "
-                           "read: a write made no progress, or too much of the stream waited")
-                       ->Add({});
   index_evictions_ = counter("kvserve_router_index_evictions_total",
                              "Prefix-index entries of the worker dropped for a bound (its pool "
                              "size, the cap on assumed entries)");
-}
-
-void RouterMetrics::CountRequest(const std::string& endpoint, int status) {
-  prometheus::BuildCounter()
-      .Name("kvserve_router_requests_total")
-      .Help("HTTP requests by endpoint and status")
-      .Register(*registry_)
-      .Add({{"endpoint", endpoint}, {"status", std::to_string(status)}})
-      .Increment();
 }
 
 void RouterMetrics::CountDecision(const std::string& reason, const std::string& worker) {
   prometheus::BuildCounter()
       .Name("kvserve_router_decisions_total")
       .Help("Routing decisions by reason")
-      .Register(*registry_)
+      .Register(registry())
       .Add({{"reason", reason}})
       .Increment();
   routed_->Add({{"worker", worker}}).Increment();
@@ -97,7 +54,7 @@ void RouterMetrics::CountCached(int64_t predicted, int64_t reported) {
   auto& fam = prometheus::BuildCounter()
                   .Name("kvserve_router_prefix_tokens_total")
                   .Help("Prompt tokens the router predicted cached vs the worker reported cached")
-                  .Register(*registry_);
+                  .Register(registry());
   fam.Add({{"kind", "predicted"}}).Increment(static_cast<double>(predicted));
   fam.Add({{"kind", "reported"}}).Increment(static_cast<double>(reported));
 }
@@ -140,33 +97,8 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
   last_.erase(worker);
 }
 
-void RouterMetrics::SetQueueDepth(int depth) { queue_depth_->Set(depth); }
-
-void RouterMetrics::ObserveQueueWait(double seconds) { queue_wait_->Observe(seconds); }
-
-void RouterMetrics::CountRejected(const std::string& reason) {
-  rejected_->Add({{"reason", reason}}).Increment();
-}
-
-void RouterMetrics::AddOpenConnections(int delta) { open_connections_->Increment(delta); }
-
-void RouterMetrics::CountRefusedConnection() { refused_connections_->Increment(); }
-
-void RouterMetrics::CountSlowClient() { slow_clients_->Increment(); }
-
 void RouterMetrics::CountReplyGap(const std::string& worker) {
   reply_gaps_->Add({{"worker", worker}}).Increment();
-}
-
-void RouterMetrics::ObserveAdded(const std::string& stage, double s) {
-  static const prometheus::Histogram::BucketBoundaries kFine = {
-      25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3};
-  prometheus::BuildHistogram()
-      .Name("kvserve_router_added_latency_seconds")
-      .Help("The router's own part of a request's latency, by stage (to_worker, to_client)")
-      .Register(*registry_)
-      .Add({{"stage", stage}}, kFine)
-      .Observe(s);
 }
 
 namespace {
@@ -225,35 +157,35 @@ prometheus::Gauge& FetchGbps(prometheus::Registry& r) {
 }  // namespace
 
 void RouterMetrics::StartKvFetch(double gbps) {
-  for (const char* result : {"done", "fallback"}) Fetches(*registry_).Add({{"result", result}});
+  for (const char* result : {"done", "fallback"}) Fetches(registry()).Add({{"result", result}});
   for (std::string_view reason : kKvTransferFailureReasons) {
-    Fallbacks(*registry_).Add({{"reason", std::string(reason)}});
-    Retries(*registry_).Add({{"reason", std::string(reason)}});
+    Fallbacks(registry()).Add({{"reason", std::string(reason)}});
+    Retries(registry()).Add({{"reason", std::string(reason)}});
   }
-  FetchBytes(*registry_);
-  FetchBlocks(*registry_);
-  FetchSeconds(*registry_);
-  FetchGbps(*registry_).Set(gbps);
+  FetchBytes(registry());
+  FetchBlocks(registry());
+  FetchSeconds(registry());
+  FetchGbps(registry()).Set(gbps);
 }
 
 void RouterMetrics::ObserveKvFetch(int64_t bytes, int64_t blocks, double seconds, double gbps) {
-  Fetches(*registry_).Add({{"result", "done"}}).Increment();
-  FetchBytes(*registry_).Increment(static_cast<double>(bytes));
-  FetchBlocks(*registry_).Increment(static_cast<double>(blocks));
-  FetchSeconds(*registry_).Observe(seconds);
-  FetchGbps(*registry_).Set(gbps);
+  Fetches(registry()).Add({{"result", "done"}}).Increment();
+  FetchBytes(registry()).Increment(static_cast<double>(bytes));
+  FetchBlocks(registry()).Increment(static_cast<double>(blocks));
+  FetchSeconds(registry()).Observe(seconds);
+  FetchGbps(registry()).Set(gbps);
 }
 
 void RouterMetrics::CountKvFetchFallback(const std::string& reason) {
-  Fetches(*registry_).Add({{"result", "fallback"}}).Increment();
-  Fallbacks(*registry_).Add({{"reason", reason}}).Increment();
+  Fetches(registry()).Add({{"result", "fallback"}}).Increment();
+  Fallbacks(registry()).Add({{"reason", reason}}).Increment();
 }
 
 void RouterMetrics::CountDisaggregated(const std::string& result) {
   prometheus::BuildCounter()
       .Name("kvserve_router_disaggregated_requests_total")
       .Help("Requests prefilled on a prefill worker first, by how the prefill phase ended")
-      .Register(*registry_)
+      .Register(registry())
       .Add({{"result", result}})
       .Increment();
 }
@@ -262,13 +194,13 @@ void RouterMetrics::CountKvLayerStream() {
   prometheus::BuildCounter()
       .Name("kvserve_router_kv_layer_streams_total")
       .Help("Prefill phases asked to stream their KV over a device-to-device link layer by layer")
-      .Register(*registry_)
+      .Register(registry())
       .Add({})
       .Increment();
 }
 
 void RouterMetrics::CountKvFetchRetry(const std::string& reason) {
-  Retries(*registry_).Add({{"reason", reason}}).Increment();
+  Retries(registry()).Add({{"reason", reason}}).Increment();
 }
 
 namespace {
@@ -291,36 +223,14 @@ prometheus::Gauge& LinksReady(prometheus::Registry& r) {
 }  // namespace
 
 void RouterMetrics::StartKvLinks() {
-  for (const char* result : {"done", "failed"}) LinkTransfers(*registry_).Add({{"result", result}});
-  LinksReady(*registry_).Set(0);
+  for (const char* result : {"done", "failed"}) LinkTransfers(registry()).Add({{"result", result}});
+  LinksReady(registry()).Set(0);
 }
 
 void RouterMetrics::CountKvLinkTransfer(const std::string& result) {
-  LinkTransfers(*registry_).Add({{"result", result}}).Increment();
+  LinkTransfers(registry()).Add({{"result", result}}).Increment();
 }
 
-void RouterMetrics::SetKvLinksReady(int links) { LinksReady(*registry_).Set(links); }
-
-void RouterMetrics::ObserveTtft(double s) {
-  prometheus::BuildHistogram()
-      .Name("kvserve_router_time_to_first_token_seconds")
-      .Help("Time to the first token, seen at the router")
-      .Register(*registry_)
-      .Add({}, Buckets())
-      .Observe(s);
-}
-
-void RouterMetrics::ObserveE2e(double s) {
-  prometheus::BuildHistogram()
-      .Name("kvserve_router_e2e_request_latency_seconds")
-      .Help("Request latency, seen at the router")
-      .Register(*registry_)
-      .Add({}, Buckets())
-      .Observe(s);
-}
-
-std::string RouterMetrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
-}
+void RouterMetrics::SetKvLinksReady(int links) { LinksReady(registry()).Set(links); }
 
 }  // namespace kvserve::router

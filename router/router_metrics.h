@@ -1,6 +1,8 @@
-// The router's Prometheus metrics: requests by endpoint and status, routing decisions by
+// The router's Prometheus metrics: the front end's (frontend/http/front_metrics.h: requests,
+// connections, admission, latency) and, in the same registry, placement's: routing decisions by
 // policy reason, predicted prefix overlap against the cached tokens workers report (routing
-// accuracy), time to first token and end-to-end latency. Thread-safe (prometheus-cpp).
+// accuracy), each worker as the router sees it, peer KV fetches and links, disaggregation.
+// Thread-safe (prometheus-cpp).
 #ifndef KVSERVE_ROUTER_ROUTER_METRICS_H_
 #define KVSERVE_ROUTER_ROUTER_METRICS_H_
 
@@ -10,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "frontend/http/front_metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -18,10 +21,9 @@
 
 namespace kvserve::router {
 
-class RouterMetrics {
+class RouterMetrics : public frontend::FrontMetrics {
  public:
   RouterMetrics();
-  void CountRequest(const std::string& endpoint, int status);
   // One routed request: why, and to which worker (by its name).
   void CountDecision(const std::string& reason, const std::string& worker);
   void CountCached(int64_t predicted_tokens, int64_t reported_tokens);
@@ -39,24 +41,6 @@ class RouterMetrics {
   void RemoveWorker(const std::string& worker);
   // A request ended because the worker's replies to it came out of sequence (router_core.h).
   void CountReplyGap(const std::string& worker);
-  // HTTP connections: open now (+1 / -1), refused at the cap, dropped for not reading their
-  // stream (router/http_connection.h).
-  // Admission (router_core.h): requests waiting for a worker with room, how long each waited
-  // when it left the queue for a worker, and requests refused ("queue_full", "queue_timeout")
-  // or ended at their deadline ("deadline").
-  void SetQueueDepth(int depth);
-  void ObserveQueueWait(double seconds);
-  void CountRejected(const std::string& reason);
-  void AddOpenConnections(int delta);
-  [[nodiscard]] int open_connections() const {
-    return static_cast<int>(open_connections_->Value());
-  }
-  void CountRefusedConnection();
-  void CountSlowClient();
-  // The router's own part of a request's latency: "to_worker" from the request's last byte to
-  // its GenerateRequest on the way to the worker (parsing, tokenization, hashing, placement),
-  // "to_client" from a stream's first reply at the router to its chunk handed to the socket.
-  void ObserveAdded(const std::string& stage, double seconds);
   // Peer KV fetches (router/kv_fetch.h): one whose blocks arrived (wire bytes, blocks the target
   // added, seconds from the ask to the last ack; the achieved rate after it, GB/s), one ended
   // without them by reason (its request prefills them), and an attempt retried by reason.
@@ -76,19 +60,10 @@ class RouterMetrics {
   void CountDisaggregated(const std::string& result);
   // Disaggregated serving over a link: a prefill phase asked to stream its KV as it computes it.
   void CountKvLayerStream();
-  void ObserveTtft(double seconds);
-  void ObserveE2e(double seconds);
-  [[nodiscard]] std::string Serialize() const;
 
  private:
-  std::shared_ptr<prometheus::Registry> registry_;
-  // The per-worker families (label "worker"); owned by registry_.
+  // The per-worker families (label "worker"); owned by the registry.
   prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_, *inflight_;
-  prometheus::Gauge* queue_depth_;
-  prometheus::Histogram* queue_wait_;
-  prometheus::Family<prometheus::Counter>* rejected_;
-  prometheus::Gauge* open_connections_;
-  prometheus::Counter *refused_connections_, *slow_clients_;
   prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *event_joins_,
       *snapshots_, *dropped_, *index_evictions_, *reply_gaps_;
   absl::Mutex mu_;

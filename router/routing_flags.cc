@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/init.h"
 #include "common/status_macros.h"
+#include "router/policies/factory.h"
 
 ABSL_FLAG(std::string, policy, "cost",
           "cost (least estimated time to first token; docs/ROUTING.md), prefix (the rules before "

@@ -1,5 +1,5 @@
 // Picks the worker for a request. One policy per file under router/policies/, behind
-// RoutingPolicy, made by name (MakeRoutingPolicy):
+// RoutingPolicy, made by name (MakeRoutingPolicy, router/policies/factory.h):
 //   cost        (default) the least estimated time to first token: the prompt tokens a worker
 //               must still prefill (those it does not cache; host-tier ones at their onboarding
 //               cost) plus the prefill queued ahead of it, slowed by its decode load, plus KV
@@ -130,12 +130,6 @@ class RoutingPolicy {
   virtual Decision Pick(const std::vector<const WorkerView*>& eligible, const PrefixIndex& index,
                         const RouteRequest& request) = 0;
 };
-
-// InvalidArgument naming the policy when no policy has that name or a parameter is out of
-// range.
-absl::StatusOr<std::unique_ptr<RoutingPolicy>> MakeRoutingPolicy(const RoutingConfig& config);
-// "cost, prefix, round_robin, least_load, session".
-std::string PolicyNames();
 
 // Unavailable when no worker is eligible; fills predicted_cached_blocks.
 absl::StatusOr<Decision> Route(RoutingPolicy& policy, absl::Span<const WorkerView> workers,

@@ -1,7 +1,7 @@
 // kvserve-upstream: an OpenAI-compatible server kvserve does not run (vLLM, SGLang, another
 // kvserve) presented to kvserve-router as one more worker: requests by token ids over its
 // /v1/completions, its cache from its vLLM-format KV events, its load from its /metrics
-// (router/upstream/upstream_bridge.h, docs/INTEROP.md). Run one beside each such server and
+// (upstream/upstream_bridge.h, docs/INTEROP.md). Run one beside each such server and
 // list it in the router's --workers like a worker.
 //
 //   kvserve-upstream --url http://127.0.0.1:8000 --kv-events-endpoint tcp://127.0.0.1:5557
@@ -21,7 +21,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
-#include "router/upstream/upstream_bridge.h"
+#include "upstream/upstream_bridge.h"
 
 ABSL_FLAG(std::string, url, "", "The upstream's OpenAI API: http://HOST:PORT");
 ABSL_FLAG(std::string, model, "", "The model name to ask it for (default: its first /v1/models)");
@@ -55,7 +55,7 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 }  // namespace
 
-namespace kvserve::router {
+namespace kvserve::upstream {
 
 absl::StatusOr<UpstreamBridgeOptions> OptionsFromFlags() {
   UpstreamBridgeOptions o;
@@ -130,7 +130,7 @@ absl::Status Serve() {
   return bridge->Run(&g_stop);
 }
 
-}  // namespace kvserve::router
+}  // namespace kvserve::upstream
 
 int main(int argc, char** argv) {
   kvserve::InitProgram(argc, argv,
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
                        "--kv-replay-endpoint EP] [--port P --events-port E]");
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  if (absl::Status s = kvserve::router::Serve(); !s.ok()) {
+  if (absl::Status s = kvserve::upstream::Serve(); !s.ok()) {
     std::cerr << "kvserve-upstream: " << s.message() << "\n";
     return 1;
   }

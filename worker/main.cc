@@ -24,9 +24,9 @@
 #include "common/file_util.h"
 #include "common/init.h"
 #include "common/status_macros.h"
+#include "frontend/http/front_flags.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
-#include "router/front_flags.h"
 #include "worker/engine_flags.h"
 #include "worker/openai_front.h"
 #include "worker/server/worker_server.h"
@@ -221,7 +221,7 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
 // front's key pair and lets the worker's ZAP handler allow it.
 struct OpenAiSetup {
   OpenAiFrontOptions options;
-  router::FrontOptions front;
+  frontend::FrontOptions front;
   router::RouterOptions core;
 };
 
@@ -238,7 +238,7 @@ absl::StatusOr<std::optional<OpenAiSetup>> OpenAiFromFlags(const WorkerServerOpt
   s.front.port = port;
   s.front.model_root = c.model_dir;
   s.front.served_model_name = c.model_id;
-  RETURN_IF_ERROR(router::FrontFromFlags(max_model_len, &s.front, &s.core));
+  RETURN_IF_ERROR(frontend::FrontFromFlags(max_model_len, &s.front, &s.core.admission));
   if (!IsLoopbackHost(s.front.host) && s.front.api_keys.empty() && !absl::GetFlag(FLAGS_insecure)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--openai-host ", s.front.host,

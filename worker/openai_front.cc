@@ -10,7 +10,7 @@
 namespace kvserve::worker {
 
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
-                                                                const router::FrontOptions& front,
+                                                                const frontend::FrontOptions& front,
                                                                 router::RouterOptions core) {
   std::unique_ptr<OpenAiFront> f(new OpenAiFront());
   ASSIGN_OR_RETURN(f->tokenizer_, tokenizer::Tokenizer::FromDirectory(options.model_dir));
@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFron
   core.metrics = &f->metrics_;
   f->core_ = std::make_unique<router::RouterCore>(core);
   f->core_->Start();
-  ASSIGN_OR_RETURN(f->front_, router::HttpFront::Start(front, f->tokenizer_.get(), f->core_.get(),
-                                                       &f->metrics_));
+  ASSIGN_OR_RETURN(f->front_, frontend::HttpFront::Start(front, f->tokenizer_.get(), f->core_.get(),
+                                                         &f->metrics_));
   return f;
 }
 

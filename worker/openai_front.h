@@ -3,7 +3,7 @@
 // names), so that one kvserve worker is a drop-in vLLM-like pod for a gateway, an endpoint
 // picker or another router.
 //
-// It is kvserve-router's front and core (router/http_front.h, router/router_core.h) with one
+// It is kvserve-router's front and core (frontend/http/http_front.h, router/router_core.h) with one
 // worker: this process, reached over ZeroMQ on loopback (or the worker's own address), through
 // CURVE with a key pair made at start when the worker has keys (the worker's ZAP handler allows
 // that key beside its directory's). Tokenization is the model's own tokenizer, as in the
@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
-#include "router/front_context.h"
-#include "router/http_front.h"
+#include "frontend/http/front_context.h"
+#include "frontend/http/http_front.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 
@@ -41,7 +41,7 @@ class OpenAiFront {
   // at front.host:front.port. `core` carries the admission and CURVE options; its worker list is
   // replaced by `options.worker`.
   static absl::StatusOr<std::unique_ptr<OpenAiFront>> Start(const OpenAiFrontOptions& options,
-                                                            const router::FrontOptions& front,
+                                                            const frontend::FrontOptions& front,
                                                             router::RouterOptions core);
   ~OpenAiFront();
   [[nodiscard]] int port() const { return front_->port(); }
@@ -53,7 +53,7 @@ class OpenAiFront {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   router::RouterMetrics metrics_;
   std::unique_ptr<router::RouterCore> core_;
-  std::unique_ptr<router::HttpFront> front_;
+  std::unique_ptr<frontend::HttpFront> front_;
 };
 
 }  // namespace kvserve::worker

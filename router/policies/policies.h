@@ -1,5 +1,5 @@
 // The routing policies' factories (one file each) and what they share. Internal to
-// router/routing_policy.cc's table of names; see router/routing_policy.h for the contract.
+// router/policies/factory.cc's table of names; see router/routing_policy.h for the contract.
 #ifndef KVSERVE_ROUTER_POLICIES_POLICIES_H_
 #define KVSERVE_ROUTER_POLICIES_POLICIES_H_
 

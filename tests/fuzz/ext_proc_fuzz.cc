@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "router/epp/ext_proc_exchange.h"
+#include "epp/ext_proc_exchange.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvserve::router;

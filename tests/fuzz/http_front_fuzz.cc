@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "router/http_front.h"
+#include "frontend/http/http_front.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 #include "tests/fuzz/fuzz_env.h"
@@ -24,7 +24,7 @@ namespace {
 kvserve::router::RouterMetrics* metrics = nullptr;
 kvserve::router::RouterCore* core = nullptr;
 std::unique_ptr<kvserve::tokenizer::Tokenizer> tokenizer;
-std::unique_ptr<kvserve::router::HttpFront> front;
+std::unique_ptr<kvserve::frontend::HttpFront> front;
 int port = 0;
 }  // namespace
 
@@ -37,10 +37,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   kr::RouterOptions o;
   o.workers.push_back({"nobody", "127.0.0.1", 1, 2});
   o.metrics = metrics;
-  o.max_queued = 0;  // the worker never answers: refuse at once rather than queue
+  o.admission.max_queued = 0;  // the worker never answers: refuse at once rather than queue
   core = new kr::RouterCore(o);
   core->Start();
-  kr::FrontOptions f;
+  kvserve::frontend::FrontOptions f;
   f.host = "127.0.0.1";
   f.port = 0;
   f.served_model_name = "fuzz";
@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   f.admin_token = "admin";
   f.limits.max_prompt_bytes = 1 << 16;
   f.limits.max_prompt_ids = 512;
-  auto started = kr::HttpFront::Start(f, tokenizer.get(), core, metrics);
+  auto started = kvserve::frontend::HttpFront::Start(f, tokenizer.get(), core, metrics);
   if (!started.ok()) abort();
   front = std::move(*started);
   port = front->port();

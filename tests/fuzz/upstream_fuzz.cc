@@ -7,20 +7,21 @@
 #include <string_view>
 
 #include "common/vllm_kv_events.h"
-#include "router/upstream/prometheus_text.h"
-#include "router/upstream/vllm_event_translator.h"
+#include "upstream/prometheus_text.h"
+#include "upstream/vllm_event_translator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvserve;
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] & 1) {
-    absl::StatusOr<std::vector<router::Sample>> samples = router::ParsePrometheusText(rest, 1000);
-    if (samples.ok()) router::VllmLoad(*samples);
+    absl::StatusOr<std::vector<upstream::Sample>> samples =
+        upstream::ParsePrometheusText(rest, 1000);
+    if (samples.ok()) upstream::VllmLoad(*samples);
     return 0;
   }
   // Several payloads in one input, split at 0xC1 (a byte msgpack never uses): a stream.
-  router::VllmEventTranslator t("fuzz-extra-key", 4);
+  upstream::VllmEventTranslator t("fuzz-extra-key", 4);
   for (size_t start = 0; start <= rest.size();) {
     size_t end = rest.find('\xc1', start);
     if (end == std::string_view::npos) end = rest.size();

@@ -1,4 +1,4 @@
-// An ext_proc client as Envoy is one, for kvserve's endpoint picker (router/epp/): it writes and
+// An ext_proc client as Envoy is one, for kvserve's endpoint picker (epp/): it writes and
 // reads envoy.service.ext_proc.v3 messages by the field numbers of Envoy's published API
 // (protowire.mjs), not with kvserve's .proto, over @grpc/grpc-js. Used by epp_test.mjs and
 // epp_bench.mjs.

@@ -34,7 +34,7 @@ code_lines() {  # PATTERN [FILES...]: non-comment lines matching the extended re
   grep -hE "$pattern" "$@" 2>/dev/null | grep -vE '^[[:space:]]*(//|\*|/\*)' |
     grep -E "$pattern" >/dev/null
 }
-mapfile -t sources < <(find common worker router kernels proto tools tests/testing -type f \
+mapfile -t sources < <(find common frontend epp upstream worker router kernels proto tools tests/testing -type f \
   \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.proto' \))
 names=$(grep -o '`[^`]*`' "$doc" | tr -d '`' | tr ', ' '\n\n' |
   grep -E '^(k[A-Z]|[A-Z])[A-Za-z0-9_]*[a-z][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)?(\(\))?$' |

@@ -100,7 +100,7 @@ TEST_F(AdmissionTest, ARequestOfNSamplesTakesNOfTheLimit) {
 }
 
 TEST_F(AdmissionTest, PastTheQueuesDepthA429WithRetryAfter) {
-  router_options_.max_queued = 1;
+  router_options_.admission.max_queued = 1;
   StartHolding();
   std::vector<std::future<std::string>> sent;
   for (int i = 0; i < 3; ++i) sent.push_back(Send());
@@ -116,7 +116,7 @@ TEST_F(AdmissionTest, PastTheQueuesDepthA429WithRetryAfter) {
 }
 
 TEST_F(AdmissionTest, AStreamRefusedBeforeItRanGetsItsOwnStatus) {
-  router_options_.max_queued = 0;
+  router_options_.admission.max_queued = 0;
   StartHolding();
   std::vector<std::future<std::string>> sent;
   for (int i = 0; i < 2; ++i) sent.push_back(Send());
@@ -129,7 +129,7 @@ TEST_F(AdmissionTest, AStreamRefusedBeforeItRanGetsItsOwnStatus) {
 }
 
 TEST_F(AdmissionTest, ARequestThatWaitsTooLongGetsA429) {
-  router_options_.max_queue_wait = absl::Milliseconds(300);
+  router_options_.admission.max_queue_wait = absl::Milliseconds(300);
   StartHolding();
   std::vector<std::future<std::string>> sent;
   for (int i = 0; i < 2; ++i) sent.push_back(Send());

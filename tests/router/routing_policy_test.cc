@@ -5,6 +5,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "router/policies/factory.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve::router {

@@ -13,16 +13,20 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/http/http_front.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "nlohmann/json.hpp"
-#include "router/http_front.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 #include "tests/testing/net.h"
 #include "zmq.hpp"
 
 namespace kvserve::router {
+
+// The front end the tests put before the core.
+using frontend::FrontOptions;
+using frontend::HttpFront;
 
 // Heartbeats as a ready worker; answers each request with `reply(request)`'s messages, numbered
 // 1, 2, 3, ... unless a message sets its own seq: all at once, or one per `pace` as a model

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "router/policies/factory.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/server/worker_process.h"

@@ -16,6 +16,7 @@
 #include "common/kv_transfer.h"
 #include "common/status_macros.h"
 #include "kvserve/v1/kvserve.pb.h"
+#include "router/policies/factory.h"
 #include "router/prefix_index.h"
 #include "worker/engine.h"
 
