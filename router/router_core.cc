@@ -25,7 +25,9 @@ bool RefusedWhileDraining(const pb::GenerateResponse& r) {
 }  // namespace
 
 RouterCore::RouterCore(const RouterOptions& options)
-    : options_(options), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    : options_(options),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      queue_(options.admission, options.metrics) {
   PCHECK(wake_fd_ >= 0) << "eventfd";
   absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(options.routing);
   CHECK(policy.ok()) << policy.status();  // the caller checks the options (kvserve-router does)
@@ -51,16 +53,6 @@ RouterCore::RouterCore(const RouterOptions& options)
 RouterCore::~RouterCore() {
   Stop();
   close(wake_fd_);
-}
-
-pb::GenerateResponse RouterCore::ErrorResponse(const std::string& id, absl::StatusCode code,
-                                               absl::string_view message) {
-  pb::GenerateResponse r;
-  r.set_request_id(id);
-  r.set_finish_reason(pb::FINISH_REASON_ERROR);
-  r.mutable_error()->set_code(static_cast<int>(code));
-  r.mutable_error()->set_message(std::string(message));
-  return r;
 }
 
 void RouterCore::Wake() {
@@ -211,9 +203,7 @@ void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
   for (const std::string& id : aborts) {
     auto it = inflight_.find(id);
     if (it == inflight_.end()) {  // still waiting for a worker, or already ended
-      std::erase_if(queue_,
-                    [&](const Waiting& w) { return w.move.job->request.request_id() == id; });
-      queued_ = static_cast<int>(queue_.size());
+      queue_.Remove(id);
       continue;
     }
     if (it->second.job->pick) {  // never sent: it only leaves the books
@@ -293,7 +283,7 @@ bool RouterCore::InSequence(const std::string& request_id, Placed& p,
   a.set_reason("replies lost on the link");
   pool_->Send(p.worker, a).IgnoreError();
   index_.ForgetRouted(p.worker, p.hashes);
-  p.job->on_response(ErrorResponse(
+  p.job->on_response(frontend::ErrorReply(
       request_id, absl::StatusCode::kUnavailable,
       absl::StrCat("replies from the worker were lost on the way (reply ", r.seq(), " came where ",
                    p.next_seq, " was due); the request was stopped, retry it")));
@@ -396,7 +386,7 @@ void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl
     ++moved_;
     return;
   }
-  p.job->on_response(ErrorResponse(request_id, absl::StatusCode::kUnavailable, why));
+  p.job->on_response(frontend::ErrorReply(request_id, absl::StatusCode::kUnavailable, why));
 }
 
 void RouterCore::PlaceMoves(std::vector<Move>& moves) {

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_checker.h"
+#include "frontend/admission_queue.h"
 #include "frontend/core.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
@@ -108,12 +109,9 @@ class RouterCore : public frontend::Core {
   // Requests ended because a worker's replies to them came out of sequence (one was lost).
   [[nodiscard]] int64_t reply_gaps() const { return reply_gaps_.load(); }
   // Requests waiting in the router's queue for a worker with room. Any thread.
-  [[nodiscard]] int queued() const { return queued_.load(); }
+  [[nodiscard]] int queued() const { return queue_.depth(); }
 
  private:
-  // A request's end with an error (finish reason error), for its job's on_response.
-  static kvserve::v1::GenerateResponse ErrorResponse(const std::string& id, absl::StatusCode code,
-                                                     absl::string_view message);
   // A placed request, as the core thread tracks it.
   struct Placed {
     int worker;
@@ -142,11 +140,6 @@ class RouterCore : public frontend::Core {
     std::shared_ptr<Job> job;
     int attempts;
     int from;
-  };
-  // A request waiting for a worker with room.
-  struct Waiting {
-    Move move;
-    std::chrono::steady_clock::time_point since;
   };
   enum class Placement { kPlaced, kFull, kFailed };
   // What in-flight requests hold of a worker, from the router's own books.
@@ -257,7 +250,7 @@ class RouterCore : public frontend::Core {
   std::unique_ptr<WorkerPool> pool_ ABSL_GUARDED_BY(core_thread_);
   std::unique_ptr<DnsDiscovery> discovery_ ABSL_GUARDED_BY(core_thread_);
   absl::flat_hash_map<std::string, Placed> inflight_ ABSL_GUARDED_BY(core_thread_);
-  std::deque<Waiting> queue_ ABSL_GUARDED_BY(core_thread_);
+  frontend::AdmissionQueue queue_;  // checks its own thread
   // RevokeKey of each revoke sent.
   absl::flat_hash_set<std::string> revoked_ ABSL_GUARDED_BY(core_thread_);
   // Workers this replica granted a recycle slot, and when: until their heartbeats show it.
@@ -272,7 +265,7 @@ class RouterCore : public frontend::Core {
   // Read by any thread.
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> eligible_{0}, known_{0}, queued_{0};
+  std::atomic<int> eligible_{0}, known_{0};
   std::atomic<int64_t> moved_{0}, grants_{0}, revokes_{0}, reply_gaps_{0};
 
   mutable absl::Mutex info_mu_;

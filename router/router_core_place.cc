@@ -64,85 +64,30 @@ void RouterCore::Place(const std::shared_ptr<Job>& job, int attempts, int exclud
   Move move{.job = job, .attempts = attempts, .from = exclude};
   // A new request waits behind those already waiting; one that moves came before them.
   const bool moves = attempts > 1;
-  if (!queue_.empty() && !moves) return Enqueue(std::move(move), /*front=*/false);
+  if (queue_.depth() > 0 && !moves) return Enqueue(std::move(move), /*front=*/false);
   const Placement placed = TryPlace(job, attempts, exclude);
   if (placed == Placement::kFull) return Enqueue(std::move(move), moves);
-  // The router's own time from the request's last byte to its worker (waits in the queue and
-  // moves are not the router's overhead, so only a first placement at once counts).
-  if (placed != Placement::kPlaced || moves || options_.metrics == nullptr) return;
-  options_.metrics->ObserveQueueWait(0);  // quantiles of the wait cover every request
-  if (job->received != std::chrono::steady_clock::time_point()) {
-    options_.metrics->ObserveAdded(
-        "to_worker",
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - job->received).count());
-  }
+  // Waits in the queue and moves are not the router's overhead: only a first placement at once
+  // counts as the router's own time.
+  if (placed == Placement::kPlaced && !moves) queue_.PlacedAtOnce(*job);
 }
 
 void RouterCore::Enqueue(Move move, bool front) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  if (static_cast<int>(queue_.size()) >= options_.admission.max_queued) {
-    if (options_.metrics != nullptr) options_.metrics->CountRejected("queue_full");
-    move.job->on_response(ErrorResponse(
-        move.job->request.request_id(), absl::StatusCode::kResourceExhausted,
-        absl::StrCat("the router is at capacity: ", queue_.size(),
-                     " requests wait for a worker (--max-queued-requests); retry later")));
-    return;
-  }
-  Waiting w{std::move(move), std::chrono::steady_clock::now()};
-  if (front) {
-    queue_.push_front(std::move(w));
-  } else {
-    queue_.push_back(std::move(w));
-  }
-  queued_ = static_cast<int>(queue_.size());
-  if (options_.metrics != nullptr) options_.metrics->SetQueueDepth(queued_);
+  queue_.Push({.job = std::move(move.job), .attempts = move.attempts, .from = move.from}, front);
 }
 
 void RouterCore::PlaceQueued() {
   KVSERVE_CHECK_THREAD(core_thread_);
-  if (queue_.empty()) return;
-  while (!queue_.empty()) {
-    const Waiting& w = queue_.front();
-    if (TryPlace(w.move.job, w.move.attempts, w.move.from) == Placement::kFull) break;
-    if (options_.metrics != nullptr) {
-      options_.metrics->ObserveQueueWait(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - w.since).count());
-    }
-    queue_.pop_front();
-  }
-  queued_ = static_cast<int>(queue_.size());
-  if (options_.metrics != nullptr) options_.metrics->SetQueueDepth(queued_);
+  queue_.PlaceInOrder([&](frontend::AdmissionQueue::Entry& e) {
+    return TryPlace(e.job, e.attempts, e.from) != Placement::kFull;
+  });
 }
 
 void RouterCore::ExpireWaits() {
   KVSERVE_CHECK_THREAD(core_thread_);
   const auto now = std::chrono::steady_clock::now();
-  const auto max_wait =
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.admission.max_queue_wait));
-  const auto expire = [&](Job& job, absl::StatusCode code, const char* reason,
-                          absl::string_view why) {
-    if (options_.metrics != nullptr) options_.metrics->CountRejected(reason);
-    job.on_response(ErrorResponse(job.request.request_id(), code, why));
-  };
-  constexpr absl::string_view kDeadline =
-      "the request did not finish within its deadline (--request-timeout-seconds, or the "
-      "X-Request-Timeout header)";
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    Job& job = *it->move.job;
-    if (now >= job.deadline) {
-      expire(job, absl::StatusCode::kDeadlineExceeded, "deadline", kDeadline);
-    } else if (now - it->since >= max_wait) {
-      expire(job, absl::StatusCode::kResourceExhausted, "queue_timeout",
-             absl::StrCat("no worker had room for the request within ",
-                          absl::FormatDuration(options_.admission.max_queue_wait),
-                          " (--max-queue-wait-seconds); retry later"));
-    } else {
-      ++it;
-      continue;
-    }
-    it = queue_.erase(it);
-  }
-  queued_ = static_cast<int>(queue_.size());
+  queue_.Expire(now);
   for (auto it = inflight_.begin(); it != inflight_.end();) {
     Placed& p = it->second;
     if (now < p.job->deadline) {
@@ -158,7 +103,9 @@ void RouterCore::ExpireWaits() {
       pool_->Send(p.worker, a).IgnoreError();
     }
     index_.ForgetRouted(p.worker, p.hashes);
-    expire(*p.job, absl::StatusCode::kDeadlineExceeded, "deadline", kDeadline);
+    if (options_.metrics != nullptr) options_.metrics->CountRejected("deadline");
+    p.job->on_response(frontend::ErrorReply(it->first, absl::StatusCode::kDeadlineExceeded,
+                                            frontend::kDeadlineMessage));
     inflight_.erase(it++);
   }
 }
@@ -211,7 +158,7 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
              .fetch_offers = offers});
   const std::string& id = job->request.request_id();
   if (!d.ok()) {
-    job->on_response(ErrorResponse(id, d.status().code(), d.status().message()));
+    job->on_response(frontend::ErrorReply(id, d.status().code(), d.status().message()));
     return Placement::kFailed;
   }
   if (options_.metrics != nullptr) {
@@ -238,7 +185,7 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
   } else if (fetch = MaybeFetch(*job, views, hashes, d->worker); fetch != 0) {
     // Sent once its worker has the peer's blocks (SendFetched).
   } else if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
-    job->on_response(ErrorResponse(id, absl::StatusCode::kUnavailable, s.message()));
+    job->on_response(frontend::ErrorReply(id, absl::StatusCode::kUnavailable, s.message()));
     return Placement::kFailed;
   }
   index_.RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive

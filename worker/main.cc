@@ -28,7 +28,7 @@
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine_flags.h"
-#include "worker/openai_front.h"
+#include "worker/openai/openai_front.h"
 #include "worker/server/worker_server.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -222,7 +222,6 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
 struct OpenAiSetup {
   OpenAiFrontOptions options;
   frontend::FrontOptions front;
-  router::RouterOptions core;
 };
 
 absl::StatusOr<std::optional<OpenAiSetup>> OpenAiFromFlags(const WorkerServerOptions& o,
@@ -238,15 +237,15 @@ absl::StatusOr<std::optional<OpenAiSetup>> OpenAiFromFlags(const WorkerServerOpt
   s.front.port = port;
   s.front.model_root = c.model_dir;
   s.front.served_model_name = c.model_id;
-  RETURN_IF_ERROR(frontend::FrontFromFlags(max_model_len, &s.front, &s.core.admission));
+  RETURN_IF_ERROR(frontend::FrontFromFlags(max_model_len, &s.front, &s.options.core.admission));
   if (!IsLoopbackHost(s.front.host) && s.front.api_keys.empty() && !absl::GetFlag(FLAGS_insecure)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--openai-host ", s.front.host,
                      " is not loopback: give --api-keys or --api-keys-file, or pass --insecure"));
   }
   // The link to this worker: its own address, loopback when it listens on every interface.
-  s.options.worker.host = o.host == "0.0.0.0" ? "127.0.0.1" : o.host;
-  s.options.worker.name = "self";
+  s.options.core.host = o.host == "0.0.0.0" ? "127.0.0.1" : o.host;
+  s.options.core.name = "self";
   return s;
 }
 
@@ -256,7 +255,7 @@ absl::Status AddFrontKeys(OpenAiSetup* s, WorkerServerOptions* o) {
   if (o->curve_secret_key.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(CurveKeyPair own, ReadCurveKeyPair(absl::GetFlag(FLAGS_curve_secret_key_file)));
   ASSIGN_OR_RETURN(CurveKeyPair front_keys, GenerateCurveKeyPair());
-  s->core.curve = CurveClientKeys{front_keys, own.public_key};
+  s->options.core.curve = CurveClientKeys{front_keys, own.public_key};
   o->curve_also_allowed.push_back({"openai-front", front_keys.public_key});
   return absl::OkStatus();
 }
@@ -291,9 +290,9 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
   std::unique_ptr<OpenAiFront> front;
   if (openai) {
     openai->front.more_metrics = [s = server.get()] { return s->SerializeMetrics(); };
-    openai->options.worker.port = server->port();
-    openai->options.worker.events_port = server->events_port();
-    ASSIGN_OR_RETURN(front, OpenAiFront::Start(openai->options, openai->front, openai->core));
+    openai->options.core.port = server->port();
+    openai->options.core.events_port = server->events_port();
+    ASSIGN_OR_RETURN(front, OpenAiFront::Start(openai->options, openai->front));
     ports["openai_port"] = front->port();
     server->set_http_endpoint(absl::StrCat(":", front->port()));
   }

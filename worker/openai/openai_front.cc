@@ -1,5 +1,5 @@
-// kvserve-worker's own OpenAI front: kvserve-router's front and core over one worker.
-#include "worker/openai_front.h"
+// kvserve-worker's own OpenAI front: the front end over a LocalCore.
+#include "worker/openai/openai_front.h"
 
 #include <chrono>
 #include <thread>
@@ -9,16 +9,13 @@
 
 namespace kvserve::worker {
 
-absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
-                                                                const frontend::FrontOptions& front,
-                                                                router::RouterOptions core) {
+absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(
+    const OpenAiFrontOptions& options, const frontend::FrontOptions& front) {
   std::unique_ptr<OpenAiFront> f(new OpenAiFront());
   ASSIGN_OR_RETURN(f->tokenizer_, tokenizer::Tokenizer::FromDirectory(options.model_dir));
-  core.workers = {options.worker};
-  core.workers_dns.reset();
-  core.coordinate_recycles = false;  // the fleet's routers coordinate this worker's recycles
+  LocalCoreOptions core = options.core;
   core.metrics = &f->metrics_;
-  f->core_ = std::make_unique<router::RouterCore>(core);
+  f->core_ = std::make_unique<LocalCore>(core);
   f->core_->Start();
   ASSIGN_OR_RETURN(f->front_, frontend::HttpFront::Start(front, f->tokenizer_.get(), f->core_.get(),
                                                          &f->metrics_));
