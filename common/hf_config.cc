@@ -139,6 +139,29 @@ absl::StatusOr<std::vector<int>> ParseEos(const json& root, std::string_view sou
   return out;
 }
 
+// The attention heads: their number, the KV heads' (which must divide it) and their size.
+absl::Status ParseHeads(FieldReader& r, ModelConfig& c) {
+  ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
+  ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveInt("num_key_value_heads", c.num_heads));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return r.Error(
+        "num_key_value_heads",
+        absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (", c.num_heads, ")"));
+  }
+  if (r.Has("head_dim")) {
+    ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return r.Error("head_dim",
+                     absl::StrCat("is absent and hidden_size (", c.hidden_size,
+                                  ") is not divisible by num_attention_heads (", c.num_heads, ")"));
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for rotary embeddings");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::string_view source) {
@@ -166,24 +189,7 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, std::strin
   ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
   ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
   ASSIGN_OR_RETURN(c.num_layers, r.PositiveInt("num_hidden_layers"));
-  ASSIGN_OR_RETURN(c.num_heads, r.PositiveInt("num_attention_heads"));
-  ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveInt("num_key_value_heads", c.num_heads));
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return r.Error(
-        "num_key_value_heads",
-        absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (", c.num_heads, ")"));
-  }
-  if (r.Has("head_dim")) {
-    ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
-  } else {
-    if (c.hidden_size % c.num_heads != 0) {
-      return r.Error("head_dim",
-                     absl::StrCat("is absent and hidden_size (", c.hidden_size,
-                                  ") is not divisible by num_attention_heads (", c.num_heads, ")"));
-    }
-    c.head_dim = c.hidden_size / c.num_heads;
-  }
-  if (c.head_dim % 2 != 0) return r.Error("head_dim", "must be even for rotary embeddings");
+  RETURN_IF_ERROR(ParseHeads(r, c));
   ASSIGN_OR_RETURN(c.rms_norm_eps, r.Double("rms_norm_eps", 1e-6));
   if (!(c.rms_norm_eps > 0)) return r.Error("rms_norm_eps", "must be positive");
   ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", 4096));

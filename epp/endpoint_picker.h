@@ -24,8 +24,8 @@
 #include "common/tokenizer/tokenizer.h"
 #include "epp/ext_proc_exchange.h"
 #include "epp/pick_request.h"
-#include "frontend/core.h"
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/core.h"
+#include "frontend/core/front_metrics.h"
 
 namespace kvserve::epp {
 
@@ -41,8 +41,8 @@ class EndpointPicker {
  public:
   // Serves until Stop; `tokenizer`, `core` and `metrics` (optional) must outlive it.
   static absl::StatusOr<std::unique_ptr<EndpointPicker>> Start(
-      const EndpointPickerOptions& options, const tokenizer::Tokenizer* tokenizer, frontend::Core* core,
-      frontend::FrontMetrics* metrics);
+      const EndpointPickerOptions& options, const tokenizer::Tokenizer* tokenizer,
+      frontend::Core* core, frontend::FrontMetrics* metrics);
   ~EndpointPicker();
   [[nodiscard]] int port() const;
   // Health turns NOT_SERVING (the gateway stops opening streams), the ext_proc streams get up to

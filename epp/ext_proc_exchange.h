@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 
 namespace kvserve::epp {
 

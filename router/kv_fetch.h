@@ -37,8 +37,8 @@
 #include "absl/types/span.h"
 #include "common/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
-#include "router/fetch_plan.h"
 #include "router/kv_links.h"
+#include "router/routing/fetch_plan.h"
 #include "router/worker_pool.h"
 
 namespace kvserve::router {

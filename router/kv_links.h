@@ -28,7 +28,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvserve/v1/kvserve.pb.h"
-#include "router/routing_policy.h"
+#include "router/routing/routing_policy.h"
 #include "router/worker_pool.h"
 
 namespace kvserve::router {

@@ -199,6 +199,53 @@ absl::StatusOr<std::optional<EndpointPickerOptions>> PickerFromFlags(const Front
   return e;
 }
 
+// --workers and --workers-dns into `o`; InvalidArgument naming the flag that is wrong.
+absl::Status WorkersFromFlags(RouterOptions* o) {
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(w, ':');
+    WorkerEndpoint e;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &e.port) ||
+        !absl::SimpleAtoi(parts[2], &e.events_port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workers entry '", std::string(w), "' is not HOST:PORT:EVENTS_PORT"));
+    }
+    e.host = parts[0];
+    e.name = std::string(w);
+    o->workers.push_back(e);
+  }
+  if (const std::string dns = absl::GetFlag(FLAGS_workers_dns); !dns.empty()) {
+    ASSIGN_OR_RETURN(DnsTarget target, ParseDnsTarget(dns));
+    o->workers_dns = target;
+    if (!(absl::GetFlag(FLAGS_dns_refresh_seconds) > 0)) {
+      return absl::InvalidArgumentError("--dns-refresh-seconds must be > 0");
+    }
+    o->dns_refresh = absl::Seconds(absl::GetFlag(FLAGS_dns_refresh_seconds));
+  }
+  if (o->workers.empty() && !o->workers_dns) {
+    return absl::InvalidArgumentError("give the workers: --workers or --workers-dns");
+  }
+  return absl::OkStatus();
+}
+
+// SIGTERM: takes no new connection and lets those open finish (their streams end whole) within
+// --shutdown-timeout-seconds, the picker's streams alike; then stops the front.
+void ShutDown(HttpFront& front, EndpointPicker* epp, const RouterMetrics& metrics) {
+  front.StopAccepting();
+  const absl::Time give_up =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_seconds));
+  // The picker's health turns NOT_SERVING at once; its streams (each a request the gateway is
+  // still proxying) get the same time to end.
+  if (epp) epp->Stop(give_up - absl::Now());
+  while (metrics.open_connections() > 0 && absl::Now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (metrics.open_connections() > 0) {
+    LOG(WARNING) << "kvserve-router: " << metrics.open_connections()
+                 << " connections still open after --shutdown-timeout-seconds; closing them";
+  }
+  front.Stop();
+}
+
 absl::Status Serve() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) return absl::InvalidArgumentError("--model DIR is required");
@@ -213,29 +260,7 @@ absl::Status Serve() {
     return absl::InvalidArgumentError("--max-local-prefill-tokens must be >= 0");
   }
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
-  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
-    std::vector<std::string> parts = absl::StrSplit(w, ':');
-    WorkerEndpoint e;
-    if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &e.port) ||
-        !absl::SimpleAtoi(parts[2], &e.events_port)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--workers entry '", std::string(w), "' is not HOST:PORT:EVENTS_PORT"));
-    }
-    e.host = parts[0];
-    e.name = std::string(w);
-    o.workers.push_back(e);
-  }
-  if (const std::string dns = absl::GetFlag(FLAGS_workers_dns); !dns.empty()) {
-    ASSIGN_OR_RETURN(DnsTarget target, ParseDnsTarget(dns));
-    o.workers_dns = target;
-    if (!(absl::GetFlag(FLAGS_dns_refresh_seconds) > 0)) {
-      return absl::InvalidArgumentError("--dns-refresh-seconds must be > 0");
-    }
-    o.dns_refresh = absl::Seconds(absl::GetFlag(FLAGS_dns_refresh_seconds));
-  }
-  if (o.workers.empty() && !o.workers_dns) {
-    return absl::InvalidArgumentError("give the workers: --workers or --workers-dns");
-  }
+  RETURN_IF_ERROR(WorkersFromFlags(&o));
   FrontOptions f;
   f.host = absl::GetFlag(FLAGS_host);
   f.port = absl::GetFlag(FLAGS_port);
@@ -269,21 +294,7 @@ absl::Status Serve() {
                            ", \"pid\": ", getpid(), "}\n")));
   }
   WaitForStop();
-  // SIGTERM: take no new connection, let those open finish (their streams end whole), then go.
-  front->StopAccepting();
-  const absl::Time give_up =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_shutdown_timeout_seconds));
-  // The picker's health turns NOT_SERVING at once; its streams (each a request the gateway is
-  // still proxying) get the same time to end.
-  if (epp) epp->Stop(give_up - absl::Now());
-  while (metrics.open_connections() > 0 && absl::Now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (metrics.open_connections() > 0) {
-    LOG(WARNING) << "kvserve-router: " << metrics.open_connections()
-                 << " connections still open after --shutdown-timeout-seconds; closing them";
-  }
-  front->Stop();
+  ShutDown(*front, epp.get(), metrics);
   core.reset();  // its jobs hold the front's connections
   return absl::OkStatus();
 }

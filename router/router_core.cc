@@ -1,8 +1,5 @@
 #include "router/router_core.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -25,10 +22,7 @@ bool RefusedWhileDraining(const pb::GenerateResponse& r) {
 }  // namespace
 
 RouterCore::RouterCore(const RouterOptions& options)
-    : options_(options),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      queue_(options.admission, options.metrics) {
-  PCHECK(wake_fd_ >= 0) << "eventfd";
+    : options_(options), queue_(options.admission, options.metrics) {
   absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(options.routing);
   CHECK(policy.ok()) << policy.status();  // the caller checks the options (kvserve-router does)
   policy_ = *std::move(policy);
@@ -50,15 +44,7 @@ RouterCore::RouterCore(const RouterOptions& options)
   }
 }
 
-RouterCore::~RouterCore() {
-  Stop();
-  close(wake_fd_);
-}
-
-void RouterCore::Wake() {
-  const uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
-}
+RouterCore::~RouterCore() { Stop(); }
 
 void RouterCore::Start() {
   thread_ = std::thread([this] { Loop(); });
@@ -69,29 +55,11 @@ void RouterCore::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void RouterCore::Submit(std::shared_ptr<Job> job) {
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.jobs.push_back(std::move(job));
-  }
-  Wake();
-}
+void RouterCore::Submit(std::shared_ptr<Job> job) { inbox_.AddJob(std::move(job)); }
 
-void RouterCore::Abort(const std::string& request_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.aborts.push_back(request_id);
-  }
-  Wake();
-}
+void RouterCore::Abort(const std::string& request_id) { inbox_.AddAbort(request_id); }
 
-void RouterCore::Started(const std::string& request_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.started.push_back(request_id);
-  }
-  Wake();
-}
+void RouterCore::Started(const std::string& request_id) { inbox_.AddStarted(request_id); }
 
 std::vector<WorkerInfo> RouterCore::Workers() const {
   absl::MutexLock lock(&info_mu_);
@@ -112,11 +80,7 @@ absl::Status RouterCore::Control(const std::string& worker_name, pb::ControlActi
     }
   }
   if (id < 0) return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.controls.emplace_back(id, action);
-  }
-  Wake();
+  inbox_.AddControl(id, action);
   return absl::OkStatus();
 }
 
@@ -128,7 +92,7 @@ void RouterCore::Loop() {
         SyncWorkers(*found);
       }
     }
-    Inbox inbox = TakeInbox();
+    frontend::CoreInbox::Taken inbox = inbox_.Take();
     SendControls(inbox.controls);
     PlaceQueued();  // those waiting came first
     for (auto& job : inbox.jobs) Place(job);
@@ -136,11 +100,11 @@ void RouterCore::Loop() {
     for (const std::string& id : inbox.started) {
       if (auto it = inflight_.find(id); it != inflight_.end()) it->second.started = true;
     }
-    // Idle, the loop sleeps until a message or Wake() comes, or its next periodic turn
+    // Idle, the loop sleeps until a message or the inbox's wake comes, or its next periodic turn
     // (kIdleTurnMs; it was 5 ms, a quarter of the router's CPU on the Mooncake trace).
     std::vector<KvFetches::Done> fetched;
     const int wait_ms = inbox.jobs.empty() && fetches_->in_flight() == 0 ? kIdleTurnMs : 0;
-    for (auto& [w, m] : pool_->Poll(wait_ms, wake_fd_)) {
+    for (auto& [w, m] : pool_->Poll(wait_ms, inbox_.fd())) {
       if (m.type == "KvChunk" || m.type == "KvChunkAck") {
         fetches_->OnMessage(w, m, std::chrono::steady_clock::now(), fetched);
         continue;
@@ -176,15 +140,6 @@ void RouterCore::Loop() {
     Coordinate(views);
     RescueLost(views);
   }
-}
-
-RouterCore::Inbox RouterCore::TakeInbox() {
-  uint64_t wakes = 0;
-  (void)!read(wake_fd_, &wakes, sizeof(wakes));  // reset: what woke us is taken now
-  Inbox taken;
-  absl::MutexLock lock(&mu_);
-  std::swap(taken, inbox_);
-  return taken;
 }
 
 void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction>>& controls) {

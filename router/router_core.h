@@ -24,13 +24,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_checker.h"
-#include "frontend/admission_queue.h"
-#include "frontend/core.h"
+#include "frontend/core/admission_queue.h"
+#include "frontend/core/core.h"
+#include "frontend/core/core_inbox.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/discovery.h"
 #include "router/kv_fetch.h"
-#include "router/prefix_index.h"
-#include "router/routing_policy.h"
+#include "router/routing/prefix_index.h"
+#include "router/routing/routing_policy.h"
 #include "router/worker_pool.h"
 
 namespace kvserve::router {
@@ -55,7 +56,7 @@ struct RouterOptions {
   bool coordinate_recycles = true;
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
-  // Per-worker limits and the router's queue (frontend/core.h).
+  // Per-worker limits and the router's queue (frontend/core/core.h).
   frontend::Admission admission;
   // Peer prefix fetch (router/kv_fetch.h): off unless enabled.
   KvFetchConfig kv_fetch;
@@ -66,7 +67,7 @@ struct RouterOptions {
   int64_t max_local_prefill_tokens = 1000;
 };
 
-// The front end's job and worker view (frontend/core.h), as the core's own.
+// The front end's job and worker view (frontend/core/core.h), as the core's own.
 using frontend::Job;
 using frontend::WorkerInfo;
 
@@ -85,12 +86,12 @@ class RouterCore : public frontend::Core {
   void Stop();  // idempotent; joins
 
   // Queue a job for placement. Any thread.
-  void Submit(std::shared_ptr<Job> job) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Submit(std::shared_ptr<Job> job) override;
   // Abort a submitted request (client gone). Any thread.
-  void Abort(const std::string& request_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Abort(const std::string& request_id) override;
   // A picked request's response began (its gateway saw the headers): its prompt is prefilled,
   // and it counts as decoding. Any thread.
-  void Started(const std::string& request_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Started(const std::string& request_id) override;
   // Workers eligible for routing, and known. Any thread.
   [[nodiscard]] int eligible_workers() const override { return eligible_.load(); }
   [[nodiscard]] int known_workers() const override { return known_.load(); }
@@ -98,7 +99,7 @@ class RouterCore : public frontend::Core {
   // RECYCLE) queued to the core thread. NotFound for an unknown worker name.
   [[nodiscard]] std::vector<WorkerInfo> Workers() const override ABSL_LOCKS_EXCLUDED(info_mu_);
   absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action) override
-      ABSL_LOCKS_EXCLUDED(mu_, info_mu_);
+      ABSL_LOCKS_EXCLUDED(info_mu_);
   // Recycle slots granted so far (the coordinator), and grants revoked because another
   // replica granted a slot at the same moment.
   [[nodiscard]] int64_t grants() const override { return grants_.load(); }
@@ -150,17 +151,9 @@ class RouterCore : public frontend::Core {
     int64_t prefill_tokens = 0;  // prompt tokens not started requests have yet to prefill
     int64_t decode_seqs = 0;     // sequences of started requests
   };
-  // What other threads queued for the core thread.
-  struct Inbox {
-    std::deque<std::shared_ptr<Job>> jobs;
-    std::vector<std::string> aborts;
-    std::vector<std::string> started;
-    std::vector<std::pair<int, kvserve::v1::ControlAction>> controls;
-  };
 
   // Steps of one turn of the core loop.
   void Loop();
-  Inbox TakeInbox() ABSL_LOCKS_EXCLUDED(mu_);
   void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void SendAborts(const std::vector<std::string>& aborts)
@@ -185,6 +178,15 @@ class RouterCore : public frontend::Core {
   // kFull: no ready worker has room (nothing was done); kFailed: the job was ended with an error.
   Placement TryPlace(const std::shared_ptr<Job>& job, int attempts, int exclude)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // Marks in `views` the workers that may take `job` now (ready, not `exclude`, not prefill-only,
+  // within their in-flight limit; with the router's load); false when it should wait: some
+  // worker is ready or not heard from yet, and none has room.
+  bool MarkRoom(const Job& job, int exclude, std::vector<WorkerView>& views)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // The prompt's full-block hashes with the cache key of the first eligible worker.
+  std::vector<BlockHash> PromptHashes(const kvserve::v1::GenerateRequest& request,
+                                      const std::vector<WorkerView>& views)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // A pick job's endpoints: the decision's, then its fallbacks, each routed among those left.
   std::vector<std::string> PickEndpoints(const Job& job, std::vector<WorkerView> views,
                                          const std::vector<BlockHash>& hashes, int first)
@@ -206,6 +208,14 @@ class RouterCore : public frontend::Core {
   // sends the request when it ends, whether the phase ended or not.
   std::string MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
                                 int* first_block, uint64_t* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // The prefill workers ready to prefill for `decode` (its KV shape), with the router's load.
+  std::vector<WorkerView> PrefillWorkers(const WorkerView& decode,
+                                         const std::vector<WorkerView>& views)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // `job`'s prefill phase on `worker`: its prompt alone, one greedy token nobody reads; its end
+  // is queued in prefilled_.
+  std::shared_ptr<Job> PrefillPhase(const Job& job, int worker, int predicted_cached)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void StartDecodes(std::vector<KvFetches::Done>& fetched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
@@ -234,12 +244,8 @@ class RouterCore : public frontend::Core {
   // What each worker's in-flight requests will hold, from the router's own books.
   absl::flat_hash_map<int, Load> InflightLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
 
-  // Wakes the core loop from its poll (an eventfd): new work for it came in.
-  void Wake();
-
   // Constant after construction.
   RouterOptions options_;
-  int wake_fd_ = -1;  // an eventfd, written by Wake, polled and read by the core loop
 
   // Owned by the core thread (Loop and what it calls; the constructor fills the pool before
   // Start). Checked: core_thread_ binds to the thread that first runs Loop, and every method
@@ -271,8 +277,7 @@ class RouterCore : public frontend::Core {
   mutable absl::Mutex info_mu_;
   std::vector<WorkerInfo> info_ ABSL_GUARDED_BY(info_mu_);
 
-  absl::Mutex mu_;
-  Inbox inbox_ ABSL_GUARDED_BY(mu_);
+  frontend::CoreInbox inbox_;  // thread-safe
 };
 
 }  // namespace kvserve::router

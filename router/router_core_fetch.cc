@@ -60,28 +60,17 @@ void RouterCore::SendFetched(std::vector<KvFetches::Done>& done) {
   PlaceMoves(moves);
 }
 
-std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
-                                          int* first_block, uint64_t* stream) {
+std::vector<WorkerView> RouterCore::PrefillWorkers(const WorkerView& decode,
+                                                   const std::vector<WorkerView>& views) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  if (hashes.empty()) return "";
-  std::vector<WorkerView> views = pool_->Views();
-  const WorkerView* decode = nullptr;
-  for (const WorkerView& v : views) {
-    if (v.id == to) decode = &v;
-  }
-  if (decode == nullptr || decode->kv_wire_block_bytes <= 0) return "";
-  *first_block = index_.LongestPrefix(to, hashes).total();
-  const int64_t local =
-      job.request.prompt_token_ids_size() - static_cast<int64_t>(*first_block) * decode->block_size;
-  if (local <= options_.max_local_prefill_tokens) return "";
   absl::flat_hash_map<int, Load> load = InflightLoad();
   std::vector<WorkerView> prefill;
   for (WorkerView v : views) {
     if (!v.prefill_only || !v.eligible) continue;
-    if (v.kv_wire_block_bytes != decode->kv_wire_block_bytes) {
+    if (v.kv_wire_block_bytes != decode.kv_wire_block_bytes) {
       LOG_EVERY_N(WARNING, 1000)
           << "prefill worker " << v.name << " moves KV blocks of " << v.kv_wire_block_bytes
-          << " bytes and decode worker " << decode->name << " of " << decode->kv_wire_block_bytes
+          << " bytes and decode worker " << decode.name << " of " << decode.kv_wire_block_bytes
           << ": they are not paired (the same model, KV format, block size and tensor-parallel "
              "size are needed)";
       continue;
@@ -91,22 +80,20 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
     v.decode_seqs = load[v.id].decode_seqs;
     prefill.push_back(std::move(v));
   }
-  if (prefill.empty()) return "";
-  absl::StatusOr<Decision> p = Route(
-      *policy_, prefill, index_,
-      {.hashes = hashes, .prompt_tokens = job.request.prompt_token_ids_size(), .max_tokens = 1});
-  if (!p.ok()) return "";
-  // The prefill phase: the prompt alone, one greedy token that nobody reads.
+  return prefill;
+}
+
+std::shared_ptr<Job> RouterCore::PrefillPhase(const Job& job, int worker, int predicted_cached) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   auto phase = std::make_shared<Job>();
   phase->request.set_request_id(absl::StrCat(job.request.request_id(), "#prefill"));
   *phase->request.mutable_prompt_token_ids() = job.request.prompt_token_ids();
   phase->request.set_max_tokens(1);
   phase->request.set_priority(job.request.priority());
   phase->request.set_cache_salt(job.request.cache_salt());
-  phase->request.set_predicted_cached_tokens(p->predicted_cached_blocks * decode->block_size);
+  phase->request.set_predicted_cached_tokens(predicted_cached);
   phase->deadline = job.deadline;
   const std::string request_id = job.request.request_id(), phase_id = phase->request.request_id();
-  const int worker = p->worker;
   phase->on_response = [this, request_id, phase_id,
                         worker](const kvserve::v1::GenerateResponse& r) {
     KVSERVE_CHECK_THREAD(core_thread_);  // the core calls every job back on its thread
@@ -121,6 +108,33 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
           {.request_id = request_id, .prefill_id = phase_id, .worker = worker, .ok = !failed});
     }
   };
+  return phase;
+}
+
+std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
+                                          int* first_block, uint64_t* stream) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  if (hashes.empty()) return "";
+  std::vector<WorkerView> views = pool_->Views();
+  const WorkerView* decode = nullptr;
+  for (const WorkerView& v : views) {
+    if (v.id == to) decode = &v;
+  }
+  if (decode == nullptr || decode->kv_wire_block_bytes <= 0) return "";
+  *first_block = index_.LongestPrefix(to, hashes).total();
+  const int64_t local =
+      job.request.prompt_token_ids_size() - static_cast<int64_t>(*first_block) * decode->block_size;
+  if (local <= options_.max_local_prefill_tokens) return "";
+  const std::vector<WorkerView> prefill = PrefillWorkers(*decode, views);
+  if (prefill.empty()) return "";
+  absl::StatusOr<Decision> p = Route(
+      *policy_, prefill, index_,
+      {.hashes = hashes, .prompt_tokens = job.request.prompt_token_ids_size(), .max_tokens = 1});
+  if (!p.ok()) return "";
+  std::shared_ptr<Job> phase =
+      PrefillPhase(job, p->worker, p->predicted_cached_blocks * decode->block_size);
+  const std::string request_id = job.request.request_id(), phase_id = phase->request.request_id();
+  const int worker = p->worker;
   // The stream's ask goes first: the prefill worker starts it as the phase arrives.
   *stream = 0;
   const int blocks = static_cast<int>(hashes.size()) - *first_block;

@@ -1,5 +1,5 @@
 // RouterCore: placing requests on workers. A request goes to the worker the policy picks among
-// those with room (router/routing_policy.h), on the router's own books of load; when every
+// those with room (router/routing/routing_policy.h), on the router's own books of load; when every
 // eligible worker is at its limit it waits in the queue, in arrival order (a moved request
 // first), until one has room, its deadline passes or --max-queue-wait-seconds. Core thread.
 #include <algorithm>
@@ -80,6 +80,7 @@ void RouterCore::Enqueue(Move move, bool front) {
 void RouterCore::PlaceQueued() {
   KVSERVE_CHECK_THREAD(core_thread_);
   queue_.PlaceInOrder([&](frontend::AdmissionQueue::Entry& e) {
+    KVSERVE_CHECK_THREAD(core_thread_);  // called back on this thread
     return TryPlace(e.job, e.attempts, e.from) != Placement::kFull;
   });
 }
@@ -110,10 +111,8 @@ void RouterCore::ExpireWaits() {
   }
 }
 
-RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int attempts,
-                                           int exclude) {
+bool RouterCore::MarkRoom(const Job& job, int exclude, std::vector<WorkerView>& views) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  std::vector<WorkerView> views = pool_->Views();
   // Load from the router's own books: heartbeats lag (250 ms), and a worker that just finished
   // a request would look busy. The worker that just failed this request is not eligible, nor
   // one at its limit of requests; when only the limit stands in the way, the job waits.
@@ -124,29 +123,39 @@ RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int 
     unheard = unheard || pool_->status(v.id) == nullptr;
     // A prefill-only worker takes prefill phases alone (MaybeDisaggregate), never a request.
     if (v.id == exclude || v.prefill_only) v.eligible = false;
-    if (job->pick && !Pickable(*job->pick, v)) v.eligible = false;
+    if (job.pick && !Pickable(*job.pick, v)) v.eligible = false;
     v.active_blocks = load[v.id].blocks;
     v.queued_prefill_tokens = load[v.id].prefill_tokens;
     v.decode_seqs = load[v.id].decode_seqs;
     ready = ready || v.eligible;
     const int limit = InflightLimit(v.id);
     const Load& l = load[v.id];
-    const int n = std::max(1, job->request.sampling().n());
+    const int n = std::max(1, job.request.sampling().n());
     if (limit > 0 && l.sequences > 0 && l.sequences + n > limit) v.eligible = false;
     room = room || v.eligible;
   }
-  if ((ready || unheard) && !room) return Placement::kFull;
-  // Prompt block hashes with the cache key the (first eligible) worker advertises.
-  std::vector<BlockHash> hashes;
+  return room || !(ready || unheard);
+}
+
+std::vector<BlockHash> RouterCore::PromptHashes(const pb::GenerateRequest& request,
+                                                const std::vector<WorkerView>& views) {
+  KVSERVE_CHECK_THREAD(core_thread_);
   for (const WorkerView& v : views) {
     if (!v.eligible) continue;
-    absl::StatusOr<std::string> key = pool_->ExtraKey(v.id, job->request.cache_salt());
+    absl::StatusOr<std::string> key = pool_->ExtraKey(v.id, request.cache_salt());
     if (!key.ok()) break;
-    std::vector<uint32_t> ids(job->request.prompt_token_ids().begin(),
-                              job->request.prompt_token_ids().end());
-    hashes = HashFullBlocks(ids, pool_->status(v.id)->block_size(), *key);
-    break;
+    std::vector<uint32_t> ids(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+    return HashFullBlocks(ids, pool_->status(v.id)->block_size(), *key);
   }
+  return {};
+}
+
+RouterCore::Placement RouterCore::TryPlace(const std::shared_ptr<Job>& job, int attempts,
+                                           int exclude) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  std::vector<WorkerView> views = pool_->Views();
+  if (!MarkRoom(*job, exclude, views)) return Placement::kFull;
+  std::vector<BlockHash> hashes = PromptHashes(job->request, views);
   const std::vector<FetchOffer> offers =
       FetchOffers(options_.kv_fetch, fetches_->gbps(), views, index_, hashes);
   absl::StatusOr<Decision> d =

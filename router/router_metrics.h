@@ -1,4 +1,4 @@
-// The router's Prometheus metrics: the front end's (frontend/http/front_metrics.h: requests,
+// The router's Prometheus metrics: the front end's (frontend/core/front_metrics.h: requests,
 // connections, admission, latency) and, in the same registry, placement's: routing decisions by
 // policy reason, predicted prefix overlap against the cached tokens workers report (routing
 // accuracy), each worker as the router sees it, peer KV fetches and links, disaggregation.
@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/front_metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "router/routing_policy.h"
+#include "router/routing/routing_policy.h"
 
 namespace kvserve::router {
 

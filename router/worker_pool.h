@@ -24,8 +24,8 @@
 #include "common/curve.h"
 #include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
-#include "router/prefix_index.h"
-#include "router/routing_policy.h"
+#include "router/routing/prefix_index.h"
+#include "router/routing/routing_policy.h"
 #include "zmq.hpp"
 
 namespace kvserve::router {

@@ -27,7 +27,7 @@
 #include "tools/bench/engine_bench.h"
 #include "tools/bench/kv_quality.h"
 #include "tools/bench/serving.h"
-#include "worker/step_profile.h"
+#include "worker/model/step_profile.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory");
 ABSL_FLAG(int32_t, tokens, 2048, "quality: teacher-forced stream length");

@@ -33,12 +33,12 @@
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/kv_cache/kv_staging.h"
 #include "worker/model/model.h"
+#include "worker/model/step_profile.h"
 #include "worker/model_runner.h"
 #include "worker/preflight.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/step_plan.h"
-#include "worker/step_profile.h"
 
 namespace kvserve::worker {
 
@@ -252,8 +252,8 @@ class Engine {
   // engine serves no KV transfer (the refusals above).
   [[nodiscard]] int64_t KvWireBlockBytes();
 
-  // The host time of steps by phase (worker/step_profile.h), summed from when it was turned on
-  // (turning it on clears it). Off by default.
+  // The host time of steps by phase (worker/model/step_profile.h), summed from when it was turned
+  // on (turning it on clears it). Off by default.
   void EnableStepProfile(bool on) {
     KVSERVE_CHECK_THREAD(engine_thread_);
     profiling_ = on;

@@ -15,7 +15,7 @@
 
 #include "absl/types/span.h"
 #include "worker/model/model.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "kernels/sampling.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

@@ -15,7 +15,7 @@
 #include "absl/types/span.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/model/model.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 #include "worker/scheduler/scheduler.h"
 
 namespace kvserve::worker {

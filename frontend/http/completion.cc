@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/utf8.h"
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 #include "frontend/output/reasoning.h"
 #include "proto/constraint_wire.h"
 

@@ -1,6 +1,6 @@
 // One OpenAI completion (/v1/completions or /v1/chat/completions) from its admitted request to
-// its last byte: a job per prompt to the core (frontend/core.h), then each worker reply turned into
-// the client's response. A reply's tokens go through the choice's detokenizer and its output
+// its last byte: a job per prompt to the core (frontend/core/core.h), then each worker reply turned
+// into the client's response. A reply's tokens go through the choice's detokenizer and its output
 // pipeline (frontend/output/output_pipeline.h: stop strings, reasoning, tool calls); its logprobs
 // and the choices become OpenAI's JSON (frontend/output/openai_json.h), whole or as server-sent
 // events.
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/tokenizer/incremental_detokenizer.h"
-#include "frontend/core.h"
+#include "frontend/core/core.h"
 #include "frontend/http/front_context.h"
 #include "frontend/http/http_connection.h"
 #include "frontend/output/api_output.h"

@@ -17,8 +17,8 @@
 
 #include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
-#include "frontend/core.h"
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/core.h"
+#include "frontend/core/front_metrics.h"
 #include "frontend/http/http_connection.h"
 #include "frontend/output/reasoning.h"
 #include "frontend/output/tool_calls.h"

@@ -7,7 +7,7 @@
 #define KVSERVE_FRONTEND_HTTP_FRONT_FLAGS_H_
 
 #include "absl/status/status.h"
-#include "frontend/core.h"
+#include "frontend/core/core.h"
 #include "frontend/http/front_context.h"
 
 namespace kvserve::frontend {

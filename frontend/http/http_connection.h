@@ -29,8 +29,8 @@
 #include <string>
 #include <string_view>
 
-#include "frontend/http/front_metrics.h"
-#include "frontend/openai_error.h"
+#include "frontend/core/front_metrics.h"
+#include "frontend/output/openai_error.h"
 
 namespace kvserve::frontend {
 

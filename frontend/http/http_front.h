@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
-#include "frontend/core.h"
+#include "frontend/core/core.h"
+#include "frontend/core/front_metrics.h"
 #include "frontend/http/front_context.h"
-#include "frontend/http/front_metrics.h"
 
 namespace kvserve::frontend {
 

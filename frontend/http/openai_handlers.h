@@ -1,8 +1,8 @@
 // The OpenAI API of the HTTP front: /v1/completions and /v1/chat/completions (whole or
 // streamed as server-sent events) and /v1/models. A completion tokenizes the prompt, hands one
-// job to the core (frontend/core.h), and turns the worker's token deltas into OpenAI responses:
-// incremental detokenization, stop strings across token boundaries, n choices, logprobs, usage with
-// cached tokens. A client that goes away mid-stream aborts its request on the worker.
+// job to the core (frontend/core/core.h), and turns the worker's token deltas into OpenAI
+// responses: incremental detokenization, stop strings across token boundaries, n choices, logprobs,
+// usage with cached tokens. A client that goes away mid-stream aborts its request on the worker.
 //
 // Handlers run on the front's handler threads (--api-threads, frontend/http/front_context.h),
 // several at once; a completion's deltas arrive on the core thread and are posted to the

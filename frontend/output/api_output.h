@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 #include "frontend/output/tool_calls.h"
 #include "nlohmann/json.hpp"
 

@@ -13,21 +13,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// Fields that mean the same on chat, passed as they are (vLLM's extras among them).
-constexpr const char* kPassThrough[] = {"model",
-                                        "max_tokens",
-                                        "temperature",
-                                        "top_p",
-                                        "top_k",
-                                        "stream",
-                                        "min_p",
-                                        "seed",
-                                        "request_id",
-                                        "priority",
-                                        "cache_salt",
-                                        "repetition_penalty",
-                                        "presence_penalty",
-                                        "frequency_penalty"};
+// Anthropic's client tools as chat's functions (a server or versioned tool has a type).
+constexpr ToolShape kTools = {
+    .type = "custom",
+    .type_optional = true,
+    .served = "client tools (name, input_schema); server and versioned tools are not",
+    .fields = {{"name", "name"}, {"description", "description"}, {"input_schema", "parameters"}}};
 
 // Anthropic's parameters kvserve does not serve, refused by name unless unset.
 absl::Status RefuseUnserved(const json& o) {
@@ -181,36 +172,15 @@ absl::Status TranslateMessages(const json& o, const RequestLimits& limits, json&
   if (messages == nullptr || !messages->is_array() || messages->empty()) {
     return BadParam("messages", "must be a non-empty list");
   }
-  if (messages->size() > static_cast<size_t>(limits.max_messages)) {
-    return BadParam("messages", absl::StrCat("has ", messages->size(), " messages; the limit is ",
-                                             limits.max_messages, " (--max-messages)"));
-  }
+  RETURN_IF_ERROR(CheckMessageCount(*messages, "messages", "messages", limits.max_messages));
   for (size_t i = 0; i < messages->size(); ++i) RETURN_IF_ERROR(in.Add((*messages)[i], i));
   chat["messages"] = std::move(in.messages);
   r.message_origin = std::move(in.origin);
   return absl::OkStatus();
 }
 
-absl::Status TranslateTools(const json& o, json& chat) {
-  if (const json* tools = Field(o, "tools")) {
-    if (!tools->is_array()) return BadParam("tools", "must be a list of tools");
-    json out = json::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const json& t = (*tools)[i];
-      const std::string param = absl::StrCat("tools[", i, "]");
-      if (const json* type = Field(t, "type"); type && *type != "custom") {
-        return BadParam(param + ".type",
-                        "server and versioned tools are not served: kvserve "
-                        "serves client tools (name, input_schema)");
-      }
-      json fn = json::object();
-      if (t.contains("name")) fn["name"] = t["name"];
-      if (t.contains("description")) fn["description"] = t["description"];
-      if (t.contains("input_schema")) fn["parameters"] = t["input_schema"];
-      out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-    }
-    chat["tools"] = std::move(out);
-  }
+absl::Status TranslateToolUse(const json& o, json& chat) {
+  RETURN_IF_ERROR(TranslateTools(o, kTools, chat));
   const json* choice = Field(o, "tool_choice");
   if (choice == nullptr) return absl::OkStatus();
   const json* type = Field(*choice, "type");
@@ -276,11 +246,9 @@ absl::StatusOr<MessagesRequest> TranslateMessagesRequest(std::string_view body,
   RETURN_IF_ERROR(RefuseUnserved(o));
   MessagesRequest r;
   json chat = json::object();
-  for (const char* key : kPassThrough) {
-    if (o.contains(key)) chat[key] = o[key];
-  }
+  PassThrough(o, {"max_tokens"}, chat);
   RETURN_IF_ERROR(TranslateMessages(o, limits, chat, r));
-  RETURN_IF_ERROR(TranslateTools(o, chat));
+  RETURN_IF_ERROR(TranslateToolUse(o, chat));
   RETURN_IF_ERROR(TranslateRest(o, counting, chat));
   r.chat_body = chat.dump();
   return r;

@@ -19,7 +19,7 @@
 namespace kvserve::frontend {
 
 // The parsed request, or InvalidArgument whose message is "param: what is wrong" (see
-// frontend/openai_error.h for how the HTTP layer reports it).
+// frontend/output/openai_error.h for how the HTTP layer reports it).
 absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat,
                                                      const RequestLimits& limits = {});
 

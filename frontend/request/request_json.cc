@@ -67,6 +67,59 @@ absl::StatusOr<std::string> RequiredString(const json& o, const char* key,
   return v->get<std::string>();
 }
 
+void PassThrough(const json& o, std::initializer_list<const char*> extra, json& chat) {
+  static constexpr const char* kShared[] = {"model",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "stream",
+                                            "min_p",
+                                            "seed",
+                                            "request_id",
+                                            "priority",
+                                            "cache_salt",
+                                            "repetition_penalty",
+                                            "presence_penalty",
+                                            "frequency_penalty"};
+  for (const char* key : kShared) {
+    if (o.contains(key)) chat[key] = o[key];
+  }
+  for (const char* key : extra) {
+    if (o.contains(key)) chat[key] = o[key];
+  }
+}
+
+absl::Status CheckMessageCount(const json& list, std::string_view param, std::string_view noun,
+                               int max_messages) {
+  if (list.size() <= static_cast<size_t>(max_messages)) return absl::OkStatus();
+  return BadParam(param, absl::StrCat("has ", list.size(), " ", Sv(noun), "; the limit is ",
+                                      max_messages, " (--max-messages)"));
+}
+
+absl::Status TranslateTools(const json& o, const ToolShape& shape, json& chat) {
+  const json* tools = Field(o, "tools");
+  if (tools == nullptr) return absl::OkStatus();
+  if (!tools->is_array()) return BadParam("tools", "must be a list of tools");
+  json out = json::array();
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const json* type = t.is_object() ? Field(t, "type") : nullptr;
+    if (type == nullptr ? !shape.type_optional : *type != shape.type) {
+      const std::string name = type && type->is_string() ? type->get<std::string>() : "";
+      return BadParam(absl::StrCat("tools[", i, "].type"),
+                      absl::StrCat("'", name.substr(0, 64), "' is not served: kvserve serves ",
+                                   Sv(shape.served)));
+    }
+    json fn = json::object();
+    for (const auto& [from, to] : shape.fields) {
+      if (t.contains(from)) fn[to] = t[from];
+    }
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  chat["tools"] = std::move(out);
+  return absl::OkStatus();
+}
+
 std::string RenameChatParam(
     std::string_view message, const std::vector<std::string>& origin,
     std::string_view messages_param,

@@ -36,6 +36,30 @@ absl::StatusOr<nlohmann::json> ParseBodyObject(std::string_view body);
 absl::StatusOr<std::string> RequiredString(const nlohmann::json& o, const char* key,
                                            const std::string& param);
 
+// Copies into `chat` the fields that mean the same there, as they are when present: the sampling
+// parameters and vLLM's extras every translator shares, then `extra` (the API's own).
+void PassThrough(const nlohmann::json& o, std::initializer_list<const char*> extra,
+                 nlohmann::json& chat);
+
+// InvalidArgument naming `param` when `list` has more than `max_messages` entries ("has N
+// `noun`; the limit is M (--max-messages)"), the limit chat's own messages have.
+absl::Status CheckMessageCount(const nlohmann::json& list, std::string_view param,
+                               std::string_view noun, int max_messages);
+
+// How an API writes a client function tool, for TranslateTools: the `type` such a tool has (or
+// may leave out, when `type_optional`), what kvserve serves in the words of its refusal of any
+// other type, and its fields by the name chat's function gives them.
+struct ToolShape {
+  std::string_view type;
+  bool type_optional = false;
+  std::string_view served;
+  std::initializer_list<std::pair<const char*, const char*>> fields;
+};
+
+// `o`'s "tools" (if any) as chat's: {"type": "function", "function": {...}} each, into
+// chat["tools"]; InvalidArgument naming tools[i] for another type of tool.
+absl::Status TranslateTools(const nlohmann::json& o, const ToolShape& shape, nlohmann::json& chat);
+
 // An error message about a translated chat request ("param: what") as the client's API names
 // the field: messages[k] as origin[k] says, "messages" as `messages_param`, the first of
 // `prefixes` (chat's name, the API's) that starts it, and tools[i].function.X as tools[i].X

@@ -14,24 +14,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// vLLM's sampling extras that a Responses body may carry, passed to the chat request as they are.
-constexpr const char* kPassThrough[] = {"model",
-                                        "temperature",
-                                        "top_p",
-                                        "stream",
-                                        "parallel_tool_calls",
-                                        "user",
-                                        "top_k",
-                                        "min_p",
-                                        "seed",
-                                        "repetition_penalty",
-                                        "presence_penalty",
-                                        "frequency_penalty",
-                                        "request_id",
-                                        "priority",
-                                        "cache_salt",
-                                        "skip_special_tokens",
-                                        "chat_template_kwargs"};
+// The Responses API's function tools as chat's (hosted tools have other types).
+constexpr ToolShape kTools = {.type = "function",
+                              .served = "function tools (type \"function\")",
+                              .fields = {{"name", "name"},
+                                         {"description", "description"},
+                                         {"parameters", "parameters"},
+                                         {"strict", "strict"}}};
 
 // What a stateless server answers for a stateful ask.
 constexpr std::string_view kStateless =
@@ -247,10 +236,7 @@ absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& ch
   if (input->is_string()) {
     in.AddText("user", input->get<std::string>(), "input");
   } else if (input->is_array() && !input->empty()) {
-    if (input->size() > static_cast<size_t>(limits.max_messages)) {
-      return BadParam("input", absl::StrCat("has ", input->size(), " items; the limit is ",
-                                            limits.max_messages, " (--max-messages)"));
-    }
+    RETURN_IF_ERROR(CheckMessageCount(*input, "input", "items", limits.max_messages));
     for (size_t i = 0; i < input->size(); ++i) RETURN_IF_ERROR(in.AddItem((*input)[i], i));
   } else {
     return BadParam("input", "must be a string or a non-empty list of items");
@@ -260,28 +246,8 @@ absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& ch
   return absl::OkStatus();
 }
 
-absl::Status TranslateTools(const json& o, json& chat) {
-  if (const json* tools = Field(o, "tools")) {
-    if (!tools->is_array()) return BadParam("tools", "must be a list of tools");
-    json out = json::array();
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const json& t = (*tools)[i];
-      const std::string param = absl::StrCat("tools[", i, "]");
-      const json* type = t.is_object() ? Field(t, "type") : nullptr;
-      if (type == nullptr || *type != "function") {
-        const std::string name = type && type->is_string() ? type->get<std::string>() : "";
-        return BadParam(param + ".type", absl::StrCat("'", name.substr(0, 64),
-                                                      "' is not served: kvserve serves function "
-                                                      "tools (type \"function\")"));
-      }
-      json fn = json::object();
-      for (const char* key : {"name", "description", "parameters", "strict"}) {
-        if (t.contains(key)) fn[key] = t[key];
-      }
-      out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-    }
-    chat["tools"] = std::move(out);
-  }
+absl::Status TranslateToolUse(const json& o, json& chat) {
+  RETURN_IF_ERROR(TranslateTools(o, kTools, chat));
   if (const json* choice = Field(o, "tool_choice")) {
     if (choice->is_string()) {
       chat["tool_choice"] = *choice;
@@ -385,12 +351,11 @@ absl::StatusOr<ResponsesRequest> TranslateResponsesRequest(std::string_view body
   RETURN_IF_ERROR(RefuseUnserved(o));
   ResponsesRequest r;
   json chat = json::object();
-  for (const char* key : kPassThrough) {
-    if (o.contains(key)) chat[key] = o[key];
-  }
+  PassThrough(o, {"parallel_tool_calls", "user", "skip_special_tokens", "chat_template_kwargs"},
+              chat);
   if (const json* max = Field(o, "max_output_tokens")) chat["max_tokens"] = *max;
   RETURN_IF_ERROR(TranslateInput(o, limits, chat, r));
-  RETURN_IF_ERROR(TranslateTools(o, chat));
+  RETURN_IF_ERROR(TranslateToolUse(o, chat));
   RETURN_IF_ERROR(TranslateText(o, chat));
   RETURN_IF_ERROR(TranslateLogprobs(o, chat, r));
   if (const json* key = Field(o, "prompt_cache_key")) {

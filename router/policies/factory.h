@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "router/routing_policy.h"
+#include "router/routing/routing_policy.h"
 
 namespace kvserve::router {
 

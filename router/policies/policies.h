@@ -1,5 +1,6 @@
 // The routing policies' factories (one file each) and what they share. Internal to
-// router/policies/factory.cc's table of names; see router/routing_policy.h for the contract.
+// router/policies/factory.cc's table of names; see router/routing/routing_policy.h for the
+// contract.
 #ifndef KVSERVE_ROUTER_POLICIES_POLICIES_H_
 #define KVSERVE_ROUTER_POLICIES_POLICIES_H_
 
@@ -7,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "router/routing_policy.h"
+#include "router/routing/routing_policy.h"
 
 namespace kvserve::router::policies {
 

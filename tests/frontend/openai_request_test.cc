@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "gtest/gtest.h"

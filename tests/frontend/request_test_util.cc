@@ -1,6 +1,6 @@
 #include "tests/frontend/request_test_util.h"
 
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 #include "frontend/request/openai_request.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 #include "frontend/request/openai_request.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

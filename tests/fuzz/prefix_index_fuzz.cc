@@ -1,4 +1,4 @@
-// The router's prefix index (router/prefix_index.h) under arbitrary KV-event batches,
+// The router's prefix index (router/routing/prefix_index.h) under arbitrary KV-event batches,
 // snapshots, heartbeats and routing from a few workers: whatever arrives, a worker's confirmed
 // entries stay within the pool it reported, and lookups never fault.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "router/prefix_index.h"
+#include "router/routing/prefix_index.h"
 
 namespace pb = ::kvserve::v1;
 using kvserve::BlockHash;

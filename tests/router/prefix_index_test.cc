@@ -1,4 +1,4 @@
-#include "router/prefix_index.h"
+#include "router/routing/prefix_index.h"
 
 #include "gtest/gtest.h"
 

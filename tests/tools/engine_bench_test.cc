@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
-#include "worker/step_profile.h"
+#include "worker/model/step_profile.h"
 
 namespace kvserve::bench {
 namespace {

@@ -9,7 +9,7 @@
 #include "common/vllm_kv_events.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/prefix_index.h"
+#include "router/routing/prefix_index.h"
 #include "tests/testing/status_matchers.h"
 #include "upstream/prometheus_text.h"
 #include "upstream/vllm_event_translator.h"

@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "worker/engine.h"
-#include "worker/step_profile.h"
+#include "worker/model/step_profile.h"
 
 namespace kvserve::bench {
 namespace {
@@ -110,13 +110,10 @@ void AddHostTimes(const worker::StepProfile& p, double metrics_s, int64_t events
   row.kv_events_per_step = static_cast<double>(events) / steps;
 }
 
-// One batch × context on `engine`: prefill, warm-up, timed decode; the requests are aborted
-// at the end, leaving the pool empty for the next.
-absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& o, int batch,
-                                      int context, int64_t weight_bytes_read,
-                                      std::mt19937_64& rng) {
+// `batch` requests of `context` random tokens, sampled as vLLM's defaults, never ending early.
+absl::Status AddRequests(Engine& engine, int batch, int context, int max_tokens,
+                         std::mt19937_64& rng) {
   const int vocab = engine.model_config().vocab_size;
-  const int max_tokens = MaxTokens(o, batch, context);
   for (int i = 0; i < batch; ++i) {
     RequestInput in;
     in.request_id = absl::StrCat("bench-", batch, "x", context, "-", i);
@@ -128,6 +125,25 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
     in.sampling.ignore_eos = true;
     RETURN_IF_ERROR(engine.AddRequest(std::move(in)));
   }
+  return absl::OkStatus();
+}
+
+// The per-op device times of the window, µs and calls per step, largest first.
+void AddOpTimes(const std::map<std::string, kernels::Backend::OpTime>& op_times, int steps,
+                EngineBenchRow& row) {
+  for (const auto& [op, t] : op_times) {
+    row.op_us.push_back({op, 1e3 * t.ms / steps, static_cast<double>(t.count) / steps});
+  }
+  std::sort(row.op_us.begin(), row.op_us.end(),
+            [](const auto& a, const auto& b) { return a.us_per_step > b.us_per_step; });
+}
+
+// One batch × context on `engine`: prefill, warm-up, timed decode; the requests are aborted
+// at the end, leaving the pool empty for the next.
+absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& o, int batch,
+                                      int context, int64_t weight_bytes_read,
+                                      std::mt19937_64& rng) {
+  RETURN_IF_ERROR(AddRequests(engine, batch, context, MaxTokens(o, batch, context), rng));
   EngineBenchRow row;
   row.batch = batch;
   row.context = context;
@@ -199,13 +215,35 @@ absl::StatusOr<EngineBenchRow> RunOne(Engine& engine, const EngineBenchOptions& 
   row.step_bytes = static_cast<double>(weight_bytes_read) + row.step_kv_bytes;
   row.gbps = row.step_bytes / (1e-3 * row.decode_ms_per_step) / 1e9;
   AddHostTimes(profile, metrics_s, events.events(), row);
-  for (const auto& [op, t] : op_times) {
-    row.op_us.push_back(
-        {op, 1e3 * t.ms / o.decode_steps, static_cast<double>(t.count) / o.decode_steps});
-  }
-  std::sort(row.op_us.begin(), row.op_us.end(),
-            [](const auto& a, const auto& b) { return a.us_per_step > b.us_per_step; });
+  AddOpTimes(op_times, o.decode_steps, row);
   return row;
+}
+
+// The engine every row shares: sized for the largest batch × context of the run.
+absl::StatusOr<EngineConfig> BaseConfig(const EngineBenchOptions& o) {
+  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
+  int64_t max_blocks = 0;
+  int max_len = 0;
+  for (int b : o.batches) {
+    for (int c : o.contexts) {
+      const int len = c + MaxTokens(o, b, c);
+      max_len = std::max(max_len, len);
+      max_blocks = std::max(max_blocks, int64_t{b} * ((len + o.block_size - 1) / o.block_size));
+    }
+  }
+  EngineConfig c;
+  ASSIGN_OR_RETURN(c.backend.device, ParseDevice(o.device));
+  ASSIGN_OR_RETURN(c.dtype, ParseWeightDtype(o.dtype));
+  ASSIGN_OR_RETURN(c.backend.attention_kernel, ParseAttentionKernel(o.attention_kernel));
+  c.model_dir = o.model_dir;
+  c.backend.cpu_threads = o.cpu_threads;
+  c.cache.block_size = o.block_size;
+  c.max_model_len = max_len;
+  c.cache.enable_prefix_caching = o.prefix_caching;
+  c.cache.num_blocks = static_cast<int>(max_blocks + 1);
+  c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
+  c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
+  return c;
 }
 
 }  // namespace
@@ -221,42 +259,20 @@ int64_t DecodeWeightBytes(const ModelConfig& config, int64_t weight_bytes) {
 absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
   RETURN_IF_ERROR(CheckOptions(o));
   RETURN_IF_ERROR(LoadHfConfig(o.model_dir).status());  // a bad --model, said as such
-  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
-  int64_t max_blocks = 0;
-  int max_len = 0;
-  for (int b : o.batches) {
-    for (int c : o.contexts) {
-      const int len = c + MaxTokens(o, b, c);
-      max_len = std::max(max_len, len);
-      max_blocks = std::max(max_blocks, int64_t{b} * ((len + o.block_size - 1) / o.block_size));
-    }
-  }
-  ASSIGN_OR_RETURN(const Device device, ParseDevice(o.device));
-  ASSIGN_OR_RETURN(const WeightDtype dtype, ParseWeightDtype(o.dtype));
-  ASSIGN_OR_RETURN(const AttentionKernel kernel, ParseAttentionKernel(o.attention_kernel));
+  ASSIGN_OR_RETURN(const EngineConfig base, BaseConfig(o));
+  const Device device = base.backend.device;
   EngineBenchReport report;
   report.device = o.device;
   std::mt19937_64 rng(o.seed);
   for (const std::string& kv_dtype : o.kv_cache_dtypes) {
     for (const int graph_max_batch : o.cuda_graph_max_batches) {
       for (const std::string& async : o.async_scheduling) {
-        EngineConfig c;
+        EngineConfig c = base;
         c.async_scheduling = async == "on"    ? worker::AsyncScheduling::kOn
                              : async == "off" ? worker::AsyncScheduling::kOff
                                               : worker::AsyncScheduling::kAuto;
-        c.model_dir = o.model_dir;
-        c.backend.device = device;
-        c.dtype = dtype;
-        c.backend.attention_kernel = kernel;
         c.backend.cuda_graph_max_batch = graph_max_batch;
-        c.backend.cpu_threads = o.cpu_threads;
-        c.cache.block_size = o.block_size;
-        c.max_model_len = max_len;
-        c.cache.enable_prefix_caching = o.prefix_caching;
-        c.cache.num_blocks = static_cast<int>(max_blocks + 1);
         c.cache.kv_quant.dtype = kv_dtype;
-        c.scheduler.max_num_seqs = *std::max_element(o.batches.begin(), o.batches.end());
-        c.scheduler.max_num_batched_tokens = std::max(o.max_num_batched_tokens, max_context);
         const Clock::time_point start = Clock::now();
         absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
         const double start_s = Seconds(start);

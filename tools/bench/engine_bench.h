@@ -41,10 +41,10 @@ struct EngineBenchRow {
   // GraphRecording; 0 without graphs).
   double graph_record_s = 0;
   double graph_record_mib = 0;
-  // The host's side of a timed decode step (the engine's step profile, worker/step_profile.h):
-  // Step()'s wall time and the engine thread's CPU time in it, µs per step, and each phase's
-  // share (StepPhase order). On a GPU the wall time includes the wait for the device
-  // (the "download" phase); the CPU time does not count a blocking wait.
+  // The host's side of a timed decode step (the engine's step profile,
+  // worker/model/step_profile.h): Step()'s wall time and the engine thread's CPU time in it, µs per
+  // step, and each phase's share (StepPhase order). On a GPU the wall time includes the wait for
+  // the device (the "download" phase); the CPU time does not count a blocking wait.
   double host_us_per_step = 0;
   double host_cpu_us_per_step = 0;
   std::vector<double> phase_us;  // per StepPhase

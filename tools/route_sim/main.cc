@@ -50,9 +50,10 @@ ABSL_FLAG(double, window_start_s, 0, "Replay requests from this trace second..."
 ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
 ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
 ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
-ABSL_FLAG(std::string, kv_fetch_gbps, "",
-          "Also run each policy with peer prefix fetch (router/fetch_plan.h) over a link of each "
-          "of these rates, GB/s, comma-separated (e.g. \"1,10\"; empty: none)");
+ABSL_FLAG(
+    std::string, kv_fetch_gbps, "",
+    "Also run each policy with peer prefix fetch (router/routing/fetch_plan.h) over a link of each "
+    "of these rates, GB/s, comma-separated (e.g. \"1,10\"; empty: none)");
 ABSL_FLAG(int32_t, kv_fetch_min_blocks, 4, "With --kv-fetch-gbps: the fewest blocks worth a fetch");
 ABSL_FLAG(int32_t, prefill_workers, 0,
           "Also run each policy disaggregated: this many of --workers only prefill, the rest "

@@ -17,7 +17,7 @@
 #include "common/status_macros.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/policies/factory.h"
-#include "router/prefix_index.h"
+#include "router/routing/prefix_index.h"
 #include "worker/engine.h"
 
 namespace kvserve::route_sim {

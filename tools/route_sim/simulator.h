@@ -2,9 +2,9 @@
 // against N workers, each the worker's own engine (scheduler, paged KV cache manager and block
 // pool, prefix cache, eviction, KV events) on the simulated GPU (`--device sim` without
 // sleeping: each step advances that worker's clock by the time worker/sim/step_cost.h gives),
-// routed by the router's own policy code (router/routing_policy.h) over the router's own prefix
-// index fed by those workers' KV events. An hour of trace at 8-256 workers runs in seconds to
-// minutes.
+// routed by the router's own policy code (router/routing/routing_policy.h) over the router's own
+// prefix index fed by those workers' KV events. An hour of trace at 8-256 workers runs in seconds
+// to minutes.
 //
 //   ASSIGN_OR_RETURN(SimReport r, Simulate(trace, options));
 //
@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "router/fetch_plan.h"
-#include "router/routing_policy.h"
+#include "router/routing/fetch_plan.h"
+#include "router/routing/routing_policy.h"
 #include "tools/trace/trace.h"
 #include "worker/engine_config.h"
 
@@ -38,7 +38,7 @@ struct SimOptions {
   // the simulated GPU, max_model_len (0: the model's, or the pool's tokens if fewer). The
   // simulator sets the device and the pool.
   worker::EngineConfig engine;
-  // The routing policy by name (router/routing_policy.h), or "greedy": the bound the issue
+  // The routing policy by name (router/routing/routing_policy.h), or "greedy": the bound the issue
   // measures against (the longest cached prefix, new conversations to the worker with the
   // fewest requests in flight), which ignores load otherwise.
   router::RoutingConfig routing;
@@ -49,7 +49,7 @@ struct SimOptions {
   int64_t window_start_ms = 0, window_end_ms = std::numeric_limits<int64_t>::max();
   int64_t max_output = 0;  // 0: the trace's output lengths
   int trace_block_size = 512;
-  // Peer prefix fetch (router/fetch_plan.h) as the router plans it, with the link moving
+  // Peer prefix fetch (router/routing/fetch_plan.h) as the router plans it, with the link moving
   // fetch.initial_gbps throughout: the request reaches its worker once its blocks have.
   router::KvFetchConfig fetch;
   // Disaggregated serving (docs/DISAGGREGATION.md): the first `prefill_workers` workers only

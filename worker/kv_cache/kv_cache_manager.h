@@ -27,7 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "worker/kv_cache/block_pool.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

@@ -27,8 +27,8 @@
 #include "kernels/communicator.h"
 #include "worker/kv_cache/kv_storage.h"
 #include "worker/model/step_inputs.h"
-#include "worker/request.h"
-#include "worker/step_profile.h"
+#include "worker/model/step_profile.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

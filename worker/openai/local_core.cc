@@ -1,8 +1,5 @@
 #include "worker/openai/local_core.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -42,11 +39,9 @@ void Connect(zmq::socket_t& socket, const std::optional<CurveClientKeys>& curve,
 
 LocalCore::LocalCore(const LocalCoreOptions& options)
     : options_(options),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       dealer_(ctx_, zmq::socket_type::dealer),
       sub_(ctx_, zmq::socket_type::sub),
       queue_(options.admission, options.metrics) {
-  PCHECK(wake_fd_ >= 0) << "eventfd";
   Connect(dealer_, options.curve, absl::StrCat("tcp://", options.host, ":", options.port));
   sub_.set(zmq::sockopt::subscribe, "status");  // heartbeats; the KV events are the routers'
   Connect(sub_, options.curve, absl::StrCat("tcp://", options.host, ":", options.events_port));
@@ -54,10 +49,7 @@ LocalCore::LocalCore(const LocalCoreOptions& options)
   info_.state = "UNKNOWN";
 }
 
-LocalCore::~LocalCore() {
-  Stop();
-  close(wake_fd_);
-}
+LocalCore::~LocalCore() { Stop(); }
 
 void LocalCore::Start() {
   thread_ = std::thread([this] { Loop(); });
@@ -68,51 +60,21 @@ void LocalCore::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LocalCore::Wake() {
-  const uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
-}
+void LocalCore::Submit(std::shared_ptr<Job> job) { inbox_.AddJob(std::move(job)); }
 
-void LocalCore::Submit(std::shared_ptr<Job> job) {
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.jobs.push_back(std::move(job));
-  }
-  Wake();
-}
-
-void LocalCore::Abort(const std::string& request_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.aborts.push_back(request_id);
-  }
-  Wake();
-}
+void LocalCore::Abort(const std::string& request_id) { inbox_.AddAbort(request_id); }
 
 absl::Status LocalCore::Control(const std::string& worker_name, pb::ControlAction action) {
   if (worker_name != options_.name) {
     return absl::NotFoundError(absl::StrCat("no worker '", worker_name, "'"));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    inbox_.controls.push_back(action);
-  }
-  Wake();
+  inbox_.AddControl(0, action);
   return absl::OkStatus();
 }
 
 std::vector<frontend::WorkerInfo> LocalCore::Workers() const {
   absl::MutexLock lock(&info_mu_);
   return {info_};
-}
-
-LocalCore::Inbox LocalCore::TakeInbox() {
-  uint64_t wakes = 0;
-  (void)!read(wake_fd_, &wakes, sizeof(wakes));  // reset: what woke us is taken now
-  Inbox taken;
-  absl::MutexLock lock(&mu_);
-  std::swap(taken, inbox_);
-  return taken;
 }
 
 void LocalCore::Loop() {
@@ -122,7 +84,7 @@ void LocalCore::Loop() {
     return TryPlace(e.job) != Placement::kFull;
   };
   while (!stop_) {
-    Inbox inbox = TakeInbox();
+    frontend::CoreInbox::Taken inbox = inbox_.Take();
     SendControls(inbox.controls);
     queue_.PlaceInOrder(place_queued);  // those waiting came first
     for (const std::shared_ptr<Job>& job : inbox.jobs) Place(job);
@@ -195,9 +157,9 @@ void LocalCore::SendAborts(const std::vector<std::string>& ids) {
   }
 }
 
-void LocalCore::SendControls(const std::vector<pb::ControlAction>& actions) {
+void LocalCore::SendControls(const std::vector<std::pair<int, pb::ControlAction>>& controls) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  for (pb::ControlAction action : actions) {
+  for (const auto& [worker, action] : controls) {
     pb::Control c;
     c.set_action(action);
     c.set_reason("admin");
@@ -210,7 +172,7 @@ void LocalCore::Poll(int timeout_ms) {
   KVSERVE_CHECK_THREAD(core_thread_);
   zmq::pollitem_t items[] = {{dealer_.handle(), 0, ZMQ_POLLIN, 0},
                              {sub_.handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+                             {nullptr, inbox_.fd(), ZMQ_POLLIN, 0}};
   try {
     zmq::poll(items, 3, std::chrono::milliseconds(timeout_ms));
   } catch (const zmq::error_t& e) {

@@ -1,7 +1,7 @@
 // kvserve-worker --openai-port's core (a frontend::Core): the front end's requests go to this
 // one worker process over its own ZeroMQ ports, as a router's would (a DEALER to its ROUTER
 // port, a SUB to its heartbeats; CURVE when the worker has keys), with the router's admission
-// (frontend/admission_queue.h: the in-flight limit, the queue and its waits), deadlines and
+// (frontend/core/admission_queue.h: the in-flight limit, the queue and its waits), deadlines and
 // reply-sequence checks, and no placement: no prefix index, policy, peer fetch or recycle
 // coordination (the fleet's routers coordinate this worker's recycles). Endpoint picks are
 // kvserve-router's (--epp-port): a pick job is refused.
@@ -11,7 +11,7 @@
 //   core.Submit(std::move(job));   // any thread; job->on_response runs on the core thread
 //
 // Threads: the core thread (Loop) owns both sockets, the worker's last heartbeat, the requests
-// in flight and the queue; other threads hand it work through the inbox (mu_) and read the
+// in flight and the queue; other threads hand it work through the inbox and read the
 // admin snapshot (info_mu_) and the counts (atomics).
 #ifndef KVSERVE_WORKER_OPENAI_LOCAL_CORE_H_
 #define KVSERVE_WORKER_OPENAI_LOCAL_CORE_H_
@@ -31,9 +31,10 @@
 #include "absl/time/time.h"
 #include "common/curve.h"
 #include "common/thread_checker.h"
-#include "frontend/admission_queue.h"
-#include "frontend/core.h"
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/admission_queue.h"
+#include "frontend/core/core.h"
+#include "frontend/core/core_inbox.h"
+#include "frontend/core/front_metrics.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "zmq.hpp"
 
@@ -63,15 +64,14 @@ class LocalCore final : public frontend::Core {
   void Start();
   void Stop();  // idempotent; joins
 
-  void Submit(std::shared_ptr<frontend::Job> job) override ABSL_LOCKS_EXCLUDED(mu_);
-  void Abort(const std::string& request_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Submit(std::shared_ptr<frontend::Job> job) override;
+  void Abort(const std::string& request_id) override;
   void Started(const std::string& request_id) override {}  // picks are refused: none starts
   [[nodiscard]] int eligible_workers() const override { return eligible_.load(); }
   [[nodiscard]] int known_workers() const override { return 1; }
   [[nodiscard]] std::vector<frontend::WorkerInfo> Workers() const override
       ABSL_LOCKS_EXCLUDED(info_mu_);
-  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Control(const std::string& worker_name, kvserve::v1::ControlAction action) override;
   [[nodiscard]] int64_t grants() const override { return 0; }  // coordinates no recycle
 
  private:
@@ -83,23 +83,17 @@ class LocalCore final : public frontend::Core {
     uint64_t instance_id = 0;  // the worker process it went to
     uint32_t next_seq = 1;     // the GenerateResponse.seq its next reply must have
   };
-  struct Inbox {
-    std::deque<std::shared_ptr<frontend::Job>> jobs;
-    std::vector<std::string> aborts;
-    std::vector<kvserve::v1::ControlAction> controls;
-  };
   enum class Placement { kPlaced, kFull, kFailed };
 
   // One turn of the loop and its parts.
   void Loop();
-  Inbox TakeInbox() ABSL_LOCKS_EXCLUDED(mu_);
   void Place(const std::shared_ptr<frontend::Job>& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // kFull: the worker has no room yet, or was not heard from (nothing was done); kFailed: the
   // job was ended with an error.
   Placement TryPlace(const std::shared_ptr<frontend::Job>& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void SendAborts(const std::vector<std::string>& ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
-  void SendControls(const std::vector<kvserve::v1::ControlAction>& actions)
+  void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Waits up to timeout_ms for the worker's replies and heartbeats (or a Wake) and takes them.
   void Poll(int timeout_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
@@ -117,11 +111,9 @@ class LocalCore final : public frontend::Core {
   [[nodiscard]] bool Fresh(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // The most sequences the worker takes at once (0: no limit).
   [[nodiscard]] int InflightLimit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
-  void Wake();
 
   // Constant after construction.
   const LocalCoreOptions options_;
-  int wake_fd_ = -1;  // an eventfd, written by Wake, polled and read by the loop
 
   ThreadChecker core_thread_{"local core"};
   zmq::context_t ctx_;
@@ -139,8 +131,7 @@ class LocalCore final : public frontend::Core {
   std::atomic<int> eligible_{0};
   mutable absl::Mutex info_mu_;
   frontend::WorkerInfo info_ ABSL_GUARDED_BY(info_mu_);
-  absl::Mutex mu_;
-  Inbox inbox_ ABSL_GUARDED_BY(mu_);
+  frontend::CoreInbox inbox_;  // thread-safe
 };
 
 }  // namespace kvserve::worker

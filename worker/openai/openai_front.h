@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tokenizer/tokenizer.h"
+#include "frontend/core/front_metrics.h"
 #include "frontend/http/front_context.h"
-#include "frontend/http/front_metrics.h"
 #include "frontend/http/http_front.h"
 #include "worker/openai/local_core.h"
 

@@ -16,11 +16,24 @@
 // A step computes at most max_logit_rows rows of logits (the rows the model reserved): a prompt
 // whose request returns its prompt logits is prefilled in chunks that fit the rows left.
 //
+// The contract (vLLM's SchedulerInterface has the same shape):
+// - Given, between steps: the sequences to consider (Add: a new request's, or one back from a
+//   recompute; AddRunning: a forked sample that holds its parent's blocks; Remove: one that
+//   finished or was aborted, whose blocks it frees) and, through the KvCacheManager it was made
+//   with, the pool's blocks. Each Sequence's computed and appended tokens are the engine's to
+//   update (Engine::UpdateFromOutput) before the next call.
+// - Returns, once a step (Schedule): the sequences that run and how many new tokens each
+//   computes (with their blocks allocated), those preempted (swapped to the host tier or freed
+//   for recompute), and `blocked` when, without may_preempt, it ran out of blocks. The block
+//   copies the step must do first (copy-on-write, swaps) are the KvCacheManager's, taken by the
+//   caller (KvCacheManager::TakeCopies).
+// - Called by Engine::RunStep (worker/engine_step.cc) once per step, and by Engine::AddRequest,
+//   Engine::Abort and the step's fork and finish paths; all on the engine thread. Not
+//   thread-safe, and it never blocks: it only chooses.
+//
 //   Scheduler sched(config, &kv_cache);
 //   sched.Add(seq);
-//   Scheduler::Output out = sched.Schedule();  // run out.scheduled, copy out.copies first
-//
-// Owned by the engine thread; not thread-safe.
+//   Scheduler::Output out = sched.Schedule();  // run out.scheduled after kv_cache's copies
 #ifndef KVSERVE_WORKER_SCHEDULER_SCHEDULER_H_
 #define KVSERVE_WORKER_SCHEDULER_SCHEDULER_H_
 
@@ -29,7 +42,7 @@
 #include <vector>
 
 #include "worker/kv_cache/kv_cache_manager.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

@@ -1,5 +1,5 @@
 // The worker's side of the wire contract (proto/kvserve/v1/kvserve.proto). In: a GenerateRequest
-// read once into what the worker runs, the engine's request (worker/request.h) and what the
+// read once into what the worker runs, the engine's request (worker/request/request.h) and what the
 // server keeps for its replies. Out: the engine's tokens' logprobs, finish reasons and cache
 // media in their wire form. RequestFromWire is the one place where the wire's zero values
 // become the engine's defaults (top_p 0, n 0 and repetition_penalty 0 read as 1: proto3 sends
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/kv_cache/kv_cache_manager.h"
-#include "worker/request.h"
+#include "worker/request/request.h"
 
 namespace kvserve::worker {
 

@@ -60,29 +60,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
     s->metrics_->StartKvTransfer(s->engine_->kv_spec().CacheKeyDType());
   }
   WorkerServer* self = s.get();
-  ASSIGN_OR_RETURN(
-      s->http_, HttpServer::Start(options.metrics_host, options.metrics_port,
-                                  [self](const std::string& method, const std::string& target) {
-                                    HttpResponse r;
-                                    if (method != "GET") {
-                                      r.status = 405;
-                                      r.body = "only GET\n";
-                                    } else if (target == "/metrics") {
-                                      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-                                      r.body = self->metrics_->Serialize();
-                                    } else if (target == "/health") {
-                                      r.body = "ok\n";
-                                    } else if (target == "/ready") {
-                                      const bool ready =
-                                          self->state_.load() == pb::WORKER_STATE_READY;
-                                      r.status = ready ? 200 : 503;
-                                      r.body = ready ? "ready\n" : "not ready\n";
-                                    } else {
-                                      r.status = 404;
-                                      r.body = "not found\n";
-                                    }
-                                    return r;
-                                  }));
+  ASSIGN_OR_RETURN(s->http_,
+                   HttpServer::Start(options.metrics_host, options.metrics_port,
+                                     [self](const std::string& method, const std::string& target) {
+                                       return self->Probe(method, target);
+                                     }));
   if (options.vllm_events) {
     ASSIGN_OR_RETURN(s->vllm_publisher_, VllmEventPublisher::Start(s->ctx_, *options.vllm_events));
     LOG(INFO) << "vLLM KV events on " << s->vllm_publisher_->endpoint()
@@ -98,6 +80,27 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   s->engine_->HandOver();
   s->loop_thread_.Detach();
   return s;
+}
+
+HttpResponse WorkerServer::Probe(const std::string& method, const std::string& target) const {
+  HttpResponse r;
+  if (method != "GET") {
+    r.status = 405;
+    r.body = "only GET\n";
+  } else if (target == "/metrics") {
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_->Serialize();
+  } else if (target == "/health") {
+    r.body = "ok\n";
+  } else if (target == "/ready") {
+    const bool ready = state_.load() == pb::WORKER_STATE_READY;
+    r.status = ready ? 200 : 503;
+    r.body = ready ? "ready\n" : "not ready\n";
+  } else {
+    r.status = 404;
+    r.body = "not found\n";
+  }
+  return r;
 }
 
 WorkerServer::~WorkerServer() {

@@ -125,6 +125,9 @@ class WorkerServer : private KvEventListener {
   // Where this worker serves the OpenAI API (WorkerStatus.http_endpoint: "host:port" or ":port"),
   // for endpoint pickers. Before Run only: the heartbeats read it on the loop thread.
   void set_http_endpoint(std::string endpoint) { options_.http_endpoint = std::move(endpoint); }
+  // The metrics port's answer: /metrics, /health (200 while the loop runs), /ready (200 only
+  // when READY). Any thread (the HTTP server's).
+  [[nodiscard]] HttpResponse Probe(const std::string& method, const std::string& target) const;
   // /metrics' text (Prometheus exposition); any thread.
   [[nodiscard]] std::string SerializeMetrics() const { return metrics_->Serialize(); }
   // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).

@@ -180,7 +180,7 @@ TEST_F(LocalCoreTest, ADrainingWorkerTakesNothingAndPicksAreRefused) {
   ASSERT_TRUE(WaitFor([&] { return a.ended(); }));
   EXPECT_EQ(a.error(), absl::StatusCode::kUnavailable);
   Recorded pick("pick");
-  pick.job()->pick.emplace();
+  pick.job()->pick = frontend::Job::Pick{};
   core_->Submit(pick.job());
   ASSERT_TRUE(WaitFor([&] { return pick.ended(); }));
   EXPECT_EQ(pick.error(), absl::StatusCode::kUnimplemented) << pick.message();

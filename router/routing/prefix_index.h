@@ -16,8 +16,8 @@
 //   PrefixIndex::Match m = index.LongestPrefix(w, request_hashes);
 //
 // Not thread-safe: the router's core thread owns it.
-#ifndef KVSERVE_ROUTER_PREFIX_INDEX_H_
-#define KVSERVE_ROUTER_PREFIX_INDEX_H_
+#ifndef KVSERVE_ROUTER_ROUTING_PREFIX_INDEX_H_
+#define KVSERVE_ROUTER_ROUTING_PREFIX_INDEX_H_
 
 #include <cstdint>
 #include <deque>
@@ -111,4 +111,4 @@ class PrefixIndex {
 
 }  // namespace kvserve::router
 
-#endif  // KVSERVE_ROUTER_PREFIX_INDEX_H_
+#endif  // KVSERVE_ROUTER_ROUTING_PREFIX_INDEX_H_

@@ -10,8 +10,8 @@
 //   queue.Expire(now);                      // periodically
 //
 // Owned by one core's thread; depth() may be read from any thread.
-#ifndef KVSERVE_FRONTEND_ADMISSION_QUEUE_H_
-#define KVSERVE_FRONTEND_ADMISSION_QUEUE_H_
+#ifndef KVSERVE_FRONTEND_CORE_ADMISSION_QUEUE_H_
+#define KVSERVE_FRONTEND_CORE_ADMISSION_QUEUE_H_
 
 #include <atomic>
 #include <chrono>
@@ -22,8 +22,8 @@
 
 #include "absl/strings/string_view.h"
 #include "common/thread_checker.h"
-#include "frontend/core.h"
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/core.h"
+#include "frontend/core/front_metrics.h"
 
 namespace kvserve::frontend {
 
@@ -76,4 +76,4 @@ inline constexpr absl::string_view kDeadlineMessage =
 
 }  // namespace kvserve::frontend
 
-#endif  // KVSERVE_FRONTEND_ADMISSION_QUEUE_H_
+#endif  // KVSERVE_FRONTEND_CORE_ADMISSION_QUEUE_H_

@@ -1,4 +1,4 @@
-#include "frontend/openai_error.h"
+#include "frontend/output/openai_error.h"
 
 #include "nlohmann/json.hpp"
 

@@ -6,8 +6,8 @@
 //
 // The names keep their kvserve_router_ prefix: kvserve-worker --openai-port serves the same
 // front, and dashboards and alerts read one set of names from both.
-#ifndef KVSERVE_FRONTEND_HTTP_FRONT_METRICS_H_
-#define KVSERVE_FRONTEND_HTTP_FRONT_METRICS_H_
+#ifndef KVSERVE_FRONTEND_CORE_FRONT_METRICS_H_
+#define KVSERVE_FRONTEND_CORE_FRONT_METRICS_H_
 
 #include <memory>
 #include <string>
@@ -36,7 +36,7 @@ class FrontMetrics {
   }
   void CountRefusedConnection();
   void CountSlowClient();
-  // Admission (frontend/core.h): requests waiting for a worker with room, how long each waited
+  // Admission (frontend/core/core.h): requests waiting for a worker with room, how long each waited
   // when it left the queue for a worker, and requests refused ("queue_full", "queue_timeout")
   // or ended at their deadline ("deadline").
   void SetQueueDepth(int depth);
@@ -67,4 +67,4 @@ class FrontMetrics {
 
 }  // namespace kvserve::frontend
 
-#endif  // KVSERVE_FRONTEND_HTTP_FRONT_METRICS_H_
+#endif  // KVSERVE_FRONTEND_CORE_FRONT_METRICS_H_

@@ -14,8 +14,8 @@
 //   ASSIGN_OR_RETURN(Decision d, Route(*policy, workers, index, request));
 //
 // A policy keeps its rotation; one thread uses it (the router's core thread, or a simulator's).
-#ifndef KVSERVE_ROUTER_ROUTING_POLICY_H_
-#define KVSERVE_ROUTER_ROUTING_POLICY_H_
+#ifndef KVSERVE_ROUTER_ROUTING_ROUTING_POLICY_H_
+#define KVSERVE_ROUTER_ROUTING_ROUTING_POLICY_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "router/prefix_index.h"
+#include "router/routing/prefix_index.h"
 
 namespace kvserve::router {
 
@@ -93,8 +93,8 @@ struct RoutingConfig {
   double spread_below = 0.5;
 };
 
-// A peer fetch (router/fetch_plan.h) that a worker would make if picked: `blocks` past its own
-// cached prefix arrive from a peer in the time it prefills `cost_tokens` prompt tokens.
+// A peer fetch (router/routing/fetch_plan.h) that a worker would make if picked: `blocks` past its
+// own cached prefix arrive from a peer in the time it prefills `cost_tokens` prompt tokens.
 struct FetchOffer {
   int blocks = 0;
   double cost_tokens = 0;
@@ -137,4 +137,4 @@ absl::StatusOr<Decision> Route(RoutingPolicy& policy, absl::Span<const WorkerVie
 
 }  // namespace kvserve::router
 
-#endif  // KVSERVE_ROUTER_ROUTING_POLICY_H_
+#endif  // KVSERVE_ROUTER_ROUTING_ROUTING_POLICY_H_

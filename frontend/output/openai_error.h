@@ -4,8 +4,8 @@
 //
 //   OpenAiError e = OpenAiErrorFromStatus(absl::InvalidArgumentError("top_p: must be <= 1"));
 //   // e.http_status == 400, e.json names "top_p" as the param
-#ifndef KVSERVE_FRONTEND_OPENAI_ERROR_H_
-#define KVSERVE_FRONTEND_OPENAI_ERROR_H_
+#ifndef KVSERVE_FRONTEND_OUTPUT_OPENAI_ERROR_H_
+#define KVSERVE_FRONTEND_OUTPUT_OPENAI_ERROR_H_
 
 #include <string>
 #include <string_view>
@@ -36,4 +36,4 @@ OpenAiError OpenAiErrorFromStatus(const absl::Status& status, std::string_view c
 
 }  // namespace kvserve::frontend
 
-#endif  // KVSERVE_FRONTEND_OPENAI_ERROR_H_
+#endif  // KVSERVE_FRONTEND_OUTPUT_OPENAI_ERROR_H_

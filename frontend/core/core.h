@@ -8,8 +8,8 @@
 //   core->Abort(request_id);           // the client left
 //
 // Every method may be called from any thread.
-#ifndef KVSERVE_FRONTEND_CORE_H_
-#define KVSERVE_FRONTEND_CORE_H_
+#ifndef KVSERVE_FRONTEND_CORE_CORE_H_
+#define KVSERVE_FRONTEND_CORE_CORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -103,4 +103,4 @@ class Core {
 
 }  // namespace kvserve::frontend
 
-#endif  // KVSERVE_FRONTEND_CORE_H_
+#endif  // KVSERVE_FRONTEND_CORE_CORE_H_

@@ -2,8 +2,8 @@
 // should pull the prompt's prefix from a peer, and from which. A pure function of the workers'
 // views and the prefix index, so that the router and the offline simulator
 // (tools/route_sim/) decide alike.
-#ifndef KVSERVE_ROUTER_FETCH_PLAN_H_
-#define KVSERVE_ROUTER_FETCH_PLAN_H_
+#ifndef KVSERVE_ROUTER_ROUTING_FETCH_PLAN_H_
+#define KVSERVE_ROUTER_ROUTING_FETCH_PLAN_H_
 
 #include <cstdint>
 #include <optional>
@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/block_hash.h"
-#include "router/prefix_index.h"
-#include "router/routing_policy.h"
+#include "router/routing/prefix_index.h"
+#include "router/routing/routing_policy.h"
 
 namespace kvserve::router {
 
@@ -67,4 +67,4 @@ std::vector<FetchOffer> FetchOffers(const KvFetchConfig& config, double gbps,
 
 }  // namespace kvserve::router
 
-#endif  // KVSERVE_ROUTER_FETCH_PLAN_H_
+#endif  // KVSERVE_ROUTER_ROUTING_FETCH_PLAN_H_

@@ -8,8 +8,8 @@
 //   double schedule_us = 1e6 * p.seconds[StepPhase::kSchedule] / p.steps;
 //
 // Plain data, written by the engine thread during Step() and read by it between steps.
-#ifndef KVSERVE_WORKER_STEP_PROFILE_H_
-#define KVSERVE_WORKER_STEP_PROFILE_H_
+#ifndef KVSERVE_WORKER_MODEL_STEP_PROFILE_H_
+#define KVSERVE_WORKER_MODEL_STEP_PROFILE_H_
 
 #include <array>
 #include <chrono>
@@ -78,4 +78,4 @@ class PhaseClock {
 
 }  // namespace kvserve::worker
 
-#endif  // KVSERVE_WORKER_STEP_PROFILE_H_
+#endif  // KVSERVE_WORKER_MODEL_STEP_PROFILE_H_

@@ -1,4 +1,4 @@
-#include "worker/step_profile.h"
+#include "worker/model/step_profile.h"
 
 #include <ctime>
 

@@ -1,4 +1,4 @@
-#include "router/fetch_plan.h"
+#include "router/routing/fetch_plan.h"
 
 #include <algorithm>
 

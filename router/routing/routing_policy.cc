@@ -1,4 +1,4 @@
-#include "router/routing_policy.h"
+#include "router/routing/routing_policy.h"
 
 namespace kvserve::router {
 

@@ -1,8 +1,8 @@
 // A generation request and its sequences (one per parallel sample), as the engine thread
 // tracks them. Plain data: the scheduler, the KV cache manager and the sampler read and
 // update these.
-#ifndef KVSERVE_WORKER_REQUEST_H_
-#define KVSERVE_WORKER_REQUEST_H_
+#ifndef KVSERVE_WORKER_REQUEST_REQUEST_H_
+#define KVSERVE_WORKER_REQUEST_REQUEST_H_
 
 #include <cstdint>
 #include <memory>
@@ -149,4 +149,4 @@ struct Request {
 
 }  // namespace kvserve::worker
 
-#endif  // KVSERVE_WORKER_REQUEST_H_
+#endif  // KVSERVE_WORKER_REQUEST_REQUEST_H_

@@ -1,4 +1,4 @@
-#include "frontend/admission_queue.h"
+#include "frontend/core/admission_queue.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "frontend/http/front_metrics.h"
+#include "frontend/core/front_metrics.h"
 
 #include "prometheus/text_serializer.h"
 
