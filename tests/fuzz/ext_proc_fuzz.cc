@@ -11,7 +11,8 @@
 #include "epp/ext_proc_exchange.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvserve::router;
+  using namespace kvserve::epp;
+  using kvserve::frontend::OpenAiError;
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   ExtProcExchange x({.max_body_bytes = 1 << 16, .chunk_bytes = 1 << 10});
   int asks = 0;
