@@ -13,6 +13,7 @@
 #include "common/vllm_kv_events.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "proto/worker_control.h"
 #include "upstream/completion_wire.h"
 
 namespace kvserve::upstream {
@@ -316,27 +317,25 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
 }
 
 void UpstreamBridge::HandleControl(const std::string& identity, const pb::Control& c) {
-  pb::ControlReply r;
-  r.set_control_id(c.control_id());
-  r.set_ok(true);
-  switch (c.action()) {
-    case pb::CONTROL_ACTION_DRAIN:
-      draining_ = true;
-      break;
-    case pb::CONTROL_ACTION_UNDRAIN:
-      draining_ = false;
-      break;
-    case pb::CONTROL_ACTION_SNAPSHOT_REQUEST:
-      PublishSnapshot();
-      break;
-    default:
-      r.set_ok(false);
-      r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnimplemented));
-      r.mutable_error()->set_message(absl::StrCat("an OpenAI upstream takes no control action ",
-                                                  c.action(),
-                                                  " (kvserve neither recycles nor restarts it)"));
-  }
-  Reply(identity, r);
+  const auto set_draining = [this](bool draining) {
+    return [this, draining](const pb::Control&) {
+      draining_ = draining;
+      return absl::OkStatus();
+    };
+  };
+  Reply(identity, AnswerControl(c,
+                                {{pb::CONTROL_ACTION_DRAIN, set_draining(true)},
+                                 {pb::CONTROL_ACTION_UNDRAIN, set_draining(false)},
+                                 {pb::CONTROL_ACTION_SNAPSHOT_REQUEST,
+                                  [this](const pb::Control&) {
+                                    PublishSnapshot();
+                                    return absl::OkStatus();
+                                  }}},
+                                [](pb::ControlAction action) {
+                                  return absl::UnimplementedError(absl::StrCat(
+                                      "an OpenAI upstream takes no control action ", action,
+                                      " (kvserve neither recycles nor restarts it)"));
+                                }));
   if (c.action() == pb::CONTROL_ACTION_DRAIN || c.action() == pb::CONTROL_ACTION_UNDRAIN) {
     PublishStatus();
   }

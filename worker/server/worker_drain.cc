@@ -3,6 +3,7 @@
 // timeout, a recycle grant held revocable until committed, then the exit.
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "proto/worker_control.h"
 #include "worker/server/process_clock.h"
 #include "worker/server/worker_server.h"
 
@@ -12,70 +13,93 @@ namespace pb = ::kvserve::v1;
 
 void WorkerServer::HandleControl(const std::string& identity, const pb::Control& c) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  pb::ControlReply r;
-  r.set_control_id(c.control_id());
-  r.set_ok(true);
-  switch (c.action()) {
-    case pb::CONTROL_ACTION_DRAIN:
-      StartDrain(c.reason().empty() ? "admin" : c.reason(), /*recycle=*/false);
-      break;
-    case pb::CONTROL_ACTION_UNDRAIN:
-      if (recycle_after_drain_ || stop_after_drain_) {
-        r.set_ok(false);
-        r.mutable_error()->set_message("a recycle or shutdown drain cannot be undone");
-      } else {
-        draining_ = false;
-        state_ = pb::WORKER_STATE_READY;
-      }
-      break;
-    case pb::CONTROL_ACTION_RECYCLE_GRANT:
-      if (c.instance_id() != 0 && c.instance_id() != instance_id_) {
-        r.set_ok(false);
-        r.mutable_error()->set_message("the grant is for an earlier instance of this worker");
-        break;
-      }
-      if (draining_) break;  // a second replica's grant for the same slot: already held
-      grant_pending_ = true;
-      grant_ms_ = NowMs();
-      granted_by_ = c.coordinator_id();
-      grant_commit_ = Clock::now() + std::chrono::milliseconds(
-                                         absl::ToInt64Milliseconds(options_.recycle_grant_hold));
-      StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
-      break;
-    case pb::CONTROL_ACTION_RECYCLE_REVOKE:
-      if (!grant_pending_ || Clock::now() >= grant_commit_) {
-        r.set_ok(false);
-        r.mutable_error()->set_message("no revocable recycle grant (none, or already committed)");
-        break;
-      }
-      LOG(INFO) << "recycle grant revoked by " << c.coordinator_id();
-      grant_pending_ = false;
-      recycle_after_drain_ = false;
-      recycle_requested_ = false;  // ask again later
-      if (stop_after_drain_) {
-        state_ = pb::WORKER_STATE_DRAINING;  // a SIGTERM came meanwhile: keep stopping
-      } else {
-        draining_ = false;
-        state_ = pb::WORKER_STATE_READY;
-      }
-      PublishStatus();
-      break;
-    case pb::CONTROL_ACTION_RECYCLE:
-      StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
-      break;
-    case pb::CONTROL_ACTION_RECYCLE_DENY:
-      recycle_requested_ = false;  // ask again later
-      break;
-    case pb::CONTROL_ACTION_SNAPSHOT_REQUEST:
-      PublishSnapshot();
-      break;
-    default:
-      r.set_ok(false);
-      r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-      r.mutable_error()->set_message(absl::StrCat("unsupported control action ", c.action()));
-      metrics_->CountDropped("bad_control_action");
+  const auto drain = [this](const pb::Control& control) {
+    return ControlDrain(control, /*recycle=*/false);
+  };
+  const auto recycle = [this](const pb::Control& control) {
+    return ControlDrain(control, /*recycle=*/true);
+  };
+  Reply(
+      identity,
+      AnswerControl(
+          c,
+          {{pb::CONTROL_ACTION_DRAIN, drain},
+           {pb::CONTROL_ACTION_UNDRAIN, [this](const pb::Control&) { return Undrain(); }},
+           {pb::CONTROL_ACTION_RECYCLE_GRANT,
+            [this](const pb::Control& control) { return HoldGrant(control); }},
+           {pb::CONTROL_ACTION_RECYCLE_REVOKE,
+            [this](const pb::Control& control) { return RevokeGrant(control); }},
+           {pb::CONTROL_ACTION_RECYCLE, recycle},
+           {pb::CONTROL_ACTION_RECYCLE_DENY, [this](const pb::Control&) { return DenyRecycle(); }},
+           {pb::CONTROL_ACTION_SNAPSHOT_REQUEST,
+            [this](const pb::Control&) { return Snapshot(); }}},
+          [this](pb::ControlAction action) {
+            metrics_->CountDropped("bad_control_action");
+            return absl::InvalidArgumentError(absl::StrCat("unsupported control action ", action));
+          }));
+}
+
+absl::Status WorkerServer::ControlDrain(const pb::Control& c, bool recycle) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  const std::string fallback = recycle ? "recycle" : "admin";
+  StartDrain(c.reason().empty() ? fallback : c.reason(), recycle);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::Undrain() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  if (recycle_after_drain_ || stop_after_drain_) {
+    return absl::FailedPreconditionError("a recycle or shutdown drain cannot be undone");
   }
-  Reply(identity, r);
+  draining_ = false;
+  state_ = pb::WORKER_STATE_READY;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::HoldGrant(const pb::Control& c) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  if (c.instance_id() != 0 && c.instance_id() != instance_id_) {
+    return absl::FailedPreconditionError("the grant is for an earlier instance of this worker");
+  }
+  if (draining_) return absl::OkStatus();  // a second replica's grant for the same slot: held
+  grant_pending_ = true;
+  grant_ms_ = NowMs();
+  granted_by_ = c.coordinator_id();
+  grant_commit_ = Clock::now() +
+                  std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.recycle_grant_hold));
+  StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::RevokeGrant(const pb::Control& c) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  if (!grant_pending_ || Clock::now() >= grant_commit_) {
+    return absl::FailedPreconditionError("no revocable recycle grant (none, or already committed)");
+  }
+  LOG(INFO) << "recycle grant revoked by " << c.coordinator_id();
+  grant_pending_ = false;
+  recycle_after_drain_ = false;
+  recycle_requested_ = false;  // ask again later
+  if (stop_after_drain_) {
+    state_ = pb::WORKER_STATE_DRAINING;  // a SIGTERM came meanwhile: keep stopping
+  } else {
+    draining_ = false;
+    state_ = pb::WORKER_STATE_READY;
+  }
+  PublishStatus();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::DenyRecycle() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  recycle_requested_ = false;  // ask again later
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::Snapshot() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  PublishSnapshot();
+  return absl::OkStatus();
 }
 
 void WorkerServer::StartDrain(const std::string& reason, bool recycle) {

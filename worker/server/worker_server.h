@@ -169,6 +169,15 @@ class WorkerServer : private KvEventListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // The control actions HandleControl serves (worker_drain.cc, through AnswerControl,
+  // proto/worker_control.h): OK, or why the action is refused. The loop thread, which each
+  // checks (they are called back from AnswerControl).
+  absl::Status ControlDrain(const kvserve::v1::Control& c, bool recycle);
+  absl::Status Undrain();
+  absl::Status HoldGrant(const kvserve::v1::Control& c);
+  absl::Status RevokeGrant(const kvserve::v1::Control& c);
+  absl::Status DenyRecycle();
+  absl::Status Snapshot();
   // The KV transfer (worker_kv_transfer.cc): a KvExportRequest or KvChunk parsed, then a
   // source's chunks out, a target's chunk in.
   void HandleKvMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
