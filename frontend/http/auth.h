@@ -1,4 +1,4 @@
-// Bearer-token checks of the router's HTTP front: the API keys that /v1/* needs (--api-keys)
+// Bearer-token checks of the HTTP front end: the API keys that /v1/* needs (--api-keys)
 // and the admin token of /admin/* (--admin-token). Tokens are compared in constant time.
 //
 //   if (absl::Status s = CheckApiKey(keys, request.authorization); !s.ok()) reply 401;

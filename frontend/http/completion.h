@@ -100,7 +100,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   [[nodiscard]] std::string EchoText(size_t prompt) const;
   // The choice's output pipeline, as the request's parameters ask.
   void BuildOutput(Choice& c, const std::vector<std::string>& tool_names) const;
-  // `arrived`: when the reply reached the router's core.
+  // `arrived`: when the reply reached the core.
   void OnResponse(size_t prompt, const kvserve::v1::GenerateResponse& r, Clock::time_point arrived);
   // Whether `r` ends the request with an error, which it then reports.
   bool HandleFailure(const kvserve::v1::GenerateResponse& r);

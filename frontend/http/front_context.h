@@ -1,4 +1,4 @@
-// What the handlers of the router's HTTP front share: its options, the tokenizer, the core that
+// What the handlers of the HTTP front end share: its options, the tokenizer, the core that
 // places requests on workers, the metrics and the request ids. Owned by HttpFront.
 //
 // Handlers run on the front's handler threads (--api-threads), several at once: what they use of
@@ -57,7 +57,7 @@ struct FrontOptions {
   // --enable-auto-tool-choice with --tool-call-parser: how tool_choice "auto" outputs are read;
   // unset, such requests get a 400.
   std::optional<ToolOutput> tool_parser;
-  // More Prometheus text for /metrics, after the router's own (kvserve-worker --openai-port
+  // More Prometheus text for /metrics, after the front's own (kvserve-worker --openai-port
   // adds the worker's, vLLM's names among them). Called on the front's threads: thread-safe.
   std::function<std::string()> more_metrics;
 };

@@ -1,10 +1,10 @@
-// One client connection of the router's HTTP front (Boost.Beast): reads one request (bodies past
+// One client connection of the HTTP front end (Boost.Beast): reads one request (bodies past
 // the limit get a 413, a request not read within its deadline a 408), hands it to the front's
 // handler, and sends one response, either whole (Respond) or as a stream of server-sent events
 // (StartEventStream, then Write). Every response closes the connection. A client that goes away
 // mid-stream, stops reading (a write makes no progress within its deadline) or lets more than
 // the limit of a stream wait unsent, is reported once through SetOnClientGone and dropped.
-// Request counts by endpoint and status go to the router's metrics.
+// Request counts by endpoint and status go to the front's metrics.
 //
 //   auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, metrics);
 //   conn->Start([](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
@@ -34,7 +34,7 @@
 
 namespace kvserve::frontend {
 
-// What one connection may take of the router.
+// What one connection may take of the server.
 struct ConnectionLimits {
   size_t max_body_bytes = 8u << 20;
   std::chrono::milliseconds read_timeout{30000};   // the whole request, from the connection

@@ -1,5 +1,5 @@
 // Errors as OpenAI's API answers them: an HTTP status and the body
-// {"error": {"message", "type", "param", "code"}}. Every error the router's HTTP front sends is
+// {"error": {"message", "type", "param", "code"}}. Every error the HTTP front end sends is
 // built here.
 //
 //   OpenAiError e = OpenAiErrorFromStatus(absl::InvalidArgumentError("top_p: must be <= 1"));

@@ -1,4 +1,4 @@
-// Tool calling (OpenAI's tools and tool_choice) in the router: what a request asks for, the
+// Tool calling (OpenAI's tools and tool_choice) in the front end: what a request asks for, the
 // JSON schema that enforces tool_choice "required" or a named function, and the splitter that
 // turns a chat output into content and tool calls (docs/STRUCTURED_OUTPUTS.md).
 //

@@ -1,5 +1,5 @@
 // Parsing and validation of OpenAI-style request bodies for /v1/completions and
-// /v1/chat/completions, into the router's request description. Unknown fields are ignored;
+// /v1/chat/completions, into the front end's request description. Unknown fields are ignored;
 // a bad field gives an OpenAiError naming it (HTTP 400, OpenAI's error shape), and so does a
 // known parameter kvserve does not serve (best_of != n, beam search, the legacy `functions`,
 // structural tags; echo and prompt_logprobs on chat) when it asks for anything. The body is

@@ -20,16 +20,6 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// One token, then the end.
-std::vector<pb::GenerateResponse> OneToken(const pb::GenerateRequest& req) {
-  std::vector<pb::GenerateResponse> out(2);
-  for (pb::GenerateResponse& r : out) r.set_request_id(req.request_id());
-  out[0].add_token_ids(1000);
-  out[1].set_finish_reason(pb::FINISH_REASON_LENGTH);
-  out[1].mutable_usage()->set_prompt_tokens(req.prompt_token_ids_size());
-  return out;
-}
-
 const json kRequest = {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 1}};
 
 class AdmissionTest : public ScriptedFrontTest {

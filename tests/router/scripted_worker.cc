@@ -108,6 +108,15 @@ void ScriptedWorker::Answer(const std::string& peer, const pb::GenerateRequest& 
   }
 }
 
+std::vector<kvserve::v1::GenerateResponse> OneToken(const kvserve::v1::GenerateRequest& req) {
+  std::vector<kvserve::v1::GenerateResponse> out(2);
+  for (kvserve::v1::GenerateResponse& r : out) r.set_request_id(req.request_id());
+  out[0].add_token_ids(1000);
+  out[1].set_finish_reason(kvserve::v1::FINISH_REASON_LENGTH);
+  out[1].mutable_usage()->set_prompt_tokens(req.prompt_token_ids_size());
+  return out;
+}
+
 FrontOptions TinyFront() {
   FrontOptions f;
   f.served_model_name = "tiny";

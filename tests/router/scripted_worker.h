@@ -75,6 +75,9 @@ class ScriptedWorker {
   std::thread thread_;
 };
 
+// A script's answer: one token (1000), then the end (length, with usage).
+std::vector<kvserve::v1::GenerateResponse> OneToken(const kvserve::v1::GenerateRequest& req);
+
 // The front's options in these tests: model "tiny", max_model_len 256.
 FrontOptions TinyFront();
 

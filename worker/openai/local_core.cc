@@ -1,6 +1,7 @@
 #include "worker/openai/local_core.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,18 @@ void Connect(zmq::socket_t& socket, const std::optional<CurveClientKeys>& curve,
     CHECK(s.ok()) << s;
   }
   socket.connect(endpoint);
+}
+
+// Hands `take` the messages waiting on `socket`, up to kMaxMessagesPerTurn (a malformed one is
+// dropped).
+void DrainSocket(zmq::socket_t& socket, bool with_prefix,
+                 const std::function<void(const ReceivedMessage&)>& take) {
+  for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
+    absl::StatusOr<std::optional<ReceivedMessage>> m =
+        ReceiveMessage(socket, with_prefix, zmq::recv_flags::dontwait);
+    if (m.ok() && !m->has_value()) return;
+    if (m.ok()) take(**m);
+  }
 }
 
 }  // namespace
@@ -179,25 +192,19 @@ void LocalCore::Poll(int timeout_ms) {
     if (e.num() != EINTR) LOG(ERROR) << "kvserve-worker --openai-port: poll: " << e.what();
     return;
   }
-  for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
-    absl::StatusOr<std::optional<ReceivedMessage>> m =
-        ReceiveMessage(dealer_, /*with_prefix=*/false, zmq::recv_flags::dontwait);
-    if (m.ok() && !m->has_value()) break;
+  DrainSocket(dealer_, /*with_prefix=*/false, [this](const ReceivedMessage& m) {
+    KVSERVE_CHECK_THREAD(core_thread_);  // called back on this thread
     pb::GenerateResponse r;
-    if (m.ok() && (*m)->type == "GenerateResponse" && ParseMessage(**m, &r).ok()) {
-      HandleResponse(r);
-    }
-  }
-  for (int i = 0; i < kMaxMessagesPerTurn; ++i) {
-    absl::StatusOr<std::optional<ReceivedMessage>> m =
-        ReceiveMessage(sub_, /*with_prefix=*/true, zmq::recv_flags::dontwait);
-    if (m.ok() && !m->has_value()) break;
+    if (m.type == "GenerateResponse" && ParseMessage(m, &r).ok()) HandleResponse(r);
+  });
+  DrainSocket(sub_, /*with_prefix=*/true, [this](const ReceivedMessage& m) {
+    KVSERVE_CHECK_THREAD(core_thread_);
     pb::WorkerStatus st;
-    if (m.ok() && (*m)->type == "WorkerStatus" && ParseMessage(**m, &st).ok()) {
+    if (m.type == "WorkerStatus" && ParseMessage(m, &st).ok()) {
       status_ = std::move(st);
       last_heartbeat_ = Clock::now();
     }
-  }
+  });
 }
 
 void LocalCore::HandleResponse(const pb::GenerateResponse& r) {

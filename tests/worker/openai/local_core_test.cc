@@ -19,18 +19,9 @@ namespace kvserve::worker {
 namespace {
 
 namespace pb = ::kvserve::v1;
+using router::OneToken;
 using router::ScriptedWorker;
 using ::testing::HasSubstr;
-
-// One token, then the end.
-std::vector<pb::GenerateResponse> OneToken(const pb::GenerateRequest& req) {
-  std::vector<pb::GenerateResponse> out(2);
-  for (pb::GenerateResponse& r : out) r.set_request_id(req.request_id());
-  out[0].add_token_ids(1000);
-  out[1].set_finish_reason(pb::FINISH_REASON_LENGTH);
-  out[1].mutable_usage()->set_prompt_tokens(req.prompt_token_ids_size());
-  return out;
-}
 
 bool WaitFor(const std::function<bool()>& done,
              std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
