@@ -12,12 +12,7 @@ namespace kvserve::router {
 namespace {
 
 namespace pb = ::kvserve::v1;
-
-// A worker that refused a request because it is draining: nothing ran.
-bool RefusedWhileDraining(const pb::GenerateResponse& r) {
-  return r.finish_reason() == pb::FINISH_REASON_ERROR &&
-         r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition);
-}
+using frontend::RefusedWhileDraining;
 
 }  // namespace
 

@@ -19,6 +19,11 @@ pb::GenerateResponse ErrorReply(const std::string& id, absl::StatusCode code,
   return r;
 }
 
+bool RefusedWhileDraining(const pb::GenerateResponse& r) {
+  return r.finish_reason() == pb::FINISH_REASON_ERROR &&
+         r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition);
+}
+
 void AdmissionQueue::Push(Entry e, bool front) {
   KVSERVE_CHECK_THREAD(owner_);
   if (static_cast<int>(queue_.size()) >= admission_.max_queued) {

@@ -69,6 +69,10 @@ class AdmissionQueue {
 kvserve::v1::GenerateResponse ErrorReply(const std::string& id, absl::StatusCode code,
                                          absl::string_view message);
 
+// Whether a worker refused the request because it is draining (nothing ran: it may go
+// elsewhere).
+bool RefusedWhileDraining(const kvserve::v1::GenerateResponse& r);
+
 // What a request past its deadline ends with.
 inline constexpr absl::string_view kDeadlineMessage =
     "the request did not finish within its deadline (--request-timeout-seconds, or the "

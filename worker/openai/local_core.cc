@@ -14,15 +14,10 @@ namespace {
 namespace pb = ::kvserve::v1;
 using frontend::ErrorReply;
 using frontend::Job;
+using frontend::RefusedWhileDraining;
 
 // The most messages one socket gives a turn of the loop (the rest wait for the next).
 constexpr int kMaxMessagesPerTurn = 1024;
-
-// A worker that refused a request because it is draining: nothing ran.
-bool RefusedWhileDraining(const pb::GenerateResponse& r) {
-  return r.finish_reason() == pb::FINISH_REASON_ERROR &&
-         r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition);
-}
 
 void Connect(zmq::socket_t& socket, const std::optional<CurveClientKeys>& curve,
              const std::string& endpoint) {
@@ -105,7 +100,7 @@ void LocalCore::Loop() {
     Poll(inbox.jobs.empty() ? kIdleTurnMs : 0);
     queue_.PlaceInOrder(place_queued);  // finished requests made room
     const Clock::time_point now = Clock::now();
-    eligible_ = status_ && Fresh(now) && status_->state() == pb::WORKER_STATE_READY ? 1 : 0;
+    eligible_ = Ready(now) ? 1 : 0;
     if (now - last_publish_ > std::chrono::milliseconds(50)) {
       queue_.Expire(now);
       ExpireSent(now);
@@ -136,7 +131,7 @@ LocalCore::Placement LocalCore::TryPlace(const std::shared_ptr<Job>& job) {
   if (!status_) return Placement::kFull;  // not heard from yet: it may be about to take it
   const std::string& id = job->request.request_id();
   const Clock::time_point now = Clock::now();
-  if (!Fresh(now) || status_->state() != pb::WORKER_STATE_READY) {
+  if (!Ready(now)) {
     job->on_response(ErrorReply(id, absl::StatusCode::kUnavailable,
                                 "no worker is ready (all draining, recycling or unhealthy)"));
     return Placement::kFailed;
@@ -144,14 +139,13 @@ LocalCore::Placement LocalCore::TryPlace(const std::shared_ptr<Job>& job) {
   // A worker with nothing in flight takes any request; else only what fits its limit.
   const int n = std::max(1, job->request.sampling().n());
   const int limit = InflightLimit();
-  if (limit > 0 && sequences_ > 0 && sequences_ + n > limit) return Placement::kFull;
+  const int sequences = SentSequences();
+  if (limit > 0 && sequences > 0 && sequences + n > limit) return Placement::kFull;
   if (absl::Status s = Send(job->request); !s.ok()) {
     job->on_response(ErrorReply(id, absl::StatusCode::kUnavailable, s.message()));
     return Placement::kFailed;
   }
-  if (auto it = sent_.find(id); it != sent_.end()) sequences_ -= it->second.sequences;
   sent_[id] = Sent{.job = job, .sequences = n, .instance_id = status_->instance_id()};
-  sequences_ += n;
   return Placement::kPlaced;
 }
 
@@ -165,7 +159,6 @@ void LocalCore::SendAborts(const std::vector<std::string>& ids) {
     a.set_request_id(id);
     a.set_reason("client disconnected");
     Send(a).IgnoreError();
-    sequences_ -= it->second.sequences;
     sent_.erase(it);
   }
 }
@@ -229,7 +222,6 @@ void LocalCore::HandleResponse(const pb::GenerateResponse& r) {
   std::shared_ptr<Job> job = s.job;
   if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR ||
       r.finish_reason() == pb::FINISH_REASON_ABORT) {
-    sequences_ -= s.sequences;
     sent_.erase(it);
   }
   job->on_response(r);
@@ -246,7 +238,6 @@ void LocalCore::End(absl::flat_hash_map<std::string, Sent>::iterator it, absl::S
     Send(a).IgnoreError();
   }
   std::shared_ptr<Job> job = std::move(it->second.job);
-  sequences_ -= it->second.sequences;
   sent_.erase(it);
   job->on_response(ErrorReply(id, code, why));
 }
@@ -312,6 +303,18 @@ void LocalCore::Publish() {
 absl::Status LocalCore::Send(const google::protobuf::Message& m) {
   KVSERVE_CHECK_THREAD(core_thread_);
   return SendMessage(dealer_, /*prefix=*/"", m, zmq::send_flags::dontwait);
+}
+
+bool LocalCore::Ready(Clock::time_point now) const {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  return Fresh(now) && status_->state() == pb::WORKER_STATE_READY;
+}
+
+int LocalCore::SentSequences() const {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  int n = 0;
+  for (const auto& [id, s] : sent_) n += s.sequences;
+  return n;
 }
 
 bool LocalCore::Fresh(Clock::time_point now) const {

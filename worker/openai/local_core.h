@@ -109,6 +109,10 @@ class LocalCore final : public frontend::Core {
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_) ABSL_LOCKS_EXCLUDED(info_mu_);
   absl::Status Send(const google::protobuf::Message& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   [[nodiscard]] bool Fresh(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // Heard from within the timeout and READY: it takes requests.
+  [[nodiscard]] bool Ready(Clock::time_point now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // The sequences of the requests in flight (a request of n samples is n).
+  [[nodiscard]] int SentSequences() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // The most sequences the worker takes at once (0: no limit).
   [[nodiscard]] int InflightLimit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
 
@@ -122,8 +126,7 @@ class LocalCore final : public frontend::Core {
   std::optional<kvserve::v1::WorkerStatus> status_ ABSL_GUARDED_BY(core_thread_);
   Clock::time_point last_heartbeat_ ABSL_GUARDED_BY(core_thread_);
   absl::flat_hash_map<std::string, Sent> sent_ ABSL_GUARDED_BY(core_thread_);
-  int sequences_ ABSL_GUARDED_BY(core_thread_) = 0;  // of sent_
-  frontend::AdmissionQueue queue_;                   // checks its own thread
+  frontend::AdmissionQueue queue_;  // checks its own thread
   Clock::time_point last_publish_ ABSL_GUARDED_BY(core_thread_);
 
   std::thread thread_;
