@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "router/policies/factory.h"
-#include "router/recycle_coordinator.h"
 #include "router/router_metrics.h"
 
 namespace kvserve::router {
@@ -14,24 +13,28 @@ namespace {
 namespace pb = ::kvserve::v1;
 using frontend::RefusedWhileDraining;
 
+std::unique_ptr<RoutingPolicy> PolicyOrDie(const RoutingConfig& config) {
+  absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(config);
+  CHECK(policy.ok()) << policy.status();  // the caller checks the options (kvserve-router does)
+  return *std::move(policy);
+}
+
 }  // namespace
 
 RouterCore::RouterCore(const RouterOptions& options)
-    : options_(options), queue_(options.admission, options.metrics) {
-  absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(options.routing);
-  CHECK(policy.ok()) << policy.status();  // the caller checks the options (kvserve-router does)
-  policy_ = *std::move(policy);
-  pool_ = std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve);
+    : options_(options),
+      pool_(std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve)),
+      policy_(PolicyOrDie(options.routing)),
+      kv_({.kv_fetch = options.kv_fetch,
+           .max_local_prefill_tokens = options.max_local_prefill_tokens,
+           .metrics = options.metrics},
+          pool_.get(), &index_, &books_, policy_.get()),
+      placer_({.admission = options.admission,
+               .kv_fetch = options.kv_fetch,
+               .metrics = options.metrics},
+              pool_.get(), &index_, &books_, &kv_, policy_.get()),
+      slots_({options.max_unavailable, options.coordinator_id}, options.heartbeat_timeout) {
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
-  if (options.kv_fetch.links) {
-    links_ = std::make_unique<KvLinks>(pool_.get(), options.kv_fetch.link_timeout);
-    if (options.metrics != nullptr) options.metrics->StartKvLinks();
-  }
-  fetches_ =
-      std::make_unique<KvFetches>(options.kv_fetch, pool_.get(), options.metrics, links_.get());
-  if (options.kv_fetch.enabled && options.metrics != nullptr) {
-    options.metrics->StartKvFetch(options.kv_fetch.initial_gbps);
-  }
   if (options.workers_dns) {
     discovery_ = std::make_unique<DnsDiscovery>(
         *options.workers_dns, options.dns_refresh,
@@ -89,50 +92,40 @@ void RouterCore::Loop() {
     }
     frontend::CoreInbox::Taken inbox = inbox_.Take();
     SendControls(inbox.controls);
-    PlaceQueued();  // those waiting came first
-    for (auto& job : inbox.jobs) Place(job);
+    placer_.PlaceQueued();  // those waiting came first
+    for (auto& job : inbox.jobs) placer_.Place(job);
     SendAborts(inbox.aborts);
     for (const std::string& id : inbox.started) {
-      if (auto it = inflight_.find(id); it != inflight_.end()) it->second.started = true;
+      if (Placed* p = books_.Find(id)) p->started = true;
     }
     // Idle, the loop sleeps until a message or the inbox's wake comes, or its next periodic turn
     // (kIdleTurnMs; it was 5 ms, a quarter of the router's CPU on the Mooncake trace).
-    std::vector<KvFetches::Done> fetched;
-    const int wait_ms = inbox.jobs.empty() && fetches_->in_flight() == 0 ? kIdleTurnMs : 0;
+    const int wait_ms = inbox.jobs.empty() && kv_.in_flight() == 0 ? kIdleTurnMs : 0;
     for (auto& [w, m] : pool_->Poll(wait_ms, inbox_.fd())) {
-      if (m.type == "KvChunk" || m.type == "KvChunkAck") {
-        fetches_->OnMessage(w, m, std::chrono::steady_clock::now(), fetched);
-        continue;
-      }
-      if (m.type == "KvLinkStatus") {
-        pb::KvLinkStatus st;
-        if (links_ && ParseMessage(m, &st).ok()) {
-          links_->OnStatus(w, st, std::chrono::steady_clock::now());
-        }
-        continue;
-      }
-      if (m.type != "GenerateResponse") continue;
+      if (kv_.OnMessage(w, m) || m.type != "GenerateResponse") continue;
       pb::GenerateResponse r;
       if (ParseMessage(m, &r).ok()) HandleResponse(w, r);
     }
-    PlaceQueued();  // finished requests made room
+    placer_.PlaceQueued();  // finished requests made room
     const std::vector<WorkerView> views = pool_->Views();
-    StartDecodes(fetched);
-    fetches_->Expire(views, std::chrono::steady_clock::now(), fetched);
-    SendFetched(fetched);
+    for (KvMovement::Unsent& u : kv_.SendReady(views)) {
+      placer_.MoveOrFail(u.request_id, u.placed, u.why);
+    }
+    placer_.PlaceMoves();
     UpdateReadiness(views);
     if (auto now = std::chrono::steady_clock::now();
         now - last_info_ > std::chrono::milliseconds(50)) {
       ExpireWaits();
-      if (links_) {
-        links_->Refresh(views, now);
-        if (options_.metrics != nullptr) options_.metrics->SetKvLinksReady(links_->ready());
-      }
+      kv_.Refresh(views);
       PublishInfo(views);
       index_.Expire(absl::Now());
       last_info_ = now;
     }
-    Coordinate(views);
+    if (options_.coordinate_recycles) {
+      slots_.Turn(*pool_, views);
+    } else {
+      pool_->TakeRecycleAsks();  // another replica answers them
+    }
     RescueLost(views);
   }
 }
@@ -151,61 +144,73 @@ void RouterCore::SendControls(const std::vector<std::pair<int, pb::ControlAction
 void RouterCore::SendAborts(const std::vector<std::string>& aborts) {
   KVSERVE_CHECK_THREAD(core_thread_);
   for (const std::string& id : aborts) {
-    auto it = inflight_.find(id);
-    if (it == inflight_.end()) {  // still waiting for a worker, or already ended
-      queue_.Remove(id);
+    const Placed* p = books_.Find(id);
+    if (p == nullptr) {  // still waiting for a worker, or already ended
+      placer_.Unqueue(id);
       continue;
     }
-    if (it->second.job->pick) {  // never sent: it only leaves the books
-      inflight_.erase(it);
-      continue;
-    }
-    if (!it->second.prefill.empty()) {  // not sent yet: its prefill phase stops
-      if (auto pre = inflight_.find(it->second.prefill); pre != inflight_.end()) {
-        pb::AbortRequest a;
-        a.set_request_id(pre->first);
-        a.set_reason("client disconnected");
-        pool_->Send(pre->second.worker, a).IgnoreError();
-        index_.ForgetRouted(pre->second.worker, pre->second.hashes);
-        inflight_.erase(pre);
+    if (!p->job->pick) {  // a pick job was never sent: it only leaves the books
+      if (const std::string phase = p->prefill; !phase.empty()) {  // its prefill phase stops
+        if (const Placed* pre = books_.Find(phase)) {
+          StopPlaced(phase, *pre, "client disconnected");
+          books_.Erase(phase);
+        }
+        p = books_.Find(id);
       }
-      it = inflight_.find(id);
-      fetches_->Cancel(it->second.fetch);  // the phase's stream, if any
-    } else if (it->second.fetch != 0) {    // not sent yet: its fetch stops
-      fetches_->Cancel(it->second.fetch);
-    } else {
-      pb::AbortRequest a;
-      a.set_request_id(id);
-      a.set_reason("client disconnected");
-      pool_->Send(it->second.worker, a).IgnoreError();
+      StopPlaced(id, *p, "client disconnected");
     }
-    index_.ForgetRouted(it->second.worker, it->second.hashes);
-    inflight_.erase(it);
+    books_.Erase(id);
+  }
+}
+
+void RouterCore::StopPlaced(const std::string& request_id, const Placed& p,
+                            const std::string& reason) {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  if (p.fetch != 0 || !p.prefill.empty()) {  // not sent yet: only its fetch stops
+    kv_.Cancel(p.fetch);                     // (a prefill phase runs on, its end ignored)
+  } else {
+    pb::AbortRequest a;
+    a.set_request_id(request_id);
+    a.set_reason(reason);
+    pool_->Send(p.worker, a).IgnoreError();
+  }
+  index_.ForgetRouted(p.worker, p.hashes);
+}
+
+void RouterCore::ExpireWaits() {
+  KVSERVE_CHECK_THREAD(core_thread_);
+  const auto now = std::chrono::steady_clock::now();
+  placer_.ExpireQueued(now);
+  for (auto& [id, p] : books_.TakeIf([&](const Placed& p) { return now >= p.job->deadline; })) {
+    StopPlaced(id, p, "deadline passed");
+    if (options_.metrics != nullptr) options_.metrics->CountRejected("deadline");
+    p.job->on_response(
+        frontend::ErrorReply(id, absl::StatusCode::kDeadlineExceeded, frontend::kDeadlineMessage));
   }
 }
 
 void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  auto it = inflight_.find(r.request_id());
-  if (it == inflight_.end() || it->second.worker != worker) return;  // a moved request's old one
-  if (!InSequence(it->first, it->second, r)) {
-    inflight_.erase(it);
+  const std::string& id = r.request_id();
+  Placed* p = books_.Find(id);
+  if (p == nullptr || p->worker != worker) return;  // a moved request's old one
+  if (!InSequence(id, *p, r)) {
+    books_.Erase(id);
     return;
   }
-  if (RefusedWhileDraining(r) && CanMove(it->second)) {
+  if (RefusedWhileDraining(r) && p->movable()) {
     // The worker started draining before it saw the request: send it elsewhere.
-    std::vector<Move> moves;
-    MoveOrFail(it->first, it->second, "", moves);
-    inflight_.erase(it);
-    return PlaceMoves(moves);
+    placer_.MoveOrFail(id, *p, "");
+    books_.Erase(id);
+    return placer_.PlaceMoves();
   }
-  it->second.started = true;
-  std::shared_ptr<Job> job = it->second.job;
+  p->started = true;
+  std::shared_ptr<Job> job = p->job;
   const bool failed =
       r.finish_reason() == pb::FINISH_REASON_ERROR || r.finish_reason() == pb::FINISH_REASON_ABORT;
   // A request that failed or was aborted did not leave its blocks cached as assumed.
-  if (failed) index_.ForgetRouted(worker, it->second.hashes);
-  if (r.has_usage() || failed) inflight_.erase(it);
+  if (failed) index_.ForgetRouted(worker, p->hashes);
+  if (r.has_usage() || failed) books_.Erase(id);
   if (r.has_usage() && options_.metrics != nullptr) {
     options_.metrics->CountCached(job->request.predicted_cached_tokens(),
                                   r.usage().cached_prompt_tokens());
@@ -251,98 +256,28 @@ void RouterCore::UpdateReadiness(const std::vector<WorkerView>& views) {
   eligible_ = eligible;
 }
 
-// Recycle slots, from the states the workers themselves publish (router/recycle_coordinator.h).
-void RouterCore::Coordinate(const std::vector<WorkerView>& views) {
-  KVSERVE_CHECK_THREAD(core_thread_);
-  if (!options_.coordinate_recycles) {
-    pool_->TakeRecycleAsks();  // another replica answers them
-    return;
-  }
-  std::vector<RecycleView> workers;
-  for (const WorkerView& v : views) {
-    RecycleView w{.id = v.id, .name = v.name, .eligible = v.eligible};
-    const pb::WorkerStatus* st = pool_->status(v.id);
-    if (st != nullptr) {
-      w.recycle_pending = st->recycle_pending();
-      w.recycle_grant_ms = st->recycle_grant_ms();
-      w.instance_id = st->instance_id();
-    }
-    // A grant stays in flight until the worker's heartbeats show it out of rotation (or two
-    // heartbeat timeouts pass: the grant was lost, or refused).
-    if (auto it = grants_in_flight_.find(v.id); it != grants_in_flight_.end()) {
-      const bool shown = !v.eligible || w.recycle_pending;
-      const auto age = std::chrono::steady_clock::now() - it->second;
-      if (shown || age > 2 * absl::ToChronoNanoseconds(options_.heartbeat_timeout)) {
-        grants_in_flight_.erase(it);
-      } else {
-        w.grant_in_flight = true;
-      }
-    }
-    workers.push_back(std::move(w));
-  }
-  std::vector<RecycleAsk> asks;
-  for (auto& [w, instance, reason] : pool_->TakeRecycleAsks()) {
-    asks.push_back({w, instance, std::move(reason)});
-  }
-  CoordinatorDecision d = CoordinateRecycles({options_.max_unavailable, options_.coordinator_id},
-                                             workers, std::move(asks), revoked_);
-  for (auto& [w, control] : d.messages) {
-    if (control.action() == pb::CONTROL_ACTION_RECYCLE_GRANT) {
-      grants_in_flight_[w] = std::chrono::steady_clock::now();
-    }
-    pool_->Send(w, control).IgnoreError();
-  }
-  for (std::string& key : d.revoked) revoked_.insert(std::move(key));
-  grants_ += d.grants;
-  revokes_ += static_cast<int64_t>(d.revoked.size());
-}
-
 void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  std::vector<Move> moves;
-  for (auto it = inflight_.begin(); it != inflight_.end();) {
-    const Placed& p = it->second;
-    const pb::WorkerStatus* st = pool_->status(p.worker);
-    if (st == nullptr) {  // never heard from it yet
-      ++it;
-      continue;
-    }
-    bool lost = true;
-    for (const WorkerView& v : views) {
-      // Heard from within the timeout, whether serving or draining on purpose (it finishes
-      // what it has): not lost. A stale heartbeat is lost in every state, draining included.
-      if (v.id == p.worker && v.fresh) lost = false;
-    }
-    // Restarted (killed and brought back before its heartbeat went stale): the new process
-    // never heard of the request.
-    if (p.instance_id != 0 && st->instance_id() != p.instance_id) lost = true;
-    if (!lost) {
-      ++it;
-      continue;
-    }
-    MoveOrFail(it->first, p, "the worker serving this request stopped responding", moves);
-    inflight_.erase(it++);
-  }
-  PlaceMoves(moves);
+  MoveTaken(
+      [&](const Placed& p) {
+        KVSERVE_CHECK_THREAD(core_thread_);  // called back on this thread
+        const pb::WorkerStatus* st = pool_->status(p.worker);
+        if (st == nullptr) return false;  // never heard from it yet
+        // Heard from within the timeout, whether serving or draining on purpose (it finishes
+        // what it has): not lost. A stale heartbeat is lost in every state, draining included.
+        const bool fresh = std::ranges::any_of(
+            views, [&](const WorkerView& v) { return v.id == p.worker && v.fresh; });
+        // Restarted (killed and brought back before its heartbeat went stale): the new process
+        // never heard of the request.
+        return !fresh || (p.instance_id != 0 && st->instance_id() != p.instance_id);
+      },
+      "the worker serving this request stopped responding");
+  placer_.PlaceMoves();
 }
 
-void RouterCore::MoveOrFail(const std::string& request_id, const Placed& p, absl::string_view why,
-                            std::vector<Move>& moves) {
+void RouterCore::MoveTaken(absl::FunctionRef<bool(const Placed&)> take, absl::string_view why) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  index_.ForgetRouted(p.worker, p.hashes);  // it leaves that worker, or fails
-  fetches_->Cancel(p.fetch);
-  if (CanMove(p)) {
-    moves.push_back({.job = p.job, .attempts = p.attempts + 1, .from = p.worker});
-    ++moved_;
-    return;
-  }
-  p.job->on_response(frontend::ErrorReply(request_id, absl::StatusCode::kUnavailable, why));
-}
-
-void RouterCore::PlaceMoves(std::vector<Move>& moves) {
-  KVSERVE_CHECK_THREAD(core_thread_);
-  for (Move& m : moves) Place(m.job, m.attempts, m.from);
-  moves.clear();
+  for (auto& [id, p] : books_.TakeIf(take)) placer_.MoveOrFail(id, p, why);
 }
 
 void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
@@ -351,18 +286,11 @@ void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
   for (const WorkerView& v : pool_->Views()) active[v.name] = v.id;
   absl::flat_hash_map<std::string, const WorkerEndpoint*> wanted;
   for (const WorkerEndpoint& e : endpoints) wanted[e.name] = &e;
-  std::vector<Move> moves;
   for (const auto& [name, w] : active) {
     if (wanted.contains(name)) continue;
     LOG(INFO) << "kvserve-router: worker " << name << " left the discovered set";
-    for (auto it = inflight_.begin(); it != inflight_.end();) {
-      if (it->second.worker != w) {
-        ++it;
-        continue;
-      }
-      MoveOrFail(it->first, it->second, "the worker serving this request left", moves);
-      inflight_.erase(it++);
-    }
+    MoveTaken([w](const Placed& p) { return p.worker == w; },
+              "the worker serving this request left");
     pool_->Remove(w);
     if (options_.metrics != nullptr) options_.metrics->RemoveWorker(name);
   }
@@ -371,13 +299,13 @@ void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {
     LOG(INFO) << "kvserve-router: discovered worker " << name;
     pool_->Add(*e);
   }
-  PlaceMoves(moves);
+  placer_.PlaceMoves();
 }
 
 void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
   KVSERVE_CHECK_THREAD(core_thread_);
   std::vector<WorkerInfo> info;
-  absl::flat_hash_map<int, Load> inflight = InflightLoad();
+  absl::flat_hash_map<int, Load> inflight = books_.LoadByWorker(*pool_);
   for (const WorkerView& v : views) {
     WorkerInfo w;
     w.id = v.id;
@@ -386,7 +314,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
     const WorkerPool::Counters c = pool_->counters(v.id);
     w.load_blocks = inflight[v.id].blocks;
     w.inflight_requests = inflight[v.id].requests;
-    w.inflight_limit = InflightLimit(v.id);
+    w.inflight_limit = placer_.InflightLimit(v.id);
     w.index_blocks = static_cast<int64_t>(index_.num_blocks(v.id));
     w.event_batches = c.event_batches;
     w.event_gaps = c.gaps;

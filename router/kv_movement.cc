@@ -1,27 +1,70 @@
-// RouterCore: KV that moves between workers (docs/DISAGGREGATION.md).
-// - Peer prefix fetch (router/kv_fetch.h): a request routed to a worker that lacks a prefix a
-//   peer caches further waits, placed but not sent, while its worker pulls the blocks; it is
-//   sent when the fetch ends, whether the blocks came or not.
-// - Disaggregated serving: a long prompt's prefill runs first on a prefill worker as a request
-//   of its own (one greedy token, discarded); its decode worker then pulls the blocks as a peer
-//   fetch, and the request itself goes to the decode worker, which prefills only the prompt's
-//   last partial block and generates every token, as it would have alone. With an idle link
-//   between the two (and --kv-link-stream-layers), the prefill worker streams the blocks over it
-//   layer by layer as the phase computes them, and the request goes once that stream ended.
+#include "router/kv_movement.h"
+
+#include <algorithm>
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "router/router_core.h"
 #include "router/router_metrics.h"
 
 namespace kvserve::router {
+namespace {
 
-uint64_t RouterCore::MaybeFetch(Job& job, const std::vector<WorkerView>& views,
+namespace pb = ::kvserve::v1;
+using frontend::Job;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+KvMovement::KvMovement(const Options& options, WorkerPool* pool, PrefixIndex* index, Books* books,
+                       RoutingPolicy* policy)
+    : options_(options), pool_(pool), index_(index), books_(books), policy_(policy) {
+  if (options.kv_fetch.links) {
+    links_ = std::make_unique<KvLinks>(pool, options.kv_fetch.link_timeout);
+    if (options.metrics != nullptr) options.metrics->StartKvLinks();
+  }
+  fetches_ = std::make_unique<KvFetches>(options.kv_fetch, pool, options.metrics, links_.get());
+  if (options.kv_fetch.enabled && options.metrics != nullptr) {
+    options.metrics->StartKvFetch(options.kv_fetch.initial_gbps);
+  }
+}
+
+KvMovement::Wait KvMovement::Start(Job& job, const std::vector<WorkerView>& views,
+                                   const std::vector<BlockHash>& hashes, int to) {
+  Wait wait;
+  wait.prefill = MaybeDisaggregate(job, hashes, to, &wait.prefill_first, &wait.fetch);
+  // With a prefill phase, the request is sent once its prefill ended and its worker has the
+  // prefill worker's blocks (StartDecodes), or once the blocks streamed; else, with a fetch,
+  // once its worker has the peer's blocks.
+  if (wait.prefill.empty()) wait.fetch = MaybeFetch(job, views, hashes, to);
+  return wait;
+}
+
+bool KvMovement::OnMessage(int worker, const ReceivedMessage& m) {
+  if (m.type == "KvChunk" || m.type == "KvChunkAck") {
+    fetches_->OnMessage(worker, m, Clock::now(), done_);
+    return true;
+  }
+  if (m.type == "KvLinkStatus") {
+    pb::KvLinkStatus st;
+    if (links_ && ParseMessage(m, &st).ok()) links_->OnStatus(worker, st, Clock::now());
+    return true;
+  }
+  return false;
+}
+
+void KvMovement::Refresh(const std::vector<WorkerView>& views) {
+  if (!links_) return;
+  links_->Refresh(views, Clock::now());
+  if (options_.metrics != nullptr) options_.metrics->SetKvLinksReady(links_->ready());
+}
+
+uint64_t KvMovement::MaybeFetch(Job& job, const std::vector<WorkerView>& views,
                                 const std::vector<BlockHash>& hashes, int to) {
-  KVSERVE_CHECK_THREAD(core_thread_);
   std::optional<FetchPlan> plan =
-      PlanFetch(options_.kv_fetch, fetches_->gbps(), views, index_, hashes, to);
+      PlanFetch(options_.kv_fetch, fetches_->gbps(), views, *index_, hashes, to);
   if (!plan) return 0;
-  const uint64_t fetch = fetches_->Start(job.request, to, *plan, std::chrono::steady_clock::now());
+  const uint64_t fetch = fetches_->Start(job.request, to, *plan, Clock::now());
   if (fetch != 0) {
     const int bs = std::max(1, pool_->status(to)->block_size());
     job.request.set_predicted_cached_tokens((plan->first_block + plan->blocks) * bs);
@@ -33,37 +76,36 @@ uint64_t RouterCore::MaybeFetch(Job& job, const std::vector<WorkerView>& views,
   return fetch;
 }
 
-void RouterCore::SendFetched(std::vector<KvFetches::Done>& done) {
-  KVSERVE_CHECK_THREAD(core_thread_);
-  std::vector<Move> moves;
-  for (const KvFetches::Done& d : done) {
-    auto it = inflight_.find(d.request_id);
+std::vector<KvMovement::Unsent> KvMovement::SendReady(const std::vector<WorkerView>& views) {
+  StartDecodes();
+  fetches_->Expire(views, Clock::now(), done_);
+  std::vector<Unsent> unsent;
+  for (const KvFetches::Done& d : done_) {
+    Placed* p = books_->Find(d.request_id);
     // Aborted, moved or ended while its fetch ran: nothing to send.
-    if (it == inflight_.end() || it->second.fetch != d.fetch) continue;
-    Placed& p = it->second;
-    p.fetch = 0;
-    p.prefill.clear();  // a streamed phase still running counts for nothing now
+    if (p == nullptr || p->fetch != d.fetch) continue;
+    p->fetch = 0;
+    p->prefill.clear();  // a streamed phase still running counts for nothing now
     if (!d.status.ok()) {
       VLOG(1) << "request " << d.request_id << ": fetch ended without its blocks (" << d.status
               << "); it prefills them";
-      if (const kvserve::v1::WorkerStatus* st = pool_->status(p.worker); st != nullptr) {
-        p.job->request.set_predicted_cached_tokens((d.first_block + d.blocks_added) *
-                                                   std::max(1, st->block_size()));
+      if (const pb::WorkerStatus* st = pool_->status(p->worker); st != nullptr) {
+        p->job->request.set_predicted_cached_tokens((d.first_block + d.blocks_added) *
+                                                    std::max(1, st->block_size()));
       }
     }
-    if (absl::Status s = pool_->Send(p.worker, p.job->request); !s.ok()) {
-      MoveOrFail(it->first, p, s.message(), moves);
-      inflight_.erase(it);
+    if (absl::Status s = pool_->Send(p->worker, p->job->request); !s.ok()) {
+      unsent.push_back({.request_id = d.request_id, .placed = *p, .why = std::string(s.message())});
+      books_->Erase(d.request_id);
     }
   }
-  done.clear();
-  PlaceMoves(moves);
+  done_.clear();
+  return unsent;
 }
 
-std::vector<WorkerView> RouterCore::PrefillWorkers(const WorkerView& decode,
-                                                   const std::vector<WorkerView>& views) {
-  KVSERVE_CHECK_THREAD(core_thread_);
-  absl::flat_hash_map<int, Load> load = InflightLoad();
+std::vector<WorkerView> KvMovement::PrefillWorkers(const WorkerView& decode,
+                                                   const std::vector<WorkerView>& views) const {
+  absl::flat_hash_map<int, Load> load = books_->LoadByWorker(*pool_);
   std::vector<WorkerView> prefill;
   for (WorkerView v : views) {
     if (!v.prefill_only || !v.eligible) continue;
@@ -83,8 +125,7 @@ std::vector<WorkerView> RouterCore::PrefillWorkers(const WorkerView& decode,
   return prefill;
 }
 
-std::shared_ptr<Job> RouterCore::PrefillPhase(const Job& job, int worker, int predicted_cached) {
-  KVSERVE_CHECK_THREAD(core_thread_);
+std::shared_ptr<Job> KvMovement::PrefillPhase(const Job& job, int worker, int predicted_cached) {
   auto phase = std::make_shared<Job>();
   phase->request.set_request_id(absl::StrCat(job.request.request_id(), "#prefill"));
   *phase->request.mutable_prompt_token_ids() = job.request.prompt_token_ids();
@@ -94,11 +135,10 @@ std::shared_ptr<Job> RouterCore::PrefillPhase(const Job& job, int worker, int pr
   phase->request.set_predicted_cached_tokens(predicted_cached);
   phase->deadline = job.deadline;
   const std::string request_id = job.request.request_id(), phase_id = phase->request.request_id();
-  phase->on_response = [this, request_id, phase_id,
-                        worker](const kvserve::v1::GenerateResponse& r) {
-    KVSERVE_CHECK_THREAD(core_thread_);  // the core calls every job back on its thread
-    const bool failed = r.finish_reason() == kvserve::v1::FINISH_REASON_ERROR ||
-                        r.finish_reason() == kvserve::v1::FINISH_REASON_ABORT;
+  // The core calls every job back on its thread, which owns this.
+  phase->on_response = [this, request_id, phase_id, worker](const pb::GenerateResponse& r) {
+    const bool failed = r.finish_reason() == pb::FINISH_REASON_ERROR ||
+                        r.finish_reason() == pb::FINISH_REASON_ABORT;
     if (r.has_usage() || failed) {
       // Counted as the phase ends: a streamed request may have gone to its worker already.
       if (options_.metrics != nullptr) {
@@ -111,9 +151,8 @@ std::shared_ptr<Job> RouterCore::PrefillPhase(const Job& job, int worker, int pr
   return phase;
 }
 
-std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
+std::string KvMovement::MaybeDisaggregate(Job& job, const std::vector<BlockHash>& hashes, int to,
                                           int* first_block, uint64_t* stream) {
-  KVSERVE_CHECK_THREAD(core_thread_);
   if (hashes.empty()) return "";
   std::vector<WorkerView> views = pool_->Views();
   const WorkerView* decode = nullptr;
@@ -121,27 +160,26 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
     if (v.id == to) decode = &v;
   }
   if (decode == nullptr || decode->kv_wire_block_bytes <= 0) return "";
-  *first_block = index_.LongestPrefix(to, hashes).total();
+  *first_block = index_->LongestPrefix(to, hashes).total();
   const int64_t local =
       job.request.prompt_token_ids_size() - static_cast<int64_t>(*first_block) * decode->block_size;
   if (local <= options_.max_local_prefill_tokens) return "";
   const std::vector<WorkerView> prefill = PrefillWorkers(*decode, views);
   if (prefill.empty()) return "";
   absl::StatusOr<Decision> p = Route(
-      *policy_, prefill, index_,
+      *policy_, prefill, *index_,
       {.hashes = hashes, .prompt_tokens = job.request.prompt_token_ids_size(), .max_tokens = 1});
   if (!p.ok()) return "";
   std::shared_ptr<Job> phase =
       PrefillPhase(job, p->worker, p->predicted_cached_blocks * decode->block_size);
   const std::string request_id = job.request.request_id(), phase_id = phase->request.request_id();
-  const int worker = p->worker;
   // The stream's ask goes first: the prefill worker starts it as the phase arrives.
   *stream = 0;
   const int blocks = static_cast<int>(hashes.size()) - *first_block;
   if (options_.kv_fetch.links && options_.kv_fetch.stream_layers && blocks > 0) {
     *stream = fetches_->Start(job.request, to,
-                              {.source = worker, .first_block = *first_block, .blocks = blocks},
-                              std::chrono::steady_clock::now(), phase_id);
+                              {.source = p->worker, .first_block = *first_block, .blocks = blocks},
+                              Clock::now(), phase_id);
     if (*stream != 0 && options_.metrics != nullptr) options_.metrics->CountKvLayerStream();
   }
   if (!pool_->Send(p->worker, phase->request).ok()) {
@@ -149,13 +187,13 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
     *stream = 0;
     return "";
   }
-  index_.RecordRouted(p->worker, hashes);
-  const kvserve::v1::WorkerStatus* st = pool_->status(p->worker);
-  inflight_[phase_id] = Placed{.worker = p->worker,
+  index_->RecordRouted(p->worker, hashes);
+  const pb::WorkerStatus* st = pool_->status(p->worker);
+  books_->Add(phase_id, Placed{.worker = p->worker,
                                .job = phase,
                                .attempts = kMaxPlacementAttempts,  // it never moves
                                .instance_id = st != nullptr ? st->instance_id() : 0,
-                               .hashes = hashes};
+                               .hashes = hashes});
   // The decode worker will hold every full block once the fetch is done.
   job.request.set_predicted_cached_tokens(static_cast<int>(hashes.size()) * decode->block_size);
   VLOG(1) << "request " << request_id << ": prefill on worker " << p->worker << ", decode on " << to
@@ -163,28 +201,26 @@ std::string RouterCore::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
   return phase_id;
 }
 
-void RouterCore::StartDecodes(std::vector<KvFetches::Done>& fetched) {
-  KVSERVE_CHECK_THREAD(core_thread_);
+void KvMovement::StartDecodes() {
   std::vector<Prefilled> ended;
   std::swap(ended, prefilled_);
   for (const Prefilled& e : ended) {
-    auto it = inflight_.find(e.request_id);
+    Placed* p = books_->Find(e.request_id);
     // Aborted, moved or ended meanwhile: its prefill phase counts for nothing.
-    if (it == inflight_.end() || it->second.prefill != e.prefill_id) continue;
-    Placed& p = it->second;
-    p.prefill.clear();
-    if (p.fetch != 0) continue;  // its blocks stream: it goes once the stream ended
-    const int blocks = static_cast<int>(p.hashes.size()) - p.prefill_first;
+    if (p == nullptr || p->prefill != e.prefill_id) continue;
+    p->prefill.clear();
+    if (p->fetch != 0) continue;  // its blocks stream: it goes once the stream ended
+    const int blocks = static_cast<int>(p->hashes.size()) - p->prefill_first;
     if (e.ok && blocks > 0) {
-      const FetchPlan plan{.source = e.worker, .first_block = p.prefill_first, .blocks = blocks};
-      p.fetch = fetches_->Start(p.job->request, p.worker, plan, std::chrono::steady_clock::now());
-      if (p.fetch != 0) continue;
+      const FetchPlan plan{.source = e.worker, .first_block = p->prefill_first, .blocks = blocks};
+      p->fetch = fetches_->Start(p->job->request, p->worker, plan, Clock::now());
+      if (p->fetch != 0) continue;
     }
     // Nothing to pull: the decode worker prefills what it lacks (KvFetches' fallback path).
-    fetched.push_back({.request_id = e.request_id,
-                       .fetch = 0,
-                       .first_block = p.prefill_first,
-                       .status = absl::UnavailableError("the prefill phase failed")});
+    done_.push_back({.request_id = e.request_id,
+                     .fetch = 0,
+                     .first_block = p->prefill_first,
+                     .status = absl::UnavailableError("the prefill phase failed")});
   }
 }
 
