@@ -19,7 +19,7 @@ add_library(kvserve_utf8proc INTERFACE)
 target_link_libraries(kvserve_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
 target_include_directories(kvserve_utf8proc INTERFACE ${UTF8PROC_INCLUDE_DIR})
 find_package(prometheus-cpp REQUIRED)
-# msgpack for vLLM's KV events (common/vllm_kv_events.h): header-only. Debian 12 ships msgpack-c
+# msgpack for vLLM's KV events (common/kv/vllm_kv_events.h): header-only. Debian 12 ships msgpack-c
 # 4 ("msgpack", target msgpackc-cxx); Ubuntu 24.04 (the GPU image) ships 6 ("msgpack-cxx").
 find_package(msgpack-cxx CONFIG QUIET)
 if(TARGET msgpack-cxx)

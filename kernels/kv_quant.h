@@ -21,8 +21,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/dtype.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
+#include "common/model/dtype.h"
 
 namespace kvserve::kernels {
 

@@ -1,7 +1,7 @@
 // The adjustments a request's sampling parameters make to its logits row before the draw
 // (vLLM's order and definitions), applied in place by every backend with the same arithmetic
 // (the CPU twin in kernels/cpu/logits_processing.cc, the CUDA kernel in
-// kernels/cuda/logits_processing.cuh), so that both draw the same token bit for bit:
+// kernels/cuda/ops/logits_processing.cuh), so that both draw the same token bit for bit:
 //  1. allowed ids: when the row has a list, every other id gets -inf; likewise when it has a
 //     bitmask (structured outputs' allowed tokens), every id whose bit is clear;
 //  2. biases, in order of the list: logit + bias (banned ids come as a -inf bias: bad words,

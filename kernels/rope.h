@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 
 namespace kvserve::kernels {
 

@@ -1,6 +1,6 @@
 // The sampling rule, defined so that a GPU can apply it without sorting the vocabulary and
 // every backend draws the same token bit for bit (the CPU twin in kernels/cpu/sampling.cc, the
-// CUDA kernel in kernels/cuda/sampling.cu; both share the arithmetic below).
+// CUDA kernel in kernels/cuda/ops/sampling.cu; both share the arithmetic below).
 //
 // For one logits row and a SampleRequest:
 //  1. temperature < kGreedyTemperature: the argmax (lowest id among equal maxima).

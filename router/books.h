@@ -18,7 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "frontend/core/core.h"
 #include "router/worker_pool.h"
 

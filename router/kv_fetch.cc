@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/kv_transfer.h"
+#include "common/kv/kv_transfer.h"
 #include "router/router_metrics.h"
 
 namespace kvserve::router {

@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/kv_links.h"
 #include "router/routing/fetch_plan.h"

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "frontend/core/core.h"
 #include "router/books.h"
 #include "router/kv_fetch.h"

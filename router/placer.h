@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "frontend/core/admission_queue.h"
 #include "frontend/core/core.h"
 #include "router/books.h"

@@ -1,6 +1,6 @@
 #include "router/router_metrics.h"
 
-#include "common/kv_transfer.h"
+#include "common/kv/kv_transfer.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/curve.h"
-#include "common/zmq_framing.h"
+#include "common/net/curve.h"
+#include "common/net/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/routing_policy.h"
@@ -50,7 +50,7 @@ class WorkerPool {
     double last_event_lag_s = 0;  // receive time − the batch's timestamp, last batch
   };
 
-  // With `curve`, every socket to a worker is a CURVE client (common/curve.h).
+  // With `curve`, every socket to a worker is a CURVE client (common/net/curve.h).
   WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
              std::optional<CurveClientKeys> curve = std::nullopt);
 
@@ -74,7 +74,7 @@ class WorkerPool {
   [[nodiscard]] std::vector<WorkerView> Views() const;
   // The latest heartbeat, if any.
   [[nodiscard]] const kvserve::v1::WorkerStatus* status(int w) const;
-  // The block-hash extra key the worker uses, from its heartbeat (common/BLOCK_HASH.md).
+  // The block-hash extra key the worker uses, from its heartbeat (common/kv/BLOCK_HASH.md).
   [[nodiscard]] absl::StatusOr<std::string> ExtraKey(int w, std::string_view cache_salt) const;
   // Recycle asks seen since the last call: (worker, instance, reason).
   std::vector<std::tuple<int, uint64_t, std::string>> TakeRecycleAsks();

@@ -7,8 +7,8 @@
 # The source is restored after each removal, and on exit.
 #
 #   tools/barrier_mutations.sh FILE TEST [BUILD_DIR]
-#   tools/barrier_mutations.sh kernels/cuda/sampling.cuh sampling_emulation_test
-#   GTEST_FILTER='*KvWriteMatchesCpu*' tools/barrier_mutations.sh kernels/cuda/kv_write.cu \
+#   tools/barrier_mutations.sh kernels/cuda/ops/sampling.cuh sampling_emulation_test
+#   GTEST_FILTER='*KvWriteMatchesCpu*' tools/barrier_mutations.sh kernels/cuda/ops/kv_write.cu \
 #     cuda_backend_test build-emulated      # an emulated build (KVSERVE_CUDA=EMULATED)
 set -euo pipefail
 file=$1

@@ -1,5 +1,5 @@
 // Generates common/testdata/block_hash_vectors.json independently of the C++ code: the byte
-// layout of common/BLOCK_HASH.md is built here in JavaScript and hashed with the `xxhsum -H2`
+// layout of common/kv/BLOCK_HASH.md is built here in JavaScript and hashed with the `xxhsum -H2`
 // command-line tool (Debian package `xxhash`, XXH3-128 with seed 0).
 //
 //   node tools/gen_block_hash_vectors.mjs > common/testdata/block_hash_vectors.json
@@ -55,7 +55,7 @@ const vectors = [
 ];
 fs.rmSync(tmp, { recursive: true });
 process.stdout.write(JSON.stringify({
-  spec: 'common/BLOCK_HASH.md',
+  spec: 'common/kv/BLOCK_HASH.md',
   generator: 'tools/gen_block_hash_vectors.mjs (xxhsum -H2)',
   vectors,
 }, null, 1) + '\n');

@@ -27,9 +27,9 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "common/curve.h"
 #include "common/file_util.h"
 #include "common/init.h"
+#include "common/net/curve.h"
 
 ABSL_FLAG(std::string, model, "models/kvserve-tiny-llama3",
           "Model directory; the default is made on first use with kvserve-make-model from "

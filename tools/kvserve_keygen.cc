@@ -13,8 +13,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/curve.h"
 #include "common/init.h"
+#include "common/net/curve.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, dir, ".", "Where NAME.key and NAME.pub are written (never overwritten)");

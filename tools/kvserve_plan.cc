@@ -10,10 +10,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
-#include "common/hf_config.h"
 #include "common/init.h"
-#include "common/kv_planner.h"
-#include "common/model_weights.h"
+#include "common/kv/kv_planner.h"
+#include "common/model/hf_config.h"
+#include "common/model/model_weights.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 

@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/init.h"
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"

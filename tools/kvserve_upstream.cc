@@ -14,10 +14,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/curve.h"
 #include "common/file_util.h"
-#include "common/http_server.h"
 #include "common/init.h"
+#include "common/net/curve.h"
+#include "common/net/http_server.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"

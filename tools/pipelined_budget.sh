@@ -1,5 +1,5 @@
 #!/bin/bash
-# The static budget of the pipelined decode attention (kernels/cuda/paged_attention_pipelined.cuh)
+# The static budget of the pipelined decode attention (kernels/cuda/attention/paged_attention_pipelined.cuh)
 # per format and head_dim, without a GPU: what predicts its bandwidth on an H200.
 # - regs: ptxas's registers per thread (sm_90, no spills expected: `spill` column);
 # - smem: shared memory per block, stages × (K + V + their per-token parameters for a 64-token
@@ -23,7 +23,7 @@ source "$(dirname "$0")/ptx_lib.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ptx_sources "$work" "$rev"
-ptx_compile "$work" kernels/cuda/paged_attention_pipelined.cu -O3
+ptx_compile "$work" kernels/cuda/attention/paged_attention_pipelined.cu -O3
 awk -v res="$work/resources.txt" '
   BEGIN {
     split("fp32 fp16 bf16 fp8 int8 int4", names, " ")

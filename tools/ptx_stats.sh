@@ -1,6 +1,6 @@
 #!/bin/bash
 # Static cost of the tensor-core attention kernels without a GPU: compiles
-# kernels/cuda/paged_attention_mma.cu (as of git revision REV, or the working tree) to sm_90
+# kernels/cuda/attention/paged_attention_mma.cu (as of git revision REV, or the working tree) to sm_90
 # PTX and prints, per instantiation, its PTX instruction count, ptxas's registers / spills,
 # and the token loop's size: `loop` is the PTX between the loop's first label and its backward
 # branch (one 16-token step of a warp, both sides of any branch inside; the K-prefetching
@@ -27,7 +27,7 @@ if ((per_token)); then
     -e 's/[a-z_.]*granularity == KvGranularity::kPerToken/true/g' \
     "$work"/src/kernels/cuda/paged_attention_mma.cu* "$work/src/kernels/cuda/attention_common.cuh"
 fi
-ptx_compile "$work" kernels/cuda/paged_attention_mma.cu -O2
+ptx_compile "$work" kernels/cuda/attention/paged_attention_mma.cu -O2
 # Kernel names carry the template arguments: KvDType (0 fp32 ... 5 int4) and head_dim.
 awk -v res="$work/resources.txt" '
   BEGIN {

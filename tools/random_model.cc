@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve {

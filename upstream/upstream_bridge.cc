@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/vllm_kv_events.h"
 #include "common/status_macros.h"
-#include "common/vllm_kv_events.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "proto/worker_control.h"

@@ -1,4 +1,4 @@
-// vLLM-format KV events (common/vllm_kv_events.h) read as kvserve's own (KvEvent), for an
+// vLLM-format KV events (common/kv/vllm_kv_events.h) read as kvserve's own (KvEvent), for an
 // OpenAI-compatible upstream that the router does not run (vLLM, SGLang, another kvserve): the
 // stored blocks are re-hashed from their token_ids with kvserve's block hash and the extra key
 // the router hashes that upstream's prompts with, so the engine's own hash function and seed do
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/block_hash.h"
-#include "common/vllm_kv_events.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/vllm_kv_events.h"
 #include "kvserve/v1/kvserve.pb.h"
 
 namespace kvserve::upstream {

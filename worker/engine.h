@@ -25,7 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "common/thread_checker.h"
 #include "kernels/backend.h"
 #include "worker/constraints.h"
@@ -354,7 +354,7 @@ class Engine {
   absl::Status ValidateAdjustments(const SamplingParams& s, int max_tokens) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   void UpdateHashes(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // The block-hash extra key of a request with `cache_salt` (common/BLOCK_HASH.md).
+  // The block-hash extra key of a request with `cache_salt` (common/kv/BLOCK_HASH.md).
   absl::StatusOr<std::string> ExtraKey(const std::string& cache_salt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // KV transfer (engine_kv_transfer.cc): that a chunk from `first_block` of a prompt hashed

@@ -17,9 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/dtype.h"
-#include "common/hf_config.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
+#include "common/model/dtype.h"
+#include "common/model/hf_config.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/sim/step_cost.h"
 

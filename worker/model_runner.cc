@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/model_weights.h"
+#include "common/model/model_weights.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu/gloo_communicator.h"

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/hf_config.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
+#include "common/model/hf_config.h"
 #include "worker/engine_config.h"
 #include "worker/model_runner.h"
 

@@ -11,16 +11,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/copy_blocks.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_scratch.h"
-#include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/fingerprint.h"
-#include "kernels/cuda/kv_write.h"
-#include "kernels/cuda/logits_processing.h"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/device/cuda_check.h"
+#include "kernels/cuda/device/device_scratch.h"
 #include "kernels/cuda/op_times.h"
-#include "kernels/cuda/paged_attention.h"
-#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/ops/copy_blocks.h"
+#include "kernels/cuda/ops/elementwise.h"
+#include "kernels/cuda/ops/fingerprint.h"
+#include "kernels/cuda/ops/kv_write.h"
+#include "kernels/cuda/ops/logits_processing.h"
+#include "kernels/cuda/ops/sampling.h"
 #include "kernels/cuda/staged_uploads.h"
 
 #define KVSERVE_CUBLAS_CHECK(call)                                        \

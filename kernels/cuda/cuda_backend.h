@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "kernels/backend.h"
 
 namespace kvserve::kernels {

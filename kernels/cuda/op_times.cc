@@ -1,6 +1,6 @@
 #include "kernels/cuda/op_times.h"
 
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device/cuda_check.h"
 
 namespace kvserve::kernels::cuda {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device/cuda_check.h"
 
 namespace kvserve::kernels::cuda {
 

@@ -1,7 +1,7 @@
 // session: rendezvous hashing of the request's session key over the eligible workers' names,
 // so a session stays on its worker while that worker is eligible; no key: least loaded.
 #include "absl/strings/str_cat.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "common/string_util.h"
 #include "router/policies/policies.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/routing_policy.h"
 

@@ -28,7 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
 
 namespace kvserve::router {

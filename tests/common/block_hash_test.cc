@@ -1,4 +1,4 @@
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // CURVE keys and the ZAP handler over real TCP sockets: only allowed client keys get through,
 // on ROUTER/DEALER and PUB/SUB alike; a plain client, an unknown key and a client that expects
 // another server get nothing; a key added to the directory is let in without a restart.
-#include "common/curve.h"
+#include "common/net/curve.h"
 
 #include <sys/stat.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "common/file_util.h"
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"

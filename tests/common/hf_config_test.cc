@@ -1,4 +1,4 @@
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 
 #include "common/file_util.h"
 #include "gtest/gtest.h"

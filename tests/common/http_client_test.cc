@@ -1,7 +1,8 @@
-// The HTTP client (common/http_client.h) hands a streamed body over as it arrives: a server that
-// sends each event only once the client has seen the previous one must be answered event by event
-// (the old reader waited for 16 KB or the end of the stream, and dated every event at the end).
-#include "common/http_client.h"
+// The HTTP client (common/net/http_client.h) hands a streamed body over as it arrives: a server
+// that sends each event only once the client has seen the previous one must be answered event by
+// event (the old reader waited for 16 KB or the end of the stream, and dated every event at the
+// end).
+#include "common/net/http_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "common/kv_planner.h"
+#include "common/kv/kv_planner.h"
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

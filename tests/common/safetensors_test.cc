@@ -1,12 +1,12 @@
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "common/file_util.h"
-#include "common/hf_config.h"
-#include "common/model_weights.h"
+#include "common/model/hf_config.h"
+#include "common/model/model_weights.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"

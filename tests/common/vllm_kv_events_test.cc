@@ -1,4 +1,4 @@
-// vLLM-format KV events (common/vllm_kv_events.h): each encoding decoded back with msgpack-c and
+// vLLM-format KV events (common/kv/vllm_kv_events.h): each encoding decoded back with msgpack-c and
 // checked field by field against vLLM's definitions (vllm/distributed/kv_events.py: the
 // tagged arrays up to 0.23 and the maps of 0.24 on tagged by "type", in a [ts, events,
 // data_parallel_rank] batch); chains of stored blocks merge into one event as vLLM sends them;
@@ -6,7 +6,7 @@
 // by an independent encoder (@msgpack/msgpack: the fuzzer's seeds in
 // tests/fuzz/corpus/vllm_kv_events), reads back what Encode writes, and refuses the malformed by
 // name. (tests/node/vllm_kv_events_test.mjs decodes a live worker's with an independent decoder.)
-#include "common/vllm_kv_events.h"
+#include "common/kv/vllm_kv_events.h"
 
 #include <map>
 #include <msgpack.hpp>

@@ -1,4 +1,4 @@
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"

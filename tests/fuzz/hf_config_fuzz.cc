@@ -1,11 +1,11 @@
-// config.json loading (common/hf_config.h) on arbitrary text: a ModelConfig whose sizes are
+// config.json loading (common/model/hf_config.h) on arbitrary text: a ModelConfig whose sizes are
 // positive and bounded, or an error naming what is wrong.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

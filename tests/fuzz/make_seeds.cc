@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/block_hash.h"
-#include "common/safetensors.h"
+#include "common/kv/block_hash.h"
+#include "common/model/safetensors.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "tests/fuzz/frames.h"
 

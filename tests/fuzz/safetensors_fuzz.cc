@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/kvserve-fuzz-" + std::to_string(getpid()) + ".safetensors";

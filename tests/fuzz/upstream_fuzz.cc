@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "common/vllm_kv_events.h"
+#include "common/kv/vllm_kv_events.h"
 #include "upstream/prometheus_text.h"
 #include "upstream/vllm_event_translator.h"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "common/vllm_kv_events.h"
+#include "common/kv/vllm_kv_events.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvserve::vllm_events;

@@ -26,10 +26,10 @@
 #include <tuple>
 #include <vector>
 
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device/cuda_check.h"
 
 namespace kvserve::kernels {
 namespace {

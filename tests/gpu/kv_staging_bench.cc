@@ -30,7 +30,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "common/init.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "glog/logging.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"

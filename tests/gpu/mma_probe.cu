@@ -1,5 +1,5 @@
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/paged_attention_mma.cuh"
+#include "kernels/cuda/attention/paged_attention_mma.cuh"
+#include "kernels/cuda/device/launch.cuh"
 #include "tests/gpu/mma_probe.h"
 
 namespace kvserve::kernels::cuda {

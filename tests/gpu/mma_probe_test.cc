@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "common/dtype.h"
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "tests/kernels/ptx_fragments.h"

@@ -1,4 +1,4 @@
-// GPU sampling (kernels/cuda/sampling.cu) against the CPU twin on the same rows: time per step
+// GPU sampling (kernels/cuda/ops/sampling.cu) against the CPU twin on the same rows: time per step
 // for batch 1 / 64 / 256 × vocabulary 128,256 (Llama 3) and 151,936 (Qwen 2/3) with the
 // parameter mixes a server sees (greedy, temperature alone, top-p, top-k + top-p + min-p),
 // and whether every GPU token equals the CPU's; plus the logprobs (top 5) of those draws. Logits
@@ -19,7 +19,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device/cuda_check.h"
 
 namespace kvserve::kernels {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/paged_attention.h"
-#include "kernels/cuda/paged_attention_mma.cuh"
-#include "kernels/cuda/paged_attention_pipelined.cuh"
-#include "kernels/cuda/paged_attention_simt.cuh"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/attention/paged_attention_mma.cuh"
+#include "kernels/cuda/attention/paged_attention_pipelined.cuh"
+#include "kernels/cuda/attention/paged_attention_simt.cuh"
 #include "tests/kernels/attention_cases.h"
 
 namespace kvserve::kernels {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/attention/paged_attention.h"
 
 namespace kvserve::kernels::cuda {
 namespace {

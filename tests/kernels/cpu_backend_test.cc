@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/rope.h"

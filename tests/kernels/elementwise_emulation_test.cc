@@ -1,4 +1,4 @@
-// The CUDA backend's row-wise kernels (kernels/cuda/elementwise.cuh), run on the CPU by
+// The CUDA backend's row-wise kernels (kernels/cuda/ops/elementwise.cuh), run on the CPU by
 // tests/testing/cuda_emulator/emulator.h with the launchers' grids (elementwise.cu), against the
 // CPU backend: embedding from float32 / bf16 / fp16 tables, RMSNorm plain, with the fused residual
 // and over row groups (Qwen3's per-head norms inside qkv rows), RoPE on strided rows, SiLU·mul,
@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "common/dtype.h"
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/ops/elementwise.cuh"
 #include "tests/kernels/attention_cases.h"
 
 namespace kvserve::kernels {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/shared_memory.cuh"
+#include "kernels/cuda/device/shared_memory.cuh"
 
 namespace kvserve::emulation {
 namespace {

@@ -1,12 +1,12 @@
-// The tensor-core attention kernel's code-to-fp16 tricks (kernels/cuda/half_pairs.h) on every
-// code: the pairs' bit patterns, decoded as IEEE fp16 and put through the fp16x2 operation the
-// kernel applies (exact here, as on the GPU), must give each code's value in its place.
-#include "kernels/cuda/half_pairs.h"
+// The tensor-core attention kernel's code-to-fp16 tricks (kernels/cuda/device/half_pairs.h) on
+// every code: the pairs' bit patterns, decoded as IEEE fp16 and put through the fp16x2 operation
+// the kernel applies (exact here, as on the GPU), must give each code's value in its place.
+#include "kernels/cuda/device/half_pairs.h"
 
 #include <cstdint>
 #include <random>
 
-#include "common/dtype.h"
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 
 namespace kvserve::kernels::cuda::half_pairs {

@@ -7,7 +7,7 @@
 #include <map>
 #include <random>
 
-#include "common/dtype.h"
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kv_ops.h"
 

@@ -1,9 +1,9 @@
-// The tensor-core attention kernel's fragment mapping (kernels/cuda/mma_layout.h) against the
-// fragment layouts PTX documents for mma.sync m16n8k16 and movmatrix.m8n8.trans, by emulating
+// The tensor-core attention kernel's fragment mapping (kernels/cuda/device/mma_layout.h) against
+// the fragment layouts PTX documents for mma.sync m16n8k16 and movmatrix.m8n8.trans, by emulating
 // one warp: the lanes' registers are filled as the kernel fills them, the instructions are
 // applied by their documented layouts, and the scores Q·Kᵀ of a 16-token step and the output
 // P·V must come out exactly (small integers, so every sum is exact).
-#include "kernels/cuda/mma_layout.h"
+#include "kernels/cuda/device/mma_layout.h"
 
 #include <array>
 #include <random>

@@ -1,4 +1,4 @@
-// The GPU sampling kernels (kernels/cuda/sampling.cuh), run on the CPU by
+// The GPU sampling kernels (kernels/cuda/ops/sampling.cuh), run on the CPU by
 // tests/testing/cuda_emulator/emulator.h, against the CPU twin (kernels/cpu/sampling.h): the same
 // token for every request (greedy, temperature, top-k, top-p, min-p; tie-heavy rows; vocabulary
 // slices; the candidates shortcut and the full-row selection), and the logprobs of the draws
@@ -16,8 +16,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/logits_processing.cuh"
-#include "kernels/cuda/sampling.cuh"
+#include "kernels/cuda/ops/logits_processing.cuh"
+#include "kernels/cuda/ops/sampling.cuh"
 #include "tests/kernels/attention_cases.h"
 #include "tests/kernels/logits_cases.h"
 #include "tests/kernels/sampling_cases.h"

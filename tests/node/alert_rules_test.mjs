@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 
-import { writeAlertRules } from './chart.mjs';
+import { writeAlertRules } from './lib/chart.mjs';
 
 const [root] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-alerts-'));

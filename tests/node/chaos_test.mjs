@@ -16,8 +16,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { freeRange, makeModel, retryOnPortClash, startAndWait, startCluster } from './harness.mjs';
-import { OUTCOMES, percentile, startLoad } from './load.mjs';
+import { freeRange, makeModel, retryOnPortClash, startAndWait, startCluster } from './lib/harness.mjs';
+import { OUTCOMES, percentile, startLoad } from './lib/load.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const seconds = Number(process.env.KVSERVE_CHAOS_SECONDS ?? 3);

@@ -14,8 +14,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
-import './jinja_python_strip.mjs';
-import { runJsonLines } from './run_tool.mjs';
+import './lib/jinja_python_strip.mjs';
+import { runJsonLines } from './lib/run_tool.mjs';
 
 const [binary, tokenizerDir, flag, templateFile] = process.argv.slice(2);
 const config = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), 'utf8'));

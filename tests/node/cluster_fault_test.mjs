@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { freeRange, makeModel, retryOnPortClash, startCluster } from './harness.mjs';
+import { freeRange, makeModel, retryOnPortClash, startCluster } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-fault-'));

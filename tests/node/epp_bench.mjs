@@ -12,9 +12,9 @@ import os from 'node:os';
 import path from 'node:path';
 import grpc from '@grpc/grpc-js';
 
-import { completion, pick } from './ext_proc_client.mjs';
-import { freePort, makeModel, retryOnPortClash, startAndWait } from './harness.mjs';
-import { encode, str } from './protowire.mjs';
+import { completion, pick } from './lib/ext_proc_client.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait } from './lib/harness.mjs';
+import { encode, str } from './lib/protowire.mjs';
 
 const [bin, tokenizerDir, picksArg = '1000', wordsArg = '300'] = process.argv.slice(2);
 const picks = Number(picksArg), words = Number(wordsArg);

@@ -1,6 +1,6 @@
 // kvserve-router --epp-port: the Gateway API Inference Extension's endpoint-picker protocol
 // (v1.0.0) over Envoy's ext_proc v3, driven by a gRPC client (@grpc/grpc-js) that writes and
-// reads the messages by the field numbers of Envoy's published API (protowire.mjs), not with
+// reads the messages by the field numbers of Envoy's published API (lib/protowire.mjs), not with
 // kvserve's .proto: it sends what Envoy sends (protocol_config, request headers, the body in
 // chunks, the subset hint in metadata_context, the response's headers) and checks what a
 // gateway needs back: the x-gateway-destination-endpoint header and envoy.lb dynamic metadata
@@ -18,9 +18,9 @@ import { after, before, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 
 import { MODE, REQ, RESP, body, completion, destination, headers, immediate, metadata, open, pick, post,
-  protocolConfig } from './ext_proc_client.mjs';
-import { freePort, makeModel, retryOnPortClash, startAndWait } from './harness.mjs';
-import { decode, encode, field, str } from './protowire.mjs';
+  protocolConfig } from './lib/ext_proc_client.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait } from './lib/harness.mjs';
+import { decode, encode, field, str } from './lib/protowire.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-epp-'));

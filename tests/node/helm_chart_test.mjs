@@ -17,8 +17,8 @@ import { fileURLToPath } from 'node:url';
 import Ajv from 'ajv';
 import YAML from 'yaml';
 
-import { objects, render as renderChart } from './chart.mjs';
-import { freeRange, makeModel, startAndWait } from './harness.mjs';
+import { objects, render as renderChart } from './lib/chart.mjs';
+import { freeRange, makeModel, startAndWait } from './lib/harness.mjs';
 
 const [root, bin] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));

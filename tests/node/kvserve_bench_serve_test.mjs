@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { freePort, makeModel, startAndWait as start } from './harness.mjs';
+import { freePort, makeModel, startAndWait as start } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-bench-'));

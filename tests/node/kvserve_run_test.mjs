@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { readSafetensors } from './safetensors.mjs';
+import { readSafetensors } from './lib/safetensors.mjs';
 
 const [binary, fixtures] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-run-'));

@@ -16,7 +16,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 
-import { makeModel, startRouter, startWorkerAndRouter } from './harness.mjs';
+import { makeModel, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-messages-'));

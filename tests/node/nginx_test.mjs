@@ -12,7 +12,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { freePort, makeModel, startAndWait as start } from './harness.mjs';
+import { freePort, makeModel, startAndWait as start } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => fs.existsSync(p));

@@ -13,8 +13,8 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
 
-import { objects, render, writeAlertRules } from './chart.mjs';
-import { freeRange, makeModel, startCluster } from './harness.mjs';
+import { objects, render, writeAlertRules } from './lib/chart.mjs';
+import { freeRange, makeModel, startCluster } from './lib/harness.mjs';
 
 const [root, bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-prom-'));

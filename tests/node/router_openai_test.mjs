@@ -12,8 +12,8 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { freePort, makeModel, retryOnPortClash, startAndWait as start } from './harness.mjs';
-import { readSafetensors } from './safetensors.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait as start } from './lib/harness.mjs';
+import { readSafetensors } from './lib/safetensors.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-router-'));

@@ -11,8 +11,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { freeRange, makeModel, startCluster } from './harness.mjs';
-import { OUTCOMES, percentile, startLoad } from './load.mjs';
+import { freeRange, makeModel, startCluster } from './lib/harness.mjs';
+import { OUTCOMES, percentile, startLoad } from './lib/load.mjs';
 
 const [bin, tokenizerDir, minutesArg, warmupArg] = process.argv.slice(2);
 const minutes = Number(minutesArg ?? 30);

@@ -16,7 +16,7 @@ import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 
-import { makeModel, startRouter, startWorkerAndRouter } from './harness.mjs';
+import { makeModel, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));

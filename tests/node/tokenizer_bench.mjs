@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from 'tokenizers';
-import { makeCorpus } from './corpus.mjs';
+import { makeCorpus } from './lib/corpus.mjs';
 
 const args = process.argv.slice(2);
 if (args[0] === '--write-corpus') {

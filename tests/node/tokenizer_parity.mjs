@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from 'tokenizers';
-import { makeCorpus } from './corpus.mjs';
-import { runJsonLines } from './run_tool.mjs';
+import { makeCorpus } from './lib/corpus.mjs';
+import { runJsonLines } from './lib/run_tool.mjs';
 
 const [binary, dir, countArg] = process.argv.slice(2);
 if (!binary || !dir) {

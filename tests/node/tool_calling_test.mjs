@@ -14,7 +14,7 @@ import { after, before, test } from 'node:test';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 
-import { makeModel, startRouter, startWorkerAndRouter } from './harness.mjs';
+import { makeModel, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-tools-'));

@@ -15,7 +15,7 @@ import { after, test } from 'node:test';
 import { decode } from '@msgpack/msgpack';
 import * as zmq from 'zeromq';
 
-import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './harness.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-vllm-events-'));

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './harness.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-worker-openai-'));

@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "gtest/gtest.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"

@@ -6,7 +6,7 @@
 
 #include <set>
 
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 

@@ -4,7 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 

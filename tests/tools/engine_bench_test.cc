@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "common/block_hash.h"
-#include "common/vllm_kv_events.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/vllm_kv_events.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/routing/prefix_index.h"

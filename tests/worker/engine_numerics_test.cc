@@ -9,7 +9,7 @@
 #include <random>
 #include <tuple>
 
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"

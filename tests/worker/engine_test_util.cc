@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "common/file_util.h"
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"

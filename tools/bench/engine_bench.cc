@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/model_weights.h"
+#include "common/model/model_weights.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "worker/engine.h"

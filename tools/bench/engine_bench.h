@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 
 namespace kvserve::bench {
 

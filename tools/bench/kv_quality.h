@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 
 namespace kvserve::bench {
 

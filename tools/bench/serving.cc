@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/beast/http.hpp"
-#include "common/http_client.h"
+#include "common/net/http_client.h"
 #include "common/status_macros.h"
 #include "tools/trace/trace.h"
 

@@ -24,7 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 
 namespace kvserve::worker {
 

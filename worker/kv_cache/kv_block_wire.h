@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache/kv_storage.h"
 

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "kernels/backend.h"
 #include "kernels/peer_link.h"
 #include "worker/kv_cache/kv_block_wire.h"

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
 

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/model_weights.h"
-#include "common/safetensors.h"
+#include "common/model/model_weights.h"
+#include "common/model/safetensors.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "glog/logging.h"

@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
 #include "kernels/communicator.h"

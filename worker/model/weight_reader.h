@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/dtype.h"
-#include "common/safetensors.h"
+#include "common/model/dtype.h"
+#include "common/model/safetensors.h"
 
 namespace kvserve::worker {
 

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "glog/logging.h"
 
 namespace kvserve::worker {

@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/curve.h"
+#include "common/net/curve.h"
 #include "common/thread_checker.h"
 #include "frontend/core/admission_queue.h"
 #include "frontend/core/core.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/block_hash.h"
+#include "common/kv/block_hash.h"
 #include "common/structured/constraint.h"
 #include "common/structured/grammar.h"
 #include "kernels/logits_processing.h"
@@ -135,7 +135,7 @@ struct Sequence {
 
 struct Request {
   RequestInput input;
-  std::string extra_key;  // block-hash extra key (common/BLOCK_HASH.md) incl. the cache salt
+  std::string extra_key;  // block-hash extra key (common/kv/BLOCK_HASH.md) incl. the cache salt
   int64_t arrival = 0;    // admission order, for FCFS among equal priorities
   std::vector<std::unique_ptr<Sequence>> sequences;  // 1 until the prompt is done, then n
   bool forked = false;

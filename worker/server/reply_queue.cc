@@ -2,7 +2,7 @@
 
 #include <string_view>
 
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "glog/logging.h"
 
 namespace kvserve::worker {

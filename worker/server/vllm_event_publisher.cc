@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/vllm_kv_events.h"
+#include "common/kv/vllm_kv_events.h"
 #include "glog/logging.h"
 
 namespace kvserve::worker {

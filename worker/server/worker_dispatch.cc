@@ -50,7 +50,7 @@ void WorkerServer::SendError(const std::string& identity, const std::string& req
   r.mutable_error()->set_code(static_cast<int>(status.code()));
   r.mutable_error()->set_message(std::string(status.message()));
   Reply(identity, r);
-  if (seq == 1) FailStreamAsk(request_id, status);  // refused: its layer stream never starts
+  if (seq == 1) layer_streams_->Fail(request_id, status);  // refused: its stream never starts
 }
 
 void WorkerServer::HandleMessage(const ReceivedMessage& m) {
@@ -83,9 +83,12 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
   } else if (m.type == "KvExportRequest" || m.type == "KvChunk") {
-    HandleKvMessage(m);
+    kv_transfers_->OnMessage(m, draining_ ? &drain_reason_ : nullptr, [&](const std::string& id) {
+      KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread
+      return routes_.contains(id);
+    });
   } else if (m.type == "KvLinkOpen" || m.type == "KvLinkClose") {
-    HandleKvLinkMessage(m);
+    kv_links_->OnMessage(m);
   } else if (m.type == "Control") {
     pb::Control c;
     if (!ParseMessage(m, &c).ok()) {
@@ -143,7 +146,7 @@ void WorkerServer::HandleGenerate(const std::string& identity, const pb::Generat
   route.max_tokens = max_tokens;
   if (!route.stream) route.pending.resize(n);
   routes_.emplace(req.request_id(), std::move(route));
-  StartLayerStream(req.request_id());
+  layer_streams_->Start(req.request_id());
 }
 
 FinishedRequest WorkerServer::Finished(const Route& route, const SequenceOutput& o,

@@ -1,7 +1,7 @@
 #include "worker/server/worker_metrics.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/kv_transfer.h"
+#include "common/kv/kv_transfer.h"
 #include "prometheus/text_serializer.h"
 
 namespace kvserve::worker {

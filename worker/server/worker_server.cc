@@ -7,8 +7,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/zmq_framing.h"
 #include "common/status_macros.h"
-#include "common/zmq_framing.h"
 #include "glog/logging.h"
 #include "worker/server/process_clock.h"
 
@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   if (s->engine_->KvWireBlockBytes() > 0) {
     s->metrics_->StartKvTransfer(s->engine_->kv_spec().CacheKeyDType());
   }
+  s->MakeKvParts();
   WorkerServer* self = s.get();
   ASSIGN_OR_RETURN(s->http_,
                    HttpServer::Start(options.metrics_host, options.metrics_port,
@@ -134,9 +135,9 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       StartDrain("sigterm", /*recycle=*/false);
     }
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
-    PollKvLinkJoins();
-    AdvanceLinkExports();
-    PollLayerStreams();
+    kv_links_->PollJoins();
+    kv_transfers_->AdvanceLinkExports();
+    layer_streams_->Poll();
     FlushReplies();
     PublishEvents();
     const auto now = Clock::now();
@@ -147,13 +148,27 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
   }
 }
 
+void WorkerServer::MakeKvParts() {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  kv_links_ = std::make_unique<KvLinkTable>(
+      options_.kv_links, engine_.get(), replies_.get(), metrics_.get(),
+      [this](const std::string& router, uint32_t link_id) {
+        KVSERVE_CHECK_THREAD(loop_thread_);  // links close on this thread
+        layer_streams_->ForgetLink(router, link_id);
+      });
+  layer_streams_ = std::make_unique<LayerStreams>(engine_.get(), kv_links_.get(), replies_.get(),
+                                                  metrics_.get());
+  kv_transfers_ = std::make_unique<KvTransfers>(
+      engine_.get(), kv_links_.get(), layer_streams_.get(), replies_.get(), metrics_.get());
+}
+
 absl::Status WorkerServer::ReceiveMessages() {
   KVSERVE_CHECK_THREAD(loop_thread_);
   zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
   try {
     // Replies that wait for a slow router are retried often (ZeroMQ cannot say when a peer's
     // queue has room).
-    const bool transfers = link_export_.has_value() || LayerStreamsWaiting();
+    const bool transfers = kv_transfers_->exporting() || layer_streams_->waiting();
     const int wait_ms = engine_->HasWork() ? 0 : replies_->waiting() > 0 || transfers ? 1 : 10;
     zmq::poll(items, 1, std::chrono::milliseconds(wait_ms));
   } catch (const zmq::error_t& e) {

@@ -24,19 +24,18 @@
 //
 // The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
 // (requests in, replies out), worker_events.cc (KV events), worker_liveness.cc (heartbeats,
-// metrics), worker_drain.cc (control, drain, recycle), worker_kv_transfer.cc (KV blocks to and
-// from peers, relayed by the router); wire.h converts the messages.
+// metrics), worker_drain.cc (control, drain, recycle); the KV side is parts of their own, with
+// their own state: the device-to-device links (kv_link_table.h), the layer streams over them
+// (layer_streams.h) and the transfers' messages (kv_transfers.h). wire.h converts the messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 #define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -45,14 +44,17 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/curve.h"
-#include "common/http_server.h"
+#include "common/kv/vllm_kv_events.h"
+#include "common/net/curve.h"
+#include "common/net/http_server.h"
+#include "common/net/zmq_framing.h"
 #include "common/thread_checker.h"
-#include "common/vllm_kv_events.h"
-#include "common/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/kv_link_maker.h"
+#include "worker/server/kv_link_table.h"
+#include "worker/server/kv_transfers.h"
+#include "worker/server/layer_streams.h"
 #include "worker/server/reply_queue.h"
 #include "worker/server/vllm_event_publisher.h"
 #include "worker/server/worker_metrics.h"
@@ -84,7 +86,7 @@ struct WorkerServerOptions {
   // kvserve_recycles_total continues from them instead of restarting at 0.
   std::map<std::string, int64_t> earlier_recycles;
   bool vllm_metric_names = true;
-  // CURVE (common/curve.h): the worker's secret key and the directory of the router keys it
+  // CURVE (common/net/curve.h): the worker's secret key and the directory of the router keys it
   // accepts. Empty: the sockets are unauthenticated.
   std::string curve_secret_key;
   std::string curve_allowed_clients_dir;
@@ -154,6 +156,8 @@ class WorkerServer : private KvEventListener {
   // Parts of one turn of Run: the messages that arrived, an engine step and its outputs, the
   // heartbeat (metrics, status, recycle ask), and a drain's progress (its exit once done).
   absl::Status ReceiveMessages() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Makes the KV side's parts (Create, once the engine, metrics and reply queue exist).
+  void MakeKvParts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   absl::Status StepEngine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Folds a step that ran `prompt_tokens` through the model in `seconds` into the prefill rate.
   void MeasurePrefill(int64_t prompt_tokens, double seconds)
@@ -178,78 +182,6 @@ class WorkerServer : private KvEventListener {
   absl::Status RevokeGrant(const kvserve::v1::Control& c);
   absl::Status DenyRecycle();
   absl::Status Snapshot();
-  // The KV transfer (worker_kv_transfer.cc): a KvExportRequest or KvChunk parsed, then a
-  // source's chunks out, a target's chunk in.
-  void HandleKvMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void HandleKvExport(const std::string& identity, const kvserve::v1::KvExportRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void HandleKvChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Exports over links (worker_kv_transfer.cc), one at a time (the engine's outgoing staging
-  // pool holds one chunk): each chunk's link header goes to the router, then its bytes over the
-  // link while the loop goes on; the loop advances the export as each chunk's send ends.
-  struct LinkExport {
-    std::string identity;
-    kvserve::v1::KvExportRequest req;
-    uint32_t index = 0;
-    int at = 0;        // the next chunk's first block
-    bool more = true;  // a chunk follows the one in flight
-    int blocks = 0;    // the chunk in flight's
-    Clock::time_point start;
-  };
-  void AdvanceLinkExports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Stages the next chunk of `e`, sends its header and starts its bytes; false when the source
-  // caches no block there (the header, marked last, ended the export).
-  absl::StatusOr<bool> SendNextLinkChunk(LinkExport& e, KvLink& link)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Ends `e` with an error chunk naming `s`, and drops its link.
-  void FailLinkExport(const LinkExport& e, const absl::Status& s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Layer streaming over links (worker_layer_stream.cc). As a source: a KvExportRequest with a
-  // stream_request_id waits here for its request (a stream ask), whose prefill then streams
-  // (Engine::StreamPrefill), each step's announce and fingerprints sent as KvChunks; an error
-  // reply to the request ends its ask with an error chunk. As a target: an announcing chunk
-  // queues the receives; a chunk of fingerprints waits here until its bytes arrived, and is
-  // then cached and acknowledged (in order on each link). The loop polls both.
-  struct StreamAsk {
-    std::string identity;
-    kvserve::v1::KvExportRequest req;
-  };
-  struct StreamFinish {
-    std::string identity;
-    kvserve::v1::KvChunk chunk;
-    Clock::time_point since;
-  };
-  void AskLayerStream(const std::string& identity, const kvserve::v1::KvExportRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Starts the stream ask for `request_id` (just added to the engine), if any.
-  void StartLayerStream(const std::string& request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Ends the stream ask for `request_id`, if any, with an error chunk naming `why`.
-  void FailStreamAsk(const std::string& request_id, const absl::Status& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Sends the error chunk, marked last, of the stream `req` asked for.
-  void SendStreamError(const std::string& identity, const kvserve::v1::KvExportRequest& req,
-                       uint32_t index, const absl::Status& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // A target's streamed chunk: an announce, or fingerprints.
-  void HandleStreamedChunk(const std::string& identity, const kvserve::v1::KvChunk& c)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // The streams' sends past the engine's last step, and the receives whose bytes arrived.
-  void PollLayerStreams() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  [[nodiscard]] bool LayerStreamsWaiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Device-to-device links (worker_kv_links.cc): KvLinkOpen and KvLinkClose; the joins that
-  // finished, answered; a link by id (null: none); a link dropped after a failure, with a
-  // KvLinkStatus naming why to the router that opened it.
-  void HandleKvLinkMessage(const ReceivedMessage& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void PollKvLinkJoins() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Links are named by the router that opened them and its id: routers number their own.
-  KvLink* FindKvLink(const std::string& router, uint32_t link_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void DropKvLink(const std::string& router, uint32_t link_id, const absl::Status& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // Closes a link: the engine's streams on it and the stream asks for it first.
-  void EraseKvLink(const std::string& router, uint32_t link_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // An error reply; `seq` is its place among the request's replies (1 when it is the only one).
   void SendError(const std::string& identity, const std::string& request_id, const absl::Status& s,
                  uint32_t seq = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
@@ -325,27 +257,11 @@ class WorkerServer : private KvEventListener {
   double start_rss_mb_ ABSL_GUARDED_BY(loop_thread_) = 0;
   Engine::KvUsage kv_usage_ ABSL_GUARDED_BY(loop_thread_);  // as the last heartbeat found it
 
-  // A link being joined on its own thread (KvLinkMaker::join blocks until the peer comes).
-  struct KvLinkJoin {
-    ~KvLinkJoin() {
-      if (thread.joinable()) thread.join();
-    }
-    uint32_t link_id = 0;
-    std::string router;   // the identity that opened it
-    bool closed = false;  // KvLinkClose came first: the link is dropped once joined
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<KvLink> result ABSL_GUARDED_BY(mu);
-    std::thread thread;  // writes result and done, once
-  };
-  // By (router identity, link id).
-  absl::flat_hash_map<std::pair<std::string, uint32_t>, KvLink> kv_links_
-      ABSL_GUARDED_BY(loop_thread_);
-  std::vector<std::unique_ptr<KvLinkJoin>> kv_link_joins_ ABSL_GUARDED_BY(loop_thread_);
-  std::optional<LinkExport> link_export_ ABSL_GUARDED_BY(loop_thread_);  // its chunk in flight
-  std::deque<LinkExport> link_exports_waiting_ ABSL_GUARDED_BY(loop_thread_);
-  std::vector<StreamAsk> stream_asks_ ABSL_GUARDED_BY(loop_thread_);
-  std::deque<StreamFinish> stream_finishes_ ABSL_GUARDED_BY(loop_thread_);
+  // The KV side's parts (their own state, the loop thread's): the device-to-device links, the
+  // layer streams over them, and the transfers' messages. Made in Create, after replies_.
+  std::unique_ptr<KvLinkTable> kv_links_ ABSL_GUARDED_BY(loop_thread_);
+  std::unique_ptr<LayerStreams> layer_streams_ ABSL_GUARDED_BY(loop_thread_);
+  std::unique_ptr<KvTransfers> kv_transfers_ ABSL_GUARDED_BY(loop_thread_);
 };
 
 }  // namespace kvserve::worker

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/hf_config.h"
+#include "common/model/hf_config.h"
 
 namespace kvserve::worker {
 

@@ -26,7 +26,7 @@ float Half(uint32_t reg, int half) {
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: c += a · b with PTX's fragment layouts
-// (kernels/cuda/mma_layout.h states them).
+// (kernels/cuda/device/mma_layout.h states them).
 template <bool BF16>
 void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
               std::source_location where = std::source_location::current()) {
@@ -61,7 +61,8 @@ inline uint32_t MovMatrixTrans(uint32_t x,
   return element(2 * t, g) | (element(2 * t + 1, g) << 16);
 }
 
-// cp.async and its groups (kernels/cuda/async_copy.cuh): queued per thread (Block::CopyAsync).
+// cp.async and its groups (kernels/cuda/device/async_copy.cuh): queued per thread
+// (Block::CopyAsync).
 inline void CopyAsync(void* dst, const void* src, int bytes, int src_bytes) {
   Block::Get().CopyAsync(dst, src, bytes, src_bytes);
 }

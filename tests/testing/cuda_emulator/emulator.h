@@ -3,7 +3,7 @@
 // barriers: __syncthreads, and the warp-wide operations, which exchange values through a
 // per-warp buffer (shuffles, and the stand-ins for mma.sync m16n8k16 and movmatrix that
 // kernels call under KVSERVE_CUDA_EMULATION). Blocks run one after another, so a kernel's
-// static shared variables (KVSERVE_SHARED, kernels/cuda/shared_memory.cuh; a bare __shared__
+// static shared variables (KVSERVE_SHARED, kernels/cuda/device/shared_memory.cuh; a bare __shared__
 // does not compile here) become function statics, poisoned with NaN bytes when each block
 // first reaches them, and its dynamic shared memory one buffer per block, poisoned the same
 // way. A read before a block's first write sees NaN, as it would see garbage on a GPU, never
@@ -18,12 +18,12 @@
 // round differently from the hardware (tests use tolerances).
 //
 // CUB's block reductions and scans and the cooperative-groups calls the sampling kernels make
-// are provided the same way (kernels/cuda/sampling.cuh leaves the real headers out under
+// are provided the same way (kernels/cuda/ops/sampling.cuh leaves the real headers out under
 // KVSERVE_CUDA_EMULATION).
 //
 // Include it before any kernel source, in one translation unit:
 //   #include "tests/testing/cuda_emulator/emulator.h"
-//   #include "kernels/cuda/paged_attention_mma.cuh"
+//   #include "kernels/cuda/attention/paged_attention_mma.cuh"
 //   emulation::Launch(grid, 128, smem_bytes, [&] { Kernel<...>(args...); });
 #ifndef KVSERVE_TESTS_TESTING_CUDA_EMULATOR_EMULATOR_H_
 #define KVSERVE_TESTS_TESTING_CUDA_EMULATOR_EMULATOR_H_
@@ -51,7 +51,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
-#include "kernels/cuda/half_pairs.h"
+#include "kernels/cuda/device/half_pairs.h"
 #include "tests/testing/cuda_emulator/streams.h"
 
 #define KVSERVE_CUDA_EMULATION 1
@@ -290,7 +290,7 @@ class Block {
     }
   }
 
-  // cp.async (kernels/cuda/async_copy.cuh) by the running thread: `bytes` bytes into the
+  // cp.async (kernels/cuda/device/async_copy.cuh) by the running thread: `bytes` bytes into the
   // block's dynamic shared memory, the first `src_bytes` from `src`, the rest zeros. Queued
   // until the thread waits for its group (WaitCopies): only then do other threads (after a
   // barrier) or the thread itself see them, never earlier, as the hardware allows.

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/kv_format.h"
+#include "common/kv/kv_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

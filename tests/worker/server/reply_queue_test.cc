@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/zmq_framing.h"
+#include "common/net/zmq_framing.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "tests/testing/status_matchers.h"

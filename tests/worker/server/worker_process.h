@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/curve.h"
-#include "common/zmq_framing.h"
+#include "common/net/curve.h"
+#include "common/net/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "zmq.hpp"
 
@@ -53,7 +53,7 @@ absl::StatusOr<std::pair<int, std::string>> HttpGet(int port, const std::string&
 // A DEALER client that sends generate requests and collects responses.
 class Client {
  public:
-  // With `curve`, a CURVE client with those keys (common/curve.h). A `small_buffers` client
+  // With `curve`, a CURVE client with those keys (common/net/curve.h). A `small_buffers` client
   // holds one message and a few kB in its queues, so that a worker's replies back up fast
   // while it does not read.
   Client(zmq::context_t& ctx, int port, const CurveClientKeys* curve = nullptr,

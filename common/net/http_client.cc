@@ -1,0 +1,141 @@
+#include "common/net/http_client.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cstdint>
+#include <limits>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+
+namespace kvserve {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+absl::StatusOr<Endpoint> ParseUrl(const std::string& url) {
+  static const std::regex re(R"(^http://([^/:]+):(\d+)/?$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, re)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--url '", url, "' is not http://HOST:PORT (no path, no TLS)"));
+  }
+  return Endpoint{m[1], m[2]};
+}
+
+void HttpCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool HttpCancel::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+// Registers a call's socket with its HttpCancel for the scope's life.
+class HttpCancelScope {
+ public:
+  HttpCancelScope(HttpCancel* c, int fd) : c_(c) {
+    if (c_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(c_->mu_);
+    c_->fd_ = fd;
+    if (c_->cancelled_) ::shutdown(fd, SHUT_RDWR);
+  }
+  ~HttpCancelScope() {
+    if (c_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(c_->mu_);
+    c_->fd_ = -1;
+  }
+  HttpCancelScope(const HttpCancelScope&) = delete;
+  HttpCancelScope& operator=(const HttpCancelScope&) = delete;
+
+ private:
+  HttpCancel* c_;
+};
+
+namespace {
+void SetIoTimeout(int fd, int ms) {
+  if (ms <= 0) return;
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+}  // namespace
+
+absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::string& target,
+                             const std::string& body,
+                             const std::function<void(std::string_view)>& on_body,
+                             const ExchangeOptions& options) {
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    return absl::CancelledError(absl::StrCat(ep.host, ":", ep.port, target, ": cancelled"));
+  }
+  try {
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    beast::tcp_stream stream(ioc);
+    stream.connect(resolver.resolve(ep.host, ep.port));
+    const int fd = stream.socket().native_handle();
+    SetIoTimeout(fd, options.io_timeout_ms);
+    HttpCancelScope scope(options.cancel, fd);
+    http::request<http::string_body> req{verb, target, 11};
+    req.set(http::field::host, ep.host);
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    http::read_header(stream, buffer, parser);
+    const int status = parser.get().result_int();
+    if (options.on_status) options.on_status(status);
+    char chunk[16384];
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = sizeof(chunk);
+      // read_some returns with what one read brought (http::read would wait for the buffer to
+      // fill or the body to end, and every event would be dated at the end of the stream).
+      beast::error_code ec;
+      http::read_some(stream, buffer, parser, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec && ec != http::error::end_of_stream) throw beast::system_error(ec);
+      const size_t got = sizeof(chunk) - parser.get().body().size;
+      if (got > 0) on_body(std::string_view(chunk, got));
+      if (ec == http::error::end_of_stream) break;
+    }
+    if (options.cancel != nullptr && options.cancel->cancelled()) {
+      return absl::CancelledError(absl::StrCat(ep.host, ":", ep.port, target, ": cancelled"));
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return status;
+  } catch (const std::exception& e) {
+    if (options.cancel != nullptr && options.cancel->cancelled()) {
+      return absl::CancelledError(absl::StrCat(ep.host, ":", ep.port, target, ": cancelled"));
+    }
+    return absl::UnavailableError(absl::StrCat(ep.host, ":", ep.port, target, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> Fetch(const Endpoint& ep, http::verb verb, const std::string& target,
+                                  const std::string& body, const ExchangeOptions& options) {
+  std::string out;
+  absl::StatusOr<int> status = Exchange(
+      ep, verb, target, body, [&](std::string_view s) { out.append(s); }, options);
+  if (!status.ok()) return status.status();
+  if (*status != 200) {
+    return absl::UnavailableError(absl::StrCat(target, " answered ", *status, ": ", out));
+  }
+  return out;
+}
+
+}  // namespace kvserve
