@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -141,6 +142,19 @@ void Engine::StartScheduler() {
   SchedulerConfig scheduler = config_.scheduler;
   scheduler.max_logit_rows = static_cast<int>(runner_config_.max_logit_rows);  // reserved rows
   scheduler_ = std::make_unique<Scheduler>(scheduler, kv_.get());
+  transfer_ = std::make_unique<PrefixTransfer>(
+      runner_.get(), kv_.get(), c.block_size,
+      [this](absl::Span<const int32_t> prompt, const std::string& cache_salt) {
+        KVSERVE_CHECK_THREAD(engine_thread_);  // the part runs on this thread
+        return PromptHashes(prompt, cache_salt);
+      });
+  streamer_ = std::make_unique<LayerStreamer>(
+      runner_.get(), kv_.get(), transfer_.get(), c.block_size,
+      [this](const std::string& request_id) -> const Request* {
+        KVSERVE_CHECK_THREAD(engine_thread_);  // the part runs on this thread
+        auto it = requests_.find(request_id);
+        return it == requests_.end() ? nullptr : it->second.get();
+      });
 }
 
 absl::Status Engine::Validate(const RequestInput& in) const {
@@ -434,6 +448,148 @@ absl::Status Engine::TEST_CheckInvariants() const {
     return absl::InternalError("scheduler queues and live sequences disagree");
   }
   return kv_->CheckInvariants(live);
+}
+
+absl::StatusOr<std::vector<BlockHash>> Engine::PromptHashes(absl::Span<const int32_t> prompt,
+                                                            const std::string& cache_salt) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  ASSIGN_OR_RETURN(std::string key, ExtraKey(cache_salt));
+  const size_t bs = config_.cache.block_size;
+  std::vector<BlockHash> out;
+  for (size_t i = 0; (i + 1) * bs <= prompt.size(); ++i) {
+    std::vector<uint32_t> block(prompt.begin() + i * bs, prompt.begin() + (i + 1) * bs);
+    out.push_back(HashBlock(i == 0 ? nullptr : &out.back(), block, key));
+  }
+  return out;
+}
+
+absl::StatusOr<Engine::PrefixChunk> Engine::ExportPrefix(absl::Span<const int32_t> prompt,
+                                                         const std::string& cache_salt,
+                                                         int first_block, int max_blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
+  std::optional<PrefixChunk> out;
+  RETURN_IF_ERROR(
+      ExportPrefixChunks(prompt, cache_salt, first_block, max_blocks, [&](PrefixChunk c) {
+        out = std::move(c);
+        return false;
+      }));
+  return *std::move(out);
+}
+
+absl::Status Engine::SendStagedPrefix(absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();  // no step in flight (async scheduling): it sees what the steps left
+  RETURN_IF_ERROR(StartSendStagedPrefix(links));
+  while (true) {
+    ASSIGN_OR_RETURN(const bool done, kernels::PollSends(links));
+    if (done) return absl::OkStatus();
+    absl::SleepFor(absl::Microseconds(50));
+  }
+}
+
+int Engine::CachedRun(absl::Span<const int32_t> prompt, const std::string& cache_salt,
+                      int first_block) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  absl::StatusOr<std::vector<BlockHash>> all = PromptHashes(prompt, cache_salt);
+  return all.ok() ? CachedRun(*all, first_block) : 0;
+}
+
+// The KV transfer: the PrefixTransfer part's, once no step is in flight (async scheduling),
+// so that it sees what the steps left.
+int64_t Engine::KvWireBlockBytes() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  return transfer_->WireBytesPerBlock();
+}
+
+absl::Status Engine::ExportPrefixChunks(absl::Span<const int32_t> prompt,
+                                        const std::string& cache_salt, int first_block,
+                                        int blocks_per_chunk,
+                                        const std::function<bool(PrefixChunk)>& each) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->ExportChunks(prompt, cache_salt, first_block, blocks_per_chunk, each);
+}
+
+absl::StatusOr<int> Engine::ImportPrefix(absl::Span<const int32_t> prompt,
+                                         const std::string& cache_salt,
+                                         absl::Span<const std::string> wires, int first_block) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->Import(prompt, cache_salt, wires, first_block);
+}
+
+absl::StatusOr<Engine::PrefixChunk> Engine::StagePrefixForLink(absl::Span<const int32_t> prompt,
+                                                               const std::string& cache_salt,
+                                                               int first_block, int max_blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->StageForLink(prompt, cache_salt, first_block, max_blocks);
+}
+
+absl::Status Engine::StartSendStagedPrefix(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->StartSendStaged(links);
+}
+
+absl::StatusOr<int> Engine::ReceivePrefixFromLink(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
+    const std::string& cache_salt, absl::Span<const std::string> headers, int first_block) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->ReceiveFromLink(links, prompt, cache_salt, headers, first_block);
+}
+
+int Engine::CachedRun(absl::Span<const BlockHash> hashes, int first_block) const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  return transfer_->CachedRun(hashes, first_block);
+}
+
+absl::StatusOr<int> Engine::AdoptPrefix(absl::Span<const int32_t> prompt,
+                                        const std::string& cache_salt, int first_block,
+                                        int blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return transfer_->Adopt(prompt, cache_salt, first_block, blocks);
+}
+
+// Layer streaming: the LayerStreamer part's, once no step is in flight (async scheduling).
+absl::Status Engine::StreamPrefill(const std::string& request_id, int first_block,
+                                   absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
+                                   std::function<void(const StreamStep&)> on_step) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return streamer_->StartStream(request_id, first_block, links, std::move(on_step));
+}
+
+absl::StatusOr<bool> Engine::PollLayerStreams() {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return streamer_->Poll();
+}
+
+absl::Status Engine::StartStreamedReceive(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
+    const std::string& cache_salt, int first_block, int num_blocks) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return streamer_->StartReceive(links, prompt, cache_salt, first_block, num_blocks);
+}
+
+absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
+    absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
+    absl::Span<const uint64_t> fingerprints) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  return streamer_->FinishReceive(links, fingerprints);
+}
+
+void Engine::DropLinkStreams(const kernels::PeerLink* link0) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Settle();
+  streamer_->DropLink(link0);
 }
 
 }  // namespace kvserve::worker

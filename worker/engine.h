@@ -32,9 +32,11 @@
 #include "worker/engine_config.h"
 #include "worker/kv_cache/kv_cache_manager.h"
 #include "worker/kv_cache/kv_staging.h"
+#include "worker/layer_streamer.h"
 #include "worker/model/model.h"
 #include "worker/model/step_profile.h"
 #include "worker/model_runner.h"
+#include "worker/prefix_transfer.h"
 #include "worker/preflight.h"
 #include "worker/request/request.h"
 #include "worker/scheduler/scheduler.h"
@@ -146,18 +148,13 @@ class Engine {
   // Every (block hash, medium) now in the prefix cache, for KV-event snapshots.
   void ForEachCachedBlock(const std::function<void(const BlockHash&, Medium)>& fn) const;
 
-  // KV transfer (docs/DISAGGREGATION.md; worker/engine_kv_transfer.cc). A chunk of the
-  // device-cached blocks of `prompt` (with `cache_salt`), hashed as this engine hashes them:
-  // from block `first_block` up to the first one not cached, at most `max_blocks`. One wire
+  // KV transfer (docs/DISAGGREGATION.md; the PrefixTransfer part, worker/prefix_transfer.h). A
+  // chunk of the device-cached blocks of `prompt` (with `cache_salt`), hashed as this engine hashes
+  // them: from block `first_block` up to the first one not cached, at most `max_blocks`. One wire
   // (kv_block_wire.h) per tensor-parallel rank, each with that rank's KV heads; no blocks when
   // block `first_block` is not cached. FailedPrecondition on a device with no KV pools (null,
   // sim) or with prefix caching off.
-  struct PrefixChunk {
-    std::vector<std::string> wires;  // one per rank
-    int first_block = 0;
-    int num_blocks = 0;
-    bool more = false;  // the cached run goes on past this chunk
-  };
+  using PrefixChunk = worker::PrefixChunk;  // worker/prefix_transfer.h
   absl::StatusOr<PrefixChunk> ExportPrefix(absl::Span<const int32_t> prompt,
                                            const std::string& cache_salt, int first_block = 0,
                                            int max_blocks = std::numeric_limits<int>::max());
@@ -193,7 +190,7 @@ class Engine {
   absl::StatusOr<int> ReceivePrefixFromLink(
       absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
       const std::string& cache_salt, absl::Span<const std::string> headers, int first_block);
-  // Layer streaming (engine_layer_stream.cc, docs/DISAGGREGATION.md; a device backend, one
+  // Layer streaming (the LayerStreamer part, docs/DISAGGREGATION.md; a device backend, one
   // link per rank, as above). While request `request_id` prefills here, each step that
   // completes full blocks of its prompt sends each layer's bytes of them over `links` as soon
   // as the step has queued that layer's KV writes, so the transfer runs while the later layers
@@ -204,12 +201,7 @@ class Engine {
   // `last` when nothing more comes (the prompt's blocks all sent, or the request ended). The
   // blocks stay held until their sends are done (PollLayerStreams, also run by Step). The links
   // must outlive the stream. FailedPrecondition for a request not here.
-  struct StreamStep {
-    int first_block = 0;
-    int num_blocks = 0;
-    std::vector<uint64_t> fingerprints;  // one per rank once the step ran; empty before
-    bool last = false;
-  };
+  using StreamStep = worker::StreamStep;  // worker/layer_streamer.h
   absl::Status StreamPrefill(const std::string& request_id, int first_block,
                              absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
                              std::function<void(const StreamStep&)> on_step);
@@ -235,7 +227,7 @@ class Engine {
   // Whether a layer stream still sends (PollLayerStreams has work; Step polls only with work).
   [[nodiscard]] bool HasLayerStreams() const {
     KVSERVE_CHECK_THREAD(engine_thread_);
-    return !layer_streams_.empty();
+    return streamer_->has_streams();
   }
   // For devices that keep no KV (sim, null; the routing simulator): how many blocks of `prompt`
   // from `first_block` on this engine caches, and caching `blocks` of them here as if their
@@ -357,71 +349,6 @@ class Engine {
   // The block-hash extra key of a request with `cache_salt` (common/kv/BLOCK_HASH.md).
   absl::StatusOr<std::string> ExtraKey(const std::string& cache_salt) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // KV transfer (engine_kv_transfer.cc): that a chunk from `first_block` of a prompt hashed
-  // `all` may be cached here (in range, its parent cached); and caching `count` blocks from
-  // `first_block`, `write` given (pool block, index from first_block) of those not cached yet
-  // before they are cached.
-  absl::Status CheckChain(absl::Span<const BlockHash> all, int first_block) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  absl::StatusOr<int> CacheArrived(
-      absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, int first_block, int count,
-      const std::function<void(const std::vector<std::pair<int, size_t>>&)>& write)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // `n` fresh device blocks for received KV (KvCacheManager::AllocateReceived), the spills
-  // their allocation planned run first; ResourceExhausted when the pool has no room.
-  absl::StatusOr<std::vector<int>> AllocateForTransfer(int n)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Caches received block `block` (written) as prompt block `at` of `prompt` hashed `all`, or
-  // releases it when that hash is cached already; returns whether it was cached.
-  bool CacheBlock(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all, size_t at,
-                  int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // CacheBlock of targets[i] as block first_block + i, chain tail first; returns those cached.
-  int CacheWritten(absl::Span<const int32_t> prompt, absl::Span<const BlockHash> all,
-                   int first_block, absl::Span<const int> targets)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Rank `rank`'s ends of the transfer (made at first use): pinned staging on a device backend.
-  KvStaging& TransferStaging(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Layer streaming's state and its parts of a step (engine_layer_stream.cc).
-  struct LayerStream {
-    std::string request_id;
-    std::vector<kernels::PeerLink*> links;  // one per rank
-    std::function<void(const StreamStep&)> on_step;
-    int next_block = 0;     // the first prompt block not sent yet
-    bool ended = false;     // `last` was said: only its held blocks remain
-    std::vector<int> held;  // blocks whose sends may be in flight
-  };
-  struct StreamSend {
-    LayerStream* stream;
-    int first_block;
-    std::vector<int> blocks;
-  };
-  struct StreamedReceive {
-    kernels::PeerLink* link0;  // names the links
-    std::vector<int32_t> prompt;
-    std::string cache_salt;
-    int first_block = 0;
-    std::vector<int> targets;
-  };
-  // The sends of this step's streamed blocks: announced (on_step), and queued layer by layer
-  // through the batch's after_kv_write; after the step, held and fingerprinted.
-  std::vector<StreamSend> PlanStreamSends(StepPlan& plan)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  void FinishStreamSends(std::vector<StreamSend>& sends)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Each rank's fingerprint of `blocks` (layer by layer, as LayerRanges gives them).
-  std::vector<uint64_t> StreamFingerprints(absl::Span<const int> blocks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // Waits for every rank's backend to finish what was issued to it (between steps).
-  void SynchronizeRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
-  // The device pool's blocks of hashes all[first_block...] up to the first not cached, at most
-  // `max_blocks`; `more` when the cached run goes on.
-  struct CachedChunk {
-    std::vector<int> blocks;
-    std::vector<BlockHash> hashes;
-    bool more = false;
-  };
-  CachedChunk CachedBlocks(absl::Span<const BlockHash> all, size_t first_block,
-                           int max_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // The hashes of `prompt`'s full blocks, as a request with `cache_salt` gets them.
   absl::StatusOr<std::vector<BlockHash>> PromptHashes(absl::Span<const int32_t> prompt,
                                                       const std::string& cache_salt) const
@@ -456,8 +383,8 @@ class Engine {
   ThreadChecker engine_thread_{"engine"};
   std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<KvCacheManager> kv_ ABSL_GUARDED_BY(engine_thread_);
-  // One per rank, each on runner_'s pool and backend (so declared after runner_: freed first).
-  std::vector<std::unique_ptr<KvStaging>> kv_staging_ ABSL_GUARDED_BY(engine_thread_);
+  // The KV transfer's part, on runner_ and kv_ (so declared after them: freed first).
+  std::unique_ptr<PrefixTransfer> transfer_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(engine_thread_);
   std::unique_ptr<Constraints> constraints_ ABSL_GUARDED_BY(engine_thread_);
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_
@@ -485,10 +412,8 @@ class Engine {
   std::optional<InFlight> in_flight_ ABSL_GUARDED_BY(engine_thread_);
   std::vector<std::unique_ptr<Request>> retiring_ ABSL_GUARDED_BY(engine_thread_);
   std::vector<SequenceOutput> settled_ ABSL_GUARDED_BY(engine_thread_);
-  std::vector<std::unique_ptr<LayerStream>> layer_streams_ ABSL_GUARDED_BY(engine_thread_);
-  std::deque<StreamedReceive> streamed_receives_ ABSL_GUARDED_BY(engine_thread_);
-  // The step's sends' failures, one slot per rank (written by that rank's thread in the step).
-  std::shared_ptr<std::vector<absl::Status>> stream_send_errors_ ABSL_GUARDED_BY(engine_thread_);
+  // The layer streaming part, on transfer_ (so declared after it: freed first).
+  std::unique_ptr<LayerStreamer> streamer_ ABSL_GUARDED_BY(engine_thread_);
 };
 
 }  // namespace kvserve::worker

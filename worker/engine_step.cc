@@ -123,7 +123,7 @@ absl::Status Engine::StepInto(std::vector<SequenceOutput>& outs) {
 
 absl::Status Engine::RunStep(std::vector<SequenceOutput>& outs, size_t& used) {
   KVSERVE_CHECK_THREAD(engine_thread_);
-  if (!layer_streams_.empty() || !streamed_receives_.empty()) {
+  if (streamer_->has_streams() || streamer_->has_receives()) {
     ApplyInFlight(outs, used);  // streams run with steps in series
     // A failed link ends its stream (the receiver fails its receive): never this step.
     if (absl::StatusOr<bool> s = PollLayerStreams(); !s.ok())
@@ -138,7 +138,7 @@ absl::Status Engine::RunStep(std::vector<SequenceOutput>& outs, size_t& used) {
   StepPlan plan = BuildStepPlan(std::move(chosen.scheduled), kv_->TakeCopies(),
                                 config_.cache.block_size, eos_ids_);
   AttachMaskFill(plan);
-  std::vector<StreamSend> sends = PlanStreamSends(plan);
+  std::vector<LayerStreamer::Send> sends = streamer_->PlanSends(plan);
   counters_.cow_copies += static_cast<int64_t>(plan.copies.device_to_device.size());
   if (plan.scheduled.empty() && plan.copies.empty()) {
     ApplyInFlight(outs, used);
@@ -153,7 +153,7 @@ absl::Status Engine::RunStep(std::vector<SequenceOutput>& outs, size_t& used) {
   absl::StatusOr<ForwardOutput> out = runner_->Execute(plan.copies, plan.batch);
   kv_->FinishCopies();
   RETURN_IF_ERROR(out.status());
-  if (!sends.empty()) FinishStreamSends(sends);
+  if (!sends.empty()) streamer_->FinishSends(sends);
   Mark(StepPhase::kRunner);
   if (profiling_) {  // rank 0's model phases, out of the runner's time
     const ForwardTimes& t = out->times;

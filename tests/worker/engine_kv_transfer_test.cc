@@ -1,4 +1,4 @@
-// Engine::ExportPrefix / ImportPrefix (worker/engine_kv_transfer.cc): a prompt's KV computed by
+// Engine::ExportPrefix / ImportPrefix (worker/prefix_transfer.h): a prompt's KV computed by
 // one engine, moved as bytes into another's prefix cache, serves the second engine's request
 // (its prefill skips those blocks) with the same greedy tokens and logprobs as the first, for
 // every KV format; blocks of another prompt, salt or format, and a pool with no room, are

@@ -1,14 +1,10 @@
-// Engine: layer streaming (docs/DISAGGREGATION.md). A prefill engine sends each layer's KV of
-// the prompt blocks a step completes as soon as the step has queued that layer's writes, over
-// one device link per rank, so the transfer overlaps the later layers' compute; a decode engine
-// receives them into fresh blocks and caches them once whole and checked. Engine thread; the
-// sends are queued by the rank threads (ForwardBatch::after_kv_write).
+#include "worker/layer_streamer.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/engine.h"
 #include "worker/kv_cache/kv_block_wire.h"
 
 namespace kvserve::worker {
@@ -31,44 +27,41 @@ absl::Status NeedsDevicePools(ModelRunner& runner) {
 
 }  // namespace
 
-absl::Status Engine::StreamPrefill(const std::string& request_id, int first_block,
-                                   absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
-                                   std::function<void(const StreamStep&)> on_step) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Settle();  // no step in flight (async scheduling): it sees what the steps left
+absl::Status LayerStreamer::StartStream(const std::string& request_id, int first_block,
+                                        PeerLinks links,
+                                        std::function<void(const StreamStep&)> on_step) {
   RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size() || first_block < 0) {
     return absl::InvalidArgumentError(absl::StrCat("layer streaming: ", links.size(), " links for ",
                                                    runner_->size(), " ranks, from block ",
                                                    first_block));
   }
-  if (!requests_.contains(request_id)) {
+  if (find_request_(request_id) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("layer streaming: no request ", request_id, " here"));
   }
-  auto stream = std::make_unique<LayerStream>();
+  auto stream = std::make_unique<OutStream>();
   stream->request_id = request_id;
   for (const std::unique_ptr<kernels::PeerLink>& l : links) stream->links.push_back(l.get());
   stream->on_step = std::move(on_step);
   stream->next_block = first_block;
-  layer_streams_.push_back(std::move(stream));
+  streams_.push_back(std::move(stream));
   return absl::OkStatus();
 }
 
-std::vector<Engine::StreamSend> Engine::PlanStreamSends(StepPlan& plan) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  std::vector<StreamSend> sends;
-  if (layer_streams_.empty()) return sends;
-  const int bs = config_.cache.block_size;
+std::vector<LayerStreamer::Send> LayerStreamer::PlanSends(StepPlan& plan) {
+  std::vector<Send> sends;
+  if (streams_.empty()) return sends;
+  const int bs = block_size_;
   for (const Scheduler::ScheduledSeq& s : plan.scheduled) {
     const Sequence& seq = *s.seq;
     if (seq.sample_index != 0 || seq.prefill_done()) continue;
-    for (const std::unique_ptr<LayerStream>& stream : layer_streams_) {
+    for (const std::unique_ptr<OutStream>& stream : streams_) {
       if (stream->ended || stream->request_id != seq.request->input.request_id) continue;
       const int full =
           std::min(seq.num_computed_tokens + s.num_new_tokens, seq.num_prompt_tokens) / bs;
       if (full <= stream->next_block) continue;
-      StreamSend send{.stream = stream.get(), .first_block = stream->next_block};
+      Send send{.stream = stream.get(), .first_block = stream->next_block};
       send.blocks.assign(seq.block_table.begin() + stream->next_block,
                          seq.block_table.begin() + full);
       stream->on_step(
@@ -87,35 +80,33 @@ std::vector<Engine::StreamSend> Engine::PlanStreamSends(StepPlan& plan) {
     backends.push_back(&runner_->backend(r));
   }
   plan.batch.after_kv_write = [sends, errors, pools, backends](int rank, int layer) {
-    for (const StreamSend& send : sends) {
+    for (const Send& send : sends) {
       if (!(*errors)[rank].ok()) return;
       (*errors)[rank] = send.stream->links[rank]->StartSend(
           LayerRanges(*pools[rank], layer, send.blocks), backends[rank]);
     }
   };
-  stream_send_errors_ = std::move(errors);
+  send_errors_ = std::move(errors);
   return sends;
 }
 
-void Engine::FinishStreamSends(std::vector<StreamSend>& sends) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
+void LayerStreamer::FinishSends(std::vector<Send>& sends) {
   absl::Status failed;
-  if (stream_send_errors_) {
-    for (const absl::Status& s : *stream_send_errors_) failed.Update(s);
-    stream_send_errors_.reset();
+  if (send_errors_) {
+    for (const absl::Status& s : *send_errors_) failed.Update(s);
+    send_errors_.reset();
   }
-  for (StreamSend& send : sends) {
-    LayerStream& stream = *send.stream;
+  for (Send& send : sends) {
+    OutStream& stream = *send.stream;
     kv_->Hold(send.blocks);  // read by the sends until PollLayerStreams sees them done
     stream.held.insert(stream.held.end(), send.blocks.begin(), send.blocks.end());
     stream.next_block = send.first_block + static_cast<int>(send.blocks.size());
     StreamStep step{.first_block = send.first_block,
                     .num_blocks = static_cast<int>(send.blocks.size())};
-    if (failed.ok()) step.fingerprints = StreamFingerprints(send.blocks);
-    const Request* req =
-        requests_.contains(stream.request_id) ? requests_.at(stream.request_id).get() : nullptr;
+    if (failed.ok()) step.fingerprints = Fingerprints(send.blocks);
+    const Request* req = find_request_(stream.request_id);
     const int prompt_blocks =
-        req == nullptr ? 0 : req->sequences[0]->num_prompt_tokens / config_.cache.block_size;
+        req == nullptr ? 0 : req->sequences[0]->num_prompt_tokens / block_size_;
     step.last = !failed.ok() || stream.next_block >= prompt_blocks;
     stream.ended = step.last;
     if (!failed.ok()) LOG(WARNING) << "layer stream of " << stream.request_id << ": " << failed;
@@ -123,8 +114,7 @@ void Engine::FinishStreamSends(std::vector<StreamSend>& sends) {
   }
 }
 
-std::vector<uint64_t> Engine::StreamFingerprints(absl::Span<const int> blocks) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
+std::vector<uint64_t> LayerStreamer::Fingerprints(absl::Span<const int> blocks) {
   std::vector<uint64_t> out;
   for (int r = 0; r < runner_->size(); ++r) {
     out.push_back(runner_->backend(r).Fingerprint(AllLayerRanges(runner_->device_kv(r), blocks)));
@@ -132,13 +122,11 @@ std::vector<uint64_t> Engine::StreamFingerprints(absl::Span<const int> blocks) {
   return out;
 }
 
-absl::StatusOr<bool> Engine::PollLayerStreams() {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Settle();  // no step in flight (async scheduling): it sees what the steps left
+absl::StatusOr<bool> LayerStreamer::Poll() {
   absl::Status failed;
-  for (auto it = layer_streams_.begin(); it != layer_streams_.end();) {
-    LayerStream& stream = **it;
-    if (!stream.ended && !requests_.contains(stream.request_id)) {
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    OutStream& stream = **it;
+    if (!stream.ended && find_request_(stream.request_id) == nullptr) {
       stream.ended = true;  // the request ended before its prompt's blocks were all sent
       stream.on_step({.first_block = stream.next_block, .last = true});
     }
@@ -161,33 +149,31 @@ absl::StatusOr<bool> Engine::PollLayerStreams() {
       stream.on_step({.first_block = stream.next_block, .last = true});
     }
     if (stream.ended) {
-      it = layer_streams_.erase(it);
+      it = streams_.erase(it);
     } else {
       ++it;
     }
   }
   RETURN_IF_ERROR(failed);
-  return layer_streams_.empty();
+  return streams_.empty();
 }
 
-absl::Status Engine::StartStreamedReceive(
-    absl::Span<const std::unique_ptr<kernels::PeerLink>> links, absl::Span<const int32_t> prompt,
-    const std::string& cache_salt, int first_block, int num_blocks) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Settle();  // no step in flight (async scheduling): it sees what the steps left
+absl::Status LayerStreamer::StartReceive(PeerLinks links, absl::Span<const int32_t> prompt,
+                                         const std::string& cache_salt, int first_block,
+                                         int num_blocks) {
   RETURN_IF_ERROR(NeedsDevicePools(*runner_));
   if (static_cast<int>(links.size()) != runner_->size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("layer streaming: ", links.size(), " links for ", runner_->size(), " ranks"));
   }
-  const int prompt_blocks = static_cast<int>(prompt.size()) / config_.cache.block_size;
+  const int prompt_blocks = static_cast<int>(prompt.size()) / block_size_;
   if (first_block < 0 || num_blocks < 1 || first_block + num_blocks > prompt_blocks) {
     return absl::InvalidArgumentError(absl::StrCat("layer streaming: blocks ", first_block, " + ",
                                                    num_blocks, " of a prompt of ", prompt_blocks,
                                                    " full blocks"));
   }
-  ASSIGN_OR_RETURN(std::vector<int> targets, AllocateForTransfer(num_blocks));
-  SynchronizeRanks();  // nothing still reads the blocks the receives will write
+  ASSIGN_OR_RETURN(std::vector<int> targets, transfer_->Allocate(num_blocks));
+  transfer_->SynchronizeRanks();  // nothing still reads the blocks the receives will write
   for (int l = 0; l < runner_->device_kv(0).num_layers(); ++l) {
     for (int r = 0; r < runner_->size(); ++r) {
       if (absl::Status s = links[r]->StartReceive(LayerRanges(runner_->device_kv(r), l, targets));
@@ -197,23 +183,20 @@ absl::Status Engine::StartStreamedReceive(
       }
     }
   }
-  streamed_receives_.push_back({.link0 = links[0].get(),
-                                .prompt = std::vector<int32_t>(prompt.begin(), prompt.end()),
-                                .cache_salt = cache_salt,
-                                .first_block = first_block,
-                                .targets = std::move(targets)});
+  receives_.push_back({.link0 = links[0].get(),
+                       .prompt = std::vector<int32_t>(prompt.begin(), prompt.end()),
+                       .cache_salt = cache_salt,
+                       .first_block = first_block,
+                       .targets = std::move(targets)});
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
-    absl::Span<const std::unique_ptr<kernels::PeerLink>> links,
-    absl::Span<const uint64_t> fingerprints) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Settle();  // no step in flight (async scheduling): it sees what the steps left
-  auto it = std::find_if(
-      streamed_receives_.begin(), streamed_receives_.end(),
-      [&](const StreamedReceive& r) { return !links.empty() && r.link0 == links[0].get(); });
-  if (it == streamed_receives_.end() || static_cast<int>(links.size()) != runner_->size()) {
+absl::StatusOr<std::optional<int>> LayerStreamer::FinishReceive(
+    PeerLinks links, absl::Span<const uint64_t> fingerprints) {
+  auto it = std::find_if(receives_.begin(), receives_.end(), [&](const Receive& r) {
+    return !links.empty() && r.link0 == links[0].get();
+  });
+  if (it == receives_.end() || static_cast<int>(links.size()) != runner_->size()) {
     return absl::FailedPreconditionError("layer streaming: no receive queued on these links");
   }
   absl::Status failed;
@@ -224,51 +207,50 @@ absl::StatusOr<std::optional<int>> Engine::FinishStreamedReceive(
     done = done && one.ok() && *one;
   }
   if (failed.ok() && !done) return std::nullopt;
-  StreamedReceive r = std::move(*it);
-  streamed_receives_.erase(it);
-  absl::StatusOr<int> added = [&]() -> absl::StatusOr<int> {
-    KVSERVE_CHECK_THREAD(engine_thread_);  // called right here
-    RETURN_IF_ERROR(failed);
-    if (static_cast<int>(fingerprints.size()) != runner_->size()) {
-      return absl::InvalidArgumentError(absl::StrCat("layer streaming: ", fingerprints.size(),
-                                                     " fingerprints for ", runner_->size(),
-                                                     " ranks"));
-    }
-    const std::vector<uint64_t> got = StreamFingerprints(r.targets);
-    for (int rank = 0; rank < runner_->size(); ++rank) {
-      if (got[rank] != fingerprints[rank]) {
-        return absl::DataLossError(absl::StrCat(
-            "layer streaming: rank ", rank, "'s ", r.targets.size(), " blocks from block ",
-            r.first_block, " have fingerprint ", got[rank], ", the sender's ", fingerprints[rank]));
-      }
-    }
-    ASSIGN_OR_RETURN(std::vector<BlockHash> all, PromptHashes(r.prompt, r.cache_salt));
-    RETURN_IF_ERROR(CheckChain(all, r.first_block));
-    return CacheWritten(r.prompt, all, r.first_block, r.targets);
-  }();
+  Receive r = std::move(*it);
+  receives_.erase(it);
+  absl::StatusOr<int> added =
+      failed.ok() ? CacheReceived(r, fingerprints) : absl::StatusOr<int>(failed);
   if (!added.ok()) kv_->ReleaseReceived(r.targets);
   RETURN_IF_ERROR(added.status());
   return *added;
 }
 
-void Engine::DropLinkStreams(const kernels::PeerLink* link0) {
-  KVSERVE_CHECK_THREAD(engine_thread_);
-  Settle();  // no step in flight (async scheduling): it sees what the steps left
-  for (auto it = layer_streams_.begin(); it != layer_streams_.end();) {
+absl::StatusOr<int> LayerStreamer::CacheReceived(const Receive& r,
+                                                 absl::Span<const uint64_t> fingerprints) {
+  if (static_cast<int>(fingerprints.size()) != runner_->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer streaming: ", fingerprints.size(), " fingerprints for ", runner_->size(), " ranks"));
+  }
+  const std::vector<uint64_t> got = Fingerprints(r.targets);
+  for (int rank = 0; rank < runner_->size(); ++rank) {
+    if (got[rank] != fingerprints[rank]) {
+      return absl::DataLossError(absl::StrCat(
+          "layer streaming: rank ", rank, "'s ", r.targets.size(), " blocks from block ",
+          r.first_block, " have fingerprint ", got[rank], ", the sender's ", fingerprints[rank]));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<BlockHash> all, transfer_->Hashes(r.prompt, r.cache_salt));
+  RETURN_IF_ERROR(transfer_->CheckChain(all, r.first_block));
+  return transfer_->CacheWritten(r.prompt, all, r.first_block, r.targets);
+}
+
+void LayerStreamer::DropLink(const kernels::PeerLink* link0) {
+  for (auto it = streams_.begin(); it != streams_.end();) {
     if ((*it)->links.empty() || (*it)->links[0] != link0) {
       ++it;
       continue;
     }
     kv_->Unhold((*it)->held);
-    it = layer_streams_.erase(it);
+    it = streams_.erase(it);
   }
-  for (auto it = streamed_receives_.begin(); it != streamed_receives_.end();) {
+  for (auto it = receives_.begin(); it != receives_.end();) {
     if (it->link0 != link0) {
       ++it;
       continue;
     }
     kv_->ReleaseReceived(it->targets);
-    it = streamed_receives_.erase(it);
+    it = receives_.erase(it);
   }
 }
 
