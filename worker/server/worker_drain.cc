@@ -98,7 +98,7 @@ absl::Status WorkerServer::DenyRecycle() {
 
 absl::Status WorkerServer::Snapshot() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  PublishSnapshot();
+  kv_events_->PublishSnapshot(*engine_);
   return absl::OkStatus();
 }
 
@@ -149,7 +149,7 @@ std::optional<WorkerServer::Exit> WorkerServer::ContinueDrain(Clock::time_point 
   if (recycle_after_drain_ && !stop_after_drain_) metrics_->CountRecycle(drain_reason_);
   state_ = pb::WORKER_STATE_STOPPING;
   UpdateMetrics();
-  PublishAllCleared();
+  kv_events_->PublishAllCleared();
   PublishStatus();
   // A SIGTERM during a recycle drain wins: the process is being stopped, not replaced.
   return recycle_after_drain_ && !stop_after_drain_ ? Exit::kRecycle : Exit::kStopped;

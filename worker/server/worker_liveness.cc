@@ -29,6 +29,12 @@ void WorkerServer::Heartbeat(Clock::time_point now) {
   recycle_requested_ = true;
 }
 
+void WorkerServer::Publish(const std::string& topic, const google::protobuf::Message& m) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  absl::Status s = SendMessage(*pub_, topic, m, zmq::send_flags::dontwait);
+  if (!s.ok()) LOG(WARNING) << "publish " << topic << ": " << s;
+}
+
 void WorkerServer::PublishStatus() {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const EngineStats s = engine_->stats();
@@ -61,7 +67,7 @@ void WorkerServer::PublishStatus() {
                         static_cast<double>(s.num_waiting) /
                             std::max(1, engine_->config().scheduler.max_num_seqs)
                   : 0);
-  st.set_kv_event_seq(event_seq_);
+  st.set_kv_event_seq(kv_events_->seq());
   st.set_block_size(engine_->config().cache.block_size);
   st.set_timestamp_ms(NowMs());
   st.set_model_id(engine_->config().model_id);
@@ -81,12 +87,12 @@ void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   if (refresh_kv_usage) kv_usage_ = engine_->kv_usage();
   if (zap_) metrics_->UpdateAuthentications(zap_->accepted(), zap_->refused());
-  if (vllm_publisher_) {
-    metrics_->UpdateVllmEvents(vllm_publisher_->published(), vllm_publisher_->dropped());
+  if (const VllmEventPublisher* vllm = kv_events_->vllm()) {
+    metrics_->UpdateVllmEvents(vllm->published(), vllm->dropped());
   }
   metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
   metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
-                   Seconds(Clock::now() - started_), event_seq_);
+                   Seconds(Clock::now() - started_), kv_events_->seq());
 }
 
 }  // namespace kvserve::worker

@@ -1,7 +1,8 @@
 // WorkerServer: construction and the serving loop (Run: receive, step, flush, publish,
 // heartbeat, drain). The loop's jobs live beside it, one file each: worker_dispatch.cc
-// (requests in, replies out), worker_events.cc (KV events), worker_liveness.cc (heartbeats and
-// metrics), worker_drain.cc (control, drain and recycle); wire.h converts the messages.
+// (requests in, replies out), worker_liveness.cc (heartbeats and metrics), worker_drain.cc
+// (control, drain and recycle); its parts (the KV events, links, streams and transfers) have
+// headers of their own; wire.h converts the messages.
 #include "worker/server/worker_server.h"
 
 #include <random>
@@ -66,15 +67,23 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                                      [self](const std::string& method, const std::string& target) {
                                        return self->Probe(method, target);
                                      }));
+  std::unique_ptr<VllmEventPublisher> vllm;
   if (options.vllm_events) {
-    ASSIGN_OR_RETURN(s->vllm_publisher_, VllmEventPublisher::Start(s->ctx_, *options.vllm_events));
-    LOG(INFO) << "vLLM KV events on " << s->vllm_publisher_->endpoint()
+    ASSIGN_OR_RETURN(vllm, VllmEventPublisher::Start(s->ctx_, *options.vllm_events));
+    LOG(INFO) << "vLLM KV events on " << vllm->endpoint()
               << (options.vllm_events->replay_endpoint
-                      ? absl::StrCat(", replay on ", s->vllm_publisher_->replay_endpoint())
+                      ? absl::StrCat(", replay on ", vllm->replay_endpoint())
                       : std::string());
   }
   // vLLM's events name each stored block's tokens and parent: the cache keeps them then.
-  s->engine_->SetKvEventListener(s.get(), /*contents=*/s->vllm_publisher_ != nullptr);
+  const bool contents = vllm != nullptr;
+  s->kv_events_ = std::make_unique<KvEventFeed>(
+      KvEventFeed::Options{.worker_id = options.worker_id,
+                           .instance_id = s->instance_id_,
+                           .block_size = config.cache.block_size,
+                           .vllm_encoding = options.vllm_events_encoding},
+      s->pub_.get(), std::move(vllm));
+  s->engine_->SetKvEventListener(s->kv_events_.get(), contents);
   s->started_ = Clock::now();
   s->start_rss_mb_ = RssMb();
   // The server and its engine go to the thread that calls Run.
@@ -108,14 +117,14 @@ WorkerServer::~WorkerServer() {
   if (http_) http_->Stop();
   router_.reset();
   pub_.reset();
-  vllm_publisher_.reset();  // sends what it holds; its sockets close before the context
+  if (kv_events_) kv_events_->Close();  // vLLM's publisher: its sockets close before the context
   zap_.reset();
   ctx_.close();
 }
 
 absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* stop) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  PublishAllCleared();  // a fresh process holds nothing
+  kv_events_->PublishAllCleared();  // a fresh process holds nothing
   // Every series exists before /ready answers 200: an autoscaler or an endpoint picker that
   // scrapes at start sees them at their values, not absent until the first heartbeat.
   UpdateMetrics();
@@ -139,7 +148,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     kv_transfers_->AdvanceLinkExports();
     layer_streams_->Poll();
     FlushReplies();
-    PublishEvents();
+    kv_events_->Publish();
     const auto now = Clock::now();
     if (now >= next_heartbeat_) Heartbeat(now);
     if (draining_ && (recycle_after_drain_ || stop_after_drain_)) {

@@ -23,9 +23,9 @@
 // requests (aborted with a reason after --drain-timeout), publish all-cleared, return.
 //
 // The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
-// (requests in, replies out), worker_events.cc (KV events), worker_liveness.cc (heartbeats,
-// metrics), worker_drain.cc (control, drain, recycle); the KV side is parts of their own, with
-// their own state: the device-to-device links (kv_link_table.h), the layer streams over them
+// (requests in, replies out), worker_liveness.cc (heartbeats, metrics), worker_drain.cc
+// (control, drain, recycle). Parts of their own, with their own state: the KV events
+// (kv_event_feed.h), the device-to-device links (kv_link_table.h), the layer streams over them
 // (layer_streams.h) and the transfers' messages (kv_transfers.h). wire.h converts the messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 #define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
@@ -52,6 +52,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/kv_link_maker.h"
+#include "worker/server/kv_event_feed.h"
 #include "worker/server/kv_link_table.h"
 #include "worker/server/kv_transfers.h"
 #include "worker/server/layer_streams.h"
@@ -106,7 +107,7 @@ struct WorkerServerOptions {
   KvLinkMaker kv_links;
 };
 
-class WorkerServer : private KvEventListener {
+class WorkerServer {
  public:
   enum class Exit { kStopped, kRecycle };
 
@@ -166,9 +167,6 @@ class WorkerServer : private KvEventListener {
   std::optional<Exit> ContinueDrain(Clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void AbortForDrainTimeout() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  // The engine's cache changes, queued for the next KV-event batch.
-  void OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
-                 const BlockContent* content) override;
   void HandleGenerate(const std::string& identity, const kvserve::v1::GenerateRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void HandleControl(const std::string& identity, const kvserve::v1::Control& c)
@@ -198,9 +196,6 @@ class WorkerServer : private KvEventListener {
   void FlushReplies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void Publish(const std::string& topic, const google::protobuf::Message& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void PublishEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void PublishAllCleared() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void PublishSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void PublishStatus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void StartDrain(const std::string& reason, bool recycle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
@@ -229,12 +224,8 @@ class WorkerServer : private KvEventListener {
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
   // Each step's outputs, one vector kept across steps (Engine::StepInto reuses its memory).
   std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);
-  std::vector<kvserve::v1::KvEvent> pending_events_ ABSL_GUARDED_BY(loop_thread_);
-  // vLLM's events of the same changes, for the next batch, and their publisher (its own
-  // thread; Publish is the loop thread's). Null when --kv-events-config asks for none.
-  std::vector<vllm_events::Event> vllm_pending_ ABSL_GUARDED_BY(loop_thread_);
-  std::unique_ptr<VllmEventPublisher> vllm_publisher_ ABSL_GUARDED_BY(loop_thread_);
-  uint64_t event_seq_ ABSL_GUARDED_BY(loop_thread_) = 0;
+  // The KV events the engine's cache changes make, kvserve's and vLLM's (kv_event_feed.h).
+  std::unique_ptr<KvEventFeed> kv_events_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point drain_deadline_ ABSL_GUARDED_BY(loop_thread_);
