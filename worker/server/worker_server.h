@@ -215,6 +215,9 @@ class WorkerServer {
   // Owned by the loop thread (the caller of Run; Create hands everything over to it), checked
   // by every method that touches it (common/thread_checker.h).
   ThreadChecker loop_thread_{"worker loop"};
+  // The KV events the engine's cache changes make, kvserve's and vLLM's (kv_event_feed.h):
+  // the engine's listener, so declared before it (it outlives the engine).
+  std::unique_ptr<KvEventFeed> kv_events_ ABSL_GUARDED_BY(loop_thread_);
   std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(loop_thread_);
   zmq::context_t ctx_;                     // thread-safe (ZeroMQ)
   std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key (own thread)
@@ -224,8 +227,6 @@ class WorkerServer {
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
   // Each step's outputs, one vector kept across steps (Engine::StepInto reuses its memory).
   std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);
-  // The KV events the engine's cache changes make, kvserve's and vLLM's (kv_event_feed.h).
-  std::unique_ptr<KvEventFeed> kv_events_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point drain_deadline_ ABSL_GUARDED_BY(loop_thread_);
