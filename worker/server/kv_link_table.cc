@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "worker/server/wire.h"
 
 namespace kvserve::worker {
 namespace {
@@ -13,8 +14,7 @@ constexpr absl::Duration kDefaultLinkTimeout = absl::Seconds(30);
 pb::KvLinkStatus Failed(uint32_t link_id, const absl::Status& s) {
   pb::KvLinkStatus st;
   st.set_link_id(link_id);
-  st.mutable_error()->set_code(static_cast<int>(s.code()));
-  st.mutable_error()->set_message(std::string(s.message()));
+  ToWire(s, st.mutable_error());
   return st;
 }
 

@@ -7,6 +7,7 @@
 #include "common/kv/kv_transfer.h"
 #include "common/status_macros.h"
 #include "worker/server/process_clock.h"
+#include "worker/server/wire.h"
 
 namespace kvserve::worker {
 namespace {
@@ -21,11 +22,6 @@ int BlocksPerChunk(const pb::KvExportRequest& req, int64_t block_bytes) {
   return static_cast<int>(std::max<int64_t>(1, max_bytes / std::max<int64_t>(1, block_bytes)));
 }
 
-void SetError(const absl::Status& s, pb::Error* e) {
-  e->set_code(static_cast<int>(s.code()));
-  e->set_message(std::string(s.message()));
-}
-
 }  // namespace
 
 void KvTransfers::OnMessage(const ReceivedMessage& m, const std::string* draining,
@@ -37,7 +33,7 @@ void KvTransfers::OnMessage(const ReceivedMessage& m, const std::string* drainin
   if (absl::Status s = ParseMessage(m, out); !s.ok()) {
     metrics_->CountDropped("malformed_payload");
     pb::ControlReply r;
-    SetError(s, r.mutable_error());
+    ToWire(s, r.mutable_error());
     replies_->Send(m.prefix, r);
     return;
   }
@@ -95,7 +91,7 @@ void KvTransfers::Export(const std::string& identity, const pb::KvExportRequest&
     c.set_index(index);
     c.set_first_block(first);
     c.set_last(true);
-    SetError(s, c.mutable_error());
+    ToWire(s, c.mutable_error());
     metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
     replies_->Send(identity, c);
   }
@@ -107,7 +103,7 @@ void KvTransfers::FailLinkExport(const LinkExport& e, const absl::Status& s) {
   c.set_index(e.index);
   c.set_last(true);
   c.set_link_id(e.req.link_id());
-  SetError(s, c.mutable_error());
+  ToWire(s, c.mutable_error());
   metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(s.code())));
   replies_->Send(e.identity, c);
   links_->Drop(e.identity, e.req.link_id(), s);
@@ -220,7 +216,7 @@ void KvTransfers::Import(const std::string& identity, const pb::KvChunk& c,
     metrics_->ObserveKvChunk("in", engine_->kv_spec().CacheKeyDType(), *added, bytes,
                              Seconds(Clock::now() - start));
   } else {
-    SetError(added.status(), ack.mutable_error());
+    ToWire(added.status(), ack.mutable_error());
     metrics_->CountKvTransferFailure("in",
                                      std::string(KvTransferFailureReason(added.status().code())));
   }

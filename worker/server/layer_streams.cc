@@ -8,18 +8,10 @@
 #include "common/kv/kv_transfer.h"
 #include "glog/logging.h"
 #include "worker/server/process_clock.h"
+#include "worker/server/wire.h"
 
 namespace kvserve::worker {
-namespace {
-
 namespace pb = ::kvserve::v1;
-
-void SetError(const absl::Status& s, pb::Error* e) {
-  e->set_code(static_cast<int>(s.code()));
-  e->set_message(std::string(s.message()));
-}
-
-}  // namespace
 
 void LayerStreams::Ask(const std::string& identity, const pb::KvExportRequest& req, bool running) {
   if (req.link_id() == 0) {
@@ -58,7 +50,7 @@ void LayerStreams::SendError(const std::string& identity, const pb::KvExportRequ
   c.set_last(true);
   c.set_first_block(req.first_block());
   c.set_link_id(req.link_id());
-  SetError(why, c.mutable_error());
+  ToWire(why, c.mutable_error());
   metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(why.code())));
   replies_->Send(identity, c);
 }
@@ -124,7 +116,7 @@ void LayerStreams::Start(const std::string& request_id) {
           const absl::Status why = absl::UnavailableError(
               absl::StrCat("the layer stream's sends of blocks ", step.first_block, " + ",
                            step.num_blocks, " over KV link ", req.link_id(), " failed"));
-          SetError(why, c.mutable_error());
+          ToWire(why, c.mutable_error());
           metrics_->CountKvTransferFailure("out", std::string(KvTransferFailureReason(why.code())));
         }
         replies_->Send(out->ask.identity, c);
@@ -152,7 +144,7 @@ void LayerStreams::OnChunk(const std::string& identity, const pb::KvChunk& c) {
                                                              static_cast<int>(c.first_block()),
                                                              static_cast<int>(c.num_blocks()));
   if (!s.ok()) {
-    SetError(s, ack.mutable_error());
+    ToWire(s, ack.mutable_error());
     metrics_->CountKvTransferFailure("in", std::string(KvTransferFailureReason(s.code())));
     if (link != nullptr) links_->Drop(identity, c.link_id(), s);
   }
@@ -197,7 +189,7 @@ void LayerStreams::Poll() {
                                c.num_blocks() * engine_->KvWireBlockBytes(),
                                Seconds(Clock::now() - it->since));
     } else {
-      SetError(added.status(), ack.mutable_error());
+      ToWire(added.status(), ack.mutable_error());
       metrics_->CountKvTransferFailure("in",
                                        std::string(KvTransferFailureReason(added.status().code())));
     }

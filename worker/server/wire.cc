@@ -117,4 +117,9 @@ pb::FinishReason ToWire(FinishReason r) {
 
 pb::Medium ToWire(Medium m) { return m == Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE; }
 
+void ToWire(const absl::Status& s, pb::Error* out) {
+  out->set_code(static_cast<int>(s.code()));
+  out->set_message(std::string(s.message()));
+}
+
 }  // namespace kvserve::worker

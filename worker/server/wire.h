@@ -36,6 +36,8 @@ absl::StatusOr<WireRequest> RequestFromWire(const kvserve::v1::GenerateRequest& 
 void ToWire(const TokenLogprobs& lp, kvserve::v1::PositionLogprobs* out);
 kvserve::v1::FinishReason ToWire(FinishReason r);  // kNone: UNSPECIFIED (still running)
 kvserve::v1::Medium ToWire(Medium m);
+// A failure as the wire carries it (Error: code and message).
+void ToWire(const absl::Status& s, kvserve::v1::Error* out);
 
 }  // namespace kvserve::worker
 
