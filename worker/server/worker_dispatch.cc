@@ -83,7 +83,7 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
   } else if (m.type == "KvExportRequest" || m.type == "KvChunk") {
-    kv_transfers_->OnMessage(m, draining_ ? &drain_reason_ : nullptr, [&](const std::string& id) {
+    kv_transfers_->OnMessage(m, drain_->draining() ? &drain_->reason() : nullptr, [&](const std::string& id) {
       KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread
       return routes_.contains(id);
     });
@@ -112,10 +112,10 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleGenerate(const std::string& identity, const pb::GenerateRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (draining_) {
+  if (drain_->draining()) {
     SendError(
         identity, req.request_id(),
-        absl::FailedPreconditionError(absl::StrCat("worker is draining (", drain_reason_, ")")));
+        absl::FailedPreconditionError(absl::StrCat("worker is draining (", drain_->reason(), ")")));
     return;
   }
   if (routes_.contains(req.request_id())) {

@@ -2,6 +2,7 @@
 // and the drain they start: no new requests, in-flight ones finished or aborted at the drain
 // timeout, a recycle grant held revocable until committed, then the exit.
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "proto/worker_control.h"
 #include "worker/server/process_clock.h"
@@ -42,17 +43,16 @@ void WorkerServer::HandleControl(const std::string& identity, const pb::Control&
 absl::Status WorkerServer::ControlDrain(const pb::Control& c, bool recycle) {
   KVSERVE_CHECK_THREAD(loop_thread_);
   const std::string fallback = recycle ? "recycle" : "admin";
-  StartDrain(c.reason().empty() ? fallback : c.reason(), recycle);
+  if (drain_->Start(c.reason().empty() ? fallback : c.reason(), recycle, Clock::now())) {
+    PublishState();
+  }
   return absl::OkStatus();
 }
 
 absl::Status WorkerServer::Undrain() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (recycle_after_drain_ || stop_after_drain_) {
-    return absl::FailedPreconditionError("a recycle or shutdown drain cannot be undone");
-  }
-  draining_ = false;
-  state_ = pb::WORKER_STATE_READY;
+  RETURN_IF_ERROR(drain_->Undrain());
+  PublishState();
   return absl::OkStatus();
 }
 
@@ -61,38 +61,23 @@ absl::Status WorkerServer::HoldGrant(const pb::Control& c) {
   if (c.instance_id() != 0 && c.instance_id() != instance_id_) {
     return absl::FailedPreconditionError("the grant is for an earlier instance of this worker");
   }
-  if (draining_) return absl::OkStatus();  // a second replica's grant for the same slot: held
-  grant_pending_ = true;
-  grant_ms_ = NowMs();
-  granted_by_ = c.coordinator_id();
-  grant_commit_ = Clock::now() +
-                  std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.recycle_grant_hold));
-  StartDrain(c.reason().empty() ? "recycle" : c.reason(), /*recycle=*/true);
+  if (drain_->draining()) return absl::OkStatus();  // a second replica's grant for the slot: held
+  drain_->HoldGrant(NowMs(), c.coordinator_id(), c.reason().empty() ? "recycle" : c.reason(),
+                   Clock::now());
+  PublishState();
   return absl::OkStatus();
 }
 
 absl::Status WorkerServer::RevokeGrant(const pb::Control& c) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (!grant_pending_ || Clock::now() >= grant_commit_) {
-    return absl::FailedPreconditionError("no revocable recycle grant (none, or already committed)");
-  }
-  LOG(INFO) << "recycle grant revoked by " << c.coordinator_id();
-  grant_pending_ = false;
-  recycle_after_drain_ = false;
-  recycle_requested_ = false;  // ask again later
-  if (stop_after_drain_) {
-    state_ = pb::WORKER_STATE_DRAINING;  // a SIGTERM came meanwhile: keep stopping
-  } else {
-    draining_ = false;
-    state_ = pb::WORKER_STATE_READY;
-  }
-  PublishStatus();
+  RETURN_IF_ERROR(drain_->RevokeGrant(c.coordinator_id(), Clock::now()));
+  PublishState();
   return absl::OkStatus();
 }
 
 absl::Status WorkerServer::DenyRecycle() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  recycle_requested_ = false;  // ask again later
+  drain_->DenyRecycle();
   return absl::OkStatus();
 }
 
@@ -102,16 +87,9 @@ absl::Status WorkerServer::Snapshot() {
   return absl::OkStatus();
 }
 
-void WorkerServer::StartDrain(const std::string& reason, bool recycle) {
+void WorkerServer::PublishState() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (recycle) recycle_after_drain_ = true;
-  if (draining_) return;
-  draining_ = true;
-  drain_reason_ = reason;
-  drain_deadline_ =
-      Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.drain_timeout));
-  state_ = recycle ? pb::WORKER_STATE_RECYCLING : pb::WORKER_STATE_DRAINING;
-  LOG(INFO) << "draining: " << reason;
+  state_ = drain_->state();
   PublishStatus();
 }
 
@@ -136,23 +114,15 @@ bool WorkerServer::RecycleDue(std::string* reason) {
 
 std::optional<WorkerServer::Exit> WorkerServer::ContinueDrain(Clock::time_point now) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  if (engine_->HasWork() && now >= drain_deadline_) AbortForDrainTimeout();
-  if (!engine_->HasWork() && idle_since_ == Clock::time_point()) idle_since_ = now;
-  if (engine_->HasWork()) idle_since_ = Clock::time_point();
-  // Idle: keep answering "draining" for a short grace period, so that a request already on
-  // the wire gets a retryable error instead of vanishing with the process.
-  if (grant_pending_ && now >= grant_commit_) grant_pending_ = false;  // committed
-  // A held grant is never acted on: it may still be revoked.
-  if (grant_pending_ || engine_->HasWork() || now - idle_since_ < std::chrono::milliseconds(200)) {
-    return std::nullopt;
-  }
-  if (recycle_after_drain_ && !stop_after_drain_) metrics_->CountRecycle(drain_reason_);
+  if (engine_->HasWork() && drain_->PastDeadline(now)) AbortForDrainTimeout();
+  const std::optional<Exit> exit = drain_->Finished(now, engine_->HasWork());
+  if (!exit) return std::nullopt;
+  if (*exit == Exit::kRecycle) metrics_->CountRecycle(drain_->reason());
   state_ = pb::WORKER_STATE_STOPPING;
   UpdateMetrics();
   kv_events_->PublishAllCleared();
   PublishStatus();
-  // A SIGTERM during a recycle drain wins: the process is being stopped, not replaced.
-  return recycle_after_drain_ && !stop_after_drain_ ? Exit::kRecycle : Exit::kStopped;
+  return exit;
 }
 
 void WorkerServer::AbortForDrainTimeout() {
@@ -165,7 +135,7 @@ void WorkerServer::AbortForDrainTimeout() {
     r.set_finish_reason(pb::FINISH_REASON_ABORT);
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
     r.mutable_error()->set_message(
-        absl::StrCat("aborted: the worker's drain timeout passed (", drain_reason_, ")"));
+        absl::StrCat("aborted: the worker's drain timeout passed (", drain_->reason(), ")"));
     Respond(it->second, r);
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");

@@ -19,14 +19,13 @@ void WorkerServer::Heartbeat(Clock::time_point now) {
   // Ask for a recycle slot, and keep asking every heartbeat until granted: PUB drops messages
   // for subscribers that are not connected yet, and a denied ask is retried.
   std::string reason;
-  if (draining_ || !RecycleDue(&reason)) return;
+  if (drain_->draining() || !RecycleDue(&reason)) return;
   pb::Control ask;
   ask.set_action(pb::CONTROL_ACTION_RECYCLE_REQUEST);
   ask.set_reason(reason);
   ask.set_instance_id(instance_id_);
   Publish("control", ask);
-  if (!recycle_requested_) LOG(INFO) << "asking for a recycle slot: " << reason;
-  recycle_requested_ = true;
+  if (drain_->AskRecycle()) LOG(INFO) << "asking for a recycle slot: " << reason;
 }
 
 void WorkerServer::Publish(const std::string& topic, const google::protobuf::Message& m) {
@@ -42,10 +41,10 @@ void WorkerServer::PublishStatus() {
   st.set_worker_id(options_.worker_id);
   st.set_instance_id(instance_id_);
   st.set_state(static_cast<pb::WorkerState>(state_.load()));
-  if (grant_pending_ && Clock::now() < grant_commit_) {
+  if (const std::optional<Drain::HeldGrant> grant = drain_->held(Clock::now())) {
     st.set_recycle_pending(true);
-    st.set_recycle_grant_ms(grant_ms_);
-    st.set_recycle_granted_by(granted_by_);
+    st.set_recycle_grant_ms(grant->granted_ms);
+    st.set_recycle_granted_by(grant->by);
   }
   for (bool host : {false, true}) {
     pb::BlockCounts* b = st.add_blocks();
@@ -91,7 +90,7 @@ void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
     metrics_->UpdateVllmEvents(vllm->published(), vllm->dropped());
   }
   metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
-  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, draining_,
+  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, drain_->draining(),
                    Seconds(Clock::now() - started_), kv_events_->seq());
 }
 

@@ -23,6 +23,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   KVSERVE_CHECK_THREAD(s->loop_thread_);
   s->options_ = options;
   s->engine_ = std::move(engine);
+  s->drain_ = std::make_unique<Drain>(
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options.drain_timeout)),
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options.recycle_grant_hold)));
   s->instance_id_ = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
   s->router_ = std::make_unique<zmq::socket_t>(s->ctx_, zmq::socket_type::router);
   s->pub_ = std::make_unique<zmq::socket_t>(s->ctx_, zmq::socket_type::pub);
@@ -134,15 +137,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
       Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.heartbeat));
   while (true) {
     RETURN_IF_ERROR(ReceiveMessages());
-    if (stop != nullptr && stop->load() && !stop_after_drain_) {
-      stop_after_drain_ = true;
-      if (draining_) {  // a SIGTERM during a drain (a recycle's): it ends in a stop
-        LOG(INFO) << "draining: sigterm (during the " << drain_reason_ << " drain)";
-        state_ = pb::WORKER_STATE_DRAINING;
-        PublishStatus();
-      }
-      StartDrain("sigterm", /*recycle=*/false);
-    }
+    if (stop != nullptr && stop->load() && drain_->Stop(Clock::now())) PublishState();
     if (engine_->HasWork()) RETURN_IF_ERROR(StepEngine());
     kv_links_->PollJoins();
     kv_transfers_->AdvanceLinkExports();
@@ -151,7 +146,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     kv_events_->Publish();
     const auto now = Clock::now();
     if (now >= next_heartbeat_) Heartbeat(now);
-    if (draining_ && (recycle_after_drain_ || stop_after_drain_)) {
+    if (drain_->ends()) {
       if (std::optional<Exit> exit = ContinueDrain(now)) return *exit;
     }
   }

@@ -24,7 +24,7 @@
 //
 // The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
 // (requests in, replies out), worker_liveness.cc (heartbeats, metrics), worker_drain.cc
-// (control, drain, recycle). Parts of their own, with their own state: the KV events
+// (control, drain, recycle: the states are drain.h's). Parts of their own, with their own state: the KV events
 // (kv_event_feed.h), the device-to-device links (kv_link_table.h), the layer streams over them
 // (layer_streams.h) and the transfers' messages (kv_transfers.h). wire.h converts the messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
@@ -52,6 +52,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/kv_link_maker.h"
+#include "worker/server/drain.h"
 #include "worker/server/kv_event_feed.h"
 #include "worker/server/kv_link_table.h"
 #include "worker/server/kv_transfers.h"
@@ -109,7 +110,7 @@ struct WorkerServerOptions {
 
 class WorkerServer {
  public:
-  enum class Exit { kStopped, kRecycle };
+  using Exit = Drain::Exit;
 
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Create(const WorkerServerOptions& options,
                                                               std::unique_ptr<Engine> engine);
@@ -136,7 +137,7 @@ class WorkerServer {
   // Why the last drain began ("requests", "uptime", "sigterm", ...; empty if none did).
   [[nodiscard]] const std::string& drain_reason() const {
     KVSERVE_CHECK_THREAD(loop_thread_);
-    return drain_reason_;
+    return drain_->reason();
   }
 
  private:
@@ -197,8 +198,8 @@ class WorkerServer {
   void Publish(const std::string& topic, const google::protobuf::Message& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void PublishStatus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
-  void StartDrain(const std::string& reason, bool recycle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // state_ as the drain says, published.
+  void PublishState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   bool RecycleDue(std::string* reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Refreshes the Prometheus metrics from the engine. The token-granularity KV usage walks every
   // running block table, so only heartbeats refresh it (`refresh_kv_usage`).
@@ -229,19 +230,9 @@ class WorkerServer {
   std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);
-  Clock::time_point drain_deadline_ ABSL_GUARDED_BY(loop_thread_);
-  Clock::time_point idle_since_ ABSL_GUARDED_BY(loop_thread_);
-  bool draining_ ABSL_GUARDED_BY(loop_thread_) = false;
-  bool recycle_after_drain_ ABSL_GUARDED_BY(loop_thread_) = false;
-  bool stop_after_drain_ ABSL_GUARDED_BY(loop_thread_) = false;
-  bool recycle_requested_ ABSL_GUARDED_BY(loop_thread_) = false;
-  // The grant in its hold (revocable until grant_commit_).
-  bool grant_pending_ ABSL_GUARDED_BY(loop_thread_) = false;
-  int64_t grant_ms_ ABSL_GUARDED_BY(loop_thread_) = 0;
-  std::string granted_by_ ABSL_GUARDED_BY(loop_thread_);
-  Clock::time_point grant_commit_ ABSL_GUARDED_BY(loop_thread_);
-  // Why the last drain began: read by drain_reason() once Run returned (the same thread).
-  std::string drain_reason_ ABSL_GUARDED_BY(loop_thread_);
+  // Whether it accepts requests, and the drain or recycle it is in (drain.h); the loop publishes
+  // its state() in state_.
+  std::unique_ptr<Drain> drain_ ABSL_GUARDED_BY(loop_thread_);
   int64_t served_requests_ ABSL_GUARDED_BY(loop_thread_) = 0;
   // Prompt tokens per second of steps that ran two blocks of prompt or more (a moving average;
   // 0: none yet): WorkerStatus.prefill_tokens_per_second.
