@@ -29,17 +29,50 @@ std::vector<std::pair<std::string, Placed>> Books::TakeIf(
   return taken;
 }
 
+void Books::Number(const WorkerPool& pool, int worker, kvserve::v1::GenerateRequest& request) {
+  if (pool.load_report(worker) == nullptr) return;
+  request.set_router_id(router_id_);
+  request.set_placement(++placements_);
+}
+
+namespace {
+
+// The last of this replica's placements `report` counts (0: none).
+uint64_t SeenBy(const kvserve::v1::LoadReport& report, const std::string& router_id) {
+  for (const kvserve::v1::PlacementsSeen& s : report.seen()) {
+    if (s.router_id() == router_id) return s.placement();
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::flat_hash_map<int, Load> Books::LoadByWorker(const WorkerPool& pool) const {
   absl::flat_hash_map<int, Load> load;
+  absl::flat_hash_map<int, uint64_t> seen;  // per worker that reports: the last it counts
+  for (int w = 0; w < pool.size(); ++w) {
+    const kvserve::v1::LoadReport* report = pool.load_report(w);
+    if (report == nullptr) continue;
+    Load& l = load[w];
+    l.blocks = report->reserved_blocks();
+    l.prefill_tokens = report->prefill_tokens();
+    l.decode_seqs = report->decode_seqs();
+    seen[w] = SeenBy(*report, router_id_);
+  }
   for (const auto& [id, placed] : placed_) {
     const kvserve::v1::GenerateRequest& r = placed.job->request;
-    const kvserve::v1::WorkerStatus* st = pool.status(placed.worker);
-    const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
     Load& l = load[placed.worker];
-    l.blocks += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
     ++l.requests;
     const int n = std::max(1, r.sampling().n());
     l.sequences += n;
+    // Counted by its worker's report already (sent, and at or below what the report saw).
+    auto reported = seen.find(placed.worker);
+    if (reported != seen.end() && r.placement() != 0 && r.placement() <= reported->second) {
+      continue;
+    }
+    const kvserve::v1::WorkerStatus* st = pool.status(placed.worker);
+    const int bs = st != nullptr ? std::max(1, st->block_size()) : 16;
+    l.blocks += (r.prompt_token_ids_size() + r.max_tokens() + bs - 1) / bs;
     if (placed.started) {
       l.decode_seqs += n;
     } else {

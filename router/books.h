@@ -48,7 +48,10 @@ struct Placed {
   [[nodiscard]] bool movable() const { return !started && attempts < kMaxPlacementAttempts; }
 };
 
-// What in-flight requests hold of a worker.
+// What in-flight requests hold of a worker. `blocks`, `prefill_tokens` and `decode_seqs` are
+// every replica's: the worker's last load report (WorkerStatus.load_report) plus this replica's
+// placements it had not seen; from a worker that sends no report, this replica's alone.
+// `requests` and `sequences` are this replica's own (its in-flight limit).
 struct Load {
   int64_t blocks = 0;
   int requests = 0;
@@ -59,18 +62,29 @@ struct Load {
 
 class Books {
  public:
+  // `router_id`: this replica's, unique per process (the workers' reports say, per id, the last
+  // placement they took).
+  explicit Books(std::string router_id) : router_id_(std::move(router_id)) {}
+
+  // Numbers `request` as this replica's next placement (router_id, placement), just before it is
+  // sent to `worker`; a request taken back for another placement is numbered again when sent
+  // again. Only for a worker that sends load reports: an older one refuses fields it does not
+  // know.
+  void Number(const WorkerPool& pool, int worker, kvserve::v1::GenerateRequest& request);
   // The request's entry, or null when it is not on the books (waiting, ended or never placed).
   [[nodiscard]] Placed* Find(const std::string& request_id);
   void Add(const std::string& request_id, Placed placed);
   void Erase(const std::string& request_id);
   // Takes off the books every request `take` selects, and returns them (in no order).
   std::vector<std::pair<std::string, Placed>> TakeIf(absl::FunctionRef<bool(const Placed&)> take);
-  // What each worker's requests will hold: the blocks of prompt and output (at the block size
-  // of its heartbeat; 16 before the first), requests, sequences, prefill still to do.
+  // What each worker's requests will hold (Load): the blocks of prompt and output (at the block
+  // size of its heartbeat; 16 before the first), requests, sequences, prefill still to do.
   [[nodiscard]] absl::flat_hash_map<int, Load> LoadByWorker(const WorkerPool& pool) const;
   [[nodiscard]] size_t size() const { return placed_.size(); }
 
  private:
+  std::string router_id_;
+  uint64_t placements_ = 0;  // the last number given
   absl::flat_hash_map<std::string, Placed> placed_;
 };
 

@@ -94,6 +94,7 @@ std::vector<KvMovement::Unsent> KvMovement::SendReady(const std::vector<WorkerVi
                                                     std::max(1, st->block_size()));
       }
     }
+    books_->Number(*pool_, p->worker, p->job->request);
     if (absl::Status s = pool_->Send(p->worker, p->job->request); !s.ok()) {
       unsent.push_back({.request_id = d.request_id, .placed = *p, .why = std::string(s.message())});
       books_->Erase(d.request_id);
@@ -182,6 +183,7 @@ std::string KvMovement::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
                               Clock::now(), phase_id);
     if (*stream != 0 && options_.metrics != nullptr) options_.metrics->CountKvLayerStream();
   }
+  books_->Number(*pool_, p->worker, phase->request);
   if (!pool_->Send(p->worker, phase->request).ok()) {
     fetches_->Cancel(*stream);
     *stream = 0;

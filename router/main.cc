@@ -41,6 +41,10 @@ ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
+ABSL_FLAG(std::string, router_id, "",
+          "This replica's id among the fleet's routers: in recycle grants, and (with a suffix "
+          "unique per start) on its placements, which workers' load reports count per replica "
+          "(default: the host name)");
 ABSL_FLAG(int32_t, max_unavailable, 1,
           "Recycle coordinator: most workers draining or recycling at once");
 ABSL_FLAG(std::string, curve_secret_key_file, "",
@@ -269,6 +273,12 @@ absl::Status Serve() {
   if (f.served_model_name.empty())
     f.served_model_name = std::filesystem::path(model).filename().string();
   o.max_unavailable = absl::GetFlag(FLAGS_max_unavailable);
+  o.coordinator_id = absl::GetFlag(FLAGS_router_id);
+  if (o.coordinator_id.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    o.coordinator_id = host[0] != 0 ? host : "router";
+  }
   RETURN_IF_ERROR(FrontFromFlags(absl::GetFlag(FLAGS_max_model_len) > 0
                                      ? absl::GetFlag(FLAGS_max_model_len)
                                      : static_cast<int>(config.max_position_embeddings),

@@ -142,6 +142,9 @@ Placer::Placement Placer::TryPlace(const std::shared_ptr<Job>& job, int attempts
     return Placement::kFailed;
   }
   CountDecision(*d, views);
+  // Not numbered until sent (a move's number was its last worker's).
+  job->request.clear_router_id();
+  job->request.clear_placement();
   const pb::WorkerStatus* st = pool_->status(d->worker);
   job->request.set_predicted_cached_tokens(d->predicted_cached_blocks *
                                            std::max(1, st->block_size()));
@@ -152,9 +155,12 @@ Placer::Placement Placer::TryPlace(const std::shared_ptr<Job>& job, int attempts
     job->pick->on_pick(PickEndpoints(*job, views, hashes, d->worker));
   } else if (wait = kv_->Start(*job, views, hashes, d->worker); wait.any()) {
     // Sent once its wait ends (KvMovement::SendReady).
-  } else if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
-    job->on_response(frontend::ErrorReply(id, absl::StatusCode::kUnavailable, s.message()));
-    return Placement::kFailed;
+  } else {
+    books_->Number(*pool_, d->worker, job->request);
+    if (absl::Status s = pool_->Send(d->worker, job->request); !s.ok()) {
+      job->on_response(frontend::ErrorReply(id, absl::StatusCode::kUnavailable, s.message()));
+      return Placement::kFailed;
+    }
   }
   index_->RecordRouted(d->worker, hashes);  // approximate until the worker's events arrive
   books_->Add(id, Placed{.worker = d->worker,

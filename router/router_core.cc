@@ -1,6 +1,7 @@
 #include "router/router_core.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -19,12 +20,19 @@ std::unique_ptr<RoutingPolicy> PolicyOrDie(const RoutingConfig& config) {
   return *std::move(policy);
 }
 
+// The id this process numbers its placements under: the replica's, made unique per start (a
+// restarted replica numbers from 1 again, below what the workers saw of its last life).
+std::string PlacementId(const std::string& router_id) {
+  return absl::StrCat(router_id, "/", absl::Hex(std::random_device{}(), absl::kZeroPad8));
+}
+
 }  // namespace
 
 RouterCore::RouterCore(const RouterOptions& options)
     : options_(options),
       pool_(std::make_unique<WorkerPool>(ctx_, &index_, options.heartbeat_timeout, options.curve)),
       policy_(PolicyOrDie(options.routing)),
+      books_(PlacementId(options.coordinator_id)),
       kv_({.kv_fetch = options.kv_fetch,
            .max_local_prefill_tokens = options.max_local_prefill_tokens,
            .metrics = options.metrics},
@@ -314,6 +322,9 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
     const WorkerPool::Counters c = pool_->counters(v.id);
     w.load_blocks = inflight[v.id].blocks;
     w.inflight_requests = inflight[v.id].requests;
+    w.prefill_tokens = inflight[v.id].prefill_tokens;
+    w.decode_seqs = inflight[v.id].decode_seqs;
+    w.load_reported = pool_->load_report(v.id) != nullptr;
     w.inflight_limit = placer_.InflightLimit(v.id);
     w.index_blocks = static_cast<int64_t>(index_.num_blocks(v.id));
     w.event_batches = c.event_batches;

@@ -327,6 +327,12 @@ const pb::WorkerStatus* WorkerPool::status(int w) const {
   return &*workers_[w].status;
 }
 
+const pb::LoadReport* WorkerPool::load_report(int w) const {
+  const pb::WorkerStatus* st = status(w);
+  if (st == nullptr || !workers_[w].active || !st->has_load_report()) return nullptr;
+  return &st->load_report();
+}
+
 absl::StatusOr<std::string> WorkerPool::ExtraKey(int w, std::string_view cache_salt) const {
   const pb::WorkerStatus* st = status(w);
   if (st == nullptr)

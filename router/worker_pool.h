@@ -74,6 +74,10 @@ class WorkerPool {
   [[nodiscard]] std::vector<WorkerView> Views() const;
   // The latest heartbeat, if any.
   [[nodiscard]] const kvserve::v1::WorkerStatus* status(int w) const;
+  // Its latest load report (WorkerStatus.load_report), if it is in the pool and sends them.
+  [[nodiscard]] const kvserve::v1::LoadReport* load_report(int w) const;
+  // Workers added so far: indices 0 .. size() - 1, removed ones among them.
+  [[nodiscard]] int size() const { return static_cast<int>(workers_.size()); }
   // The block-hash extra key the worker uses, from its heartbeat (common/kv/BLOCK_HASH.md).
   [[nodiscard]] absl::StatusOr<std::string> ExtraKey(int w, std::string_view cache_salt) const;
   // Recycle asks seen since the last call: (worker, instance, reason).

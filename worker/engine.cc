@@ -375,6 +375,30 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+Engine::Load Engine::load() const {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  Load l;
+  const int bs = config_.cache.block_size;
+  for (const auto& [id, r] : requests_) {
+    const RequestInput& in = r->input;
+    ++l.requests;
+    l.reserved_blocks += (static_cast<int64_t>(in.prompt.size()) + in.max_tokens + bs - 1) / bs;
+    for (const std::unique_ptr<Sequence>& seq : r->sequences) {
+      if (seq->status == SeqStatus::kFinished) continue;
+      if (seq->status != SeqStatus::kRunning) ++l.waiting;
+      if (seq->prefill_done()) {
+        ++l.decode_seqs;
+        continue;
+      }
+      const bool untouched = r->num_cached_prompt_tokens < 0 && seq->num_computed_tokens == 0;
+      const int done = untouched ? std::clamp(in.predicted_cached_tokens, 0, seq->num_prompt_tokens)
+                                 : seq->num_computed_tokens;
+      l.prefill_tokens += seq->num_prompt_tokens - done;
+    }
+  }
+  return l;
+}
+
 int64_t Engine::computed_tokens() const {
   KVSERVE_CHECK_THREAD(engine_thread_);
   return counters_.computed_tokens;

@@ -267,6 +267,19 @@ class Engine {
     int64_t used_tokens = 0;
   };
   [[nodiscard]] KvUsage kv_usage() const;
+  // What the requests in flight ask of this engine, as routers weigh it (WorkerStatus.load_report,
+  // docs/ROUTING.md "Multi-replica routers"). Walks every request in flight.
+  struct Load {
+    // Prompt tokens still to prefill: a waiting request's prompt less the cached prefix the
+    // router predicted (RequestInput::predicted_cached_tokens), a started one's less what it
+    // computed or found cached.
+    int64_t prefill_tokens = 0;
+    int64_t decode_seqs = 0;      // sequences past their prompt
+    int64_t reserved_blocks = 0;  // per request: the blocks of its prompt and max_tokens
+    int requests = 0;
+    int waiting = 0;  // sequences waiting or swapped out
+  };
+  [[nodiscard]] Load load() const;
   // The memory budget, as printed at start-up.
   [[nodiscard]] const std::string& preflight_report() const { return preflight_; }
   [[nodiscard]] const GraphRecording& graph_recording() const { return graph_recording_; }

@@ -52,6 +52,9 @@ ABSL_FLAG(int32_t, metrics_port, 8090, "HTTP port: /metrics, /health, /ready (0:
 ABSL_FLAG(std::string, worker_id, "",
           "Stable id in events, heartbeats and metrics (default: host:port)");
 ABSL_FLAG(int32_t, heartbeat_ms, 250, "Status heartbeat period");
+ABSL_FLAG(int32_t, load_report_interval_ms, 50,
+          "While the load changes, a status with the load report this often (routers' estimate "
+          "of every replica's placements; docs/ROUTING.md)");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests may take to finish when draining");
 ABSL_FLAG(int32_t, recycle_grant_hold_ms, 1000,
           "A recycle grant stays revocable this long before the worker commits to it (several "
@@ -189,6 +192,10 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
   o.events_port = absl::GetFlag(FLAGS_events_port);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.heartbeat = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  if (absl::GetFlag(FLAGS_load_report_interval_ms) < 1) {
+    return absl::InvalidArgumentError("--load-report-interval-ms must be >= 1");
+  }
+  o.load_report_interval = absl::Milliseconds(absl::GetFlag(FLAGS_load_report_interval_ms));
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
   o.recycle_grant_hold = absl::Milliseconds(absl::GetFlag(FLAGS_recycle_grant_hold_ms));
   if (o.recycle_grant_hold < 3 * o.heartbeat) {

@@ -40,6 +40,11 @@ struct WorkerInfo {
           snapshots = 0;
   // Requests the core has on it now, and the most it sends at once (0: no limit).
   int inflight_requests = 0, inflight_limit = 0;
+  // The core's estimate of its load, every router replica's placements in it when the worker
+  // sends load reports (load_reported): prompt tokens to prefill, decode rows (load_blocks: the
+  // blocks its requests reserve).
+  int64_t prefill_tokens = 0, decode_seqs = 0;
+  bool load_reported = false;
 };
 
 // Admission: sequences (a request of n samples is n) one worker takes from this core at once (0:

@@ -88,6 +88,78 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
   core.Stop();
 }
 
+// Router replicas act as one through the workers' load reports: a replica that placed nothing
+// sees another's requests in its estimate (once, not twice in the placer's own), a replica
+// started mid-run sees them too, and a replica that stops leaves no load behind (the worker gives
+// up its requests).
+TEST(RouterCoreTest, ReplicasSeeEachOthersPlacementsThroughLoadReports) {
+  // Steps of 50 ms: a request of 200 tokens runs about 10 s, longer than any wait below.
+  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(TinyWorkerArgs(
+                                   {"--device", "sim", "--sim-step-overhead-us", "50000"})));
+  auto options = [&](const std::string& id) {
+    RouterOptions o;
+    o.workers = {{"w0", "127.0.0.1", w->port(), w->events_port()}};
+    o.coordinator_id = id;
+    return o;
+  };
+  auto a = std::make_unique<RouterCore>(options("replica-a"));
+  RouterCore b(options("replica-b"));
+  a->Start();
+  b.Start();
+  ASSERT_TRUE(WaitAllEligible(*a, 1));
+  ASSERT_TRUE(WaitAllEligible(b, 1));
+  std::atomic<int> errors{0};
+  for (int i = 0; i < 3; ++i) {
+    auto job = std::make_shared<Job>();
+    job->request = kvserve::testing::MakeRequest(absl::StrCat("r", i), std::vector<int32_t>(20, 7 + i),
+                                                 200);
+    job->request.mutable_sampling()->set_ignore_eos(true);
+    job->on_response = [&](const pb::GenerateResponse& r) {
+      if (r.has_error()) ++errors;
+    };
+    a->Submit(job);
+  }
+  // Each request reserves ceil((20 + 200) / 16) blocks; all three prefilled, three decode rows.
+  const int64_t want_blocks = 3 * ((20 + 200 + 15) / 16);
+  auto sees_them = [&](const RouterCore& core) {
+    for (int i = 0; i < 500; ++i) {
+      const std::vector<WorkerInfo> info = core.Workers();
+      if (info.size() == 1 && info[0].load_reported && info[0].load_blocks == want_blocks &&
+          info[0].decode_seqs == 3 && info[0].prefill_tokens == 0) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const WorkerInfo i = core.Workers().at(0);
+    ADD_FAILURE() << "load_reported " << i.load_reported << ", load_blocks " << i.load_blocks
+                  << ", decode_seqs " << i.decode_seqs << ", prefill_tokens " << i.prefill_tokens;
+    return false;
+  };
+  EXPECT_TRUE(sees_them(b));   // placed nothing itself
+  EXPECT_TRUE(sees_them(*a));  // its own, counted once
+  EXPECT_EQ(b.Workers().at(0).inflight_requests, 0);
+  RouterCore c(options("replica-c"));  // started mid-run
+  c.Start();
+  ASSERT_TRUE(WaitAllEligible(c, 1));
+  EXPECT_TRUE(sees_them(c));
+  EXPECT_EQ(errors.load(), 0);
+
+  a->Stop();  // its requests' replies have nowhere to go: the worker aborts them
+  a.reset();
+  auto empty = [&](const RouterCore& core) {
+    for (int i = 0; i < 500; ++i) {
+      const WorkerInfo info = core.Workers().at(0);
+      if (info.load_blocks == 0 && info.decode_seqs == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  EXPECT_TRUE(empty(b));
+  EXPECT_TRUE(empty(c));
+  b.Stop();
+  c.Stop();
+}
+
 TEST(RouterCoreTest, DnsDiscoveryAddsAndRemovesWorkers) {
   // Two workers on the same ports at two loopback addresses, as pods behind a headless Service.
   const int port = kvserve::testing::FreePort(), events = kvserve::testing::FreePort();

@@ -85,6 +85,43 @@ TEST(PrefixCacheTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
   EXPECT_EQ(engine->stats().computed_prompt_tokens, total - 3 * 288);
 }
 
+// The load routers weigh (Engine::load(), WorkerStatus.load_report): a waiting request's
+// prefill is its prompt less the router's predicted cached prefix; a started one's is what it
+// has left; past the prompt it is a decode row; every request reserves its prompt and output.
+TEST(EngineLoadTest, CountsPrefillLeftDecodeRowsAndReservedBlocks) {
+  const std::vector<int32_t> prefix = RandomTokens(300, 1);
+  std::vector<int32_t> longer = prefix;
+  for (int32_t t : RandomTokens(25, 2)) longer.push_back(t);
+  auto engine = MakeEngine(FixtureConfig("tiny-qwen3"));
+  const int bs = engine->config().cache.block_size;
+  ASSERT_OK(engine->AddRequest(GreedyRequest("first", prefix, 4)));
+  RunToCompletion(*engine);
+  EXPECT_EQ(engine->load().requests, 0);
+
+  RequestInput a = GreedyRequest("a", longer, 16);
+  a.predicted_cached_tokens = 288;
+  ASSERT_OK(engine->AddRequest(std::move(a)));
+  ASSERT_OK(engine->AddRequest(GreedyRequest("b", RandomTokens(40, 3), 16)));
+  Engine::Load l = engine->load();
+  EXPECT_EQ(l.requests, 2);
+  EXPECT_EQ(l.waiting, 2);
+  EXPECT_EQ(l.decode_seqs, 0);
+  EXPECT_EQ(l.prefill_tokens, (325 - 288) + 40);
+  EXPECT_EQ(l.reserved_blocks, (325 + 16 + bs - 1) / bs + (40 + 16 + bs - 1) / bs);
+
+  // Both prompts fit one step (a step ahead may be in flight with async scheduling).
+  for (int i = 0; i < 3 && engine->load().decode_seqs < 2; ++i) ASSERT_OK(engine->Step().status());
+  l = engine->load();
+  EXPECT_EQ(l.waiting, 0);
+  EXPECT_EQ(l.prefill_tokens, 0);
+  EXPECT_EQ(l.decode_seqs, 2);
+  RunToCompletion(*engine);
+  l = engine->load();
+  EXPECT_EQ(l.requests, 0);
+  EXPECT_EQ(l.reserved_blocks, 0);
+  EXPECT_EQ(l.decode_seqs, 0);
+}
+
 TEST(PrefixCacheTest, CacheSaltIsolatesTenants) {
   const std::vector<int32_t> prompt = RandomTokens(100, 3);
   auto engine = MakeEngine(FixtureConfig("tiny-qwen3"));

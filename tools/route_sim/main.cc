@@ -29,6 +29,11 @@ ABSL_FLAG(std::string, trace, "",
 ABSL_FLAG(int32_t, trace_block_size, 512, "Tokens per hash id in the trace");
 ABSL_FLAG(int32_t, workers, 8, "Workers");
 ABSL_FLAG(int32_t, replicas, 1, "Router replicas, requests spread over them in turn");
+ABSL_FLAG(std::string, replica_load, "reports",
+          "What a replica takes for a worker's load: reports (the worker's load report plus its "
+          "own placements the report had not seen, as kvserve-router does) or own (its own "
+          "placements alone)");
+ABSL_FLAG(double, report_interval_ms, 50, "With --replica-load reports: how often workers report");
 ABSL_FLAG(double, capacity_fraction, 0.05,
           "Each worker's KV pool as a fraction of the window's unique tokens");
 ABSL_FLAG(int64_t, capacity_blocks, 0, "Each worker's KV pool in blocks (instead of the fraction)");
@@ -74,6 +79,14 @@ absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& t
   SimOptions o;
   o.workers = absl::GetFlag(FLAGS_workers);
   o.replicas = absl::GetFlag(FLAGS_replicas);
+  const std::string load = absl::GetFlag(FLAGS_replica_load);
+  if (load != "reports" && load != "own") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replica-load must be reports or own, not '", load, "'"));
+  }
+  o.replica_load =
+      load == "own" ? SimOptions::ReplicaLoad::kOwn : SimOptions::ReplicaLoad::kReports;
+  o.report_interval_s = absl::GetFlag(FLAGS_report_interval_ms) / 1000;
   o.trace_block_size = absl::GetFlag(FLAGS_trace_block_size);
   o.engine.model_dir = absl::GetFlag(FLAGS_model);
   o.engine.cache.block_size = absl::GetFlag(FLAGS_block_size);

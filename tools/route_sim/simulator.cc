@@ -61,6 +61,7 @@ class EventBuffer : public worker::KvEventListener {
 struct Live {
   int worker = 0;
   int replica = 0;
+  uint64_t seq = 0;  // its replica's placement number once it reached its worker (0: not yet)
   double arrival = 0;
   int64_t prompt_tokens = 0, predicted_cached = 0, blocks = 0;
   bool started = false;
@@ -81,6 +82,11 @@ struct SimWorker {
   std::vector<worker::SequenceOutput> pending;  // the outputs of the step in progress
   double step_started = 0;                      // of the step in progress
   std::vector<std::string> streams;             // the prefill phases streaming from here
+  // Per replica, the placement number of its last request this worker took; and the load
+  // report the replicas last heard, with what it had seen then.
+  std::vector<uint64_t> seen;
+  worker::Engine::Load report;
+  std::vector<uint64_t> report_seen;
   // For the report.
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
 };
@@ -132,6 +138,7 @@ class GreedyPolicy : public router::RoutingPolicy {
 // One router replica: its index (fed by every worker's events, plus its own placements), its
 // policy and its books.
 struct Replica {
+  uint64_t placements = 0;  // the last placement number it gave
   router::PrefixIndex index;
   std::unique_ptr<router::RoutingPolicy> policy;
   std::vector<Books> books;
@@ -174,6 +181,8 @@ class Simulation {
       c.backend.sim_sleep = false;
       c.cache.num_blocks = static_cast<int>(o_.capacity_blocks);
       ASSIGN_OR_RETURN(workers_[w].engine, worker::Engine::Create(c));
+      workers_[w].seen.assign(o_.replicas, 0);
+      workers_[w].report_seen.assign(o_.replicas, 0);
       workers_[w].engine->SetKvEventListener(&workers_[w].events);
       for (Replica& r : replicas_) r.index.SetCapacity(w, static_cast<size_t>(o_.capacity_blocks));
     }
@@ -192,9 +201,22 @@ class Simulation {
 
   void Run(const std::vector<trace::TraceRequest>& trace) {
     size_t next = 0;
+    double next_report = 0;
+    const bool reports = o_.replica_load == SimOptions::ReplicaLoad::kReports;
     while (next < trace.size() || !steps_.empty() || !deferred_.empty()) {
       const double arrival =
           next < trace.size() ? ArrivalTime(trace[next]) : std::numeric_limits<double>::infinity();
+      if (reports && next_report <= arrival &&
+          (steps_.empty() || next_report <= std::get<0>(steps_.top())) &&
+          (deferred_.empty() || next_report <= std::get<0>(deferred_.top()))) {
+        now_ = next_report;
+        for (SimWorker& w : workers_) {  // every worker reports at once (a heartbeat's load)
+          w.report = w.engine->load();
+          w.report_seen = w.seen;
+        }
+        next_report += o_.report_interval_s;
+        continue;
+      }
       if (!deferred_.empty() && std::get<0>(deferred_.top()) <= arrival &&
           (steps_.empty() || std::get<0>(deferred_.top()) <= std::get<0>(steps_.top()))) {
         now_ = std::get<0>(deferred_.top());
@@ -223,25 +245,52 @@ class Simulation {
     return static_cast<double>(r.timestamp_ms - o_.window_start_ms) / 1000.0 / o_.speedup;
   }
 
-  // The workers as replica `r` sees them: its own books, every worker's heartbeat.
+  // The workers as replica `r` sees them: its own books, every worker's heartbeat; or, with
+  // load reports, each worker's report plus r's placements it had not seen.
   std::vector<WorkerView> Views(const Replica& r) const {
+    const int replica = static_cast<int>(&r - replicas_.data());
+    const bool reports = o_.replica_load == SimOptions::ReplicaLoad::kReports;
+    const std::vector<Books> unseen = reports ? Unreported(replica) : std::vector<Books>();
     std::vector<WorkerView> views(workers_.size());
     for (size_t w = 0; w < workers_.size(); ++w) {
+      const SimWorker& s = workers_[w];
       const Books& b = r.books[w];
       views[w] = {.id = static_cast<int>(w),
                   .name = absl::StrCat("w", w),
                   .active_blocks = b.active_blocks,
-                  .waiting = workers_[w].engine->stats().num_waiting,
+                  .waiting = s.engine->stats().num_waiting,
                   .queued_prefill_tokens = b.queued_prefill,
                   .decode_seqs = b.decode_seqs,
                   .capacity_blocks = o_.capacity_blocks,
                   .block_size = block_size_,
                   .kv_wire_block_bytes = wire_block_bytes_,
-                  .prefill_tokens_per_second = workers_[w].prefill_rate,
+                  .prefill_tokens_per_second = s.prefill_rate,
                   .prefill_only = static_cast<int>(w) < o_.prefill_workers};
+      if (reports) {
+        views[w].active_blocks = s.report.reserved_blocks + unseen[w].active_blocks;
+        views[w].waiting = s.report.waiting;
+        views[w].queued_prefill_tokens = s.report.prefill_tokens + unseen[w].queued_prefill;
+        views[w].decode_seqs = s.report.decode_seqs + unseen[w].decode_seqs;
+      }
       views[w].eligible = !views[w].prefill_only;
     }
     return views;
+  }
+
+  // What replica `r` placed that its worker's last report had not seen, per worker.
+  std::vector<Books> Unreported(int r) const {
+    std::vector<Books> unseen(workers_.size());
+    for (const auto& [id, l] : live_) {
+      if (l.replica != r || (l.seq != 0 && l.seq <= workers_[l.worker].report_seen[r])) continue;
+      Books& b = unseen[l.worker];
+      b.active_blocks += l.blocks;
+      if (l.started) {
+        ++b.decode_seqs;
+      } else {
+        b.queued_prefill += l.prompt_tokens - l.predicted_cached;
+      }
+    }
+    return unseen;
   }
 
   void Arrive(const trace::TraceRequest& r, int index) {
@@ -445,7 +494,11 @@ class Simulation {
         ++fetch_fallbacks_[std::string(KvTransferFailureReason(added.status().code()))];
       }
     }
-    worker::RequestInput in{.request_id = p.id, .prompt = p.prompt, .max_tokens = p.max_tokens};
+    worker::RequestInput in{.request_id = p.id,
+                            .prompt = p.prompt,
+                            .max_tokens = p.max_tokens,
+                            .predicted_cached_tokens = static_cast<int>(
+                                std::min<int64_t>(it->second.predicted_cached, p.prompt.size()))};
     in.sampling.ignore_eos = true;
     if (absl::Status s = w.engine->AddRequest(std::move(in)); !s.ok()) {
       ++errors_[std::string(s.message().substr(0, 80))];
@@ -453,6 +506,9 @@ class Simulation {
       Drop(p.id);
       return;
     }
+    Live& l = it->second;  // the worker has it: its next report counts it
+    l.seq = ++replicas_[l.replica].placements;
+    w.seen[l.replica] = l.seq;
     ++w.requests;
     if (!it->second.disaggregated) w.prompt_tokens += it->second.prompt_tokens;
     if (!w.busy) StartStep(target);
@@ -649,6 +705,9 @@ absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace
                                    const SimOptions& options) {
   if (options.workers < 1) return absl::InvalidArgumentError("--workers must be >= 1");
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
+  if (!(options.report_interval_s > 0)) {
+    return absl::InvalidArgumentError("--report-interval-ms must be > 0");
+  }
   if (options.capacity_blocks < 1) {
     return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
   }

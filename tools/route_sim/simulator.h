@@ -30,9 +30,16 @@ namespace kvserve::route_sim {
 
 struct SimOptions {
   int workers = 8;
-  // Router replicas behind a round-robin load balancer: each sees every worker's events but
-  // only its own placements (in its books and as assumed index entries).
+  // Router replicas behind a round-robin load balancer: each sees every worker's events, and
+  // only its own placements as assumed index entries.
   int replicas = 1;
+  // What a replica's routing takes for a worker's load (docs/ROUTING.md, "Multi-replica
+  // routers"). kOwn: its own placements alone (and the worker's waiting count at once).
+  // kReports: the worker's last load report (Engine::load(), every report_interval_s) plus its
+  // own placements that report had not seen, as kvserve-router does.
+  enum class ReplicaLoad { kOwn, kReports };
+  ReplicaLoad replica_load = ReplicaLoad::kReports;
+  double report_interval_s = 0.05;
   int64_t capacity_blocks = 0;  // each worker's device pool, in blocks of `engine.cache`'s size
   // Each worker's engine: model_dir (only config.json is read), block size, scheduler limits,
   // the simulated GPU, max_model_len (0: the model's, or the pool's tokens if fewer). The

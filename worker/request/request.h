@@ -72,6 +72,9 @@ struct RequestInput {
   std::vector<int32_t> stop_token_ids;
   int priority = 0;  // lower runs first
   std::string cache_salt;
+  // The prompt tokens the router predicted cached here (GenerateRequest.predicted_cached_tokens):
+  // what Engine::load() counts off a waiting request's prefill. Never trusted for the cache.
+  int predicted_cached_tokens = 0;
   // Return the logits at every prompt position (for --dump-logits and parity tests).
   bool return_prompt_logits = false;
   // Structured outputs: what the generated text must match (worker/constraints.h).

@@ -1,5 +1,6 @@
 #include "worker/server/wire.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,7 @@ absl::StatusOr<WireRequest> RequestFromWire(const pb::GenerateRequest& req) {
   ASSIGN_OR_RETURN(in.constraint, ConstraintFromWire(req.sampling().constraint()));
   w.stream = req.stream();
   w.predicted_cached_tokens = req.predicted_cached_tokens();
+  in.predicted_cached_tokens = std::max(0, req.predicted_cached_tokens());
   return w;
 }
 

@@ -46,6 +46,7 @@ void WorkerServer::PublishStatus() {
     st.set_recycle_grant_ms(grant->granted_ms);
     st.set_recycle_granted_by(grant->by);
   }
+  load_reports_.Fill(engine_->load(), st.mutable_load_report());
   for (bool host : {false, true}) {
     pb::BlockCounts* b = st.add_blocks();
     b->set_medium(host ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE);

@@ -146,6 +146,11 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     kv_events_->Publish();
     const auto now = Clock::now();
     if (now >= next_heartbeat_) Heartbeat(now);
+    if (now >= next_load_report_) {
+      next_load_report_ =
+          now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.load_report_interval));
+      if (load_reports_.Changed(engine_->load())) PublishStatus();
+    }
     if (drain_->ends()) {
       if (std::optional<Exit> exit = ContinueDrain(now)) return *exit;
     }

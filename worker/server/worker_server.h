@@ -57,6 +57,7 @@
 #include "worker/server/kv_link_table.h"
 #include "worker/server/kv_transfers.h"
 #include "worker/server/layer_streams.h"
+#include "worker/server/load_reports.h"
 #include "worker/server/reply_queue.h"
 #include "worker/server/vllm_event_publisher.h"
 #include "worker/server/worker_metrics.h"
@@ -79,6 +80,9 @@ struct WorkerServerOptions {
   int events_port = 0;
   int metrics_port = 0;
   absl::Duration heartbeat = absl::Milliseconds(250);
+  // While its load changes, the worker publishes a status with its load report this often,
+  // besides the heartbeats (load_reports.h).
+  absl::Duration load_report_interval = absl::Milliseconds(50);
   absl::Duration drain_timeout = absl::Seconds(30);
   // A recycle grant is held this long (revocable, no new requests) before the worker commits to
   // it: long enough for every router replica to see it in a heartbeat and revoke a conflict.
@@ -230,6 +234,9 @@ class WorkerServer {
   std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point started_ ABSL_GUARDED_BY(loop_thread_);
   Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(loop_thread_);
+  Clock::time_point next_load_report_ ABSL_GUARDED_BY(loop_thread_);
+  // Every status's load report, and the router replicas' placements it has seen.
+  LoadReports load_reports_ ABSL_GUARDED_BY(loop_thread_);
   // Whether it accepts requests, and the drain or recycle it is in (drain.h); the loop publishes
   // its state() in state_.
   std::unique_ptr<Drain> drain_ ABSL_GUARDED_BY(loop_thread_);
