@@ -47,6 +47,25 @@ uint64_t SeenBy(const kvserve::v1::LoadReport& report, const std::string& router
 
 }  // namespace
 
+bool Books::OthersPlacing(const WorkerPool& pool, std::chrono::steady_clock::time_point now) {
+  if (now - others_checked_ < std::chrono::milliseconds(100)) return others_placing_;
+  others_checked_ = now;
+  others_placing_ = false;
+  const int64_t window_ms = std::chrono::milliseconds(kOthersWindow).count();
+  for (int w = 0; w < pool.size() && !others_placing_; ++w) {
+    const kvserve::v1::LoadReport* report = pool.load_report(w);
+    if (report == nullptr) continue;
+    const int64_t worker_now = pool.status(w)->timestamp_ms();  // the worker's clock, as at_ms
+    for (const kvserve::v1::PlacementsSeen& s : report->seen()) {
+      if (s.router_id() != router_id_ && worker_now - s.at_ms() < window_ms) {
+        others_placing_ = true;
+        break;
+      }
+    }
+  }
+  return others_placing_;
+}
+
 absl::flat_hash_map<int, Load> Books::LoadByWorker(const WorkerPool& pool) const {
   absl::flat_hash_map<int, Load> load;
   absl::flat_hash_map<int, uint64_t> seen;  // per worker that reports: the last it counts

@@ -10,6 +10,7 @@
 #ifndef KVSERVE_ROUTER_BOOKS_H_
 #define KVSERVE_ROUTER_BOOKS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,11 +81,17 @@ class Books {
   // What each worker's requests will hold (Load): the blocks of prompt and output (at the block
   // size of its heartbeat; 16 before the first), requests, sequences, prefill still to do.
   [[nodiscard]] absl::flat_hash_map<int, Load> LoadByWorker(const WorkerPool& pool) const;
+  // Whether another replica placed on any worker in the last kOthersWindow, as the workers'
+  // load reports say (LoadReport.seen); looked up again at most every 100 ms.
+  static constexpr std::chrono::seconds kOthersWindow{10};
+  bool OthersPlacing(const WorkerPool& pool, std::chrono::steady_clock::time_point now);
   [[nodiscard]] size_t size() const { return placed_.size(); }
 
  private:
   std::string router_id_;
   uint64_t placements_ = 0;  // the last number given
+  bool others_placing_ = false;
+  std::chrono::steady_clock::time_point others_checked_;
   absl::flat_hash_map<std::string, Placed> placed_;
 };
 

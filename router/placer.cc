@@ -135,7 +135,8 @@ Placer::Placement Placer::TryPlace(const std::shared_ptr<Job>& job, int attempts
              .prompt_tokens = job->request.prompt_token_ids_size(),
              .max_tokens = job->request.max_tokens() * std::max(1, job->request.sampling().n()),
              .session_key = job->session_key,
-             .fetch_offers = offers});
+             .fetch_offers = offers,
+             .other_replicas = books_->OthersPlacing(*pool_, std::chrono::steady_clock::now())});
   const std::string& id = job->request.request_id();
   if (!d.ok()) {
     job->on_response(frontend::ErrorReply(id, d.status().code(), d.status().message()));

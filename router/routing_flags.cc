@@ -30,6 +30,9 @@ ABSL_FLAG(double, route_fetch_weight, 3.0,
           "prompt tokens of the worker that would fetch");
 ABSL_FLAG(double, route_pressure_weight, 1.0,
           "cost policy: cost, in prompt tokens, of each token past a worker's free KV pool");
+ABSL_FLAG(int32_t, route_spread_choices, 2,
+          "cost policy, while other router replicas place on the same workers: a new "
+          "conversation goes to the better of this many random workers (0: the best of all)");
 ABSL_FLAG(double, w_prefill, 1.0, "prefix policy: cost weight of each block still to prefill");
 ABSL_FLAG(double, w_load, 0.25, "prefix policy: cost weight of each block of load");
 ABSL_FLAG(int64_t, balance_abs_threshold, 512,
@@ -50,6 +53,7 @@ absl::StatusOr<RoutingConfig> RoutingConfigFromFlags(const std::vector<std::stri
   c.pressure_weight = absl::GetFlag(FLAGS_route_pressure_weight);
   c.miss_weight = absl::GetFlag(FLAGS_route_miss_weight);
   c.fetch_weight = absl::GetFlag(FLAGS_route_fetch_weight);
+  c.spread_choices = absl::GetFlag(FLAGS_route_spread_choices);
   c.w_prefill = absl::GetFlag(FLAGS_w_prefill);
   c.w_load = absl::GetFlag(FLAGS_w_load);
   c.balance_abs_threshold = absl::GetFlag(FLAGS_balance_abs_threshold);
@@ -62,7 +66,8 @@ absl::StatusOr<RoutingConfig> RoutingConfigFromFlags(const std::vector<std::stri
   } owners[] = {
       {"cost",
        {"route_host_cost", "route_new_fraction", "route_decode_weight", "route_chunk_tokens",
-        "route_miss_weight", "route_pressure_weight", "route_fetch_weight"}},
+        "route_miss_weight", "route_pressure_weight", "route_fetch_weight",
+        "route_spread_choices"}},
       {"prefix", {"w_prefill", "w_load", "balance_abs_threshold", "balance_rel_threshold"}},
   };
   const std::vector<std::string> used = policies.empty() ? std::vector{c.policy} : policies;

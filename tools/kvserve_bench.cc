@@ -41,7 +41,8 @@ ABSL_FLAG(int32_t, decode_steps, 32,
 ABSL_FLAG(bool, json, false,
           "quality: print JSON instead of the table; serve: print the JSON report after the table");
 
-ABSL_FLAG(std::string, url, "http://127.0.0.1:8000", "serve: the router");
+ABSL_FLAG(std::string, url, "http://127.0.0.1:8000",
+          "serve: the router, or router replicas comma-separated (requests to each in turn)");
 ABSL_FLAG(std::string, served_model, "", "serve: the model name to send (default: the router's)");
 ABSL_FLAG(std::string, dataset, "random", "serve: random, shared-prefix, multi-turn or trace");
 ABSL_FLAG(std::string, trace_file, "", "serve --dataset trace: a Mooncake JSONL trace");

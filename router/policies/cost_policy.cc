@@ -22,9 +22,13 @@
 // fleet is sized for; the sweep on the Mooncake traces is in docs/ROUTING.md). A prompt whose best
 // cached prefix anywhere is under new_fraction of it is a new conversation: it goes by queued work
 // alone (caching nothing worth keeping, it should land where it starts soonest, which spreads new
-// conversations; among equals, on the worker caching least). Ties rotate.
+// conversations; among equals, on the worker caching least). Ties rotate. While other router
+// replicas place on the same workers, a new conversation goes to the best of spread_choices
+// random workers instead: replicas that see the same load would all pick the same best worker
+// for the requests they get at the same instant (docs/ROUTING.md, "Multi-replica routers").
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "router/policies/policies.h"
 
@@ -33,7 +37,8 @@ namespace {
 
 class CostPolicy : public RoutingPolicy {
  public:
-  explicit CostPolicy(const RoutingConfig& c) : c_(c) {}
+  explicit CostPolicy(const RoutingConfig& c)
+      : c_(c), draws_(c.seed != 0 ? c.seed : std::random_device{}()) {}
 
   Decision Pick(const std::vector<const WorkerView*>& eligible, const PrefixIndex& index,
                 const RouteRequest& request) override {
@@ -45,10 +50,10 @@ class CostPolicy : public RoutingPolicy {
       best_cached = std::max(best_cached, Cached(*eligible[i], matches[i]));
     }
     const bool is_new = best_cached < c_.new_fraction * static_cast<double>(request.prompt_tokens);
+    const std::vector<size_t> order = Candidates(eligible.size(), first, is_new, request);
     size_t best = eligible.size();
     double best_cost = 0;
-    for (size_t k = 0; k < eligible.size(); ++k) {
-      const size_t i = (first + k) % eligible.size();
+    for (const size_t i : order) {
       const double cost =
           is_new ? Ttft(*eligible[i], PrefixIndex::Match{}, {}, request)
                  : Ttft(*eligible[i], matches[i], Offer(*eligible[i], request), request);
@@ -71,6 +76,20 @@ class CostPolicy : public RoutingPolicy {
   }
 
  private:
+  // The eligible workers a decision weighs, from `first` on: all, or for a new conversation
+  // while other replicas place too, spread_choices of them drawn at random.
+  std::vector<size_t> Candidates(size_t n, size_t first, bool is_new, const RouteRequest& r) {
+    std::vector<size_t> order(n);
+    for (size_t k = 0; k < n; ++k) order[k] = (first + k) % n;
+    const size_t draws = static_cast<size_t>(c_.spread_choices);
+    if (!is_new || !r.other_replicas || draws == 0 || draws >= n) return order;
+    for (size_t k = 0; k < draws; ++k) {  // a partial Fisher-Yates shuffle
+      std::swap(order[k], order[k + std::uniform_int_distribution<size_t>(0, n - k - 1)(draws_)]);
+    }
+    order.resize(draws);
+    return order;
+  }
+
   // Prompt tokens worker `w` saves with match `m` (host-tier ones less their onboarding cost).
   double Cached(const WorkerView& w, const PrefixIndex::Match& m) const {
     return static_cast<double>(w.block_size) *
@@ -102,6 +121,7 @@ class CostPolicy : public RoutingPolicy {
 
   const RoutingConfig c_;
   Rotation rotation_;
+  std::mt19937_64 draws_;
 };
 
 }  // namespace

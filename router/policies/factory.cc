@@ -34,6 +34,9 @@ absl::Status CheckParameters(const RoutingConfig& c) {
         "--route-decode-weight, --route-pressure-weight and --route-fetch-weight must be >= 0, "
         "--route-chunk-tokens and --route-miss-weight >= 1");
   }
+  if (c.spread_choices < 0) {
+    return absl::InvalidArgumentError("--route-spread-choices must be >= 0 (0: the best of all)");
+  }
   if (c.w_prefill < 0 || c.w_load < 0 || c.balance_abs_threshold < 0 ||
       c.balance_rel_threshold < 1) {
     return absl::InvalidArgumentError(

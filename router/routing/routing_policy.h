@@ -80,6 +80,14 @@ struct RoutingConfig {
   // cost: a peer fetch's transfer time (RouteRequest::fetch_offers) counts this many times,
   // as a miss does: the sweep on the Mooncake traces in docs/DISAGGREGATION.md.
   double fetch_weight = 3.0;
+  // cost, while other router replicas place on the same workers (RouteRequest::other_replicas):
+  // a new conversation goes to the better of this many workers drawn at random, not the best of
+  // all. Replicas that see the same load pick the same best worker for requests they get at the
+  // same instant, and none sees the others' (docs/ROUTING.md, "Multi-replica routers"); a few
+  // random choices keep them apart. 0: always the best of all.
+  int spread_choices = 2;
+  // The draws' seed (0: a random one per policy; the simulator sets one per replica).
+  uint64_t seed = 0;
 
   // prefix (the old rules): cost = w_prefill · blocks to prefill + w_load · load blocks, with
   // host blocks saving host_weight of a device block; least-loaded past both thresholds; a
@@ -109,6 +117,9 @@ struct RouteRequest {
   // By worker id (FetchOffers); empty when the router fetches no prefix, or the policy is not
   // to weigh fetches. Only cost weighs them.
   absl::Span<const FetchOffer> fetch_offers;
+  // Other router replicas place on these workers too (the workers' load reports say so: Books::
+  // OthersPlacing): cost spreads new conversations over RoutingConfig::spread_choices draws.
+  bool other_replicas = false;
 };
 
 // Why a worker was picked (the metric label): "prefix" (it holds the best cached prefix),

@@ -348,5 +348,47 @@ TEST(CostPolicyTest, NewConversationsSpreadEvenlyWhateverTheWorkerOrder) {
   }
 }
 
+TEST(CostPolicyTest, ReplicasKeepNewConversationsApartWithRandomDraws) {
+  // Two replicas see the same idle workers and get a new conversation each at the same instant.
+  // Deterministic, they pick the same worker; with other_replicas set, each takes the better of
+  // two random draws, and they collide about one time in eight.
+  PrefixIndex index;
+  const auto workers = Workers(8);
+  const auto prompt = Chain(20, 77);
+  int same_deterministic = 0, same_drawn = 0;
+  for (uint64_t trial = 0; trial < 100; ++trial) {
+    auto a = Make("cost", {.seed = 2 * trial + 1}), b = Make("cost", {.seed = 2 * trial + 2});
+    ASSERT_OK_AND_ASSIGN(Decision da, Route(*a, workers, index, Req(prompt)));
+    ASSERT_OK_AND_ASSIGN(Decision db, Route(*b, workers, index, Req(prompt)));
+    same_deterministic += da.worker == db.worker;
+    RouteRequest r = Req(prompt);
+    r.other_replicas = true;
+    ASSERT_OK_AND_ASSIGN(da, Route(*a, workers, index, r));
+    ASSERT_OK_AND_ASSIGN(db, Route(*b, workers, index, r));
+    EXPECT_EQ(da.reason, RouteReason::kSpread);
+    same_drawn += da.worker == db.worker;
+  }
+  EXPECT_EQ(same_deterministic, 100);
+  EXPECT_LT(same_drawn, 30);
+}
+
+TEST(CostPolicyTest, ADrawnBusyWorkerLosesToTheOtherDraw) {
+  PrefixIndex index;
+  auto workers = Workers(8);
+  workers[3].queued_prefill_tokens = 100000;
+  auto cost = Make("cost", {.seed = 7});
+  RouteRequest r = Req(Chain(20, 5));
+  r.other_replicas = true;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_OK_AND_ASSIGN(Decision d, Route(*cost, workers, index, r));
+    EXPECT_NE(d.worker, 3);
+  }
+  // 0: the best of all, as with one replica.
+  auto all = Make("cost", {.spread_choices = 0, .seed = 7});
+  ASSERT_OK_AND_ASSIGN(Decision d, Route(*all, workers, index, r));
+  EXPECT_NE(d.worker, 3);
+  EXPECT_FALSE(MakeRoutingPolicy({.spread_choices = -1}).ok());
+}
+
 }  // namespace
 }  // namespace kvserve::router

@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/beast/http.hpp"
 #include "common/net/http_client.h"
@@ -254,16 +255,18 @@ Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<i
   return r;
 }
 
-// A counter of the router's Prometheus text with one label, by that label's value:
-// kvserve_router_routed_total by worker, kvserve_router_decisions_total by reason.
-std::map<std::string, double> RouterCounter(const Endpoint& ep, const std::string& metric,
-                                            const std::string& label) {
+// A counter of the routers' Prometheus text with one label, by that label's value, summed over
+// the routers: kvserve_router_routed_total by worker, kvserve_router_decisions_total by reason.
+std::map<std::string, double> RouterCounter(const std::vector<Endpoint>& routers,
+                                            const std::string& metric, const std::string& label) {
   std::map<std::string, double> out;
-  absl::StatusOr<std::string> text = Fetch(ep, http::verb::get, "/metrics");
-  if (!text.ok()) return out;
   const std::regex re(metric + R"re(\{)re" + label + R"re(="([^"]*)"\} ([0-9.e+]+))re");
-  for (std::sregex_iterator it(text->begin(), text->end(), re), end; it != end; ++it) {
-    out[(*it)[1]] = std::stod((*it)[2]);
+  for (const Endpoint& ep : routers) {
+    absl::StatusOr<std::string> text = Fetch(ep, http::verb::get, "/metrics");
+    if (!text.ok()) continue;
+    for (std::sregex_iterator it(text->begin(), text->end(), re), end; it != end; ++it) {
+      out[(*it)[1]] += std::stod((*it)[2]);
+    }
   }
   return out;
 }
@@ -434,9 +437,12 @@ json Summarize(const ServingOptions& o, const std::vector<Result>& results, doub
 
 absl::StatusOr<json> RunServing(const ServingOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
-  absl::StatusOr<Endpoint> ep = ParseUrl(o.url);
-  if (!ep.ok()) return ep.status();
-  absl::StatusOr<std::string> model = ServedModel(o, *ep);
+  std::vector<Endpoint> routers;
+  for (absl::string_view url : absl::StrSplit(o.url, ',')) {
+    ASSIGN_OR_RETURN(Endpoint ep, ParseUrl(std::string(url)));
+    routers.push_back(std::move(ep));
+  }
+  absl::StatusOr<std::string> model = ServedModel(o, routers[0]);
   if (!model.ok()) return model.status();
   int64_t ideal_hit = 0, ideal_prompt = 0;
   std::vector<Session> sessions;
@@ -445,8 +451,8 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   } else {
     sessions = MakeWorkload(o, &ideal_hit, &ideal_prompt);
   }
-  const auto routed_before = RouterCounter(*ep, "kvserve_router_routed_total", "worker");
-  const auto reasons_before = RouterCounter(*ep, "kvserve_router_decisions_total", "reason");
+  const auto routed_before = RouterCounter(routers, "kvserve_router_routed_total", "worker");
+  const auto reasons_before = RouterCounter(routers, "kvserve_router_decisions_total", "reason");
 
   ResultLog log;
   Gate gate(o.max_concurrency);
@@ -455,7 +461,9 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
   const auto start = Clock::now();
   auto next = start;
-  for (const Session& session : sessions) {
+  for (size_t k = 0; k < sessions.size(); ++k) {
+    const Session& session = sessions[k];
+    const Endpoint& ep = routers[k % routers.size()];
     if (o.dataset == "trace") {
       std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                                 std::chrono::duration<double>(session[0].at_s)));
@@ -465,12 +473,12 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
       std::this_thread::sleep_until(next);
     }
     threads.emplace_back(
-        [&, session] { RunSession(*ep, *model, o.text_prompts, session, gate, log); });
+        [&, session] { RunSession(ep, *model, o.text_prompts, session, gate, log); });
   }
   for (std::thread& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto routed_after = RouterCounter(*ep, "kvserve_router_routed_total", "worker");
-  const auto reasons_after = RouterCounter(*ep, "kvserve_router_decisions_total", "reason");
+  const auto routed_after = RouterCounter(routers, "kvserve_router_routed_total", "worker");
+  const auto reasons_after = RouterCounter(routers, "kvserve_router_decisions_total", "reason");
 
   json report = Summarize(o, log.Take(), duration);
   report["dataset"] = o.dataset;

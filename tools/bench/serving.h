@@ -37,6 +37,8 @@
 namespace kvserve::bench {
 
 struct ServingOptions {
+  // The router, or several comma-separated (router replicas): sessions go to each in turn, as a
+  // round-robin balancer sends them, and the routers' counters are summed.
   std::string url = "http://127.0.0.1:8000";
   std::string model;  // empty: the first of GET /v1/models
   std::string dataset = "random";

@@ -158,12 +158,15 @@ class Simulation {
 
   absl::Status Init() {
     replicas_.resize(o_.replicas);
-    for (Replica& r : replicas_) {
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      Replica& r = replicas_[i];
       r.books.resize(o_.workers);
       if (o_.routing.policy == "greedy") {
         r.policy = std::make_unique<GreedyPolicy>(o_.routing.new_fraction, &r.books);
       } else {
-        ASSIGN_OR_RETURN(r.policy, router::MakeRoutingPolicy(o_.routing));
+        router::RoutingConfig c = o_.routing;
+        c.seed = i + 1;  // the same draws every run
+        ASSIGN_OR_RETURN(r.policy, router::MakeRoutingPolicy(c));
       }
     }
     // The longest request a worker takes: the model's, or what its pool holds if less.
@@ -314,7 +317,10 @@ class Simulation {
                       {.hashes = hashes,
                        .prompt_tokens = static_cast<int64_t>(prompt.size()),
                        .max_tokens = out,
-                       .fetch_offers = offers});
+                       .fetch_offers = offers,
+                       // As Books::OthersPlacing finds it from the reports: every replica places.
+                       .other_replicas = o_.replicas > 1 &&
+                                         o_.replica_load == SimOptions::ReplicaLoad::kReports});
     if (!d.ok()) {
       ++errors_[std::string(d.status().message())];
       return;

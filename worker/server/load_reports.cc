@@ -4,7 +4,7 @@
 
 namespace kvserve::worker {
 
-void LoadReports::Took(const std::string& router_id, uint64_t placement) {
+void LoadReports::Took(const std::string& router_id, uint64_t placement, int64_t now_ms) {
   if (router_id.empty() || placement == 0) return;
   auto it = seen_.find(router_id);
   if (it == seen_.end()) {
@@ -16,7 +16,7 @@ void LoadReports::Took(const std::string& router_id, uint64_t placement) {
     it = seen_.emplace(router_id, Seen{}).first;
   }
   if (placement <= it->second.placement) return;
-  it->second = {.placement = placement, .heard = ++took_};
+  it->second = {.placement = placement, .heard = ++took_, .at_ms = now_ms};
 }
 
 bool LoadReports::Changed(const Engine::Load& load) const {
@@ -35,6 +35,7 @@ void LoadReports::Fill(const Engine::Load& load, kvserve::v1::LoadReport* out) {
     kvserve::v1::PlacementsSeen* s = out->add_seen();
     s->set_router_id(router_id);
     s->set_placement(seen.placement);
+    s->set_at_ms(seen.at_ms);
   }
   last_ = load;
   reported_ = took_;

@@ -2,7 +2,7 @@
 // "Multi-replica routers"): the engine's load, and per router replica the last placement the
 // worker took from it, so that each replica adds to the report only what it placed since.
 //
-//   reports.Took(req.router_id(), req.placement());       // every GenerateRequest
+//   reports.Took(req.router_id(), req.placement(), NowMs());  // every GenerateRequest
 //   if (reports.Changed(engine.load())) PublishStatus();  // every --load-report-interval
 //   reports.Fill(engine.load(), status.mutable_load_report());
 //
@@ -28,7 +28,7 @@ class LoadReports {
   // A GenerateRequest numbered `placement` by replica `router_id` arrived (taken or refused:
   // either way the next report holds all it will of it). Unnumbered ones (empty id, or 0) are
   // not recorded; a number at or below the last one's changes nothing.
-  void Took(const std::string& router_id, uint64_t placement);
+  void Took(const std::string& router_id, uint64_t placement, int64_t now_ms);
   // Whether `load` or the placements seen differ from the last report filled.
   [[nodiscard]] bool Changed(const Engine::Load& load) const;
   // Writes the report of `load` and the placements seen; remembers it as the last.
@@ -38,6 +38,7 @@ class LoadReports {
   struct Seen {
     uint64_t placement = 0;
     uint64_t heard = 0;  // took_'s value when it last advanced
+    int64_t at_ms = 0;   // and the wall clock then
   };
   absl::flat_hash_map<std::string, Seen> seen_;
   uint64_t took_ = 0;         // placements recorded so far

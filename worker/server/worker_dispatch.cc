@@ -112,7 +112,7 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
 
 void WorkerServer::HandleGenerate(const std::string& identity, const pb::GenerateRequest& req) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  load_reports_.Took(req.router_id(), req.placement());
+  load_reports_.Took(req.router_id(), req.placement(), NowMs());
   if (drain_->draining()) {
     SendError(
         identity, req.request_id(),

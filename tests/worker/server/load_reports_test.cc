@@ -19,12 +19,12 @@ uint64_t SeenFor(const pb::LoadReport& r, const std::string& router_id) {
 
 TEST(LoadReportsTest, ReportsTheLoadAndTheLastPlacementPerReplica) {
   LoadReports reports;
-  reports.Took("a/1", 1);
-  reports.Took("a/1", 3);
-  reports.Took("a/1", 2);  // late or replayed: the report already counts it
-  reports.Took("b/7", 5);
-  reports.Took("", 9);     // unnumbered: an older router, or the worker's own front
-  reports.Took("c/2", 0);
+  reports.Took("a/1", 1, 1000);
+  reports.Took("a/1", 3, 2000);
+  reports.Took("a/1", 2, 3000);  // late or replayed: the report already counts it
+  reports.Took("b/7", 5, 1000);
+  reports.Took("", 9, 1000);     // unnumbered: an older router, or the worker's own front
+  reports.Took("c/2", 0, 1000);
   const Engine::Load load{
       .prefill_tokens = 300, .decode_seqs = 4, .reserved_blocks = 20, .requests = 5, .waiting = 1};
   pb::WorkerStatus st;
@@ -41,6 +41,9 @@ TEST(LoadReportsTest, ReportsTheLoadAndTheLastPlacementPerReplica) {
   EXPECT_EQ(r.seen_size(), 2);
   EXPECT_EQ(SeenFor(r, "a/1"), 3u);
   EXPECT_EQ(SeenFor(r, "b/7"), 5u);
+  for (const pb::PlacementsSeen& seen : r.seen()) {
+    EXPECT_EQ(seen.at_ms(), seen.router_id() == "a/1" ? 2000 : 1000);  // when it last advanced
+  }
 }
 
 TEST(LoadReportsTest, ChangedWhenTheLoadOrThePlacementsSeenMoved) {
@@ -50,7 +53,7 @@ TEST(LoadReportsTest, ChangedWhenTheLoadOrThePlacementsSeenMoved) {
   pb::LoadReport r;
   reports.Fill(idle, &r);
   EXPECT_FALSE(reports.Changed(idle));
-  reports.Took("a/1", 1);
+  reports.Took("a/1", 1, 1000);
   EXPECT_TRUE(reports.Changed(idle));  // a placement refused at once changes no load
   reports.Fill(idle, &r);
   EXPECT_FALSE(reports.Changed(idle));
@@ -59,15 +62,17 @@ TEST(LoadReportsTest, ChangedWhenTheLoadOrThePlacementsSeenMoved) {
   EXPECT_TRUE(reports.Changed({.reserved_blocks = 1}));
   EXPECT_TRUE(reports.Changed({.requests = 1}));
   EXPECT_TRUE(reports.Changed({.waiting = 1}));
-  reports.Took("a/1", 1);  // not past the last: nothing new
+  reports.Took("a/1", 1, 1000);  // not past the last: nothing new
   EXPECT_FALSE(reports.Changed(idle));
 }
 
 TEST(LoadReportsTest, ForgetsTheReplicaHeardFromLeastRecentlyPastTheBound) {
   LoadReports reports;
-  for (size_t i = 0; i < LoadReports::kMaxReplicas; ++i) reports.Took(absl::StrCat("r", i), 1);
-  reports.Took("r0", 2);      // r0 is heard from again: r1 is now the oldest
-  reports.Took("new", 1);     // one past the bound
+  for (size_t i = 0; i < LoadReports::kMaxReplicas; ++i) {
+    reports.Took(absl::StrCat("r", i), 1, 1000);
+  }
+  reports.Took("r0", 2, 1000);      // r0 is heard from again: r1 is now the oldest
+  reports.Took("new", 1, 1000);     // one past the bound
   pb::LoadReport r;
   reports.Fill({}, &r);
   EXPECT_EQ(static_cast<size_t>(r.seen_size()), LoadReports::kMaxReplicas);
