@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
+#include "tools/route_sim/goodput.h"
 #include "tools/route_sim/simulator.h"
 #include "tools/trace/generate.h"
 
@@ -123,6 +124,34 @@ TEST(RouteSimTest, BadOptionsAreRefusedByName) {
   EXPECT_THAT(Simulate(Sessions(), o),
               kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                          ::testing::HasSubstr("KV pool")));
+}
+
+TEST(RouteSimTest, GoodputIsTheFastestReplayWithinTheSlo) {
+  const auto trace = Sessions();
+  const Slo slo{.ttft_p99_ms = 300, .tpot_p99_ms = 100};
+  ASSERT_OK_AND_ASSIGN(Goodput g, FindGoodput(trace, Options("cost", false), slo,
+                                              {.min_speedup = 0.5, .max_speedup = 200, .steps = 5}));
+  ASSERT_GT(g.speedup, 0.5);
+  ASSERT_LT(g.speedup, 200);
+  EXPECT_EQ(g.tries.size(), 7u);  // both bounds, then the bisections
+  // The answer met the SLO; every faster try missed it; its rate is the window's at that pace.
+  for (const GoodputTry& t : g.tries) {
+    if (t.speedup > g.speedup) EXPECT_FALSE(t.met) << t.speedup;
+    if (t.speedup == g.speedup) {
+      EXPECT_TRUE(t.met);
+      EXPECT_LE(t.report["p99_ttft_ms"].get<double>(), slo.ttft_p99_ms);
+      EXPECT_EQ(t.requests_per_second, g.requests_per_second);
+    }
+  }
+  EXPECT_GT(g.requests_per_second, 0);
+  EXPECT_THAT(FindGoodput(trace, Options("cost", false), slo, {.min_speedup = 2, .max_speedup = 1}),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("0 < min < max")));
+  // Nothing meets an impossible target: no rate, one try.
+  ASSERT_OK_AND_ASSIGN(Goodput none, FindGoodput(trace, Options("cost", false),
+                                                 {.ttft_p99_ms = 0.001}, {.min_speedup = 1}));
+  EXPECT_EQ(none.speedup, 0);
+  EXPECT_EQ(none.tries.size(), 1u);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 //       --policies cost,prefix,round_robin,least_load,greedy --pooled [--instant]
 //       [--gpu h200] [--speedup 4] [--window-end-s 1200] [--json-out FILE]
 //       [--kv-fetch-gbps 1,10] [--prefill-workers 1 --disagg-gbps 10]
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "router/routing_flags.h"
+#include "tools/route_sim/goodput.h"
 #include "tools/route_sim/simulator.h"
 
 ABSL_FLAG(std::string, trace, "",
@@ -55,6 +57,14 @@ ABSL_FLAG(double, window_start_s, 0, "Replay requests from this trace second..."
 ABSL_FLAG(double, window_end_s, 1e12, "...to this one");
 ABSL_FLAG(int64_t, max_output, 0, "Cap on output lengths (0: the trace's)");
 ABSL_FLAG(std::string, json_out, "", "Write every run's report here");
+ABSL_FLAG(bool, goodput, false,
+          "Instead of one run per policy, find each policy's highest rate within the SLO "
+          "(--slo-ttft-p99-ms, --slo-tpot-p99-ms) by replaying the trace faster or slower");
+ABSL_FLAG(double, slo_ttft_p99_ms, 2000, "--goodput: the SLO's TTFT p99, milliseconds");
+ABSL_FLAG(double, slo_tpot_p99_ms, 100, "--goodput: the SLO's TPOT p99, milliseconds");
+ABSL_FLAG(double, goodput_min_speedup, 0.05, "--goodput: the slowest replay tried");
+ABSL_FLAG(double, goodput_max_speedup, 20, "--goodput: the fastest replay tried");
+ABSL_FLAG(int32_t, goodput_steps, 10, "--goodput: bisections between the two");
 ABSL_FLAG(
     std::string, kv_fetch_gbps, "",
     "Also run each policy with peer prefix fetch (router/routing/fetch_plan.h) over a link of each "
@@ -149,6 +159,56 @@ void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
   }
 }
 
+// --goodput: each policy's highest rate within the SLO, and how the first policy's compares.
+absl::Status RunGoodput(const std::vector<trace::TraceRequest>& trace, const SimOptions& base) {
+  const Slo slo{.ttft_p99_ms = absl::GetFlag(FLAGS_slo_ttft_p99_ms),
+                .tpot_p99_ms = absl::GetFlag(FLAGS_slo_tpot_p99_ms)};
+  const GoodputSearch search{.min_speedup = absl::GetFlag(FLAGS_goodput_min_speedup),
+                             .max_speedup = absl::GetFlag(FLAGS_goodput_max_speedup),
+                             .steps = absl::GetFlag(FLAGS_goodput_steps)};
+  std::cout << absl::StrFormat("goodput: TTFT p99 <= %.0f ms, TPOT p99 <= %.0f ms\n",
+                               slo.ttft_p99_ms, slo.tpot_p99_ms);
+  std::cout << absl::StrFormat("%-18s %9s %9s %9s %9s %7s %8s\n", "policy", "speedup", "req/s",
+                               "ttft_p99", "tpot_p99", "hit", "tries");
+  nlohmann::json all;
+  std::vector<std::pair<std::string, double>> rates;
+  for (absl::string_view p :
+       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty())) {
+    SimOptions o = base;
+    o.routing.policy = std::string(p);
+    ASSIGN_OR_RETURN(Goodput g, FindGoodput(trace, o, slo, search));
+    nlohmann::json tries = nlohmann::json::array();
+    nlohmann::json at;  // the report at the answer
+    for (const GoodputTry& t : g.tries) {
+      tries.push_back({{"speedup", t.speedup},
+                       {"requests_per_second", t.requests_per_second},
+                       {"met", t.met},
+                       {"p99_ttft_ms", t.report["p99_ttft_ms"]},
+                       {"p99_tpot_ms", t.report["p99_tpot_ms"]}});
+      if (t.met && t.speedup == g.speedup) at = t.report;
+    }
+    all[o.routing.policy] = {{"speedup", g.speedup},
+                             {"requests_per_second", g.requests_per_second},
+                             {"tries", tries}};
+    rates.emplace_back(o.routing.policy, g.requests_per_second);
+    std::cout << absl::StrFormat(
+        "%-18s %9.3f %9.3f %9.0f %9.1f %6.2f%% %8d\n", o.routing.policy, g.speedup,
+        g.requests_per_second, at.is_null() ? 0.0 : at["p99_ttft_ms"].get<double>(),
+        at.is_null() ? 0.0 : at["p99_tpot_ms"].get<double>(),
+        at.is_null() ? 0.0 : 100 * at["hit_rate"].get<double>(), static_cast<int>(g.tries.size()));
+  }
+  for (size_t i = 1; i < rates.size(); ++i) {
+    if (rates[i].second > 0) {
+      std::cout << absl::StrFormat("%s / %s: %.2fx\n", rates[0].first, rates[i].first,
+                                   rates[0].second / rates[i].second);
+    }
+  }
+  if (const std::string out = absl::GetFlag(FLAGS_json_out); !out.empty()) {
+    std::ofstream(out) << all.dump(2) << "\n";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   const std::string path = absl::GetFlag(FLAGS_trace);
   if (path.empty()) return absl::InvalidArgumentError("--trace FILE is required");
@@ -160,6 +220,15 @@ absl::Status Main() {
       path, trace.size(), base.workers, static_cast<long long>(base.capacity_blocks),
       base.engine.cache.block_size, base.engine.backend.sim_gpu.name, base.speedup,
       base.instant ? ", instant steps" : "");
+  if (absl::GetFlag(FLAGS_goodput)) return RunGoodput(trace, base);
+  for (const char* flag : {"slo_ttft_p99_ms", "slo_tpot_p99_ms", "goodput_min_speedup",
+                           "goodput_max_speedup", "goodput_steps"}) {
+    if (FlagChanged(flag)) {
+      std::string name = flag;
+      std::replace(name.begin(), name.end(), '_', '-');
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " is a flag of --goodput"));
+    }
+  }
   std::cout << absl::StrFormat("%-18s %8s %8s %9s %9s %9s %8s %8s %7s %7s %7s  %s\n", "policy",
                                "hit", "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50",
                                "tpot_p99", "util", "errors", "wall_s", "decisions");
