@@ -159,6 +159,37 @@ void PrintRow(const std::string& name, const nlohmann::json& r, double wall_s) {
   }
 }
 
+// --kv-fetch-gbps's rates (checked, with --kv-fetch-min-blocks).
+absl::StatusOr<std::vector<double>> FetchRates() {
+  std::vector<double> rates;
+  for (absl::string_view g :
+       absl::StrSplit(absl::GetFlag(FLAGS_kv_fetch_gbps), ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(g, &v) || !(v > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-fetch-gbps: '", std::string(g), "' is not a rate > 0"));
+    }
+    rates.push_back(v);
+  }
+  if (absl::GetFlag(FLAGS_kv_fetch_min_blocks) < 1) {
+    return absl::InvalidArgumentError("--kv-fetch-min-blocks must be >= 1");
+  }
+  return rates;
+}
+
+// The goodput search's flags would be ignored without --goodput: refused by name instead.
+absl::Status RefuseGoodputFlags() {
+  for (const char* flag : {"slo_ttft_p99_ms", "slo_tpot_p99_ms", "goodput_min_speedup",
+                           "goodput_max_speedup", "goodput_steps"}) {
+    if (FlagChanged(flag)) {
+      std::string name = flag;
+      std::replace(name.begin(), name.end(), '_', '-');
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " is a flag of --goodput"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // --goodput: each policy's highest rate within the SLO, and how the first policy's compares.
 absl::Status RunGoodput(const std::vector<trace::TraceRequest>& trace, const SimOptions& base) {
   const Slo slo{.ttft_p99_ms = absl::GetFlag(FLAGS_slo_ttft_p99_ms),
@@ -221,14 +252,7 @@ absl::Status Main() {
       base.engine.cache.block_size, base.engine.backend.sim_gpu.name, base.speedup,
       base.instant ? ", instant steps" : "");
   if (absl::GetFlag(FLAGS_goodput)) return RunGoodput(trace, base);
-  for (const char* flag : {"slo_ttft_p99_ms", "slo_tpot_p99_ms", "goodput_min_speedup",
-                           "goodput_max_speedup", "goodput_steps"}) {
-    if (FlagChanged(flag)) {
-      std::string name = flag;
-      std::replace(name.begin(), name.end(), '_', '-');
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " is a flag of --goodput"));
-    }
-  }
+  RETURN_IF_ERROR(RefuseGoodputFlags());
   std::cout << absl::StrFormat("%-18s %8s %8s %9s %9s %9s %8s %8s %7s %7s %7s  %s\n", "policy",
                                "hit", "req_max/min", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50",
                                "tpot_p99", "util", "errors", "wall_s", "decisions");
@@ -243,19 +267,7 @@ absl::Status Main() {
     all[name] = r.json;
     return absl::OkStatus();
   };
-  std::vector<double> rates;
-  for (absl::string_view g :
-       absl::StrSplit(absl::GetFlag(FLAGS_kv_fetch_gbps), ',', absl::SkipEmpty())) {
-    double v = 0;
-    if (!absl::SimpleAtod(g, &v) || !(v > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kv-fetch-gbps: '", std::string(g), "' is not a rate > 0"));
-    }
-    rates.push_back(v);
-  }
-  if (absl::GetFlag(FLAGS_kv_fetch_min_blocks) < 1) {
-    return absl::InvalidArgumentError("--kv-fetch-min-blocks must be >= 1");
-  }
+  ASSIGN_OR_RETURN(const std::vector<double> rates, FetchRates());
   for (absl::string_view p :
        absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty())) {
     SimOptions o = base;
