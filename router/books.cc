@@ -84,9 +84,12 @@ absl::flat_hash_map<int, Load> Books::LoadByWorker(const WorkerPool& pool) const
     ++l.requests;
     const int n = std::max(1, r.sampling().n());
     l.sequences += n;
-    // Counted by its worker's report already (sent, and at or below what the report saw).
+    // Counted by its worker's report already: sent, and at or below what the report saw; or an
+    // endpoint pick, which the gateway sends to the worker's own front (unnumbered), so that
+    // only the reports can count it (from the first one after it arrives).
     auto reported = seen.find(placed.worker);
-    if (reported != seen.end() && r.placement() != 0 && r.placement() <= reported->second) {
+    if (reported != seen.end() &&
+        (placed.job->pick || (r.placement() != 0 && r.placement() <= reported->second))) {
       continue;
     }
     const kvserve::v1::WorkerStatus* st = pool.status(placed.worker);
