@@ -13,7 +13,24 @@ void Books::Add(const std::string& request_id, Placed placed) {
   placed_[request_id] = std::move(placed);
 }
 
-void Books::Erase(const std::string& request_id) { placed_.erase(request_id); }
+void Books::Erase(const std::string& request_id) {
+  auto it = placed_.find(request_id);
+  if (it == placed_.end()) return;
+  const auto now = std::chrono::steady_clock::now();
+  while (!ended_.empty() && now - ended_.front().at > std::chrono::seconds(1)) ended_.pop_front();
+  const kvserve::v1::GenerateRequest& r = it->second.job->request;
+  if (r.placement() != 0) {
+    ended_.push_back(
+        {.worker = it->second.worker,
+         .placement = r.placement(),
+         .at = now,
+         .tokens = int64_t{r.prompt_token_ids_size()} + r.max_tokens(),
+         .n = std::max(1, r.sampling().n()),
+         .prefill_tokens = std::max(0, r.prompt_token_ids_size() - r.predicted_cached_tokens()),
+         .started = it->second.started});
+  }
+  placed_.erase(it);
+}
 
 std::vector<std::pair<std::string, Placed>> Books::TakeIf(
     absl::FunctionRef<bool(const Placed&)> take) {
@@ -77,6 +94,23 @@ absl::flat_hash_map<int, Load> Books::LoadByWorker(const WorkerPool& pool) const
     l.prefill_tokens = report->prefill_tokens();
     l.decode_seqs = report->decode_seqs();
     seen[w] = SeenBy(*report, router_id_);
+  }
+  // What a report made before one of this replica's requests ended still counts of it.
+  for (const Ended& e : ended_) {
+    auto reported = seen.find(e.worker);
+    if (reported == seen.end() || e.placement > reported->second ||
+        pool.heard_at(e.worker) >= e.at) {
+      continue;
+    }
+    const kvserve::v1::WorkerStatus* st = pool.status(e.worker);
+    const int bs = std::max(1, st->block_size());
+    Load& l = load[e.worker];
+    l.blocks = std::max<int64_t>(0, l.blocks - (e.tokens + bs - 1) / bs);
+    if (e.started) {
+      l.decode_seqs = std::max<int64_t>(0, l.decode_seqs - e.n);
+    } else {
+      l.prefill_tokens = std::max<int64_t>(0, l.prefill_tokens - e.prefill_tokens);
+    }
   }
   for (const auto& [id, placed] : placed_) {
     const kvserve::v1::GenerateRequest& r = placed.job->request;

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -75,6 +76,8 @@ class Books {
   // The request's entry, or null when it is not on the books (waiting, ended or never placed).
   [[nodiscard]] Placed* Find(const std::string& request_id);
   void Add(const std::string& request_id, Placed placed);
+  // Takes a request off the books (it ended, failed or was never sent). A numbered one is kept
+  // a second as ended: until its worker's next report, the last one still counts it.
   void Erase(const std::string& request_id);
   // Takes off the books every request `take` selects, and returns them (in no order).
   std::vector<std::pair<std::string, Placed>> TakeIf(absl::FunctionRef<bool(const Placed&)> take);
@@ -90,6 +93,17 @@ class Books {
  private:
   std::string router_id_;
   uint64_t placements_ = 0;  // the last number given
+  // Numbered requests that ended lately, which their worker's last report may still count.
+  struct Ended {
+    int worker;
+    uint64_t placement;
+    std::chrono::steady_clock::time_point at;
+    int64_t tokens;  // prompt + max_tokens
+    int n;
+    int64_t prefill_tokens;  // 0 once started
+    bool started;
+  };
+  std::deque<Ended> ended_;
   bool others_placing_ = false;
   std::chrono::steady_clock::time_point others_checked_;
   absl::flat_hash_map<std::string, Placed> placed_;

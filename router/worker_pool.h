@@ -76,6 +76,11 @@ class WorkerPool {
   [[nodiscard]] const kvserve::v1::WorkerStatus* status(int w) const;
   // Its latest load report (WorkerStatus.load_report), if it is in the pool and sends them.
   [[nodiscard]] const kvserve::v1::LoadReport* load_report(int w) const;
+  // When its latest heartbeat (and load report) arrived (the epoch when none has).
+  [[nodiscard]] std::chrono::steady_clock::time_point heard_at(int w) const {
+    return w >= 0 && w < size() ? workers_[w].last_heartbeat
+                                : std::chrono::steady_clock::time_point();
+  }
   // Workers added so far: indices 0 .. size() - 1, removed ones among them.
   [[nodiscard]] int size() const { return static_cast<int>(workers_.size()); }
   // The block-hash extra key the worker uses, from its heartbeat (common/kv/BLOCK_HASH.md).

@@ -87,6 +87,7 @@ struct SimWorker {
   std::vector<uint64_t> seen;
   worker::Engine::Load report;
   std::vector<uint64_t> report_seen;
+  double report_at = 0;
   // For the report.
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
 };
@@ -213,9 +214,11 @@ class Simulation {
           (steps_.empty() || next_report <= std::get<0>(steps_.top())) &&
           (deferred_.empty() || next_report <= std::get<0>(deferred_.top()))) {
         now_ = next_report;
+        std::erase_if(ended_, [&](const Ended& e) { return e.at <= now_; });  // reported now
         for (SimWorker& w : workers_) {  // every worker reports at once (a heartbeat's load)
           w.report = w.engine->load();
           w.report_seen = w.seen;
+          w.report_at = now_;
         }
         next_report += o_.report_interval_s;
         continue;
@@ -270,19 +273,36 @@ class Simulation {
                   .prefill_tokens_per_second = s.prefill_rate,
                   .prefill_only = static_cast<int>(w) < o_.prefill_workers};
       if (reports) {
-        views[w].active_blocks = s.report.reserved_blocks + unseen[w].active_blocks;
+        views[w].active_blocks =
+            std::max<int64_t>(0, s.report.reserved_blocks + unseen[w].active_blocks);
         views[w].waiting = s.report.waiting;
-        views[w].queued_prefill_tokens = s.report.prefill_tokens + unseen[w].queued_prefill;
-        views[w].decode_seqs = s.report.decode_seqs + unseen[w].decode_seqs;
+        views[w].queued_prefill_tokens =
+            std::max<int64_t>(0, s.report.prefill_tokens + unseen[w].queued_prefill);
+        views[w].decode_seqs = std::max<int64_t>(0, s.report.decode_seqs + unseen[w].decode_seqs);
       }
       views[w].eligible = !views[w].prefill_only;
     }
     return views;
   }
 
-  // What replica `r` placed that its worker's last report had not seen, per worker.
+  // What replica `r` placed that its worker's last report had not seen, per worker, less what
+  // ended since that report still counts (as Books::LoadByWorker).
   std::vector<Books> Unreported(int r) const {
     std::vector<Books> unseen(workers_.size());
+    for (const Ended& e : ended_) {
+      const Live& l = e.live;
+      if (l.replica != r || l.seq > workers_[l.worker].report_seen[r] ||
+          e.at < workers_[l.worker].report_at) {
+        continue;
+      }
+      Books& b = unseen[l.worker];
+      b.active_blocks -= l.blocks;
+      if (l.started) {
+        --b.decode_seqs;
+      } else {
+        b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
+      }
+    }
     for (const auto& [id, l] : live_) {
       if (l.replica != r || (l.seq != 0 && l.seq <= workers_[l.worker].report_seen[r])) continue;
       Books& b = unseen[l.worker];
@@ -614,10 +634,19 @@ class Simulation {
     } else {
       b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
     }
+    // Its worker's last report may still count it (Books::Erase's Ended).
+    if (l.seq != 0) ended_.push_back({.id = id, .live = l, .at = now_});
     live_.erase(it);
   }
 
   const SimOptions o_;
+  // Requests that ended since their worker's last report, which still counts them.
+  struct Ended {
+    std::string id;
+    Live live;
+    double at = 0;
+  };
+  std::vector<Ended> ended_;
   std::vector<SimWorker> workers_;
   std::vector<Replica> replicas_;
   int block_size_ = 16;

@@ -89,6 +89,8 @@ absl::StatusOr<WireRequest> RequestFromWire(const pb::GenerateRequest& req) {
   w.stream = req.stream();
   w.predicted_cached_tokens = req.predicted_cached_tokens();
   in.predicted_cached_tokens = std::max(0, req.predicted_cached_tokens());
+  w.router_id = req.router_id();
+  w.placement = req.placement();
   return w;
 }
 

@@ -27,6 +27,10 @@ struct WireRequest {
   // prediction of the prompt tokens cached here (-1 is none; compared in metrics).
   bool stream = false;
   int predicted_cached_tokens = 0;
+  // The placing router replica and its number for the request, for the load reports
+  // (load_reports.h; empty and 0: not numbered).
+  std::string router_id;
+  uint64_t placement = 0;
 };
 
 // InvalidArgument naming the field for unknown fields (in the request or any message in it) or
