@@ -94,8 +94,9 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
 // up its requests).
 TEST(RouterCoreTest, ReplicasSeeEachOthersPlacementsThroughLoadReports) {
   // Steps of 50 ms: a request of 200 tokens runs about 10 s, longer than any wait below.
-  ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(TinyWorkerArgs(
-                                   {"--device", "sim", "--sim-step-overhead-us", "50000"})));
+  ASSERT_OK_AND_ASSIGN(
+      auto w,
+      WorkerProcess::Start(TinyWorkerArgs({"--device", "sim", "--sim-step-overhead-us", "50000"})));
   auto options = [&](const std::string& id) {
     RouterOptions o;
     o.workers = {{"w0", "127.0.0.1", w->port(), w->events_port()}};
@@ -111,8 +112,8 @@ TEST(RouterCoreTest, ReplicasSeeEachOthersPlacementsThroughLoadReports) {
   std::atomic<int> errors{0};
   for (int i = 0; i < 3; ++i) {
     auto job = std::make_shared<Job>();
-    job->request = kvserve::testing::MakeRequest(absl::StrCat("r", i), std::vector<int32_t>(20, 7 + i),
-                                                 200);
+    job->request =
+        kvserve::testing::MakeRequest(absl::StrCat("r", i), std::vector<int32_t>(20, 7 + i), 200);
     job->request.mutable_sampling()->set_ignore_eos(true);
     job->on_response = [&](const pb::GenerateResponse& r) {
       if (r.has_error()) ++errors;

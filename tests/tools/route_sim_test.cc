@@ -129,8 +129,9 @@ TEST(RouteSimTest, BadOptionsAreRefusedByName) {
 TEST(RouteSimTest, GoodputIsTheFastestReplayWithinTheSlo) {
   const auto trace = Sessions();
   const Slo slo{.ttft_p99_ms = 300, .tpot_p99_ms = 100};
-  ASSERT_OK_AND_ASSIGN(Goodput g, FindGoodput(trace, Options("cost", false), slo,
-                                              {.min_speedup = 0.5, .max_speedup = 200, .steps = 5}));
+  ASSERT_OK_AND_ASSIGN(Goodput g,
+                       FindGoodput(trace, Options("cost", false), slo,
+                                   {.min_speedup = 0.5, .max_speedup = 200, .steps = 5}));
   ASSERT_GT(g.speedup, 0.5);
   ASSERT_LT(g.speedup, 200);
   EXPECT_EQ(g.tries.size(), 7u);  // both bounds, then the bisections

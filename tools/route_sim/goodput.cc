@@ -12,9 +12,9 @@ absl::StatusOr<Goodput> FindGoodput(const std::vector<trace::TraceRequest>& trac
                                     const SimOptions& options, const Slo& slo,
                                     const GoodputSearch& search) {
   if (!(search.min_speedup > 0) || !(search.max_speedup > search.min_speedup)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "goodput search bounds must be 0 < min < max (got ", search.min_speedup, " and ",
-        search.max_speedup, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("goodput search bounds must be 0 < min < max (got ", search.min_speedup,
+                     " and ", search.max_speedup, ")"));
   }
   if (search.steps < 1) return absl::InvalidArgumentError("goodput search steps must be >= 1");
   const std::vector<trace::TraceRequest> window =

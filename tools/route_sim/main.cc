@@ -218,9 +218,8 @@ absl::Status RunGoodput(const std::vector<trace::TraceRequest>& trace, const Sim
                        {"p99_tpot_ms", t.report["p99_tpot_ms"]}});
       if (t.met && t.speedup == g.speedup) at = t.report;
     }
-    all[o.routing.policy] = {{"speedup", g.speedup},
-                             {"requests_per_second", g.requests_per_second},
-                             {"tries", tries}};
+    all[o.routing.policy] = {
+        {"speedup", g.speedup}, {"requests_per_second", g.requests_per_second}, {"tries", tries}};
     rates.emplace_back(o.routing.policy, g.requests_per_second);
     std::cout << absl::StrFormat(
         "%-18s %9.3f %9.3f %9.0f %9.1f %6.2f%% %8d\n", o.routing.policy, g.speedup,

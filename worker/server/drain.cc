@@ -57,7 +57,7 @@ absl::Status Drain::RevokeGrant(const std::string& by, Clock::time_point now) {
   LOG(INFO) << "recycle grant revoked by " << by;
   grant_.reset();
   recycle_ = false;
-  recycle_asked_ = false;  // ask again later
+  recycle_asked_ = false;         // ask again later
   if (!stop_) draining_ = false;  // a SIGTERM came meanwhile: keep stopping
   return absl::OkStatus();
 }

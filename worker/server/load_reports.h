@@ -41,8 +41,8 @@ class LoadReports {
     int64_t at_ms = 0;   // and the wall clock then
   };
   absl::flat_hash_map<std::string, Seen> seen_;
-  uint64_t took_ = 0;         // placements recorded so far
-  uint64_t reported_ = 0;     // took_ at the last report
+  uint64_t took_ = 0;      // placements recorded so far
+  uint64_t reported_ = 0;  // took_ at the last report
   Engine::Load last_;
 };
 

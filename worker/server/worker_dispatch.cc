@@ -83,10 +83,11 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
     routes_.erase(it);
     metrics_->CountRequestEnd("abort");
   } else if (m.type == "KvExportRequest" || m.type == "KvChunk") {
-    kv_transfers_->OnMessage(m, drain_->draining() ? &drain_->reason() : nullptr, [&](const std::string& id) {
-      KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread
-      return routes_.contains(id);
-    });
+    kv_transfers_->OnMessage(m, drain_->draining() ? &drain_->reason() : nullptr,
+                             [&](const std::string& id) {
+                               KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread
+                               return routes_.contains(id);
+                             });
   } else if (m.type == "KvLinkOpen" || m.type == "KvLinkClose") {
     kv_links_->OnMessage(m);
   } else if (m.type == "Control") {

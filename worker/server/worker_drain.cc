@@ -63,7 +63,7 @@ absl::Status WorkerServer::HoldGrant(const pb::Control& c) {
   }
   if (drain_->draining()) return absl::OkStatus();  // a second replica's grant for the slot: held
   drain_->HoldGrant(NowMs(), c.coordinator_id(), c.reason().empty() ? "recycle" : c.reason(),
-                   Clock::now());
+                    Clock::now());
   PublishState();
   return absl::OkStatus();
 }

@@ -91,8 +91,8 @@ void WorkerServer::UpdateMetrics(bool refresh_kv_usage) {
     metrics_->UpdateVllmEvents(vllm->published(), vllm->dropped());
   }
   metrics_->UpdateReplies(replies_->waiting(), replies_->waited(), replies_->dropped());
-  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens, drain_->draining(),
-                   Seconds(Clock::now() - started_), kv_events_->seq());
+  metrics_->Update(engine_->stats(), kv_usage_.allocated_slots, kv_usage_.used_tokens,
+                   drain_->draining(), Seconds(Clock::now() - started_), kv_events_->seq());
 }
 
 }  // namespace kvserve::worker

@@ -24,9 +24,10 @@
 //
 // The methods live by job: worker_server.cc (construction, the loop), worker_dispatch.cc
 // (requests in, replies out), worker_liveness.cc (heartbeats, metrics), worker_drain.cc
-// (control, drain, recycle: the states are drain.h's). Parts of their own, with their own state: the KV events
-// (kv_event_feed.h), the device-to-device links (kv_link_table.h), the layer streams over them
-// (layer_streams.h) and the transfers' messages (kv_transfers.h). wire.h converts the messages.
+// (control, drain, recycle: the states are drain.h's). Parts of their own, with their own state:
+// the KV events (kv_event_feed.h), the device-to-device links (kv_link_table.h), the layer streams
+// over them (layer_streams.h) and the transfers' messages (kv_transfers.h). wire.h converts the
+// messages.
 #ifndef KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 #define KVSERVE_WORKER_SERVER_WORKER_SERVER_H_
 

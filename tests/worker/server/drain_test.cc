@@ -10,8 +10,8 @@ namespace {
 
 namespace pb = ::kvserve::v1;
 using Clock = Drain::Clock;
-using std::chrono::milliseconds;
 using ::kvserve::testing::StatusIs;
+using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout{5000}, kHold{1000}, kGrace{200};
 

@@ -23,7 +23,7 @@ TEST(LoadReportsTest, ReportsTheLoadAndTheLastPlacementPerReplica) {
   reports.Took("a/1", 3, 2000);
   reports.Took("a/1", 2, 3000);  // late or replayed: the report already counts it
   reports.Took("b/7", 5, 1000);
-  reports.Took("", 9, 1000);     // unnumbered: an older router, or the worker's own front
+  reports.Took("", 9, 1000);  // unnumbered: an older router, or the worker's own front
   reports.Took("c/2", 0, 1000);
   const Engine::Load load{
       .prefill_tokens = 300, .decode_seqs = 4, .reserved_blocks = 20, .requests = 5, .waiting = 1};
@@ -71,8 +71,8 @@ TEST(LoadReportsTest, ForgetsTheReplicaHeardFromLeastRecentlyPastTheBound) {
   for (size_t i = 0; i < LoadReports::kMaxReplicas; ++i) {
     reports.Took(absl::StrCat("r", i), 1, 1000);
   }
-  reports.Took("r0", 2, 1000);      // r0 is heard from again: r1 is now the oldest
-  reports.Took("new", 1, 1000);     // one past the bound
+  reports.Took("r0", 2, 1000);   // r0 is heard from again: r1 is now the oldest
+  reports.Took("new", 1, 1000);  // one past the bound
   pb::LoadReport r;
   reports.Fill({}, &r);
   EXPECT_EQ(static_cast<size_t>(r.seen_size()), LoadReports::kMaxReplicas);

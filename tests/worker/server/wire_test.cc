@@ -54,7 +54,8 @@ std::string Describe(const WireRequest& w) {
       " allowed=", absl::StrJoin(s.allowed_token_ids, ","),
       " prompt_logprobs=", s.prompt_logprobs ? absl::StrCat(*s.prompt_logprobs) : "-",
       " given=", absl::StrJoin(s.logprob_token_ids, ","), " stream=", w.stream,
-      " predicted=", w.predicted_cached_tokens, " router=", w.router_id, " placement=", w.placement);
+      " predicted=", w.predicted_cached_tokens, " router=", w.router_id,
+      " placement=", w.placement);
 }
 
 // Sets `f` of `m` to a value unlike its present one: numbers + 2, booleans flipped, strings
