@@ -95,6 +95,16 @@ struct SimWorker {
 // What one router replica's books hold of one worker: its own placements only.
 struct Books {
   int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
+  // Counts (sign 1) or uncounts (-1) request `l` as it stands: a decode row once started, its
+  // uncached prompt before.
+  void Count(const Live& l, int sign) {
+    active_blocks += sign * l.blocks;
+    if (l.started) {
+      decode_seqs += sign;
+    } else {
+      queued_prefill += sign * (l.prompt_tokens - l.predicted_cached);
+    }
+  }
 };
 
 // The bound: the longest cached prefix wins (ties to fewer requests in flight); a prompt
@@ -295,23 +305,11 @@ class Simulation {
           e.at < workers_[l.worker].report_at) {
         continue;
       }
-      Books& b = unseen[l.worker];
-      b.active_blocks -= l.blocks;
-      if (l.started) {
-        --b.decode_seqs;
-      } else {
-        b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
-      }
+      unseen[l.worker].Count(l, -1);
     }
     for (const auto& [id, l] : live_) {
       if (l.replica != r || (l.seq != 0 && l.seq <= workers_[l.worker].report_seen[r])) continue;
-      Books& b = unseen[l.worker];
-      b.active_blocks += l.blocks;
-      if (l.started) {
-        ++b.decode_seqs;
-      } else {
-        b.queued_prefill += l.prompt_tokens - l.predicted_cached;
-      }
+      unseen[l.worker].Count(l, 1);
     }
     return unseen;
   }
@@ -371,8 +369,7 @@ class Simulation {
       l.predicted_cached = int64_t{plan->first_block + p.fetch_blocks} * block_size_;
     }
     rep.index.RecordRouted(d->worker, hashes, t);
-    rep.books[d->worker].active_blocks += l.blocks;
-    rep.books[d->worker].queued_prefill += l.prompt_tokens - l.predicted_cached;
+    rep.books[d->worker].Count(l, 1);
     live_[id] = l;
     if (phase) {
       // Admitted once the phase ended (PrefillEnded), or its stream did.
@@ -430,8 +427,7 @@ class Simulation {
                .blocks = l.prompt_tokens / block_size_ + 1,
                .prefill_phase = true};
     rep.index.RecordRouted(d->worker, p.hashes, t);
-    rep.books[d->worker].active_blocks += phase.blocks;
-    rep.books[d->worker].queued_prefill += phase.prompt_tokens - phase.predicted_cached;
+    rep.books[d->worker].Count(phase, 1);
     live_[id] = phase;
     p.fetch_first = first;
     l.disaggregated = true;
@@ -627,13 +623,7 @@ class Simulation {
     auto it = live_.find(id);
     if (it == live_.end()) return;
     const Live& l = it->second;
-    Books& b = replicas_[l.replica].books[l.worker];
-    b.active_blocks -= l.blocks;
-    if (l.started) {
-      --b.decode_seqs;
-    } else {
-      b.queued_prefill -= l.prompt_tokens - l.predicted_cached;
-    }
+    replicas_[l.replica].books[l.worker].Count(l, -1);
     // Its worker's last report may still count it (Books::Erase's Ended).
     if (l.seq != 0) ended_.push_back({.id = id, .live = l, .at = now_});
     live_.erase(it);
