@@ -18,6 +18,8 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/policies/factory.h"
 #include "router/routing/prefix_index.h"
+#include "tools/route_sim/event_buffer.h"
+#include "tools/route_sim/greedy_policy.h"
 #include "worker/engine.h"
 
 namespace kvserve::route_sim {
@@ -26,36 +28,6 @@ namespace {
 namespace pb = ::kvserve::v1;
 using json = nlohmann::json;
 using router::WorkerView;
-
-// A worker's KV events, batched per step as the worker server batches them per loop turn.
-class EventBuffer : public worker::KvEventListener {
- public:
-  void OnKvEvent(const BlockHash& hash, bool stored, worker::Medium medium,
-                 const worker::BlockContent* /*content*/) override {
-    pb::KvEvent* e = batch_.add_events();
-    const pb::Medium m = medium == worker::Medium::kHost ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE;
-    if (stored) {
-      e->mutable_stored()->add_block_hashes(hash.ToBytes());
-      e->mutable_stored()->set_medium(m);
-    } else {
-      e->mutable_removed()->add_block_hashes(hash.ToBytes());
-      e->mutable_removed()->set_medium(m);
-    }
-  }
-  // The events since the last call as the next batch of instance `instance`; none: empty.
-  std::optional<pb::KvEventBatch> Take(uint64_t instance) {
-    if (batch_.events_size() == 0) return std::nullopt;
-    pb::KvEventBatch out = std::move(batch_);
-    batch_.Clear();
-    out.set_instance_id(instance);
-    out.set_seq(++seq_);
-    return out;
-  }
-
- private:
-  pb::KvEventBatch batch_;
-  uint64_t seq_ = 0;
-};
 
 // A request in flight, as the router's books hold it.
 struct Live {
@@ -107,45 +79,6 @@ struct Books {
   }
 };
 
-// The bound: the longest cached prefix wins (ties to fewer requests in flight); a prompt
-// cached nowhere beyond new_fraction goes to the worker with the fewest requests in flight.
-// Load is otherwise ignored.
-class GreedyPolicy : public router::RoutingPolicy {
- public:
-  GreedyPolicy(double new_fraction, const std::vector<Books>* books)
-      : new_fraction_(new_fraction), books_(books) {}
-  router::Decision Pick(const std::vector<const WorkerView*>& eligible,
-                        const router::PrefixIndex& index,
-                        const router::RouteRequest& request) override {
-    const size_t first = next_++ % eligible.size();
-    std::vector<int> match(eligible.size());
-    int best_match = 0;
-    for (size_t i = 0; i < eligible.size(); ++i) {
-      match[i] = index.LongestPrefix(eligible[i]->id, request.hashes).total();
-      best_match = std::max(best_match, match[i]);
-    }
-    const bool is_new = static_cast<double>(best_match) * eligible[0]->block_size <
-                        new_fraction_ * static_cast<double>(request.prompt_tokens);
-    size_t best = eligible.size();
-    for (size_t k = 0; k < eligible.size(); ++k) {
-      const size_t i = (first + k) % eligible.size();
-      const int m = is_new ? 0 : match[i];
-      const int64_t load = (*books_)[eligible[i]->id].active_blocks;
-      if (best == eligible.size() || m > (is_new ? 0 : match[best]) ||
-          (m == (is_new ? 0 : match[best]) && load < (*books_)[eligible[best]->id].active_blocks)) {
-        best = i;
-      }
-    }
-    return {.worker = eligible[best]->id,
-            .reason = is_new ? router::RouteReason::kSpread : router::RouteReason::kPrefix};
-  }
-
- private:
-  double new_fraction_;
-  const std::vector<Books>* books_;
-  uint64_t next_ = 0;
-};
-
 // One router replica: its index (fed by every worker's events, plus its own placements), its
 // policy and its books.
 struct Replica {
@@ -173,7 +106,8 @@ class Simulation {
       Replica& r = replicas_[i];
       r.books.resize(o_.workers);
       if (o_.routing.policy == "greedy") {
-        r.policy = std::make_unique<GreedyPolicy>(o_.routing.new_fraction, &r.books);
+        r.policy = std::make_unique<GreedyPolicy>(o_.routing.new_fraction,
+                                                  [&r](int w) { return r.books[w].active_blocks; });
       } else {
         router::RoutingConfig c = o_.routing;
         c.seed = i + 1;  // the same draws every run
