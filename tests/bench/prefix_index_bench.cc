@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "google/protobuf/arena.h"
 #include "router/routing/prefix_index.h"
 
 namespace kvserve::router {
@@ -71,6 +73,101 @@ void BM_ApplyEvents(benchmark::State& state) {
   state.counters["blocks_held"] = static_cast<double>(index.num_blocks(0));
 }
 BENCHMARK(BM_ApplyEvents)->Arg(16)->Arg(256);
+
+// Batches as they come off the wire: state.range(0) blocks stored per batch, each block its own
+// KvEvent (state.range(1) == 0, as workers wrote them before 2026-12-06) or one KvEvent for all
+// (1); parsed and applied, and removed again 100K blocks later, as in BM_ApplyEvents.
+void BM_ParseAndApply(benchmark::State& state) {
+  const int per_batch = static_cast<int>(state.range(0));
+  const bool grouped = state.range(1) != 0;
+  const int kHeld = 100000 / per_batch, kRing = 2 * kHeld;
+  std::mt19937_64 rng(4);
+  std::vector<std::string> stored, removed;
+  for (int i = 0; i < kRing; ++i) {
+    std::vector<BlockHash> hashes;
+    for (int j = 0; j < per_batch; ++j) hashes.push_back(RandomHash(rng));
+    for (const bool store : {true, false}) {
+      pb::KvEventBatch b;
+      if (grouped) {
+        b = Batch(hashes, store);
+      } else {
+        for (const BlockHash& h : hashes) b.MergeFrom(Batch({h}, store));
+      }
+      b.set_instance_id(1);
+      (store ? stored : removed).push_back(b.SerializeAsString());
+    }
+  }
+  PrefixIndex index;
+  index.SetCapacity(0, static_cast<size_t>(per_batch) * kRing);
+  uint64_t seq = 0;
+  int64_t step = 0;
+  pb::KvEventBatch received;
+  const auto take = [&](const std::string& wire) {
+    received.ParseFromString(wire);
+    received.set_seq(++seq);
+    benchmark::DoNotOptimize(index.ApplyEvents(0, received));
+  };
+  for (auto _ : state) {
+    take(stored[step % kRing]);
+    if (step >= kHeld) take(removed[(step - kHeld) % kRing]);
+    ++step;
+  }
+  state.SetItemsProcessed(2 * state.iterations() * per_batch);
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(stored[0].size() + removed[0].size()));
+}
+BENCHMARK(BM_ParseAndApply)->Args({8, 0})->Args({8, 1})->Args({256, 0})->Args({256, 1});
+
+// A restarted router rebuilding its index from every worker's snapshot: state.range(0) workers
+// of state.range(1) blocks each, each snapshot parsed from its wire bytes and applied (what
+// WorkerPool does as the snapshots arrive; their transfer is not counted). Issue 59's goal:
+// <= 5 s at 256 workers x 100K blocks.
+void BM_RebuildFromSnapshots(benchmark::State& state) {
+  const int workers = static_cast<int>(state.range(0));
+  const int blocks = static_cast<int>(state.range(1));
+  const bool arena_parse = state.range(2) != 0;
+  constexpr int kDistinct = 4;  // snapshots of different blocks, dealt to the workers in turn
+  std::mt19937_64 rng(5);
+  std::vector<std::string> wire(kDistinct);
+  for (std::string& w : wire) {
+    pb::KvSnapshot snap;
+    snap.set_instance_id(1);
+    snap.set_seq(1);
+    for (int i = 0; i < blocks; ++i) {
+      pb::CachedBlock* b = snap.add_blocks();
+      b->set_block_hash(RandomHash(rng).ToBytes());
+      b->set_medium(pb::MEDIUM_DEVICE);
+    }
+    w = snap.SerializeAsString();
+  }
+  size_t entries = 0;
+  for (auto _ : state) {
+    PrefixIndex index;
+    for (int w = 0; w < workers; ++w) {
+      index.SetCapacity(w, blocks);
+      google::protobuf::Arena arena;  // as WorkerPool parses them: no allocation per block
+      pb::KvSnapshot heap;
+      auto* snap =
+          arena_parse ? google::protobuf::Arena::CreateMessage<pb::KvSnapshot>(&arena) : &heap;
+      snap->ParseFromString(wire[w % kDistinct]);
+      index.ApplySnapshot(w, *snap);
+    }
+    entries = 0;
+    for (int w = 0; w < workers; ++w) entries += index.num_blocks(w);
+    state.PauseTiming();  // freeing the index is not part of the rebuild
+    index = PrefixIndex();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(entries));
+  state.counters["entries"] = static_cast<double>(entries);
+  state.counters["snapshot_MB"] = static_cast<double>(wire[0].size()) / 1e6;
+}
+BENCHMARK(BM_RebuildFromSnapshots)
+    ->Args({256, 100000, 0})
+    ->Args({256, 100000, 1})
+    ->Args({1024, 25000, 1})
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
 
 // Routing decisions: prompts of state.range(0) blocks, each looked up on each of 8 workers of
 // 100K blocks that hold its first half (as a conversation's earlier turns would be); 64

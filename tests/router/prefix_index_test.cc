@@ -160,6 +160,34 @@ TEST(PrefixIndexTest, ConfirmedEntriesAreBoundedByThePool) {
   EXPECT_EQ(index.num_blocks(0), 0u);
 }
 
+// A snapshot (the rebuild's path, decoded and prefetched apart from Set) keeps a block listed on
+// both tiers on both, skips malformed hashes, and confirms what routing had only assumed.
+TEST(PrefixIndexTest, ASnapshotKeepsBothTiersAndSkipsMalformedHashes) {
+  PrefixIndex index;
+  const auto chain = Chain(3);
+  index.RecordRouted(0, {chain[0]});
+  pb::KvSnapshot snap;
+  snap.set_instance_id(3);
+  snap.set_seq(1);
+  const auto add = [&](const std::string& hash, pb::Medium m) {
+    pb::CachedBlock* b = snap.add_blocks();
+    b->set_block_hash(hash);
+    b->set_medium(m);
+  };
+  add(chain[0].ToBytes(), pb::MEDIUM_DEVICE);
+  add(chain[0].ToBytes(), pb::MEDIUM_HOST);
+  add("short", pb::MEDIUM_DEVICE);
+  add(chain[1].ToBytes(), pb::MEDIUM_HOST);
+  index.ApplySnapshot(0, snap);
+  EXPECT_EQ(index.num_blocks(0), 2u);
+  const PrefixIndex::Match m = index.LongestPrefix(0, chain);
+  EXPECT_EQ(m.device_blocks, 1);
+  EXPECT_EQ(m.host_blocks, 1);
+  // Dropping the device copy of the first block leaves its host copy.
+  index.ApplyEvents(0, Batch(3, 2, {}, pb::MEDIUM_DEVICE, {chain[0]}));
+  EXPECT_EQ(index.LongestPrefix(0, chain).host_blocks, 2);
+}
+
 TEST(PrefixIndexTest, AssumedEntriesExpireAndAreForgottenOnFailure) {
   PrefixIndex index;
   const auto chain = Chain(4);

@@ -9,24 +9,19 @@
 #include "common/kv/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
+#include "worker/server/kv_event_batch.h"
 
 namespace kvserve::route_sim {
 
-// A worker's KV events, batched per step as the worker server batches them per loop turn.
+// A worker's KV events, batched per step as the worker server batches them per loop turn
+// (grouped the same way: kv_event_batch.h).
 class EventBuffer : public worker::KvEventListener {
  public:
   void OnKvEvent(const BlockHash& hash, bool stored, worker::Medium medium,
                  const worker::BlockContent* /*content*/) override {
-    kvserve::v1::KvEvent* e = batch_.add_events();
-    const kvserve::v1::Medium m =
-        medium == worker::Medium::kHost ? kvserve::v1::MEDIUM_HOST : kvserve::v1::MEDIUM_DEVICE;
-    if (stored) {
-      e->mutable_stored()->add_block_hashes(hash.ToBytes());
-      e->mutable_stored()->set_medium(m);
-    } else {
-      e->mutable_removed()->add_block_hashes(hash.ToBytes());
-      e->mutable_removed()->set_medium(m);
-    }
+    worker::AddBlockChange(
+        *batch_.mutable_events(), hash, stored,
+        medium == worker::Medium::kHost ? kvserve::v1::MEDIUM_HOST : kvserve::v1::MEDIUM_DEVICE);
   }
   // The events since the last call as the next batch of instance `instance`; none: empty.
   std::optional<kvserve::v1::KvEventBatch> Take(uint64_t instance) {

@@ -81,6 +81,9 @@ ABSL_FLAG(double, disagg_gbps, 10,
 ABSL_FLAG(bool, disagg_stream_layers, true,
           "Disaggregated runs: also run with layer streaming (the phase's blocks sent as its "
           "steps compute them), beside the transfer once the phase ended");
+ABSL_FLAG(bool, router_cost, false,
+          "Under each run, what one router replica's placing and KV-event taking cost on this "
+          "CPU (per request, per second, the index's size; docs/ROUTING.md)");
 
 namespace kvserve::route_sim {
 namespace {
@@ -239,6 +242,16 @@ absl::Status RunGoodput(const std::vector<trace::TraceRequest>& trace, const Sim
   return absl::OkStatus();
 }
 
+// Under a run's row: what one replica's placing and event taking cost (router_cost.h).
+void PrintRouterCost(const nlohmann::json& counts, const nlohmann::json& cpu) {
+  std::cout << absl::StrFormat(
+      "  router: placing %.1f us/request; events %.1f us/request (%.0f block events/s in %.0f "
+      "batches/s, %.2f%% of a core); index at most %lld entries\n",
+      cpu["placing_us_per_request"].get<double>(), cpu["events_us_per_request"].get<double>(),
+      counts["block_events_per_s"].get<double>(), counts["event_batches_per_s"].get<double>(),
+      100 * cpu["events_core_share"].get<double>(), counts["peak_index_entries"].get<long long>());
+}
+
 absl::Status Main() {
   const std::string path = absl::GetFlag(FLAGS_trace);
   if (path.empty()) return absl::InvalidArgumentError("--trace FILE is required");
@@ -263,6 +276,10 @@ absl::Status Main() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.json["wall_seconds"] = wall;
     PrintRow(name, r.json, wall);
+    if (absl::GetFlag(FLAGS_router_cost)) {
+      PrintRouterCost(r.json["router_cost"], r.router_cpu);
+      r.json["router_cpu"] = r.router_cpu;
+    }
     all[name] = r.json;
     return absl::OkStatus();
   };

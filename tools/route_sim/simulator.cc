@@ -20,6 +20,7 @@
 #include "router/routing/prefix_index.h"
 #include "tools/route_sim/event_buffer.h"
 #include "tools/route_sim/greedy_policy.h"
+#include "tools/route_sim/router_cost.h"
 #include "worker/engine.h"
 
 namespace kvserve::route_sim {
@@ -189,6 +190,7 @@ class Simulation {
   }
 
   json Report() const;
+  json RouterCpu() const { return cost_.Cpu(now_, o_.replicas); }
 
  private:
   double ArrivalTime(const trace::TraceRequest& r) const {
@@ -262,17 +264,22 @@ class Simulation {
     Replica& rep = replicas_[replica];
     rep.index.Expire(t);
     const std::vector<WorkerView> views = Views(rep);
-    const std::vector<router::FetchOffer> offers =
-        router::FetchOffers(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes);
-    absl::StatusOr<router::Decision> d =
-        router::Route(*rep.policy, views, rep.index,
-                      {.hashes = hashes,
-                       .prompt_tokens = static_cast<int64_t>(prompt.size()),
-                       .max_tokens = out,
-                       .fetch_offers = offers,
-                       // As Books::OthersPlacing finds it from the reports: every replica places.
-                       .other_replicas = o_.replicas > 1 &&
-                                         o_.replica_load == SimOptions::ReplicaLoad::kReports});
+    absl::StatusOr<router::Decision> d = absl::UnknownError("not placed");
+    {
+      RouterCost::Timer timer(cost_.placing_s);
+      const std::vector<router::FetchOffer> offers =
+          router::FetchOffers(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes);
+      d = router::Route(*rep.policy, views, rep.index,
+                        {.hashes = hashes,
+                         .prompt_tokens = static_cast<int64_t>(prompt.size()),
+                         .max_tokens = out,
+                         .fetch_offers = offers,
+                         // As Books::OthersPlacing finds it from the reports: every replica places.
+                         .other_replicas = o_.replicas > 1 &&
+                                           o_.replica_load == SimOptions::ReplicaLoad::kReports});
+    }
+    ++cost_.placements;
+    cost_.SeeEntries(IndexEntries(replicas_[0]));
     if (!d.ok()) {
       ++errors_[std::string(d.status().message())];
       return;
@@ -501,15 +508,35 @@ class Simulation {
     steps_.emplace(now_ + took, order_++, w);
   }
 
+  // Every replica subscribes to every worker's events: each parses the batch off the wire (as
+  // a router does) and applies it.
+  void TakeEvents(int w, const pb::KvEventBatch& batch) {
+    const std::string wire = batch.SerializeAsString();
+    for (const pb::KvEvent& e : batch.events()) {
+      cost_.block_events += e.stored().block_hashes_size() + e.removed().block_hashes_size();
+    }
+    ++cost_.event_batches;
+    for (Replica& r : replicas_) {
+      RouterCost::Timer timer(cost_.events_s);
+      pb::KvEventBatch received;
+      if (!received.ParseFromString(wire)) continue;  // our own serialization: cannot fail
+      if (r.index.ApplyEvents(w, received) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
+    }
+  }
+
+  int64_t IndexEntries(const Replica& r) const {
+    int64_t n = 0;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      n += static_cast<int64_t>(r.index.num_blocks(static_cast<int>(w)));
+    }
+    return n;
+  }
+
   void FinishStep(int w) {
     SimWorker& s = workers_[w];
     s.busy = false;
     AdvanceStreams(w);
-    if (std::optional<pb::KvEventBatch> batch = s.events.Take(w + 1)) {
-      for (Replica& r : replicas_) {  // every replica subscribes to every worker's events
-        if (r.index.ApplyEvents(w, *batch) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
-      }
-    }
+    if (std::optional<pb::KvEventBatch> batch = s.events.Take(w + 1)) TakeEvents(w, *batch);
     for (const worker::SequenceOutput& out : s.pending) {
       auto it = live_.find(out.request_id);
       if (it == live_.end()) continue;
@@ -606,6 +633,7 @@ class Simulation {
   std::vector<double> ttft_, e2e_, tpot_, disaggregated_ttft_;
   std::map<std::string, int64_t> decisions_, errors_;
   int64_t event_gaps_ = 0;
+  RouterCost cost_;
 };
 
 json Simulation::Report() const {
@@ -654,6 +682,7 @@ json Simulation::Report() const {
     r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
     r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);
   }
+  r["router_cost"] = cost_.Counts(now_);
   r["workers"] = per_worker;
   return r;
 }
@@ -681,7 +710,7 @@ absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace
   Simulation sim(options);
   RETURN_IF_ERROR(sim.Init());
   sim.Run(trace::Window(trace, options.window_start_ms, options.window_end_ms));
-  return SimReport{sim.Report()};
+  return SimReport{.json = sim.Report(), .router_cpu = sim.RouterCpu()};
 }
 
 }  // namespace kvserve::route_sim

@@ -75,9 +75,12 @@ struct SimOptions {
   bool disagg_stream_layers = false;
 };
 
-// Unchanged by the run, so side-by-side runs compare the same requests.
 struct SimReport {
+  // Unchanged by the run, so side-by-side runs compare the same requests.
   nlohmann::json json;
+  // What the replicas' placing and KV-event taking cost this CPU (router_cost.h): differs run
+  // to run.
+  nlohmann::json router_cpu;
 };
 
 // InvalidArgument for bad options (naming them); the engines' own errors (a prompt longer than

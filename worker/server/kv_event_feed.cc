@@ -2,6 +2,7 @@
 
 #include "common/net/zmq_framing.h"
 #include "glog/logging.h"
+#include "worker/server/kv_event_batch.h"
 #include "worker/server/process_clock.h"
 #include "worker/server/wire.h"
 
@@ -21,17 +22,7 @@ void KvEventFeed::OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
                                   options_.block_size, tier);
     }
   }
-  pb::KvEvent e;
-  const auto fill = [&](auto* change) {
-    change->add_block_hashes(hash.ToBytes());
-    change->set_medium(ToWire(medium));
-  };
-  if (stored) {
-    fill(e.mutable_stored());
-  } else {
-    fill(e.mutable_removed());
-  }
-  pending_.push_back(std::move(e));
+  AddBlockChange(pending_, hash, stored, ToWire(medium));
 }
 
 void KvEventFeed::Send(const google::protobuf::Message& m) {
@@ -53,18 +44,16 @@ void KvEventFeed::Publish() {
   batch.set_instance_id(options_.instance_id);
   batch.set_seq(++seq_);
   batch.set_timestamp_ms(NowMs());
-  for (auto& e : pending_) *batch.add_events() = std::move(e);
-  pending_.clear();
+  batch.mutable_events()->Swap(&pending_);
+  pending_.Clear();
   Send(batch);
 }
 
 void KvEventFeed::PublishAllCleared() {
-  pending_.clear();
+  pending_.Clear();
   vllm_pending_.clear();
   vllm_pending_.push_back({.kind = vllm_events::Event::Kind::kAllCleared});
-  pb::KvEvent e;
-  e.mutable_all_cleared();
-  pending_.push_back(std::move(e));
+  pending_.Add()->mutable_all_cleared();
   Publish();
 }
 

@@ -63,7 +63,7 @@ class KvEventFeed : public KvEventListener {
   const Options options_;
   zmq::socket_t* const pub_;
   std::unique_ptr<VllmEventPublisher> vllm_;
-  std::vector<kvserve::v1::KvEvent> pending_;
+  google::protobuf::RepeatedPtrField<kvserve::v1::KvEvent> pending_;
   std::vector<vllm_events::Event> vllm_pending_;  // the same changes, vLLM's way
   uint64_t seq_ = 0;
 };

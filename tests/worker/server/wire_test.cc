@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "tests/testing/status_matchers.h"
+#include "worker/server/kv_event_batch.h"
 
 namespace kvserve::worker {
 namespace {
@@ -209,6 +210,30 @@ TEST(WireTest, FieldsThisBuildDoesNotKnowAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("#901"), std::string::npos) << s;
   EXPECT_NE(s.message().find("sampling.#900"), std::string::npos) << s;
+}
+
+// A step's block changes travel as few events: consecutive changes of one kind on one medium
+// share an event, in order; a change of kind or medium starts the next.
+TEST(KvEventBatchTest, ConsecutiveSameChangesShareAnEventInOrder) {
+  const BlockHash a{1, 0}, b{2, 0}, c{3, 0}, d{4, 0};
+  gp::RepeatedPtrField<pb::KvEvent> events;
+  AddBlockChange(events, a, true, pb::MEDIUM_DEVICE);
+  AddBlockChange(events, b, true, pb::MEDIUM_DEVICE);
+  AddBlockChange(events, c, true, pb::MEDIUM_HOST);
+  AddBlockChange(events, a, false, pb::MEDIUM_DEVICE);
+  AddBlockChange(events, d, false, pb::MEDIUM_DEVICE);
+  AddBlockChange(events, d, true, pb::MEDIUM_DEVICE);
+  ASSERT_EQ(events.size(), 4);
+  EXPECT_EQ(events[0].stored().medium(), pb::MEDIUM_DEVICE);
+  EXPECT_EQ(absl::StrJoin(events[0].stored().block_hashes(), ","),
+            absl::StrCat(a.ToBytes(), ",", b.ToBytes()));
+  EXPECT_EQ(events[1].stored().medium(), pb::MEDIUM_HOST);
+  EXPECT_EQ(events[1].stored().block_hashes_size(), 1);
+  ASSERT_TRUE(events[2].has_removed());
+  EXPECT_EQ(absl::StrJoin(events[2].removed().block_hashes(), ","),
+            absl::StrCat(a.ToBytes(), ",", d.ToBytes()));
+  ASSERT_TRUE(events[3].has_stored());  // d stored again after its removal: a new event
+  EXPECT_EQ(events[3].stored().block_hashes(0), d.ToBytes());
 }
 
 }  // namespace
