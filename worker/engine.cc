@@ -212,8 +212,8 @@ absl::Status Engine::Validate(const RequestInput& in) const {
   }
   for (int32_t t : in.stop_token_ids) {
     if (t < 0 || t >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop token id ", t, " is outside the vocabulary"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop_token_ids: token id ", t, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
   return ValidateAdjustments(s, in.max_tokens);

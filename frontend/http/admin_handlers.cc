@@ -122,8 +122,11 @@ void HandleTokenize(const FrontContext& ctx, HttpConnection& conn, const HttpReq
   absl::StatusOr<std::vector<int>> ids =
       PromptIds(*ctx.tokenizer, r, ctx.options.normalize_prompts);
   if (!ids.ok()) return RespondStatus(conn, ids.status());
-  json body = {
-      {"tokens", *ids}, {"count", ids->size()}, {"max_model_len", ctx.options.max_model_len}};
+  // token_strs is null when not asked for, as vLLM's TokenizeResponse has it.
+  json body = {{"tokens", *ids},
+               {"count", ids->size()},
+               {"max_model_len", ctx.options.max_model_len},
+               {"token_strs", nullptr}};
   if (strs && j["return_token_strs"].get<bool>()) {
     json token_strs = json::array();
     for (int id : *ids) token_strs.push_back(ctx.tokenizer->IdToToken(id));

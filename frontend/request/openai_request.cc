@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "frontend/request/request_fields.h"
@@ -21,6 +24,7 @@ using request_fields::Bool;
 using request_fields::element;
 using request_fields::Field;
 using request_fields::Integer;
+using request_fields::LaxBool;
 using request_fields::NestedBool;
 using request_fields::NonEmptyArray;
 using request_fields::Number;
@@ -205,9 +209,15 @@ absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
   ASSIGN_OR_RETURN(int64_t n, Integer(o, "n", 1, 1, 128));
   s.set_n(static_cast<int32_t>(n));
   if (chat) {
-    ASSIGN_OR_RETURN(bool want, Bool(o, "logprobs", false));
+    // "true" as a string too: vLLM's validation coerces it (its test_top_logprobs sends it).
+    ASSIGN_OR_RETURN(bool want, LaxBool(o, "logprobs", false));
     if (want) {
-      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, 0, 20));
+      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, -1, 20));
+      if (top == -1) {
+        return Bad("top_logprobs",
+                   "-1 (every token of the vocabulary, vLLM's extension) is not served; at "
+                   "most 20");
+      }
       s.set_logprobs(static_cast<int32_t>(top));
     }
   } else if (Field(o, "logprobs")) {
@@ -279,11 +289,29 @@ absl::Status ParseLogitBias(object o, const RequestLimits& limits, ParsedRequest
     return Bad("logit_bias", absl::StrCat("has ", bias.size(), " entries; the limit is ",
                                           limits.max_token_list_ids, " (--max-token-list-ids)"));
   }
+  // Every key that is not a token id is named at once (vLLM's test_chat_logit_bias_multiple_
+  // non_integer_keys), the first 16 of them.
+  std::vector<std::string> bad_keys;
+  size_t more_bad = 0;
   for (auto [key, value] : bias) {
     int32_t id;
-    if (!absl::SimpleAtoi(Sv(key), &id) || id < 0) {
-      return Bad("logit_bias", absl::StrCat("key '", Sv(key.substr(0, 32)), "' is not a token id"));
+    if (absl::SimpleAtoi(Sv(key), &id) && id >= 0) continue;
+    if (bad_keys.size() < 16) {
+      bad_keys.push_back(absl::StrCat("'", Sv(key.substr(0, 32)), "'"));
+    } else {
+      ++more_bad;
     }
+  }
+  if (!bad_keys.empty()) {
+    const bool one = bad_keys.size() == 1 && more_bad == 0;
+    return Bad("logit_bias",
+               absl::StrCat(one ? "key " : "keys ", absl::StrJoin(bad_keys, ", "),
+                            more_bad > 0 ? absl::StrCat(" and ", more_bad, " more") : "",
+                            one ? " is not a token id" : " are not token ids"));
+  }
+  for (auto [key, value] : bias) {
+    int32_t id;
+    if (!absl::SimpleAtoi(Sv(key), &id)) continue;  // cannot happen: checked above
     double v;
     if (value.get_double().get(v) != simdjson::SUCCESS) {
       int64_t i;
@@ -428,9 +456,9 @@ absl::Status ParseEcho(object o, ParsedRequest* r) {
 }
 
 // stream_options: include_usage, and continuous_usage_stats (vLLM's: usage in every chunk;
-// include_usage then defaults to true, as in vLLM, and false with it is a 400 rather than
-// ignored); any other key is refused by name. Only with stream: true (vLLM refuses it
-// otherwise).
+// include_usage then defaults to true; with include_usage false it has no effect, as vLLM
+// defines it: no usage at all); any other key is refused by name. Only with stream: true (vLLM
+// refuses it otherwise).
 absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
   object soo;
   if (so.get_object().get(soo) != simdjson::SUCCESS) {
@@ -447,12 +475,8 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
                                                "stream_options.continuous_usage_stats", false));
   ASSIGN_OR_RETURN(bool include,
                    NestedBool(soo, "include_usage", "stream_options.include_usage", continuous));
-  if (continuous && !include) {
-    return Bad("stream_options.continuous_usage_stats",
-               "needs include_usage true (vLLM would ignore it)");
-  }
   r->include_usage = include;
-  r->continuous_usage = continuous;
+  r->continuous_usage = continuous && include;
   return absl::OkStatus();
 }
 

@@ -124,6 +124,7 @@ absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedReque
                                   {s.allowed_token_ids().begin(), s.allowed_token_ids().end()}));
   RETURN_IF_ERROR(CheckVocabulary(tok, "logprob_token_ids",
                                   {s.logprob_token_ids().begin(), s.logprob_token_ids().end()}));
+  RETURN_IF_ERROR(CheckVocabulary(tok, "stop_token_ids", r->stop_token_ids));
   s.clear_bad_words();
   const auto add_word = [&](const std::vector<int>& ids) {
     s.add_bad_words()->mutable_ids()->Add(ids.begin(), ids.end());

@@ -1,7 +1,9 @@
 #include "frontend/request/request_fields.h"
 
+#include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
@@ -58,6 +60,26 @@ absl::StatusOr<bool> NestedBool(object o, std::string_view key, std::string_view
   bool v = fallback;
   if (e && e->get_bool().get(v) != simdjson::SUCCESS) return Bad(param, "must be true or false");
   return v;
+}
+
+absl::StatusOr<bool> LaxBool(object o, std::string_view key, bool fallback) {
+  auto e = Field(o, key);
+  if (!e) return fallback;
+  bool v;
+  if (e->get_bool().get(v) == simdjson::SUCCESS) return v;
+  int64_t i;
+  if (e->get_int64().get(i) == simdjson::SUCCESS && (i == 0 || i == 1)) return i == 1;
+  std::string_view text;
+  if (e->get_string().get(text) == simdjson::SUCCESS) {
+    const std::string lower = absl::AsciiStrToLower(Sv(text));
+    for (const char* yes : {"true", "1", "yes", "on", "t", "y"}) {
+      if (lower == yes) return true;
+    }
+    for (const char* no : {"false", "0", "no", "off", "f", "n"}) {
+      if (lower == no) return false;
+    }
+  }
+  return Bad(key, "must be true or false");
 }
 
 absl::StatusOr<std::string> String(object o, std::string_view key) {

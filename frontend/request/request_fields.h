@@ -36,6 +36,9 @@ absl::StatusOr<int64_t> Integer(object o, std::string_view key, int64_t fallback
 absl::StatusOr<bool> Bool(object o, std::string_view key, bool fallback);
 absl::StatusOr<bool> NestedBool(object o, std::string_view key, std::string_view param,
                                 bool fallback);
+// A bool as vLLM's pydantic models read one (lax mode): true/false, 0/1, or the strings "true",
+// "false", "1", "0", "yes", "no", "on", "off", "t", "f", "y", "n" in any case.
+absl::StatusOr<bool> LaxBool(object o, std::string_view key, bool fallback);
 absl::StatusOr<std::string> String(object o, std::string_view key);
 // "param: is not supported by kvserve; leave it unset" and `neutral`.
 absl::Status Unserved(std::string_view param, std::string_view neutral);

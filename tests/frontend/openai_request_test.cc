@@ -209,6 +209,10 @@ TEST(OpenAiRequestTest, ParsesLogitsAdjustments) {
       {{{"logit_bias", 5}}, false, "logit_bias: must be an object"},
       {{{"logit_bias", {{"abc", 1}}}}, true, "logit_bias: key 'abc' is not a token id"},
       {{{"logit_bias", {{"-4", 1}}}}, true, "logit_bias: key '-4' is not a token id"},
+      // Every bad key named at once (vLLM's test_chat_logit_bias_multiple_non_integer_keys).
+      {{{"logit_bias", {{"bad1", 50}, {"7", 1}, {"bad2", 20}}}},
+       true,
+       "logit_bias: keys 'bad1', 'bad2' are not token ids"},
       {{{"logit_bias", {{"4", 101}}}},
        true,
        "logit_bias: the bias of token 4 must be in [-100, 100]"},

@@ -69,7 +69,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"stream", true},
         {"stream_options", {{"continuous_usage_stats", true}, {"include_usage", false}}}},
        true,
-       "stream_options.continuous_usage_stats"},
+       nullptr},
       {{{"stream", true}, {"stream_options", {{"continuous_usage_stats", "yes"}}}},
        false,
        "stream_options.continuous_usage_stats"},
@@ -131,6 +131,46 @@ TEST(OpenAiRequestTest, LogprobTokenIdsAsVllmValidatesThem) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.says)))
         << c.extra;
   }
+}
+
+// continuous_usage_stats has no effect without include_usage (vLLM: usage in no chunk), and
+// turns include_usage on when it is not given.
+TEST(OpenAiRequestTest, ContinuousUsageStatsNeedsIncludeUsageToDoAnything) {
+  auto parse = [](json options) {
+    json body = MinimalBody(true);
+    body.update({{"stream", true}, {"stream_options", options}});
+    return ParseCompletionRequest(body.dump(), true);
+  };
+  ASSERT_OK_AND_ASSIGN(ParsedRequest off,
+                       parse({{"continuous_usage_stats", true}, {"include_usage", false}}));
+  EXPECT_FALSE(off.include_usage);
+  EXPECT_FALSE(off.continuous_usage);
+  ASSERT_OK_AND_ASSIGN(ParsedRequest on, parse({{"continuous_usage_stats", true}}));
+  EXPECT_TRUE(on.include_usage);
+  EXPECT_TRUE(on.continuous_usage);
+}
+
+// Chat's logprobs as vLLM's pydantic validation reads it: "true" (a string) is true (its
+// test_top_logprobs sends that); top_logprobs -1, the whole vocabulary, is refused by name.
+TEST(OpenAiRequestTest, ChatLogprobsIsReadAsVllmReadsABool) {
+  auto parse = [](json extra) {
+    json body = MinimalBody(true);
+    body.update(extra);
+    return ParseCompletionRequest(body.dump(), true);
+  };
+  for (const json& yes : {json("true"), json("TRUE"), json("y"), json(1), json(true)}) {
+    ASSERT_OK_AND_ASSIGN(ParsedRequest r, parse({{"logprobs", yes}, {"top_logprobs", 5}}));
+    EXPECT_EQ(r.sampling.logprobs(), 5) << yes;
+  }
+  ASSERT_OK_AND_ASSIGN(ParsedRequest off, parse({{"logprobs", "false"}, {"top_logprobs", 5}}));
+  EXPECT_EQ(off.sampling.logprobs(), 0);
+  EXPECT_THAT(parse({{"logprobs", "maybe"}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs: must be true")));
+  EXPECT_THAT(parse({{"logprobs", 2}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs")));
+  EXPECT_THAT(parse({{"logprobs", "true"}, {"top_logprobs", -1}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("top_logprobs: -1 (every token of the vocabulary")));
 }
 
 TEST(OpenAiRequestTest, VllmOutputOptions) {

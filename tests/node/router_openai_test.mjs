@@ -307,6 +307,14 @@ test('errors in OpenAI shape', async () => {
     logit_bias: { 999999999: 5, 5: 1, 888888888: 2 } }),
   (e) => e.status === 400 && e.param === 'logit_bias' &&
     /token ids 888888888, 999999999 are not in the vocabulary \(128256 ids, 0 to 128255\)/.test(e.message));
+  // Keys that are not ids at all: every one named (vLLM's multiple_non_integer_keys test).
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x',
+    logit_bias: { bad1: 50, bad2: 20 } }),
+  (e) => e.status === 400 && e.param === 'logit_bias' && /'bad1', 'bad2'/.test(e.message));
+  // An out-of-vocabulary stop token id names the vocabulary's size.
+  await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x',
+    stop_token_ids: [128256] }),
+  (e) => e.status === 400 && e.param === 'stop_token_ids' && /128256 ids/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], echo: true }),
     (e) => e.status === 400 && e.param === 'echo');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 0 }),
@@ -651,7 +659,8 @@ test('tokenize and detokenize, with and without special tokens', async () => {
   const ref = await hf.encode(text, null, { addSpecialTokens: true });
   assert.deepEqual(named.tokens, ref.getIds());
   assert.deepEqual(named.token_strs, ref.getTokens());
-  assert.equal((await (await post('/tokenize', { prompt: text })).json()).token_strs, undefined);
+  // Not asked for: null, as vLLM's TokenizeResponse has it (not absent).
+  assert.strictEqual((await (await post('/tokenize', { prompt: text })).json()).token_strs, null);
   const badStrs = await post('/tokenize', { prompt: 'x', return_token_strs: 'yes' });
   assert.equal((await badStrs.json()).error.param, 'return_token_strs');
 });

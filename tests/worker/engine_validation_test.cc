@@ -52,7 +52,7 @@ TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
       {[](RequestInput& r) { r.sampling.logprobs = 50; }, absl::StatusCode::kInvalidArgument,
        "logprobs"},
       {[](RequestInput& r) { r.stop_token_ids = {4096}; }, absl::StatusCode::kInvalidArgument,
-       "stop token id 4096"},
+       "stop_token_ids: token id 4096 is outside the vocabulary [0, 1024)"},
       {[](RequestInput& r) { r.request_id = ""; }, absl::StatusCode::kInvalidArgument,
        "request_id"},
       {[](RequestInput& r) { r.priority = 3; }, absl::StatusCode::kInvalidArgument,
