@@ -481,7 +481,8 @@ absl::Status ParseStreamOptions(element so, ParsedRequest* r) {
 }
 
 // Streaming, output and routing options: stream, stream_options, ignore_eos, user, cache_salt,
-// truncate_prompt_tokens, skip_special_tokens, include_stop_str_in_output, priority.
+// truncate_prompt_tokens, truncation_side, skip_special_tokens, include_stop_str_in_output,
+// priority.
 absl::Status ParseOptions(object o, const RequestLimits& limits, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->stream, Bool(o, "stream", false));
   if (auto so = Field(o, "stream_options")) RETURN_IF_ERROR(ParseStreamOptions(*so, r));
@@ -498,6 +499,12 @@ absl::Status ParseOptions(object o, const RequestLimits& limits, ParsedRequest* 
     ASSIGN_OR_RETURN(int64_t keep, Integer(o, "truncate_prompt_tokens", 0, 1, INT32_MAX));
     r->truncate_prompt_tokens = static_cast<int>(keep);
   }
+  ASSIGN_OR_RETURN(const std::string side, String(o, "truncation_side"));
+  if (!side.empty() && side != "left" && side != "right") {
+    return Bad("truncation_side",
+               "must be \"left\" (keep the last tokens) or \"right\" (the first)");
+  }
+  r->truncate_right = side == "right";
   ASSIGN_OR_RETURN(r->skip_special_tokens, Bool(o, "skip_special_tokens", true));
   ASSIGN_OR_RETURN(r->return_tokens_as_token_ids,
                    Bool(o, "return_tokens_as_token_ids", limits.tokens_as_token_ids));

@@ -94,6 +94,9 @@ struct ParsedRequest {
   std::string user;
   std::string cache_salt;
   std::optional<int> truncate_prompt_tokens;
+  // vLLM's truncation_side: which end truncate_prompt_tokens cuts. "left" (the default) keeps
+  // the last tokens, "right" the first.
+  bool truncate_right = false;
   bool skip_special_tokens = true;          // in the returned text (vLLM's extra parameter)
   bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
   std::vector<std::string> bad_words;       // as sent; sampling.bad_words once tokenized

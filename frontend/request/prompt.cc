@@ -108,7 +108,11 @@ absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok,
     RETURN_IF_ERROR(CheckVocabulary(tok, param, {ids.begin(), ids.end()}));
   }
   if (r.truncate_prompt_tokens && static_cast<int>(ids.size()) > *r.truncate_prompt_tokens) {
-    ids.erase(ids.begin(), ids.end() - *r.truncate_prompt_tokens);
+    if (r.truncate_right) {
+      ids.resize(*r.truncate_prompt_tokens);
+    } else {
+      ids.erase(ids.begin(), ids.end() - *r.truncate_prompt_tokens);
+    }
   }
   if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(param, ": must not be empty"));
   return ids;

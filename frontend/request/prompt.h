@@ -1,6 +1,7 @@
 // A request's prompt as token ids: a chat rendered with the tokenizer's chat template, a text
 // prompt encoded, or given ids checked against the vocabulary; optionally NFC-normalized first
-// (--normalize-prompts) and truncated to its last truncate_prompt_tokens; and the ids and
+// (--normalize-prompts) and truncated to its last truncate_prompt_tokens (its first with
+// truncation_side "right"); and the ids and
 // words of the logits adjustments.
 //
 //   ASSIGN_OR_RETURN(std::vector<int> ids, PromptIds(tokenizer, request, normalize));

@@ -268,6 +268,7 @@ TEST(OpenAiRequestTest, EveryVllmFieldIsServedOrRefusedByName) {
       {"skip_special_tokens", false, true},
       {"spaces_between_special_tokens", false, true},
       {"truncate_prompt_tokens", 4, true},
+      {"truncation_side", "right", true},
       {"allowed_token_ids", {5, 6}, true},
       {"add_special_tokens", false, true},
       {"response_format", {{"type", "json_object"}}, true},

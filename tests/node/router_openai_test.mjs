@@ -141,6 +141,19 @@ test('completions: n, logprobs, usage', async () => {
   assert.deepEqual(lp.top_logprobs, lp.tokens.map((t, i) => ({ [t]: lp.token_logprobs[i] })));
 });
 
+// vLLM's truncate_prompt_tokens and truncation_side: the last N ids by default ("left"), the
+// first N with "right"; another side is refused by name.
+test('truncation_side picks the end truncate_prompt_tokens keeps', async () => {
+  const prompt = [101, 102, 103, 104, 105, 106];
+  const ask = (extra) => client.completions.create({ model: 'tiny', prompt, max_tokens: 1,
+    temperature: 0, return_token_ids: true, truncate_prompt_tokens: 2, ...extra });
+  assert.deepEqual((await ask({})).choices[0].prompt_token_ids, [105, 106]);
+  assert.deepEqual((await ask({ truncation_side: 'left' })).choices[0].prompt_token_ids, [105, 106]);
+  assert.deepEqual((await ask({ truncation_side: 'right' })).choices[0].prompt_token_ids, [101, 102]);
+  await assert.rejects(ask({ truncation_side: 'middle' }),
+    (e) => e.status === 400 && e.param === 'truncation_side');
+});
+
 // vLLM's return_token_ids: the prompt's ids (chat: at the top; completions: per choice) and
 // each choice's, whole and streamed (the prompt's in the first chunk, then each chunk's own).
 test('return_token_ids: prompt and output ids, whole and streamed', async () => {

@@ -59,7 +59,7 @@ class WorkerMetrics {
   void ObserveInterToken(double itl_s) { Observe(itl_, itl_s); }
   // A request that ran to its end: its latencies, sizes, parameters and finish reason.
   void ObserveFinished(const FinishedRequest& r);
-  // Tokens one engine step ran through the model (prefill and decode).
+  // One engine step's tokens as vLLM counts them: prompt tokens computed plus tokens generated.
   void ObserveStepTokens(int64_t tokens) {
     Observe(iteration_tokens_, static_cast<double>(tokens));
   }

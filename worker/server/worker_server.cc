@@ -216,10 +216,16 @@ absl::Status WorkerServer::StepEngine() {
   const absl::Status stepped_ok = engine_->StepInto(step_outputs_);
   // (A step that ran nothing through the model, as the sim device's wait for its step time,
   // is not an iteration.)
-  if (const int64_t ran = engine_->computed_tokens() - computed_before; ran > 0) {
-    metrics_->ObserveStepTokens(ran);
-    MeasurePrefill(engine_->computed_prompt_tokens() - prompt_before,
-                   Seconds(Clock::now() - step_start));
+  if (engine_->computed_tokens() > computed_before) {
+    // vLLM's iteration tokens: the prompt tokens the step computed and the tokens it generated
+    // (a request of P prompt tokens and N outputs counts P + N over its steps).
+    const int64_t prompt = engine_->computed_prompt_tokens() - prompt_before;
+    int64_t generated = 0;
+    for (const SequenceOutput& out : step_outputs_) {
+      generated += static_cast<int64_t>(out.new_tokens.size());
+    }
+    metrics_->ObserveStepTokens(prompt + generated);
+    MeasurePrefill(prompt, Seconds(Clock::now() - step_start));
   }
   if (!stepped_ok.ok()) {
     state_ = pb::WORKER_STATE_STOPPING;

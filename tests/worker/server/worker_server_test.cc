@@ -406,9 +406,10 @@ TEST(WorkerServerTest, MetricsLintAndAgreeWithTheEngine) {
       EXPECT_EQ(MetricValue(metrics.second, "vllm:request_generation_tokens_sum" + model), 5 * 7);
       EXPECT_EQ(MetricValue(metrics.second, "vllm:request_params_max_tokens_sum" + model), 5 * 7);
       EXPECT_EQ(MetricValue(metrics.second, "vllm:request_params_n_sum" + model), 5);
-      // Each step's tokens through the model: the prompts, then each token but the last fed back.
+      // Each step's tokens as vLLM counts them (its test_metrics: 10 requests of 9 prompt and 10
+      // output tokens sum to 190): the prompt tokens computed and the tokens generated.
       EXPECT_EQ(MetricValue(metrics.second, "vllm:iteration_tokens_total_sum" + model),
-                prompt_tokens + 5 * 6);
+                prompt_tokens + 5 * 7);
     } else {
       EXPECT_EQ(metrics.second.find("vllm:"), std::string::npos);
       EXPECT_EQ(rc, 0) << out;
