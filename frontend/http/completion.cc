@@ -13,7 +13,9 @@
 namespace kvserve::frontend {
 namespace {
 
-using json = nlohmann::json;
+// Insertion-ordered, so that a completions position's top_logprobs names the chosen token
+// first, as vLLM's (its test_return_tokens_as_token_ids reads each dict's first key).
+using json = nlohmann::ordered_json;
 namespace pb = ::kvserve::v1;
 using Clock = Completion::Clock;
 
@@ -280,13 +282,14 @@ void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, C
   // worker sent.
   const int wanted = req_.alternatives();
   const std::string token = LogprobToken(id);
-  if (req_.chat) {
-    json top = json::array();
+  if (req_.chat) {  // in the chat output's own JSON (the Responses and Messages outputs read it)
+    nlohmann::json top = nlohmann::json::array();
     for (const pb::TokenLogprob& t : p.top()) {
       if (static_cast<int>(top.size()) >= wanted) break;
       top.push_back({{"token", LogprobToken(t.token_id())}, {"logprob", t.logprob()}});
     }
-    json entry = {{"token", token}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
+    nlohmann::json entry = {
+        {"token", token}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
     c.logprobs.push_back(entry);
     d.chat_logprobs.push_back(std::move(entry));
     return;
@@ -344,7 +347,7 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
                       {"completion_tokens", completion},
                       {"total_tokens", prompt + completion}};
   }
-  conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
+  conn_->Write("data: " + OrderedJsonBody(chunk) + "\n\n", false);
 }
 
 void Completion::EndPrompt(size_t prompt, bool abort) {
@@ -377,7 +380,7 @@ void Completion::Finish() {
         {"choices", ChoicesJson()}, {"usage", Usage()}};
     // vLLM's return_token_ids: chat's one prompt at the top, completions' per choice.
     if (req_.return_token_ids && req_.chat) body["prompt_token_ids"] = prompts_[0].ids;
-    return conn_->Respond(200, JsonBody(body));
+    return conn_->Respond(200, OrderedJsonBody(body));
   }
   conn_->CountStreamed(200);
   if (req_.include_usage) {
@@ -387,7 +390,7 @@ void Completion::Finish() {
                   {"model", req_.model},
                   {"choices", json::array()},
                   {"usage", Usage()}};
-    conn_->Write("data: " + JsonBody(chunk) + "\n\n", false);
+    conn_->Write("data: " + OrderedJsonBody(chunk) + "\n\n", false);
   }
   conn_->Write("data: [DONE]\n\n", true);
 }

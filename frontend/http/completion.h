@@ -115,8 +115,10 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // in it (then a constraint holds after the block).
   void StartReasoning(const std::vector<int>& prompt);
   void AddLogprobs(Choice& c, int id, const kvserve::v1::PositionLogprobs& p, ChoiceDelta& d);
-  [[nodiscard]] nlohmann::json LegacyTop(const std::string& token,
-                                         const kvserve::v1::PositionLogprobs& p, int wanted) const;
+  // The chosen token first, then the top `wanted`.
+  [[nodiscard]] nlohmann::ordered_json LegacyTop(const std::string& token,
+                                                 const kvserve::v1::PositionLogprobs& p,
+                                                 int wanted) const;
   void SendChunk(int index, const ChoiceDelta& d, const std::string& finish);
   // Ends the prompt's job (aborting it on its worker when it still runs) and, the last one,
   // the request.
@@ -125,9 +127,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Finish();
   void FinishOutput();  // Finish, through output_
   [[nodiscard]] ApiUsage OutputUsage() const;
-  [[nodiscard]] nlohmann::json Usage() const;
-  [[nodiscard]] nlohmann::json ChoiceLogprobs(const Choice& c) const;
-  [[nodiscard]] nlohmann::json ChoicesJson() const;
+  [[nodiscard]] nlohmann::ordered_json Usage() const;
+  [[nodiscard]] nlohmann::ordered_json ChoiceLogprobs(const Choice& c) const;
+  [[nodiscard]] nlohmann::ordered_json ChoicesJson() const;
   [[nodiscard]] bool PromptDone(size_t prompt) const;
   [[nodiscard]] bool AllChoicesDone() const;
   [[nodiscard]] std::string TokenText(int id) const;

@@ -19,6 +19,10 @@ std::string JsonBody(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string OrderedJsonBody(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 OpenAiError MakeOpenAiError(int http_status, std::string_view type, std::string_view message,
                             std::string_view code, std::string_view param) {
   nlohmann::json err = {{"message", std::string(message)},

@@ -17,6 +17,8 @@ namespace kvserve::frontend {
 
 // A response body's text: compact JSON, invalid UTF-8 in strings replaced (never an exception).
 std::string JsonBody(const nlohmann::json& j);
+// The same with keys in insertion order.
+std::string OrderedJsonBody(const nlohmann::ordered_json& j);
 
 struct OpenAiError {
   int http_status = 400;

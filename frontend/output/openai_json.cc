@@ -20,14 +20,15 @@ int64_t CodePoints(std::string_view s) {
   return n;
 }
 
-void LegacyLogprobs::Add(const std::string& token, json logprob, json top, int64_t offset) {
+void LegacyLogprobs::Add(const std::string& token, nlohmann::ordered_json logprob,
+                         nlohmann::ordered_json top, int64_t offset) {
   tokens.push_back(token);
   token_logprobs.push_back(std::move(logprob));
   top_logprobs.push_back(std::move(top));
   text_offset.push_back(offset);
 }
 
-json LegacyLogprobs::ToJson() const {
+nlohmann::ordered_json LegacyLogprobs::ToJson() const {
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top_logprobs},

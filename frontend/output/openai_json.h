@@ -29,12 +29,16 @@ int64_t CodePoints(std::string_view s);
 
 // Logprobs in the completions (legacy) shape: parallel lists.
 struct LegacyLogprobs {
-  nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
-                 top_logprobs = nlohmann::json::array(), text_offset = nlohmann::json::array();
+  // Insertion-ordered: each position's top_logprobs object keeps the chosen token first.
+  nlohmann::ordered_json tokens = nlohmann::ordered_json::array(),
+                         token_logprobs = nlohmann::ordered_json::array(),
+                         top_logprobs = nlohmann::ordered_json::array(),
+                         text_offset = nlohmann::ordered_json::array();
 
-  void Add(const std::string& token, nlohmann::json logprob, nlohmann::json top, int64_t offset);
+  void Add(const std::string& token, nlohmann::ordered_json logprob, nlohmann::ordered_json top,
+           int64_t offset);
   [[nodiscard]] bool empty() const { return tokens.empty(); }
-  [[nodiscard]] nlohmann::json ToJson() const;
+  [[nodiscard]] nlohmann::ordered_json ToJson() const;
 };
 
 // null while the choice runs, else the reason.

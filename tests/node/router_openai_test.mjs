@@ -124,6 +124,13 @@ test('completions: n, logprobs, usage', async () => {
     assert.match(t, /^token_id:\d+$/);
     assert.ok(Object.keys(named.top_logprobs[i]).every((k) => /^token_id:\d+$/.test(k)));
   }
+  // Each position's top_logprobs names the chosen token first, echoed prompt tokens included
+  // (vLLM's test_return_tokens_as_token_ids compares each dict's first key with the tokens; the
+  // first prompt token has no logprobs).
+  const echoed = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache',
+    max_tokens: 4, echo: true, logprobs: 1, temperature: 0, return_tokens_as_token_ids: true });
+  const el = echoed.choices[0].logprobs;
+  assert.deepEqual(el.top_logprobs.slice(1).map((top) => Object.keys(top)[0]), el.tokens.slice(1));
   const plainIds = await client.completions.create({ model: 'tiny', prompt: 'The paged KV cache', max_tokens: 4,
     logprobs: 1, temperature: 0 });
   assert.equal(ids.choices[0].text, plainIds.choices[0].text);
