@@ -11,6 +11,7 @@
 #include "common/json_text.h"
 #include "common/string_util.h"
 #include "frontend/output/hold_back.h"
+#include "frontend/output/model_json.h"
 #include "frontend/output/reasoning.h"
 #include "nlohmann/json.hpp"
 
@@ -86,12 +87,10 @@ std::optional<ParsedToolCall> CallFrom(const Json& j, std::string_view args, boo
   if (!arguments.is_object()) return std::nullopt;
   absl::StatusOr<std::string> text = PythonJsonText(arguments.dump());
   if (!text.ok()) return std::nullopt;
-  return ParsedToolCall{CallId(), name, *std::move(text)};
+  return ParsedToolCall{CallId(), name, RestoreNumbers(*std::move(text))};
 }
 
-Json ParseJson(std::string_view text) {
-  return Json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
+Json ParseJson(std::string_view text) { return ParseModelJson(text); }
 
 // Where the JSON object starting at text[begin] ('{') ends (one past its '}'), or npos.
 size_t ObjectEnd(std::string_view text, size_t begin) {

@@ -128,6 +128,28 @@ TEST(ToolCallSplitterTest, NamedFunctionTakesTheArguments) {
   EXPECT_EQ(got.content, "{\"city\":");
 }
 
+// Numbers past a double's range are JSON (a schema's unbounded integer lets a model run on):
+// the call parses and its arguments carry the numbers as written (vLLM's required-tools test
+// saw such calls come back as content). A string that looks like a number stays a string.
+TEST(ToolCallSplitterTest, NumbersPastADoublesRangeStayAsWritten) {
+  const std::string huge(400, '9');
+  const std::string text =
+      absl::StrCat("[{\"name\": \"f\", \"parameters\": {\"days\": -", huge,
+                   ", \"x\": [1e999, 2.5E+400, 1e-999], \"s\": \"1e999 \\\" 7e999\"}}]");
+  Split got = SplitAll(ToolOutput::kRequiredArray, text, 7);
+  ASSERT_EQ(got.calls.size(), 1u) << got.content;
+  EXPECT_EQ(got.calls[0].second,
+            absl::StrCat("{\"days\": -", huge,
+                         ", \"x\": [1e999, 2.5E+400, 0.0], \"s\": \"1e999 \\\" 7e999\"}"));
+  EXPECT_EQ(got.content, "");
+  got = SplitAll(ToolOutput::kNamedArguments, absl::StrCat("{\"n\": ", huge, "}"), 5, "g");
+  ASSERT_EQ(got.calls.size(), 1u);
+  EXPECT_EQ(got.calls[0].second, absl::StrCat("{\"n\": ", huge, "}"));
+  // Not JSON for another reason: still content.
+  got = SplitAll(ToolOutput::kNamedArguments, absl::StrCat("{\"n\": ", huge, ",}"), 5, "g");
+  EXPECT_TRUE(got.calls.empty());
+}
+
 TEST(ToolCallSplitterTest, HermesStreamsContentBeforeTheCall) {
   ToolCallSplitter s(ToolOutput::kHermes, "");
   EXPECT_EQ(s.Append("Sure. <tool").content, "Sure. ");  // "<tool" may open a call
