@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
@@ -161,6 +162,27 @@ class MessageBuilder {
   }
 };
 
+// A final assistant turn is a prefill: the answer continues its text (the Messages API's rule;
+// chat's continue_final_message). Empty, it asks for nothing; as Anthropic's API, its text may
+// not end in whitespace, and it cannot hold tool calls.
+absl::Status ContinueFinalTurn(json& messages, const std::string& param, json& chat) {
+  json& turn = messages.back();
+  if (turn.contains("tool_calls")) {
+    return BadParam(param + ".content", "a final assistant turn is continued: it takes text alone");
+  }
+  const std::string text = turn.value("content", "");
+  if (text.empty()) {
+    messages.erase(messages.size() - 1);
+    return absl::OkStatus();
+  }
+  if (absl::ascii_isspace(static_cast<unsigned char>(text.back()))) {
+    return BadParam(param + ".content", "a final assistant turn may not end in whitespace");
+  }
+  chat["continue_final_message"] = true;
+  chat["add_generation_prompt"] = false;
+  return absl::OkStatus();
+}
+
 absl::Status TranslateMessages(const json& o, const RequestLimits& limits, json& chat,
                                MessagesRequest& r) {
   MessageBuilder in;
@@ -174,6 +196,11 @@ absl::Status TranslateMessages(const json& o, const RequestLimits& limits, json&
   }
   RETURN_IF_ERROR(CheckMessageCount(*messages, "messages", "messages", limits.max_messages));
   for (size_t i = 0; i < messages->size(); ++i) RETURN_IF_ERROR(in.Add((*messages)[i], i));
+  const json* last_role = Field(messages->back(), "role");
+  if (last_role != nullptr && *last_role == "assistant") {
+    RETURN_IF_ERROR(
+        ContinueFinalTurn(in.messages, absl::StrCat("messages[", messages->size() - 1, "]"), chat));
+  }
   chat["messages"] = std::move(in.messages);
   r.message_origin = std::move(in.origin);
   return absl::OkStatus();
@@ -204,6 +231,54 @@ absl::Status TranslateToolUse(const json& o, json& chat) {
     }
     chat["parallel_tool_calls"] = !single->get<bool>();
   }
+  return absl::OkStatus();
+}
+
+// Anthropic's ranges, narrower than chat's: temperature and top_p in [0, 1].
+absl::Status CheckRanges(const json& o) {
+  for (const char* key : {"temperature", "top_p"}) {
+    const json* v = Field(o, key);
+    if (v != nullptr && v->is_number() && !(v->get<double>() >= 0 && v->get<double>() <= 1)) {
+      return BadParam(
+          key, absl::StrCat("must be in [0, 1] (the Messages API's range), got ", v->dump()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Structured outputs: output_config.format, or the beta's top-level output_format, {"type":
+// "json_schema", "schema"} as chat's response_format (the constraint engine holds the text to
+// the schema). output_config's other keys are not served. Sets r.format_param to the one given.
+absl::Status TranslateOutputFormat(const json& o, json& chat, MessagesRequest& r) {
+  const json* format = nullptr;
+  if (const json* config = Field(o, "output_config")) {
+    if (!config->is_object()) return BadParam("output_config", "must be an object");
+    for (const auto& [key, value] : config->items()) {
+      if (key != "format" && !value.is_null()) {
+        return BadParam("output_config." + key, "is not served; leave it unset");
+      }
+    }
+    format = Field(*config, "format");
+    r.format_param = "output_config.format";
+  }
+  if (const json* beta = Field(o, "output_format")) {
+    if (format != nullptr) {
+      return BadParam("output_format", "give output_config.format or output_format, not both");
+    }
+    format = beta;
+    r.format_param = "output_format";
+  }
+  if (format == nullptr) return absl::OkStatus();
+  const json* type = Field(*format, "type");
+  if (type == nullptr || *type != "json_schema") {
+    return BadParam(r.format_param + ".type", "must be \"json_schema\"");
+  }
+  const json* schema = Field(*format, "schema");
+  if (schema == nullptr || !schema->is_object()) {
+    return BadParam(r.format_param + ".schema", "must be a JSON schema (an object)");
+  }
+  chat["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
   return absl::OkStatus();
 }
 
@@ -249,16 +324,21 @@ absl::StatusOr<MessagesRequest> TranslateMessagesRequest(std::string_view body,
   PassThrough(o, {"max_tokens"}, chat);
   RETURN_IF_ERROR(TranslateMessages(o, limits, chat, r));
   RETURN_IF_ERROR(TranslateToolUse(o, chat));
+  RETURN_IF_ERROR(CheckRanges(o));
+  RETURN_IF_ERROR(TranslateOutputFormat(o, chat, r));
   RETURN_IF_ERROR(TranslateRest(o, counting, chat));
   r.chat_body = chat.dump();
   return r;
 }
 
 std::string RenameMessagesParam(std::string_view message, const MessagesRequest& r) {
+  const std::string schema = r.format_param + ".schema";
   return RenameChatParam(message, r.message_origin, "messages",
                          {{"stop", "stop_sequences"},
                           {"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"},
-                          {"user", "metadata.user_id"}},
+                          {"user", "metadata.user_id"},
+                          {"response_format.json_schema.schema", schema},
+                          {"response_format", r.format_param}},
                          "input_schema");
 }
 

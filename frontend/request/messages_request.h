@@ -25,6 +25,8 @@ struct MessagesRequest {
   std::string chat_body;  // the /v1/chat/completions body that asks the same
   // Per message of chat_body, the Messages parameter it came from ("system", "messages[2]").
   std::vector<std::string> message_origin;
+  // Where a structured output's schema came from: "output_config.format" or "output_format".
+  std::string format_param = "output_config.format";
 };
 
 // InvalidArgument "param: what is wrong" for a bad or unserved field. `counting`: a

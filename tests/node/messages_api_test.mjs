@@ -13,8 +13,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
+import { zodOutputFormat } from '@anthropic-ai/sdk/helpers/zod';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
+import * as z from 'zod/v4';
 
 import { makeModel, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
@@ -121,6 +123,56 @@ test('tools: any and a named tool give valid tool_use blocks, streamed and not, 
     }
   }
   assert.ok(called >= 2, `only ${called} of 4 messages ended with tool_use`);
+});
+
+// A final assistant message is a prefill: the answer continues it (the same tokens as chat's
+// continue_final_message), rather than opening a new assistant turn.
+test('a final assistant turn is continued', async () => {
+  const messages = [{ role: 'user', content: 'Name a colour.' }, { role: 'assistant', content: 'My favourite colour is' }];
+  const m = await client.messages.create({ model: 'tiny', max_tokens: 8, temperature: 0, messages });
+  const chat = await openai.chat.completions.create({ model: 'tiny', max_tokens: 8, temperature: 0, messages,
+    continue_final_message: true, add_generation_prompt: false });
+  const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  assert.equal(text, chat.choices[0].message.content);
+  const fresh = await openai.chat.completions.create({ model: 'tiny', max_tokens: 8, temperature: 0,
+    messages: [...messages, { role: 'user', content: 'x' }].slice(0, 1) });
+  assert.notEqual(text, fresh.choices[0].message.content);  // not a new turn
+  // As Anthropic's API: an empty final turn asks for nothing; trailing whitespace is a 400.
+  const empty = await client.messages.create({ model: 'tiny', max_tokens: 8, temperature: 0,
+    messages: [messages[0], { role: 'assistant', content: '' }] });
+  assert.equal(empty.content.map((b) => b.text).join(''), fresh.choices[0].message.content);
+  await assert.rejects(client.messages.create({ model: 'tiny', max_tokens: 8,
+    messages: [messages[0], { role: 'assistant', content: 'My colour is ' }] }),
+  (e) => e.status === 400 && /messages\[1\]\.content/.test(e.message));
+});
+
+// Structured outputs: output_config.format (what messages.parse with zodOutputFormat sends) and
+// the beta's output_format, held to the schema by the constraint engine.
+test('output_config.format and output_format: JSON that validates', async () => {
+  const Answer = z.object({ colour: z.enum(['red', 'green', 'blue']), sure: z.boolean() });
+  const parsed = await client.messages.parse({ model: 'tiny', max_tokens: 64, temperature: 1, seed: 1,
+    messages: [{ role: 'user', content: 'Pick a colour.' }], output_config: { format: zodOutputFormat(Answer) } });
+  assert.equal(parsed.stop_reason, 'end_turn');
+  assert.ok(Answer.safeParse(parsed.parsed_output).success, JSON.stringify(parsed.parsed_output));
+  const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 9 } },
+    required: ['n'], additionalProperties: false };
+  const beta = await client.messages.create({ model: 'tiny', max_tokens: 32, temperature: 1,
+    messages: [{ role: 'user', content: 'A digit.' }], output_format: { type: 'json_schema', schema } });
+  assert.equal(beta.stop_reason, 'end_turn');
+  assert.ok(new Ajv().compile(schema)(JSON.parse(beta.content[0].text)), beta.content[0].text);
+  // Errors name the Messages API's fields.
+  for (const [extra, param] of [
+    [{ output_config: { effort: 'high' } }, 'output_config.effort'],
+    [{ output_config: { format: { type: 'regex', schema } } }, 'output_config.format.type'],
+    [{ output_format: { type: 'json_schema', schema: { type: 'object', properties: { a: { type: 'nope' } } } } },
+      'output_format.schema'],
+    [{ temperature: 1.5 }, 'temperature'],
+    [{ top_p: 1.2 }, 'top_p'],
+  ]) {
+    await assert.rejects(client.messages.create({ model: 'tiny', max_tokens: 8,
+      messages: [{ role: 'user', content: 'x' }], ...extra }),
+    (e) => e.status === 400 && e.message.includes(param), JSON.stringify(extra));
+  }
 });
 
 test('the API key may come as X-Api-Key; errors are in Anthropic shape naming the field', async () => {
