@@ -59,7 +59,7 @@ void VllmEventTranslator::Store(const vllm_events::Event& e, std::vector<KvEvent
         HashBlock(parent ? &*parent : nullptr, absl::MakeConstSpan(begin, block_size_), extra_key_);
     Block& b = blocks_[e.block_hashes[i]];
     b.ours = ours;
-    (medium == kvserve::v1::MEDIUM_HOST ? b.host : b.device) = true;
+    ++(medium == kvserve::v1::MEDIUM_HOST ? b.host : b.device);
     stored->add_block_hashes(ours.ToBytes());
     parent = ours;
   }
@@ -76,14 +76,19 @@ void VllmEventTranslator::Remove(const vllm_events::Event& e, std::vector<KvEven
       ++counters_.unknown_removed;
       continue;
     }
+    ++counters_.removed;
+    int& copies = medium == kvserve::v1::MEDIUM_HOST ? it->second.host : it->second.device;
+    if (copies == 0) {
+      ++counters_.unknown_removed;  // not cached in this medium
+      continue;
+    }
+    if (--copies > 0) continue;  // another copy is still cached
     if (removed == nullptr) {
       removed = out.emplace_back().mutable_removed();
       removed->set_medium(medium);
     }
     removed->add_block_hashes(it->second.ours.ToBytes());
-    (medium == kvserve::v1::MEDIUM_HOST ? it->second.host : it->second.device) = false;
-    if (!it->second.host && !it->second.device) blocks_.erase(it);
-    ++counters_.removed;
+    if (it->second.host == 0 && it->second.device == 0) blocks_.erase(it);
   }
 }
 
@@ -96,9 +101,9 @@ void VllmEventTranslator::ClearAll(std::vector<KvEvent>& out) {
 std::vector<kvserve::v1::CachedBlock> VllmEventTranslator::Snapshot() const {
   std::vector<kvserve::v1::CachedBlock> blocks;
   for (const auto& [engine_hash, b] : blocks_) {
-    for (auto [in, medium] : {std::pair{b.device, kvserve::v1::MEDIUM_DEVICE},
-                              std::pair{b.host, kvserve::v1::MEDIUM_HOST}}) {
-      if (!in) continue;
+    for (auto [copies, medium] : {std::pair{b.device, kvserve::v1::MEDIUM_DEVICE},
+                                  std::pair{b.host, kvserve::v1::MEDIUM_HOST}}) {
+      if (copies == 0) continue;
       kvserve::v1::CachedBlock& c = blocks.emplace_back();
       c.set_block_hash(b.ours.ToBytes());
       c.set_medium(medium);

@@ -52,7 +52,9 @@ class VllmEventTranslator {
  private:
   struct Block {
     BlockHash ours;
-    bool device = false, host = false;  // the media it is cached in
+    // Copies cached per medium: vLLM can cache one block twice (two concurrent prompts compute
+    // it) and removes each copy apart; the block is gone when its last copy is.
+    int device = 0, host = 0;
   };
   void Store(const vllm_events::Event& e, std::vector<kvserve::v1::KvEvent>& out);
   void Remove(const vllm_events::Event& e, std::vector<kvserve::v1::KvEvent>& out);

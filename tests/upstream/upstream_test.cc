@@ -130,6 +130,25 @@ TEST_F(TranslatorTest, RemovalsNameTheRouterHashesAndMediaAreKeptApart) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// vLLM can cache one block twice (two concurrent prompts compute it) and removes each copy
+// apart: the router hears of the removal only when the last copy goes.
+TEST_F(TranslatorTest, ABlockCachedTwiceStaysUntilItsLastCopyIsRemoved) {
+  VllmEventTranslator t(extra_, kBlock);
+  const std::vector<uint32_t> prompt = Iota(kBlock);
+  const BlockHash want = HashFullBlocks(prompt, kBlock, extra_)[0];
+  t.Translate({Stored({7}, std::nullopt, Signed(prompt, 0, kBlock)),
+               Stored({7}, std::nullopt, Signed(prompt, 0, kBlock))});
+  EXPECT_TRUE(t.Translate({Removed({7})}).empty());  // one copy left
+  EXPECT_EQ(t.Snapshot().size(), 1u);
+  std::vector<kvserve::v1::KvEvent> out = t.Translate({Removed({7})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_THAT(out[0].removed().block_hashes(), ::testing::ElementsAre(want.ToBytes()));
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.counters().unknown_removed, 0);
+  EXPECT_TRUE(t.Translate({Removed({7})}).empty());  // a third removal: unknown
+  EXPECT_EQ(t.counters().unknown_removed, 1);
+}
+
 TEST_F(TranslatorTest, OrphansAndOtherBlockSizesAreSkippedAndCounted) {
   VllmEventTranslator t(extra_, kBlock);
   const std::vector<uint32_t> prompt = Iota(3 * kBlock);
