@@ -12,7 +12,7 @@ namespace kvserve::router {
 namespace {
 
 namespace pb = ::kvserve::v1;
-using frontend::RefusedWhileDraining;
+using frontend::RefusedBeforeRunning;
 
 std::unique_ptr<RoutingPolicy> PolicyOrDie(const RoutingConfig& config) {
   absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy = MakeRoutingPolicy(config);
@@ -206,8 +206,9 @@ void RouterCore::HandleResponse(int worker, const pb::GenerateResponse& r) {
     books_.Erase(id);
     return;
   }
-  if (RefusedWhileDraining(r) && p->movable()) {
-    // The worker started draining before it saw the request: send it elsewhere.
+  if (RefusedBeforeRunning(r) && p->movable()) {
+    // The worker refused it before running it (it started draining before it saw the request,
+    // or a bridge could not reach its upstream): send it elsewhere.
     placer_.MoveOrFail(id, *p, "");
     books_.Erase(id);
     return placer_.PlaceMoves();

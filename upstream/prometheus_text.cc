@@ -105,6 +105,7 @@ UpstreamLoad VllmLoad(const std::vector<Sample>& samples) {
   for (const Sample& s : samples) {
     if (s.name == "vllm:num_requests_running") add(load.running, s.value);
     if (s.name == "vllm:num_requests_waiting") add(load.waiting, s.value);
+    if (s.name == "process_start_time_seconds" && !load.start_time) load.start_time = s.value;
     if (s.name == "vllm:kv_cache_usage_perc" || s.name == "vllm:gpu_cache_usage_perc") {
       add(load.kv_usage, s.value);
       ++usage_engines;

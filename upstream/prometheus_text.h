@@ -43,6 +43,7 @@ struct UpstreamLoad {
   std::optional<int64_t> num_gpu_blocks;  // vllm:cache_config_info's labels, summed
   std::optional<int> block_size;          // the same, the first engine's
   std::optional<std::string> cache_dtype;
+  std::optional<double> start_time;  // process_start_time_seconds: a new value, a new process
 };
 UpstreamLoad VllmLoad(const std::vector<Sample>& samples);
 

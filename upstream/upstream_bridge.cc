@@ -182,6 +182,11 @@ void UpstreamBridge::TakeHandoffs() {
       OnScrape(*h.scrape);
       continue;
     }
+    if (h.unreached && ready()) {  // out of the router's eligible set at once
+      LOG(WARNING) << "upstream " << o_.name << " unreachable; not ready until a scrape succeeds";
+      last_scrape_ok_ = absl::InfinitePast();
+      PublishStatus();
+    }
     auto it = calls_.find(h.request_id);
     if (it == calls_.end()) continue;
     SendDeltas(*it->second, h.deltas, h.done);
@@ -265,7 +270,9 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
     metrics_.refused->Increment();
   };
   if (draining_) return refuse(absl::FailedPreconditionError("the upstream bridge is draining"));
-  if (!ready()) return refuse(absl::UnavailableError("the upstream is not ready"));
+  if (!ready()) {  // nothing ran: the router places it elsewhere
+    return refuse(absl::FailedPreconditionError("the upstream is not ready"));
+  }
   if (calls_.contains(req.request_id())) {
     return refuse(absl::AlreadyExistsError(
         absl::StrCat("request '", req.request_id(), "' is already running")));
@@ -284,18 +291,23 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
     std::string error_body;
     absl::Status broken;
     int status = 0;
-    absl::StatusOr<int> got = Exchange(
-        o_.api, http::verb::post, "/v1/completions", body,
-        [&](std::string_view bytes) {
-          if (status != 200) {
-            error_body.append(bytes.substr(0, 4096));
-            return;
-          }
-          std::vector<pb::GenerateResponse> deltas;
-          if (absl::Status s = reader.Feed(bytes, &deltas); !s.ok() && broken.ok()) broken = s;
-          if (!deltas.empty()) Post({c->request.request_id(), std::move(deltas)});
-        },
-        {.cancel = &c->cancel, .io_timeout_ms = 0, .on_status = [&](int s) { status = s; }});
+    bool sent = false;
+    absl::StatusOr<int> got =
+        Exchange(o_.api, http::verb::post, "/v1/completions", body,
+                 [&](std::string_view bytes) {
+                   if (status != 200) {
+                     error_body.append(bytes.substr(0, 4096));
+                     return;
+                   }
+                   std::vector<pb::GenerateResponse> deltas;
+                   if (absl::Status s = reader.Feed(bytes, &deltas); !s.ok() && broken.ok())
+                     broken = s;
+                   if (!deltas.empty()) Post({c->request.request_id(), std::move(deltas)});
+                 },
+                 {.cancel = &c->cancel,
+                  .io_timeout_ms = 0,
+                  .on_status = [&](int s) { status = s; },
+                  .sent = &sent});
     std::vector<pb::GenerateResponse> last;
     if (!got.ok()) {
       if (got.status().code() != absl::StatusCode::kCancelled) broken = got.status();
@@ -304,15 +316,25 @@ void UpstreamBridge::StartCall(const std::string& identity, const pb::GenerateRe
     } else if (broken.ok() && !reader.finished()) {
       broken = reader.Finish(&last);
     }
+    // Never reached the upstream (refused, reset while writing): nothing ran, so the router may
+    // place it elsewhere (FailedPrecondition), and the upstream is out of reach until a scrape
+    // says otherwise.
+    const bool unreached =
+        !got.ok() && !sent && got.status().code() != absl::StatusCode::kCancelled;
     if (!broken.ok() && last.empty()) {
       pb::GenerateResponse e;
       e.set_request_id(c->request.request_id());
       e.set_finish_reason(pb::FINISH_REASON_ERROR);
-      e.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
-      e.mutable_error()->set_message(absl::StrCat("upstream: ", broken.message()));
+      e.mutable_error()->set_code(static_cast<int>(unreached ? absl::StatusCode::kFailedPrecondition
+                                                             : absl::StatusCode::kUnavailable));
+      e.mutable_error()->set_message(absl::StrCat(
+          "upstream: ", broken.message(), unreached ? " (the request never reached it)" : ""));
       last.push_back(std::move(e));
     }
-    Post({c->request.request_id(), std::move(last), /*done=*/true});
+    Post({.request_id = c->request.request_id(),
+          .deltas = std::move(last),
+          .done = true,
+          .unreached = unreached});
   });
 }
 
@@ -393,6 +415,14 @@ void UpstreamBridge::OnScrape(const absl::StatusOr<UpstreamLoad>& load) {
     return;
   }
   metrics_.scrapes_ok->Increment();
+  if (load->start_time) {
+    // (A restart its event stream showed first is not forgotten twice.)
+    if (upstream_started_ && *load->start_time != *upstream_started_ && !restart_in_stream_) {
+      ForgetUpstreamCache("its process start time changed");
+    }
+    upstream_started_ = load->start_time;
+  }
+  restart_in_stream_ = false;
   load_ = *load;
   last_scrape_ok_ = absl::Now();
   if (block_size_ == 0 && load->block_size) block_size_ = *load->block_size;
@@ -405,6 +435,17 @@ void UpstreamBridge::OnScrape(const absl::StatusOr<UpstreamLoad>& load) {
     translator_.emplace(*extra, block_size_);
     AskReplay(0);  // what the engine cached before this bridge listened
   }
+}
+
+void UpstreamBridge::ForgetUpstreamCache(std::string_view why) {
+  if (!translator_) return;
+  LOG(WARNING) << "upstream " << o_.name << " restarted (" << why << "): its cache is forgotten";
+  metrics_.restarts->Increment();
+  std::vector<vllm_events::Event> clear(1);
+  clear[0].kind = vllm_events::Event::Kind::kAllCleared;
+  std::vector<pb::KvEvent> cleared = translator_->Translate(clear);
+  PublishEvents(cleared, NowMs());
+  AskReplay(0);  // the new process's stream, from its start
 }
 
 void UpstreamBridge::AskReplay(uint64_t from) {
@@ -475,11 +516,9 @@ void UpstreamBridge::ReadEvents() {
     }
     if (replaying_ || seq < next_vllm_seq_) {
       if (seq == 0 && next_vllm_seq_ > 1 && !replaying_) {  // the engine restarted
-        std::vector<vllm_events::Event> clear(1);
-        clear[0].kind = vllm_events::Event::Kind::kAllCleared;
-        std::vector<pb::KvEvent> cleared = translator_->Translate(clear);
-        PublishEvents(cleared, NowMs());
-        ApplyVllmBatch(0, frames[2]);
+        ForgetUpstreamCache("its event stream started again");
+        restart_in_stream_ = true;
+        if (!replaying_) ApplyVllmBatch(0, frames[2]);
       }
       continue;
     }

@@ -13,7 +13,10 @@
 // The upstream's event stream is read from its start (a replay from sequence 0) and replayed
 // again from where a gap begins, so a bridge started after the engine knows its cache. Until
 // the first scrape has told the block size and the model, the heartbeat says STARTING, and so
-// again when scrapes fail (the router stops sending it requests).
+// again when scrapes fail (the router stops sending it requests) and at once when a request
+// cannot reach it (that request is refused as never run, so the router places it elsewhere). A
+// new upstream process (its process_start_time_seconds changed, or its event stream started
+// again) has its blocks cleared from the router's view.
 //
 // Threads: Run's caller owns the sockets, the translator and the book of requests; one
 // thread per request in flight (HTTP, blocking) and one scraper thread hand their results over
@@ -88,7 +91,8 @@ class UpstreamBridge {
     std::vector<kvserve::v1::GenerateResponse> deltas;
     bool done = false;
     std::optional<absl::StatusOr<UpstreamLoad>> scrape;
-    std::string model;  // the scraper learned it
+    std::string model;       // the scraper learned it
+    bool unreached = false;  // the call never reached the upstream
   };
 
   explicit UpstreamBridge(UpstreamBridgeOptions options);
@@ -108,6 +112,9 @@ class UpstreamBridge {
   // One KvEventBatch of `events` (none when empty), numbered next.
   void PublishEvents(std::vector<kvserve::v1::KvEvent>& events, int64_t timestamp_ms);
   void AskReplay(uint64_t from);
+  // The upstream is a new process: the router forgets its blocks (AllBlocksCleared) before it
+  // is routed to again, and its stream is read from its start.
+  void ForgetUpstreamCache(std::string_view why);
   void Scrape(const std::atomic<bool>* stop);
   [[nodiscard]] bool ready() const;
 
@@ -130,6 +137,8 @@ class UpstreamBridge {
   std::map<std::string, std::unique_ptr<Call>> calls_;
   std::optional<UpstreamLoad> load_;
   absl::Time last_scrape_ok_ = absl::InfinitePast();
+  std::optional<double> upstream_started_;  // its process_start_time_seconds
+  bool restart_in_stream_ = false;          // since the last scrape, its events showed one
   std::string model_;
   int block_size_ = 0;
   bool draining_ = false;

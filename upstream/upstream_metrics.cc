@@ -32,6 +32,9 @@ UpstreamMetrics::UpstreamMetrics(const std::string& upstream)
                  nullptr, nullptr);
   replays = counter("kvserve_upstream_event_replays_total",
                     "Replays asked of the upstream's replay socket", nullptr, nullptr);
+  restarts = counter("kvserve_upstream_restarts_total",
+                     "New upstream processes seen (start time changed, or events from seq 0)",
+                     nullptr, nullptr);
   const char* skipped = "Stored blocks the bridge could not place, by reason";
   orphans = counter("kvserve_upstream_blocks_skipped_total", skipped, "reason", "orphan");
   wrong_size = counter("kvserve_upstream_blocks_skipped_total", skipped, "reason", "block_size");

@@ -26,6 +26,8 @@ class UpstreamMetrics {
   // kvserve_upstream_event_batches_total{result}: re-hashed and published, or undecodable.
   prometheus::Counter *batches_applied, *batches_undecodable;
   prometheus::Counter *gaps, *replays;  // kvserve_upstream_event_gaps_total, _replays_total
+  // kvserve_upstream_restarts_total: new upstream processes seen (their cache forgotten).
+  prometheus::Counter *restarts;
   // kvserve_upstream_blocks_skipped_total{reason}: stored blocks not placed (orphan: parent
   // unknown; block_size: another size than the upstream's).
   prometheus::Counter *orphans, *wrong_size;

@@ -92,6 +92,7 @@ absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::str
     req.body() = body;
     req.prepare_payload();
     http::write(stream, req);
+    if (options.sent != nullptr) *options.sent = true;
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());

@@ -49,6 +49,9 @@ struct ExchangeOptions {
   int io_timeout_ms = 0;
   // Called with the status once the headers are read, before the body's first piece.
   std::function<void(int)> on_status;
+  // Set true once the whole request is written: a call that fails with it false never
+  // reached the server (refused, unreachable, reset while writing).
+  bool* sent = nullptr;
 };
 
 // Sends one request and returns the response's status; `on_body` is called with each piece of

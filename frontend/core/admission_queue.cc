@@ -19,7 +19,7 @@ pb::GenerateResponse ErrorReply(const std::string& id, absl::StatusCode code,
   return r;
 }
 
-bool RefusedWhileDraining(const pb::GenerateResponse& r) {
+bool RefusedBeforeRunning(const pb::GenerateResponse& r) {
   return r.finish_reason() == pb::FINISH_REASON_ERROR &&
          r.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition);
 }

@@ -69,9 +69,9 @@ class AdmissionQueue {
 kvserve::v1::GenerateResponse ErrorReply(const std::string& id, absl::StatusCode code,
                                          absl::string_view message);
 
-// Whether a worker refused the request because it is draining (nothing ran: it may go
-// elsewhere).
-bool RefusedWhileDraining(const kvserve::v1::GenerateResponse& r);
+// Whether a worker refused the request before anything of it ran (FailedPrecondition: it is
+// draining, or a bridge's upstream could not be reached), so that it may go elsewhere.
+bool RefusedBeforeRunning(const kvserve::v1::GenerateResponse& r);
 
 // What a request past its deadline ends with.
 inline constexpr absl::string_view kDeadlineMessage =

@@ -26,24 +26,25 @@ const model = path.join(tmp, 'tiny');
 const children = [];
 const BLOCK = 16;
 
-// A worker serving OpenAI itself and vLLM-format events; its addresses.
+// A worker serving OpenAI itself and vLLM-format events on ports `p`; its addresses and process.
+async function launchWorker(tag, p) {
+  const pub = `ipc://${tmp}/${tag}-events.sock`;
+  const config = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: pub,
+    replay_endpoint: `tcp://127.0.0.1:${p.replay}`, buffer_steps: 10000 };
+  const child = await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
+    '--port', String(p.port), '--events-port', String(p.events), '--metrics-port', String(p.metrics),
+    '--openai-port', String(p.http), '--max-model-len', '1024', '--num-blocks', '512', '--block-size', String(BLOCK),
+    '--kv-events-config', JSON.stringify(config)], /kvserve-worker ready/);
+  const base = `http://127.0.0.1:${p.http}`;
+  for (let i = 0; i < 200 && (await fetch(`${base}/ready`)).status !== 200; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  return { base, zmq: `127.0.0.1:${p.port}:${p.events}`, pub, replay: `tcp://127.0.0.1:${p.replay}`, child, ports: p, tag };
+}
+
 function startWorker(tag) {
-  return retryOnPortClash(async () => {
-    const [port, events, metrics, http, replay] = [await freePort(), await freePort(), await freePort(),
-      await freePort(), await freePort()];
-    const pub = `ipc://${tmp}/${tag}-events.sock`;
-    const config = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: pub,
-      replay_endpoint: `tcp://127.0.0.1:${replay}`, buffer_steps: 10000 };
-    await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
-      '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
-      '--openai-port', String(http), '--max-model-len', '1024', '--num-blocks', '512', '--block-size', String(BLOCK),
-      '--kv-events-config', JSON.stringify(config)], /kvserve-worker ready/);
-    const base = `http://127.0.0.1:${http}`;
-    for (let i = 0; i < 200 && (await fetch(`${base}/ready`)).status !== 200; i++) {
-      await new Promise((res) => setTimeout(res, 50));
-    }
-    return { base, zmq: `127.0.0.1:${port}:${events}`, pub, replay: `tcp://127.0.0.1:${replay}` };
-  });
+  return retryOnPortClash(async () => launchWorker(tag, { port: await freePort(), events: await freePort(),
+    metrics: await freePort(), http: await freePort(), replay: await freePort() }));
 }
 
 // A bridge in front of `w`; its worker address for a router.
@@ -203,4 +204,38 @@ test('each bridge reports its upstream on /metrics and /ready', async () => {
   assert.equal(await bridgeMetric('kvserve_upstream_requests_in_flight\\{[^}]*\\}'), 0);
   assert.equal(await bridgeMetric('kvserve_upstream_blocks_skipped_total\\{[^}]*\\}'), 0);
   assert.ok(await bridgeMetric('kvserve_upstream_scrapes_total\\{[^}]*result="ok"[^}]*\\}') > 0);
+});
+
+// Pod churn. A killed upstream: what the router sends it never reaches it, so the bridge refuses
+// it as never run and the router places it on the other upstream (no request fails), and the
+// bridge leaves the eligible set at once. Restarted on the same ports: a new process (its
+// process_start_time_seconds), whose old blocks leave the router's view before it is eligible.
+test('an upstream killed and restarted: no request fails and its old cache is forgotten', async () => {
+  const token = 'admin-token';
+  const w0 = bridged.workers[0];
+  const name = bridged.bridges[0].zmq;  // the router names a worker by its address
+  const view = async () => {
+    const r = await fetch(`${bridged.router}/admin/workers`, { headers: { authorization: `Bearer ${token}` } });
+    const all = (await r.json()).workers;
+    const w = all.find((x) => x.name === name);
+    assert.ok(w, `${name} not in ${JSON.stringify(all.map((x) => x.name))}`);
+    return w;
+  };
+  assert.ok((await view()).router.index_blocks >= 8);
+  w0.child.kill('SIGKILL');
+  await new Promise((res) => w0.child.once('exit', res));
+  const asked = await Promise.allSettled(Array.from({ length: 8 }, (_, i) => ask(bridged.router, `${family(i % 4)} churn ${i}`)));
+  const failed = asked.filter((r) => r.status === 'rejected').map((r) => r.reason.message);
+  assert.deepEqual(failed, []);
+  assert.equal((await view()).eligible, false);
+  assert.ok((await bridgeMetric('kvserve_upstream_ready\\{[^}]*\\}')) <= 1);
+  const restarts = await bridgeMetric('kvserve_upstream_restarts_total\\{[^}]*\\}');
+  bridged.workers[0] = await launchWorker(w0.tag, w0.ports);
+  let seen;
+  for (let i = 0; i < 200 && !(seen = await view()).eligible; i++) await new Promise((res) => setTimeout(res, 25));
+  assert.ok(seen.eligible, JSON.stringify(seen));
+  assert.equal(seen.router.index_blocks, 0, 'the restarted upstream\'s old blocks are still indexed');
+  assert.equal(await bridgeMetric('kvserve_upstream_restarts_total\\{[^}]*\\}'), restarts + 1);
+  const r = await ask(bridged.router, `${family(0)} after the restart`);
+  assert.equal(r.choices.length, 1);
 });

@@ -210,16 +210,17 @@ vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",num_gpu_bloc
 vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="1",num_gpu_blocks="1200",} 1.0
 vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 7
 process_cpu_seconds_total 12.5
+process_start_time_seconds 1.7123456789e+09
 odd_value NaN
 )";
 
 TEST(PrometheusTextTest, ReadsVllmsLoadSummedOverEngines) {
   ASSERT_OK_AND_ASSIGN(std::vector<Sample> samples, ParsePrometheusText(kVllmMetrics));
-  ASSERT_EQ(samples.size(), 11u);
+  ASSERT_EQ(samples.size(), 12u);
   EXPECT_EQ(*samples[6].label("prefix"), "a \"q\" \\ b\nc");
   EXPECT_EQ(*samples[8].label("le"), "+Inf");
   EXPECT_EQ(samples[8].value, 7);
-  EXPECT_TRUE(std::isnan(samples[10].value));
+  EXPECT_TRUE(std::isnan(samples[11].value));
   UpstreamLoad load = VllmLoad(samples);
   EXPECT_EQ(load.running, 5);
   EXPECT_EQ(load.waiting, 4);
@@ -227,6 +228,7 @@ TEST(PrometheusTextTest, ReadsVllmsLoadSummedOverEngines) {
   EXPECT_EQ(load.num_gpu_blocks, 2200);
   EXPECT_EQ(load.block_size, 16);
   EXPECT_EQ(load.cache_dtype, "fp8");
+  EXPECT_DOUBLE_EQ(*load.start_time, 1.7123456789e+09);  // a new value: a new process
 }
 
 TEST(PrometheusTextTest, OlderNamesAndAbsentFamilies) {

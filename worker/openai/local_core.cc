@@ -14,7 +14,7 @@ namespace {
 namespace pb = ::kvserve::v1;
 using frontend::ErrorReply;
 using frontend::Job;
-using frontend::RefusedWhileDraining;
+using frontend::RefusedBeforeRunning;
 
 // The most messages one socket gives a turn of the loop (the rest wait for the next).
 constexpr int kMaxMessagesPerTurn = 1024;
@@ -215,7 +215,7 @@ void LocalCore::HandleResponse(const pb::GenerateResponse& r) {
         "replies lost on the link");
   }
   ++s.next_seq;
-  if (RefusedWhileDraining(r)) {
+  if (RefusedBeforeRunning(r)) {
     return End(it, absl::StatusCode::kUnavailable,
                "no worker is ready (all draining, recycling or unhealthy)", nullptr);
   }

@@ -1,6 +1,8 @@
 #include "worker/server/worker_metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/kv/kv_transfer.h"
 #include "prometheus/text_serializer.h"
 
@@ -34,6 +36,10 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id, const std::string& mo
       model_name_(model_name),
       block_size_(info.block_size),
       vllm_names_(vllm_names) {
+  // The standard process metric (vLLM's Python client exports it): a new value is a new process,
+  // which is how kvserve-upstream tells an upstream restarted.
+  G("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds")
+      .Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   ttft_ = MakeLatency("kvserve_time_to_first_token_seconds", "vllm:time_to_first_token_seconds",
                       "Time from arrival to the first generated token");
   tpot_ = MakeLatency("kvserve_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
