@@ -31,6 +31,12 @@ ABSL_FLAG(std::string, kv_events_endpoint, "",
 ABSL_FLAG(std::string, kv_replay_endpoint, "",
           "Its replay socket (replay_endpoint); empty: events from when this starts only");
 ABSL_FLAG(std::string, kv_events_topic, "", "Its events' topic (\"\": any)");
+ABSL_FLAG(bool, kv_events_bind, false,
+          "Bind --kv-events-endpoint rather than connect to it: for an engine configured to "
+          "connect its publisher out (as llm-d deploys vLLM)");
+ABSL_FLAG(int32_t, data_parallel_size, 1,
+          "Its data-parallel engines (vLLM's --data-parallel-size): rank r's events and replays "
+          "are read at the endpoints' port + r");
 ABSL_FLAG(int32_t, block_size, 0, "Its KV block size (0: from vllm:cache_config_info)");
 ABSL_FLAG(int32_t, max_concurrency, 256,
           "Requests it takes at once from each router (reported as max_num_seqs)");
@@ -64,6 +70,8 @@ absl::StatusOr<UpstreamBridgeOptions> OptionsFromFlags() {
   o.events_endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
   o.replay_endpoint = absl::GetFlag(FLAGS_kv_replay_endpoint);
   o.topic = absl::GetFlag(FLAGS_kv_events_topic);
+  o.events_bind = absl::GetFlag(FLAGS_kv_events_bind);
+  o.data_parallel_size = absl::GetFlag(FLAGS_data_parallel_size);
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.max_concurrency = absl::GetFlag(FLAGS_max_concurrency);
   o.name = absl::GetFlag(FLAGS_name).empty() ? absl::StrCat(o.api.host, ":", o.api.port)

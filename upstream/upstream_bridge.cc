@@ -85,22 +85,17 @@ absl::StatusOr<std::unique_ptr<UpstreamBridge>> UpstreamBridge::Create(
   ASSIGN_OR_RETURN(b->port_, BindTcp(b->router_, b->o_.host, b->o_.port, "--port"));
   ASSIGN_OR_RETURN(b->events_port_,
                    BindTcp(b->pub_, b->o_.host, b->o_.events_port, "--events-port"));
-  try {
-    if (!b->o_.events_endpoint.empty()) {
-      b->sub_ = std::make_unique<zmq::socket_t>(b->ctx_, zmq::socket_type::sub);
-      b->sub_->set(zmq::sockopt::linger, 0);
-      b->sub_->set(zmq::sockopt::subscribe, b->o_.topic);
-      b->sub_->connect(b->o_.events_endpoint);
+  if (!b->o_.events_endpoint.empty()) {
+    ASSIGN_OR_RETURN(std::vector<VllmEventEndpoints> ranks,
+                     RankEndpoints({.events = b->o_.events_endpoint,
+                                    .replay = b->o_.replay_endpoint,
+                                    .bind = b->o_.events_bind},
+                                   b->o_.data_parallel_size));
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      ASSIGN_OR_RETURN(std::unique_ptr<VllmEventSource> source,
+                       VllmEventSource::Open(b->ctx_, ranks[r], b->o_.topic, static_cast<int>(r)));
+      b->sources_.push_back(std::move(source));
     }
-    if (!b->o_.replay_endpoint.empty()) {
-      b->replay_ = std::make_unique<zmq::socket_t>(b->ctx_, zmq::socket_type::dealer);
-      b->replay_->set(zmq::sockopt::linger, 0);
-      b->replay_->connect(b->o_.replay_endpoint);
-    }
-  } catch (const zmq::error_t& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the upstream's event endpoints (",
-                                                   b->o_.events_endpoint, ", ",
-                                                   b->o_.replay_endpoint, "): ", e.what()));
   }
   b->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (b->wake_fd_ < 0) return absl::InternalError("eventfd failed");
@@ -135,8 +130,7 @@ absl::Status UpstreamBridge::Run(const std::atomic<bool>* stop) {
   while (!stop->load()) {
     std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    if (sub_) items.push_back({sub_->handle(), 0, ZMQ_POLLIN, 0});
-    if (replay_) items.push_back({replay_->handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& source : sources_) source->AddPollItems(items);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
     } catch (const zmq::error_t& e) {
@@ -155,7 +149,6 @@ absl::Status UpstreamBridge::Run(const std::atomic<bool>* stop) {
       HandleMessage(**m);
     }
     ReadEvents();
-    ReadReplay();
     if (absl::Now() >= next_heartbeat) {
       PublishStatus();
       next_heartbeat = absl::Now() + o_.heartbeat;
@@ -433,7 +426,7 @@ void UpstreamBridge::OnScrape(const absl::StatusOr<UpstreamLoad>& load) {
                                             .Serialize();
     if (!extra.ok()) return;
     translator_.emplace(*extra, block_size_);
-    AskReplay(0);  // what the engine cached before this bridge listened
+    AskReplays();  // what the engines cached before this bridge listened
   }
 }
 
@@ -445,26 +438,14 @@ void UpstreamBridge::ForgetUpstreamCache(std::string_view why) {
   clear[0].kind = vllm_events::Event::Kind::kAllCleared;
   std::vector<pb::KvEvent> cleared = translator_->Translate(clear);
   PublishEvents(cleared, NowMs());
-  AskReplay(0);  // the new process's stream, from its start
+  AskReplays();  // the new process's streams, from their start
 }
 
-void UpstreamBridge::AskReplay(uint64_t from) {
-  if (!replay_) {
-    next_vllm_seq_ = from;  // no replay: take the stream from here
-    return;
-  }
-  const std::string start = vllm_events::EncodeSeq(static_cast<int64_t>(from));
-  const std::string_view frames[] = {"", start};
-  if (SendFrames(*replay_, frames, zmq::send_flags::dontwait).ok()) {
-    replaying_ = true;
-    replay_asked_ = absl::Now();
-    next_vllm_seq_ = from;
-    metrics_.replays->Increment();
-  }
+void UpstreamBridge::AskReplays() {
+  for (auto& source : sources_) source->AskReplay(0, metrics_);
 }
 
 void UpstreamBridge::ApplyVllmBatch(uint64_t seq, std::string_view payload) {
-  next_vllm_seq_ = seq + 1;
   absl::StatusOr<vllm_events::Batch> batch = vllm_events::Decode(payload);
   if (!batch.ok()) {
     metrics_.batches_undecodable->Increment();
@@ -494,60 +475,19 @@ void UpstreamBridge::PublishEvents(std::vector<pb::KvEvent>& events, int64_t tim
 }
 
 void UpstreamBridge::ReadEvents() {
-  if (!sub_) return;
-  if (replaying_ && absl::Now() - replay_asked_ > kReplayGiveUp) {
-    // The replay socket never answered (or its end marker was lost): take the live stream
-    // from here rather than drop it for good; chains whose parents were missed are orphans.
-    LOG(WARNING) << "upstream " << o_.name << ": no replay after " << kReplayGiveUp
-                 << "; reading the live events from here";
-    replaying_ = false;
-    take_next_live_ = true;
-  }
-  for (int i = 0; i < 1000; ++i) {
-    absl::StatusOr<std::optional<std::vector<std::string>>> f =
-        ReceiveFrames(*sub_, zmq::recv_flags::dontwait);
-    if (!f.ok() || !f->has_value()) return;
-    const std::vector<std::string>& frames = **f;
-    if (!translator_ || frames.size() != 3 || frames[1].size() != 8) continue;
-    const uint64_t seq = static_cast<uint64_t>(vllm_events::DecodeSeq(frames[1]));
-    if (take_next_live_ && !replaying_) {
-      take_next_live_ = false;
-      next_vllm_seq_ = seq;
-    }
-    if (replaying_ || seq < next_vllm_seq_) {
-      if (seq == 0 && next_vllm_seq_ > 1 && !replaying_) {  // the engine restarted
-        ForgetUpstreamCache("its event stream started again");
-        restart_in_stream_ = true;
-        if (!replaying_) ApplyVllmBatch(0, frames[2]);
-      }
-      continue;
-    }
-    if (seq > next_vllm_seq_) {  // missed some: read them again from the replay socket
-      metrics_.gaps->Increment();
-      AskReplay(next_vllm_seq_);
-      if (replaying_) continue;
-    }
-    ApplyVllmBatch(seq, frames[2]);
-  }
-}
-
-void UpstreamBridge::ReadReplay() {
-  if (!replay_) return;
-  for (int i = 0; i < 10000; ++i) {
-    absl::StatusOr<std::optional<std::vector<std::string>>> f =
-        ReceiveFrames(*replay_, zmq::recv_flags::dontwait);
-    if (!f.ok() || !f->has_value()) return;
-    std::vector<std::string> frames = **f;
-    if (!frames.empty() && frames[0].empty()) frames.erase(frames.begin());  // the delimiter
-    if (frames.size() != 2 || frames[0].size() != 8) continue;
-    const int64_t signed_seq = vllm_events::DecodeSeq(frames[0]);
-    const uint64_t seq = static_cast<uint64_t>(signed_seq);
-    if (signed_seq == vllm_events::kReplayEnd) {
-      replaying_ = false;
-      continue;
-    }
-    if (seq >= next_vllm_seq_) ApplyVllmBatch(seq, frames[1]);
-  }
+  const VllmEventSource::Callbacks callbacks = {
+      // Until the first scrape made the translator, batches are dropped: it then replays them.
+      .batch =
+          [this](uint64_t seq, std::string_view payload) {
+            if (translator_) ApplyVllmBatch(seq, payload);
+          },
+      .restart =
+          [this] {
+            ForgetUpstreamCache("its event stream started again");
+            restart_in_stream_ = true;
+          },
+  };
+  for (auto& source : sources_) source->Read(callbacks, metrics_);
 }
 
 void UpstreamBridge::Scrape(const std::atomic<bool>* stop) {

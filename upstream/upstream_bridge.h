@@ -43,6 +43,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "upstream/prometheus_text.h"
 #include "upstream/upstream_metrics.h"
+#include "upstream/vllm_event_source.h"
 #include "upstream/vllm_event_translator.h"
 #include "zmq.hpp"
 
@@ -54,6 +55,8 @@ struct UpstreamBridgeOptions {
   std::string model;               // empty: the first of its /v1/models
   std::string events_endpoint;     // its vLLM KV-event PUB socket; empty: no cache view
   std::string replay_endpoint;     // its replay ROUTER socket; empty: no replay
+  bool events_bind = false;        // bind events_endpoint: the engine connects out to it
+  int data_parallel_size = 1;      // its engines: rank r's events at the endpoints' port + r
   std::string topic;               // the events' topic ("": any)
   int block_size = 0;              // 0: from vllm:cache_config_info
   int max_concurrency = 256;       // reported as max_num_seqs: the router queues past it
@@ -107,25 +110,22 @@ class UpstreamBridge {
   void PublishSnapshot();
   void OnScrape(const absl::StatusOr<UpstreamLoad>& load);
   void ReadEvents();
-  void ReadReplay();
   void ApplyVllmBatch(uint64_t seq, std::string_view payload);
   // One KvEventBatch of `events` (none when empty), numbered next.
   void PublishEvents(std::vector<kvserve::v1::KvEvent>& events, int64_t timestamp_ms);
-  void AskReplay(uint64_t from);
+  void AskReplays();  // every engine's stream from its start
   // The upstream is a new process: the router forgets its blocks (AllBlocksCleared) before it
   // is routed to again, and its stream is read from its start.
   void ForgetUpstreamCache(std::string_view why);
   void Scrape(const std::atomic<bool>* stop);
   [[nodiscard]] bool ready() const;
 
-  static constexpr absl::Duration kReplayGiveUp = absl::Seconds(5);
-
   UpstreamBridgeOptions o_;
   zmq::context_t ctx_;
   std::unique_ptr<ZapAuthenticator> zap_;
   zmq::socket_t router_{ctx_, zmq::socket_type::router};
   zmq::socket_t pub_{ctx_, zmq::socket_type::pub};
-  std::unique_ptr<zmq::socket_t> sub_, replay_;  // the upstream's, when given
+  std::vector<std::unique_ptr<VllmEventSource>> sources_;  // one per engine, when given
   int port_ = 0, events_port_ = 0;
   int wake_fd_ = -1;
   uint64_t instance_id_ = 0;
@@ -143,10 +143,6 @@ class UpstreamBridge {
   int block_size_ = 0;
   bool draining_ = false;
   std::optional<VllmEventTranslator> translator_;
-  uint64_t next_vllm_seq_ = 0;  // the upstream's next expected batch
-  bool replaying_ = false;
-  absl::Time replay_asked_;                // a replay not ended within kReplayGiveUp is given up
-  bool take_next_live_ = false;            // after giving up: the next live batch starts the stream
   uint64_t kv_seq_ = 0;                    // our batches published
   VllmEventTranslator::Counters skipped_;  // the translator's counts already in metrics_
   UpstreamMetrics metrics_;

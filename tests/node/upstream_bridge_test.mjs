@@ -18,7 +18,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 
-import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter } from './lib/harness.mjs';
+import { freePort, freeRange, makeModel, retryOnPortClash, startAndWait, startRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-upstream-'));
@@ -27,8 +27,7 @@ const children = [];
 const BLOCK = 16;
 
 // A worker serving OpenAI itself and vLLM-format events on ports `p`; its addresses and process.
-async function launchWorker(tag, p) {
-  const pub = `ipc://${tmp}/${tag}-events.sock`;
+async function launchWorker(tag, p, pub = `ipc://${tmp}/${tag}-events.sock`) {
   const config = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: pub,
     replay_endpoint: `tcp://127.0.0.1:${p.replay}`, buffer_steps: 10000 };
   const child = await startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1',
@@ -204,6 +203,47 @@ test('each bridge reports its upstream on /metrics and /ready', async () => {
   assert.equal(await bridgeMetric('kvserve_upstream_requests_in_flight\\{[^}]*\\}'), 0);
   assert.equal(await bridgeMetric('kvserve_upstream_blocks_skipped_total\\{[^}]*\\}'), 0);
   assert.ok(await bridgeMetric('kvserve_upstream_scrapes_total\\{[^}]*result="ok"[^}]*\\}') > 0);
+});
+
+// A data-parallel pod publishes rank r's events (and answers its replays) at the ports + r, and
+// an engine may connect its publisher out, to a bridge that binds. Two workers stand for two
+// ranks (each connects out: a tcp endpoint without a wildcard, as vLLM's rule); the bridge binds
+// both event ports and its view holds both ranks' blocks.
+test('data-parallel ranks at port + r, read through bound event sockets', async () => {
+  const [events, replay] = [await freeRange(2), await freeRange(2)];
+  const ranks = [];
+  for (let r = 0; r < 2; r++) {
+    ranks.push(await launchWorker(`dp${r}`, { port: await freePort(), events: await freePort(),
+      metrics: await freePort(), http: await freePort(), replay: replay + r }, `tcp://127.0.0.1:${events + r}`));
+  }
+  const bridge = await startBridge({ base: ranks[0].base, pub: `tcp://127.0.0.1:${events}`,
+    replay: `tcp://127.0.0.1:${replay}` }, ['--kv-events-bind', '--data-parallel-size', '2']);
+  const indexed = async () => {
+    const text = await (await fetch(`${bridge.metrics}/metrics`)).text();
+    return Number(/^kvserve_upstream_indexed_blocks\{[^}]*\} (\S+)$/m.exec(text)?.[1] ?? 0);
+  };
+  const settle = async (above) => {
+    let n = 0;
+    for (let i = 0; i < 200 && (n = await indexed()) <= above; i++) await new Promise((res) => setTimeout(res, 25));
+    return n;
+  };
+  // A publisher that connects out drops what it publishes before its connection is up (ZeroMQ's
+  // PUB, as vLLM's): a second request's batch (new blocks: another family) shows the gap, and
+  // the replay brings the first.
+  const warm = async (r, f) => {
+    await ask(ranks[r].base, `${family(f)} rank ${r}`);
+    await new Promise((res) => setTimeout(res, 300));
+    await ask(ranks[r].base, `${family(f + 10)} rank ${r}`);
+  };
+  await warm(0, 5);
+  const first = await settle(0);
+  assert.ok(first >= 8, `rank 0's blocks: ${first}`);
+  await warm(1, 6);
+  assert.ok(await settle(first) >= first + 8, 'rank 1\'s blocks are not in the bridge\'s view');
+  // An ipc endpoint has no port to shift: refused by name.
+  await assert.rejects(startAndWait(children, path.join(bin, 'kvserve-upstream'), ['--url', ranks[0].base,
+    '--kv-events-endpoint', `ipc://${tmp}/x.sock`, '--data-parallel-size', '2', '--port', '0',
+    '--events-port', '0', '--metrics-port', '0'], /kvserve-upstream ready/), /needs tcp:\/\/HOST:PORT/);
 });
 
 // Pod churn. A killed upstream: what the router sends it never reaches it, so the bridge refuses

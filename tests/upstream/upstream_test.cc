@@ -12,6 +12,7 @@
 #include "router/routing/prefix_index.h"
 #include "tests/testing/status_matchers.h"
 #include "upstream/prometheus_text.h"
+#include "upstream/vllm_event_source.h"
 #include "upstream/vllm_event_translator.h"
 
 namespace kvserve::upstream {
@@ -213,6 +214,27 @@ process_cpu_seconds_total 12.5
 process_start_time_seconds 1.7123456789e+09
 odd_value NaN
 )";
+
+// A data-parallel pod: rank r's events and replays at the given ports + r; an endpoint without a
+// port cannot be shifted (refused by name), and one rank keeps any endpoint.
+TEST(RankEndpointsTest, RankRIsAtThePortsPlusR) {
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<VllmEventEndpoints> ranks,
+      RankEndpoints(
+          {.events = "tcp://10.0.0.5:5557", .replay = "tcp://10.0.0.5:5600", .bind = true}, 3));
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[2].events, "tcp://10.0.0.5:5559");
+  EXPECT_EQ(ranks[2].replay, "tcp://10.0.0.5:5602");
+  EXPECT_TRUE(ranks[1].bind);
+  ASSERT_OK_AND_ASSIGN(ranks, RankEndpoints({.events = "tcp://10.0.0.5:5557"}, 2));
+  EXPECT_EQ(ranks[1].replay, "");  // no replay socket: none for any rank
+  ASSERT_OK_AND_ASSIGN(ranks, RankEndpoints({.events = "ipc:///tmp/ev.sock"}, 1));
+  EXPECT_EQ(ranks[0].events, "ipc:///tmp/ev.sock");
+  EXPECT_THAT(RankEndpoints({.events = "ipc:///tmp/ev.sock"}, 2).status(),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("needs tcp://HOST:PORT")));
+  EXPECT_FALSE(RankEndpoints({.events = "tcp://h:1"}, 0).ok());
+}
 
 TEST(PrometheusTextTest, ReadsVllmsLoadSummedOverEngines) {
   ASSERT_OK_AND_ASSIGN(std::vector<Sample> samples, ParsePrometheusText(kVllmMetrics));
