@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_text.h"
 
 namespace kvserve::frontend {
 namespace {
@@ -35,23 +36,10 @@ bool IsNumberChar(char c) {
 std::string Shield(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  bool in_string = false, escaped = false;
+  JsonStringScan scan;
   for (size_t i = 0; i < text.size();) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      out += c;
-      ++i;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    if (c != '-' && !absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+    if (scan.InString(c) || (c != '-' && !absl::ascii_isdigit(static_cast<unsigned char>(c)))) {
       out += c;
       ++i;
       continue;

@@ -95,18 +95,11 @@ Json ParseJson(std::string_view text) { return ParseModelJson(text); }
 // Where the JSON object starting at text[begin] ('{') ends (one past its '}'), or npos.
 size_t ObjectEnd(std::string_view text, size_t begin) {
   int depth = 0;
-  bool in_string = false;
+  JsonStringScan scan;
   for (size_t i = begin; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    if (scan.InString(c)) continue;
+    if (c == '{' || c == '[') {
       ++depth;
     } else if ((c == '}' || c == ']') && --depth == 0) {
       return i + 1;

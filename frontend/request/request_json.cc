@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "common/string_util.h"
 
 namespace kvserve::frontend {
@@ -24,19 +25,10 @@ namespace {
 // InvalidArgument when `body` nests arrays and objects deeper than kMaxBodyDepth.
 absl::Status CheckDepth(std::string_view body) {
   int depth = 0;
-  bool in_string = false, escaped = false;
+  JsonStringScan scan;
   for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+    if (scan.InString(c)) continue;
+    if (c == '{' || c == '[') {
       if (++depth > kMaxBodyDepth) {
         return BadParam("body",
                         absl::StrCat("nests arrays and objects deeper than ", kMaxBodyDepth));

@@ -100,6 +100,10 @@ TEST(ResponsesRequestTest, ErrorsNameWhatTheClientSent) {
   EXPECT_THAT(
       Error("{\"model\": \"m\", \"input\": " + std::string(200, '[') + std::string(200, ']') + "}"),
       HasSubstr("deeper than 128"));
+  // Brackets in strings (an escaped quote does not end one) are text, not nesting.
+  const std::string brackets = "\"\\\"" + std::string(200, '[') + "\"";
+  EXPECT_THAT(Error("{\"model\": \"m\", \"input\": " + brackets + ", \"store\": true}"),
+              HasSubstr("store:"));
   EXPECT_THAT(Error("not json"), HasSubstr("body: is not valid JSON"));
 }
 
