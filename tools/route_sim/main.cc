@@ -90,6 +90,7 @@ namespace {
 
 absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& trace) {
   SimOptions o;
+  o.router_cost = absl::GetFlag(FLAGS_router_cost);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.replicas = absl::GetFlag(FLAGS_replicas);
   const std::string load = absl::GetFlag(FLAGS_replica_load);

@@ -6,8 +6,8 @@
 // ("Router CPU per request on long prompts" measures those).
 //
 //   RouterCost cost;
-//   { RouterCost::Timer t(cost.placing); Route(...); }
-//   cost.Placed();
+//   { RouterCost::Timer t(cost.placing_s); Route(...); }
+//   cost.TakeBatch(batch, replicas, [&](size_t r, const KvEventBatch& b) { ... });
 //
 // One thread (the simulator's).
 #ifndef KVSERVE_TOOLS_ROUTE_SIM_ROUTER_COST_H_
@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
+#include "kvserve/v1/kvserve.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::route_sim {
@@ -46,6 +48,22 @@ struct RouterCost {
   int64_t peak_entries = 0;   // (block, worker) entries in one replica's index, at most
 
   void SeeEntries(int64_t entries) { peak_entries = std::max(peak_entries, entries); }
+
+  // A worker's batch as each of `replicas` routers takes it: parsed from its wire bytes, then
+  // apply(replica, parsed), timed; counted once.
+  template <typename Apply>
+  void TakeBatch(const kvserve::v1::KvEventBatch& batch, size_t replicas, const Apply& apply) {
+    const std::string wire = batch.SerializeAsString();
+    for (const kvserve::v1::KvEvent& e : batch.events()) {
+      block_events += e.stored().block_hashes_size() + e.removed().block_hashes_size();
+    }
+    ++event_batches;
+    for (size_t r = 0; r < replicas; ++r) {
+      Timer timer(events_s);
+      kvserve::v1::KvEventBatch received;
+      if (received.ParseFromString(wire)) apply(r, received);  // our own bytes: it parses
+    }
+  }
 
   // What the run's trace made one replica do: the same every run (SimReport::json).
   [[nodiscard]] nlohmann::json Counts(double virtual_seconds) const {

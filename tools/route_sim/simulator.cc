@@ -21,6 +21,7 @@
 #include "tools/route_sim/event_buffer.h"
 #include "tools/route_sim/greedy_policy.h"
 #include "tools/route_sim/router_cost.h"
+#include "tools/route_sim/sim_books.h"
 #include "worker/engine.h"
 
 namespace kvserve::route_sim {
@@ -29,21 +30,6 @@ namespace {
 namespace pb = ::kvserve::v1;
 using json = nlohmann::json;
 using router::WorkerView;
-
-// A request in flight, as the router's books hold it.
-struct Live {
-  int worker = 0;
-  int replica = 0;
-  uint64_t seq = 0;  // its replica's placement number once it reached its worker (0: not yet)
-  double arrival = 0;
-  int64_t prompt_tokens = 0, predicted_cached = 0, blocks = 0;
-  bool started = false;
-  double first_token_at = 0;
-  int64_t output_tokens = 0;
-  // A disaggregated request's prefill phase on a prefill worker (its hit rate counts there);
-  // and the request itself on its decode worker (its prompt counts at the phase).
-  bool prefill_phase = false, disaggregated = false;
-};
 
 struct SimWorker {
   std::unique_ptr<worker::Engine> engine;
@@ -65,21 +51,6 @@ struct SimWorker {
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
 };
 
-// What one router replica's books hold of one worker: its own placements only.
-struct Books {
-  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
-  // Counts (sign 1) or uncounts (-1) request `l` as it stands: a decode row once started, its
-  // uncached prompt before.
-  void Count(const Live& l, int sign) {
-    active_blocks += sign * l.blocks;
-    if (l.started) {
-      decode_seqs += sign;
-    } else {
-      queued_prefill += sign * (l.prompt_tokens - l.predicted_cached);
-    }
-  }
-};
-
 // One router replica: its index (fed by every worker's events, plus its own placements), its
 // policy and its books.
 struct Replica {
@@ -99,7 +70,9 @@ double Percentile(std::vector<double> v, double p) {
 
 class Simulation {
  public:
-  explicit Simulation(const SimOptions& o) : o_(o) {}
+  explicit Simulation(const SimOptions& o) : o_(o) {
+    if (o_.router_cost) cost_.emplace();
+  }
 
   absl::Status Init() {
     replicas_.resize(o_.replicas);
@@ -190,7 +163,7 @@ class Simulation {
   }
 
   json Report() const;
-  json RouterCpu() const { return cost_.Cpu(now_, o_.replicas); }
+  json RouterCpu() const { return cost_ ? cost_->Cpu(now_, o_.replicas) : json(); }
 
  private:
   double ArrivalTime(const trace::TraceRequest& r) const {
@@ -264,22 +237,14 @@ class Simulation {
     Replica& rep = replicas_[replica];
     rep.index.Expire(t);
     const std::vector<WorkerView> views = Views(rep);
-    absl::StatusOr<router::Decision> d = absl::UnknownError("not placed");
-    {
-      RouterCost::Timer timer(cost_.placing_s);
-      const std::vector<router::FetchOffer> offers =
-          router::FetchOffers(o_.fetch, o_.fetch.initial_gbps, views, rep.index, hashes);
-      d = router::Route(*rep.policy, views, rep.index,
-                        {.hashes = hashes,
-                         .prompt_tokens = static_cast<int64_t>(prompt.size()),
-                         .max_tokens = out,
-                         .fetch_offers = offers,
-                         // As Books::OthersPlacing finds it from the reports: every replica places.
-                         .other_replicas = o_.replicas > 1 &&
-                                           o_.replica_load == SimOptions::ReplicaLoad::kReports});
-    }
-    ++cost_.placements;
-    cost_.SeeEntries(IndexEntries(replicas_[0]));
+    absl::StatusOr<router::Decision> d =
+        Place(rep, views,
+              {.hashes = hashes,
+               .prompt_tokens = static_cast<int64_t>(prompt.size()),
+               .max_tokens = out,
+               // As Books::OthersPlacing finds it from the reports: every replica places.
+               .other_replicas =
+                   o_.replicas > 1 && o_.replica_load == SimOptions::ReplicaLoad::kReports});
     if (!d.ok()) {
       ++errors_[std::string(d.status().message())];
       return;
@@ -508,28 +473,33 @@ class Simulation {
     steps_.emplace(now_ + took, order_++, w);
   }
 
-  // Every replica subscribes to every worker's events: each parses the batch off the wire (as
-  // a router does) and applies it.
-  void TakeEvents(int w, const pb::KvEventBatch& batch) {
-    const std::string wire = batch.SerializeAsString();
-    for (const pb::KvEvent& e : batch.events()) {
-      cost_.block_events += e.stored().block_hashes_size() + e.removed().block_hashes_size();
+  // The replica's routing policy's decision (with --router-cost, timed, and the index's size
+  // seen first).
+  absl::StatusOr<router::Decision> Place(Replica& rep, const std::vector<WorkerView>& views,
+                                         router::RouteRequest request) {
+    std::optional<RouterCost::Timer> timer;
+    if (cost_) {
+      int64_t entries = 0;
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        entries += static_cast<int64_t>(replicas_[0].index.num_blocks(static_cast<int>(w)));
+      }
+      cost_->SeeEntries(entries);
+      ++cost_->placements;
+      timer.emplace(cost_->placing_s);
     }
-    ++cost_.event_batches;
-    for (Replica& r : replicas_) {
-      RouterCost::Timer timer(cost_.events_s);
-      pb::KvEventBatch received;
-      if (!received.ParseFromString(wire)) continue;  // our own serialization: cannot fail
-      if (r.index.ApplyEvents(w, received) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
-    }
+    request.fetch_offers =
+        router::FetchOffers(o_.fetch, o_.fetch.initial_gbps, views, rep.index, request.hashes);
+    return router::Route(*rep.policy, views, rep.index, request);
   }
 
-  int64_t IndexEntries(const Replica& r) const {
-    int64_t n = 0;
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      n += static_cast<int64_t>(r.index.num_blocks(static_cast<int>(w)));
-    }
-    return n;
+  // Every replica subscribes to every worker's events (with --router-cost, each parses the
+  // batch off the wire, as a router does).
+  void TakeEvents(int w, const pb::KvEventBatch& batch) {
+    const auto apply = [&](size_t r, const pb::KvEventBatch& b) {
+      if (replicas_[r].index.ApplyEvents(w, b) == router::PrefixIndex::Apply::kGap) ++event_gaps_;
+    };
+    if (cost_) return cost_->TakeBatch(batch, replicas_.size(), apply);
+    for (size_t r = 0; r < replicas_.size(); ++r) apply(r, batch);
   }
 
   void FinishStep(int w) {
@@ -633,7 +603,7 @@ class Simulation {
   std::vector<double> ttft_, e2e_, tpot_, disaggregated_ttft_;
   std::map<std::string, int64_t> decisions_, errors_;
   int64_t event_gaps_ = 0;
-  RouterCost cost_;
+  std::optional<RouterCost> cost_;  // with SimOptions::router_cost
 };
 
 json Simulation::Report() const {
@@ -682,7 +652,7 @@ json Simulation::Report() const {
     r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
     r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);
   }
-  r["router_cost"] = cost_.Counts(now_);
+  if (cost_) r["router_cost"] = cost_->Counts(now_);
   r["workers"] = per_worker;
   return r;
 }

@@ -73,13 +73,16 @@ struct SimOptions {
   // step has computed, after the phase's earlier steps' blocks. Each phase has its own link:
   // in both modes, transfers never share bandwidth.
   bool disagg_stream_layers = false;
+  // Time what each replica's placing and KV-event taking cost on this CPU (router_cost.h; each
+  // batch then goes through its wire bytes): the report's router_cost and router_cpu.
+  bool router_cost = false;
 };
 
 struct SimReport {
   // Unchanged by the run, so side-by-side runs compare the same requests.
   nlohmann::json json;
-  // What the replicas' placing and KV-event taking cost this CPU (router_cost.h): differs run
-  // to run.
+  // With SimOptions::router_cost, what the replicas' placing and KV-event taking cost this CPU
+  // (router_cost.h): differs run to run.
   nlohmann::json router_cpu;
 };
 
