@@ -23,6 +23,7 @@
 #include "frontend/http/front_flags.h"
 #include "frontend/http/http_front.h"
 #include "glog/logging.h"
+#include "router/fleet_vllm_metrics.h"
 #include "router/router_core.h"
 #include "router/router_metrics.h"
 #include "router/routing_flags.h"
@@ -40,6 +41,11 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
 ABSL_FLAG(int32_t, port, 8000, "HTTP port (0: any; the chosen one is printed)");
 ABSL_FLAG(int32_t, max_model_len, 0,
           "Longest prompt + output (0: the model's max_position_embeddings)");
+ABSL_FLAG(bool, vllm_metrics, true,
+          "/metrics also serves the workers' vllm:* families, summed, read from each worker's "
+          "/metrics when the router's is read (fleet_vllm_metrics.h)");
+ABSL_FLAG(double, vllm_metrics_timeout_seconds, 1.0,
+          "How long a read of one worker's /metrics for --vllm-metrics may take");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 2.0, "A worker silent this long is out of rotation");
 ABSL_FLAG(std::string, router_id, "",
           "This replica's id among the fleet's routers: in recycle grants, and (with a suffix "
@@ -288,6 +294,19 @@ absl::Status Serve() {
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);
   core->Start();
+  if (absl::GetFlag(FLAGS_vllm_metrics)) {
+    const double timeout = absl::GetFlag(FLAGS_vllm_metrics_timeout_seconds);
+    if (!(timeout > 0 && timeout <= 60)) {
+      return absl::InvalidArgumentError("--vllm-metrics-timeout-seconds must be in (0, 60]");
+    }
+    f.more_metrics = [c = core.get(), timeout = absl::Seconds(timeout)] {
+      std::vector<MetricsTarget> targets;
+      for (const WorkerInfo& w : c->Workers()) {
+        if (!w.metrics_endpoint.empty()) targets.push_back({w.name, w.metrics_endpoint});
+      }
+      return ReadFleetVllmMetrics(targets, timeout);
+    };
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<HttpFront> front,
                    HttpFront::Start(f, tok.get(), core.get(), &metrics));
   std::unique_ptr<EndpointPicker> epp;

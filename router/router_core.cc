@@ -320,6 +320,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
     w.id = v.id;
     w.name = v.name;
     w.eligible = v.eligible;
+    w.metrics_endpoint = v.metrics_endpoint;
     const WorkerPool::Counters c = pool_->counters(v.id);
     w.load_blocks = inflight[v.id].blocks;
     w.inflight_requests = inflight[v.id].requests;

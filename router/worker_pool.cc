@@ -20,8 +20,8 @@ namespace {
 namespace pb = ::kvserve::v1;
 using Clock = std::chrono::steady_clock;
 
-// A heartbeat's http_endpoint as a gateway dials it: ":port" is on the host the router reaches
-// the worker at (an IPv6 address in brackets).
+// A heartbeat's http_endpoint (or metrics_endpoint) as a gateway dials it: ":port" is on the host
+// the router reaches the worker at (an IPv6 address in brackets).
 std::string HttpEndpoint(const std::string& worker_host, const std::string& advertised) {
   if (!advertised.starts_with(":")) return advertised;
   const bool v6 = absl::StrContains(worker_host, ':') && !worker_host.starts_with("[");
@@ -314,6 +314,7 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.block_size = std::max(1, worker.status->block_size());
       v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
       v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
+      v.metrics_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->metrics_endpoint());
       v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
       v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
       v.prefill_only = worker.status->role() == "prefill";

@@ -385,6 +385,7 @@ void UpstreamBridge::PublishStatus() {
   // The upstream on this host (a sidecar, a test) is reached at the bridge's own address.
   st.set_http_endpoint(IsLoopbackHost(o_.api.host) ? absl::StrCat(":", o_.api.port)
                                                    : absl::StrCat(o_.api.host, ":", o_.api.port));
+  st.set_metrics_endpoint(st.http_endpoint());  // vLLM serves /metrics on its API port
   if (absl::Status s = SendMessage(pub_, "status", st, zmq::send_flags::dontwait); !s.ok()) {
     LOG_EVERY_T(WARNING, 10) << "upstream bridge heartbeat: " << s;
   }
@@ -507,7 +508,8 @@ void UpstreamBridge::Scrape(const std::atomic<bool>* stop) {
       }
     }
     absl::StatusOr<std::string> text =
-        Fetch(o_.api, http::verb::get, "/metrics", "", {.io_timeout_ms = o_.http_timeout_ms});
+        Fetch(o_.api, http::verb::get, "/metrics", "",
+              {.io_timeout_ms = o_.http_timeout_ms, .max_body_bytes = 32 << 20});
     if (text.ok()) {
       absl::StatusOr<std::vector<Sample>> samples = ParsePrometheusText(*text);
       h.scrape = samples.ok() ? absl::StatusOr<UpstreamLoad>(VllmLoad(*samples))

@@ -8,7 +8,7 @@
 //   PUB    --events-port  "kv": the upstream's vLLM-format KV events re-hashed with kvserve's
 //                         block hash (vllm_event_translator.h), and KvSnapshots on request;
 //                         "status": heartbeats made from the upstream's /metrics
-//                         (prometheus_text.h)
+//                         (vllm_load.h)
 //
 // The upstream's event stream is read from its start (a replay from sequence 0) and replayed
 // again from where a gap begins, so a bridge started after the engine knows its cache. Until
@@ -41,10 +41,10 @@
 #include "common/net/http_client.h"
 #include "common/net/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
-#include "upstream/prometheus_text.h"
 #include "upstream/upstream_metrics.h"
 #include "upstream/vllm_event_source.h"
 #include "upstream/vllm_event_translator.h"
+#include "upstream/vllm_load.h"
 #include "zmq.hpp"
 
 namespace kvserve::upstream {

@@ -95,7 +95,8 @@ absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::str
     if (options.sent != nullptr) *options.sent = true;
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.body_limit(options.max_body_bytes > 0 ? options.max_body_bytes
+                                                 : std::numeric_limits<std::uint64_t>::max());
     http::read_header(stream, buffer, parser);
     const int status = parser.get().result_int();
     if (options.on_status) options.on_status(status);
@@ -120,6 +121,11 @@ absl::StatusOr<int> Exchange(const Endpoint& ep, http::verb verb, const std::str
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     return status;
   } catch (const std::exception& e) {
+    if (const auto* s = dynamic_cast<const beast::system_error*>(&e);
+        s != nullptr && s->code() == http::error::body_limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          ep.host, ":", ep.port, target, ": the body is over ", options.max_body_bytes, " bytes"));
+    }
     if (options.cancel != nullptr && options.cancel->cancelled()) {
       return absl::CancelledError(absl::StrCat(ep.host, ":", ep.port, target, ": cancelled"));
     }

@@ -10,6 +10,7 @@
 #ifndef KVSERVE_COMMON_NET_HTTP_CLIENT_H_
 #define KVSERVE_COMMON_NET_HTTP_CLIENT_H_
 
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -52,6 +53,8 @@ struct ExchangeOptions {
   // Set true once the whole request is written: a call that fails with it false never
   // reached the server (refused, unreachable, reset while writing).
   bool* sent = nullptr;
+  // A response body longer than this fails the call (ResourceExhausted); 0: no limit.
+  uint64_t max_body_bytes = 0;
 };
 
 // Sends one request and returns the response's status; `on_body` is called with each piece of

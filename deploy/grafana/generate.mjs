@@ -9,12 +9,15 @@ import { fileURLToPath } from 'node:url';
 const outDir = path.join(path.dirname(fileURLToPath(import.meta.url)), '../helm/kvserve/dashboards');
 const ns = 'namespace=~"$namespace"';
 const nsw = `${ns}, worker=~"$worker"`;
+// The workers' own vllm:* series: each router also serves them summed over its workers (no
+// `worker` label), which a sum over the namespace would count again.
+const nsWorkers = `${ns}, worker!=""`;
 const rate = (expr) => `rate(${expr}[$__rate_interval])`;
 
 // A panel: title, unit, and its queries as [PromQL, legend].
 const p = (title, unit, ...targets) => ({ title, unit, targets });
-const quantiles = (metric, by = '') => [0.5, 0.95, 0.99].map((q) => [
-  `histogram_quantile(${q}, sum by (le${by}) (${rate(`${metric}_bucket{${ns}}`)}))`, `p${q * 100}`]);
+const quantiles = (metric, by = '', sel = ns) => [0.5, 0.95, 0.99].map((q) => [
+  `histogram_quantile(${q}, sum by (le${by}) (${rate(`${metric}_bucket{${sel}}`)}))`, `p${q * 100}`]);
 
 const dashboards = {
   'kvserve-overview': {
@@ -24,11 +27,11 @@ const dashboards = {
       p('Error ratio (5xx)', 'percentunit', [
         `(sum(${rate(`kvserve_router_requests_total{status=~"5..", ${ns}}`)}) or vector(0)) / sum(${rate(`kvserve_router_requests_total{${ns}}`)})`, '5xx']),
       p('Time to first token', 's', ...quantiles('kvserve_router_time_to_first_token_seconds')),
-      p('Inter-token latency', 's', ...quantiles('vllm:inter_token_latency_seconds')),
+      p('Inter-token latency', 's', ...quantiles('vllm:inter_token_latency_seconds', '', nsWorkers)),
       p('End-to-end latency', 's', ...quantiles('kvserve_router_e2e_request_latency_seconds')),
       p('Tokens per second', 'short',
-        [`sum(${rate(`vllm:prompt_tokens_total{${ns}}`)})`, 'prompt'],
-        [`sum(${rate(`vllm:generation_tokens_total{${ns}}`)})`, 'generation']),
+        [`sum(${rate(`vllm:prompt_tokens_total{${nsWorkers}}`)})`, 'prompt'],
+        [`sum(${rate(`vllm:generation_tokens_total{${nsWorkers}}`)})`, 'generation']),
       p('Workers serving', 'short',
         [`count(kvserve_draining{${ns}} == 0) or vector(0)`, 'serving'],
         [`sum(kvserve_draining{${ns}})`, 'draining']),

@@ -45,6 +45,8 @@ struct WorkerInfo {
   // blocks its requests reserve).
   int64_t prefill_tokens = 0, decode_seqs = 0;
   bool load_reported = false;
+  // Where it serves /metrics with vLLM's names, "host:port" (empty: nowhere).
+  std::string metrics_endpoint;
 };
 
 // Admission: sequences (a request of n samples is n) one worker takes from this core at once (0:

@@ -45,6 +45,8 @@ struct WorkerView {
   int block_size = 16;
   // Where it serves the OpenAI API over HTTP ("host:port"; empty: nowhere), from its heartbeat.
   std::string http_endpoint;
+  // Where it serves /metrics with vLLM's names ("host:port"; empty: nowhere), from its heartbeat.
+  std::string metrics_endpoint;
   // Its heartbeat: a block's bytes on the KV transfer's wire (0: it moves no KV), and its
   // measured prefill rate in prompt tokens per second (0: not measured yet). router/kv_fetch.h.
   int64_t kv_wire_block_bytes = 0;

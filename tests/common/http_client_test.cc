@@ -127,6 +127,27 @@ TEST(HttpClientTest, StreamedEventsArriveOneByOneAndAreDatedBeforeTheNextIsSent)
   }
 }
 
+// A peer that sends more than max_body_bytes ends the call (a hostile /metrics cannot make the
+// router hold it); within the limit, the same body is read whole.
+TEST(HttpClientTest, ABodyOverTheLimitIsRefused) {
+  const std::vector<std::string> events(8, std::string(1000, 'x'));
+  for (const uint64_t limit : {uint64_t{4000}, uint64_t{100000}}) {
+    SseServer server(events);
+    server.Saw(static_cast<int>(events.size()));  // the server need not wait for the client
+    absl::StatusOr<std::string> body =
+        Fetch({"127.0.0.1", std::to_string(server.port())}, boost::beast::http::verb::get,
+              "/metrics", "", {.max_body_bytes = limit});
+    if (limit < 8000) {
+      ASSERT_FALSE(body.ok());
+      EXPECT_EQ(body.status().code(), absl::StatusCode::kResourceExhausted) << body.status();
+      EXPECT_NE(body.status().message().find("over 4000 bytes"), std::string::npos);
+    } else {
+      ASSERT_TRUE(body.ok()) << body.status();
+      EXPECT_EQ(body->size(), 8 * (1000 + 8));  // "data: " and "\n\n" around each
+    }
+  }
+}
+
 TEST(HttpClientTest, AnUnreachableServerIsUnavailableNamingIt) {
   // A port taken and closed at once: nothing listens there.
   int free_port = 0;

@@ -23,6 +23,7 @@ let client;
 let base;
 let workerArg;
 let router;
+let workerMetrics;
 
 
 
@@ -32,6 +33,7 @@ before(async () => {
   await start(children, path.join(bin, 'kvserve-worker'), ['--model', model, '--host', '127.0.0.1', '--port', String(port),
     '--events-port', String(events), '--metrics-port', String(metrics), '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/);
   workerArg = `127.0.0.1:${port}:${events}`;
+  workerMetrics = `http://127.0.0.1:${metrics}/metrics`;
   router = await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
     '--workers', workerArg, '--max-model-len', '1024'], /kvserve-router ready/);
   base = `http://127.0.0.1:${http}`;
@@ -692,6 +694,28 @@ test('router metrics count requests and routing decisions', async () => {
   assert.match(text, /kvserve_router_decisions_total\{reason="prefix"\} [1-9]/);
   assert.match(text, /kvserve_router_prefix_tokens_total\{kind="reported"\}/);
   assert.match(text, /kvserve_router_time_to_first_token_seconds_count [1-9]/);
+});
+
+test("the router's /metrics carries its workers' vllm:* families, as vLLM's API port does", async () => {
+  const families = (t) => [...t.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]);
+  const value = (t, re) => Number((t.match(re) ?? [])[1]);
+  const [routerText, workerText] = await Promise.all([fetch(`${base}/metrics`), fetch(workerMetrics)]
+    .map(async (r) => (await r).text()));
+  const names = families(routerText);
+  assert.equal(new Set(names).size, names.length, 'no metric family twice');
+  for (const name of ['vllm:num_requests_running', 'vllm:kv_cache_usage_perc', 'vllm:request_success_total',
+    'vllm:e2e_request_latency_seconds', 'vllm:prompt_tokens_total', 'kvserve_router_requests_total']) {
+    assert.ok(names.includes(name), `${name} on the router's /metrics`);
+  }
+  assert.match(routerText, /kvserve_router_vllm_metrics_sources\{result="read"\} 1\n/);
+  // One worker: the sums are its own counts, labelled with the served model's name, no worker label.
+  const stop = /^vllm:request_success_total\{[^}]*finished_reason="stop"[^}]*\} (\S+)$/m;
+  const prompt = /^vllm:prompt_tokens_total\{[^}]*\} (\S+)$/m;
+  assert.ok(value(routerText, prompt) > 0);
+  assert.equal(value(routerText, prompt), value(workerText, prompt));
+  assert.equal(value(routerText, stop), value(workerText, stop));
+  assert.match(routerText, /^vllm:num_requests_running\{model_name="tiny"\} 0$/m);
+  assert.doesNotMatch(routerText.split('\n').filter((l) => l.startsWith('vllm:')).join('\n'), /worker=/);
 });
 
 test('a replica that discovers its worker by DNS (--workers-dns localhost:PORT:EVENTS)', async () => {

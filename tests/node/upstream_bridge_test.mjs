@@ -196,6 +196,20 @@ test('what an upstream cannot be asked is refused by name; a bad --url stops the
 
 test('each bridge reports its upstream on /metrics and /ready', async () => {
   for (const x of bridged.bridges) assert.equal((await fetch(`${x.metrics}/ready`)).status, 200);
+  // The router reads each upstream's /metrics where vLLM serves it (its API port): vllm:* summed.
+  const prompt = /^vllm:prompt_tokens_total\{[^}]*\} (\S+)$/m;
+  const read = async (url) => (await fetch(`${url}/metrics`)).text();
+  let sum = -1, routed = NaN, routerText = '';
+  for (let i = 0; i < 40 && routed !== sum; i++) {  // the workers' counters move at their heartbeats
+    if (i > 0) await new Promise((res) => setTimeout(res, 100));
+    sum = 0;
+    for (const w of bridged.workers) sum += Number(prompt.exec(await read(w.base))[1]);
+    routerText = await read(bridged.router);
+    routed = Number(prompt.exec(routerText)?.[1]);
+  }
+  assert.ok(sum > 0, routerText);
+  assert.equal(routed, sum);
+  assert.match(routerText, /kvserve_router_vllm_metrics_sources\{result="read"\} 2\n/);
   assert.equal(await bridgeMetric('kvserve_upstream_ready\\{[^}]*\\}'), 2);
   assert.ok(await bridgeMetric('kvserve_upstream_event_batches_total\\{[^}]*result="applied"[^}]*\\}') > 0);
   assert.ok(await bridgeMetric('kvserve_upstream_indexed_blocks\\{[^}]*\\}') >= 16);

@@ -11,9 +11,9 @@
 #include "gtest/gtest.h"
 #include "router/routing/prefix_index.h"
 #include "tests/testing/status_matchers.h"
-#include "upstream/prometheus_text.h"
 #include "upstream/vllm_event_source.h"
 #include "upstream/vllm_event_translator.h"
+#include "upstream/vllm_load.h"
 
 namespace kvserve::upstream {
 namespace {

@@ -3,6 +3,8 @@
 // one is due.
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "common/net/curve.h"
 #include "glog/logging.h"
 #include "worker/server/process_clock.h"
 #include "worker/server/worker_server.h"
@@ -10,6 +12,20 @@
 namespace kvserve::worker {
 
 namespace pb = ::kvserve::v1;
+
+namespace {
+
+// WorkerStatus.metrics_endpoint: ":port" where the router reaches the worker's other sockets
+// (the metrics bound there, on every address, or on loopback, where only a router on this host
+// reads them), "host:port" when they are bound to an address of their own.
+std::string MetricsEndpoint(const WorkerServerOptions& o, int port) {
+  const std::string& h = o.metrics_host;
+  const bool own = !h.empty() && h != o.host && h != "0.0.0.0" && h != "::" && !IsLoopbackHost(h);
+  const bool v6 = h.find(':') != std::string::npos;
+  return own ? absl::StrCat(v6 ? "[" : "", h, v6 ? "]:" : ":", port) : absl::StrCat(":", port);
+}
+
+}  // namespace
 
 void WorkerServer::Heartbeat(Clock::time_point now) {
   KVSERVE_CHECK_THREAD(loop_thread_);
@@ -76,6 +92,7 @@ void WorkerServer::PublishStatus() {
   st.set_tensor_parallel_size(engine_->config().parallel.tensor_parallel_size);
   st.set_max_num_seqs(engine_->config().scheduler.max_num_seqs);
   st.set_http_endpoint(options_.http_endpoint);
+  if (options_.vllm_metric_names) st.set_metrics_endpoint(MetricsEndpoint(options_, http_->port()));
   st.set_kv_wire_block_bytes(engine_->KvWireBlockBytes());
   st.set_prefill_tokens_per_second(prefill_tokens_per_second_);
   st.set_role(options_.role);
