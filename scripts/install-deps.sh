@@ -15,14 +15,14 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgoogle-glog-dev
   libxxhash-dev libpcre2-dev libutf8proc-dev
   libboost-dev libboost-context-dev libsimdjson-dev nlohmann-json3-dev libmsgpack-cxx-dev
-  libgloo-dev libopenblas-dev libgrpc++-dev protobuf-compiler-grpc
+  libgloo-dev libopenblas-dev libgrpc++-dev protobuf-compiler-grpc libhiredis-dev
 )
 # Only the tests: GoogleTest and Google Benchmark, the compiler cache, the servers and tools the
-# integration tests run against (Prometheus, nginx, Go for the Helm chart's renderer, podman for
+# integration tests run against (Prometheus, Redis for the shared Responses store, nginx, Go for the Helm chart's renderer, podman for
 # the image test), and clang for the thread-safety check and the fuzzers.
 test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev ccache
-  prometheus
+  prometheus redis-server
   nginx-light wget
   golang-1.19-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-gopkg-yaml.v3-dev golang-github-xeipuuv-gojsonschema-dev

@@ -23,6 +23,7 @@
 #include "frontend/output/reasoning.h"
 #include "frontend/output/tool_calls.h"
 #include "frontend/request/parsed_request.h"
+#include "frontend/store/response_store.h"
 
 namespace kvserve::frontend {
 
@@ -60,6 +61,8 @@ struct FrontOptions {
   // More Prometheus text for /metrics, after the front's own (kvserve-worker --openai-port
   // adds the worker's, vLLM's names among them). Called on the front's threads: thread-safe.
   std::function<std::string()> more_metrics;
+  // The Responses API's store (frontend/store/response_store.h): embedded by default.
+  ResponseStoreOptions responses_store;
 };
 
 struct FrontContext {
@@ -67,6 +70,8 @@ struct FrontContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   Core* core = nullptr;
   FrontMetrics* metrics = nullptr;
+  // Stored responses (OpenAI's `store`); null: none kept. Thread-safe.
+  ResponseStore* responses = nullptr;
   // The handler threads; a request's own work (a Completion) runs on a strand of it.
   boost::asio::thread_pool* handlers = nullptr;
   std::string id_prefix;  // random per process, so that ids differ across router replicas

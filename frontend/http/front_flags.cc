@@ -93,6 +93,14 @@ ABSL_FLAG(bool, structured_outputs_any_whitespace, false,
           "the separators \", \" and \": \"; a request's "
           "structured_outputs.disable_any_whitespace overrides it");
 ABSL_FLAG(
+    std::string, responses_store, "memory",
+    "Where the Responses API keeps stored responses (store, previous_response_id, GET and "
+    "DELETE /v1/responses/{id}): memory (in this process), redis://[:PASSWORD@]HOST:PORT[/DB] "
+    "(Redis or Valkey, shared by router replicas), or none");
+ABSL_FLAG(double, responses_store_ttl_seconds, 86400, "How long a stored response is kept");
+ABSL_FLAG(int64_t, responses_store_max_mb, 256,
+          "--responses-store memory: the most it holds; past it the oldest responses go");
+ABSL_FLAG(
     bool, normalize_prompts, false,
     "NFC-normalize prompts and trim trailing whitespace of system messages before tokenizing");
 
@@ -239,6 +247,19 @@ absl::Status FrontFromFlags(int max_model_len, FrontOptions* f, Admission* a) {
   ASSIGN_OR_RETURN(f->limits, LimitsFromFlags(max_model_len));
   f->limits.json_any_whitespace = absl::GetFlag(FLAGS_structured_outputs_any_whitespace);
   f->limits.tokens_as_token_ids = absl::GetFlag(FLAGS_return_tokens_as_token_ids);
+  f->responses_store.url = absl::GetFlag(FLAGS_responses_store);
+  const double ttl = absl::GetFlag(FLAGS_responses_store_ttl_seconds);
+  if (!(ttl > 0 && ttl <= 365 * 86400)) {
+    return absl::InvalidArgumentError("--responses-store-ttl-seconds must be in (0, 31536000]");
+  }
+  f->responses_store.ttl = absl::Seconds(ttl);
+  const int64_t mb = absl::GetFlag(FLAGS_responses_store_max_mb);
+  if (mb <= 0 || mb > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError("--responses-store-max-mb must be in [1, 1048576]");
+  }
+  f->responses_store.max_bytes = mb << 20;
+  // A bad store name stops the process now, not at its first stored response.
+  RETURN_IF_ERROR(MakeResponseStore(f->responses_store).status());
   return absl::OkStatus();
 }
 

@@ -6,10 +6,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "frontend/http/admin_handlers.h"
 #include "frontend/http/auth.h"
 #include "frontend/http/http_connection.h"
 #include "frontend/http/openai_handlers.h"
+#include "frontend/http/stored_responses.h"
 #include "frontend/output/messages_output.h"
 #include "glog/logging.h"
 
@@ -20,6 +22,7 @@ using tcp = asio::ip::tcp;
 
 struct HttpFront::Impl {
   FrontContext ctx;
+  std::unique_ptr<ResponseStore> responses;  // ctx.responses
   std::unique_ptr<asio::thread_pool> handlers;
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -117,10 +120,7 @@ void HttpFront::Impl::Dispatch(const std::shared_ptr<HttpConnection>& conn, cons
   if (post && path == "/v1/messages") return HandleMessages(ctx, conn, r);
   if (post && path == "/v1/messages/count_tokens") return HandleCountTokens(ctx, *conn, r);
   if (path.rfind("/v1/responses/", 0) == 0) {  // retrieve, delete, cancel, input_items
-    return conn->RespondError(OpenAiErrorFromStatus(
-        absl::NotFoundError("kvserve keeps no responses (stateless): there is none to retrieve, "
-                            "delete or cancel"),
-        "not_found"));
+    return HandleStoredResponse(ctx, *conn, r);
   }
   if (path.rfind("/admin/", 0) == 0) return HandleAdmin(ctx, *conn, r);
   if (post && path == "/tokenize") return HandleTokenize(ctx, *conn, r);
@@ -153,9 +153,14 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   impl.ctx.tokenizer = tokenizer;
   impl.ctx.core = core;
   impl.ctx.metrics = metrics;
+  ASSIGN_OR_RETURN(impl.responses, MakeResponseStore(options.responses_store));
+  impl.ctx.responses = impl.responses.get();
   impl.handlers = std::make_unique<asio::thread_pool>(std::max(1, options.api_threads));
   impl.ctx.handlers = impl.handlers.get();
-  impl.ctx.id_prefix = absl::StrFormat("%08x-", std::random_device{}());
+  // 64 random bits: stored responses' ids ("resp_" and the request id) must not meet another
+  // replica's in a shared store.
+  std::random_device random;
+  impl.ctx.id_prefix = absl::StrFormat("%08x%08x-", random(), random());
   boost::beast::error_code ec;
   tcp::endpoint ep(asio::ip::make_address(options.host, ec),
                    static_cast<unsigned short>(options.port));

@@ -15,6 +15,7 @@
 #include "common/string_util.h"
 #include "common/version.h"
 #include "frontend/http/completion.h"
+#include "frontend/http/stored_responses.h"
 #include "frontend/output/messages_output.h"
 #include "frontend/output/openai_error.h"
 #include "frontend/output/openai_json.h"
@@ -145,11 +146,12 @@ void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& 
 void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                      const HttpRequest& request) {
   absl::StatusOr<ResponsesRequest> translated =
-      TranslateResponsesRequest(request.body, ctx.options.limits);
+      TranslateResponsesRequest(request.body, ctx.options.limits, StateFor(ctx, request));
   if (!translated.ok()) return conn->RespondError(OpenAiErrorFromStatus(translated.status()));
   absl::StatusOr<ParsedRequest> parsed = ParseResponsesAsChat(*translated, ctx.options.limits);
   if (!parsed.ok()) return conn->RespondError(OpenAiErrorFromStatus(parsed.status()));
   auto output = std::make_unique<ResponsesOutput>(translated->echo, translated->output_logprobs);
+  StoreWhenAnswered(ctx, request, *translated, *output);
   const std::string session =
       request.session_id.empty() ? translated->prompt_cache_key : request.session_id;
   Run(ctx, conn, request, *std::move(parsed), std::move(output), session,

@@ -22,9 +22,9 @@ namespace kvserve::frontend {
 void HandleCompletion(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                       const HttpRequest& request, bool chat);
 
-// POST /v1/responses: OpenAI's Responses API, stateless (frontend/request/responses_request.h),
-// answered by the same completion path in the Responses shapes
-// (frontend/output/responses_output.h).
+// POST /v1/responses: OpenAI's Responses API (frontend/request/responses_request.h; stored
+// responses: frontend/http/stored_responses.h), answered by the same completion path in the
+// Responses shapes (frontend/output/responses_output.h).
 void HandleResponses(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn,
                      const HttpRequest& request);
 

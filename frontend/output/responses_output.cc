@@ -190,6 +190,7 @@ json ResponsesOutput::Response(const ApiFinish& finish, const ApiUsage& usage) {
                          {"output_tokens_details", {{"reasoning_tokens", usage.reasoning}}},
                          {"total_tokens", usage.input + usage.output}});
   if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  if (on_response_) on_response_(r);
   return r;
 }
 

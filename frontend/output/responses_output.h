@@ -11,6 +11,7 @@
 #define KVSERVE_FRONTEND_OUTPUT_RESPONSES_OUTPUT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ class ResponsesOutput final : public ApiOutput {
   // output_text parts carry their tokens' logprobs.
   ResponsesOutput(nlohmann::json echo, bool logprobs)
       : echo_(std::move(echo)), logprobs_(logprobs) {}
+  // Called with the final response object (completed or incomplete, whole or streamed) as it is
+  // answered: the handler stores it (store true).
+  void set_on_response(std::function<void(const nlohmann::json&)> f) {
+    on_response_ = std::move(f);
+  }
 
   // The id is "resp_" and `id`.
   void Begin(std::string id, int64_t created, std::string model) override;
@@ -65,6 +71,7 @@ class ResponsesOutput final : public ApiOutput {
   [[nodiscard]] nlohmann::json OutputJson() const;
 
   nlohmann::json echo_;
+  std::function<void(const nlohmann::json&)> on_response_;
   bool logprobs_ = false;
   std::string id_, model_;
   int64_t created_ = 0;

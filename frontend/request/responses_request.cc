@@ -3,7 +3,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "frontend/request/openai_request.h"
@@ -22,22 +24,21 @@ constexpr ToolShape kTools = {.type = "function",
                                          {"parameters", "parameters"},
                                          {"strict", "strict"}}};
 
-// What a stateless server answers for a stateful ask.
-constexpr std::string_view kStateless =
-    "kvserve keeps no responses or conversations (stateless): send the whole conversation in "
-    "input";
+// What kvserve answers for the state it does not keep.
+constexpr char kNoConversations[] =
+    "is not served: chain responses with previous_response_id, or send the whole conversation "
+    "in input";
+constexpr char kNoStore[] =
+    "needs a Responses store, and this server runs without one (--responses-store none): send "
+    "the whole conversation in input";
 
 // The Responses parameters kvserve does not serve, refused by name unless unset or neutral.
 absl::Status RefuseUnserved(const json& o) {
-  if (Field(o, "previous_response_id")) return BadParam("previous_response_id", kStateless);
-  if (Field(o, "conversation")) return BadParam("conversation", kStateless);
-  if (const json* s = Field(o, "store"); s && *s != false) {
-    return BadParam("store", "kvserve keeps no responses (stateless); leave it unset or false");
-  }
+  if (Field(o, "conversation")) return BadParam("conversation", kNoConversations);
   if (const json* b = Field(o, "background"); b && *b != false) {
     return BadParam("background",
-                    "background responses need stored responses, which kvserve does "
-                    "not keep; leave it unset or false");
+                    "background responses are not served (kvserve answers while the client "
+                    "waits or streams); leave it unset or false");
   }
   if (Field(o, "prompt")) return BadParam("prompt", "reusable prompt templates are not served");
   if (const json* t = Field(o, "truncation"); t && *t != "disabled") {
@@ -106,8 +107,8 @@ class InputBuilder {
     Push({{"role", std::move(role)}, {"content", std::move(text)}}, std::move(origin));
   }
 
-  absl::Status AddItem(const json& item, size_t i) {
-    const std::string param = absl::StrCat("input[", i, "]");
+  // `param`: how errors name the item ("input[3]").
+  absl::Status AddItem(const json& item, const std::string& param) {
     if (!item.is_object()) return BadParam(param, "must be an object");
     const json* type = Field(item, "type");
     if (type != nullptr && !type->is_string()) return BadParam(param + ".type", "must be a string");
@@ -116,7 +117,8 @@ class InputBuilder {
     if (t == "function_call") return AddCall(item, param);
     if (t == "function_call_output") return AddCallOutput(item, param);
     if (t == "reasoning") return AddReasoning(item, param);
-    if (t == "item_reference") return BadParam(param, kStateless);
+    if (t == "item_reference")
+      return BadParam(param, absl::StrCat("item references ", kNoConversations));
     return BadParam(param + ".type",
                     absl::StrCat("'", t.substr(0, 64),
                                  "' is not served: kvserve takes message, "
@@ -224,6 +226,23 @@ class InputBuilder {
   bool assistant_open_ = false;  // the last message is an assistant turn calls may join
 };
 
+// Gives each input item without an id one ("msg_", "fc_", "fco_" or "rs_" and 24 hex digits),
+// so that input_items can list and page them.
+void NameItems(json& items) {
+  thread_local absl::BitGen gen;
+  for (json& item : items) {
+    if (const json* id = Field(item, "id"); id && id->is_string()) continue;
+    const json* type = Field(item, "type");
+    const std::string t = type ? type->get<std::string>() : "message";
+    const char* prefix = t == "function_call"          ? "fc_"
+                         : t == "function_call_output" ? "fco_"
+                         : t == "reasoning"            ? "rs_"
+                                                       : "msg_";
+    item["id"] = absl::StrFormat("%s%08x%016x", prefix, absl::Uniform<uint32_t>(gen),
+                                 absl::Uniform<uint64_t>(gen));
+  }
+}
+
 absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& chat,
                             ResponsesRequest& r) {
   InputBuilder in;
@@ -231,18 +250,61 @@ absl::Status TranslateInput(const json& o, const RequestLimits& limits, json& ch
     if (!ins->is_string()) return BadParam("instructions", "must be a string");
     in.AddText("system", ins->get<std::string>(), "instructions");
   }
+  for (size_t i = 0; i < r.previous_items.size(); ++i) {
+    RETURN_IF_ERROR(
+        in.AddItem(r.previous_items[i], absl::StrCat("previous_response_id's items[", i, "]")));
+  }
   const json* input = Field(o, "input");
   if (input == nullptr) return BadParam("input", "is required");
   if (input->is_string()) {
     in.AddText("user", input->get<std::string>(), "input");
+    r.input_items.push_back({{"type", "message"},
+                             {"role", "user"},
+                             {"content", {{{"type", "input_text"}, {"text", *input}}}}});
   } else if (input->is_array() && !input->empty()) {
     RETURN_IF_ERROR(CheckMessageCount(*input, "input", "items", limits.max_messages));
-    for (size_t i = 0; i < input->size(); ++i) RETURN_IF_ERROR(in.AddItem((*input)[i], i));
+    for (size_t i = 0; i < input->size(); ++i) {
+      RETURN_IF_ERROR(in.AddItem((*input)[i], absl::StrCat("input[", i, "]")));
+      r.input_items.push_back((*input)[i]);
+    }
   } else {
     return BadParam("input", "must be a string or a non-empty list of items");
   }
+  if (r.previous_items.size() + r.input_items.size() > static_cast<size_t>(limits.max_messages)) {
+    return BadParam("previous_response_id",
+                    absl::StrCat("the conversation with this input has ",
+                                 r.previous_items.size() + r.input_items.size(),
+                                 " items, more than the ", limits.max_messages, " served"));
+  }
+  NameItems(r.input_items);
   chat["messages"] = in.Finish();
   r.message_origin = std::move(in.origin);
+  return absl::OkStatus();
+}
+
+// store and previous_response_id: the response kept, the conversation before it loaded.
+absl::Status TranslateState(const json& o, const ResponsesState& state, ResponsesRequest& r) {
+  r.store = state.store;
+  if (const json* s = Field(o, "store"); s && !s->is_null()) {
+    if (!s->is_boolean()) return BadParam("store", "must be true or false");
+    r.store = s->get<bool>();
+    if (r.store && !state.store) return BadParam("store", kNoStore);
+  }
+  const json* previous = Field(o, "previous_response_id");
+  if (previous == nullptr || previous->is_null()) return absl::OkStatus();
+  if (!previous->is_string() || previous->get_ref<const std::string&>().empty()) {
+    return BadParam("previous_response_id", "must be a response's id");
+  }
+  if (!state.store) return BadParam("previous_response_id", kNoStore);
+  r.previous_response_id = previous->get<std::string>();
+  absl::StatusOr<json> items = state.conversation(r.previous_response_id);
+  if (absl::IsNotFound(items.status())) {
+    return absl::NotFoundError(absl::StrCat("previous_response_id: no stored response '",
+                                            r.previous_response_id.substr(0, 128), "'"));
+  }
+  RETURN_IF_ERROR(items.status());
+  if (!items->is_array()) return absl::InternalError("a stored conversation is not a list");
+  r.previous_items = *std::move(items);
   return absl::OkStatus();
 }
 
@@ -310,7 +372,7 @@ absl::Status TranslateLogprobs(const json& o, json& chat, ResponsesRequest& r) {
 }
 
 // The request's fields as the response object repeats them, OpenAI's defaults filled in.
-json EchoFields(const json& o) {
+json EchoFields(const json& o, const ResponsesRequest& r) {
   auto value = [&](const char* key, json fallback) {
     const json* v = Field(o, key);
     return v ? *v : fallback;
@@ -321,9 +383,10 @@ json EchoFields(const json& o) {
           {"max_output_tokens", value("max_output_tokens", nullptr)},
           {"metadata", value("metadata", json::object())},
           {"parallel_tool_calls", value("parallel_tool_calls", true)},
-          {"previous_response_id", nullptr},
+          {"previous_response_id",
+           r.previous_response_id.empty() ? json(nullptr) : json(r.previous_response_id)},
           {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
-          {"store", false},
+          {"store", r.store},
           {"background", false},
           {"service_tier", "default"},
           {"temperature", value("temperature", 1.0)},
@@ -346,10 +409,12 @@ std::string RenameParam(std::string_view message, const ResponsesRequest& r) {
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> TranslateResponsesRequest(std::string_view body,
-                                                           const RequestLimits& limits) {
+                                                           const RequestLimits& limits,
+                                                           const ResponsesState& state) {
   ASSIGN_OR_RETURN(const json o, ParseBodyObject(body));
   RETURN_IF_ERROR(RefuseUnserved(o));
   ResponsesRequest r;
+  RETURN_IF_ERROR(TranslateState(o, state, r));
   json chat = json::object();
   PassThrough(o, {"parallel_tool_calls", "user", "skip_special_tokens", "chat_template_kwargs"},
               chat);
@@ -374,7 +439,7 @@ absl::StatusOr<ResponsesRequest> TranslateResponsesRequest(std::string_view body
       }
     }
   }
-  r.echo = EchoFields(o);
+  r.echo = EchoFields(o, r);
   r.chat_body = chat.dump();
   return r;
 }

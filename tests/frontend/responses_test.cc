@@ -107,6 +107,64 @@ TEST(ResponsesRequestTest, ErrorsNameWhatTheClientSent) {
   EXPECT_THAT(Error("not json"), HasSubstr("body: is not valid JSON"));
 }
 
+// With a store: store defaults to true; a chained request's messages are its instructions, the
+// stored conversation, then its input; its input items get ids; a response the store does not
+// hold is a NotFound naming previous_response_id.
+TEST(ResponsesRequestTest, AChainedRequestContinuesTheStoredConversation) {
+  const json stored = json::parse(R"([
+    {"type": "message", "id": "msg_a", "role": "user",
+     "content": [{"type": "input_text", "text": "My name is Ada."}]},
+    {"type": "message", "id": "msg_b", "status": "completed", "role": "assistant",
+     "content": [{"type": "output_text", "text": "Hello Ada.", "annotations": [], "logprobs": []}]}
+  ])");
+  std::vector<std::string> asked;
+  const ResponsesState state{.store = true,
+                             .conversation = [&](const std::string& id) -> absl::StatusOr<json> {
+                               asked.push_back(id);
+                               if (id != "resp_1") return absl::NotFoundError("none");
+                               return stored;
+                             }};
+  ASSERT_OK_AND_ASSIGN(ResponsesRequest r,
+                       TranslateResponsesRequest(R"({"model": "m", "instructions": "Be brief.",
+                         "previous_response_id": "resp_1", "input": "What is my name?"})",
+                                                 {}, state));
+  EXPECT_EQ(asked, std::vector<std::string>{"resp_1"});
+  const json messages = json::parse(r.chat_body)["messages"];
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[0], json({{"role", "system"}, {"content", "Be brief."}}));
+  EXPECT_EQ(messages[1], json({{"role", "user"}, {"content", "My name is Ada."}}));
+  EXPECT_EQ(messages[2], json({{"role", "assistant"}, {"content", "Hello Ada."}}));
+  EXPECT_EQ(messages[3], json({{"role", "user"}, {"content", "What is my name?"}}));
+  EXPECT_TRUE(r.store);
+  EXPECT_EQ(r.echo["store"], true);
+  EXPECT_EQ(r.echo["previous_response_id"], "resp_1");
+  EXPECT_EQ(r.previous_items, stored);
+  ASSERT_EQ(r.input_items.size(), 1u);
+  EXPECT_THAT(r.input_items[0]["id"].get<std::string>(), ::testing::StartsWith("msg_"));
+  EXPECT_EQ(r.input_items[0]["content"][0]["text"], "What is my name?");
+
+  ASSERT_OK_AND_ASSIGN(r, TranslateResponsesRequest(R"({"model": "m", "store": false,
+                         "input": [{"type": "function_call_output", "call_id": "c", "output": "1"},
+                                   {"role": "user", "content": "x", "id": "mine"}]})",
+                                                    {}, state));
+  EXPECT_FALSE(r.store);
+  EXPECT_EQ(r.echo["previous_response_id"], nullptr);
+  EXPECT_THAT(r.input_items[0]["id"].get<std::string>(), ::testing::StartsWith("fco_"));
+  EXPECT_EQ(r.input_items[1]["id"], "mine");  // a client's own id is kept
+  EXPECT_THAT(TranslateResponsesRequest(
+                  R"({"model": "m", "previous_response_id": "resp_2", "input": "x"})", {}, state)
+                  .status(),
+              testing::StatusIs(absl::StatusCode::kNotFound,
+                                HasSubstr("previous_response_id: no stored response 'resp_2'")));
+  EXPECT_THAT(Error(R"({"model": "m", "previous_response_id": "resp_1", "input": "x"})"),
+              HasSubstr("previous_response_id: needs a Responses store"));
+  EXPECT_THAT(
+      TranslateResponsesRequest(R"({"model": "m", "store": "yes", "input": "x"})", {}, state)
+          .status()
+          .message(),
+      HasSubstr("store: must be true or false"));
+}
+
 // The events, parsed, of one stream: reasoning, then text, then a call.
 std::vector<json> Events(const std::string& sse) {
   std::vector<json> out;

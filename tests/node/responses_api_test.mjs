@@ -2,8 +2,10 @@
 // kvserve-worker with the official `openai` client: responses.create and responses.stream (whose
 // accumulator checks every event's indexes and item ids), the same tokens as the equivalent chat
 // completion, function tools (required and named, streamed and not, and their results sent back
-// as items), text.format json_schema, logprobs, and the 400s and 404s of what a stateless server
-// does not serve. The model's weights are random: only constraints shape its calls.
+// as items), text.format json_schema, logprobs, the 400s of what kvserve does not serve, and
+// stored responses: retrieve, chains by previous_response_id, input_items, delete, tenants by API
+// key, and a store in a real redis-server shared by two router replicas over two workers. The
+// model's weights are random: only constraints shape its calls.
 //
 //   node responses_api_test.mjs BUILD_BIN_DIR TOKENIZER_DIR
 import assert from 'node:assert/strict';
@@ -14,13 +16,15 @@ import { after, before, test } from 'node:test';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 
-import { makeModel, startWorkerAndRouter } from './lib/harness.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-responses-'));
 const children = [];
 let client;
 let base;
+let model;
+let worker;
 
 const weather = {
   type: 'object',
@@ -35,9 +39,9 @@ const tools = [
 const validate = { get_weather: new Ajv({ strict: false }).compile(weather), now: (a) => Object.keys(a).length === 0 };
 
 before(async () => {
-  const model = path.join(tmp, 'tiny');
+  model = path.join(tmp, 'tiny');
   makeModel(bin, tokenizerDir, model);
-  ({ base } = await startWorkerAndRouter(bin, model, children));
+  ({ base, worker } = await startWorkerAndRouter(bin, model, children));
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
 });
 
@@ -70,7 +74,7 @@ test('responses.create: the same tokens as the chat completion, usage and status
   if (r.status === 'incomplete') assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
   assert.equal(r.instructions, 'Be brief.');
   assert.equal(r.max_output_tokens, 12);
-  assert.equal(r.store, false);
+  assert.equal(r.store, true);  // OpenAI's default
   const [message] = r.output;
   assert.equal(message.type, 'message');
   assert.equal(message.role, 'assistant');
@@ -152,10 +156,8 @@ test('logprobs with include: one entry per output token, streamed the same', asy
   assert.deepEqual(final.output[0].content[0].logprobs.map((e) => e.token), lp.map((e) => e.token));
 });
 
-test('what a stateless server does not serve is a 400 (or 404) naming it', async () => {
+test('what kvserve does not serve is a 400 (or 404) naming it', async () => {
   const bad = [
-    [{ previous_response_id: 'resp_1' }, 'previous_response_id'],
-    [{ store: true }, 'store'],
     [{ background: true }, 'background'],
     [{ conversation: 'conv_1' }, 'conversation'],
     [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
@@ -174,8 +176,132 @@ test('what a stateless server does not serve is a 400 (or 404) naming it', async
     await assert.rejects(client.responses.create({ model: 'tiny', input: 'x', ...fields }),
       (e) => e.status === 400 && e.param === param, `${JSON.stringify(fields)}: ${param}`);
   }
-  await assert.rejects(client.responses.retrieve('resp_123'), (e) => e.status === 404 && /stateless/.test(e.message));
+  await assert.rejects(client.responses.retrieve('resp_123'), (e) => e.status === 404 && /no stored response/.test(e.message));
+  await assert.rejects(client.responses.create({ model: 'tiny', input: 'x', previous_response_id: 'resp_123' }),
+    (e) => e.status === 404 && /previous_response_id: no stored response 'resp_123'/.test(e.message));
   const deep = await fetch(`${base}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
     body: `{"model":"tiny","input":"x","metadata":${'['.repeat(5000)}${']'.repeat(5000)}}` });
   assert.equal(deep.status, 400);
+});
+
+// A prompt of many blocks, so that a chain's first turn leaves whole blocks in the cache.
+const long = (tag) => `My name is Ada ${tag}. ` + Array.from({ length: 80 }, (_, i) => `word${i}`).join(' ');
+const fields = (r) => JSON.stringify([r.id, r.status, r.output, r.usage, r.store, r.previous_response_id]);
+const bodyOf = async (url, init) => { const r = await fetch(url, init); return { status: r.status, body: await r.json() }; };
+
+test('stored responses: retrieve, chain by previous_response_id, input_items, cancel, delete', async () => {
+  const first = await client.responses.create({ model: 'tiny', input: long('a'), max_output_tokens: 6, temperature: 0 });
+  assert.equal(fields(await client.responses.retrieve(first.id)), fields(first));
+  const second = await client.responses.create({ model: 'tiny', previous_response_id: first.id,
+    input: 'What is my name?', max_output_tokens: 6, temperature: 0 });
+  assert.equal(second.previous_response_id, first.id);
+  // The chained request asks what the whole conversation as chat asks.
+  const chat = await client.chat.completions.create({ model: 'tiny', max_tokens: 6, temperature: 0, messages: [
+    { role: 'user', content: long('a') }, { role: 'assistant', content: first.output_text },
+    { role: 'user', content: 'What is my name?' }] });
+  assert.equal(second.output_text, chat.choices[0].message.content);
+  assert.equal(second.usage.input_tokens, chat.usage.prompt_tokens);
+  assert.ok(second.usage.input_tokens_details.cached_tokens >= 64, JSON.stringify(second.usage));
+  // A chain of three: the third sees both earlier turns.
+  const third = await client.responses.create({ model: 'tiny', previous_response_id: second.id,
+    input: 'And again?', max_output_tokens: 2, temperature: 0 });
+  assert.ok(third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens);
+
+  // input_items: this response's own input, newest first by default, paged by `after`.
+  const listed = [];
+  for await (const item of client.responses.inputItems.list(second.id)) listed.push(item);
+  assert.deepEqual(listed.map((i) => [i.type, i.role, i.content[0].text]), [['message', 'user', 'What is my name?']]);
+  assert.match(listed[0].id, /^msg_/);
+  const many = await client.responses.create({ model: 'tiny', max_output_tokens: 1,
+    input: ['a', 'b', 'c'].map((content) => ({ role: 'user', content })) });
+  const url = `${base}/v1/responses/${many.id}/input_items`;
+  const page = (await bodyOf(`${url}?limit=2&order=asc`)).body;
+  assert.deepEqual(page.data.map((i) => i.content), ['a', 'b']);
+  assert.equal(page.has_more, true);
+  assert.equal(page.first_id, page.data[0].id);
+  const rest = (await bodyOf(`${url}?limit=2&order=asc&after=${page.last_id}`)).body;
+  assert.deepEqual(rest.data.map((i) => i.content), ['c']);
+  assert.equal(rest.has_more, false);
+  const all = [];
+  for await (const item of client.responses.inputItems.list(many.id, { limit: 1 })) all.push(item.content);
+  assert.deepEqual(all, ['c', 'b', 'a']);
+  for (const [query, param] of [['limit=0', 'limit'], ['order=up', 'order'], ['after=msg_x', 'after'], ['include[]=x', 'include[]']]) {
+    const r = await bodyOf(`${url}?${query}`);
+    assert.equal(r.status, 400, query);
+    assert.equal(r.body.error.param, param, query);
+  }
+
+  // Streamed responses are stored as they end; store false keeps nothing.
+  const { final } = await streamed({ model: 'tiny', input: 'Stream me.', max_output_tokens: 4 });
+  assert.equal((await client.responses.retrieve(final.id)).output_text, final.output_text);
+  const unstored = await client.responses.create({ model: 'tiny', input: 'x', max_output_tokens: 1, store: false });
+  assert.equal(unstored.store, false);
+  await assert.rejects(client.responses.retrieve(unstored.id), (e) => e.status === 404);
+
+  const cancel = await bodyOf(`${base}/v1/responses/${first.id}/cancel`, { method: 'POST' });
+  assert.equal(cancel.status, 400);
+  assert.match(cancel.body.error.message, /only background responses/);
+  const deleted = await bodyOf(`${base}/v1/responses/${first.id}`, { method: 'DELETE' });
+  assert.deepEqual(deleted, { status: 200, body: { id: first.id, object: 'response', deleted: true } });
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.delete(first.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ model: 'tiny', previous_response_id: first.id, input: 'x' }),
+    (e) => e.status === 404 && /previous_response_id/.test(e.message));
+  await client.responses.delete(second.id);  // the SDK's own call
+  await assert.rejects(client.responses.retrieve(second.id), (e) => e.status === 404);
+});
+
+test('a tenant (API key) cannot read, chain from or delete another tenant\'s responses', async () => {
+  const keyed = await startRouter(bin, model, children, worker, ['--api-keys', 'k1,k2']);
+  const as = (key) => new OpenAI({ baseURL: `${keyed}/v1`, apiKey: key, maxRetries: 0 });
+  const mine = await as('k1').responses.create({ model: 'tiny', input: 'secret', max_output_tokens: 2 });
+  assert.equal((await as('k1').responses.retrieve(mine.id)).id, mine.id);
+  await assert.rejects(as('k2').responses.retrieve(mine.id), (e) => e.status === 404);
+  await assert.rejects(as('k2').responses.inputItems.list(mine.id), (e) => e.status === 404);
+  await assert.rejects(as('k2').responses.create({ model: 'tiny', previous_response_id: mine.id, input: 'x' }),
+    (e) => e.status === 404);
+  await assert.rejects(as('k2').responses.delete(mine.id), (e) => e.status === 404);
+  await assert.rejects(as('k3').responses.retrieve(mine.id), (e) => e.status === 401);
+  assert.equal((await as('k1').responses.retrieve(mine.id)).id, mine.id);  // still there
+});
+
+// A redis-server on a free loopback port, nothing saved to disk; resolves with its process.
+function startRedis(port) {
+  return startAndWait(children, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '',
+    '--appendonly', 'no', '--dir', tmp], /Ready to accept connections/);
+}
+
+test('two router replicas share a Redis store: one stores, the other retrieves and chains on the worker that caches it', async () => {
+  const [redisPort, wPort, wEvents] = [await freePort(), await freePort(), await freePort()];
+  let redis = await startRedis(redisPort);
+  await retryOnPortClash(() => startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model,
+    '--host', '127.0.0.1', '--port', String(wPort), '--events-port', String(wEvents), '--metrics-port', '0',
+    '--max-model-len', '1024', '--num-blocks', '512'], /kvserve-worker ready/));
+  const workers = `${worker},127.0.0.1:${wPort}:${wEvents}`;
+  const store = ['--responses-store', `redis://127.0.0.1:${redisPort}`];
+  const [a, b] = [await startRouter(bin, model, children, workers, store), await startRouter(bin, model, children, workers, store)];
+  const at = (url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  for (const tag of ['r1', 'r2', 'r3', 'r4']) {
+    const first = await at(a).responses.create({ model: 'tiny', input: long(tag), max_output_tokens: 4, temperature: 0 });
+    assert.equal(fields(await at(b).responses.retrieve(first.id)), fields(first));
+    await new Promise((res) => setTimeout(res, 300));  // b learns the blocks from the KV events
+    const next = await at(b).responses.create({ model: 'tiny', previous_response_id: first.id, input: 'Who?',
+      max_output_tokens: 2, temperature: 0 });
+    // b sent the chain to the worker that holds its conversation: the prefix was cached.
+    assert.ok(next.usage.input_tokens_details.cached_tokens >= 64, `${tag}: ${JSON.stringify(next.usage)}`);
+    assert.equal(fields(await at(a).responses.retrieve(next.id)), fields(next));
+  }
+  // The store gone: answering goes on (the response is not kept), reading it is a 503.
+  const kept = await at(a).responses.create({ model: 'tiny', input: 'kept', max_output_tokens: 1 });
+  redis.kill('SIGKILL');
+  await new Promise((res) => redis.once('exit', res));
+  const lost = await at(a).responses.create({ model: 'tiny', input: 'not kept', max_output_tokens: 1 });
+  assert.equal(lost.status === 'completed' || lost.status === 'incomplete', true);
+  await assert.rejects(at(b).responses.retrieve(kept.id), (e) => e.status === 503 && /Responses store/.test(e.message));
+  // Back (empty: nothing was saved): the replicas reconnect.
+  redis = await startRedis(redisPort);
+  await assert.rejects(at(b).responses.retrieve(kept.id), (e) => e.status === 404);
+  const again = await at(a).responses.create({ model: 'tiny', input: 'again', max_output_tokens: 1 });
+  assert.equal((await at(b).responses.retrieve(again.id)).id, again.id);
+  redis.kill('SIGTERM');
 });
