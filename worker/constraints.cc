@@ -32,6 +32,7 @@ absl::Status Constraints::LoadVocabulary() {
     if (id >= 0 && id < model_vocab_) vocab_[id].clear();
   }
   trie_ = std::make_unique<structured::TokenTrie>(vocab_);
+  tokenizer_ = *std::move(tok);
   return absl::OkStatus();
 }
 
@@ -82,9 +83,57 @@ std::shared_ptr<const structured::TokenMask> Constraints::Mask(CompiledConstrain
       if (id >= 0 && id < model_vocab_) mask->Set(id);
     }
   }
-  if (c.masks.size() >= CompiledConstraint::kMaxMasks) c.masks.clear();  // sequences keep theirs
+  if (c.masks.size() >= CompiledConstraint::kMaxMasks) {  // sequences keep theirs
+    c.masks.clear();
+    c.forced.clear();
+  }
   c.masks.emplace(state, mask);
   return mask;
+}
+
+namespace {
+
+// The bytes the grammar forces from `s`: each the only one with a move, until the grammar
+// accepts (EOS is a choice there), offers two bytes, or `max` bytes.
+std::string ForcedBytes(GrammarMatcher& m, GrammarMatcher::State s, size_t max) {
+  std::string forced;
+  while (forced.size() < max && s != GrammarMatcher::kDead && !m.accepting(s)) {
+    int only = -1;
+    for (int b = 0; b < 256 && only != -2; ++b) {
+      if (m.Next(s, static_cast<uint8_t>(b)) != GrammarMatcher::kDead) only = only < 0 ? b : -2;
+    }
+    if (only < 0) break;
+    forced += static_cast<char>(only);
+    s = m.Next(s, static_cast<uint8_t>(only));
+  }
+  // Whole characters only: the tokenizer takes UTF-8.
+  size_t end = forced.size();
+  while (end > 0 && (static_cast<uint8_t>(forced[end - 1]) & 0xC0) == 0x80) --end;
+  if (end > 0 && static_cast<uint8_t>(forced[end - 1]) >= 0xC0) {
+    const uint8_t lead = static_cast<uint8_t>(forced[end - 1]);
+    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (forced.size() - (end - 1) < len) forced.resize(end - 1);
+  }
+  return forced;
+}
+
+}  // namespace
+
+std::vector<int32_t> Constraints::ForcedTokens(CompiledConstraint& c, GrammarMatcher::State state) {
+  constexpr size_t kMaxForcedBytes = 512;
+  if (auto it = c.forced.find(state); it != c.forced.end()) return it->second;
+  std::vector<int32_t>& tokens = c.forced[state];
+  const std::string text = ForcedBytes(c.matcher, state, kMaxForcedBytes);
+  if (text.empty() || tokenizer_ == nullptr) return tokens;
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text, /*add_special_tokens=*/false);
+  if (!ids.ok() || ids->size() < 2) return tokens;
+  GrammarMatcher::State s = state;
+  for (size_t i = 0; i + 1 < ids->size(); ++i) {  // the last one is the model's to draw
+    s = Advance(c, s, (*ids)[i]);
+    if (s == GrammarMatcher::kDead) break;
+    tokens.push_back((*ids)[i]);
+  }
+  return tokens;
 }
 
 GrammarMatcher::State Constraints::Advance(CompiledConstraint& c, GrammarMatcher::State state,

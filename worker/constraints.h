@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/structured/constraint.h"
 #include "common/structured/token_mask.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace kvserve::worker {
 
@@ -37,6 +38,8 @@ struct CompiledConstraint {
   absl::flat_hash_map<structured::GrammarMatcher::State,
                       std::shared_ptr<const structured::TokenMask>>
       masks;
+  // ForcedTokens' answers by state (emptied with the masks).
+  absl::flat_hash_map<structured::GrammarMatcher::State, std::vector<int32_t>> forced;
   // Past this many memoized stacks and states, later requests compile the constraint afresh
   // (the running ones keep this one), so that one matcher's memory stays bounded.
   static constexpr int64_t kMaxMatcherSize = 100'000;  // ~1 KiB of moves per state
@@ -65,6 +68,12 @@ class Constraints {
   // The mask of `state` if it was computed before, else null (nothing computed).
   std::shared_ptr<const structured::TokenMask> Cached(CompiledConstraint& c,
                                                       structured::GrammarMatcher::State state);
+  // Jump-forward decoding: the tokens that spell the text the grammar forces from `state` (each
+  // byte the only one allowed, up to where it accepts or offers a choice, at most 512 bytes),
+  // as the model's tokenizer writes that text alone, less its last token (the text after it
+  // may merge with it: the model draws that one), each checked against the grammar. Empty when
+  // fewer than two tokens are forced.
+  std::vector<int32_t> ForcedTokens(CompiledConstraint& c, structured::GrammarMatcher::State state);
   // The state after `token` (kDead for a token that leaves the language, e.g. EOS).
   [[nodiscard]] structured::GrammarMatcher::State Advance(CompiledConstraint& c,
                                                           structured::GrammarMatcher::State state,
@@ -86,6 +95,7 @@ class Constraints {
   size_t max_cached_;
   std::vector<std::string> vocab_;  // token bytes, model_vocab_ entries (empty: never allowed)
   std::unique_ptr<structured::TokenTrie> trie_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;  // ForcedTokens' text into tokens
   // Least recently used last; the map points into the list.
   std::list<std::pair<std::string, std::shared_ptr<CompiledConstraint>>> lru_;
   absl::flat_hash_map<std::string, decltype(lru_)::iterator> cache_;

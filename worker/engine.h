@@ -66,6 +66,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;  // tokens run through the model (prefill, recompute, decode)
   int64_t computed_prompt_tokens = 0;
   int64_t generated_tokens = 0;
+  int64_t jumped_tokens = 0;         // of generated_tokens: appended by jump-forward, not drawn
   int64_t constraints_compiled = 0;  // structured-outputs constraints compiled (cache misses)
   int64_t constraints_reused = 0;    // found compiled (cache hits)
   int64_t constraint_masks_walked = 0;
@@ -374,6 +375,11 @@ class Engine {
   // broken): the sequence ends.
   bool AdvanceConstraint(Sequence& seq, int32_t token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
+  // Jump-forward decoding (EngineConfig::jump_forward): a constrained sequence that goes on gets
+  // the tokens its grammar forces next (Constraints::ForcedTokens) appended as generated, each
+  // checked as a drawn one (stop ids, max_tokens); the next step computes them with its draw.
+  // Not for a request that asks for logprobs: a jumped token has none (it was not drawn).
+  void JumpForward(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_thread_);
   // Makes the request's n - 1 further samples and appends the first token to each;
   // tokens[i] is sample i's (drawn with seed rng_seed + i), logprobs[i] its logprobs (or null).
   void Fork(Request& req, absl::Span<const int32_t> tokens, const TokenLogprobs* logprobs,

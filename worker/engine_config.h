@@ -111,6 +111,10 @@ struct EngineConfig {
   // replayed workload gives the same outputs; unset: each such request gets a random seed.
   std::optional<uint64_t> seed;
   AsyncScheduling async_scheduling = AsyncScheduling::kAuto;
+  // Jump-forward decoding: text a request's constraint forces is appended without a draw and
+  // computed in the next step (Engine::JumpForward; requests that ask for logprobs draw every
+  // token).
+  bool jump_forward = true;
 
   // Checks the settings among themselves: ranges, and options that need another (CUDA graphs
   // need CUDA, swap preemption needs a host tier). InvalidArgument naming the flag.

@@ -85,6 +85,10 @@ ABSL_FLAG(std::string, seed, "",
 ABSL_FLAG(bool, async_scheduling, true,
           "Plan and queue the next step while the GPU runs the current one (on with --device "
           "cuda and one tensor-parallel rank; false: each step waits for the last)");
+ABSL_FLAG(bool, jump_forward, true,
+          "Structured outputs: text the constraint forces (a tool call's name and keys, a "
+          "schema's keys) is appended without sampling and computed in one step (SGLang's "
+          "jump-forward decoding); requests that ask for logprobs sample every token");
 ABSL_FLAG(std::string, scheduling_policy, "fcfs",
           "fcfs (arrival order; a request with a priority is refused) or priority (lower "
           "priority values first, then arrival)");
@@ -208,6 +212,7 @@ absl::Status PolicyFromFlags(EngineConfig& c) {
   c.priority_scheduling = policy == "priority";
   c.async_scheduling =
       absl::GetFlag(FLAGS_async_scheduling) ? AsyncScheduling::kAuto : AsyncScheduling::kOff;
+  c.jump_forward = absl::GetFlag(FLAGS_jump_forward);
   const std::string seed = absl::GetFlag(FLAGS_seed);
   if (!seed.empty()) {
     uint64_t value;

@@ -42,6 +42,21 @@ void Engine::CheckStop(Sequence& seq) {
   }
 }
 
+void Engine::JumpForward(Sequence& seq) {
+  KVSERVE_CHECK_THREAD(engine_thread_);
+  const Request& req = *seq.request;
+  if (seq.finish_reason != FinishReason::kNone || req.constraint == nullptr ||
+      req.input.sampling.logprobs.has_value()) {
+    return;
+  }
+  for (int32_t token : constraints_->ForcedTokens(*req.constraint, seq.constraint_state)) {
+    AppendToken(seq, token, nullptr);
+    ++counters_.jumped_tokens;
+    CheckStop(seq);  // a stop id, max_tokens or the context end: as a drawn token would
+    if (seq.finish_reason != FinishReason::kNone) break;
+  }
+}
+
 bool Engine::AdvanceConstraint(Sequence& seq, int32_t token) {
   KVSERVE_CHECK_THREAD(engine_thread_);
   CompiledConstraint& c = *seq.request->constraint;
@@ -277,6 +292,9 @@ void Engine::UpdateFromOutput(const StepPlan& plan, const ForwardOutput& out, bo
   }
   Mark(StepPhase::kBookkeeping);
   for (Sequence* seq : appended_) CheckStop(*seq);
+  if (config_.jump_forward) {
+    for (Sequence* seq : appended_) JumpForward(*seq);
+  }
   Mark(StepPhase::kStopChecks);
   CollectOutputs(outs, used);
   Mark(StepPhase::kOutputs);

@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { makeModel, startRouter, startWorkerAndRouter } from '../node/harness.mjs';
+import { makeModel, startRouter, startWorkerAndRouter } from '../node/lib/harness.mjs';
 
 const [bin, tokenizer] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -94,7 +94,7 @@ test('JSON-Schema-Test-Suite draft 4: every finished sample validates with ajv',
 // within max_tokens, whitespace bounded, and validate.
 const bounded = [
   { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 130 },
-    email: { type: 'string', format: 'email' }, tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 4 } },
+    id: { type: 'string', format: 'uuid' }, tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 4 } },
   required: ['name', 'age'], additionalProperties: false },
   { type: 'array', items: { type: 'object', properties: { x: { type: 'number', minimum: -5, maximum: 5 },
     ok: { type: 'boolean' }, when: { type: 'string', format: 'date' } }, required: ['x', 'ok', 'when'] }, minItems: 1, maxItems: 3 },

@@ -14,12 +14,14 @@ import { after, before, test } from 'node:test';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 
-import { makeModel, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
+import { freePort, makeModel, retryOnPortClash, startAndWait, startRouter, startWorkerAndRouter } from './lib/harness.mjs';
 
 const [bin, tokenizerDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvserve-tools-'));
 const children = [];
 const clients = {};  // plain; hermes and llama3_json: routers serving tool_choice auto
+let model;
+let plainMetrics;  // the plain router's worker's /metrics
 
 const tools = [
   { type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
@@ -52,9 +54,10 @@ function checkCalls(calls, where) {
 }
 
 before(async () => {
-  const model = path.join(tmp, 'tiny');
+  model = path.join(tmp, 'tiny');
   makeModel(bin, tokenizerDir, model);
-  const { base, worker } = await startWorkerAndRouter(bin, model, children);
+  const { base, worker, metrics } = await startWorkerAndRouter(bin, model, children);
+  plainMetrics = metrics;
   const client = (url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
   clients.plain = client(base);
   for (const parser of ['hermes', 'llama3_json']) {
@@ -225,6 +228,46 @@ test('compact JSON: a forced call finishes within 48 tokens', async () => {
     assert.deepEqual(JSON.parse(c.message.tool_calls[0].function.arguments), {});
   }
   assert.ok(finished >= 9, `only ${finished} of 16 forced calls finished within 48 tokens`);
+});
+
+// Jump-forward decoding (worker --jump-forward, on by default): what the grammar forces (the
+// call's name, its keys, an enum's rest once its first letter is drawn) is appended without a
+// draw, so one forced call with parameters fits 48 tokens. Side by side with a worker that draws
+// every token. (With parallel calls the random model starts a second call about half the time,
+// which no jump can end.)
+test('jump-forward: forced calls with parameters finish within 48 tokens', async () => {
+  const [port, events, metrics] = [await freePort(), await freePort(), await freePort()];
+  await retryOnPortClash(() => startAndWait(children, path.join(bin, 'kvserve-worker'), ['--model', model,
+    '--host', '127.0.0.1', '--port', String(port), '--events-port', String(events), '--metrics-port', String(metrics),
+    '--max-model-len', '1024', '--num-blocks', '512', '--jump-forward=false'], /kvserve-worker ready/));
+  const drawn = new OpenAI({ baseURL: `${await startRouter(bin, model, children, `127.0.0.1:${port}:${events}`)}/v1`,
+    apiKey: 'unused', maxRetries: 0 });
+  const weather = [tools[0]];
+  const finished = {};
+  for (const [name, client] of [['jumped', clients.plain], ['drawn', drawn]]) {
+    finished[name] = 0;
+    for (let seed = 0; seed < 16; seed++) {
+      const r = await client.chat.completions.create({ model: 'tiny', messages, tools: weather,
+        tool_choice: 'required', parallel_tool_calls: false, max_tokens: 48, temperature: 1, seed });
+      const c = r.choices[0];
+      assert.ok(r.usage.completion_tokens <= 48);
+      if (c.finish_reason !== 'tool_calls') continue;
+      finished[name]++;
+      checkCalls(c.message.tool_calls, `${name} seed ${seed}`);
+    }
+  }
+  console.log(`# forced get_weather calls finished within 48 tokens: ${finished.jumped}/16 jumped, ${finished.drawn}/16 drawn`);
+  assert.ok(finished.jumped >= 15, JSON.stringify(finished));
+  const jumped = async (url) => Number(/^kvserve_jump_forward_tokens_total\{[^}]*\} (\S+)$/m
+    .exec(await (await fetch(url)).text())[1]);
+  assert.ok(await jumped(plainMetrics) > 0);
+  assert.equal(await jumped(`http://127.0.0.1:${metrics}/metrics`), 0);
+  // logprobs asked: every token drawn, each with its logprob.
+  const before = await jumped(plainMetrics);
+  const r = await clients.plain.chat.completions.create({ model: 'tiny', messages, tools: weather,
+    tool_choice: 'required', max_tokens: 48, temperature: 1, seed: 3, logprobs: true });
+  assert.equal(r.choices[0].logprobs.content.length, r.usage.completion_tokens);
+  assert.equal(await jumped(plainMetrics), before);
 });
 
 test('refusals name the parameter', async () => {

@@ -109,6 +109,57 @@ TEST_F(EngineConstraintTest, RegexOutputsMatchAndStop) {
   EXPECT_GE(lengths.size(), 3u) << "outputs of several lengths";
 }
 
+// Jump-forward: after the drawn digit the pattern forces the rest, which is appended as the
+// tokenizer writes it, but for its last token, which the model draws (here the only one
+// allowed); checked as drawn tokens are (max_tokens). Not for a request that asks for logprobs,
+// and not with jump_forward off: the same text, every token drawn.
+TEST_F(EngineConstraintTest, ForcedTextIsJumpedAsTheTokenizerWritesIt) {
+  // Ids under the fixture's 1024 (Llama 3's tokenizer: " and", " the", " in", ...).
+  const std::string rest = " and the in on at to of is it";
+  const structured::ConstraintSpec spec{.regex = "[0-9]" + rest};
+  ASSERT_OK_AND_ASSIGN(auto tok, tokenizer::Tokenizer::FromDirectory(ModelWithTokenizer()));
+  ASSERT_OK_AND_ASSIGN(std::vector<int> forced, tok->Encode(rest, /*add_special_tokens=*/false));
+  ASSERT_GE(forced.size(), 5u);
+  auto unlogged = [&](const std::string& id, int n) {  // Sampled asks for logprobs: not jumped
+    RequestInput in = Sampled(id, spec, n);
+    in.sampling.logprobs.reset();
+    return in;
+  };
+  ASSERT_OK(engine_->AddRequest(unlogged("j", 3)));
+  testing::Results r = testing::RunToCompletion(*engine_, /*check_invariants=*/true);
+  ASSERT_EQ(r["j"].size(), 3u);
+  for (auto& [i, sample] : r["j"]) {
+    EXPECT_EQ(sample.finish, FinishReason::kStop) << i;
+    ASSERT_EQ(sample.tokens.size(), forced.size() + 1) << i;
+    EXPECT_EQ(std::vector<int>(sample.tokens.begin() + 1, sample.tokens.end()), forced) << i;
+    EXPECT_EQ(Text(sample.tokens).substr(1), rest) << i;
+  }
+  const int64_t jumped = engine_->stats().jumped_tokens;
+  EXPECT_EQ(jumped, 3 * static_cast<int64_t>(forced.size() - 1));
+
+  RequestInput cut = unlogged("cut", 1);
+  cut.max_tokens = 4;
+  RequestInput with_logprobs = Sampled("lp", spec, 1);
+  with_logprobs.sampling.logprobs = 0;
+  ASSERT_OK(engine_->AddRequest(cut));
+  ASSERT_OK(engine_->AddRequest(with_logprobs));
+  r = testing::RunToCompletion(*engine_, /*check_invariants=*/true);
+  EXPECT_EQ(r["cut"][0].finish, FinishReason::kLength);
+  EXPECT_EQ(r["cut"][0].tokens.size(), 4u);
+  EXPECT_EQ(Text(r["lp"][0].tokens).substr(1), rest);
+  EXPECT_EQ(r["lp"][0].logprobs.size(), r["lp"][0].tokens.size());
+  EXPECT_EQ(engine_->stats().jumped_tokens, jumped + 3) << "the cut request jumped 3, lp none";
+
+  EngineConfig config = testing::FixtureConfig("tiny-llama3");
+  config.model_dir = ModelWithTokenizer();
+  config.jump_forward = false;
+  auto drawn = testing::MakeEngine(config);
+  ASSERT_OK(drawn->AddRequest(unlogged("d", 1)));
+  r = testing::RunToCompletion(*drawn, /*check_invariants=*/true);
+  EXPECT_EQ(Text(r["d"][0].tokens).substr(1), rest);
+  EXPECT_EQ(drawn->stats().jumped_tokens, 0);
+}
+
 TEST_F(EngineConstraintTest, CompiledOnceAndRefusedClearly) {
   structured::ConstraintSpec spec{.regex = "(a|b)+c"};
   ASSERT_OK(engine_->AddRequest(Sampled("a", spec, 1)));

@@ -220,6 +220,9 @@ void WorkerMetrics::Update(const EngineStats& s, int64_t allocated_slots, int64_
       s.constraint_masks_reused);
   Add(C("kvserve_structured_mask_seconds_total", "Time computing token masks"),
       s.constraint_mask_seconds);
+  Add(C("kvserve_jump_forward_tokens_total",
+        "Generated tokens a constraint forced, appended without a draw (jump-forward decoding)"),
+      s.jumped_tokens);
   Add(C("kvserve_kv_evictions_total", "Cached device blocks evicted"), s.evictions);
   Add(C("kvserve_kv_host_spilled_blocks_total", "Evicted device blocks saved to the host tier"),
       s.host_spilled_blocks);
