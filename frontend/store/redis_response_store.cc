@@ -73,12 +73,18 @@ void RedisResponseStore::Disconnect() {
 
 absl::Status RedisResponseStore::Connect() {
   const std::string where = absl::StrCat(address_.host, ":", address_.port);
+  if (absl::Now() < next_connect_) {
+    return absl::UnavailableError(absl::StrCat("the Responses store at ", where,
+                                               " (retried within a second): ", last_error_));
+  }
   context_ =
       redisConnectWithTimeout(address_.host.c_str(), address_.port, TimevalOf(options_.timeout));
   if (context_ == nullptr || context_->err != 0) {
-    const std::string why = context_ != nullptr ? context_->errstr : "out of memory";
+    last_error_ = context_ != nullptr ? context_->errstr : "out of memory";
     Disconnect();
-    return absl::UnavailableError(absl::StrCat("the Responses store at ", where, ": ", why));
+    next_connect_ = absl::Now() + absl::Seconds(1);
+    return absl::UnavailableError(
+        absl::StrCat("the Responses store at ", where, ": ", last_error_));
   }
   redisSetTimeout(context_, TimevalOf(options_.timeout));
   if (!address_.password.empty()) {

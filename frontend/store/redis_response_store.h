@@ -1,8 +1,10 @@
 // The shared Responses store (response_store.h) in Redis or Valkey: one key per record
 // (prefix, tenant, ':', id) set with the TTL as its expiry (SET ... PX), so every router replica
 // pointed at the same server reads what any of them stored, and the server's own memory policy
-// bounds it. One connection, made at the first command and again after one fails; a command
-// that cannot be answered within the timeout is Unavailable.
+// bounds it. One connection, made at the first command and again after one fails (a connect
+// that failed is not tried again for a second: meanwhile commands fail at once, so that a store
+// that is down does not hold every handler thread for its timeout); a command that cannot be
+// answered within the timeout is Unavailable. Commands take turns on the connection.
 //
 //   ASSIGN_OR_RETURN(auto store, RedisResponseStore::Create("redis://127.0.0.1:6379/0", options));
 #ifndef KVSERVE_FRONTEND_STORE_REDIS_RESPONSE_STORE_H_
@@ -63,6 +65,8 @@ class RedisResponseStore final : public ResponseStore {
   const ResponseStoreOptions options_;
   absl::Mutex mu_;
   redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time next_connect_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::frontend

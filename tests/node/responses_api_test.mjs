@@ -298,8 +298,10 @@ test('two router replicas share a Redis store: one stores, the other retrieves a
   const lost = await at(a).responses.create({ model: 'tiny', input: 'not kept', max_output_tokens: 1 });
   assert.equal(lost.status === 'completed' || lost.status === 'incomplete', true);
   await assert.rejects(at(b).responses.retrieve(kept.id), (e) => e.status === 503 && /Responses store/.test(e.message));
-  // Back (empty: nothing was saved): the replicas reconnect.
+  // Back (empty: nothing was saved): the replicas reconnect once a second has passed since their
+  // last failed connect (until then they fail at once rather than wait on a store that is down).
   redis = await startRedis(redisPort);
+  await new Promise((res) => setTimeout(res, 1100));
   await assert.rejects(at(b).responses.retrieve(kept.id), (e) => e.status === 404);
   const again = await at(a).responses.create({ model: 'tiny', input: 'again', max_output_tokens: 1 });
   assert.equal((await at(b).responses.retrieve(again.id)).id, again.id);
