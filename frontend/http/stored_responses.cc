@@ -39,7 +39,8 @@ absl::StatusOr<json> Record(const FrontContext& ctx, const std::string& tenant,
     return absl::NotFoundError(absl::StrCat("no stored response '", id.substr(0, 128), "'"));
   }
   json record = json::parse(*text, nullptr, false);
-  if (!record.is_object() || !record.contains("response")) {
+  if (!record.is_object() || !record.contains("response") || !record["response"].is_object() ||
+      !record.value("conversation", json::array()).is_array()) {
     return absl::InternalError(
         absl::StrCat("the stored response '", id.substr(0, 128), "' is not a kvserve record"));
   }
@@ -93,13 +94,18 @@ absl::StatusOr<json> ItemsPage(const json& items, absl::string_view query) {
           absl::StrCat(key.substr(0, 64), ": is not served (limit, order and after are)"));
     }
   }
-  std::vector<const json*> ordered;
-  for (const json& item : items) ordered.push_back(&item);
+  std::vector<const json*> ordered;  // the items that are objects with an id (all we store)
+  if (items.is_array()) {
+    for (const json& item : items) {
+      if (item.is_object() && item.contains("id") && item["id"].is_string())
+        ordered.push_back(&item);
+    }
+  }
   if (!ascending) std::reverse(ordered.begin(), ordered.end());
   size_t start = 0;
   if (!after.empty()) {
     const auto it = std::find_if(ordered.begin(), ordered.end(),
-                                 [&](const json* i) { return i->value("id", "") == after; });
+                                 [&](const json* i) { return (*i)["id"] == after; });
     if (it == ordered.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("after: no input item '", after.substr(0, 128), "' in this response"));
@@ -107,15 +113,13 @@ absl::StatusOr<json> ItemsPage(const json& items, absl::string_view query) {
     start = it - ordered.begin() + 1;
   }
   json data = json::array();
-  for (size_t i = start; i < ordered.size() && data.size() < static_cast<size_t>(limit); ++i) {
-    data.push_back(*ordered[i]);
-  }
-  const bool more = start + data.size() < ordered.size();
+  const size_t end = std::min(ordered.size(), start + static_cast<size_t>(limit));
+  for (size_t i = start; i < end; ++i) data.push_back(*ordered[i]);
   return json{{"object", "list"},
               {"data", data},
-              {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
-              {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
-              {"has_more", more}};
+              {"first_id", start < end ? (*ordered[start])["id"] : json(nullptr)},
+              {"last_id", start < end ? (*ordered[end - 1])["id"] : json(nullptr)},
+              {"has_more", end < ordered.size()}};
 }
 
 void RespondStatus(HttpConnection& conn, const absl::Status& s) {
