@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/beast/http/verb.hpp"
 #include "common/net/http_client.h"
@@ -47,9 +46,9 @@ std::string SeriesKey(const Sample& s) {
   return key;
 }
 
-void AddSample(Merged& m, const MetricFamily& from, Sample s) {
+void AddSample(Merged& m, Sample s) {
   std::erase_if(s.labels, [](const auto& l) { return l.first == "worker" || l.first == "engine"; });
-  const Combine how = CombineOf(from, s);
+  const Combine how = CombineOf(m.family, s);
   const auto [it, added] = m.index.try_emplace(SeriesKey(s), m.family.samples.size());
   if (added) {
     m.family.samples.push_back(std::move(s));
@@ -87,7 +86,7 @@ std::vector<MetricFamily> MergeVllmFamilies(const std::vector<std::vector<Metric
       Merged& m = merged[it->second];
       for (const Sample& s : f.samples) {
         if (f.type == "summary" && s.label("quantile") != nullptr) continue;
-        AddSample(m, m.family, s);
+        AddSample(m, s);
       }
     }
   }
