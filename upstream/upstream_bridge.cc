@@ -185,7 +185,8 @@ void UpstreamBridge::TakeHandoffs() {
     SendDeltas(*it->second, h.deltas, h.done);
     if (h.done) {
       for (const pb::GenerateResponse& d : h.deltas) {
-        if (d.finish_reason() == pb::FINISH_REASON_ERROR) metrics_.failed->Increment();
+        if (d.finish_reason() != pb::FINISH_REASON_ERROR) continue;
+        (h.unreached ? metrics_.unreached : metrics_.failed)->Increment();
       }
       if (it->second->thread.joinable()) it->second->thread.join();
       calls_.erase(it);

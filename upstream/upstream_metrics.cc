@@ -21,6 +21,7 @@ UpstreamMetrics::UpstreamMetrics(const std::string& upstream)
   sent = counter("kvserve_upstream_requests_total", requests, "result", "sent");
   refused = counter("kvserve_upstream_requests_total", requests, "result", "refused");
   failed = counter("kvserve_upstream_requests_total", requests, "result", "failed");
+  unreached = counter("kvserve_upstream_requests_total", requests, "result", "unreached");
   const char* scrapes = "Reads of the upstream's /metrics";
   scrapes_ok = counter("kvserve_upstream_scrapes_total", scrapes, "result", "ok");
   scrapes_failed = counter("kvserve_upstream_scrapes_total", scrapes, "result", "failed");

@@ -20,8 +20,9 @@ class UpstreamMetrics {
   [[nodiscard]] std::string Serialize() const;
 
   // kvserve_upstream_requests_total{result}: sent on, refused here (unservable, not ready),
-  // ended by the upstream with an error.
-  prometheus::Counter *sent, *refused, *failed;
+  // ended by the upstream with an error, never reached it (refused as never run: the router
+  // placed it elsewhere).
+  prometheus::Counter *sent, *refused, *failed, *unreached;
   prometheus::Counter *scrapes_ok, *scrapes_failed;  // kvserve_upstream_scrapes_total{result}
   // kvserve_upstream_event_batches_total{result}: re-hashed and published, or undecodable.
   prometheus::Counter *batches_applied, *batches_undecodable;
