@@ -113,6 +113,50 @@ TEST(RouteSimTest, LayerStreamingHidesTheTransferBehindThePrefill) {
             after.json["p50_disaggregated_ttft_ms"].get<double>());
 }
 
+TEST(HeldRequestsTest, FirstComeOrShortestUncachedFirstTiesInArrivalOrder) {
+  const auto fill = [](HeldRequests& q) {
+    for (const auto& [index, uncached] : {std::pair{0, 900}, {1, 100}, {2, 500}, {3, 100}}) {
+      q.Push({.index = index, .arrival = static_cast<double>(index), .uncached_tokens = uncached});
+    }
+  };
+  HeldRequests fcfs(QueueOrder::kFirstCome), shortest(QueueOrder::kShortestUncached);
+  fill(fcfs);
+  fill(shortest);
+  std::vector<int> a, b;
+  while (!fcfs.empty()) a.push_back(fcfs.Pop().index);
+  while (!shortest.empty()) b.push_back(shortest.Pop().index);
+  EXPECT_EQ(a, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(b, (std::vector<int>{1, 3, 2, 0}));
+  EXPECT_EQ(fcfs.max_depth(), 4u);
+}
+
+// The router's queue: with at most one request per worker, the replica holds the rest and
+// places them as requests end; every request is served either way, their waits count in TTFT,
+// and the order changes who waits.
+TEST(RouteSimTest, ARouterLimitHoldsRequestsAndServesThemAll) {
+  const auto trace = Sessions();
+  SimOptions o = Options("cost", false);
+  o.speedup = 40;
+  ASSERT_OK_AND_ASSIGN(SimReport free, Simulate(trace, o));
+  EXPECT_FALSE(free.json.contains("router_queue"));
+  o.router_max_inflight = 1;
+  ASSERT_OK_AND_ASSIGN(SimReport fcfs, Simulate(trace, o));
+  o.queue_order = QueueOrder::kShortestUncached;
+  ASSERT_OK_AND_ASSIGN(SimReport shortest, Simulate(trace, o));
+  for (const SimReport* r : {&fcfs, &shortest}) {
+    EXPECT_EQ(r->json["requests"], static_cast<int64_t>(trace.size()));
+    EXPECT_EQ(r->json["errors"], 0);
+    EXPECT_GT(r->json["router_queue"]["held"].get<int64_t>(), 0);
+    EXPECT_GT(r->json["router_queue"]["max_depth"].get<int64_t>(), 1);
+    EXPECT_GT(r->json["p99_ttft_ms"].get<double>(), free.json["p99_ttft_ms"].get<double>());
+  }
+  EXPECT_NE(fcfs.json["router_queue"].dump(), shortest.json["router_queue"].dump());
+  o.router_max_inflight = -1;
+  EXPECT_THAT(Simulate(trace, o),
+              kvserve::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("--router-max-inflight-per-worker")));
+}
+
 TEST(RouteSimTest, BadOptionsAreRefusedByName) {
   SimOptions o = Options("cost", true);
   o.routing.policy = "random";

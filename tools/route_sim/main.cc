@@ -45,6 +45,12 @@ ABSL_FLAG(int32_t, block_size, 16, "KV block size in tokens");
 ABSL_FLAG(std::string, gpu, "h200", "The simulated GPU: h100, h200, a100");
 ABSL_FLAG(int32_t, max_num_batched_tokens, 2048, "Each worker's prefill chunk per step");
 ABSL_FLAG(int32_t, max_num_seqs, 256, "Each worker's most sequences at once");
+ABSL_FLAG(int32_t, router_max_inflight_per_worker, 0,
+          "The router's admission limit (kvserve-router's --max-inflight-per-worker): a replica "
+          "holds requests while each worker has this many of its own (0: none held)");
+ABSL_FLAG(std::string, router_queue_order, "fcfs",
+          "With --router-max-inflight-per-worker: which held request is placed first, fcfs or "
+          "shortest-uncached (the shortest prompt less what the workers cache of it)");
 ABSL_FLAG(std::string, policies, "cost,prefix,round_robin,least_load,greedy",
           "Policies to compare on the same requests: the router's (cost, prefix, round_robin, "
           "least_load, session) and greedy (the longest cached prefix, load ignored)");
@@ -110,6 +116,13 @@ absl::StatusOr<SimOptions> BaseOptions(const std::vector<trace::TraceRequest>& t
   ASSIGN_OR_RETURN(o.engine.backend.sim_gpu, worker::GpuPreset(absl::GetFlag(FLAGS_gpu)));
   o.instant = absl::GetFlag(FLAGS_instant);
   o.speedup = absl::GetFlag(FLAGS_speedup);
+  o.router_max_inflight = absl::GetFlag(FLAGS_router_max_inflight_per_worker);
+  const std::string order = absl::GetFlag(FLAGS_router_queue_order);
+  if (order != "fcfs" && order != "shortest-uncached") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--router-queue-order must be fcfs or shortest-uncached, not '", order, "'"));
+  }
+  o.queue_order = order == "fcfs" ? QueueOrder::kFirstCome : QueueOrder::kShortestUncached;
   o.window_start_ms = static_cast<int64_t>(absl::GetFlag(FLAGS_window_start_s) * 1000);
   o.window_end_ms = static_cast<int64_t>(std::min(absl::GetFlag(FLAGS_window_end_s), 1e12) * 1000);
   o.max_output = absl::GetFlag(FLAGS_max_output);

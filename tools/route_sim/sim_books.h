@@ -30,11 +30,12 @@ struct Live {
 
 // What one router replica's books hold of one worker: its own placements only.
 struct Books {
-  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0;
+  int64_t active_blocks = 0, queued_prefill = 0, decode_seqs = 0, requests = 0;
   // Counts (sign 1) or uncounts (-1) request `l` as it stands: a decode row once started, its
   // uncached prompt before.
   void Count(const Live& l, int sign) {
     active_blocks += sign * l.blocks;
+    requests += sign;
     if (l.started) {
       decode_seqs += sign;
     } else {

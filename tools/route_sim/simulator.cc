@@ -54,10 +54,12 @@ struct SimWorker {
 // One router replica: its index (fed by every worker's events, plus its own placements), its
 // policy and its books.
 struct Replica {
+  explicit Replica(QueueOrder order) : held(order) {}
   uint64_t placements = 0;  // the last placement number it gave
   router::PrefixIndex index;
   std::unique_ptr<router::RoutingPolicy> policy;
   std::vector<Books> books;
+  HeldRequests held;  // with SimOptions::router_max_inflight
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -75,7 +77,7 @@ class Simulation {
   }
 
   absl::Status Init() {
-    replicas_.resize(o_.replicas);
+    for (int i = 0; i < o_.replicas; ++i) replicas_.emplace_back(o_.queue_order);
     for (size_t i = 0; i < replicas_.size(); ++i) {
       Replica& r = replicas_[i];
       r.books.resize(o_.workers);
@@ -125,7 +127,7 @@ class Simulation {
     size_t next = 0;
     double next_report = 0;
     const bool reports = o_.replica_load == SimOptions::ReplicaLoad::kReports;
-    while (next < trace.size() || !steps_.empty() || !deferred_.empty()) {
+    while (next < trace.size() || !steps_.empty() || !deferred_.empty() || Holding()) {
       const double arrival =
           next < trace.size() ? ArrivalTime(trace[next]) : std::numeric_limits<double>::infinity();
       if (reports && next_report <= arrival &&
@@ -139,6 +141,7 @@ class Simulation {
           w.report_at = now_;
         }
         next_report += o_.report_interval_s;
+        PlaceHeld();
         continue;
       }
       if (!deferred_.empty() && std::get<0>(deferred_.top()) <= arrival &&
@@ -154,6 +157,7 @@ class Simulation {
         steps_.pop();
         now_ = t;
         FinishStep(w);
+        PlaceHeld();
         continue;
       }
       now_ = arrival;
@@ -200,6 +204,10 @@ class Simulation {
         views[w].decode_seqs = std::max<int64_t>(0, s.report.decode_seqs + unseen[w].decode_seqs);
       }
       views[w].eligible = !views[w].prefill_only;
+      const int64_t requests = reports ? s.report.requests + unseen[w].requests : b.requests;
+      if (o_.router_max_inflight > 0 && requests >= o_.router_max_inflight) {
+        views[w].eligible = false;
+      }
     }
     return views;
   }
@@ -225,16 +233,55 @@ class Simulation {
 
   void Arrive(const trace::TraceRequest& r, int index) {
     // Ids in [100, vocab), as kvserve-bench serve --dataset trace --vocab-size V makes them.
-    const std::vector<int32_t> prompt =
-        trace::TracePrompt(r, {.block_size = o_.trace_block_size, .max_token = vocab_size_});
-    const int64_t out = std::max<int64_t>(
+    HeldRequest h{.index = index, .arrival = now_};
+    h.prompt = trace::TracePrompt(r, {.block_size = o_.trace_block_size, .max_token = vocab_size_});
+    h.max_tokens = std::max<int64_t>(
         1, o_.max_output > 0 ? std::min(o_.max_output, r.output_length) : r.output_length);
-    const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
-    const std::vector<BlockHash> hashes = HashFullBlocks(ids, block_size_, extra_key_);
-    const absl::Time t = absl::UnixEpoch() + absl::Seconds(now_);
+    const std::vector<uint32_t> ids(h.prompt.begin(), h.prompt.end());
+    h.hashes = HashFullBlocks(ids, block_size_, extra_key_);
     // A load balancer in front of the replicas: each in turn.
-    const int replica = index % o_.replicas;
-    Replica& rep = replicas_[replica];
+    Replica& rep = replicas_[index % o_.replicas];
+    if (o_.router_max_inflight > 0 && (!rep.held.empty() || !HasRoom(rep))) {
+      int cached = 0;
+      for (int w = 0; w < o_.workers; ++w) {
+        cached = std::max(cached, rep.index.LongestPrefix(w, h.hashes).total());
+      }
+      h.uncached_tokens = static_cast<int64_t>(h.prompt.size()) - int64_t{cached} * block_size_;
+      rep.held.Push(std::move(h));
+      ++held_;
+      return;
+    }
+    Route(rep, h);
+  }
+
+  // Whether replica `rep` may place on some worker now.
+  bool HasRoom(const Replica& rep) const {
+    const std::vector<WorkerView> views = Views(rep);
+    return std::any_of(views.begin(), views.end(), [](const WorkerView& v) { return v.eligible; });
+  }
+  bool Holding() const {
+    return std::any_of(replicas_.begin(), replicas_.end(),
+                       [](const Replica& r) { return !r.held.empty(); });
+  }
+  // Each replica places what it holds while it has room (its requests ended, or reports came).
+  void PlaceHeld() {
+    for (Replica& rep : replicas_) {
+      while (!rep.held.empty() && HasRoom(rep)) {
+        HeldRequest h = rep.held.Pop();
+        held_wait_.push_back(now_ - h.arrival);
+        Route(rep, h);
+      }
+    }
+  }
+
+  // Routes request `h` on replica `rep` and sends it to its worker.
+  void Route(Replica& rep, const HeldRequest& h) {
+    const std::vector<int32_t>& prompt = h.prompt;
+    const std::vector<BlockHash>& hashes = h.hashes;
+    const int64_t out = h.max_tokens;
+    const int index = h.index;
+    const int replica = static_cast<int>(&rep - replicas_.data());
+    const absl::Time t = absl::UnixEpoch() + absl::Seconds(now_);
     rep.index.Expire(t);
     const std::vector<WorkerView> views = Views(rep);
     absl::StatusOr<router::Decision> d =
@@ -253,7 +300,7 @@ class Simulation {
     const std::string id = absl::StrCat("r", index);
     Live l{.worker = d->worker,
            .replica = replica,
-           .arrival = now_,
+           .arrival = h.arrival,
            .prompt_tokens = static_cast<int64_t>(prompt.size()),
            .predicted_cached = int64_t{d->predicted_cached_blocks} * block_size_,
            .blocks = (static_cast<int64_t>(prompt.size()) + out + block_size_ - 1) / block_size_};
@@ -603,6 +650,9 @@ class Simulation {
   std::vector<double> ttft_, e2e_, tpot_, disaggregated_ttft_;
   std::map<std::string, int64_t> decisions_, errors_;
   int64_t event_gaps_ = 0;
+  // Requests the replicas held (SimOptions::router_max_inflight), and how long each waited.
+  int64_t held_ = 0;
+  std::vector<double> held_wait_;
   std::optional<RouterCost> cost_;  // with SimOptions::router_cost
 };
 
@@ -652,6 +702,14 @@ json Simulation::Report() const {
     r[absl::StrCat("p90_", name, "_ms")] = 1e3 * Percentile(*v, 90);
     r[absl::StrCat("p99_", name, "_ms")] = 1e3 * Percentile(*v, 99);
   }
+  if (o_.router_max_inflight > 0) {
+    size_t depth = 0;
+    for (const Replica& rep : replicas_) depth = std::max(depth, rep.held.max_depth());
+    r["router_queue"] = {{"held", held_},
+                         {"max_depth", depth},
+                         {"p50_wait_ms", 1e3 * Percentile(held_wait_, 50)},
+                         {"p99_wait_ms", 1e3 * Percentile(held_wait_, 99)}};
+  }
   if (cost_) r["router_cost"] = cost_->Counts(now_);
   r["workers"] = per_worker;
   return r;
@@ -670,6 +728,9 @@ absl::StatusOr<SimReport> Simulate(const std::vector<trace::TraceRequest>& trace
     return absl::InvalidArgumentError("each worker's KV pool must hold at least one block");
   }
   if (!(options.speedup > 0)) return absl::InvalidArgumentError("--speedup must be > 0");
+  if (options.router_max_inflight < 0) {
+    return absl::InvalidArgumentError("--router-max-inflight-per-worker must be >= 0");
+  }
   if (options.prefill_workers < 0 || options.prefill_workers >= options.workers) {
     return absl::InvalidArgumentError(
         "--prefill-workers must leave at least one of --workers to decode");

@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "router/routing/fetch_plan.h"
 #include "router/routing/routing_policy.h"
+#include "tools/route_sim/held_requests.h"
 #include "tools/trace/trace.h"
 #include "worker/engine_config.h"
 
@@ -73,6 +74,12 @@ struct SimOptions {
   // step has computed, after the phase's earlier steps' blocks. Each phase has its own link:
   // in both modes, transfers never share bandwidth.
   bool disagg_stream_layers = false;
+  // The router's admission queue (kvserve-router's --max-inflight-per-worker): a replica places
+  // on a worker only while it counts fewer than this many of its requests (0: no limit; every
+  // request is placed as it arrives), and holds the rest in `queue_order` until one ends. A
+  // request's TTFT counts from its arrival.
+  int router_max_inflight = 0;
+  QueueOrder queue_order = QueueOrder::kFirstCome;
   // Time what each replica's placing and KV-event taking cost on this CPU (router_cost.h; each
   // batch then goes through its wire bytes): the report's router_cost and router_cpu.
   bool router_cost = false;
