@@ -60,6 +60,9 @@ ABSL_FLAG(int32_t, block_size, 16,
           "serve: the workers' block size (for the ideal hit rate); engine: the KV block size");
 ABSL_FLAG(int32_t, random_input_len, 256, "serve: random dataset prompt tokens");
 ABSL_FLAG(int32_t, random_output_len, 32, "serve: random dataset output tokens");
+ABSL_FLAG(bool, keep_alive, true,
+          "serve: reuse kept-alive connections between requests, as SDKs and load balancers do "
+          "(false: a new connection per request)");
 ABSL_FLAG(bool, text_prompts, false,
           "serve: send prompts as text (a common English word per token id) for the router to "
           "tokenize, instead of token ids");
@@ -313,6 +316,7 @@ int Serve() {
   o.random_input_len = absl::GetFlag(FLAGS_random_input_len);
   o.random_output_len = absl::GetFlag(FLAGS_random_output_len);
   o.text_prompts = absl::GetFlag(FLAGS_text_prompts);
+  o.keep_alive = absl::GetFlag(FLAGS_keep_alive);
   o.gsp_num_groups = absl::GetFlag(FLAGS_gsp_num_groups);
   o.gsp_prompts_per_group = absl::GetFlag(FLAGS_gsp_prompts_per_group);
   o.gsp_system_prompt_len = absl::GetFlag(FLAGS_gsp_system_prompt_len);

@@ -1,8 +1,8 @@
-// A small blocking HTTP/1.1 client (Boost.Beast): one exchange per fresh connection, the body
-// handed over as its bytes arrive (a streamed response's events are seen when they come, not
-// when the stream ends). Plain http:// only. Used by the serving benchmark and by the router's
-// OpenAI-upstream bridge. Any thread; each call is independent; an HttpCancel lets another
-// thread end a call in flight.
+// A small blocking HTTP/1.1 client (Boost.Beast): one exchange per fresh connection, or per
+// kept-alive one from an HttpConnectionPool; the body handed over as its bytes arrive (a
+// streamed response's events are seen when they come, not when the stream ends). Plain http://
+// only. Used by the serving benchmark and by the router's OpenAI-upstream bridge. Any thread;
+// each call is independent; an HttpCancel lets another thread end a call in flight.
 //
 //   ASSIGN_OR_RETURN(Endpoint ep, ParseUrl("http://127.0.0.1:8000"));
 //   ASSIGN_OR_RETURN(int status, Exchange(ep, http::verb::post, "/v1/completions", body,
@@ -10,11 +10,15 @@
 #ifndef KVSERVE_COMMON_NET_HTTP_CLIENT_H_
 #define KVSERVE_COMMON_NET_HTTP_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "boost/beast/http/verb.hpp"
@@ -44,8 +48,33 @@ class HttpCancel {
   bool cancelled_ = false;
 };
 
+// Idle kept-alive connections, reused by the Exchanges that name this pool (as an SDK's or a
+// load balancer's client pools them). Thread-safe.
+class HttpConnectionPool {
+ public:
+  HttpConnectionPool() = default;
+  ~HttpConnectionPool();
+  HttpConnectionPool(const HttpConnectionPool&) = delete;
+  HttpConnectionPool& operator=(const HttpConnectionPool&) = delete;
+
+  // An idle connection to `key` (its descriptor and whether it is IPv6), or -1.
+  std::pair<int, bool> Take(const std::string& key);
+  void Put(const std::string& key, int fd, bool v6);
+  // Connections opened, for the pool's users' reports.
+  void CountOpened() { opened_.fetch_add(1); }
+  [[nodiscard]] int64_t opened() const { return opened_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::pair<int, bool>>> idle_;
+  std::atomic<int64_t> opened_{0};
+};
+
 struct ExchangeOptions {
   HttpCancel* cancel = nullptr;
+  // Reuse a kept-alive connection from it, and give it back once the answer is read whole
+  // (a reused connection the server has closed meanwhile is replaced once, before the answer).
+  HttpConnectionPool* pool = nullptr;
   // A read or write that waits this long fails the call (Unavailable); 0: no limit.
   int io_timeout_ms = 0;
   // Called with the status once the headers are read, before the body's first piece.

@@ -55,6 +55,10 @@ ABSL_FLAG(int32_t, max_connections, 4096,
           "process's open-file limit is raised to its hard limit at start)");
 ABSL_FLAG(double, client_read_timeout_seconds, 30,
           "A client must send its whole request within this long of connecting (else 408)");
+ABSL_FLAG(double, keep_alive_timeout_seconds, 75,
+          "HTTP/1.1 keep-alive: how long a connection may wait idle for its next request (0: "
+          "every response closes its connection). Keep it above the idle timeout of the load "
+          "balancer's pooled connections (nginx and AWS ALB: 60 s)");
 ABSL_FLAG(double, client_write_timeout_seconds, 30,
           "A client that takes none of a response or stream chunk for this long is dropped and "
           "its request aborted");
@@ -186,6 +190,12 @@ absl::Status ConnectionsFromFlags(FrontOptions* f) {
   }
   f->connection.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_s * 1000));
   f->connection.write_timeout = std::chrono::milliseconds(static_cast<int64_t>(write_s * 1000));
+  const double keep_alive_s = absl::GetFlag(FLAGS_keep_alive_timeout_seconds);
+  if (!(keep_alive_s >= 0) || keep_alive_s > 86400) {
+    return absl::InvalidArgumentError("--keep-alive-timeout-seconds must be in 0..86400");
+  }
+  f->connection.keep_alive_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(keep_alive_s * 1000));
   f->connection.max_queued_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_client_buffer_bytes));
   f->max_connections = absl::GetFlag(FLAGS_max_connections);

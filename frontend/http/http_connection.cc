@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace kvserve::frontend {
@@ -34,10 +35,19 @@ HttpConnection::~HttpConnection() { metrics_->AddOpenConnections(-1); }
 
 void HttpConnection::Start(Handler handler) {
   handler_ = std::move(handler);
+  ReadRequest();
+}
+
+void HttpConnection::ReadRequest() {
+  answered_ = keep_alive_ = chunked_ = close_after_ = reading_ = read_timed_out_ = false;
+  on_gone_ = nullptr;
+  path_.clear();
   parser_.emplace();
   parser_->body_limit(limits_.max_body_bytes);
   // A client that sends its request slowly (or never) holds a connection: not past the deadline.
-  read_timer_.expires_after(limits_.read_timeout);
+  // After a kept-alive response, the connection may first wait idle for the next one.
+  const bool idle = requests_ > 0 && buffer_.size() == 0;
+  read_timer_.expires_after(idle ? limits_.keep_alive_timeout : limits_.read_timeout);
   read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec) return;  // cancelled: the request was read
     self->read_timed_out_ = true;
@@ -66,6 +76,11 @@ void HttpConnection::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     return RespondError(MakeOpenAiError(413, "invalid_request_error", "request body too large"));
   }
+  if (ec && read_timed_out_ && requests_ > 0 && !parser_->got_some()) {
+    beast::error_code ignored;  // an idle kept-alive connection: closed without a word
+    socket_.close(ignored);
+    return;
+  }
   if (ec && read_timed_out_) {  // a read that completed as the timer fired is served
     return RespondError(
         MakeOpenAiError(408, "invalid_request_error",
@@ -87,9 +102,16 @@ void HttpConnection::OnRead(beast::error_code ec) {
   r.received = std::chrono::steady_clock::now();
   r.timeout = std::string(req["x-request-timeout"]);
   path_ = r.path;
-  // From here on the only read is Drain: it notices a client that closes before its answer.
+  ++requests_;
+  keep_alive_ = limits_.keep_alive_timeout.count() > 0 && req.keep_alive();
+  // From here on the only read is Drain or ReadAhead: it notices a client that closes before
+  // its answer.
   reading_ = true;
-  Drain(std::make_shared<std::array<char, 65536>>(), 0);
+  if (keep_alive_) {
+    ReadAhead();
+  } else {
+    Drain(std::make_shared<std::array<char, 65536>>(), 0);
+  }
   handler_(shared_from_this(), std::move(r));
 }
 
@@ -120,14 +142,42 @@ void HttpConnection::DoRespond(int status, std::string body, const std::string& 
   res->version(11);
   res->set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
   if (status == 429 || status == 503) res->set(http::field::retry_after, "1");
-  res->keep_alive(false);
+  res->keep_alive(keep_alive_);
   res->body() = std::move(body);
   res->prepare_payload();
   ArmWriteDeadline();
-  http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code, size_t) {
+  http::async_write(socket_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
     self->write_timer_.cancel();
+    if (!ec && self->keep_alive_ && !self->gone_) return self->Answered();
     self->LingeringClose();
   });
+}
+
+void HttpConnection::Answered() {
+  answered_ = true;
+  if (!reading_) return ReadRequest();
+  beast::error_code ignored;  // ReadAhead's read ends, and its handler reads the next request
+  socket_.cancel(ignored);
+}
+
+void HttpConnection::ReadAhead() {
+  if (buffer_.size() >= limits_.max_body_bytes) {  // far ahead: read on once this is answered
+    reading_ = false;
+    return;
+  }
+  reading_ = true;
+  socket_.async_read_some(
+      buffer_.prepare(65536), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->reading_ = false;
+        self->buffer_.commit(n);
+        if (self->answered_) {
+          // The response went out meanwhile; a client that closed after it is done.
+          if (ec && ec != asio::error::operation_aborted) return;
+          return self->ReadRequest();
+        }
+        if (ec) return self->ClientGone();  // closed, reset or timed out before its answer
+        self->ReadAhead();
+      });
 }
 
 void HttpConnection::ArmWriteDeadline() {
@@ -161,10 +211,15 @@ void HttpConnection::Drain(std::shared_ptr<std::array<char, 65536>> buf, size_t 
 }
 
 void HttpConnection::StartEventStream() {
-  Write(
-      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-      "Connection: close\r\nX-Accel-Buffering: no\r\n\r\n",
-      false);
+  asio::post(executor_, [self = shared_from_this()] {
+    // A kept-alive connection carries the stream chunked; otherwise the close ends it.
+    self->DoWrite(absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n",
+                               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n",
+                               self->keep_alive_ ? "Transfer-Encoding: chunked\r\n\r\n"
+                                                 : "Connection: close\r\n\r\n"),
+                  false);
+    self->chunked_ = self->keep_alive_;
+  });
 }
 
 void HttpConnection::Write(std::string data, bool last) {
@@ -175,6 +230,12 @@ void HttpConnection::Write(std::string data, bool last) {
 
 void HttpConnection::DoWrite(std::string data, bool last) {
   if (gone_) return;
+  if (chunked_) {
+    std::string chunk =
+        data.empty() ? "" : absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n");
+    if (last) chunk += "0\r\n\r\n";
+    data = std::move(chunk);
+  }
   queued_bytes_ += data.size();
   if (queued_bytes_ > limits_.max_queued_bytes) {
     // The client reads slower than its stream is made: drop it rather than buffer without end.
@@ -202,14 +263,18 @@ void HttpConnection::WriteNext() {
                       self->queued_bytes_ -= self->writes_.front().size();
                       self->writes_.pop_front();
                       if (!self->writes_.empty()) return self->WriteNext();
-                      if (self->close_after_) {
-                        beast::error_code ignored;
-                        self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
-                      }
+                      if (!self->close_after_) return;
+                      if (self->keep_alive_ && !self->gone_) return self->Answered();
+                      beast::error_code ignored;
+                      self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
                     });
 }
 
-void HttpConnection::CountStreamed(int status) { metrics_->CountRequest(Endpoint(), status); }
+void HttpConnection::CountStreamed(int status) {
+  asio::post(executor_, [self = shared_from_this(), status] {
+    self->metrics_->CountRequest(self->Endpoint(), status);  // path_ is the I/O thread's
+  });
+}
 
 std::string HttpConnection::Endpoint() const {
   for (const char* known :

@@ -1,10 +1,13 @@
-// One client connection of the HTTP front end (Boost.Beast): reads one request (bodies past
-// the limit get a 413, a request not read within its deadline a 408), hands it to the front's
-// handler, and sends one response, either whole (Respond) or as a stream of server-sent events
-// (StartEventStream, then Write). Every response closes the connection. A client that goes away
-// mid-stream, stops reading (a write makes no progress within its deadline) or lets more than
-// the limit of a stream wait unsent, is reported once through SetOnClientGone and dropped.
-// Request counts by endpoint and status go to the front's metrics.
+// One client connection of the HTTP front end (Boost.Beast): reads a request (bodies past the
+// limit get a 413, a first request not read within its deadline a 408), hands it to the front's
+// handler, and sends its response, either whole (Respond) or as a stream of server-sent events
+// (StartEventStream, then Write). HTTP/1.1 keep-alive: unless the client asked to close (or
+// speaks HTTP/1.0) or keep_alive_timeout is 0, the connection then reads the next request, and
+// is closed once idle that long; a stream on such a connection is sent chunked, else it ends
+// with the connection. A client that goes away mid-request, stops reading (a write makes no
+// progress within its deadline) or lets more than the limit of a stream wait unsent, is
+// reported once through SetOnClientGone and dropped. Request counts by endpoint and status go
+// to the front's metrics.
 //
 //   auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, metrics);
 //   conn->Start([](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
@@ -43,6 +46,10 @@ struct ConnectionLimits {
   // The socket's SO_SNDBUF (0: the kernel's autotuning, up to megabytes a connection): what a
   // client that stops reading can hold in the kernel before the limits above see it.
   int send_buffer_bytes = 0;
+  // How long a connection may wait idle for its next request (0: every response closes it).
+  // Longer than a load balancer's pooled connections idle (nginx 60 s, AWS ALB 60 s), so that
+  // it is the balancer that closes them, never a request racing the close.
+  std::chrono::milliseconds keep_alive_timeout{75000};
 };
 
 struct HttpRequest {
@@ -66,16 +73,17 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
                  FrontMetrics* metrics);
   ~HttpConnection();
 
-  // Reads the request and calls `handler` with it (not for an unreadable request, which is
-  // dropped, or an oversized one, which gets a 413).
+  // Reads requests and calls `handler` with each (not for an unreadable request, which is
+  // dropped, or an oversized one, which gets a 413), the next once the last one's response is
+  // written.
   void Start(Handler handler);
 
   // A whole response; Retry-After: 1 on 429 and 503.
   void Respond(int status, std::string body, std::string_view content_type = "application/json");
   void RespondError(const OpenAiError& error) { Respond(error.http_status, error.json); }
 
-  // A stream of server-sent events: the header now, then each Write in order; `last` closes the
-  // connection once written. CountStreamed records the stream's status when it ends.
+  // A stream of server-sent events: the header now, then each Write in order; `last` ends the
+  // response once written. CountStreamed records the stream's status when it ends.
   void StartEventStream();
   void Write(std::string data, bool last);
   void CountStreamed(int status);
@@ -89,10 +97,17 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // The I/O thread's side of Respond and Write.
   void DoRespond(int status, std::string body, const std::string& content_type);
   void DoWrite(std::string data, bool last);
+  // Reads the next request's header (the first, or one after a kept-alive response).
+  void ReadRequest();
   // After the header: reads the body, with room for it reserved.
   void ReadBody();
   void OnRead(boost::beast::error_code ec);
   void WriteNext();
+  // The response is written: the next request, or the close.
+  void Answered();
+  // While a kept-alive request runs: reads what the client sends next into the request buffer
+  // (its next request; at most a body's limit ahead), so that its going away is seen.
+  void ReadAhead();
   // Closes the connection if the write under way makes no progress within the write timeout.
   void ArmWriteDeadline();
   // Lingering close: stop sending, then read and drop what the client still sends (an
@@ -119,7 +134,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::deque<std::string> writes_;
   bool close_after_ = false;
   bool gone_ = false;
-  bool reading_ = false;  // Drain is under way
+  bool reading_ = false;     // Drain or ReadAhead is under way
+  bool keep_alive_ = false;  // the current request's connection outlives its response
+  bool chunked_ = false;     // its stream is sent chunked
+  bool answered_ = false;    // its response is written; the next request is due
+  int requests_ = 0;         // read on this connection
   std::function<void()> on_gone_;
 };
 

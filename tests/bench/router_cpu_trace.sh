@@ -7,6 +7,7 @@
 # PERF=1 also samples the router with perf (cpu-clock) into $work/perf.data. IDS=N replays
 # kvserve-bench's random dataset instead: PROMPTS= (2000) prompts of N token ids, 4 output
 # tokens each, at RATE= (50) requests/s (the trace argument is then not read: pass -).
+# KEEP_ALIVE=false: the client opens a connection per request (else it reuses kept-alive ones).
 #
 #   bash tests/bench/router_cpu_trace.sh BUILD_BIN_DIR TOKENIZER_DIR CONVERSATION_TRACE [PORT]
 set -euo pipefail
@@ -29,7 +30,7 @@ i0=$(ticks); s0=$(date +%s.%N); sleep 10; i1=$(ticks); s1=$(date +%s.%N)
 t0=$(ticks); r0=$(date +%s.%N)
 load=(--dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-speedup ${SPEEDUP:-4} --trace-max-output 4)
 [[ -n ${IDS:-} ]] && load=(--dataset random --random-input-len "$IDS" --random-output-len 4 --num-prompts ${PROMPTS:-2000} --request-rate ${RATE:-50})
-taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port "${load[@]}" --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
+taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port "${load[@]}" --keep-alive=${KEEP_ALIVE:-true} --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
 bpid=$!
 [[ -n ${PERF:-} ]] && perf record -e cpu-clock -g -o $work/perf.data -p $rpid -- sleep 25 > /dev/null 2>&1 &
 wait $bpid

@@ -184,8 +184,9 @@ std::string AsText(const std::vector<int>& ids) {
 }
 
 // Sends one streamed completion and times it from the server-sent events.
-Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<int>& prompt,
-               bool text_prompt, int max_tokens, std::string* answer) {
+Result SendOne(const Endpoint& ep, HttpConnectionPool* pool, const std::string& model,
+               const std::vector<int>& prompt, bool text_prompt, int max_tokens,
+               std::string* answer) {
   Result r;
   const json body = {{"model", model},
                      {"prompt", text_prompt ? json(AsText(prompt)) : json(prompt)},
@@ -228,15 +229,17 @@ Result SendOne(const Endpoint& ep, const std::string& model, const std::vector<i
     if (answer != nullptr) answer->append(text);
   };
   absl::StatusOr<int> status =
-      Exchange(ep, http::verb::post, "/v1/completions", body.dump(), [&](std::string_view s) {
-        pending.append(s);
-        size_t end;
-        while ((end = pending.find("\n\n")) != std::string::npos) {
-          const std::string event = pending.substr(0, end);
-          pending.erase(0, end + 2);
-          if (event.rfind("data: ", 0) == 0) on_event(event.substr(6));
-        }
-      });
+      Exchange(ep, http::verb::post, "/v1/completions", body.dump(),
+               [&](std::string_view s) {
+                 pending.append(s);
+                 size_t end;
+                 while ((end = pending.find("\n\n")) != std::string::npos) {
+                   const std::string event = pending.substr(0, end);
+                   pending.erase(0, end + 2);
+                   if (event.rfind("data: ", 0) == 0) on_event(event.substr(6));
+                 }
+               },
+               {.pool = pool});
   r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
   if (!status.ok()) {
     r.error = std::string(status.status().message());
@@ -359,14 +362,14 @@ absl::StatusOr<std::string> ServedModel(const ServingOptions& o, const Endpoint&
 
 // One session's turns in order, each prompt the history so far; an answer joins the history as
 // the router tokenizes it (no BOS). Stops at the first failure.
-void RunSession(const Endpoint& ep, const std::string& model, bool text_prompts,
-                const Session& session, Gate& gate, ResultLog& log) {
+void RunSession(const Endpoint& ep, HttpConnectionPool* pool, const std::string& model,
+                bool text_prompts, const Session& session, Gate& gate, ResultLog& log) {
   std::vector<int> history;
   for (const Turn& turn : session) {
     history.insert(history.end(), turn.new_ids.begin(), turn.new_ids.end());
     std::string answer;
     gate.Enter();
-    Result r = SendOne(ep, model, history, text_prompts, turn.max_tokens,
+    Result r = SendOne(ep, pool, model, history, text_prompts, turn.max_tokens,
                        session.size() > 1 ? &answer : nullptr);
     gate.Leave();
     const bool ok = r.ok;
@@ -375,7 +378,8 @@ void RunSession(const Endpoint& ep, const std::string& model, bool text_prompts,
     if (session.size() <= 1 || answer.empty()) continue;
     absl::StatusOr<std::string> t =
         Fetch(ep, http::verb::post, "/tokenize",
-              json{{"model", model}, {"prompt", answer}, {"add_special_tokens", false}}.dump());
+              json{{"model", model}, {"prompt", answer}, {"add_special_tokens", false}}.dump(),
+              {.pool = pool});
     if (!t.ok()) {
       Result failed;
       failed.error = std::string(t.status().message());
@@ -456,6 +460,9 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
 
   ResultLog log;
   Gate gate(o.max_concurrency);
+  // Kept-alive connections, as an SDK's client pools them (--keep-alive); none: one each.
+  HttpConnectionPool connections;
+  HttpConnectionPool* pool = o.keep_alive ? &connections : nullptr;
   std::vector<std::thread> threads;
   std::mt19937_64 arrivals(o.seed ^ 0x5eedULL);
   std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
@@ -473,7 +480,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
       std::this_thread::sleep_until(next);
     }
     threads.emplace_back(
-        [&, session] { RunSession(ep, *model, o.text_prompts, session, gate, log); });
+        [&, session] { RunSession(ep, pool, *model, o.text_prompts, session, gate, log); });
   }
   for (std::thread& t : threads) t.join();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
@@ -481,6 +488,7 @@ absl::StatusOr<json> RunServing(const ServingOptions& o) {
   const auto reasons_after = RouterCounter(routers, "kvserve_router_decisions_total", "reason");
 
   json report = Summarize(o, log.Take(), duration);
+  if (pool != nullptr) report["connections_opened"] = connections.opened();
   report["dataset"] = o.dataset;
   report["model"] = *model;
   report["url"] = o.url;

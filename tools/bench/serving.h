@@ -52,6 +52,9 @@ struct ServingOptions {
   // Send each prompt as text, one English word per token id, for the router to tokenize
   // (the prompt's token count then differs a little from its ids').
   bool text_prompts = false;
+  // Reuse kept-alive connections between requests (as SDKs and load balancers do); else a
+  // new connection per request.
+  bool keep_alive = true;
   int gsp_num_groups = 16, gsp_prompts_per_group = 4, gsp_system_prompt_len = 512,
       gsp_question_len = 32, gsp_output_len = 16;
   int multi_turn_conversations = 8, multi_turn_turns = 4, multi_turn_input_len = 64,
