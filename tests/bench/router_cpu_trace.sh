@@ -15,6 +15,11 @@ bin=$1
 tokenizer=$2
 trace=$3
 port=${4:-8300}
+# Another cluster on the port would be the one measured (the router is found by its port).
+if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+  echo "port $port is in use: stop what listens there first" >&2
+  exit 1
+fi
 work=$(mktemp -d /tmp/kvserve-router-cpu-XXXXXX)
 "$bin/kvserve-make-model" --tokenizer "$tokenizer" --out "$work/model" \
   --max_position_embeddings 131072 >/dev/null
