@@ -103,7 +103,9 @@ void HttpConnection::OnRead(beast::error_code ec) {
   r.timeout = std::string(req["x-request-timeout"]);
   path_ = r.path;
   ++requests_;
-  keep_alive_ = limits_.keep_alive_timeout.count() > 0 && req.keep_alive();
+  keep_alive_ = limits_.keep_alive_timeout.count() > 0 && req.keep_alive() &&
+                (limits_.keep_alive_max_open == 0 ||
+                 metrics_->open_connections() < limits_.keep_alive_max_open);
   // From here on the only read is Drain or ReadAhead: it notices a client that closes before
   // its answer.
   reading_ = true;

@@ -2,12 +2,12 @@
 // limit get a 413, a first request not read within its deadline a 408), hands it to the front's
 // handler, and sends its response, either whole (Respond) or as a stream of server-sent events
 // (StartEventStream, then Write). HTTP/1.1 keep-alive: unless the client asked to close (or
-// speaks HTTP/1.0) or keep_alive_timeout is 0, the connection then reads the next request, and
-// is closed once idle that long; a stream on such a connection is sent chunked, else it ends
-// with the connection. A client that goes away mid-request, stops reading (a write makes no
-// progress within its deadline) or lets more than the limit of a stream wait unsent, is
-// reported once through SetOnClientGone and dropped. Request counts by endpoint and status go
-// to the front's metrics.
+// speaks HTTP/1.0), keep_alive_timeout is 0 or keep_alive_max_open connections are open, the
+// connection then reads the next request, and is closed once idle that long; a stream on such a
+// connection is sent chunked, else it ends with the connection. A client that goes away
+// mid-request, stops reading (a write makes no progress within its deadline) or lets more than the
+// limit of a stream wait unsent, is reported once through SetOnClientGone and dropped. Request
+// counts by endpoint and status go to the front's metrics.
 //
 //   auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, metrics);
 //   conn->Start([](const std::shared_ptr<HttpConnection>& c, const HttpRequest& r) {
@@ -50,6 +50,9 @@ struct ConnectionLimits {
   // Longer than a load balancer's pooled connections idle (nginx 60 s, AWS ALB 60 s), so that
   // it is the balancer that closes them, never a request racing the close.
   std::chrono::milliseconds keep_alive_timeout{75000};
+  // While this many connections or more are open, answers close their connections rather than
+  // keep them idle (0: no bound): idle clients do not hold the front's last connections.
+  int keep_alive_max_open = 0;
 };
 
 struct HttpRequest {

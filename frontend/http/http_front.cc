@@ -1,5 +1,6 @@
 #include "frontend/http/http_front.h"
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <random>
 
@@ -72,8 +73,10 @@ void HttpFront::Impl::Accept() {
       return;
     }
     const bool full = ctx.metrics->open_connections() >= ctx.options.max_connections;
-    auto conn =
-        std::make_shared<HttpConnection>(std::move(socket), ctx.options.connection, ctx.metrics);
+    // Past three quarters of --max-connections, answers close their connections.
+    ConnectionLimits limits = ctx.options.connection;
+    limits.keep_alive_max_open = std::max(1, ctx.options.max_connections * 3 / 4);
+    auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, ctx.metrics);
     if (full) {
       ctx.metrics->CountRefusedConnection();
       conn->RespondError(
