@@ -73,10 +73,8 @@ void HttpFront::Impl::Accept() {
       return;
     }
     const bool full = ctx.metrics->open_connections() >= ctx.options.max_connections;
-    // Past three quarters of --max-connections, answers close their connections.
-    ConnectionLimits limits = ctx.options.connection;
-    limits.keep_alive_max_open = std::max(1, ctx.options.max_connections * 3 / 4);
-    auto conn = std::make_shared<HttpConnection>(std::move(socket), limits, ctx.metrics);
+    auto conn =
+        std::make_shared<HttpConnection>(std::move(socket), ctx.options.connection, ctx.metrics);
     if (full) {
       ctx.metrics->CountRefusedConnection();
       conn->RespondError(
@@ -153,6 +151,8 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   f->impl_ = std::make_unique<Impl>();
   Impl& impl = *f->impl_;
   impl.ctx.options = options;
+  // Past three quarters of --max-connections, answers close their connections.
+  impl.ctx.options.connection.keep_alive_max_open = std::max(1, options.max_connections * 3 / 4);
   impl.ctx.tokenizer = tokenizer;
   impl.ctx.core = core;
   impl.ctx.metrics = metrics;

@@ -241,22 +241,24 @@ class Simulation {
     h.hashes = HashFullBlocks(ids, block_size_, extra_key_);
     // A load balancer in front of the replicas: each in turn.
     Replica& rep = replicas_[index % o_.replicas];
-    if (o_.router_max_inflight > 0 && (!rep.held.empty() || !HasRoom(rep))) {
-      int cached = 0;
-      for (int w = 0; w < o_.workers; ++w) {
-        cached = std::max(cached, rep.index.LongestPrefix(w, h.hashes).total());
-      }
-      h.uncached_tokens = static_cast<int64_t>(h.prompt.size()) - int64_t{cached} * block_size_;
-      rep.held.Push(std::move(h));
-      ++held_;
-      return;
-    }
-    Route(rep, h);
+    const bool limited = o_.router_max_inflight > 0;
+    if (limited && !rep.held.empty()) return Hold(rep, std::move(h));
+    const std::vector<WorkerView> views = Views(rep);
+    if (limited && !AnyEligible(views)) return Hold(rep, std::move(h));
+    Route(rep, h, views);
   }
 
-  // Whether replica `rep` may place on some worker now.
-  bool HasRoom(const Replica& rep) const {
-    const std::vector<WorkerView> views = Views(rep);
+  // Replica `rep` holds request `h` (every worker is at its limit, or others wait before it).
+  void Hold(Replica& rep, HeldRequest h) {
+    int cached = 0;
+    for (int w = 0; w < o_.workers; ++w) {
+      cached = std::max(cached, rep.index.LongestPrefix(w, h.hashes).total());
+    }
+    h.uncached_tokens = static_cast<int64_t>(h.prompt.size()) - int64_t{cached} * block_size_;
+    rep.held.Push(std::move(h));
+    ++held_;
+  }
+  static bool AnyEligible(const std::vector<WorkerView>& views) {
     return std::any_of(views.begin(), views.end(), [](const WorkerView& v) { return v.eligible; });
   }
   bool Holding() const {
@@ -266,16 +268,19 @@ class Simulation {
   // Each replica places what it holds while it has room (its requests ended, or reports came).
   void PlaceHeld() {
     for (Replica& rep : replicas_) {
-      while (!rep.held.empty() && HasRoom(rep)) {
+      while (!rep.held.empty()) {
+        const std::vector<WorkerView> views = Views(rep);
+        if (!AnyEligible(views)) break;
         HeldRequest h = rep.held.Pop();
         held_wait_.push_back(now_ - h.arrival);
-        Route(rep, h);
+        Route(rep, h, views);
       }
     }
   }
 
-  // Routes request `h` on replica `rep` and sends it to its worker.
-  void Route(Replica& rep, const HeldRequest& h) {
+  // Routes request `h` on replica `rep`, whose workers are `views` now, and sends it to its
+  // worker.
+  void Route(Replica& rep, const HeldRequest& h, const std::vector<WorkerView>& views) {
     const std::vector<int32_t>& prompt = h.prompt;
     const std::vector<BlockHash>& hashes = h.hashes;
     const int64_t out = h.max_tokens;
@@ -283,7 +288,6 @@ class Simulation {
     const int replica = static_cast<int>(&rep - replicas_.data());
     const absl::Time t = absl::UnixEpoch() + absl::Seconds(now_);
     rep.index.Expire(t);
-    const std::vector<WorkerView> views = Views(rep);
     absl::StatusOr<router::Decision> d =
         Place(rep, views,
               {.hashes = hashes,
