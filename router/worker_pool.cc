@@ -142,11 +142,40 @@ absl::Status CheckStatus(const pb::WorkerStatus& st) {
 }  // namespace
 
 void WorkerPool::HandleSub(int w, const ReceivedMessage& m) {
-  Worker& worker = workers_[w];
-  if (absl::Status s = ApplySub(worker, w, m); !s.ok()) {
-    ++worker.counters.dropped;
-    LOG_EVERY_T(WARNING, 10) << "dropped a message from worker " << w << ": " << s;
+  CountIfDropped(workers_[w], w, ApplySub(workers_[w], w, m));
+}
+
+void WorkerPool::CountIfDropped(Worker& worker, int w, const absl::Status& s) {
+  if (s.ok()) return;
+  ++worker.counters.dropped;
+  LOG_EVERY_T(WARNING, 10) << "dropped a message from worker " << w << ": " << s;
+}
+
+absl::Status WorkerPool::InstallSnapshot(Worker& worker, int w, BuiltSnapshot built) {
+  RETURN_IF_ERROR(built.table.status());
+  ++counters_.snapshots;
+  ++worker.counters.snapshots;
+  index_->InstallSnapshot(w, *std::move(built.table));
+  return absl::OkStatus();
+}
+
+void WorkerPool::FlushSub() {
+  std::vector<SnapshotJob> jobs;
+  for (const auto& [w, m] : pending_sub_) {
+    if (m.type == "KvSnapshot") jobs.push_back({w, m.payload, index_->capacity(w)});
   }
+  // The index is untouched while they build: capacities are only set between turns.
+  std::vector<BuiltSnapshot> built = BuildSnapshots(jobs, snapshot_threads_);
+  size_t next = 0;
+  for (const auto& [w, m] : pending_sub_) {
+    if (m.type == "KvSnapshot") {
+      CountIfDropped(workers_[w], w, InstallSnapshot(workers_[w], w, std::move(built[next++])));
+    } else {
+      HandleSub(w, m);
+    }
+  }
+  pending_sub_.clear();
+  pending_snapshots_ = 0;
 }
 
 void WorkerPool::AskSnapshot(Worker& worker, int w) {
@@ -207,15 +236,9 @@ absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& 
       default:
         break;
     }
-  } else if (m.type == "KvSnapshot") {
-    // On an arena: a snapshot's blocks are not allocated (and freed) one by one, which made up
-    // a third of a restarted router's rebuild (prefix_index_bench, BM_RebuildFromSnapshots).
-    google::protobuf::Arena arena;
-    auto* snap = google::protobuf::Arena::CreateMessage<pb::KvSnapshot>(&arena);
-    RETURN_IF_ERROR(ParseMessage(m, snap));
-    ++counters_.snapshots;
-    ++worker.counters.snapshots;
-    index_->ApplySnapshot(w, *snap);
+  } else if (m.type == "KvSnapshot") {  // as FlushSub handles them, one at a time
+    const SnapshotJob job{w, m.payload, index_->capacity(w)};
+    return InstallSnapshot(worker, w, std::move(BuildSnapshots({&job, 1}, 1)[0]));
   } else if (m.type == "Control") {
     pb::Control c;
     RETURN_IF_ERROR(ParseMessage(m, &c));
@@ -269,6 +292,7 @@ std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms, in
     Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
     if ((fds[i].revents & POLLIN) != 0 || s.unread) Drain(w, is_sub, out);
   }
+  FlushSub();
   return out;
 }
 
@@ -286,7 +310,9 @@ void WorkerPool::Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMe
       return;
     }
     if (is_sub) {
-      HandleSub(w, **m);
+      if ((*m)->type == "KvSnapshot") ++pending_snapshots_;
+      pending_sub_.emplace_back(w, std::move(**m));
+      if (pending_snapshots_ >= kMaxPendingSnapshots) FlushSub();
     } else {
       out.emplace_back(w, std::move(**m));
     }

@@ -26,6 +26,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/routing_policy.h"
+#include "router/routing/snapshot_build.h"
 #include "zmq.hpp"
 
 namespace kvserve::router {
@@ -121,9 +122,15 @@ class WorkerPool {
   // Makes `socket` a CURVE client when the pool has keys.
   void Secure(zmq::socket_t& socket) const;
   absl::Status ApplySub(Worker& worker, int w, const ReceivedMessage& m);
-  // Receives what `s` holds (up to a cap; `unread` stays set if more is left), events and
-  // heartbeats handled, answers appended to `out`.
+  // Counts a message ApplySub (or a snapshot's build) could not use as dropped.
+  void CountIfDropped(Worker& worker, int w, const absl::Status& s);
+  absl::Status InstallSnapshot(Worker& worker, int w, BuiltSnapshot built);
+  // Receives what `s` holds (up to a cap; `unread` stays set if more is left): a PUB socket's
+  // messages go to pending_sub_, a DEALER's answers are appended to `out`.
   void Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMessage>>& out);
+  // Handles pending_sub_ in the order received, its snapshots built on several threads first
+  // (a restarted router's rebuild: routing/snapshot_build.h).
+  void FlushSub();
 
   zmq::context_t& ctx_;
   PrefixIndex* index_;
@@ -133,6 +140,12 @@ class WorkerPool {
   std::vector<std::tuple<int, uint64_t, std::string>> recycle_asks_;
   Counters counters_;
   std::vector<char> event_arena_block_ = std::vector<char>(256 << 10);  // see ApplySub
+  // PUB-socket messages drained this turn, not yet handled; how many are snapshots. At most
+  // kMaxPendingSnapshots snapshots are held (each up to a few MB) before they are handled.
+  std::vector<std::pair<int, ReceivedMessage>> pending_sub_;
+  int pending_snapshots_ = 0;
+  static constexpr int kMaxPendingSnapshots = 32;
+  const int snapshot_threads_ = SnapshotThreads();
 };
 
 }  // namespace kvserve::router

@@ -101,11 +101,13 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
 }
 
 void PrefixIndex::ApplySnapshot(int w, const pb::KvSnapshot& snapshot) {
-  Worker& worker = Get(w);
-  worker.instance_id = snapshot.instance_id();
-  worker.seq = snapshot.seq();
-  worker.synced = true;
-  Clear(worker);
+  InstallSnapshot(w, BuildTable(snapshot, capacity(w)));
+}
+
+PrefixIndex::Table PrefixIndex::BuildTable(const pb::KvSnapshot& snapshot, size_t capacity) {
+  Table table;
+  table.instance_id = snapshot.instance_id();
+  table.seq = snapshot.seq();
   // A rebuild is bound by the table's cache misses (two per new entry, at 100K entries a
   // worker): the hashes are decoded first, the table sized once, and each insert's slot is
   // fetched a few inserts ahead.
@@ -115,16 +117,32 @@ void PrefixIndex::ApplySnapshot(int w, const pb::KvSnapshot& snapshot) {
     absl::StatusOr<BlockHash> h = BlockHash::FromBytes(b.block_hash());
     if (h.ok()) blocks.emplace_back(*h, Bit(b.medium()));  // a malformed hash is ignored
   }
-  const size_t limit = worker.capacity > 0 ? worker.capacity : blocks.size();
-  worker.blocks.reserve(std::min(limit, blocks.size()));
+  const size_t limit = capacity > 0 ? capacity : blocks.size();
+  table.blocks.reserve(std::min(limit, blocks.size()));
   constexpr size_t kAhead = 8;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (i + kAhead < blocks.size()) worker.blocks.prefetch(blocks[i + kAhead].first);
-    if (worker.blocks.size() >= limit) {
-      ++worker.evictions;  // more than the pool holds: the rest is not believed
+    if (i + kAhead < blocks.size()) table.blocks.prefetch(blocks[i + kAhead].first);
+    if (table.blocks.size() >= limit) {
+      ++table.evictions;  // more than the pool holds: the rest is not believed
       continue;
     }
-    worker.blocks[blocks[i].first] |= blocks[i].second;  // no routed entry is left to confirm
+    table.blocks[blocks[i].first] |= blocks[i].second;
+  }
+  return table;
+}
+
+void PrefixIndex::InstallSnapshot(int w, Table table) {
+  Worker& worker = Get(w);
+  worker.instance_id = table.instance_id;
+  worker.seq = table.seq;
+  worker.synced = true;
+  Clear(worker);  // no routed entry is left to confirm
+  worker.blocks = std::move(table.blocks);
+  worker.evictions += table.evictions;
+  // Built against a larger pool than the worker now reports: the excess is not believed.
+  while (worker.capacity > 0 && worker.blocks.size() > worker.capacity) {
+    worker.blocks.erase(worker.blocks.begin());
+    ++worker.evictions;
   }
 }
 
@@ -177,6 +195,11 @@ void PrefixIndex::SetCapacity(int w, size_t blocks) {
   worker.capacity = blocks;
   OverCapacity(worker);
   if (blocks > 0) TrimRouted(worker, blocks);  // a smaller pool than before
+}
+
+size_t PrefixIndex::capacity(int w) const {
+  auto it = workers_.find(w);
+  return it == workers_.end() ? 0 : it->second.capacity;
 }
 
 void PrefixIndex::RemoveWorker(int w) { workers_.erase(w); }

@@ -54,6 +54,20 @@ class PrefixIndex {
   Apply ApplyEvents(int w, const kvserve::v1::KvEventBatch& batch);
   // Replaces worker `w`'s entries; batches after snapshot.seq apply normally.
   void ApplySnapshot(int w, const kvserve::v1::KvSnapshot& snapshot);
+
+  // A worker's confirmed entries built from its snapshot, apart from the index: BuildTable is a
+  // pure function of its arguments, so snapshots of different workers can be built on other
+  // threads (router/routing/snapshot_build.h) and installed by the owner. ApplySnapshot(w, s) is
+  // InstallSnapshot(w, BuildTable(s, capacity(w))).
+  struct Table {
+    uint64_t instance_id = 0;
+    uint64_t seq = 0;
+    absl::flat_hash_map<BlockHash, uint8_t> blocks;
+    int64_t evictions = 0;  // blocks past the pool, not believed
+  };
+  // `capacity`: the worker's pool in blocks (0: no bound).
+  static Table BuildTable(const kvserve::v1::KvSnapshot& snapshot, size_t capacity);
+  void InstallSnapshot(int w, Table table);
   // A heartbeat named `instance_id`. True when it is a new process (a restart or recycle) of a
   // worker we knew: its entries are dropped and the caller asks it for a snapshot, so a worker
   // that restarted idle (publishing no event yet) is not credited with its old cache.
@@ -77,6 +91,8 @@ class PrefixIndex {
   [[nodiscard]] bool synced(int w) const;
   [[nodiscard]] size_t num_blocks(int w) const;
   [[nodiscard]] uint64_t last_seq(int w) const;
+  // Its pool as SetCapacity last gave it (0: not known).
+  [[nodiscard]] size_t capacity(int w) const;
   // Entries of `w` dropped for a bound (capacity, approximate cap) so far.
   [[nodiscard]] int64_t evictions(int w) const;
 

@@ -1,6 +1,7 @@
 #include "router/routing/prefix_index.h"
 
 #include "gtest/gtest.h"
+#include "router/routing/snapshot_build.h"
 
 namespace kvserve::router {
 namespace {
@@ -186,6 +187,80 @@ TEST(PrefixIndexTest, ASnapshotKeepsBothTiersAndSkipsMalformedHashes) {
   // Dropping the device copy of the first block leaves its host copy.
   index.ApplyEvents(0, Batch(3, 2, {}, pb::MEDIUM_DEVICE, {chain[0]}));
   EXPECT_EQ(index.LongestPrefix(0, chain).host_blocks, 2);
+}
+
+// Snapshots built on several threads (a restarted router's rebuild) install the same entries,
+// in the jobs' order, as each applied on its own: the pool bound and both tiers included; bytes
+// that are not a snapshot are refused by name and nothing of that worker changes.
+TEST(PrefixIndexTest, SnapshotsBuiltOnThreadsMatchOnesAppliedInTurn) {
+  constexpr int kWorkers = 12;
+  std::vector<std::string> wire(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    pb::KvSnapshot snap;
+    snap.set_instance_id(100 + w);
+    snap.set_seq(5 + w);
+    for (const BlockHash& h : Chain(20 + w, w)) {
+      pb::CachedBlock* b = snap.add_blocks();
+      b->set_block_hash(h.ToBytes());
+      b->set_medium(h.low % 3 == 0 ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE);
+    }
+    wire[w] = snap.SerializeAsString();
+  }
+  wire[7] = "\xff\xff not a snapshot";
+  PrefixIndex in_turn, built;
+  std::vector<SnapshotJob> jobs;
+  for (int w = 0; w < kWorkers; ++w) {
+    const size_t capacity = w % 4 == 0 ? 10 : 0;  // some past their pool
+    in_turn.SetCapacity(w, capacity);
+    built.SetCapacity(w, capacity);
+    built.ApplyEvents(w, Batch(1, 1, Chain(3, 50 + w)));  // what the snapshot replaces
+    pb::KvSnapshot snap;
+    if (snap.ParseFromString(wire[w])) in_turn.ApplySnapshot(w, snap);
+    jobs.push_back({w, wire[w], built.capacity(w)});
+  }
+  std::vector<BuiltSnapshot> results = BuildSnapshots(jobs, 4);
+  ASSERT_EQ(results.size(), jobs.size());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_EQ(results[w].worker, w);
+    if (w == 7) {
+      EXPECT_EQ(results[w].table.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(results[w].table.status().message().find("KvSnapshot"), std::string::npos);
+      EXPECT_EQ(built.num_blocks(w), 3u);  // not installed: the worker's entries stand
+      continue;
+    }
+    ASSERT_TRUE(results[w].table.ok()) << results[w].table.status();
+    built.InstallSnapshot(w, *std::move(results[w].table));
+    EXPECT_EQ(built.num_blocks(w), in_turn.num_blocks(w)) << w;
+    EXPECT_EQ(built.last_seq(w), static_cast<uint64_t>(5 + w));
+    EXPECT_TRUE(built.synced(w));
+    EXPECT_EQ(built.evictions(w), in_turn.evictions(w)) << w;
+    const auto chain = Chain(20 + w, w);
+    const PrefixIndex::Match a = built.LongestPrefix(w, chain), b = in_turn.LongestPrefix(w, chain);
+    EXPECT_EQ(a.device_blocks, b.device_blocks) << w;
+    EXPECT_EQ(a.host_blocks, b.host_blocks) << w;
+    EXPECT_EQ(built.LongestPrefix(w, Chain(3, 50 + w)).total(), 0) << "replaced";
+  }
+  EXPECT_EQ(in_turn.num_blocks(4), 10u);  // the bound held
+}
+
+// A table built for a larger pool than the worker reports by the time it is installed keeps
+// only what the pool holds, the rest counted as evictions.
+TEST(PrefixIndexTest, ATableInstalledAfterThePoolShrankIsTrimmed) {
+  PrefixIndex index;
+  pb::KvSnapshot snap;
+  snap.set_instance_id(2);
+  snap.set_seq(3);
+  for (const BlockHash& h : Chain(8)) {
+    pb::CachedBlock* b = snap.add_blocks();
+    b->set_block_hash(h.ToBytes());
+    b->set_medium(pb::MEDIUM_DEVICE);
+  }
+  PrefixIndex::Table table = PrefixIndex::BuildTable(snap, 0);
+  index.SetCapacity(0, 5);
+  index.InstallSnapshot(0, std::move(table));
+  EXPECT_EQ(index.num_blocks(0), 5u);
+  EXPECT_EQ(index.evictions(0), 3);
+  EXPECT_TRUE(index.synced(0));
 }
 
 TEST(PrefixIndexTest, AssumedEntriesExpireAndAreForgottenOnFailure) {

@@ -5,6 +5,7 @@
 #include "router/worker_pool.h"
 
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -186,6 +187,88 @@ TEST(WorkerPoolTest, AHeartbeatReportingUnseenBatchesAsksForASnapshot) {
   }
   ASSERT_TRUE(index.synced(w));
   EXPECT_FALSE(asked(50));
+}
+
+// A restarted router hears many workers' snapshots at once: they are built on several threads,
+// and each worker's messages still apply in the order it sent them: a batch right after its
+// snapshot applies on top of it (were it handled before the snapshot, it would be refused as a
+// stream awaiting one), and a malformed snapshot is dropped and counted, its worker unsynced.
+TEST(WorkerPoolTest, SnapshotsArrivingTogetherApplyInEachWorkersOrder) {
+  zmq::context_t ctx;
+  constexpr int kFakes = 6;
+  std::vector<std::unique_ptr<FakeWorker>> fakes;
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Seconds(5));
+  std::vector<int> ids;
+  for (int i = 0; i < kFakes; ++i) {
+    fakes.push_back(std::make_unique<FakeWorker>(ctx));
+    ids.push_back(fakes.back()->AddTo(pool));
+  }
+  // Heartbeats until every subscription is up (a PUB drops what it sends before that).
+  auto all_heard = [&] {
+    for (int w : ids) {
+      if (pool.status(w) == nullptr) return false;
+    }
+    return true;
+  };
+  for (int round = 0; round < 300 && !all_heard(); ++round) {
+    for (auto& f : fakes) ASSERT_OK(SendMessage(f->pub, "status", FakeWorker::Status(16)));
+    pool.Poll(10);
+  }
+  ASSERT_TRUE(all_heard());
+  std::vector<std::vector<BlockHash>> held(kFakes), later(kFakes);
+  for (int i = 0; i < kFakes; ++i) {
+    std::vector<uint32_t> tokens(16 * 40);
+    for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = static_cast<uint32_t>(t + 1000 * i);
+    const std::vector<BlockHash> chain = HashFullBlocks(tokens, 16, "k");
+    held[i].assign(chain.begin(), chain.begin() + 30);
+    later[i].assign(chain.begin() + 30, chain.end());
+    pb::KvSnapshot snap;
+    snap.set_instance_id(50 + i);
+    snap.set_seq(9);
+    for (const BlockHash& h : held[i]) {
+      pb::CachedBlock* b = snap.add_blocks();
+      b->set_block_hash(h.ToBytes());
+      b->set_medium(pb::MEDIUM_DEVICE);
+    }
+    pb::KvEventBatch next;
+    next.set_instance_id(50 + i);
+    next.set_seq(10);
+    pb::BlockStored* stored = next.add_events()->mutable_stored();
+    stored->set_medium(pb::MEDIUM_DEVICE);
+    for (const BlockHash& h : later[i]) stored->add_block_hashes(h.ToBytes());
+    if (i == 3) {
+      ASSERT_OK(SendFrames(fakes[i]->pub, {"kv", "KvSnapshot", "\xff\xff not a snapshot"}));
+    } else {
+      ASSERT_OK(SendMessage(fakes[i]->pub, "kv", snap));
+    }
+    ASSERT_OK(SendMessage(fakes[i]->pub, "kv", next));
+  }
+  auto done = [&] {
+    for (int i = 0; i < kFakes; ++i) {
+      if (pool.counters(ids[i]).event_batches == 0) return false;
+    }
+    return true;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all in before the first turn
+  for (int round = 0; round < 300 && !done(); ++round) pool.Poll(10);
+  ASSERT_TRUE(done());
+  for (int i = 0; i < kFakes; ++i) {
+    const int w = ids[i];
+    std::vector<BlockHash> chain = held[i];
+    chain.insert(chain.end(), later[i].begin(), later[i].end());
+    if (i == 3) {
+      EXPECT_EQ(pool.counters(w).dropped, 1);
+      EXPECT_FALSE(index.synced(w));
+      EXPECT_EQ(index.LongestPrefix(w, chain).total(), 0);
+      continue;
+    }
+    EXPECT_EQ(pool.counters(w).snapshots, 1) << i;
+    EXPECT_TRUE(index.synced(w)) << i;
+    EXPECT_EQ(index.last_seq(w), 10u) << i;
+    EXPECT_EQ(index.LongestPrefix(w, chain).device_blocks, 40) << i;
+  }
+  EXPECT_EQ(pool.counters().snapshots, kFakes - 1);
 }
 
 // A ZeroMQ socket signals new messages on its descriptor once; a send on it may take that
