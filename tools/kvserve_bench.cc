@@ -52,6 +52,9 @@ ABSL_FLAG(double, trace_window_start_s, 0, "serve --dataset trace: from this tra
 ABSL_FLAG(double, trace_window_end_s, 1e12, "serve --dataset trace: ...to this one");
 ABSL_FLAG(double, trace_output_scale, 1.0, "serve --dataset trace: output lengths times this");
 ABSL_FLAG(int32_t, trace_max_output, 0, "serve --dataset trace: cap on output lengths (0: none)");
+ABSL_FLAG(int64_t, trace_spread_arrivals_ms, 0,
+          "serve --dataset trace: spread each group of requests sharing a timestamp over the gap "
+          "to the next, at most this many ms (the published traces bin them; 0: as recorded)");
 ABSL_FLAG(int32_t, num_prompts, 64, "serve: requests of the random dataset");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests per second (Poisson) or inf");
 ABSL_FLAG(int32_t, max_concurrency, 0, "serve: requests in flight at most (0: no cap)");
@@ -303,6 +306,7 @@ int Serve() {
   o.trace_window_end_s = absl::GetFlag(FLAGS_trace_window_end_s);
   o.trace_output_scale = absl::GetFlag(FLAGS_trace_output_scale);
   o.trace_max_output = absl::GetFlag(FLAGS_trace_max_output);
+  o.trace_spread_arrivals_ms = absl::GetFlag(FLAGS_trace_spread_arrivals_ms);
   o.num_prompts = absl::GetFlag(FLAGS_num_prompts);
   const std::string rate = absl::GetFlag(FLAGS_request_rate);
   if (rate != "inf" && !absl::SimpleAtod(rate, &o.request_rate)) {

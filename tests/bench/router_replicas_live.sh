@@ -6,9 +6,11 @@
 # by kvserve-bench serve at its own timestamps (/ SPEEDUP), each request to the next router in
 # turn (a round-robin balancer). Run once per REPLICAS: each run starts a fresh cluster, so no
 # cache carries over. Prints the hit rate, requests per worker, TTFT and the decisions.
+# SPREAD_MS=N spreads the requests of each binned timestamp over up to N ms
+# (kvserve-bench --trace-spread-arrivals-ms; 0, the default: as recorded).
 #
-#   bash tests/bench/router_replicas_live.sh BUILD_BIN_DIR TOKENIZER_DIR TRACE REPLICAS \
-#     [WINDOW_END_S=300] [SPEEDUP=1] [FRACTION=0.05] [PORT=8600]
+#   [SPREAD_MS=3000] bash tests/bench/router_replicas_live.sh BUILD_BIN_DIR TOKENIZER_DIR TRACE \
+#     REPLICAS [WINDOW_END_S=300] [SPEEDUP=1] [FRACTION=0.05] [PORT=8600]
 set -euo pipefail
 bin=$1
 tokenizer=$2
@@ -47,6 +49,7 @@ for r in $(seq 1 $((replicas - 1))); do
 done
 "$bin/kvserve-bench" serve --url "$urls" --dataset trace --trace-file "$trace" \
   --trace-window-end-s "$window" --trace-speedup "$speedup" --vocab-size 128256 \
+  --trace-spread-arrivals-ms "${SPREAD_MS:-0}" \
   --json-out "$work/live.json" > "$work/bench.txt" 2>&1
 pkill -f "kvserve-router --model $work/model" || true
 pkill -f "kvserve-cluster --model $work/model" || true

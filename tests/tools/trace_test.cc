@@ -36,6 +36,33 @@ TEST(TraceTest, ParsesThePublishedExample) {
   EXPECT_EQ(again[0].input_length, t[1].input_length);
 }
 
+// Binned timestamps (as the published traces have) spread over their bin: each request stays
+// within the gap to the next distinct timestamp, the order holds, the last group takes the gap
+// before it, the cap binds, and the same seed gives the same arrivals.
+TEST(TraceTest, SpreadArrivalsStayInTheirBinAndInOrder) {
+  std::vector<TraceRequest> binned;
+  for (int64_t bin : {1000, 4000, 7000}) {
+    for (int i = 0; i < 50; ++i) binned.push_back({.timestamp_ms = bin, .output_length = i});
+  }
+  const std::vector<TraceRequest> spread = SpreadArrivals(binned, 10'000, 7);
+  ASSERT_EQ(spread.size(), binned.size());
+  std::set<int64_t> distinct;
+  for (size_t i = 0; i < spread.size(); ++i) {
+    EXPECT_EQ(spread[i].output_length, binned[i].output_length);  // the same request
+    EXPECT_GE(spread[i].timestamp_ms, binned[i].timestamp_ms);
+    EXPECT_LT(spread[i].timestamp_ms, binned[i].timestamp_ms + 3000) << i;
+    if (i > 0) EXPECT_GE(spread[i].timestamp_ms, spread[i - 1].timestamp_ms);
+    distinct.insert(spread[i].timestamp_ms);
+  }
+  EXPECT_GT(distinct.size(), 100u);                  // spread, not moved as a block
+  EXPECT_GT(spread[149].timestamp_ms, 7000 + 1500);  // the last bin spread as wide
+  EXPECT_EQ(SpreadArrivals(binned, 10'000, 7)[60].timestamp_ms, spread[60].timestamp_ms);
+  for (const TraceRequest& r : SpreadArrivals(binned, 20, 7)) {
+    EXPECT_LT(r.timestamp_ms % 3000, 1000 + 20) << "the cap";
+  }
+  EXPECT_EQ(SpreadArrivals({binned[0], binned[1]}, 10'000, 7)[1].timestamp_ms, 1000);
+}
+
 TEST(TraceTest, SharedHashIdsGiveSharedTokens) {
   ASSERT_OK_AND_ASSIGN(std::vector<TraceRequest> t, ParseTrace(kTwo, "example"));
   const std::vector<int32_t> a = TracePrompt(t[0], {});

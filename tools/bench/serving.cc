@@ -106,6 +106,9 @@ std::vector<Session> MakeWorkload(const ServingOptions& o, int64_t* ideal_hit,
 absl::StatusOr<std::vector<Session>> TraceWorkload(const ServingOptions& o) {
   ASSIGN_OR_RETURN(std::vector<trace::TraceRequest> requests,
                    trace::ReadTrace(o.trace_file, o.trace_block_size));
+  if (o.trace_spread_arrivals_ms > 0) {
+    requests = trace::SpreadArrivals(std::move(requests), o.trace_spread_arrivals_ms, 1);
+  }
   const auto start_ms = static_cast<int64_t>(o.trace_window_start_s * 1000);
   const auto end_ms = static_cast<int64_t>(std::min(o.trace_window_end_s, 1e12) * 1000);
   std::vector<Session> sessions;
@@ -317,14 +320,15 @@ absl::Status Validate(const ServingOptions& o) {
        o.trace_window_start_s != unset.trace_window_start_s ||
        o.trace_window_end_s != unset.trace_window_end_s ||
        o.trace_output_scale != unset.trace_output_scale ||
-       o.trace_max_output != unset.trace_max_output)) {
+       o.trace_max_output != unset.trace_max_output ||
+       o.trace_spread_arrivals_ms != unset.trace_spread_arrivals_ms)) {
     return absl::InvalidArgumentError("the --trace-* flags go with --dataset trace, and only");
   }
   if (!(o.trace_speedup > 0) || !(o.trace_output_scale > 0) || o.trace_max_output < 0 ||
-      o.trace_block_size < 1) {
+      o.trace_block_size < 1 || o.trace_spread_arrivals_ms < 0) {
     return absl::InvalidArgumentError(
-        "--trace-speedup and --trace-output-scale must be > 0, --trace-max-output >= 0, "
-        "--trace-block-size >= 1");
+        "--trace-speedup and --trace-output-scale must be > 0, --trace-max-output and "
+        "--trace-spread-arrivals-ms >= 0, --trace-block-size >= 1");
   }
   if (!(o.request_rate > 0))
     return absl::InvalidArgumentError("--request-rate must be > 0 (inf: all at once)");

@@ -65,6 +65,8 @@ struct ServingOptions {
   double trace_window_start_s = 0, trace_window_end_s = 1e12;
   double trace_output_scale = 1.0;
   int trace_max_output = 0;  // 0: no cap
+  // Spread requests sharing a timestamp over up to this many ms (trace::SpreadArrivals; 0: not).
+  int64_t trace_spread_arrivals_ms = 0;
   // SLOs for goodput, in milliseconds (0: not constrained).
   double slo_ttft_ms = 0, slo_tpot_ms = 0, slo_e2e_ms = 0;
 };

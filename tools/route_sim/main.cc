@@ -29,6 +29,11 @@ ABSL_FLAG(std::string, trace, "",
           "The trace: Mooncake JSONL (timestamp, input_length, "
           "output_length, hash_ids)");
 ABSL_FLAG(int32_t, trace_block_size, 512, "Tokens per hash id in the trace");
+ABSL_FLAG(int64_t, spread_arrivals_ms, 0,
+          "Spread each group of requests that share a timestamp over the gap to the next one, at "
+          "most this many ms (the published traces bin their timestamps, 3 s apart in the "
+          "conversation trace; tools/trace/trace.h SpreadArrivals); 0: all at the timestamp");
+ABSL_FLAG(uint64_t, spread_seed, 1, "With --spread-arrivals-ms: the draw of the arrivals");
 ABSL_FLAG(int32_t, workers, 8, "Workers");
 ABSL_FLAG(int32_t, replicas, 1, "Router replicas, requests spread over them in turn");
 ABSL_FLAG(std::string, replica_load, "reports",
@@ -271,6 +276,13 @@ absl::Status Main() {
   if (path.empty()) return absl::InvalidArgumentError("--trace FILE is required");
   ASSIGN_OR_RETURN(std::vector<trace::TraceRequest> trace,
                    trace::ReadTrace(path, absl::GetFlag(FLAGS_trace_block_size)));
+  if (const int64_t spread = absl::GetFlag(FLAGS_spread_arrivals_ms); spread < 0) {
+    return absl::InvalidArgumentError("--spread-arrivals-ms must be >= 0");
+  } else if (spread > 0) {
+    trace = trace::SpreadArrivals(std::move(trace), spread, absl::GetFlag(FLAGS_spread_seed));
+  } else if (FlagChanged("spread_seed")) {
+    return absl::InvalidArgumentError("--spread-seed is a flag of --spread-arrivals-ms");
+  }
   ASSIGN_OR_RETURN(SimOptions base, BaseOptions(trace));
   std::cout << absl::StrFormat(
       "trace %s: %d requests; %d workers of %lld blocks (%d tokens each), %s, speedup %.2f%s\n",

@@ -1,6 +1,8 @@
 #include "tools/trace/trace.h"
 
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
@@ -121,6 +123,25 @@ std::vector<TraceRequest> Window(const std::vector<TraceRequest>& trace, int64_t
     if (r.timestamp_ms >= start_ms && r.timestamp_ms < end_ms) out.push_back(r);
   }
   return out;
+}
+
+std::vector<TraceRequest> SpreadArrivals(std::vector<TraceRequest> trace, int64_t max_spread_ms,
+                                         uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  int64_t last_gap = 0;
+  for (size_t first = 0; first < trace.size();) {
+    size_t end = first;
+    while (end < trace.size() && trace[end].timestamp_ms == trace[first].timestamp_ms) ++end;
+    if (end < trace.size()) last_gap = trace[end].timestamp_ms - trace[first].timestamp_ms;
+    const int64_t spread = std::min(last_gap, max_spread_ms);
+    std::vector<int64_t> offsets(end - first);
+    std::uniform_int_distribution<int64_t> offset(0, std::max<int64_t>(spread - 1, 0));
+    for (int64_t& o : offsets) o = offset(rng);
+    std::sort(offsets.begin(), offsets.end());
+    for (size_t i = first; i < end; ++i) trace[i].timestamp_ms += offsets[i - first];
+    first = end;
+  }
+  return trace;
 }
 
 int64_t UniqueTokens(const std::vector<TraceRequest>& trace, int block_size) {

@@ -52,6 +52,15 @@ std::vector<int32_t> TracePrompt(const TraceRequest& r, const PromptOptions& opt
 std::vector<TraceRequest> Window(const std::vector<TraceRequest>& trace, int64_t start_ms,
                                  int64_t end_ms);
 
+// The published traces bin their timestamps (conversation_trace.jsonl: each distinct timestamp
+// 2,999-3,001 ms after the one before, ~9 requests at each), so a bin's requests arrived
+// somewhere within it, not in one millisecond. Spreads each group of equal timestamps uniformly
+// at random over the gap to the next distinct timestamp (the last group over the gap before it;
+// at most `max_spread_ms`), keeping the order of the requests; a trace with one timestamp is
+// returned as it is. The same `seed` gives the same arrivals.
+std::vector<TraceRequest> SpreadArrivals(std::vector<TraceRequest> trace, int64_t max_spread_ms,
+                                         uint64_t seed);
+
 // Distinct hash ids in `trace` times block_size: the tokens a cache would need to hold it all.
 int64_t UniqueTokens(const std::vector<TraceRequest>& trace, int block_size = 512);
 
