@@ -46,11 +46,14 @@ class CoreInbox {
   [[nodiscard]] int fd() const { return fd_; }
 
  private:
-  void Wake();
+  // Writes the eventfd unless a wake is pending already. The write and Take's read happen under
+  // mu_, so the eventfd is readable exactly while woken_ is set.
+  void Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;  // an eventfd
   absl::Mutex mu_;
   Taken queued_ ABSL_GUARDED_BY(mu_);
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvserve::frontend

@@ -4,10 +4,12 @@
 # kvserve-bench serve against kvserve-cluster's router and 8 --device null workers, the cluster
 # on CPU 0 and the client on CPU 1; the router's user + system time from /proc over the replay, per request, and
 # the same less the idle router's CPU per second (measured for 10 s before) over the replay.
-# PERF=1 also samples the router with perf (cpu-clock) into $work/perf.data. IDS=N replays
+# PERF=1 also samples the router with perf (cpu-clock) into $work/perf.data; SYSCALLS=1 counts
+# its system calls per thread (perf trace -s) into $work/syscalls.txt. IDS=N replays
 # kvserve-bench's random dataset instead: PROMPTS= (2000) prompts of N token ids, 4 output
 # tokens each, at RATE= (50) requests/s (the trace argument is then not read: pass -).
 # KEEP_ALIVE=false: the client opens a connection per request (else it reuses kept-alive ones).
+# ROUTER_ARGS="..." are passed to the router (kvserve-cluster --router-args).
 #
 #   bash tests/bench/router_cpu_trace.sh BUILD_BIN_DIR TOKENIZER_DIR CONVERSATION_TRACE [PORT]
 set -euo pipefail
@@ -23,7 +25,7 @@ fi
 work=$(mktemp -d /tmp/kvserve-router-cpu-XXXXXX)
 "$bin/kvserve-make-model" --tokenizer "$tokenizer" --out "$work/model" \
   --max_position_embeddings 131072 >/dev/null
-(taskset -c 0 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port $port --base-port $((port+100)) --max-model-len 131072 --curve=false --worker-args "--device null --num-blocks 40000" > $work/cpu-cluster.log 2>&1 &)
+(taskset -c 0 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port $port --base-port $((port+100)) --max-model-len 131072 --curve=false --worker-args "--device null --num-blocks 40000" --router-args "${ROUTER_ARGS:-}" > $work/cpu-cluster.log 2>&1 &)
 for i in $(seq 90); do grep -q "ready" $work/cpu-cluster.log && break; sleep 1; done
 rpid=$(pgrep -f "/kvserve-router .*--port $port" | head -1)
 echo "router pid $rpid: $(tr "\0" " " < /proc/$rpid/cmdline | cut -c1-80)" >&2
@@ -38,6 +40,7 @@ load=(--dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-spe
 taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port "${load[@]}" --keep-alive=${KEEP_ALIVE:-true} --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
 bpid=$!
 [[ -n ${PERF:-} ]] && perf record -e cpu-clock -g -o $work/perf.data -p $rpid -- sleep 25 > /dev/null 2>&1 &
+[[ -n ${SYSCALLS:-} ]] && perf trace -s -p $rpid -o $work/syscalls.txt -- sleep 20 > /dev/null 2>&1 &
 wait $bpid
 t1=$(ticks); r1=$(date +%s.%N)
 n=$(node -p "require('$work/cpu.json').completed")
@@ -51,3 +54,4 @@ pkill -f "kvserve-cluster --model $work/model" || true
 # no worker holding this run's cache.
 for i in $(seq 40); do pgrep -f "$work/model" > /dev/null || break; sleep 1; done
 pkill -9 -f "$work/model" || true
+echo "work files in $work" >&2
