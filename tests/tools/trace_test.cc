@@ -51,7 +51,9 @@ TEST(TraceTest, SpreadArrivalsStayInTheirBinAndInOrder) {
     EXPECT_EQ(spread[i].output_length, binned[i].output_length);  // the same request
     EXPECT_GE(spread[i].timestamp_ms, binned[i].timestamp_ms);
     EXPECT_LT(spread[i].timestamp_ms, binned[i].timestamp_ms + 3000) << i;
-    if (i > 0) EXPECT_GE(spread[i].timestamp_ms, spread[i - 1].timestamp_ms);
+    if (i > 0) {
+      EXPECT_GE(spread[i].timestamp_ms, spread[i - 1].timestamp_ms);
+    }
     distinct.insert(spread[i].timestamp_ms);
   }
   EXPECT_GT(distinct.size(), 100u);                  // spread, not moved as a block
