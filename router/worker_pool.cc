@@ -160,6 +160,11 @@ absl::Status WorkerPool::InstallSnapshot(Worker& worker, int w, BuiltSnapshot bu
 }
 
 void WorkerPool::FlushSub() {
+  if (pending_snapshots_ == 0) {  // every turn: heartbeats, events and reports in order
+    for (const auto& [w, m] : pending_sub_) HandleSub(w, m);
+    pending_sub_.clear();
+    return;
+  }
   std::vector<SnapshotJob> jobs;
   for (const auto& [w, m] : pending_sub_) {
     if (m.type == "KvSnapshot") jobs.push_back({w, m.payload, index_->capacity(w)});

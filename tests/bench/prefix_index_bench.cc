@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "google/protobuf/arena.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/snapshot_build.h"
 
