@@ -347,12 +347,19 @@ EngineConfig RandomModelConfig(const std::string& dir, int heads, int kv_heads, 
 }
 
 // Six greedy requests of 100 to 585 random tokens of a 2048-token vocabulary (8 new tokens
-// each, prompt logits returned) on `kernel`'s attention.
+// each, prompt logits returned) on `kernel`'s attention. Emulated, three of them (100, 294 and
+// 585 tokens: still batched, still prefilled in chunks over cached prefixes): the CPU emulates
+// every prompt position's LM head, and the six took 165 s of CI's emulated stage.
 Results RunRandomPrompts(EngineConfig config, const char* kernel) {
   config.backend.attention_kernel = *ParseAttentionKernel(kernel);
   auto engine = testing::MakeEngine(config);
   std::mt19937 prompts(11);
-  for (int i = 0; i < 6; ++i) {
+#ifdef KVSERVE_CUDA_EMULATED
+  constexpr int kSizes[] = {0, 2, 5};
+#else
+  constexpr int kSizes[] = {0, 1, 2, 3, 4, 5};
+#endif
+  for (int i : kSizes) {
     std::vector<int32_t> prompt(100 + 97 * i);
     for (int32_t& t : prompt) t = static_cast<int32_t>(prompts() % 2048);
     RequestInput in = testing::GreedyRequest(std::to_string(i), prompt, 8);
