@@ -25,7 +25,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 targets=${KVSERVE_FUZZ_TARGETS:-$(cd tests/fuzz && ls ./*_fuzz.cc | sed 's|^\./||; s|\.cc$||')}
 mkdir -p "$build/fuzz-logs"
 # One target: runs it over a copy of its corpus and writes its table row to $build/fuzz-logs/T.row
-# (and its log's tail, when it failed, to T.tail).
+# (its log is T.log beside it).
 run_target() {
   local t=$1 name=${1%_fuzz} corpus before runs result=ok
   local log=$build/fuzz-logs/$t.log row=$build/fuzz-logs/$t.row
