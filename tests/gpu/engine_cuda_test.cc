@@ -201,7 +201,7 @@ TEST(EngineCudaPoolTest, PoolFillsTheGpuMemoryShare) {
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
   // 5% of an H200 is ~7 GiB (a million small fixture blocks); a small device (the emulated
-  // build's 4 GiB) gets enough for the 256 MiB headroom and as much again for blocks.
+  // build's 1 GiB) gets enough for the 256 MiB headroom and as much again for blocks.
   constexpr double kMiB = 1048576.0;
   const double size = static_cast<double>(total);
   const double share = std::max(0.05, (size - free_before + 512 * kMiB) / size);

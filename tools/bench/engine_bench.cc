@@ -32,8 +32,11 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Device-to-device copy bandwidth of `backend` (read + write), on buffers of `bytes`.
+// Device-to-device copy bandwidth of `backend` (read + write), on buffers of `bytes`, or of a
+// quarter of the device's free memory where that is less (a small or emulated device).
 double CopyGbps(kernels::Backend& backend, size_t bytes) {
+  size_t free = 0, total = 0;
+  if (backend.MemoryInfo(&free, &total)) bytes = std::max<size_t>(std::min(bytes, free / 4), 1);
   void* a = backend.Allocate(2 * bytes);
   auto* src = static_cast<uint8_t*>(a);
   backend.Copy(src + bytes, src, bytes);  // first touch

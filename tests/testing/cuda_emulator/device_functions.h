@@ -11,22 +11,37 @@
 #include <cstdint>
 #include <cstring>
 #include <source_location>
+#include <vector>
 
 #include "glog/logging.h"
 #include "tests/testing/cuda_emulator/emulator.h"
 
 namespace kvserve::emulation {
 
-// A 16-bit operand half of a 32-bit register as float.
+// fp16 bits to float, as __half2float gives them (the toolkit's host conversion works bit by
+// bit; tensor-core kernels convert millions of operands under emulation).
+inline const float* Fp16Table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t b = 0; b < t.size(); ++b) {
+      t[b] = __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+// A 16-bit operand half of a 32-bit register as float (`fp16`: Fp16Table()).
 template <bool BF16>
-float Half(uint32_t reg, int half) {
+float Half(uint32_t reg, int half, const float* fp16) {
   const auto bits = static_cast<uint16_t>(half == 0 ? reg & 0xffffu : reg >> 16);
   if constexpr (BF16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-  return __half2float(__ushort_as_half(bits));
+  return fp16[bits];
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: c += a · b with PTX's fragment layouts
-// (kernels/cuda/device/mma_layout.h states them).
+// (kernels/cuda/device/mma_layout.h states them). Each lane converts the two rows of a and the
+// two columns of b its four outputs read, then sums over k in order.
 template <bool BF16>
 void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
               std::source_location where = std::source_location::current()) {
@@ -36,15 +51,18 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
   const std::array<Operands, 32> all =
       Block::Get().Exchange(Operands{{a[0], a[1], a[2], a[3]}, {b0, b1}}, where).All();
   const int g = Lane() / 4, t = Lane() % 4;
+  const float* fp16 = BF16 ? nullptr : Fp16Table();
+  float x[2][16], y[2][16];  // x[r]: row g + 8r of a; y[j]: column 2t + j of b
+  for (int k = 0; k < 16; ++k) {
+    const int tk = (k % 8) / 2, hi = k / 8, half = k % 2;
+    for (int r = 0; r < 2; ++r) x[r][k] = Half<BF16>(all[4 * g + tk].a[r | (hi << 1)], half, fp16);
+    for (int j = 0; j < 2; ++j) y[j][k] = Half<BF16>(all[4 * (2 * t + j) + tk].b[hi], half, fp16);
+  }
   for (int e = 0; e < 4; ++e) {
-    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    const float* xr = x[e >> 1];
+    const float* yc = y[e & 1];
     float sum = c[e];
-    for (int k = 0; k < 16; ++k) {
-      const int tk = (k % 8) / 2, hi = k / 8, half = k % 2;
-      const float x = Half<BF16>(all[4 * (row % 8) + tk].a[(row / 8) | (hi << 1)], half);
-      const float y = Half<BF16>(all[4 * col + tk].b[hi], half);
-      sum += x * y;
-    }
+    for (int k = 0; k < 16; ++k) sum += xr[k] * yc[k];
     c[e] = sum;
   }
 }

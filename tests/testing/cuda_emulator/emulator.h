@@ -103,7 +103,11 @@ class Block {
     live_ = n;
     block_arrived_ = 0;
     block_gen_ = 0;
-    copies_.assign(n, ThreadCopies{});  // copies a block left in flight never land
+    copies_.resize(n);
+    for (ThreadCopies& c : copies_) {  // copies a block left in flight never land
+      c.open.clear();
+      c.groups.clear();
+    }
     for (int i = 0; i < n; ++i) {
       fibers_[i].self = boost::context::fiber(std::allocator_arg, StackPool{&free_stacks_},
                                               [this, &body](boost::context::fiber&& scheduler) {

@@ -4,13 +4,14 @@
 // libcudart, libcublas and libnccl.
 //
 // The emulated machine has kDevices devices of KVSERVE_EMULATED_GPU_MIB MiB each (default
-// 4096), 132 SMs and compute capability 9.0. Device and pinned memory are host memory, poisoned
-// when allocated. Work on a stream (kernels, async copies and memsets, GEMMs, collectives,
-// stream-ordered frees) is queued and runs as late as CUDA's rules allow (streams.h): when the
-// host synchronizes a stream or an event, when a stream reaches a wait on an event of another,
-// at copies to pageable host memory, which CUDA completes before returning, and at cudaFree /
-// cudaFreeHost, which synchronize the device. Queries run the work and report it done. Copies
-// from pageable host memory read it at the call, as CUDA stages them.
+// 1024: every byte is poisoned, so an engine that fills its memory share writes it all; at
+// 4096 that took CI minutes), 132 SMs and compute capability 9.0. Device and pinned memory are
+// host memory, poisoned when allocated. Work on a stream (kernels, async copies and memsets,
+// GEMMs, collectives, stream-ordered frees) is queued and runs as late as CUDA's rules allow
+// (streams.h): when the host synchronizes a stream or an event, when a stream reaches a wait on
+// an event of another, at copies to pageable host memory, which CUDA completes before
+// returning, and at cudaFree / cudaFreeHost, which synchronize the device. Queries run the work
+// and report it done. Copies from pageable host memory read it at the call, as CUDA stages them.
 //
 // Graphs: work issued to a stream between cudaStreamBeginCapture and cudaStreamEndCapture is
 // recorded instead of queued (with the arguments of the call, as a GPU records kernel
@@ -24,6 +25,7 @@
 // graphs"), so that running out of memory while recording can be tested. The GPU run measures
 // the real figure (the engine's graph recording line).
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,6 +58,7 @@ constexpr int kPoison = 0xff;
 // there (on a GPU it would corrupt whatever lies next, or fault) and reads past it see NaN.
 constexpr size_t kGuardBytes = 256;
 constexpr size_t kGraphNodeBytes = 64 << 10;
+constexpr size_t kHugePage = size_t{2} << 20;
 
 thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -102,8 +105,8 @@ class Memory {
     if (it == device_.end()) return cudaErrorInvalidValue;
     used_[it->second.device] -= it->second.bytes;
     CheckGuard(p, it->second.bytes, "device");
+    DeletePoisoned(p, it->second.bytes);
     device_.erase(it);
-    ::operator delete(p, kAlign);
     return cudaSuccess;
   }
 
@@ -121,8 +124,8 @@ class Memory {
     auto it = pinned_.find(p);
     if (it == pinned_.end()) return cudaErrorInvalidValue;
     CheckGuard(p, it->second.bytes, "pinned host");
+    DeletePoisoned(p, it->second.bytes);
     pinned_.erase(it);
-    ::operator delete(p, kAlign);
     return cudaSuccess;
   }
 
@@ -147,12 +150,40 @@ class Memory {
 
   Memory() {
     const char* mib = std::getenv("KVSERVE_EMULATED_GPU_MIB");
-    capacity_ = size_t{1048576} * (mib != nullptr ? std::strtoull(mib, nullptr, 10) : 4096);
+    capacity_ = size_t{1048576} * (mib != nullptr ? std::strtoull(mib, nullptr, 10) : 1024);
+  }
+
+  // Allocations of kHugePage or more are mapped whole, 2 MiB aligned, with transparent huge
+  // pages asked for: poisoning a GiB of fresh 4 KiB pages spent seconds in page faults.
+  static bool Mapped(size_t bytes) { return bytes + kGuardBytes >= kHugePage; }
+  static size_t MappedBytes(size_t bytes) {
+    return (bytes + kGuardBytes + kHugePage - 1) / kHugePage * kHugePage;
   }
 
   static void* NewPoisoned(size_t bytes) {
-    void* p = ::operator new(bytes + kGuardBytes, kAlign, std::nothrow);
+    void* p = Mapped(bytes) ? MapAligned(MappedBytes(bytes))
+                            : ::operator new(bytes + kGuardBytes, kAlign, std::nothrow);
     if (p != nullptr) std::memset(p, kPoison, bytes + kGuardBytes);
+    return p;
+  }
+  static void DeletePoisoned(void* p, size_t bytes) {
+    if (Mapped(bytes)) {
+      PCHECK(munmap(p, MappedBytes(bytes)) == 0) << "munmap of emulated memory";
+    } else {
+      ::operator delete(p, kAlign);
+    }
+  }
+  // `size` bytes (a multiple of kHugePage) at a kHugePage boundary, or null.
+  static void* MapAligned(size_t size) {
+    const size_t span = size + kHugePage;
+    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const auto start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1), end = begin + size;
+    if (begin > start) munmap(raw, begin - start);
+    if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+    void* p = reinterpret_cast<void*>(begin);
+    madvise(p, size, MADV_HUGEPAGE);  // a request: where THP is off the pages stay small
     return p;
   }
 
