@@ -7,9 +7,11 @@
 # PERF=1 also samples the router with perf (cpu-clock) into $work/perf.data; SYSCALLS=1 counts
 # its system calls per thread (perf trace -s) into $work/syscalls.txt. IDS=N replays
 # kvserve-bench's random dataset instead: PROMPTS= (2000) prompts of N token ids, 4 output
-# tokens each, at RATE= (50) requests/s (the trace argument is then not read: pass -).
+# tokens each, at RATE= (50) requests/s (the trace argument is then not read: pass -). OUT=
+# sets the output tokens per request (4) in either load.
 # KEEP_ALIVE=false: the client opens a connection per request (else it reuses kept-alive ones).
-# ROUTER_ARGS="..." are passed to the router (kvserve-cluster --router-args).
+# ROUTER_ARGS="..." are passed to the router (kvserve-cluster --router-args), WORKER_ARGS="..."
+# to the workers instead of "--device null --num-blocks 40000".
 #
 #   bash tests/bench/router_cpu_trace.sh BUILD_BIN_DIR TOKENIZER_DIR CONVERSATION_TRACE [PORT]
 set -euo pipefail
@@ -25,8 +27,8 @@ fi
 work=$(mktemp -d /tmp/kvserve-router-cpu-XXXXXX)
 "$bin/kvserve-make-model" --tokenizer "$tokenizer" --out "$work/model" \
   --max_position_embeddings 131072 >/dev/null
-(taskset -c 0 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port $port --base-port $((port+100)) --max-model-len 131072 --curve=false --worker-args "--device null --num-blocks 40000" --router-args "${ROUTER_ARGS:-}" > $work/cpu-cluster.log 2>&1 &)
-for i in $(seq 90); do grep -q "ready" $work/cpu-cluster.log && break; sleep 1; done
+(taskset -c 0 "$bin/kvserve-cluster" --model "$work/model" --workers 8 --port $port --base-port $((port+100)) --max-model-len 131072 --curve=false --worker-args "${WORKER_ARGS:---device null --num-blocks 40000}" --router-args "${ROUTER_ARGS:-}" > $work/cpu-cluster.log 2>&1 &)
+for _ in $(seq 90); do grep -q "ready" "$work/cpu-cluster.log" && break; sleep 1; done
 rpid=$(pgrep -f "/kvserve-router .*--port $port" | head -1)
 echo "router pid $rpid: $(tr "\0" " " < /proc/$rpid/cmdline | cut -c1-80)" >&2
 ticks() { awk '{print $14+$15}' /proc/$rpid/stat; }
@@ -35,8 +37,8 @@ ticks() { awk '{print $14+$15}' /proc/$rpid/stat; }
 sleep 2
 i0=$(ticks); s0=$(date +%s.%N); sleep 10; i1=$(ticks); s1=$(date +%s.%N)
 t0=$(ticks); r0=$(date +%s.%N)
-load=(--dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-speedup ${SPEEDUP:-4} --trace-max-output 4)
-[[ -n ${IDS:-} ]] && load=(--dataset random --random-input-len "$IDS" --random-output-len 4 --num-prompts ${PROMPTS:-2000} --request-rate ${RATE:-50})
+load=(--dataset trace --trace-file "$trace" --trace-window-end-s 120 --trace-speedup "${SPEEDUP:-4}" --trace-max-output "${OUT:-4}")
+[[ -n ${IDS:-} ]] && load=(--dataset random --random-input-len "$IDS" --random-output-len "${OUT:-4}" --num-prompts "${PROMPTS:-2000}" --request-rate "${RATE:-50}")
 taskset -c 1 "$bin/kvserve-bench" serve --url http://127.0.0.1:$port "${load[@]}" --keep-alive=${KEEP_ALIVE:-true} --vocab-size 128256 --json-out $work/cpu.json > /dev/null 2>&1 &
 bpid=$!
 [[ -n ${PERF:-} ]] && perf record -e cpu-clock -g -o $work/perf.data -p $rpid -- sleep 25 > /dev/null 2>&1 &
@@ -52,6 +54,6 @@ awk -v n="$n" -v h="$hit" -v t="$((t1 - t0))" -v i="$((i1 - i0))" -v is="$s0 $s1
 pkill -f "kvserve-cluster --model $work/model" || true
 # The cluster drains its workers before it exits: wait, so the next run finds the ports free and
 # no worker holding this run's cache.
-for i in $(seq 40); do pgrep -f "$work/model" > /dev/null || break; sleep 1; done
+for _ in $(seq 40); do pgrep -f "$work/model" > /dev/null || break; sleep 1; done
 pkill -9 -f "$work/model" || true
 echo "work files in $work" >&2
