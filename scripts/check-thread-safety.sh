@@ -86,8 +86,8 @@ export clang
 # file's time. A file that fails with its PCH is checked again without; only that counts.
 pch_dir=$(mktemp -d)
 trap 'rm -rf "$list" "$done_list" "$pch_dir"' EXIT
-node scripts/lib/thread_safety_pch.js "$list" "$pch_dir" >"$list.pch"
-mv "$list.pch" "$list"
+node scripts/lib/thread_safety_pch.js "$list" "$pch_dir" >"$pch_dir/list"
+mv "$pch_dir/list" "$list"
 # shellcheck disable=SC2016
 tr '\n' '\0' <"$pch_dir/jobs" | xargs -0 -r -P "${KVSERVE_JOBS:-2}" -n 1 bash -c '
   IFS=$'\''\t'\'' read -r dir header flags pch <<<"$1"
