@@ -23,7 +23,8 @@ if [[ ${1:-} == --analysed-by ]]; then
 fi
 list=$(mktemp)
 done_list=$(mktemp)
-trap 'rm -f "$list" "$done_list"' EXIT
+pch_dir=$(mktemp -d)  # the precompiled headers below
+trap 'rm -rf "$list" "$done_list" "$pch_dir"' EXIT
 
 # The analysed build's files: file TAB its sorted -D flags, for objects that exist and are current.
 if [[ -n $analysed_by && -f $analysed_by/compile_commands.json ]]; then
@@ -84,8 +85,6 @@ export clang
 # Files compiled with the same flags share a precompiled header of the system and third-party
 # headers they include (scripts/lib/thread_safety_pch.js): parsing those was most of each
 # file's time. A file that fails with its PCH is checked again without; only that counts.
-pch_dir=$(mktemp -d)
-trap 'rm -rf "$list" "$done_list" "$pch_dir"' EXIT
 node scripts/lib/thread_safety_pch.js "$list" "$pch_dir" >"$pch_dir/list"
 mv "$pch_dir/list" "$list"
 # shellcheck disable=SC2016
