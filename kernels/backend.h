@@ -96,6 +96,33 @@ struct SiluMulParams {
   DType out16_type = DType::kBF16;
 };
 
+// A decode step's projection in one op, with the RMSNorm before it and the SiLU·mul after it
+// fused in: for steps of at most Backend::DecodeGemvRows(k) token rows and 16-bit weights
+// (w_type kF16 | kBF16). The input rows are x16 (already rounded to w_type), or, with
+// norm.weight, what RmsNorm writes as out16: r = norm.x (+ norm.residual_in), stored to
+// norm.residual_out when given, and rmsnorm(r) · norm.weight rounded to w_type, bit for bit.
+// Then z[m, ·] = x · wᵀ (+ bias) in float32 sums, and the result is z in y ([m, n]); or, with
+// silu_mul, w holds [gate; up] (2n rows, bias 2n) and out16[t, i] = silu(z[t, i]) · z[t, n + i]
+// rounded to w_type, as SiluMul's out16. residual_out aliases neither norm.x nor residual_in.
+// The sums run in the backend's own order: z is within float32 rounding of Gemm's.
+struct DecodeGemvParams {
+  const uint16_t* x16 = nullptr;
+  struct Norm {
+    const float* x = nullptr;
+    const float* residual_in = nullptr;  // optional
+    float* residual_out = nullptr;       // optional
+    const float* weight = nullptr;       // set: the input is normalized
+    float eps = 1e-6f;
+  } norm;
+  const void* w = nullptr;
+  DType w_type = DType::kBF16;
+  const float* bias = nullptr;  // optional
+  int64_t m = 0, n = 0, k = 0;
+  float* y = nullptr;
+  bool silu_mul = false;
+  uint16_t* out16 = nullptr;  // silu_mul's [m, n]
+};
+
 // A layer's paged KV cache: K and V data of [num_blocks, num_kv_heads, block_size, head_dim]
 // elements in their KvFormat, and their fp16 scales (null when unquantized). kv_quant.h gives
 // the exact layout.
@@ -284,6 +311,12 @@ class Backend {
   virtual void DropGraphs() {}
 
   virtual void Gemm(const GemmParams& p) = 0;
+  // The most token rows DecodeGemv serves fast with a normalized input of k columns (0: none;
+  // the model then runs RmsNorm, Gemm and SiluMul). By default none: DecodeGemv is then the
+  // three ops in a row over scratch it allocates and frees (after a Synchronize), the reference
+  // the CUDA backend's fused kernel is tested against.
+  [[nodiscard]] virtual int64_t DecodeGemvRows(int64_t /*k*/) const { return 0; }
+  virtual void DecodeGemv(const DecodeGemvParams& p);
   virtual void Embedding(const EmbeddingParams& p) = 0;
   virtual void RmsNorm(const RmsNormParams& p) = 0;
   virtual void Rope(const RopeParams& p) = 0;

@@ -89,6 +89,9 @@ ABSL_FLAG(std::string, attention_kernel, "simt",
 ABSL_FLAG(std::string, cuda_graph_max_batch, "0",
           "engine: comma-separated --cuda-graph-max-batch values, one engine each (0: no CUDA "
           "graphs; e.g. 0,16 times decode without and with them)");
+ABSL_FLAG(std::string, decode_gemv_max_batch, "0",
+          "engine: comma-separated --decode-gemv-max-batch values, one engine each (0: cuBLAS; "
+          "e.g. 0,8 times decode without and with the fused projections)");
 ABSL_FLAG(int32_t, cpu_threads, 1, "engine: threads of the CPU backend's GEMMs");
 ABSL_FLAG(std::string, async, "auto",
           "engine: comma-separated async scheduling modes, one engine each: auto (on for CUDA "
@@ -200,6 +203,7 @@ nlohmann::json EngineBenchJson(const bench::EngineBenchReport& r) {
                     {"gbps", w.gbps},
                     {"fraction_of_copy", w.fraction_of_copy},
                     {"cuda_graph_max_batch", w.cuda_graph_max_batch},
+                    {"decode_gemv_max_batch", w.decode_gemv_max_batch},
                     {"async_scheduling", w.async_scheduling},
                     {"graph_steps", w.graph_steps},
                     {"start_s", w.start_s},
@@ -240,7 +244,10 @@ int EngineBench() {
       ParseIntList("contexts", absl::GetFlag(FLAGS_contexts));
   absl::StatusOr<std::vector<int>> graphs =
       ParseIntList("cuda-graph-max-batch", absl::GetFlag(FLAGS_cuda_graph_max_batch));
-  for (const absl::Status& s : {batches.status(), contexts.status(), graphs.status()}) {
+  absl::StatusOr<std::vector<int>> gemv =
+      ParseIntList("decode-gemv-max-batch", absl::GetFlag(FLAGS_decode_gemv_max_batch));
+  for (const absl::Status& s :
+       {batches.status(), contexts.status(), graphs.status(), gemv.status()}) {
     if (!s.ok()) {
       std::cerr << "kvserve-bench engine: " << s.message() << "\n";
       return 2;
@@ -249,6 +256,7 @@ int EngineBench() {
   o.batches = *batches;
   o.contexts = *contexts;
   o.cuda_graph_max_batches = *graphs;
+  o.decode_gemv_max_batches = *gemv;
   o.on_row = [](const bench::EngineBenchRow& w) {
     std::cerr << "kvserve-bench engine: " << w.kv_cache_dtype << " " << w.batch << " x "
               << w.context << ": prefill " << w.prefill_tokens_per_s << " tokens/s, decode "

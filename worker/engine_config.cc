@@ -54,6 +54,14 @@ absl::Status ValidateBackend(const BackendConfig& b) {
   if (b.cuda_graph_max_batch > 0 && !cuda) {
     return absl::InvalidArgumentError("--cuda-graph-max-batch needs --device cuda");
   }
+  RETURN_IF_ERROR(AtLeast("--decode-gemv-max-batch", b.decode_gemv_max_batch, 0));
+  if (b.decode_gemv_max_batch > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--decode-gemv-max-batch must be at most 8, got ", b.decode_gemv_max_batch));
+  }
+  if (b.decode_gemv_max_batch > 0 && !cuda) {
+    return absl::InvalidArgumentError("--decode-gemv-max-batch needs --device cuda");
+  }
   return absl::OkStatus();
 }
 

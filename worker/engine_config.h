@@ -74,6 +74,10 @@ struct BackendConfig {
   // CUDA graphs: decode steps of up to this many sequences replay a recorded graph. 0: off, the
   // default until a GPU run has timed and checked them.
   int cuda_graph_max_batch = 0;
+  // Steps of up to this many tokens (at most 8) with 16-bit weights run each layer's
+  // projections with the norms and the SiLU·mul fused in (Backend::DecodeGemv): 6 launches a
+  // layer instead of 9. 0: off, the default until a GPU run has timed it against cuBLAS.
+  int decode_gemv_max_batch = 0;
   // --device sim: the GPU it stands for, and whether a step sleeps for its time (false: the
   // time is only reported, in ForwardOutput::sim_seconds, for a simulator's virtual clock).
   GpuProfile sim_gpu;

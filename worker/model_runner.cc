@@ -130,7 +130,8 @@ absl::Status ModelRunner::LoadRank(int r) {
         rank.backend,
         kernels::CreateCudaBackend({.device = r,
                                     .attention_tensor_cores = kernel != AttentionKernel::kSimt,
-                                    .attention_pipelined = kernel == AttentionKernel::kPipelined}));
+                                    .attention_pipelined = kernel == AttentionKernel::kPipelined,
+                                    .decode_gemv_max_rows = config.backend.decode_gemv_max_batch}));
   }
 #endif
   if (!cuda) {

@@ -16,6 +16,7 @@
 #include "kernels/cuda/device/device_scratch.h"
 #include "kernels/cuda/op_times.h"
 #include "kernels/cuda/ops/copy_blocks.h"
+#include "kernels/cuda/ops/decode_gemv.h"
 #include "kernels/cuda/ops/elementwise.h"
 #include "kernels/cuda/ops/fingerprint.h"
 #include "kernels/cuda/ops/kv_write.h"
@@ -113,11 +114,12 @@ class CudaBackend final : public Backend {
       return absl::UnavailableError("cuBLAS could not initialize");
     }
     KVSERVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    if (options_.attention_pipelined) {
+    if (options_.attention_pipelined || options_.decode_gemv_max_rows > 0) {
       KVSERVE_CUDA_CHECK(cudaDeviceGetAttribute(
           &max_shared_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, options_.device));
-      cuda::PreparePipelinedAttention(max_shared_optin_);
     }
+    if (options_.attention_pipelined) cuda::PreparePipelinedAttention(max_shared_optin_);
+    if (options_.decode_gemv_max_rows > 0) cuda::PrepareDecodeGemv(max_shared_optin_);
     return absl::OkStatus();
   }
 
@@ -402,6 +404,28 @@ class CudaBackend final : public Backend {
     if (p.bias != nullptr) cuda::LaunchAddBias(p.y, p.bias, p.m, p.n, stream_);
   }
 
+  int64_t DecodeGemvRows(int64_t k) const override {
+    if (options_.decode_gemv_max_rows <= 0 || k <= 0 || k % 8 != 0) return 0;
+    return std::min<int64_t>(
+        {options_.decode_gemv_max_rows, cuda::kDecodeGemvMaxRows, max_shared_optin_ / (2 * k)});
+  }
+
+  void DecodeGemv(const DecodeGemvParams& p) override {
+    Current();
+    const cuda::OpTimes::Scope timed(op_times_, "gemv", stream_, recording_);
+    CHECK(p.w_type == DType::kF16 || p.w_type == DType::kBF16)
+        << "DecodeGemv: weights of type " << DTypeName(p.w_type);
+    CHECK(p.k % 8 == 0) << "DecodeGemv: k " << p.k << " is not a multiple of 8";
+    CHECK_LE(p.m, p.norm.weight != nullptr ? DecodeGemvRows(p.k) : cuda::kDecodeGemvMaxRows)
+        << "DecodeGemv: rows";
+    CHECK(p.silu_mul ? p.out16 != nullptr : p.y != nullptr) << "DecodeGemv: no output";
+    const DecodeGemvParams::Norm& nm = p.norm;
+    cuda::LaunchDecodeGemv(
+        {p.x16, nm.x, nm.residual_in, nm.residual_out, nm.weight, nm.eps, p.w,
+         p.w_type == DType::kBF16, p.bias, p.y, p.silu_mul, p.out16, p.m, p.n, p.k},
+        num_sms_, stream_);
+  }
+
   void Embedding(const EmbeddingParams& p) override {
     Current();
     const cuda::OpTimes::Scope timed(op_times_, "embedding", stream_, recording_);
@@ -677,7 +701,8 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int num_sms_ = 0;
   int pipelined_occupancy_[6][3] = {};  // [KvDType][head_dim 64, 128, 256]; 0: not yet asked
-  int max_shared_optin_ = 0;  // shared memory a block may opt in to (with attention_pipelined)
+  // Shared memory a block may opt in to (with attention_pipelined or decode_gemv_max_rows).
+  int max_shared_optin_ = 0;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
   // Per-layer copy events, and the caches whose next use must wait for one.

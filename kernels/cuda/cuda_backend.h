@@ -37,6 +37,10 @@ struct CudaBackendOptions {
   // (paged_attention_pipelined.cuh) where it covers the cache, the other steps on tensor cores.
   // Off until a GPU has measured it.
   bool attention_pipelined = false;
+  // Steps of up to this many token rows (at most 8) with 16-bit weights run their projections
+  // as DecodeGemv: the norms and the SiLU·mul fused in (ops/decode_gemv.cuh), 6 launches a
+  // layer instead of 9. 0: off, the default until a GPU has timed it against cuBLAS.
+  int decode_gemv_max_rows = 0;
 };
 
 // Unavailable without a usable device; the backend makes `device` current on this thread.

@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl_communicator.h"
 #include "kernels/fingerprint.h"
+#include "tests/gpu/dev_buffer.h"
 #include "tests/kernels/attention_cases.h"
 #include "tests/kernels/sampling_cases.h"
 #include "tests/testing/status_matchers.h"
@@ -33,39 +34,6 @@ namespace kvserve::kernels {
 namespace {
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess)
-
-// A device copy of a host vector; NaN-poisoned when made from a size alone.
-template <typename T>
-class Dev {
- public:
-  explicit Dev(const std::vector<T>& host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr_, Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    // The backend's streams do not wait for the legacy stream: finish the copy here.
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  explicit Dev(size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(&ptr_, Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemset(ptr_, 0xff, Bytes()), cudaSuccess);  // NaN for floats
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  ~Dev() { cudaFree(ptr_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-
-  T* get() const { return ptr_; }
-  std::vector<T> Host() const {
-    std::vector<T> out(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-
- private:
-  size_t Bytes() const { return std::max<size_t>(1, n_ * sizeof(T)); }
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 class CudaBackendTest : public ::testing::Test {
  protected:

@@ -30,6 +30,7 @@ struct StepCase {
   int decode_before = 0;   // decode steps before the one counted
   bool async = false;      // async scheduling (on by default on CUDA; off to count one step)
   bool time_ops = false;   // Backend::EnableOpTiming around the counted step
+  int decode_gemv = 0;     // --decode-gemv-max-batch
 };
 
 // A decode step's kernel launches and host waits for the device (emulation::SyncCount), and
@@ -63,6 +64,7 @@ StepCounts DecodeStepCounts(const StepCase& c) {
   config.cache.num_blocks = 32;
   config.max_model_len = 512;
   config.backend.cuda_graph_max_batch = c.graph_max_batch;
+  config.backend.decode_gemv_max_batch = c.decode_gemv;
   config.parallel.tensor_parallel_size = c.tp;
   config.async_scheduling = c.async ? AsyncScheduling::kOn : AsyncScheduling::kOff;
   auto engine = testing::MakeEngine(config);
@@ -111,6 +113,24 @@ TEST(EngineLaunchesTest, NineKernelsPerLayerWithBf16Weights) {
 // float32 weights need no rounding: the same 9.
 TEST(EngineLaunchesTest, NineKernelsPerLayerWithFloat32Weights) {
   EXPECT_EQ(PerLayer({.dtype = "float32"}), 9);
+}
+
+// With DecodeGemv (--decode-gemv-max-batch) a decode step's layer is 6 launches: the QKV
+// projection with its RMSNorm (and the residual add) before it, the KV write with RoPE,
+// attention, the O projection, the gate-up projection with its RMSNorm before it and the
+// SiLU·mul after it, the down projection. Float32 weights keep cuBLAS: 9.
+TEST(EngineLaunchesTest, SixKernelsPerLayerWithDecodeGemv) {
+  EXPECT_EQ(PerLayer({.decode_gemv = 8}), 6);
+  EXPECT_EQ(PerLayer({.dtype = "float16", .decode_gemv = 8}), 6);
+  EXPECT_EQ(PerLayer({.dtype = "float32", .decode_gemv = 8}), 9);
+  const StepCounts counts = DecodeStepCounts({.layers = 2, .time_ops = true, .decode_gemv = 8});
+  const std::map<std::string, int64_t> want = {{"gemv", 8},     {"write_kv", 2},  {"attention", 2},
+                                               {"rms_norm", 1}, {"embedding", 2}, {"gemm", 1},
+                                               {"sample", 1},   {"logprobs", 1}};
+  for (const auto& [op, t] : counts.ops) {
+    EXPECT_EQ(t.count, want.contains(op) ? want.at(op) : -1) << op;
+  }
+  EXPECT_EQ(DecodeStepLaunches({.layers = 2, .graph_max_batch = 8, .decode_gemv = 8}), 3);
 }
 
 // A context split over several thread blocks (300 tokens: 2 splits on the emulated 132 SMs)

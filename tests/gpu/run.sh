@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2054  # the commas are kvserve-bench's value lists, not array separators
 # Runs every GPU check on a lent GPU machine from binaries built elsewhere (nothing heavy is
 # built there) and prints a summary table last. Build and bundle on the development machine:
 #
@@ -111,7 +112,11 @@ model8b=/tmp/kvserve-llama-8b
 if [[ " ${results[*]} " == *" cuda_backend_test_tc|passed|"* ]]; then
   shapes8b=(--attention-kernel tensor-cores --batches 1,32,64 --contexts 1024)
   ops8b=(--attention-kernel tensor-cores --batches 1,32 --contexts 1024)
-else shapes8b=(--batches 1 --contexts 1024) ops8b=(--batches 1 --contexts 1024); fi
+  gemv8b=(--attention-kernel tensor-cores --batches 1,8 --contexts 1024)
+else
+  shapes8b=(--batches 1 --contexts 1024) ops8b=(--batches 1 --contexts 1024)
+  gemv8b=(--batches 1 --contexts 1024)
+fi
 run_check make_model_8b 150 "$build/bin/kvserve-make-model" --vocab-size 128256 \
   --hidden-size 4096 --num-layers 32 --num-heads 32 --num-kv-heads 8 --intermediate-size 14336 \
   --out "$model8b"
@@ -124,10 +129,19 @@ cat "$out/engine_8b.log" 2>/dev/null
 run_check engine_8b_ops 120 "$build/bin/kvserve-bench" engine --model "$model8b" --device cuda \
   "${ops8b[@]}" --decode-steps 8 --async off --op-times --json-out "$out/engine_8b_ops.json"
 grep -A16 "device us per decode step by op" "$out/engine_8b_ops.log" 2>/dev/null
+# The fused decode projections (--decode-gemv-max-batch: the norms and the SiLU-mul inside
+# matrix-vector kernels, 6 launches a layer instead of 9) against cuBLAS, with graphs and async
+# scheduling as served: one engine each, side by side.
+run_check engine_8b_gemv 150 "$build/bin/kvserve-bench" engine --model "$model8b" --device cuda \
+  "${gemv8b[@]}" --decode-steps 16 --cuda-graph-max-batch 64 --async on \
+  --decode-gemv-max-batch 0,8 --json-out "$out/engine_8b_gemv.json"
+cat "$out/engine_8b_gemv.log" 2>/dev/null
 rm -rf "$model8b"
 # Issue 61's rows (engine_8b.json, for docs/gpu-runs/<date>/): ms per step against the roofline.
 [[ -f $out/engine_8b_bench.json ]] &&
   python3 tests/gpu/engine_8b.py "$out/engine_8b_bench.json" "$out/engine_8b.json"
+[[ -f $out/engine_8b_gemv.json ]] &&
+  python3 tests/gpu/engine_8b.py "$out/engine_8b_gemv.json" "$out/engine_8b_gemv_rows.json"
 # The whole engine (GEMMs, attention, sampling, host work) on a random-weight model of Llama 3.2
 # 1B's shape, bf16 weights: prefill and decode throughput per KV cache dtype, and how close a
 # decode step comes to reading its weights and KV at copy bandwidth.
@@ -145,8 +159,9 @@ run_check engine_bench 240 "$build/bin/kvserve-bench" engine --model "$model" --
   --json-out "$out/engine_bench.json"
 cat "$out/engine_bench.log" 2>/dev/null
 # The 1B step by kernel (its ~120 us per layer against 13-35 us of attention, 2026-12-04).
-run_check engine_bench_ops 90 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
+run_check engine_bench_ops 120 "$build/bin/kvserve-bench" engine --model "$model" --device cuda \
   --batches 1,16 --contexts 1024 --decode-steps 8 --async off --op-times \
+  --decode-gemv-max-batch 0,8 \
   --json-out "$out/engine_bench_ops.json"
 grep -A16 "device us per decode step by op" "$out/engine_bench_ops.log" 2>/dev/null
 # Decode with CUDA graphs against eager launches, side by side (one engine each): short prompts,

@@ -169,6 +169,15 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("--cuda-graph-max-batch needs --device cuda")));
   c = testing::FixtureConfig("tiny-llama3");
+  c.backend.decode_gemv_max_batch = 9;
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--decode-gemv-max-batch must be at most 8, got 9")));
+  c.backend.decode_gemv_max_batch = 4;
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--decode-gemv-max-batch needs --device cuda")));
+  c = testing::FixtureConfig("tiny-llama3");
   c.cache.swap_space_gib = 1e6;
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
                                           AllOf(HasSubstr("--swap-space: a host tier of"),

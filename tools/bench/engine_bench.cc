@@ -53,10 +53,10 @@ double CopyGbps(kernels::Backend& backend, size_t bytes) {
 absl::Status CheckOptions(const EngineBenchOptions& o) {
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
   if (o.kv_cache_dtypes.empty() || o.batches.empty() || o.contexts.empty() ||
-      o.cuda_graph_max_batches.empty()) {
+      o.cuda_graph_max_batches.empty() || o.decode_gemv_max_batches.empty()) {
     return absl::InvalidArgumentError(
-        "--kv-cache-dtypes, --batches, --contexts and --cuda-graph-max-batch each need at least "
-        "one value");
+        "--kv-cache-dtypes, --batches, --contexts, --cuda-graph-max-batch and "
+        "--decode-gemv-max-batch each need at least one value");
   }
   for (int b : o.batches) {
     if (b < 1) return absl::InvalidArgumentError(absl::StrCat("--batches has ", b, "; use >= 1"));
@@ -267,52 +267,63 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
   EngineBenchReport report;
   report.device = o.device;
   std::mt19937_64 rng(o.seed);
+  // One engine per KV dtype and per variant: graphs, async scheduling, DecodeGemv.
+  struct Variant {
+    int graphs;
+    std::string async;
+    int gemv;
+  };
+  std::vector<Variant> variants;
+  for (const int graphs : o.cuda_graph_max_batches) {
+    for (const std::string& async : o.async_scheduling) {
+      for (const int gemv : o.decode_gemv_max_batches) variants.push_back({graphs, async, gemv});
+    }
+  }
   for (const std::string& kv_dtype : o.kv_cache_dtypes) {
-    for (const int graph_max_batch : o.cuda_graph_max_batches) {
-      for (const std::string& async : o.async_scheduling) {
-        EngineConfig c = base;
-        c.async_scheduling = async == "on"    ? worker::AsyncScheduling::kOn
-                             : async == "off" ? worker::AsyncScheduling::kOff
+    for (const Variant& v : variants) {
+      EngineConfig c = base;
+      c.async_scheduling = v.async == "on"    ? worker::AsyncScheduling::kOn
+                           : v.async == "off" ? worker::AsyncScheduling::kOff
                                               : worker::AsyncScheduling::kAuto;
-        c.backend.cuda_graph_max_batch = graph_max_batch;
-        c.cache.kv_quant.dtype = kv_dtype;
-        const Clock::time_point start = Clock::now();
-        absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
-        const double start_s = Seconds(start);
-        if (!made.ok()) {
-          return absl::Status(made.status().code(),
-                              absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
-                                           made.status().message()));
-        }
-        std::unique_ptr<Engine> engine = *std::move(made);
-        if (engine->async_scheduling() && o.warmup_steps < 1) {
-          return absl::InvalidArgumentError(
-              "--warmup-steps must be >= 1 with async scheduling (a step reports the one before "
-              "it; --async off)");
-        }
-        if (report.copy_gbps == 0) {
-          report.weight_bytes = engine->runner().weight_bytes(0);
-          report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
-          // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
-          report.copy_gbps =
-              CopyGbps(engine->runner().backend(0),
-                       device == Device::kCuda ? size_t{1} << 30 : size_t{256} << 20);
-        }
-        for (int b : o.batches) {
-          for (int ctx : o.contexts) {
-            ASSIGN_OR_RETURN(EngineBenchRow row,
-                             RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
-            row.kv_cache_dtype = kv_dtype;
-            row.kv_format = engine->kv_spec().k[0].Describe();
-            row.cuda_graph_max_batch = graph_max_batch;
-            row.async_scheduling = engine->async_scheduling();
-            row.start_s = start_s;
-            row.graph_record_s = engine->graph_recording().seconds;
-            row.graph_record_mib = engine->graph_recording().device_mib;
-            row.fraction_of_copy = row.gbps / report.copy_gbps;
-            if (o.on_row) o.on_row(row);
-            report.rows.push_back(std::move(row));
-          }
+      c.backend.cuda_graph_max_batch = v.graphs;
+      c.backend.decode_gemv_max_batch = v.gemv;
+      c.cache.kv_quant.dtype = kv_dtype;
+      const Clock::time_point start = Clock::now();
+      absl::StatusOr<std::unique_ptr<Engine>> made = Engine::Create(c);
+      const double start_s = Seconds(start);
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            absl::StrCat("the engine with --kv-cache-dtype ", kv_dtype, ": ",
+                                         made.status().message()));
+      }
+      std::unique_ptr<Engine> engine = *std::move(made);
+      if (engine->async_scheduling() && o.warmup_steps < 1) {
+        return absl::InvalidArgumentError(
+            "--warmup-steps must be >= 1 with async scheduling (a step reports the one before "
+            "it; --async off)");
+      }
+      if (report.copy_gbps == 0) {
+        report.weight_bytes = engine->runner().weight_bytes(0);
+        report.weight_bytes_read = DecodeWeightBytes(engine->model_config(), report.weight_bytes);
+        // Large enough to leave the caches: 1 GiB on a GPU, 256 MiB on the CPU.
+        report.copy_gbps = CopyGbps(engine->runner().backend(0),
+                                    device == Device::kCuda ? size_t{1} << 30 : size_t{256} << 20);
+      }
+      for (int b : o.batches) {
+        for (int ctx : o.contexts) {
+          ASSIGN_OR_RETURN(EngineBenchRow row,
+                           RunOne(*engine, o, b, ctx, report.weight_bytes_read, rng));
+          row.kv_cache_dtype = kv_dtype;
+          row.kv_format = engine->kv_spec().k[0].Describe();
+          row.cuda_graph_max_batch = v.graphs;
+          row.decode_gemv_max_batch = v.gemv;
+          row.async_scheduling = engine->async_scheduling();
+          row.start_s = start_s;
+          row.graph_record_s = engine->graph_recording().seconds;
+          row.graph_record_mib = engine->graph_recording().device_mib;
+          row.fraction_of_copy = row.gbps / report.copy_gbps;
+          if (o.on_row) o.on_row(row);
+          report.rows.push_back(std::move(row));
         }
       }
     }
@@ -323,19 +334,20 @@ absl::StatusOr<EngineBenchReport> RunEngineBench(const EngineBenchOptions& o) {
 std::string FormatEngineBench(const EngineBenchReport& r) {
   std::string s = absl::StrFormat(
       "device %s: copy %.0f GB/s (read + write); weights %.1f MiB, %.1f MiB read per decode "
-      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s %5s %7s\n",
+      "step\n%-8s %-22s %6s %7s %10s %12s %10s %11s %9s %8s %7s %6s %5s %4s %7s\n",
       r.device, r.copy_gbps, r.weight_bytes / 1048576.0, r.weight_bytes_read / 1048576.0, "kv",
       "format", "batch", "context", "prefill_s", "prefill_tok/s", "ms/step", "decode_tok/s",
-      "MiB/step", "GB/s", "of_copy", "graphs", "async", "start_s");
+      "MiB/step", "GB/s", "of_copy", "graphs", "async", "gemv", "start_s");
   for (const EngineBenchRow& w : r.rows) {
     absl::StrAppendFormat(
-        &s, "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s %5s %7.3f\n",
+        &s,
+        "%-8s %-22s %6d %7d %10.3f %12.0f %10.3f %11.0f %9.1f %8.1f %6.1f%% %6s %5s %4d %7.3f\n",
         w.kv_cache_dtype, w.kv_format, w.batch, w.context, w.prefill_s, w.prefill_tokens_per_s,
         w.decode_ms_per_step, w.decode_tokens_per_s, w.step_bytes / 1048576.0, w.gbps,
         100 * w.fraction_of_copy,
         // timed steps that replayed a graph
         w.cuda_graph_max_batch > 0 ? absl::StrCat(w.graph_steps) : "off",
-        w.async_scheduling ? "on" : "off", w.start_s);
+        w.async_scheduling ? "on" : "off", w.decode_gemv_max_batch, w.start_s);
   }
   absl::StrAppendFormat(
       &s,
@@ -357,10 +369,10 @@ std::string FormatEngineBench(const EngineBenchReport& r) {
   for (const EngineBenchRow& w : r.rows) {
     if (w.op_us.empty()) continue;
     absl::StrAppendFormat(
-        &s, "device us per decode step by op: %s batch %d x %d, graphs %s, async %s\n",
+        &s, "device us per decode step by op: %s batch %d x %d, graphs %s, async %s, gemv %d\n",
         w.kv_cache_dtype, w.batch, w.context,
         w.cuda_graph_max_batch > 0 ? absl::StrCat(w.cuda_graph_max_batch) : "off",
-        w.async_scheduling ? "on" : "off");
+        w.async_scheduling ? "on" : "off", w.decode_gemv_max_batch);
     double total = 0;
     for (const EngineBenchRow::OpUs& op : w.op_us) total += op.us_per_step;
     for (const EngineBenchRow::OpUs& op : w.op_us) {

@@ -34,6 +34,7 @@ struct EngineBenchRow {
   double gbps = 0;  // step_bytes per step time
   double fraction_of_copy = 0;
   int cuda_graph_max_batch = 0;   // the engine's --cuda-graph-max-batch
+  int decode_gemv_max_batch = 0;  // the engine's --decode-gemv-max-batch
   bool async_scheduling = false;  // whether its steps ran ahead (Engine::async_scheduling)
   int graph_steps = 0;            // timed decode steps that replayed a CUDA graph
   double start_s = 0;  // the engine's start-up (Engine::Create: weights, pool, recorded graphs)
@@ -70,6 +71,8 @@ struct EngineBenchOptions {
   // One engine per value (and per KV cache dtype), as --cuda-graph-max-batch: graphs off (0)
   // and on side by side.
   std::vector<int> cuda_graph_max_batches = {0};
+  // One engine per value too, as --decode-gemv-max-batch (0: cuBLAS for every step).
+  std::vector<int> decode_gemv_max_batches = {0};
   // One engine per value too: "auto" (the engine's default: on for CUDA with one rank), "on"
   // (also on the CPU and the null device, which gain nothing from it), "off".
   std::vector<std::string> async_scheduling = {"auto"};

@@ -174,6 +174,7 @@ class Model {
     std::vector<uint8_t> batch_host;
     kernels::Buffer<uint8_t> batch;
     kernels::Buffer<float> delta, residual, h, qkv, attn, gate_up, act, selected, local, gathered;
+    kernels::Buffer<float> residual_alt;  // DecodeGemv steps' residuals alternate with residual
     kernels::Buffer<uint16_t> h16, attn16, act16;  // with 16-bit weights: Gemm inputs, rounded
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
@@ -198,6 +199,7 @@ class Model {
   struct Activations {
     float *delta, *residual, *h, *qkv, *attn, *gate_up, *act;
     uint16_t *h16, *attn16, *act16;
+    float* residual_alt;  // null unless the step can use DecodeGemv
   };
   Activations ReserveActivations(int64_t tokens);
   struct LogitBuffers {
@@ -220,6 +222,14 @@ class Model {
   // a decode graph records): returns where the logits are, [num_logit_rows][vocab] laid out as
   // SampleParams says.
   absl::StatusOr<const float*> RunModel(const StepInputs& in, KvStorage& kv);
+  // Whether a step of `tokens` runs its layers through Backend::DecodeGemv (16-bit weights, few
+  // enough rows for the backend).
+  [[nodiscard]] bool UsesDecodeGemv(int64_t tokens) const;
+  // RunModel's layers, from the embeddings in a.delta, with each layer's norms, projections and
+  // SiLU·mul as four DecodeGemv ops (6 launches a layer with the KV write and attention):
+  // returns the buffer that holds the residual stream after the last layer (a.residual or
+  // a.residual_alt; a.delta holds the last layer's output).
+  absl::StatusOr<float*> RunLayersGemv(const StepInputs& in, KvStorage& kv, const Activations& a);
   // Forward without the phase timing around it.
   absl::StatusOr<ForwardOutput> RunForward(const ForwardBatch& b, KvStorage& kv);
   // Paged attention of one layer: the step's queries (rows of `qkv_stride` in `qkv`) against

@@ -9,30 +9,14 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/device/block_reduce.cuh"
+#include "kernels/cuda/device/float16.cuh"
 #include "kernels/cuda/device/shared_memory.cuh"
 
 namespace kvserve::kernels::cuda::elementwise {
 
 constexpr int kThreads = 256;
-
-__device__ inline float Widen(float x) { return x; }
-__device__ inline float Widen(__half x) { return __half2float(x); }
-__device__ inline float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// float32 as the output type, rounded to nearest even for the 16-bit ones.
-template <typename Out>
-__device__ inline Out Narrow(float x) {
-  if constexpr (std::is_same_v<Out, __half>) {
-    return __float2half_rn(x);
-  } else if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else {
-    return x;
-  }
-}
 
 template <typename T>
 __global__ void EmbeddingKernel(const int32_t* ids, const T* table, float* out, int64_t hidden) {

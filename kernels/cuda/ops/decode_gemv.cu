@@ -1,0 +1,72 @@
+// Launcher of the decode projection (the kernel: decode_gemv.cuh).
+#include <algorithm>
+
+#include "kernels/cuda/device/cuda_check.h"
+#include "kernels/cuda/device/launch.cuh"
+#include "kernels/cuda/ops/decode_gemv.cuh"
+#include "kernels/cuda/ops/decode_gemv.h"
+
+namespace kvserve::kernels::cuda {
+namespace {
+
+// Blocks per SM: without a norm enough warps to keep loads in flight; with one fewer, since
+// each block reads the m input rows twice from L2 to normalize them.
+constexpr int kBlocksPerSm = 4, kNormBlocksPerSm = 2;
+
+template <typename W>
+void Launch(const gemv::GemvArgs& a, bool norm, bool silu, int num_sms, cudaStream_t stream) {
+  const int64_t wanted = (a.n + gemv::kWarps - 1) / gemv::kWarps;
+  const int64_t blocks =
+      std::min<int64_t>(wanted, int64_t{num_sms} * (norm ? kNormBlocksPerSm : kBlocksPerSm));
+  const size_t shared = norm ? sizeof(W) * a.m * a.k : 0;
+  auto run = [&](auto kernel) { LaunchKernel(kernel, blocks, gemv::kThreads, shared, stream, a); };
+  if (norm) {
+    silu ? run(gemv::DecodeGemvKernel<W, true, true>) : run(gemv::DecodeGemvKernel<W, true, false>);
+  } else {
+    silu ? run(gemv::DecodeGemvKernel<W, false, true>)
+         : run(gemv::DecodeGemvKernel<W, false, false>);
+  }
+}
+
+template <typename W>
+void Prepare(int max_shared_bytes) {
+  for (const void* kernel :
+       {reinterpret_cast<const void*>(gemv::DecodeGemvKernel<W, true, true>),
+        reinterpret_cast<const void*>(gemv::DecodeGemvKernel<W, true, false>)}) {
+    KVSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            max_shared_bytes));
+  }
+}
+
+}  // namespace
+
+void PrepareDecodeGemv(int max_shared_bytes) {
+  Prepare<__nv_bfloat16>(max_shared_bytes);
+  Prepare<__half>(max_shared_bytes);
+}
+
+void LaunchDecodeGemv(const DecodeGemvLaunch& p, int num_sms, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return;
+  gemv::GemvArgs a;
+  a.x16 = p.x16;
+  a.norm_x = p.norm_x;
+  a.residual_in = p.residual_in;
+  a.residual_out = p.residual_out;
+  a.norm_weight = p.norm_weight;
+  a.eps = p.eps;
+  a.w = p.w;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.out16 = p.out16;
+  a.m = p.m;
+  a.n = p.n;
+  a.k = p.k;
+  const bool norm = p.norm_weight != nullptr;
+  if (p.bf16) {
+    Launch<__nv_bfloat16>(a, norm, p.silu_mul, num_sms, stream);
+  } else {
+    Launch<__half>(a, norm, p.silu_mul, num_sms, stream);
+  }
+}
+
+}  // namespace kvserve::kernels::cuda
