@@ -19,10 +19,11 @@
 # Checks: the CUDA backend's conformance with the CPU backend (every op, every KV format),
 # the tensor-core instructions against PTX's fragment layouts, the NCCL communicator with one rank, the engine on the GPU against transformers' fixtures,
 # CUDA graphs (backend replays, decode graphs in the engine), GPU sampling against the CPU twin
-# (time and token equality), the KV transfer's ends (pageable, pinned staging, device copy),
-# then the decode-attention
-# benchmark (SIMT, tensor-core and pipelined kernels) and PyTorch SDPA on the same shapes, and the whole
-# engine on Llama 3.1 8B- and Llama 3.2 1B-shaped models. Outputs land in $OUT (or /tmp) as well.
+# (time and token equality), the KV transfer's ends (pageable, pinned staging, device copy);
+# then the whole engine on a Llama 3.1 8B-shaped model (issue 61's figures, first of the
+# benchmarks), the decode-attention benchmark (SIMT, tensor-core and pipelined kernels) and
+# PyTorch SDPA on the same shapes, and the engine on a Llama 3.2 1B-shaped model. Outputs land
+# in $OUT (or /tmp) as well.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu/carry}
@@ -82,30 +83,9 @@ grep -hE "^\[ +(OK|FAILED|SKIPPED) +\]" "$out/cuda_backend_test.log" "$out/cuda_
   "$out/cuda_backend_test_pl.log" \
   "$out/engine_cuda_test.log" "$out/engine_cuda_test_pl.log" "$out/engine_cuda_transfer_test.log" \
   "$out/cuda_backend_test_graphs.log" "$out/engine_cuda_test_graphs.log" 2>/dev/null
-run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
-cat "$out/sampling_bench.log" 2>/dev/null
-run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
-cat "$out/decode_attention_bench.log" 2>/dev/null
-# The pipelined decode kernel right after SIMT, before the budget runs short: issue 29's goals.
-run_check decode_attention_bench_pl 240 "$build/bin/decode_attention_bench" --pipelined \
-  --json "$out/bench_pl.json" $quick
-run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
-  --json "$out/bench_tc.json" $quick
-run_check decode_attention_bench_pf 240 "$build/bin/decode_attention_bench" --prefetch-k \
-  --json "$out/bench_pf.json" $quick
-if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  run_check sdpa_bench 180 python3 tests/gpu/sdpa_bench.py "$out/sdpa.json" $quick
-else
-  results+=("sdpa_bench|no torch")
-fi
-# KV blocks out of and into the device pool (issue 44): today's pageable per-range copies,
-# pinned staging (one gather into pinned memory), and a same-process device copy (what NCCL
-# between two GPUs would approach; one GPU cannot hold two NCCL ranks).
-run_check kv_staging_bench 90 "$build/bin/kv_staging_bench" --device cuda --blocks 64 --reps 5
-cat "$out/kv_staging_bench.log" 2>/dev/null
-# Issue 61 first: the engine on a random-weight model of Llama 3.1 8B's shape (16 GB of bf16
-# weights, made here), where weights dominate a decode step and the roofline is what users
-# compare: eager and CUDA graphs, async scheduling off and on, one engine each. Its rows print
+# Issue 61 first, right after the conformance tests (the budget cuts what comes last): the
+# engine on a random-weight model of Llama 3.1 8B's shape (16 GB of bf16 weights, made here),
+# where weights dominate a decode step and the roofline is what users compare: eager and CUDA graphs, async scheduling off and on, one engine each. Its rows print
 # the host's side of each step by phase (the null device's figures are in docs/PERF.md). Tensor-core attention once it passed conformance above (its prefills read
 # 8x less than SIMT's; a 1K prompt on SIMT reads ~17 GB at this shape), else batch 1 only.
 model8b=/tmp/kvserve-llama-8b
@@ -142,6 +122,27 @@ rm -rf "$model8b"
   python3 tests/gpu/engine_8b.py "$out/engine_8b_bench.json" "$out/engine_8b.json"
 [[ -f $out/engine_8b_gemv.json ]] &&
   python3 tests/gpu/engine_8b.py "$out/engine_8b_gemv.json" "$out/engine_8b_gemv_rows.json"
+run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
+cat "$out/sampling_bench.log" 2>/dev/null
+run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
+cat "$out/decode_attention_bench.log" 2>/dev/null
+# The pipelined decode kernel right after SIMT, before the budget runs short: issue 29's goals.
+run_check decode_attention_bench_pl 240 "$build/bin/decode_attention_bench" --pipelined \
+  --json "$out/bench_pl.json" $quick
+run_check decode_attention_bench_tc 240 "$build/bin/decode_attention_bench" --tensor-cores \
+  --json "$out/bench_tc.json" $quick
+run_check decode_attention_bench_pf 240 "$build/bin/decode_attention_bench" --prefetch-k \
+  --json "$out/bench_pf.json" $quick
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  run_check sdpa_bench 180 python3 tests/gpu/sdpa_bench.py "$out/sdpa.json" $quick
+else
+  results+=("sdpa_bench|no torch")
+fi
+# KV blocks out of and into the device pool (issue 44): today's pageable per-range copies,
+# pinned staging (one gather into pinned memory), and a same-process device copy (what NCCL
+# between two GPUs would approach; one GPU cannot hold two NCCL ranks).
+run_check kv_staging_bench 90 "$build/bin/kv_staging_bench" --device cuda --blocks 64 --reps 5
+cat "$out/kv_staging_bench.log" 2>/dev/null
 # The whole engine (GEMMs, attention, sampling, host work) on a random-weight model of Llama 3.2
 # 1B's shape, bf16 weights: prefill and decode throughput per KV cache dtype, and how close a
 # decode step comes to reading its weights and KV at copy bandwidth.
