@@ -101,8 +101,9 @@ absl::StatusOr<const float*> Model::RunModel(const StepInputs& in, KvStorage& kv
 
 bool Model::UsesDecodeGemv(int64_t tokens) const {
   const int64_t q_dim = int64_t{heads_} * config_.head_dim;
-  return weight_type_ != DType::kF32 && tokens <= backend_->DecodeGemvRows(config_.hidden_size) &&
-         q_dim % 8 == 0 && inter_ % 8 == 0;
+  return weight_type_ != DType::kF32 && tokens > 0 &&
+         tokens <= backend_->DecodeGemvRows(config_.hidden_size) && q_dim % 8 == 0 &&
+         inter_ % 8 == 0;
 }
 
 absl::StatusOr<float*> Model::RunLayersGemv(const StepInputs& in, KvStorage& kv,

@@ -9,6 +9,8 @@
 namespace kvserve::kernels::cuda {
 namespace {
 
+static_assert(gemv::kMaxRows == kDecodeGemvMaxRows, "the kernel's rows and the launcher's");
+
 // Blocks per SM: without a norm enough warps to keep loads in flight; with one fewer, since
 // each block reads the m input rows twice from L2 to normalize them.
 constexpr int kBlocksPerSm = 4, kNormBlocksPerSm = 2;

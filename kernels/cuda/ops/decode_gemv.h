@@ -12,8 +12,8 @@ namespace kvserve::kernels::cuda {
 // The most token rows one launch takes.
 inline constexpr int64_t kDecodeGemvMaxRows = 8;
 
-// Backend::DecodeGemv's params (backend.h, which nvcc does not read), the weights' type as
-// `bf16` (else fp16).
+// Backend::DecodeGemv's params (backend.h, whose includes nvcc does not compile), the weights'
+// type as `bf16` (else fp16).
 struct DecodeGemvLaunch {
   const uint16_t* x16 = nullptr;
   const float* norm_x = nullptr;
