@@ -25,13 +25,22 @@
 # PyTorch SDPA on the same shapes, and the engine on a Llama 3.2 1B-shaped model. Outputs land
 # in $OUT (or /tmp) as well.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 build=${1:-build-gpu/carry}
 quick=${2:-}
 out=${OUT:-/tmp}
 export KVSERVE_SOURCE_DIR=$PWD
 export KVSERVE_FIXTURES=${KVSERVE_FIXTURES:-$PWD/tests/fixtures/models}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+# The GPU's dense bf16 peak (TFLOPS, NVIDIA's datasheets), for the prefill's share of it; 0 when
+# the name is not one of these.
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case $gpu_name in
+  *H100*PCIe*) peak_tflops=756 ;;
+  *H100*NVL*) peak_tflops=835 ;;
+  *H100* | *H200*) peak_tflops=989 ;;
+  *) peak_tflops=0 ;;
+esac
 results=()
 deadline=$((SECONDS + ${KVSERVE_GPU_BUDGET_S:-480} - 20))  # 20 s kept for the summaries
 run_check() {  # name, timeout, command...
@@ -116,12 +125,16 @@ run_check engine_8b_gemv 150 "$build/bin/kvserve-bench" engine --model "$model8b
   "${gemv8b[@]}" --decode-steps 16 --cuda-graph-max-batch 64 --async on \
   --decode-gemv-max-batch 0,8 --json-out "$out/engine_8b_gemv.json"
 cat "$out/engine_8b_gemv.log" 2>/dev/null
+cp "$model8b/config.json" "$out/engine_8b_config.json" 2>/dev/null
 rm -rf "$model8b"
-# Issue 61's rows (engine_8b.json, for docs/gpu-runs/<date>/): ms per step against the roofline.
+# Issue 61's rows (engine_8b.json, for docs/gpu-runs/<date>/): ms per step against the roofline,
+# and the prefill (8K-token chunks) against the dense bf16 peak.
 [[ -f $out/engine_8b_bench.json ]] &&
-  python3 tests/gpu/engine_8b.py "$out/engine_8b_bench.json" "$out/engine_8b.json"
+  python3 tests/gpu/engine_8b.py "$out/engine_8b_bench.json" "$out/engine_8b.json" \
+    --config "$out/engine_8b_config.json" --peak-tflops "$peak_tflops"
 [[ -f $out/engine_8b_gemv.json ]] &&
-  python3 tests/gpu/engine_8b.py "$out/engine_8b_gemv.json" "$out/engine_8b_gemv_rows.json"
+  python3 tests/gpu/engine_8b.py "$out/engine_8b_gemv.json" "$out/engine_8b_gemv_rows.json" \
+    --config "$out/engine_8b_config.json" --peak-tflops "$peak_tflops"
 run_check sampling_bench 120 "$build/bin/sampling_bench" $quick
 cat "$out/sampling_bench.log" 2>/dev/null
 run_check decode_attention_bench 240 "$build/bin/decode_attention_bench" --json "$out/bench.json" $quick
