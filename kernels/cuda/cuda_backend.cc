@@ -119,7 +119,9 @@ class CudaBackend final : public Backend {
           &max_shared_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, options_.device));
     }
     if (options_.attention_pipelined) cuda::PreparePipelinedAttention(max_shared_optin_);
-    if (options_.decode_gemv_max_rows > 0) cuda::PrepareDecodeGemv(max_shared_optin_);
+    if (options_.decode_gemv_max_rows > 0) {
+      decode_gemv_row_bytes_ = cuda::PrepareDecodeGemv(max_shared_optin_);
+    }
     return absl::OkStatus();
   }
 
@@ -406,8 +408,8 @@ class CudaBackend final : public Backend {
 
   int64_t DecodeGemvRows(int64_t k) const override {
     if (options_.decode_gemv_max_rows <= 0 || k <= 0 || k % 8 != 0) return 0;
-    return std::min<int64_t>(
-        {options_.decode_gemv_max_rows, cuda::kDecodeGemvMaxRows, max_shared_optin_ / (2 * k)});
+    return std::min<int64_t>({options_.decode_gemv_max_rows, cuda::kDecodeGemvMaxRows,
+                              decode_gemv_row_bytes_ / (2 * k)});
   }
 
   void DecodeGemv(const DecodeGemvParams& p) override {
@@ -701,8 +703,10 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int num_sms_ = 0;
   int pipelined_occupancy_[6][3] = {};  // [KvDType][head_dim 64, 128, 256]; 0: not yet asked
-  // Shared memory a block may opt in to (with attention_pipelined or decode_gemv_max_rows).
+  // Shared memory a block may opt in to (with attention_pipelined or decode_gemv_max_rows), and
+  // what of it DecodeGemv's normalized rows may take.
   int max_shared_optin_ = 0;
+  int64_t decode_gemv_row_bytes_ = 0;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
   // Per-layer copy events, and the caches whose next use must wait for one.

@@ -20,7 +20,7 @@ void Launch(const gemv::GemvArgs& a, bool norm, bool silu, int num_sms, cudaStre
   const int64_t wanted = (a.n + gemv::kWarps - 1) / gemv::kWarps;
   const int64_t blocks =
       std::min<int64_t>(wanted, int64_t{num_sms} * (norm ? kNormBlocksPerSm : kBlocksPerSm));
-  const size_t shared = norm ? sizeof(W) * a.m * a.k : 0;
+  const size_t shared = norm ? gemv::kScratchBytes + sizeof(W) * a.m * a.k : 0;
   auto run = [&](auto kernel) { LaunchKernel(kernel, blocks, gemv::kThreads, shared, stream, a); };
   if (norm) {
     silu ? run(gemv::DecodeGemvKernel<W, true, true>) : run(gemv::DecodeGemvKernel<W, true, false>);
@@ -42,9 +42,10 @@ void Prepare(int max_shared_bytes) {
 
 }  // namespace
 
-void PrepareDecodeGemv(int max_shared_bytes) {
+int64_t PrepareDecodeGemv(int max_shared_bytes) {
   Prepare<__nv_bfloat16>(max_shared_bytes);
   Prepare<__half>(max_shared_bytes);
+  return max_shared_bytes - gemv::kScratchBytes;
 }
 
 void LaunchDecodeGemv(const DecodeGemvLaunch& p, int num_sms, cudaStream_t stream) {

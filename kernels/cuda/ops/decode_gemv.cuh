@@ -81,16 +81,21 @@ __device__ void NormalizeRows(const GemvArgs& a, W* xs, float* scratch) {
   __syncthreads();
 }
 
+// The normalizing kernels' dynamic shared memory: the block sum's floats, then the rows. They
+// have no static shared memory, so that their opt-in limit can be the device's whole
+// cudaDevAttrMaxSharedMemoryPerBlockOptin (static and dynamic bytes together may not exceed it).
+constexpr int kScratchBytes = kWarps * sizeof(float);
+static_assert(kScratchBytes % sizeof(uint4) == 0, "the rows start 16-byte aligned");
+
 // Grid: any number of blocks of kThreads; warps stride over the outputs. Dynamic shared memory:
-// m · k · sizeof(W) with kNorm, none without.
+// kScratchBytes + m · k · sizeof(W) with kNorm, none without.
 template <typename W, bool kNorm, bool kSilu>
 __global__ void DecodeGemvKernel(GemvArgs a) {
-  KVSERVE_SHARED(float[kWarps], scratch);
-  KVSERVE_DYNAMIC_SHARED(uint4, shared_rows);  // one type for every W: it is one symbol
+  KVSERVE_DYNAMIC_SHARED(uint4, shared);  // one type for every W: it is one symbol
   const W* x = static_cast<const W*>(a.x16);
   if constexpr (kNorm) {
-    W* xs = reinterpret_cast<W*>(shared_rows);
-    NormalizeRows<W>(a, xs, scratch);
+    W* xs = reinterpret_cast<W*>(shared + kScratchBytes / sizeof(uint4));
+    NormalizeRows<W>(a, xs, reinterpret_cast<float*>(shared));
     x = xs;
   }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;

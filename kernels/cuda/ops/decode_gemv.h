@@ -31,8 +31,9 @@ struct DecodeGemvLaunch {
 };
 
 // Lets the normalizing kernels take up to `max_shared_bytes` of shared memory (the device's
-// opt-in limit): the normalized rows, m · k · 2 bytes. Once per device, before launching.
-void PrepareDecodeGemv(int max_shared_bytes);
+// opt-in limit), once per device before launching; returns the bytes left for the normalized
+// rows (m · k · 2 bytes).
+int64_t PrepareDecodeGemv(int max_shared_bytes);
 
 // `num_sms`: the device's multiprocessors; the grid is a few blocks per SM at most, fewer with a
 // norm, which every block computes for itself.
