@@ -9,14 +9,13 @@
 namespace kvserve::kernels::cuda {
 namespace {
 
-static_assert(gemv::kMaxRows == kDecodeGemvMaxRows, "the kernel's rows and the launcher's");
-
 // Blocks per SM: without a norm enough warps to keep loads in flight; with one fewer, since
 // each block reads the m input rows twice from L2 to normalize them.
 constexpr int kBlocksPerSm = 4, kNormBlocksPerSm = 2;
 
 template <typename W>
-void Launch(const gemv::GemvArgs& a, bool norm, bool silu, int num_sms, cudaStream_t stream) {
+void Launch(const DecodeGemvLaunch& a, int num_sms, cudaStream_t stream) {
+  const bool norm = a.norm_weight != nullptr, silu = a.silu_mul;
   const int64_t wanted = (a.n + gemv::kWarps - 1) / gemv::kWarps;
   const int64_t blocks =
       std::min<int64_t>(wanted, int64_t{num_sms} * (norm ? kNormBlocksPerSm : kBlocksPerSm));
@@ -50,25 +49,10 @@ int64_t PrepareDecodeGemv(int max_shared_bytes) {
 
 void LaunchDecodeGemv(const DecodeGemvLaunch& p, int num_sms, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
-  gemv::GemvArgs a;
-  a.x16 = p.x16;
-  a.norm_x = p.norm_x;
-  a.residual_in = p.residual_in;
-  a.residual_out = p.residual_out;
-  a.norm_weight = p.norm_weight;
-  a.eps = p.eps;
-  a.w = p.w;
-  a.bias = p.bias;
-  a.y = p.y;
-  a.out16 = p.out16;
-  a.m = p.m;
-  a.n = p.n;
-  a.k = p.k;
-  const bool norm = p.norm_weight != nullptr;
   if (p.bf16) {
-    Launch<__nv_bfloat16>(a, norm, p.silu_mul, num_sms, stream);
+    Launch<__nv_bfloat16>(p, num_sms, stream);
   } else {
-    Launch<__half>(a, norm, p.silu_mul, num_sms, stream);
+    Launch<__half>(p, num_sms, stream);
   }
 }
 

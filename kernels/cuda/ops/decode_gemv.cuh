@@ -22,28 +22,14 @@
 #include "kernels/cuda/device/block_reduce.cuh"
 #include "kernels/cuda/device/float16.cuh"
 #include "kernels/cuda/device/shared_memory.cuh"
+#include "kernels/cuda/ops/decode_gemv.h"
 
 namespace kvserve::kernels::cuda::gemv {
 
 constexpr int kThreads = 256;  // elementwise.cuh's: the norm's sums in RmsNorm's order
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRows = 8;
+constexpr int kMaxRows = kDecodeGemvMaxRows;
 constexpr int kVec = 8;  // 16-bit values per 16-byte load
-
-// Device pointers; W is the weights' type (__half or __nv_bfloat16).
-struct GemvArgs {
-  const void* x16 = nullptr;  // [m, k] without a norm
-  const float* norm_x = nullptr;
-  const float* residual_in = nullptr;
-  float* residual_out = nullptr;
-  const float* norm_weight = nullptr;
-  float eps = 0;
-  const void* w = nullptr;  // [n, k], or [2n, k] with silu_mul
-  const float* bias = nullptr;
-  float* y = nullptr;     // [m, n]
-  void* out16 = nullptr;  // silu_mul's [m, n]
-  int64_t m = 0, n = 0, k = 0;
-};
 
 // acc += Σ_j w[j] · x[j] over the 8 values of each 16-byte word, in float32.
 template <typename W>
@@ -58,7 +44,7 @@ __device__ __forceinline__ float Dot8(const uint4& wq, const uint4& xq, float ac
 // The normalized rows into `xs`, as RmsNormKernel computes them (one row at a time, the whole
 // block on it); block 0 stores r = x + residual_in.
 template <typename W>
-__device__ void NormalizeRows(const GemvArgs& a, W* xs, float* scratch) {
+__device__ void NormalizeRows(const DecodeGemvLaunch& a, W* xs, float* scratch) {
   const int64_t k = a.k;
   const bool store = blockIdx.x == 0 && a.residual_out != nullptr;
   for (int64_t r = 0; r < a.m; ++r) {
@@ -88,11 +74,12 @@ constexpr int kScratchBytes = kWarps * sizeof(float);
 static_assert(kScratchBytes % sizeof(uint4) == 0, "the rows start 16-byte aligned");
 
 // Grid: any number of blocks of kThreads; warps stride over the outputs. Dynamic shared memory:
-// kScratchBytes + m · k · sizeof(W) with kNorm, none without.
+// kScratchBytes + m · k · sizeof(W) with kNorm, none without. W is the weights' type (__half or
+// __nv_bfloat16: a.bf16).
 template <typename W, bool kNorm, bool kSilu>
-__global__ void DecodeGemvKernel(GemvArgs a) {
+__global__ void DecodeGemvKernel(DecodeGemvLaunch a) {
   KVSERVE_DYNAMIC_SHARED(uint4, shared);  // one type for every W: it is one symbol
-  const W* x = static_cast<const W*>(a.x16);
+  const W* x = reinterpret_cast<const W*>(a.x16);
   if constexpr (kNorm) {
     W* xs = reinterpret_cast<W*>(shared + kScratchBytes / sizeof(uint4));
     NormalizeRows<W>(a, xs, reinterpret_cast<float*>(shared));
@@ -126,7 +113,7 @@ __global__ void DecodeGemvKernel(GemvArgs a) {
       if constexpr (kSilu) {
         const float u = WarpReduce(up[r], add) + (a.bias != nullptr ? a.bias[a.n + o] : 0.0f);
         if (lane == 0) {
-          static_cast<W*>(a.out16)[r * a.n + o] = Narrow<W>(g / (1.0f + expf(-g)) * u);
+          reinterpret_cast<W*>(a.out16)[r * a.n + o] = Narrow<W>(g / (1.0f + expf(-g)) * u);
         }
       } else if (lane == 0) {
         a.y[r * a.n + o] = g;

@@ -13,7 +13,7 @@ namespace kvserve::kernels::cuda {
 inline constexpr int64_t kDecodeGemvMaxRows = 8;
 
 // Backend::DecodeGemv's params (backend.h, whose includes nvcc does not compile), the weights'
-// type as `bf16` (else fp16).
+// type as `bf16` (else fp16); also the kernel's argument (decode_gemv.cuh).
 struct DecodeGemvLaunch {
   const uint16_t* x16 = nullptr;
   const float* norm_x = nullptr;
