@@ -113,6 +113,11 @@ absl::Status EngineConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("--device ", Sv(DeviceName(backend.device)),
                                                    " runs one rank: --tensor-parallel-size 1"));
   }
+  if (backend.decode_gemv_max_batch > 0 && dtype == WeightDtype::kFloat32) {
+    return absl::InvalidArgumentError(
+        "--decode-gemv-max-batch needs 16-bit weights (--dtype bfloat16, float16 or auto), not "
+        "--dtype float32");
+  }
   if (parallel.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--tp-timeout-seconds must be > 0");
   }

@@ -51,10 +51,11 @@ ABSL_FLAG(int32_t, cuda_graph_max_batch, 0,
           "CUDA graphs: decode steps of up to this many sequences replay a graph (one per batch "
           "and context bucket, recorded at start-up) instead of launching each kernel, NCCL "
           "collectives included with --tensor-parallel-size > 1; 0: off. Needs --device cuda");
-ABSL_FLAG(int32_t, decode_gemv_max_batch, 0,
-          "CUDA, 16-bit weights: steps of up to this many tokens (at most 8) run each layer's "
-          "projections as matrix-vector kernels with the RMSNorms and the SiLU-mul fused in (6 "
-          "launches a layer instead of 9); 0: off (cuBLAS). Needs --device cuda");
+ABSL_FLAG(
+    int32_t, decode_gemv_max_batch, 0,
+    "CUDA, 16-bit weights: steps of up to this many tokens (at most 8) run each layer's "
+    "projections as matrix-vector kernels with the RMSNorms and the SiLU-mul fused in (6 "
+    "launches a layer instead of 9); 0: off (cuBLAS). Needs --device cuda and 16-bit weights");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache element type: auto (the weights' type: fp32 on the CPU backend, bf16 / fp16 on "
           "CUDA), fp16, bf16, fp8_e4m3, int8, int4");

@@ -177,6 +177,11 @@ TEST(EngineValidationTest, ImpossibleSettingsAreRefusedAtStartup) {
   EXPECT_THAT(Engine::Create(c),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--decode-gemv-max-batch needs --device cuda")));
+  c.backend.device = Device::kCuda;  // refused before any device is touched
+  c.dtype = WeightDtype::kFloat32;
+  EXPECT_THAT(Engine::Create(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--decode-gemv-max-batch needs 16-bit weights")));
   c = testing::FixtureConfig("tiny-llama3");
   c.cache.swap_space_gib = 1e6;
   EXPECT_THAT(Engine::Create(c), StatusIs(absl::StatusCode::kInvalidArgument,
