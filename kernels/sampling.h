@@ -65,7 +65,7 @@ struct SampleParams {
 struct LogprobRequest {
   int32_t row = 0;
   int32_t sample = 0;  // -1: score `token`
-  int32_t top_n = 0;   // at most kMaxTopLogprobs
+  int32_t top_n = 0;   // the backends write at most kMaxTopLogprobs of them
   int32_t token = 0;
 };
 

@@ -60,6 +60,11 @@ absl::StatusOr<std::string> UpstreamCompletionBody(const pb::GenerateRequest& r,
   }
   if (s.has_prompt_logprobs()) return Unserved("prompt_logprobs");
   if (s.logprob_token_ids_size() > 0) return Unserved("logprob_token_ids");
+  if (s.has_logprobs() && s.logprobs() < 0) {
+    return absl::InvalidArgumentError(
+        "top_logprobs -1 (the whole vocabulary) is not served through an OpenAI upstream (its "
+        "completions API takes a count)");
+  }
   json b = {{"model", model},
             {"prompt",
              json(std::vector<int32_t>(r.prompt_token_ids().begin(), r.prompt_token_ids().end()))},

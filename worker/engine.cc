@@ -196,11 +196,12 @@ absl::Status Engine::Validate(const RequestInput& in) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "n must be in [1, --max-num-seqs=", config_.scheduler.max_num_seqs, "], got ", s.n));
   }
-  if (s.logprobs && (*s.logprobs < 0 || *s.logprobs > 20)) {
-    return absl::InvalidArgumentError("logprobs must be in [0, 20]");
-  }
-  if (s.prompt_logprobs && (*s.prompt_logprobs < 0 || *s.prompt_logprobs > 20)) {
-    return absl::InvalidArgumentError("prompt_logprobs must be in [0, 20]");
+  for (const auto& [name, top] :
+       {std::pair{"logprobs", s.logprobs}, std::pair{"prompt_logprobs", s.prompt_logprobs}}) {
+    if (top && (*top < -1 || *top > vocab)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be -1 (the whole vocabulary) or in [0, ", vocab, "], got ", *top));
+    }
   }
   if (!s.logprob_token_ids.empty() && !s.logprobs) {
     return absl::InvalidArgumentError("logprob_token_ids needs logprobs");
@@ -269,6 +270,10 @@ absl::Status Engine::AddRequest(RequestInput input) {
   req->input = std::move(input);
   req->arrival = next_arrival_++;
   if (req->input.sampling.top_k == -1) req->input.sampling.top_k = 0;
+  for (std::optional<int>* top :
+       {&req->input.sampling.logprobs, &req->input.sampling.prompt_logprobs}) {
+    if (*top == -1) *top = model_config_.vocab_size;  // vLLM's -1: every id
+  }
   OrderAdjustmentLists(req->input.sampling);
   uint64_t seed = 0;
   if (req->input.sampling.seed) {

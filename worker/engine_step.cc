@@ -5,6 +5,7 @@
 
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "kernels/sampling.h"
 #include "worker/engine.h"
 
 namespace kvserve::worker {
@@ -195,10 +196,14 @@ bool Engine::CanRunAhead(const StepPlan& plan) const {
   KVSERVE_CHECK_THREAD(engine_thread_);
   // The next step is planned before this one's tokens are known: nothing it plans may depend on
   // them on the host (a constraint's mask, the penalties' counts, bad words' prefixes, the
-  // forks of n samples), and nothing of this step may come back but its draws.
+  // forks of n samples), and nothing of this step may come back but its draws (no logits rows:
+  // prompt logits, or logprobs wider than kMaxTopLogprobs).
   if (!plan.batch.host_logit_rows.empty() || plan.batch.fill_masks) return false;
   for (const RowUse& use : plan.rows) {
     if (use.num_samples > 1) return false;
+  }
+  for (const kernels::LogprobRequest& q : plan.batch.logprobs) {
+    if (q.top_n > kernels::kMaxTopLogprobs) return false;
   }
   for (const Scheduler::ScheduledSeq& s : plan.scheduled) {
     const Request& req = *s.seq->request;

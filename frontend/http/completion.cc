@@ -217,9 +217,9 @@ bool Completion::HandleFailure(const pb::GenerateResponse& r) {
 json Completion::LegacyTop(const std::string& token, const pb::PositionLogprobs& p,
                            int wanted) const {
   json top = json::object();
-  top[token] = p.sampled().logprob();
+  top[token] = JsonLogprob(p.sampled());
   for (int k = 0; k < wanted && k < p.top_size(); ++k) {
-    top.emplace(LogprobToken(p.top(k).token_id()), p.top(k).logprob());
+    top.emplace(LogprobToken(p.top(k).token_id()), JsonLogprob(p.top(k)));
   }
   return top;
 }
@@ -236,7 +236,7 @@ void Completion::Echo(Choice& c, ChoiceDelta& d) {
     json logprob = nullptr, top = nullptr;
     if (i > 0 && i - 1 < p.prompt_logprobs.size()) {
       const pb::PositionLogprobs& lp = p.prompt_logprobs[i - 1];
-      logprob = lp.sampled().logprob();
+      logprob = JsonLogprob(lp.sampled());
       top = LegacyTop(token, lp, *req_.logprobs());
     }
     d.legacy.Add(token, logprob, top, c.offset);
@@ -286,17 +286,17 @@ void Completion::AddLogprobs(Choice& c, int id, const pb::PositionLogprobs& p, C
     nlohmann::json top = nlohmann::json::array();
     for (const pb::TokenLogprob& t : p.top()) {
       if (static_cast<int>(top.size()) >= wanted) break;
-      top.push_back({{"token", LogprobToken(t.token_id())}, {"logprob", t.logprob()}});
+      top.push_back({{"token", LogprobToken(t.token_id())}, {"logprob", JsonLogprob(t)}});
     }
     nlohmann::json entry = {
-        {"token", token}, {"logprob", p.sampled().logprob()}, {"top_logprobs", top}};
+        {"token", token}, {"logprob", JsonLogprob(p.sampled())}, {"top_logprobs", top}};
     c.logprobs.push_back(entry);
     d.chat_logprobs.push_back(std::move(entry));
     return;
   }
   json top = LegacyTop(token, p, wanted);
-  d.legacy.Add(token, p.sampled().logprob(), top, c.offset);
-  c.legacy.Add(token, p.sampled().logprob(), std::move(top), c.offset);
+  d.legacy.Add(token, JsonLogprob(p.sampled()), top, c.offset);
+  c.legacy.Add(token, JsonLogprob(p.sampled()), std::move(top), c.offset);
   c.offset += CodePoints(TokenText(id));
 }
 

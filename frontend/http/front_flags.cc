@@ -43,6 +43,10 @@ ABSL_FLAG(int32_t, max_token_list_ids, 1 << 17,
 ABSL_FLAG(int64_t, max_prompt_bytes, 0,
           "Most bytes of prompt text (all messages) before tokenization (0: 64 per token of "
           "--max-model-len, at least 1 MiB)");
+ABSL_FLAG(int32_t, max_logprobs, 20,
+          "Most alternatives a generated or prompt position reports (top_logprobs, logprobs, "
+          "prompt_logprobs), as vLLM's --max-logprobs; -1: no cap, so top_logprobs -1 (vLLM's "
+          "whole vocabulary) is served");
 ABSL_FLAG(int64_t, max_logprob_entries, 1 << 20,
           "Most prompts x n x max_tokens x (1 + top alternatives) of a request with logprobs, "
           "and prompt tokens x n x (1 + top alternatives) of one with prompt_logprobs or echo "
@@ -122,7 +126,11 @@ absl::StatusOr<RequestLimits> LimitsFromFlags(int max_model_len) {
         {"--max-logprob-entries", absl::GetFlag(FLAGS_max_logprob_entries)}}) {
     if (value < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
   }
+  if (absl::GetFlag(FLAGS_max_logprobs) < -1) {
+    return absl::InvalidArgumentError("--max-logprobs must be -1 (no cap) or at least 0");
+  }
   RequestLimits l;
+  l.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   l.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   l.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   l.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);

@@ -115,7 +115,8 @@ void Run(FrontContext& ctx, const std::shared_ptr<HttpConnection>& conn, const H
     return fail(prompts.status(), too_long ? "context_length_exceeded" : "");
   }
   if (absl::Status s = ResolveTokenParameters(*ctx.tokenizer, &parsed); !s.ok()) return fail(s);
-  if (absl::Status s = CheckLogprobBudget(parsed, max_tokens, ctx.options.limits, prompt_tokens);
+  if (absl::Status s = CheckLogprobBudget(parsed, max_tokens, ctx.options.limits, prompt_tokens,
+                                          ctx.tokenizer->vocab_size());
       !s.ok()) {
     return fail(s);
   }

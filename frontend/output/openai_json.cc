@@ -57,12 +57,13 @@ json PromptLogprobsJson(const std::vector<pb::PositionLogprobs>& positions, int 
     json position = json::object();
     int rank = 1;
     for (const pb::TokenLogprob& t : lp.top()) {
-      if (rank > wanted) break;
-      position[std::to_string(t.token_id())] = {
-          {"logprob", t.logprob()}, {"rank", rank++}, {"decoded_token", token_text(t.token_id())}};
+      if (wanted >= 0 && rank > wanted) break;
+      position[std::to_string(t.token_id())] = {{"logprob", JsonLogprob(t)},
+                                                {"rank", rank++},
+                                                {"decoded_token", token_text(t.token_id())}};
     }
     position[std::to_string(lp.sampled().token_id())] = {
-        {"logprob", lp.sampled().logprob()},
+        {"logprob", JsonLogprob(lp.sampled())},
         {"rank", lp.rank()},
         {"decoded_token", token_text(lp.sampled().token_id())}};
     out.push_back(std::move(position));

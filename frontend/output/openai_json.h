@@ -9,6 +9,7 @@
 #ifndef KVSERVE_FRONTEND_OUTPUT_OPENAI_JSON_H_
 #define KVSERVE_FRONTEND_OUTPUT_OPENAI_JSON_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,8 +48,15 @@ nlohmann::json FinishReasonJson(const std::string& finish);
 // OpenAI's tool_calls entries, the first numbered `first` (streams number a choice's calls).
 nlohmann::json ToolCallsJson(const std::vector<ParsedToolCall>& calls, size_t first);
 
+// A log-probability as vLLM writes it: -inf (a token the request's logits adjustments banned)
+// as -9999, which JSON can carry.
+inline float JsonLogprob(const kvserve::v1::TokenLogprob& t) {
+  return std::max(t.logprob(), -9999.0f);
+}
+
 // vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank,
-// decoded_token}} holding the prompt token and at most `wanted` top alternatives.
+// decoded_token}} holding the prompt token and at most `wanted` top alternatives (-1: all that
+// came).
 nlohmann::json PromptLogprobsJson(const std::vector<kvserve::v1::PositionLogprobs>& positions,
                                   int wanted, const std::function<std::string(int)>& token_text);
 

@@ -212,16 +212,12 @@ absl::Status ParseSampling(object o, bool chat, ParsedRequest* r) {
     // "true" as a string too: vLLM's validation coerces it (its test_top_logprobs sends it).
     ASSIGN_OR_RETURN(bool want, LaxBool(o, "logprobs", false));
     if (want) {
-      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, -1, 20));
-      if (top == -1) {
-        return Bad("top_logprobs",
-                   "-1 (every token of the vocabulary, vLLM's extension) is not served; at "
-                   "most 20");
-      }
+      // -1: the whole vocabulary (vLLM's), within --max-logprobs (CheckLogprobBudget).
+      ASSIGN_OR_RETURN(int64_t top, Integer(o, "top_logprobs", 0, -1, INT32_MAX));
       s.set_logprobs(static_cast<int32_t>(top));
     }
   } else if (Field(o, "logprobs")) {
-    ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, 20));
+    ASSIGN_OR_RETURN(int64_t top, Integer(o, "logprobs", 0, 0, INT32_MAX));
     s.set_logprobs(static_cast<int32_t>(top));
   }
   return absl::OkStatus();
@@ -449,7 +445,7 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
 absl::Status ParseEcho(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->echo, Bool(o, "echo", false));
   if (Field(o, "prompt_logprobs")) {
-    ASSIGN_OR_RETURN(int64_t top, Integer(o, "prompt_logprobs", 0, 0, 20));
+    ASSIGN_OR_RETURN(int64_t top, Integer(o, "prompt_logprobs", 0, -1, INT32_MAX));
     r->prompt_logprobs = static_cast<int>(top);
   }
   return absl::OkStatus();
@@ -567,27 +563,40 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
 }
 
 absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
-                                const RequestLimits& limits, int64_t prompt_tokens) {
+                                const RequestLimits& limits, int64_t prompt_tokens, int64_t vocab) {
+  // vLLM's max_logprobs: -1 (the whole vocabulary) counts as the vocabulary's size.
+  auto count = [&](int top) { return top == -1 ? vocab : int64_t{top}; };
+  const auto over_max = [&](std::string_view param, int top) -> absl::Status {
+    if (limits.max_logprobs == -1 || count(top) <= limits.max_logprobs) return absl::OkStatus();
+    return Bad(param,
+               absl::StrCat(top == -1 ? absl::StrCat("-1 (the whole vocabulary, ", vocab, " ids)")
+                                      : absl::StrCat(top),
+                            " is more alternatives than this server returns: at most ",
+                            limits.max_logprobs, " (--max-logprobs; -1 there: no cap)"));
+  };
+  if (r.logprobs()) RETURN_IF_ERROR(over_max(r.chat ? "top_logprobs" : "logprobs", *r.logprobs()));
+  if (r.prompt_logprobs) RETURN_IF_ERROR(over_max("prompt_logprobs", *r.prompt_logprobs));
   const int64_t prompts = std::max<int64_t>(1, static_cast<int64_t>(r.prompts.size()));
+  const int64_t alternatives = std::min<int64_t>(r.alternatives(), vocab);
   if (r.logprobs()) {
-    const int64_t entries = prompts * r.n() * max_tokens * (1 + r.alternatives());
+    const int64_t entries = prompts * r.n() * max_tokens * (1 + alternatives);
     if (entries > limits.max_logprob_entries) {
       return Bad("logprobs",
                  absl::StrCat("prompts × n × max_tokens × (1 + alternatives) = ", prompts, " × ",
-                              r.n(), " × ", max_tokens, " × ", 1 + r.alternatives(), " = ", entries,
+                              r.n(), " × ", max_tokens, " × ", 1 + alternatives, " = ", entries,
                               " log-probability entries; the limit is ", limits.max_logprob_entries,
                               " (--max-logprob-entries): ask for fewer tokens, choices or "
                               "alternatives"));
     }
   }
   if (std::optional<int> top = r.worker_prompt_logprobs()) {
-    const int64_t entries = prompt_tokens * r.n() * (1 + *top);
+    const int64_t entries = prompt_tokens * r.n() * (1 + count(*top));
     if (entries > limits.max_logprob_entries) {
-      return Bad(
-          r.prompt_logprobs ? "prompt_logprobs" : "echo",
-          absl::StrCat("prompt tokens × n × (1 + alternatives) = ", prompt_tokens, " × ", r.n(),
-                       " × ", 1 + *top, " = ", entries, " log-probability entries; the limit is ",
-                       limits.max_logprob_entries, " (--max-logprob-entries)"));
+      return Bad(r.prompt_logprobs ? "prompt_logprobs" : "echo",
+                 absl::StrCat("prompt tokens × n × (1 + alternatives) = ", prompt_tokens, " × ",
+                              r.n(), " × ", 1 + count(*top), " = ", entries,
+                              " log-probability entries; the limit is ", limits.max_logprob_entries,
+                              " (--max-logprob-entries)"));
     }
   }
   return absl::OkStatus();

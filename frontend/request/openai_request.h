@@ -23,12 +23,15 @@ namespace kvserve::frontend {
 absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool chat,
                                                      const RequestLimits& limits = {});
 
-// InvalidArgument naming "logprobs" when prompts × n × max_tokens × (1 + alternatives) of a
-// request with logprobs is over limits.max_logprob_entries, or naming "prompt_logprobs" (or
-// "echo") when `prompt_tokens` (over all prompts) × n × (1 + alternatives) of one returning its
-// prompts' logprobs is; OK otherwise.
+// The logprobs `r` asks for against the server's limits, once its prompts are tokenized
+// (`prompt_tokens` over all of them; `vocab`, the tokenizer's size, is what -1, the whole
+// vocabulary, counts as). InvalidArgument naming the field ("top_logprobs", "logprobs",
+// "prompt_logprobs") whose alternatives are over limits.max_logprobs; naming "logprobs" when
+// prompts × n × max_tokens × (1 + alternatives) of a request with logprobs is over
+// limits.max_logprob_entries, or "prompt_logprobs" (or "echo") when prompt tokens × n ×
+// (1 + alternatives) of one returning its prompts' logprobs is; OK otherwise.
 absl::Status CheckLogprobBudget(const ParsedRequest& r, int64_t max_tokens,
-                                const RequestLimits& limits, int64_t prompt_tokens = 0);
+                                const RequestLimits& limits, int64_t prompt_tokens, int64_t vocab);
 
 }  // namespace kvserve::frontend
 

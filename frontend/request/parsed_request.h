@@ -29,6 +29,9 @@ struct RequestLimits {
   int64_t max_prompt_bytes = 1 << 20;  // --max-prompt-bytes: text before tokenization, in all
   int64_t max_prompt_ids = 1 << 20;    // token ids of a token-id prompt (the context length)
   int max_prompts = 1024;              // --max-prompts: prompts in one completions request
+  // --max-logprobs: the most alternatives a position reports (vLLM's max_logprobs and its
+  // default; -1: no cap, so top_logprobs -1 returns the whole vocabulary).
+  int max_logprobs = 20;
   // --max-logprob-entries: n × max_tokens × (1 + top alternatives) for a request with logprobs,
   // what the router keeps per token and choice (about 300 bytes each).
   int64_t max_logprob_entries = 1 << 20;
@@ -118,16 +121,23 @@ struct ParsedRequest {
     return sampling.has_logprobs() ? std::optional<int>(sampling.logprobs()) : std::nullopt;
   }
   // The alternatives each generated token reports with logprobs on: logprob_token_ids, when
-  // given, in place of the top ones.
+  // given, in place of the top ones; kAllAlternatives for top_logprobs -1 (every one the worker
+  // sends: its whole vocabulary).
+  static constexpr int kAllAlternatives = INT32_MAX;
   [[nodiscard]] int alternatives() const {
-    return sampling.logprob_token_ids_size() > 0 ? sampling.logprob_token_ids_size()
-                                                 : logprobs().value_or(0);
+    if (sampling.logprob_token_ids_size() > 0) return sampling.logprob_token_ids_size();
+    const int top = logprobs().value_or(0);
+    return top == -1 ? kAllAlternatives : top;
   }
 
-  // The alternatives the worker scores per prompt token: prompt_logprobs, or with echo the
-  // logprobs' (vLLM's rule); unset when the prompt's logprobs are not returned.
+  // The alternatives the worker scores per prompt token (-1: the whole vocabulary):
+  // prompt_logprobs, or with echo the logprobs' (vLLM's rule); unset when the prompt's logprobs
+  // are not returned.
   [[nodiscard]] std::optional<int> worker_prompt_logprobs() const {
-    if (echo && logprobs()) return std::max(*logprobs(), prompt_logprobs.value_or(0));
+    if (echo && logprobs()) {
+      if (prompt_logprobs == -1) return -1;
+      return std::max(*logprobs(), prompt_logprobs.value_or(0));
+    }
     return prompt_logprobs;
   }
 };

@@ -199,8 +199,9 @@ void Logprobs(const LogprobsParams& p) {
   for (int64_t k = 0; k < p.num_requests; ++k) {
     const LogprobRequest& q = p.requests[k];
     TopLogprobs(RowOf(p.logits, p.num_rows, p.vocab, p.shard_vocab, q.row, row), p.vocab,
-                q.sample >= 0 ? p.tokens[q.sample] : q.token, q.top_n, p.logprob + k, p.rank + k,
-                p.top_ids + k * kMaxTopLogprobs, p.top_logprobs + k * kMaxTopLogprobs);
+                q.sample >= 0 ? p.tokens[q.sample] : q.token, std::min(q.top_n, kMaxTopLogprobs),
+                p.logprob + k, p.rank + k, p.top_ids + k * kMaxTopLogprobs,
+                p.top_logprobs + k * kMaxTopLogprobs);
   }
 }
 

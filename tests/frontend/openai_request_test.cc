@@ -155,7 +155,7 @@ TEST(OpenAiRequestTest, BadRequestsNameTheParameter) {
       {R"({"model": "m", "prompt": "x", "temperature": 3})", false, "temperature"},
       {R"({"model": "m", "prompt": "x", "top_p": 0})", false, "top_p"},
       {R"({"model": "m", "prompt": "x", "stop": 5})", false, "stop"},
-      {R"({"model": "m", "prompt": "x", "logprobs": 50})", false, "logprobs"},
+      {R"({"model": "m", "prompt": "x", "logprobs": -1})", false, "logprobs"},
       {R"({"model": "m", "prompt": [1, -2]})", false, "prompt"},
       {R"({"model": "m", "prompt": [["a"]]})", false, "prompt[0]"},
       {R"({"model": "m", "prompt": "x", "stream": "yes"})", false, "stream"},
@@ -370,36 +370,80 @@ TEST(OpenAiRequestTest, LimitsNameTheParameterAndTheLimit) {
 }
 
 TEST(OpenAiRequestTest, LogprobBudget) {
+  constexpr int64_t kVocab = 1000;
   RequestLimits l;
+  l.max_logprobs = -1;
   l.max_logprob_entries = 1000;
   ParsedRequest r;
-  EXPECT_OK(CheckLogprobBudget(r, 1'000'000, l));  // no logprobs asked: nothing kept
+  EXPECT_OK(CheckLogprobBudget(r, 1'000'000, l, 0, kVocab));  // no logprobs asked: nothing kept
   r.sampling.set_n(2);
   r.sampling.set_logprobs(4);
-  EXPECT_OK(CheckLogprobBudget(r, 100, l));  // 2 × 100 × 5 = 1000
-  EXPECT_THAT(CheckLogprobBudget(r, 101, l),
+  EXPECT_OK(CheckLogprobBudget(r, 100, l, 0, kVocab));  // 2 × 100 × 5 = 1000
+  EXPECT_THAT(CheckLogprobBudget(r, 101, l, 0, kVocab),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("logprobs: prompts × n × max_tokens × (1 + alternatives) = 1 × "
                                  "2 × 101 × 5 = 1010 log-probability entries; the limit is 1000")));
   r.prompts.resize(2);
-  EXPECT_THAT(CheckLogprobBudget(r, 100, l),
+  EXPECT_THAT(CheckLogprobBudget(r, 100, l, 0, kVocab),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("= 2 × 2 × 100 × 5 = 2000")));
   r.sampling.set_n(128);
   r.sampling.set_logprobs(20);
-  EXPECT_FALSE(CheckLogprobBudget(r, INT32_MAX, l).ok());  // no overflow
+  EXPECT_FALSE(CheckLogprobBudget(r, INT32_MAX, l, 0, kVocab).ok());  // no overflow
   // The prompts' logprobs: prompt tokens (all prompts) × n × (1 + alternatives).
   ParsedRequest scored;
   scored.prompt_logprobs = 4;
   scored.sampling.set_n(2);
-  EXPECT_OK(CheckLogprobBudget(scored, 1, l, 100));
-  EXPECT_THAT(CheckLogprobBudget(scored, 1, l, 101),
+  EXPECT_OK(CheckLogprobBudget(scored, 1, l, 100, kVocab));
+  EXPECT_THAT(CheckLogprobBudget(scored, 1, l, 101, kVocab),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("prompt_logprobs: prompt tokens × n × (1 + alternatives) = 101")));
   ParsedRequest echoed;
   echoed.echo = true;
   echoed.sampling.set_logprobs(9);
-  EXPECT_THAT(CheckLogprobBudget(echoed, 0, l, 101),
+  EXPECT_THAT(CheckLogprobBudget(echoed, 0, l, 101, kVocab),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("echo: ")));
+}
+
+// --max-logprobs (vLLM's max_logprobs, default 20) caps every alternatives count; -1 is the
+// whole vocabulary, counted as its size, and with the cap off it is served.
+TEST(OpenAiRequestTest, MaxLogprobsCapsAlternatives) {
+  constexpr int64_t kVocab = 500;
+  RequestLimits l;
+  ParsedRequest chat;
+  chat.chat = true;
+  chat.sampling.set_logprobs(20);
+  EXPECT_OK(CheckLogprobBudget(chat, 1, l, 0, kVocab));
+  chat.sampling.set_logprobs(21);
+  EXPECT_THAT(CheckLogprobBudget(chat, 1, l, 0, kVocab),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("top_logprobs: 21 is more alternatives than this server returns: "
+                                 "at most 20 (--max-logprobs")));
+  chat.sampling.set_logprobs(-1);
+  EXPECT_THAT(CheckLogprobBudget(chat, 1, l, 0, kVocab),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("top_logprobs: -1 (the whole vocabulary, 500 ids) is more")));
+  l.max_logprobs = 500;  // as vLLM's test: --max-logprobs at the vocabulary's size
+  EXPECT_OK(CheckLogprobBudget(chat, 1, l, 0, kVocab));
+  l.max_logprobs = -1;
+  EXPECT_OK(CheckLogprobBudget(chat, 1, l, 0, kVocab));
+  // The whole vocabulary counts against --max-logprob-entries as its size.
+  l.max_logprob_entries = 2 * (1 + kVocab) - 1;
+  EXPECT_THAT(CheckLogprobBudget(chat, 2, l, 0, kVocab),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("× 2 × 501 = 1002")));
+  ParsedRequest completion;
+  completion.sampling.set_logprobs(30);
+  completion.prompt_logprobs = -1;
+  l = RequestLimits{};
+  EXPECT_THAT(CheckLogprobBudget(completion, 1, l, 3, kVocab),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs: 30 is more")));
+  completion.sampling.set_logprobs(3);
+  EXPECT_THAT(CheckLogprobBudget(completion, 1, l, 3, kVocab),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("prompt_logprobs: -1 (the whole vocabulary, 500 ids)")));
+  l.max_logprobs = -1;
+  EXPECT_OK(CheckLogprobBudget(completion, 1, l, 3, kVocab));
+  completion.echo = true;  // echo with logprobs scores the prompt with the wider of the two
+  EXPECT_EQ(completion.worker_prompt_logprobs(), -1);
 }
 
 // A list of prompts: strings or token-id lists, each answered on its own; limits on their count

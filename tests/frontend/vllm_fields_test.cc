@@ -33,7 +33,7 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
       {{{"echo", true}}, true, "echo"},
       {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
       {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
-      {{{"prompt_logprobs", 21}}, false, "prompt_logprobs"},
+      {{{"prompt_logprobs", -2}}, false, "prompt_logprobs"},
       {{{"max_tokens", 0}}, false, "max_tokens"},
       {{{"response_format", {{"type", "yaml"}}}}, true, "response_format.type"},
       {{{"response_format", "json"}}, true, "response_format"},
@@ -151,7 +151,8 @@ TEST(OpenAiRequestTest, ContinuousUsageStatsNeedsIncludeUsageToDoAnything) {
 }
 
 // Chat's logprobs as vLLM's pydantic validation reads it: "true" (a string) is true (its
-// test_top_logprobs sends that); top_logprobs -1, the whole vocabulary, is refused by name.
+// test_top_logprobs sends that); top_logprobs -1, the whole vocabulary, passes the parser
+// (--max-logprobs decides: CheckLogprobBudget); below -1 is refused.
 TEST(OpenAiRequestTest, ChatLogprobsIsReadAsVllmReadsABool) {
   auto parse = [](json extra) {
     json body = MinimalBody(true);
@@ -168,9 +169,11 @@ TEST(OpenAiRequestTest, ChatLogprobsIsReadAsVllmReadsABool) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs: must be true")));
   EXPECT_THAT(parse({{"logprobs", 2}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logprobs")));
-  EXPECT_THAT(parse({{"logprobs", "true"}, {"top_logprobs", -1}}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("top_logprobs: -1 (every token of the vocabulary")));
+  ASSERT_OK_AND_ASSIGN(ParsedRequest all, parse({{"logprobs", "true"}, {"top_logprobs", -1}}));
+  EXPECT_EQ(all.sampling.logprobs(), -1);
+  EXPECT_EQ(all.alternatives(), ParsedRequest::kAllAlternatives);
+  EXPECT_THAT(parse({{"logprobs", "true"}, {"top_logprobs", -2}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_logprobs")));
 }
 
 TEST(OpenAiRequestTest, VllmOutputOptions) {

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<kvserve::frontend::ParsedRequest> r =
       kvserve::frontend::ParseCompletionRequest(body, chat, limits);
   if (r.ok()) {
-    kvserve::frontend::CheckLogprobBudget(*r, r->max_tokens, limits).IgnoreError();
+    kvserve::frontend::CheckLogprobBudget(*r, r->max_tokens, limits, 0, 128256).IgnoreError();
   }
   absl::StatusOr<kvserve::frontend::ResponsesRequest> responses =
       kvserve::frontend::TranslateResponsesRequest(body, limits);

@@ -188,6 +188,10 @@ Results SeededSamples(const Reference& ref, const std::string& device, int graph
       in.sampling.ignore_eos = false;
       if (i == 1) in.sampling.allowed_token_ids = {2, 5, 9, 40, 41, 600};
       in.sampling.prompt_logprobs = 3;  // scored on the backend, unadjusted
+      if (i == 0) {  // the whole vocabulary: rows brought back (after the adjustments) and ranked
+        in.sampling.logprobs = -1;
+        in.sampling.prompt_logprobs = -1;
+      }
     }
     EXPECT_OK(engine->AddRequest(in));
   }
@@ -210,7 +214,22 @@ TEST(EngineCudaSamplingTest, SeededSamplesAreTheCpus) {
   ExpectCpuSamples(gpu, cpu);
 }
 
-// With penalties, biases, bans and allowed ids: the CPU's tokens too, eager and in graphs.
+// The same alternatives, best first (ids compared in the first 20: further down, a near tie
+// may order the other way), values within 1e-3.
+void ExpectSameTop(const TokenLogprobs& got, const TokenLogprobs& want, const std::string& what) {
+  ASSERT_EQ(got.top.size(), want.top.size()) << what;
+  for (size_t k = 0; k < got.top.size(); ++k) {
+    if (k < 20) EXPECT_EQ(got.top[k].first, want.top[k].first) << what << " " << k;
+    if (std::isinf(want.top[k].second)) {  // banned by the adjustments
+      EXPECT_EQ(got.top[k].second, want.top[k].second) << what << " " << k;
+    } else {
+      EXPECT_NEAR(got.top[k].second, want.top[k].second, 1e-3) << what << " " << k;
+    }
+  }
+}
+
+// With penalties, biases, bans and allowed ids: the CPU's tokens too, eager and in graphs; the
+// first prompt's logprobs over the whole vocabulary, generated and prompt positions.
 TEST(EngineCudaSamplingTest, AdjustedSamplesAreTheCpus) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   const Reference ref = LoadReference("tiny-llama3");
@@ -218,6 +237,17 @@ TEST(EngineCudaSamplingTest, AdjustedSamplesAreTheCpus) {
   Results gpu = SeededSamples(ref, "cuda", 0, true), graphs = SeededSamples(ref, "cuda", 16, true);
   ExpectCpuSamples(gpu, cpu);
   ExpectCpuSamples(graphs, cpu);
+  for (Results* run : {&gpu, &graphs}) {
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<TokenLogprobs>& want = cpu["0"][s].logprobs;
+      const std::vector<TokenLogprobs>& got = (*run)["0"][s].logprobs;
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_EQ(got[0].top.size(), 1024u) << "the whole vocabulary";
+      for (size_t t = 0; t < got.size(); ++t) {
+        ExpectSameTop(got[t], want[t], absl::StrCat("sample ", s, " token ", t));
+      }
+    }
+  }
   // The prompts' logprobs: the same ranks and alternatives, values within 1e-3.
   for (const auto& [id, samples] : cpu) {
     const std::vector<TokenLogprobs>& want = samples.at(0).prompt_logprobs;
@@ -228,10 +258,8 @@ TEST(EngineCudaSamplingTest, AdjustedSamplesAreTheCpus) {
       EXPECT_EQ(got[p].token, want[p].token) << id << " " << p;
       EXPECT_EQ(got[p].rank, want[p].rank) << id << " " << p;
       EXPECT_NEAR(got[p].logprob, want[p].logprob, 1e-3) << id << " " << p;
-      ASSERT_EQ(got[p].top.size(), want[p].top.size()) << id << " " << p;
-      for (size_t k = 0; k < got[p].top.size(); ++k) {
-        EXPECT_EQ(got[p].top[k].first, want[p].top[k].first) << id << " " << p << " " << k;
-      }
+      ASSERT_EQ(got[p].top.size(), id == "0" ? 1024u : 3u) << id << " " << p;
+      ExpectSameTop(got[p], want[p], absl::StrCat(id, " ", p));
     }
   }
 }

@@ -35,7 +35,7 @@ before(async () => {
   workerArg = `127.0.0.1:${port}:${events}`;
   workerMetrics = `http://127.0.0.1:${metrics}/metrics`;
   router = await start(children, path.join(bin, 'kvserve-router'), ['--model', model, '--host', '127.0.0.1', '--port', String(http),
-    '--workers', workerArg, '--max-model-len', '1024'], /kvserve-router ready/);
+    '--workers', workerArg, '--max-model-len', '1024', '--max-logprobs', '128256'], /kvserve-router ready/);
   base = `http://127.0.0.1:${http}`;
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
   // Wait for the worker's first heartbeat to reach the router.
@@ -208,6 +208,39 @@ test('return_token_ids: prompt and output ids, whole and streamed', async () => 
   // Without it, no ids.
   const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 });
   assert.ok(!('prompt_token_ids' in plain) && !('token_ids' in plain.choices[0]));
+});
+
+// vLLM's top_logprobs -1 (its test_top_logprobs, with the server's --max-logprobs at the
+// vocabulary's size, as here): every id of the model's vocabulary, best first, the chosen token
+// among them with its own value; more than --max-logprobs is refused naming both.
+test('top_logprobs -1: the whole vocabulary within --max-logprobs', async () => {
+  const vocab = JSON.parse(fs.readFileSync(path.join(model, 'config.json'), 'utf8')).vocab_size;
+  const messages = [{ role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'Beijing is the capital of which country?' }];
+  const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 1,
+    logprobs: 'true', top_logprobs: -1, return_tokens_as_token_ids: true });
+  const [entry] = r.choices[0].logprobs.content;
+  assert.equal(entry.top_logprobs.length, vocab);
+  assert.equal(new Set(entry.top_logprobs.map((t) => t.token)).size, vocab);
+  for (let k = 1; k < vocab; k++) assert.ok(entry.top_logprobs[k - 1].logprob >= entry.top_logprobs[k].logprob);
+  assert.equal(entry.top_logprobs.find((t) => t.token === entry.token).logprob, entry.logprob);
+  const sum = entry.top_logprobs.reduce((s, t) => s + Math.exp(t.logprob), 0);
+  assert.ok(Math.abs(sum - 1) < 1e-3, `probabilities sum to ${sum}`);
+  // Ids the request bans (allowed_token_ids) have -inf, which is written as vLLM writes it: -9999.
+  const banned = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 1,
+    logprobs: true, top_logprobs: -1, allowed_token_ids: [5, 6, 7], return_tokens_as_token_ids: true });
+  const all = banned.choices[0].logprobs.content[0].top_logprobs;
+  assert.deepEqual(all.slice(0, 3).map((t) => t.token).sort(), ['token_id:5', 'token_id:6', 'token_id:7']);
+  assert.ok(all.slice(3).every((t) => t.logprob === -9999), 'every other id at -9999');
+  for (const [body, says] of [
+    [{ messages, logprobs: true, top_logprobs: vocab + 1 }, `top_logprobs: ${vocab + 1} is more alternatives than this server returns: at most ${vocab} (--max-logprobs`],
+    [{ messages, logprobs: true, top_logprobs: -1, max_tokens: 16 }, 'logprobs: prompts × n × max_tokens × (1 + alternatives)'],
+  ]) {
+    const res = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny', ...body }) });
+    assert.equal(res.status, 400);
+    assert.ok((await res.json()).error.message.includes(says), says);
+  }
 });
 
 // vLLM's logprob_token_ids: the given ids' logprobs at every generated position, in the given

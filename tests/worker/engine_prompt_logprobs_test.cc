@@ -140,7 +140,7 @@ TEST(EnginePromptLogprobsTest, OncePerRequestAndValidated) {
   EXPECT_EQ(r["n3"].size(), 3u);
   EXPECT_TRUE(r["one"][0].prompt_logprobs.empty());
   EXPECT_EQ(r["one"][0].tokens.size(), 2u);
-  for (int bad : {-1, 21}) {
+  for (int bad : {-2, 1025}) {  // -1: the whole vocabulary (engine_wide_logprobs_test)
     RequestInput b = PromptLogprobsRequest("bad", ref.prompts[0]);
     b.sampling.prompt_logprobs = bad;
     EXPECT_THAT(engine->AddRequest(b),

@@ -49,7 +49,7 @@ TEST(EngineValidationTest, BadRequestsAreRejectedAndChangeNothing) {
       {[](RequestInput& r) { r.sampling.min_p = 2; }, absl::StatusCode::kInvalidArgument, "min_p"},
       {[](RequestInput& r) { r.sampling.n = 0; }, absl::StatusCode::kInvalidArgument,
        "n must be in"},
-      {[](RequestInput& r) { r.sampling.logprobs = 50; }, absl::StatusCode::kInvalidArgument,
+      {[](RequestInput& r) { r.sampling.logprobs = 1025; }, absl::StatusCode::kInvalidArgument,
        "logprobs"},
       {[](RequestInput& r) { r.stop_token_ids = {4096}; }, absl::StatusCode::kInvalidArgument,
        "stop_token_ids: token id 4096 is outside the vocabulary [0, 1024)"},

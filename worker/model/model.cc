@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "glog/logging.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/rope.h"
 #include "worker/model/decode_graphs.h"
 #include "worker/model/weight_reader.h"
@@ -336,6 +337,17 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (2 + kTop));
     backend_->Logprobs(lp);
   }
+  // A logprobs request for more than kMaxTopLogprobs alternatives (up to the whole vocabulary)
+  // is ranked on the host, from its adjusted row brought back whole (never in an async step).
+  std::vector<int32_t> wide;
+  for (const kernels::LogprobRequest& q : b.logprobs) {
+    if (q.top_n > kTop) wide.push_back(q.row);
+  }
+  if (!wide.empty()) {
+    CHECK(!b.async_results) << "a step with wide logprobs ran ahead";
+    scratch_.wide_rows.resize(wide.size() * config_.vocab_size);
+    DownloadRows(logits, rows, wide, scratch_.wide_rows.data());
+  }
   Lap(&ForwardTimes::launch);
   if (b.async_results) {  // into pinned memory; Collect waits and unpacks
     const int slot = scratch_.next_results_slot;
@@ -383,10 +395,24 @@ void Model::UnpackResults(const ForwardBatch& b, const uint32_t* host, ForwardOu
   out->tokens.resize(n);
   std::memcpy(out->tokens.data(), host, sizeof(int32_t) * n);
   const uint32_t* h = host + n;
+  const int64_t vocab = config_.vocab_size;
+  const float* wide_row = scratch_.wide_rows.data();
   for (int64_t k = 0; k < num; ++k) {
     const kernels::LogprobRequest& q = b.logprobs[k];
     TokenLogprobs t;
     t.token = q.sample >= 0 ? out->tokens[q.sample] : q.token;
+    if (q.top_n > kTop) {  // Draw's: the row ranked here, by the CPU backend's rule
+      const int top_n = static_cast<int>(std::min<int64_t>(q.top_n, vocab));
+      std::vector<int32_t> ids(top_n);
+      std::vector<float> values(top_n);
+      kernels::cpu::TopLogprobs(wide_row, vocab, t.token, top_n, &t.logprob, &t.rank, ids.data(),
+                                values.data());
+      wide_row += vocab;
+      t.top.reserve(top_n);
+      for (int i = 0; i < top_n; ++i) t.top.emplace_back(ids[i], values[i]);
+      out->logprobs.push_back(std::move(t));
+      continue;
+    }
     std::memcpy(&t.logprob, h + k, sizeof(float));
     std::memcpy(&t.rank, h + num + k, sizeof(int32_t));
     for (int i = 0; i < std::min<int64_t>(q.top_n, config_.vocab_size); ++i) {
@@ -533,6 +559,27 @@ absl::Status Model::graphs_stopped() const {
   return graphs_ != nullptr ? graphs_->stopped() : absl::OkStatus();
 }
 
+void Model::DownloadRows(const float* logits, int64_t rows, absl::Span<const int32_t> which,
+                         float* out) {
+  // Gathered (whole rows, from every rank's slice) into a fixed buffer and brought back a few
+  // rows at a time.
+  const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
+  const auto n = static_cast<int64_t>(which.size());
+  const int64_t per_copy = HostRowsPerCopy();
+  float* host_rows = Reserve(scratch_.host_rows, per_copy * vocab);
+  for (int64_t k0 = 0; k0 < n; k0 += per_copy) {
+    const int64_t m = std::min(per_copy, n - k0);
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t r = which[k0 + k];
+      for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
+        backend_->Copy(host_rows + k * vocab + v0, logits + (v0 / vs) * rows * vs + r * vs,
+                       sizeof(float) * std::min(vs, vocab - v0));
+      }
+    }
+    backend_->Download(out + k0 * vocab, host_rows, sizeof(float) * m * vocab);
+  }
+}
+
 absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* logits,
                                             int64_t rows, const kernels::SampleRequest* samples,
                                             const kernels::LogprobRequest* logprob_requests) {
@@ -544,26 +591,10 @@ absl::StatusOr<ForwardOutput> Model::Finish(const ForwardBatch& b, const float* 
   const bool downloads = shard_.rank == 0 && (draws || !b.host_logit_rows.empty());
   Lap(&ForwardTimes::launch);
   if (comm_ != nullptr && !downloads) backend_->Synchronize();
-  const int64_t vocab = config_.vocab_size, vs = vocab_shard_;
   // The prompt logits first: the draw's adjustments change the rows it reads.
   if (shard_.rank == 0 && !b.host_logit_rows.empty()) {
-    // Gathered (whole rows, from every rank's slice) into a fixed buffer and brought back a few
-    // rows at a time.
-    const auto n = static_cast<int64_t>(b.host_logit_rows.size());
-    const int64_t per_copy = HostRowsPerCopy();
-    float* host_rows = Reserve(scratch_.host_rows, per_copy * vocab);
-    out.logits.resize(n * vocab);
-    for (int64_t k0 = 0; k0 < n; k0 += per_copy) {
-      const int64_t m = std::min(per_copy, n - k0);
-      for (int64_t k = 0; k < m; ++k) {
-        const int64_t r = b.host_logit_rows[k0 + k];
-        for (int64_t v0 = 0; v0 < vocab; v0 += vs) {
-          backend_->Copy(host_rows + k * vocab + v0, logits + (v0 / vs) * rows * vs + r * vs,
-                         sizeof(float) * std::min(vs, vocab - v0));
-        }
-      }
-      backend_->Download(out.logits.data() + k0 * vocab, host_rows, sizeof(float) * m * vocab);
-    }
+    out.logits.resize(b.host_logit_rows.size() * config_.vocab_size);
+    DownloadRows(logits, rows, b.host_logit_rows, out.logits.data());
   }
   Lap(&ForwardTimes::download);
   if (shard_.rank == 0 && draws) {

@@ -177,6 +177,8 @@ class Model {
     kernels::Buffer<float> residual_alt;  // DecodeGemv steps' residuals alternate with residual
     kernels::Buffer<uint16_t> h16, attn16, act16;  // with 16-bit weights: Gemm inputs, rounded
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
+    // The adjusted logits rows of the step's wide logprobs requests (Draw), [n][vocab].
+    std::vector<float> wide_rows;
     kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
     // Async scheduling: in-flight results land in pinned memory, two steps' apart
@@ -261,8 +263,13 @@ class Model {
   void Draw(const ForwardBatch& b, const float* logits, int64_t rows,
             const kernels::SampleRequest* samples, const kernels::LogprobRequest* logprob_requests,
             ForwardOutput* out);
-  // The draw's results (tokens, then logprobs as Draw lays them out) from host memory.
+  // The draw's results (tokens, then logprobs as Draw lays them out) from host memory; a wide
+  // logprobs request's from its row in scratch_.wide_rows.
   void UnpackResults(const ForwardBatch& b, const uint32_t* host, ForwardOutput* out) const;
+  // Logits rows `which` (indexes into the `rows` rows at `logits`, laid out as SampleParams
+  // says) gathered whole into host memory, [which.size()][vocab], a few rows per download.
+  void DownloadRows(const float* logits, int64_t rows, absl::Span<const int32_t> which,
+                    float* out);
   // The pending rows' tokens from the previous step's draw, into `token_ids` (backend memory).
   void GatherPending(const ForwardBatch& b, const int32_t* token_ids);
 

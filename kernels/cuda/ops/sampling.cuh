@@ -355,7 +355,8 @@ __global__ void __launch_bounds__(kThreads) LogprobsKernel(LogprobsParams p) {
     p.rank[blockIdx.x] = static_cast<int32_t>(block_rank);
   }
   __syncthreads();  // the union held the rank's reduction
-  const int n = static_cast<int>(min(static_cast<int64_t>(q.top_n), row.vocab));
+  const int n =
+      static_cast<int>(min(static_cast<int64_t>(min(q.top_n, kMaxTopLogprobs)), row.vocab));
   if (n <= 0) return;
   const RowLogitKeys keys{&row};
   const auto key = [&](int64_t i) -> uint64_t { return keys.key(i); };
