@@ -114,6 +114,12 @@ std::optional<ToolOutput> Completion::ToolFormat() const {
 }
 
 std::string Completion::EchoText(size_t prompt) const {
+  if (req_.chat) {  // vLLM's: the last message, when it has the role of the answer
+    if (req_.messages.empty()) return {};
+    const tokenizer::ChatMessage& last = req_.messages.back();
+    const std::string_view role = req_.add_generation_prompt ? "assistant" : last.role;
+    return last.role == role ? last.content : std::string();
+  }
   const PromptInput& in = req_.prompts[prompt];
   // A text prompt as sent (unless truncated); token ids as the tokenizer decodes them.
   if (in.text && !req_.truncate_prompt_tokens) return *in.text;
@@ -229,7 +235,7 @@ void Completion::Echo(Choice& c, ChoiceDelta& d) {
   c.echoed = true;
   const PromptJob& p = prompts_[c.prompt];
   d.echo = p.echo;
-  if (!req_.logprobs()) return;
+  if (req_.chat || !req_.logprobs()) return;  // chat echoes text alone (vLLM's)
   // The prompt's tokens with their logprobs (the first has none), as vLLM echoes them.
   for (size_t i = 0; i < p.ids.size(); ++i) {
     const std::string token = LogprobToken(p.ids[i]);
@@ -312,8 +318,9 @@ void Completion::SendChunk(int index, const ChoiceDelta& d, const std::string& f
     if (!c.role_sent) delta["role"] = "assistant", c.role_sent = true;
     const OutputDelta& out = d.out;
     if (!out.reasoning.empty()) delta["reasoning_content"] = out.reasoning;
-    if (!out.text.empty() || (finish.empty() && out.reasoning.empty() && out.calls.empty())) {
-      delta["content"] = out.text;
+    if (!d.echo.empty() || !out.text.empty() ||
+        (finish.empty() && out.reasoning.empty() && out.calls.empty())) {
+      delta["content"] = d.echo + out.text;
     }
     if (!out.calls.empty()) {
       delta["tool_calls"] = ToolCallsJson(out.calls, c.calls.size() - out.calls.size());
@@ -380,6 +387,11 @@ void Completion::Finish() {
         {"choices", ChoicesJson()}, {"usage", Usage()}};
     // vLLM's return_token_ids: chat's one prompt at the top, completions' per choice.
     if (req_.return_token_ids && req_.chat) body["prompt_token_ids"] = prompts_[0].ids;
+    if (req_.prompt_logprobs && req_.chat) {  // vLLM's: chat's one prompt at the top too
+      body["prompt_logprobs"] =
+          PromptLogprobsJson(prompts_[0].prompt_logprobs, *req_.prompt_logprobs,
+                             [this](int id) { return TokenText(id); });
+    }
     return conn_->Respond(200, OrderedJsonBody(body));
   }
   conn_->CountStreamed(200);
@@ -428,9 +440,9 @@ json Completion::ChoicesJson() const {
     const PromptJob& p = prompts_[c.prompt];
     json choice = {{"index", i}};
     if (req_.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = {{"role", "assistant"}, {"content", p.echo + c.text}};
       if (!c.calls.empty()) {
-        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        if (c.text.empty() && p.echo.empty()) choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] = ToolCallsJson(c.calls, 0);
       }
       if (c.has_reasoning) {
@@ -446,7 +458,7 @@ json Completion::ChoicesJson() const {
       if (!req_.chat) choice["prompt_token_ids"] = p.ids;
       choice["token_ids"] = c.token_ids;
     }
-    if (req_.prompt_logprobs) {
+    if (req_.prompt_logprobs && !req_.chat) {
       choice["prompt_logprobs"] = PromptLogprobsJson(p.prompt_logprobs, *req_.prompt_logprobs,
                                                      [this](int id) { return TokenText(id); });
     }

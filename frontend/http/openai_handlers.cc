@@ -67,7 +67,7 @@ absl::StatusOr<std::vector<std::vector<int>>> TokenizePrompts(const FrontContext
     // int64: prompt_tokens + max_tokens overflows int for max_tokens near 2^31. Echo with
     // max_tokens 0 still runs one step.
     if (int64_t{prompt_tokens} + std::max(*max_tokens, 1) > limit ||
-        *max_tokens < (r.echo ? 0 : 1)) {
+        *max_tokens < (r.echo && !r.chat ? 0 : 1)) {
       const std::string param =
           r.chat ? "messages" : (count > 1 ? absl::StrCat("prompt[", k, "]") : "prompt");
       return absl::InvalidArgumentError(absl::StrFormat(

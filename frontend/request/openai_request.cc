@@ -441,7 +441,8 @@ absl::Status ParseInput(object o, bool chat, const RequestLimits& limits, Parsed
   return absl::OkStatus();
 }
 
-// Completions' echo and vLLM's prompt_logprobs.
+// echo (completions': the prompt; chat's, vLLM's: the last message when it has the answer's
+// role) and vLLM's prompt_logprobs.
 absl::Status ParseEcho(object o, ParsedRequest* r) {
   ASSIGN_OR_RETURN(r->echo, Bool(o, "echo", false));
   if (Field(o, "prompt_logprobs")) {
@@ -537,12 +538,12 @@ absl::StatusOr<ParsedRequest> ParseCompletionRequest(std::string_view body, bool
   ASSIGN_OR_RETURN(r.model, String(o, "model"));
   if (r.model.empty()) return Bad("model", "is required");
   RETURN_IF_ERROR(ParseInput(o, chat, limits, &r));
-  if (!chat) RETURN_IF_ERROR(ParseEcho(o, &r));
+  RETURN_IF_ERROR(ParseEcho(o, &r));
   const char* max_key =
       chat && Field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens_given = Field(o, max_key).has_value();
-  // max_tokens 0 with echo scores the prompt and generates nothing (vLLM's rule).
-  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, r.echo ? 0 : 1, INT32_MAX));
+  // max_tokens 0 with echo scores the prompt and generates nothing (vLLM's rule, completions').
+  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(o, max_key, 16, r.echo && !chat ? 0 : 1, INT32_MAX));
   r.max_tokens = static_cast<int>(max_tokens);
   RETURN_IF_ERROR(ParseSampling(o, chat, &r));
   RETURN_IF_ERROR(ParseLogprobTokenIds(o, chat, &r));

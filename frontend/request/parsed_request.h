@@ -105,8 +105,11 @@ struct ParsedRequest {
   std::vector<std::string> bad_words;       // as sent; sampling.bad_words once tokenized
   int priority = 0;  // vLLM's: lower runs first on a worker with --scheduling-policy priority
   // Completions: each choice's text (and logprobs) starts with its prompt's; max_tokens may be 0.
+  // Chat (vLLM's): each choice's content starts with the last message's when that message has
+  // the answer's role (assistant; without a generation prompt, the last message's own).
   bool echo = false;
-  // Completions: vLLM's per-prompt-token logprobs with this many alternatives (not streamed).
+  // vLLM's per-prompt-token logprobs with this many alternatives (not streamed): per choice on
+  // completions, once at the top on chat.
   std::optional<int> prompt_logprobs;
   // Structured outputs (guided_regex, guided_choice, structured_outputs.regex / .choice), checked
   // by compiling it.
@@ -131,10 +134,10 @@ struct ParsedRequest {
   }
 
   // The alternatives the worker scores per prompt token (-1: the whole vocabulary):
-  // prompt_logprobs, or with echo the logprobs' (vLLM's rule); unset when the prompt's logprobs
-  // are not returned.
+  // prompt_logprobs, or with completions' echo the logprobs' (vLLM's rule); unset when the
+  // prompt's logprobs are not returned.
   [[nodiscard]] std::optional<int> worker_prompt_logprobs() const {
-    if (echo && logprobs()) {
+    if (echo && !chat && logprobs()) {
       if (prompt_logprobs == -1) return -1;
       return std::max(*logprobs(), prompt_logprobs.value_or(0));
     }

@@ -67,11 +67,6 @@ absl::Status RefuseUnserved(object o, bool chat, int n) {
                "best_of too); ask for n samples with logprobs and keep the best by their sum");
   }
   if (chat) {
-    ASSIGN_OR_RETURN(bool echo, Bool(o, "echo", false));
-    if (echo) return Bad("echo", "is served on /v1/completions only; leave it unset or false");
-    if (Field(o, "prompt_logprobs")) {
-      return Bad("prompt_logprobs", "is served on /v1/completions only; leave it unset");
-    }
     if (NonEmptyArray(o, "functions")) {
       return Bad("functions", "the legacy function calling is not served; send tools instead");
     }

@@ -30,8 +30,8 @@ TEST(OpenAiRequestTest, UnservedParametersAreRefusedUnlessNeutral) {
   };
   const std::vector<Case> cases = {
       {{{"use_beam_search", true}}, false, "use_beam_search"},
-      {{{"echo", true}}, true, "echo"},
-      {{{"prompt_logprobs", 1}}, true, "prompt_logprobs"},
+      {{{"echo", true}, {"max_tokens", 0}}, true, "max_tokens"},  // completions' alone
+      {{{"prompt_logprobs", 1}, {"stream", true}}, true, "prompt_logprobs"},
       {{{"prompt_logprobs", 1}, {"stream", true}}, false, "prompt_logprobs"},
       {{{"prompt_logprobs", -2}}, false, "prompt_logprobs"},
       {{{"max_tokens", 0}}, false, "max_tokens"},
@@ -302,9 +302,9 @@ TEST(OpenAiRequestTest, EveryVllmFieldIsServedOrRefusedByName) {
       {"include_reasoning", false, false},
       {"parallel_tool_calls", false, true},
       {"best_of", 2, false},
-      {"prompt_logprobs", 1, false},
+      {"prompt_logprobs", 1, true},
       {"bad_words", {"x"}, true},
-      {"echo", true, false},
+      {"echo", true, true},
       {"add_generation_prompt", false, true},
       {"continue_final_message", true, false},  // (served; needs add_generation_prompt false)
       {"documents", {{{"title", "t"}, {"text", "x"}}}, false},

@@ -243,6 +243,48 @@ test('top_logprobs -1: the whole vocabulary within --max-logprobs', async () => 
   }
 });
 
+// Chat's echo and prompt_logprobs, as vLLM's test_chat_echo asks them: echo starts the content
+// with the last message when it has the answer's role (continue_final_message), whole and
+// streamed, and adds nothing after a user turn; prompt_logprobs comes once, at the top.
+test('chat echo and prompt_logprobs, as vLLM serves them', async () => {
+  const saying = 'Here is a common saying about apple. An apple a day, keeps';
+  const messages = [{ role: 'user', content: 'tell me a common saying' }, { role: 'assistant', content: saying }];
+  const asked = { model: 'tiny', messages, max_tokens: 4, temperature: 0, continue_final_message: true,
+    add_generation_prompt: false };
+  const plain = await client.chat.completions.create({ ...asked, echo: false });
+  const echoed = await client.chat.completions.create({ ...asked, echo: true });
+  assert.ok(!plain.choices[0].message.content.includes(saying));
+  assert.equal(echoed.choices[0].message.content, saying + plain.choices[0].message.content);
+  let streamed = '';
+  for await (const c of await client.chat.completions.create({ ...asked, echo: true, stream: true })) {
+    streamed += c.choices[0]?.delta?.content ?? '';
+  }
+  assert.equal(streamed, echoed.choices[0].message.content);
+  const user = await client.chat.completions.create({ model: 'tiny', messages: [messages[0]], max_tokens: 4,
+    temperature: 0, echo: true });
+  const userPlain = await client.chat.completions.create({ model: 'tiny', messages: [messages[0]], max_tokens: 4,
+    temperature: 0 });
+  assert.equal(user.choices[0].message.content, userPlain.choices[0].message.content, 'nothing echoed after a user turn');
+  // prompt_logprobs: [null, {id: {logprob, rank, decoded_token}}, ...] over the rendered prompt.
+  const scored = await client.chat.completions.create({ model: 'tiny', messages: [messages[0]], max_tokens: 1,
+    prompt_logprobs: 2, return_token_ids: true });
+  const lp = scored.prompt_logprobs;
+  assert.equal(lp.length, scored.prompt_token_ids.length);
+  assert.equal(lp[0], null);
+  for (const [i, position] of lp.slice(1).entries()) {
+    const entries = Object.entries(position);
+    assert.ok(entries.length >= 2 && entries.length <= 3);
+    assert.ok(String(scored.prompt_token_ids[i + 1]) in position, 'the prompt token itself');
+    for (const [, v] of entries) assert.ok(v.logprob <= 0 && v.rank >= 1 && typeof v.decoded_token === 'string');
+  }
+  assert.ok(!('prompt_logprobs' in scored.choices[0]));
+  // The whole vocabulary at every prompt position is over --max-logprob-entries here.
+  const res = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', messages: [messages[0]], prompt_logprobs: -1 }) });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).error.message, /^prompt_logprobs: prompt tokens × n × \(1 \+ alternatives\)/);
+});
+
 // vLLM's logprob_token_ids: the given ids' logprobs at every generated position, in the given
 // order, in place of the top alternatives (chat: top_logprobs; completions: beside the chosen
 // token), streamed alike; the value of an id equals its value among the top ones.
@@ -370,8 +412,6 @@ test('errors in OpenAI shape', async () => {
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x',
     stop_token_ids: [128256] }),
   (e) => e.status === 400 && e.param === 'stop_token_ids' && /128256 ids/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], echo: true }),
-    (e) => e.status === 400 && e.param === 'echo');
   await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 0 }),
     (e) => e.status === 400 && e.param === 'max_tokens');
   await assert.rejects(client.chat.completions.create({
