@@ -20,6 +20,7 @@
 #include "common/string_util.h"
 #include "common/structured/json_terminals.h"
 #include "common/structured/regex.h"
+#include "common/structured/schema_values.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::structured {
@@ -89,21 +90,6 @@ std::optional<std::string> PlainRef(const Json& s) {
     return std::nullopt;
   }
   return s["$ref"].get<std::string>();
-}
-
-// Whether `v` is a JSON value of schema type `type`.
-bool HasType(const Json& v, std::string_view type) {
-  if (type == "null") return v.is_null();
-  if (type == "boolean") return v.is_boolean();
-  if (type == "object") return v.is_object();
-  if (type == "array") return v.is_array();
-  if (type == "string") return v.is_string();
-  if (type == "number") return v.is_number();
-  if (type == "integer") {
-    return v.is_number_integer() ||
-           (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
-  }
-  return false;
 }
 
 // Whether `p` has a '|' outside groups and classes (then its anchors bind to one branch).
@@ -508,19 +494,6 @@ absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& s, const std::string&
                       nfa().Concat(inside, nfa().Literal("]")));
 }
 
-// `v` as compact JSON writes it: the separators ", " and ": ", no other whitespace.
-std::string CompactText(const Json& v) {
-  if (!v.is_structured()) return v.dump();
-  std::string out(1, v.is_object() ? '{' : '[');
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    if (it != v.begin()) out += ", ";
-    if (v.is_object()) absl::StrAppend(&out, Json(it.key()).dump(), ": ");
-    out += CompactText(*it);
-  }
-  out += v.is_object() ? '}' : ']';
-  return out;
-}
-
 absl::StatusOr<Fragment> SchemaCompiler::Enum(const Json& s, const std::string& path) {
   if (HasValidation(s, {"const", "enum", "type"})) {
     return Unsupported(
@@ -691,66 +664,6 @@ absl::StatusOr<Fragment> SchemaCompiler::AnyOf(const Json& s, const std::string&
     out = out ? nfa().Alternate(*out, f) : f;
   }
   return *out;
-}
-
-// The JSON types a schema's values can have ("integer" counted as "number"), as bits.
-uint32_t TypeBits(const Json& s) {
-  static const std::vector<std::string> kTypes = {"null",  "boolean", "object",
-                                                  "array", "string",  "number"};
-  auto bit_of_value = [&](const Json& v) {
-    uint32_t bits = 0;
-    for (size_t t = 0; t < kTypes.size(); ++t) bits |= HasType(v, kTypes[t]) ? 1u << t : 0;
-    return bits;
-  };
-  if (!s.is_object()) return 63;
-  if (s.contains("const")) return bit_of_value(s["const"]);
-  if (s.contains("enum") && s["enum"].is_array()) {
-    uint32_t bits = 0;
-    for (const Json& v : s["enum"]) bits |= bit_of_value(v);
-    return bits;
-  }
-  if (!s.contains("type")) return 63;
-  uint32_t bits = 0;
-  const Json& t = s["type"];
-  for (const Json& one : t.is_array() ? t : Json::array({t})) {
-    const std::string name = one.is_string() ? one.get<std::string>() : "";
-    for (size_t k = 0; k < kTypes.size(); ++k) {
-      if (name == kTypes[k] || (name == "integer" && kTypes[k] == "number")) bits |= 1u << k;
-    }
-  }
-  return bits;
-}
-
-// The values a schema allows when it lists them (const / enum).
-std::optional<std::vector<Json>> ListedValues(const Json& s) {
-  if (!s.is_object()) return std::nullopt;
-  if (s.contains("const")) return std::vector<Json>{s["const"]};
-  if (s.contains("enum") && s["enum"].is_array()) {
-    return std::vector<Json>(s["enum"].begin(), s["enum"].end());
-  }
-  return std::nullopt;
-}
-
-bool Disjoint(const std::optional<std::vector<Json>>& a,
-              const std::optional<std::vector<Json>>& b) {
-  if (!a || !b) return false;
-  return std::none_of(a->begin(), a->end(), [&](const Json& v) {
-    return std::find(b->begin(), b->end(), v) != b->end();
-  });
-}
-
-// Whether a required property of both objects takes listed values that differ (a tag).
-bool Tagged(const Json& a, const Json& b) {
-  auto required = [](const Json& s, const std::string& name) {
-    const Json r = s.value("required", Json::array());
-    return r.is_array() && std::find(r.begin(), r.end(), name) != r.end();
-  };
-  if (!a.contains("properties") || !b.contains("properties")) return false;
-  for (const auto& [name, schema] : a["properties"].items()) {
-    if (!b["properties"].contains(name) || !required(a, name) || !required(b, name)) continue;
-    if (Disjoint(ListedValues(schema), ListedValues(b["properties"][name]))) return true;
-  }
-  return false;
 }
 
 absl::Status SchemaCompiler::CheckExclusive(const Json& branches, const std::string& path) {
