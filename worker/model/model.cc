@@ -337,6 +337,7 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     lp.top_logprobs = reinterpret_cast<float*>(lp_words + num * (2 + kTop));
     backend_->Logprobs(lp);
   }
+  Lap(&ForwardTimes::launch);
   // A logprobs request for more than kMaxTopLogprobs alternatives (up to the whole vocabulary)
   // is ranked on the host, from its adjusted row brought back whole (never in an async step).
   std::vector<int32_t> wide;
@@ -348,7 +349,6 @@ void Model::Draw(const ForwardBatch& b, const float* logits, int64_t rows,
     scratch_.wide_rows.resize(wide.size() * config_.vocab_size);
     DownloadRows(logits, rows, wide, scratch_.wide_rows.data());
   }
-  Lap(&ForwardTimes::launch);
   if (b.async_results) {  // into pinned memory; Collect waits and unpacks
     const int slot = scratch_.next_results_slot;
     scratch_.next_results_slot ^= 1;
