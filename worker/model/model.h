@@ -179,7 +179,7 @@ class Model {
     kernels::Buffer<float> host_rows;              // logits rows that come back, gathered
     // The adjusted logits rows of the step's wide logprobs requests (Draw), [n][vocab].
     std::vector<float> wide_rows;
-    kernels::Buffer<uint32_t> results;             // drawn tokens and logprobs (Draw)
+    kernels::Buffer<uint32_t> results;  // drawn tokens and logprobs (Draw)
     std::vector<uint32_t> results_host;
     // Async scheduling: in-flight results land in pinned memory, two steps' apart
     // (next_results_slot), and the pending rows' lists go up here.
@@ -268,8 +268,7 @@ class Model {
   void UnpackResults(const ForwardBatch& b, const uint32_t* host, ForwardOutput* out) const;
   // Logits rows `which` (indexes into the `rows` rows at `logits`, laid out as SampleParams
   // says) gathered whole into host memory, [which.size()][vocab], a few rows per download.
-  void DownloadRows(const float* logits, int64_t rows, absl::Span<const int32_t> which,
-                    float* out);
+  void DownloadRows(const float* logits, int64_t rows, absl::Span<const int32_t> which, float* out);
   // The pending rows' tokens from the previous step's draw, into `token_ids` (backend memory).
   void GatherPending(const ForwardBatch& b, const int32_t* token_ids);
 
