@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -293,7 +294,7 @@ absl::Status Serve() {
   RouterMetrics metrics;
   o.metrics = &metrics;
   auto core = std::make_unique<RouterCore>(o);
-  core->Start();
+  if (f.api_threads > 0) core->Start();  // else on the front's I/O thread, below
   if (absl::GetFlag(FLAGS_vllm_metrics)) {
     const double timeout = absl::GetFlag(FLAGS_vllm_metrics_timeout_seconds);
     if (!(timeout > 0 && timeout <= 60)) {
@@ -309,6 +310,12 @@ absl::Status Serve() {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<HttpFront> front,
                    HttpFront::Start(f, tok.get(), core.get(), &metrics));
+  // The core stops before the front's io_context it may run on goes, on every way out.
+  absl::Cleanup stop_core = [&] {
+    front->Stop();
+    if (core != nullptr) core->Stop();
+  };
+  if (f.api_threads == 0) core->StartOn(front->io());
   std::unique_ptr<EndpointPicker> epp;
   if (epp_options) {
     ASSIGN_OR_RETURN(epp, EndpointPicker::Start(*epp_options, tok.get(), core.get(), &metrics));

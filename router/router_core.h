@@ -10,7 +10,7 @@
 // and vanished workers, and the admin view.
 //
 //   RouterCore core(options);
-//   core.Start();
+//   core.Start();                  // or core.StartOn(io): its turns on an io_context's thread
 //   core.Submit(std::move(job));   // any thread
 #ifndef KVSERVE_ROUTER_ROUTER_CORE_H_
 #define KVSERVE_ROUTER_ROUTER_CORE_H_
@@ -34,6 +34,7 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/books.h"
 #include "router/discovery.h"
+#include "router/io_turns.h"
 #include "router/kv_fetch.h"
 #include "router/kv_movement.h"
 #include "router/placer.h"
@@ -89,7 +90,12 @@ class RouterCore : public frontend::Core {
 
   explicit RouterCore(const RouterOptions& options);
   ~RouterCore() override;
+  // Runs the core loop on a thread of its own.
   void Start();
+  // Or runs its turns on `io`, which one thread runs (kvserve-router --api-threads 0: the HTTP
+  // front's I/O thread, so that a request is read, placed, sent and answered on one thread).
+  // Stop it on that thread or once `io` no longer runs, and before `io` is destroyed.
+  void StartOn(boost::asio::io_context& io);
   void Stop();  // idempotent; joins
 
   // Queue a job for placement. Any thread.
@@ -120,8 +126,13 @@ class RouterCore : public frontend::Core {
   [[nodiscard]] int queued() const { return placer_.queued(); }
 
  private:
-  // Steps of one turn of the core loop.
+  // The loop of Start's thread: turns until stopped.
   void Loop();
+  // One turn: discovery, the inbox, messages from the workers (waiting up to `wait_ms` for the
+  // first when there is nothing else to do), KV movement, periodic work. Returns whether the
+  // next turn should come at once (KV is in flight, or a socket may hold unread messages).
+  bool Turn(int wait_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  // Steps of a turn.
   void SendControls(const std::vector<std::pair<int, kvserve::v1::ControlAction>>& controls)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void SendAborts(const std::vector<std::string>& aborts)
@@ -171,6 +182,11 @@ class RouterCore : public frontend::Core {
   Placer placer_;
   RecycleSlots slots_;  // Turn: the core thread's; its counts any thread's
   std::chrono::steady_clock::time_point last_info_ ABSL_GUARDED_BY(core_thread_);
+
+  // StartOn's driver (the io_context's thread owns it), or null; the pool's wait_fd(), constant
+  // after construction.
+  std::unique_ptr<IoTurns> io_turns_;
+  int pool_wait_fd_ = -1;
 
   // Read by any thread.
   std::thread thread_;

@@ -1,6 +1,8 @@
 #include "router/worker_pool.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -32,7 +34,33 @@ std::string HttpEndpoint(const std::string& worker_host, const std::string& adve
 
 WorkerPool::WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
                        std::optional<CurveClientKeys> curve)
-    : ctx_(ctx), index_(index), heartbeat_timeout_(heartbeat_timeout), curve_(std::move(curve)) {}
+    : ctx_(ctx),
+      wait_fd_(epoll_create1(EPOLL_CLOEXEC)),
+      index_(index),
+      heartbeat_timeout_(heartbeat_timeout),
+      curve_(std::move(curve)) {
+  PCHECK(wait_fd_ >= 0) << "epoll_create1";
+}
+
+WorkerPool::~WorkerPool() { close(wait_fd_); }
+
+void WorkerPool::Watch(const Socket& s) const {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s.fd;
+  PCHECK(epoll_ctl(wait_fd_, EPOLL_CTL_ADD, s.fd, &ev) == 0) << "epoll_ctl ADD " << s.fd;
+}
+
+void WorkerPool::Unwatch(const Socket& s) const {
+  if (s.socket == nullptr) return;
+  epoll_event ev{};
+  PCHECK(epoll_ctl(wait_fd_, EPOLL_CTL_DEL, s.fd, &ev) == 0) << "epoll_ctl DEL " << s.fd;
+}
+
+bool WorkerPool::unread() const {
+  return std::ranges::any_of(
+      workers_, [](const Worker& w) { return w.active && (w.dealer.unread || w.sub.unread); });
+}
 
 void WorkerPool::Secure(zmq::socket_t& socket) const {
   if (!curve_) return;
@@ -41,8 +69,10 @@ void WorkerPool::Secure(zmq::socket_t& socket) const {
   CHECK(s.ok()) << s;
 }
 
-void WorkerPool::Connect(Worker& w) const {
+void WorkerPool::Connect(Worker& w) {
   const WorkerEndpoint& e = w.endpoint;
+  Unwatch(w.dealer);
+  Unwatch(w.sub);
   auto make = [&](zmq::socket_type type) {
     Socket s;
     s.socket = std::make_unique<zmq::socket_t>(ctx_, type);
@@ -60,6 +90,8 @@ void WorkerPool::Connect(Worker& w) const {
     w.sub.socket->set(zmq::sockopt::subscribe, topic);
   }
   w.sub.socket->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
+  Watch(w.dealer);
+  Watch(w.sub);
   w.connected = Clock::now();
 }
 
@@ -89,6 +121,8 @@ void WorkerPool::ReconnectSilent() {
 
 void WorkerPool::Remove(int w) {
   workers_[w].active = false;
+  Unwatch(workers_[w].dealer);
+  Unwatch(workers_[w].sub);
   workers_[w].dealer = {};
   workers_[w].sub = {};
   index_->RemoveWorker(w);

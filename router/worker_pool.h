@@ -8,7 +8,8 @@
 //   for (auto& [worker, message] : pool.Poll(10)) ...   // responses and control replies
 //   RETURN_IF_ERROR(pool.Send(w, request));
 //
-// One thread (the router's core loop) owns the pool and all its sockets.
+// One thread (the router's core loop) owns the pool and all its sockets. A loop that waits in an
+// event loop of its own (RouterCore::StartOn) waits for wait_fd() and calls Poll(0).
 #ifndef KVSERVE_ROUTER_WORKER_POOL_H_
 #define KVSERVE_ROUTER_WORKER_POOL_H_
 
@@ -54,6 +55,9 @@ class WorkerPool {
   // With `curve`, every socket to a worker is a CURVE client (common/net/curve.h).
   WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
              std::optional<CurveClientKeys> curve = std::nullopt);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Connects to a worker; returns its index (stable until Remove).
   int Add(const WorkerEndpoint& endpoint);
@@ -65,6 +69,13 @@ class WorkerPool {
   // and the KV transfer's KvChunk and KvChunkAck) with their worker.
   std::vector<std::pair<int, ReceivedMessage>> Poll(int timeout_ms, int wake_fd = -1);
   absl::Status Send(int w, const google::protobuf::Message& message);
+  // An epoll set of every socket's ZMQ_FD: readable when one of them may have a message, for a
+  // caller that waits in its own event loop (its sockets change with Add, Remove and
+  // reconnects; this descriptor does not). Poll(0) then takes what came.
+  [[nodiscard]] int wait_fd() const { return wait_fd_; }
+  // Whether a socket may hold messages its descriptor will not signal (after a send, or a
+  // drain cut short): the caller must Poll again without waiting for wait_fd().
+  [[nodiscard]] bool unread() const;
   // Sends a message another worker sent, as it came (the KV transfer's relayed chunks).
   absl::Status Forward(int w, const ReceivedMessage& m);
   // A message from worker w's PUB socket, as Poll hands it on (public for the fuzzer): one that
@@ -114,7 +125,11 @@ class WorkerPool {
   static constexpr std::chrono::seconds kSnapshotRetry{2};
   void AskSnapshot(Worker& worker, int w);
   // (Re)makes the worker's sockets and connects them.
-  void Connect(Worker& w) const;
+  void Connect(Worker& w);
+  // Adds a socket's descriptor to wait_fd_'s set, or takes it out (before the socket closes:
+  // ZeroMQ may close its descriptor later, on its own thread).
+  void Watch(const Socket& s) const;
+  void Unwatch(const Socket& s) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
   // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
   // gets new sockets.
@@ -133,6 +148,7 @@ class WorkerPool {
   void FlushSub();
 
   zmq::context_t& ctx_;
+  const int wait_fd_;  // an epoll set: wait_fd()
   PrefixIndex* index_;
   absl::Duration heartbeat_timeout_;
   std::optional<CurveClientKeys> curve_;

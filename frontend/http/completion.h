@@ -14,7 +14,6 @@
 #define KVSERVE_FRONTEND_HTTP_COMPLETION_H_
 
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -42,7 +41,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
       : ctx_(ctx),
         conn_(std::move(conn)),
         req_(std::move(req)),
-        strand_(boost::asio::make_strand(*ctx.handlers)) {}
+        strand_(boost::asio::make_strand(ctx.handlers)) {}
   [[nodiscard]] const auto& strand() const { return strand_; }
   // Answers in another API's shape (one choice; frontend/output/api_output.h) instead of chat's;
   // before Start.
@@ -155,7 +154,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   bool first_chunk_sent_ = false;
   bool reasoning_inside_ = false;      // the chat prompt opened a reasoning block
   std::unique_ptr<ApiOutput> output_;  // set: the answer is in that API's shape
-  boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
 };
 
 }  // namespace kvserve::frontend

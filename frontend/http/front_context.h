@@ -8,7 +8,7 @@
 #define KVSERVE_FRONTEND_HTTP_FRONT_CONTEXT_H_
 
 #include <atomic>
-#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -44,7 +44,9 @@ struct FrontOptions {
   // The admin API (/admin/workers, drain / undrain / recycle) needs this bearer token; empty
   // turns it off.
   std::string admin_token;
-  // Threads that run the handlers (the sockets have a thread of their own).
+  // Threads that run the handlers (the sockets have a thread of their own). 0: the generation
+  // endpoints' handlers run on the sockets' thread (and kvserve-router's core with them: a
+  // request is read, placed and answered on one thread), the rest on one thread of their own.
   int api_threads = 2;
   // Caps on one request's stops, messages, prompt size and logprobs (400 past them).
   RequestLimits limits;
@@ -72,8 +74,9 @@ struct FrontContext {
   FrontMetrics* metrics = nullptr;
   // Stored responses (OpenAI's `store`); null: none kept. Thread-safe.
   ResponseStore* responses = nullptr;
-  // The handler threads; a request's own work (a Completion) runs on a strand of it.
-  boost::asio::thread_pool* handlers = nullptr;
+  // Where the handlers run (the handler threads, or the sockets' thread with --api-threads 0); a
+  // request's own work (a Completion) runs on a strand of it.
+  boost::asio::any_io_executor handlers;
   std::string id_prefix;  // random per process, so that ids differ across router replicas
   std::atomic<uint64_t> next_id{1};
 

@@ -53,7 +53,10 @@ ABSL_FLAG(int64_t, max_logprob_entries, 1 << 20,
           "and logprobs");
 ABSL_FLAG(int32_t, api_threads, 2,
           "Threads for the HTTP handlers: parsing, tokenization, detokenization, stop strings "
-          "(the sockets have a thread of their own)");
+          "(the sockets have a thread of their own). 0: generation requests' handlers run on the "
+          "sockets' thread, and kvserve-router's routing core with them: the least CPU per "
+          "request, but a long text prompt's tokenization holds up every other stream (the "
+          "other endpoints get one thread)");
 ABSL_FLAG(int32_t, max_connections, 4096,
           "HTTP connections open at once; past it a new one gets a 503 with Retry-After (the "
           "process's open-file limit is raised to its hard limit at start)");
@@ -208,8 +211,8 @@ absl::Status ConnectionsFromFlags(FrontOptions* f) {
       static_cast<size_t>(absl::GetFlag(FLAGS_max_client_buffer_bytes));
   f->max_connections = absl::GetFlag(FLAGS_max_connections);
   f->api_threads = absl::GetFlag(FLAGS_api_threads);
-  if (f->api_threads < 1 || f->api_threads > 256) {
-    return absl::InvalidArgumentError("--api-threads must be in 1..256");
+  if (f->api_threads < 0 || f->api_threads > 256) {
+    return absl::InvalidArgumentError("--api-threads must be in 0..256");
   }
   f->connection.send_buffer_bytes = std::max(0, absl::GetFlag(FLAGS_client_send_buffer_bytes));
   rlimit files{};
@@ -278,6 +281,11 @@ absl::Status FrontFromFlags(int max_model_len, FrontOptions* f, Admission* a) {
   f->responses_store.max_bytes = mb << 20;
   // A bad store name stops the process now, not at its first stored response.
   RETURN_IF_ERROR(MakeResponseStore(f->responses_store).status());
+  if (f->api_threads == 0 && f->responses_store.url.rfind("redis", 0) == 0) {
+    return absl::InvalidArgumentError(
+        "--api-threads 0 runs the handlers on the sockets' thread, where a --responses-store "
+        "round trip would hold up every stream: give --api-threads 1 or more");
+  }
   return absl::OkStatus();
 }
 

@@ -24,8 +24,11 @@ using tcp = asio::ip::tcp;
 struct HttpFront::Impl {
   FrontContext ctx;
   std::unique_ptr<ResponseStore> responses;  // ctx.responses
+  // --api-threads threads; with 0, one thread for what is not generation (generation runs on
+  // the I/O thread: inline_generation).
   std::unique_ptr<asio::thread_pool> handlers;
-  asio::io_context io;
+  bool inline_generation = false;
+  asio::io_context io{1};  // one thread runs it
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_backoff{io};
   int port = 0;  // bound
@@ -58,6 +61,12 @@ int QueryInt(const std::string& query, std::string_view name, int fallback) {
   return fallback;
 }
 
+// The API's generation endpoints: what --api-threads 0 runs on the I/O thread.
+bool IsGeneration(const HttpRequest& r) {
+  return r.method == "POST" && (r.path == "/v1/completions" || r.path == "/v1/chat/completions" ||
+                                r.path == "/v1/messages" || r.path == "/v1/responses");
+}
+
 }  // namespace
 
 void HttpFront::Impl::Accept() {
@@ -83,6 +92,7 @@ void HttpFront::Impl::Accept() {
                                        " connections open (--max-connections); retry shortly")));
     } else {
       conn->Start([this](const std::shared_ptr<HttpConnection>& c, HttpRequest r) {
+        if (inline_generation && IsGeneration(r)) return Dispatch(c, r);
         // Off the socket thread; the body moves along, it is not copied.
         asio::post(*handlers, [this, c, r = std::move(r)] { Dispatch(c, r); });
       });
@@ -159,7 +169,12 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   ASSIGN_OR_RETURN(impl.responses, MakeResponseStore(options.responses_store));
   impl.ctx.responses = impl.responses.get();
   impl.handlers = std::make_unique<asio::thread_pool>(std::max(1, options.api_threads));
-  impl.ctx.handlers = impl.handlers.get();
+  impl.inline_generation = options.api_threads == 0;
+  if (impl.inline_generation) {
+    impl.ctx.handlers = impl.io.get_executor();
+  } else {
+    impl.ctx.handlers = impl.handlers->get_executor();
+  }
   // 64 random bits: stored responses' ids ("resp_" and the request id) must not meet another
   // replica's in a shared store.
   std::random_device random;
@@ -185,6 +200,8 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
 }
 
 int HttpFront::port() const { return impl_->port; }
+
+boost::asio::io_context& HttpFront::io() { return impl_->io; }
 
 void HttpFront::StopAccepting() {
   asio::post(impl_->io, [impl = impl_.get()] {

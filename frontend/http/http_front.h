@@ -1,6 +1,7 @@
 // kvserve-router's HTTP front door (Boost.Beast, async): one I/O thread owns every socket and
 // does nothing else; the handlers (parsing, tokenization, detokenization, stop strings, JSON) run
-// on --api-threads threads, so one large prompt does not hold up other clients' streams. Each
+// on --api-threads threads, so one large prompt does not hold up other clients' streams (with
+// --api-threads 0 generation's run on the I/O thread: fewer hand-offs, no such guarantee). Each
 // request is routed by method and path to its handler: the OpenAI API
 // (frontend/http/openai_handlers.h: /v1/completions, /v1/chat/completions, /v1/models), the
 // operator endpoints (frontend/http/admin_handlers.h: /admin/*, /tokenize, /detokenize), and
@@ -22,6 +23,10 @@
 #include "frontend/core/front_metrics.h"
 #include "frontend/http/front_context.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace kvserve::frontend {
 
 class HttpFront {
@@ -34,6 +39,9 @@ class HttpFront {
                                                           Core* core, FrontMetrics* metrics);
   ~HttpFront();
   [[nodiscard]] int port() const;
+  // What its one I/O thread runs: the sockets, and with --api-threads 0 the handlers too, and
+  // whatever else is handed it (kvserve-router's core: RouterCore::StartOn).
+  boost::asio::io_context& io();
   // Closes the listening socket: no new connection; those open go on. Any thread.
   void StopAccepting();
   // Stops serving and joins its threads; idempotent.

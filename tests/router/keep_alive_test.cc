@@ -97,9 +97,10 @@ void Send(int fd, const std::string& bytes) {
   ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
 }
 
-TEST_F(KeepAliveTest, OneConnectionCarriesRequestsInTurnStreamsChunkedAndPipelined) {
-  Start(Tokens);
-  const int fd = ConnectLoopback(front_->port());
+// One connection: a whole answer, a stream sent chunked, two pipelined requests answered in
+// order, a stream asked to close.
+void CarriesRequestsInTurn(int port, const RouterMetrics& metrics) {
+  const int fd = ConnectLoopback(port);
   std::string carry;
   Send(fd, Request(Completion(false)));
   const std::string whole = ReadResponse(fd, carry);
@@ -130,9 +131,28 @@ TEST_F(KeepAliveTest, OneConnectionCarriesRequestsInTurnStreamsChunkedAndPipelin
   EXPECT_TRUE(carry.empty());
   EXPECT_TRUE(ClosedByServer(fd));
   close(fd);
-  EXPECT_THAT(metrics_.Serialize(),
+  EXPECT_THAT(metrics.Serialize(),
               HasSubstr("kvserve_router_requests_total{endpoint=\"/v1/completions\","
                         "status=\"200\"} 5"));
+}
+
+TEST_F(KeepAliveTest, OneConnectionCarriesRequestsInTurnStreamsChunkedAndPipelined) {
+  Start(Tokens);
+  CarriesRequestsInTurn(front_->port(), metrics_);
+}
+
+// --api-threads 0: the I/O thread runs the generation handlers and the core; the other
+// endpoints (here /metrics) run on a thread of their own.
+TEST_F(KeepAliveTest, OneThreadForSocketsHandlersAndCoreServesTheSame) {
+  FrontOptions f = TinyFront();
+  f.api_threads = 0;
+  Start(Tokens, f);
+  CarriesRequestsInTurn(front_->port(), metrics_);
+  const int fd = ConnectLoopback(front_->port());
+  std::string carry;
+  Send(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(ReadResponse(fd, carry), HasSubstr("kvserve_router_requests_total"));
+  close(fd);
 }
 
 TEST_F(KeepAliveTest, Http10AndKeepAliveOffCloseAfterTheAnswer) {

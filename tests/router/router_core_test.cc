@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <mutex>
 #include <thread>
 
@@ -45,7 +47,10 @@ bool WaitAllEligible(const RouterCore& core, size_t n) {
   return false;
 }
 
-TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
+// The test below, with the core on a thread of its own or (on_io) on an io_context's thread as
+// kvserve-router --api-threads 0 runs it: the turns come from the workers' messages, the
+// inbox and the periodic tick.
+void RequestsMoveOffASilentWorker(bool on_io) {
   const std::vector<std::string> args = TinyWorkerArgs();
   ASSERT_OK_AND_ASSIGN(auto w0, WorkerProcess::Start(args));
   ASSERT_OK_AND_ASSIGN(auto w1, WorkerProcess::Start(args));
@@ -54,7 +59,15 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
                {"w1", "127.0.0.1", w1->port(), w1->events_port()}};
   o.heartbeat_timeout = absl::Milliseconds(600);
   RouterCore core(o);
-  core.Start();
+  boost::asio::io_context io{1};
+  auto work = boost::asio::make_work_guard(io);
+  std::thread io_thread;
+  if (on_io) {
+    io_thread = std::thread([&] { io.run(); });
+    core.StartOn(io);
+  } else {
+    core.Start();
+  }
   for (int i = 0; i < 200 && !core.ready(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both heartbeats in
@@ -64,6 +77,7 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
   std::atomic<int> tokens{0};
   std::atomic<bool> done{false};
   std::atomic<int> errors{0};
+  std::atomic<int> finished{0};
   for (int i = 0; i < 4; ++i) {  // whichever worker the policy picks, some land on worker 0
     auto job = std::make_shared<Job>();
     job->request = kvserve::testing::MakeRequest("r" + std::to_string(i), {1, 2, 3, 4, 5}, 3);
@@ -72,7 +86,6 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
       tokens += r.token_ids_size();
       if (r.finish_reason() == pb::FINISH_REASON_ERROR) ++errors;
       if (r.has_usage() || r.finish_reason() == pb::FINISH_REASON_ERROR) {
-        static std::atomic<int> finished{0};
         if (++finished == 4) done = true;
       }
     };
@@ -85,7 +98,19 @@ TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(tokens.load(), 12);
   EXPECT_GT(core.moved(), 0);
+  if (on_io) {
+    io.stop();
+    io_thread.join();
+  }
   core.Stop();
+}
+
+TEST(RouterCoreTest, NotYetStartedRequestsMoveOffASilentWorker) {
+  RequestsMoveOffASilentWorker(/*on_io=*/false);
+}
+
+TEST(RouterCoreTest, OnAnIoContextsThreadRequestsMoveOffASilentWorker) {
+  RequestsMoveOffASilentWorker(/*on_io=*/true);
 }
 
 // Router replicas act as one through the workers' load reports: a replica that placed nothing

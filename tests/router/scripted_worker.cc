@@ -134,10 +134,11 @@ void ScriptedFrontTest::Start(ScriptedWorker::Reply reply, FrontOptions f,
   o.heartbeat_timeout = absl::Milliseconds(500);
   o.metrics = &metrics_;
   core_ = std::make_unique<RouterCore>(o);
-  core_->Start();
+  if (f.api_threads > 0) core_->Start();
   f.host = "127.0.0.1";
   f.port = 0;
   ASSERT_OK_AND_ASSIGN(front_, HttpFront::Start(f, tokenizer_.get(), core_.get(), &metrics_));
+  if (f.api_threads == 0) core_->StartOn(front_->io());  // as kvserve-router --api-threads 0
   const auto eligible = [&] {
     const std::vector<WorkerInfo> w = core_->Workers();
     return !w.empty() && w[0].eligible;

@@ -85,6 +85,7 @@ FrontOptions TinyFront();
 // free port).
 class ScriptedFrontTest : public ::testing::Test {
  protected:
+  // With front.api_threads 0 the core runs on the front's I/O thread, as kvserve-router's does.
   void Start(ScriptedWorker::Reply reply, FrontOptions front = TinyFront(),
              std::chrono::microseconds pace = std::chrono::microseconds(0));
   void TearDown() override;
