@@ -11,7 +11,8 @@
 # sets the output tokens per request (4) in either load.
 # KEEP_ALIVE=false: the client opens a connection per request (else it reuses kept-alive ones).
 # ROUTER_ARGS="..." are passed to the router (kvserve-cluster --router-args), WORKER_ARGS="..."
-# to the workers instead of "--device null --num-blocks 40000".
+# to the workers instead of "--device null --num-blocks 40000". ROUTER_OWN_CPU=1 moves the workers
+# to CPU 1 beside the client, leaving CPU 0 to the router (and the cluster's supervisor).
 #
 #   bash tests/bench/router_cpu_trace.sh BUILD_BIN_DIR TOKENIZER_DIR CONVERSATION_TRACE [PORT]
 set -euo pipefail
@@ -31,6 +32,9 @@ work=$(mktemp -d /tmp/kvserve-router-cpu-XXXXXX)
 for _ in $(seq 90); do grep -q "ready" "$work/cpu-cluster.log" && break; sleep 1; done
 rpid=$(pgrep -f "/kvserve-router .*--port $port" | head -1)
 echo "router pid $rpid: $(tr "\0" " " < /proc/$rpid/cmdline | cut -c1-80)" >&2
+if [[ -n ${ROUTER_OWN_CPU:-} ]]; then  # the router alone on CPU 0; the workers join the client
+  for p in $(pgrep -f "kvserve-worker .*$work/model"); do taskset -a -p -c 1 "$p" > /dev/null; done
+fi
 ticks() { awk '{print $14+$15}' /proc/$rpid/stat; }
 # The idle router's own CPU (heartbeats, periodic turns) first: it is paid per second, not per
 # request, and is subtracted below for the cost a request adds.
