@@ -36,6 +36,8 @@ void IoTurns::Stop() {
   watched_.clear();
 }
 
+bool IoTurns::OnThread() const { return io_.get_executor().running_in_this_thread(); }
+
 // Asio re-arms a descriptor's edge-triggered registration for each wait (EPOLL_CTL_MOD), which
 // reports it at once if it is readable then: so a descriptor is watched again only after the
 // turn its wake-up brought took what it announced (watched before, it would wake again for the

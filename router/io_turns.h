@@ -41,6 +41,10 @@ class IoTurns {
   // No turn runs after it returns; the descriptors are released (left open). Idempotent. On the
   // io_context's thread, or once no thread runs it.
   void Stop();
+  // Whether the caller runs on the io_context's thread. Any thread.
+  [[nodiscard]] bool OnThread() const;
+  // A turn soon, without a descriptor's wake-up (coalesced with any other). On that thread.
+  void Soon() { Schedule(); }
 
  private:
   // The io_context's thread owns everything below.

@@ -65,17 +65,32 @@ void RouterCore::StartOn(boost::asio::io_context& io) {
   const std::vector<int> fds = {pool_wait_fd_, inbox_.fd()};
   io_turns_ = std::make_unique<IoTurns>(io, fds, std::chrono::milliseconds(kIdleTurnMs), turn);
   io_turns_->Start();
+  io_turns_started_.store(io_turns_.get(), std::memory_order_release);
+}
+
+IoTurns* RouterCore::OnTurnsThread() const {
+  IoTurns* turns = io_turns_started_.load(std::memory_order_acquire);
+  return turns != nullptr && turns->OnThread() ? turns : nullptr;
 }
 
 void RouterCore::Stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  io_turns_started_.store(nullptr, std::memory_order_release);
   if (io_turns_ != nullptr) io_turns_->Stop();  // on io_'s thread, or io_ no longer runs
 }
 
-void RouterCore::Submit(std::shared_ptr<Job> job) { inbox_.AddJob(std::move(job)); }
+void RouterCore::Submit(std::shared_ptr<Job> job) {
+  IoTurns* turns = OnTurnsThread();
+  inbox_.AddJob(std::move(job), /*wake=*/turns == nullptr);
+  if (turns != nullptr) turns->Soon();
+}
 
-void RouterCore::Abort(const std::string& request_id) { inbox_.AddAbort(request_id); }
+void RouterCore::Abort(const std::string& request_id) {
+  IoTurns* turns = OnTurnsThread();
+  inbox_.AddAbort(request_id, /*wake=*/turns == nullptr);
+  if (turns != nullptr) turns->Soon();
+}
 
 void RouterCore::Started(const std::string& request_id) { inbox_.AddStarted(request_id); }
 

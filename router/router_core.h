@@ -187,6 +187,11 @@ class RouterCore : public frontend::Core {
   // after construction.
   std::unique_ptr<IoTurns> io_turns_;
   int pool_wait_fd_ = -1;
+  // io_turns_ once started, for any thread's Submit and Abort: one on its thread queues without
+  // the inbox's wake-up (an eventfd write, and its read and re-arm) and asks for a turn itself.
+  std::atomic<IoTurns*> io_turns_started_{nullptr};
+  // Whether the caller is the thread StartOn's turns run on.
+  [[nodiscard]] IoTurns* OnTurnsThread() const;
 
   // Read by any thread.
   std::thread thread_;

@@ -22,16 +22,16 @@ void CoreInbox::Wake() {
   (void)!write(fd_, &one, sizeof(one));
 }
 
-void CoreInbox::AddJob(std::shared_ptr<Job> job) {
+void CoreInbox::AddJob(std::shared_ptr<Job> job, bool wake) {
   absl::MutexLock lock(&mu_);
   queued_.jobs.push_back(std::move(job));
-  Wake();
+  if (wake) Wake();
 }
 
-void CoreInbox::AddAbort(const std::string& request_id) {
+void CoreInbox::AddAbort(const std::string& request_id, bool wake) {
   absl::MutexLock lock(&mu_);
   queued_.aborts.push_back(request_id);
-  Wake();
+  if (wake) Wake();
 }
 
 void CoreInbox::AddStarted(const std::string& request_id) {

@@ -35,9 +35,10 @@ class CoreInbox {
   CoreInbox(const CoreInbox&) = delete;
   CoreInbox& operator=(const CoreInbox&) = delete;
 
-  // Any thread; each wakes the core.
-  void AddJob(std::shared_ptr<Job> job) ABSL_LOCKS_EXCLUDED(mu_);
-  void AddAbort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Any thread; each wakes the core, unless `wake` is false (a caller on the core's own thread,
+  // which runs a turn itself).
+  void AddJob(std::shared_ptr<Job> job, bool wake = true) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddAbort(const std::string& request_id, bool wake = true) ABSL_LOCKS_EXCLUDED(mu_);
   void AddStarted(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
   void AddControl(int worker, kvserve::v1::ControlAction action) ABSL_LOCKS_EXCLUDED(mu_);
   // Everything queued since the last call, the wake reset first (what woke the core is taken).

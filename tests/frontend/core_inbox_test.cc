@@ -1,5 +1,5 @@
-// The core's inbox: its descriptor is readable exactly while something waits to be taken, and
-// items added before the core takes them share one wake.
+// The core's inbox: its descriptor is readable exactly while something added with a wake waits to
+// be taken, and items added before the core takes them share one wake.
 #include "frontend/core/core_inbox.h"
 
 #include <poll.h>
@@ -35,6 +35,22 @@ TEST(CoreInboxTest, TheDescriptorIsReadableExactlyWhileSomethingWaits) {
   inbox.AddAbort("b");
   EXPECT_TRUE(Readable(inbox.fd()));  // woken again after the take
   EXPECT_EQ(inbox.Take().aborts, std::vector<std::string>{"b"});
+  EXPECT_FALSE(Readable(inbox.fd()));
+}
+
+// The core's own thread (RouterCore::StartOn's) queues without a wake: it runs a turn itself.
+TEST(CoreInboxTest, ItemsQueuedWithoutAWakeLeaveTheDescriptorQuiet) {
+  CoreInbox inbox;
+  inbox.AddJob(std::make_shared<Job>(), /*wake=*/false);
+  inbox.AddAbort("a", /*wake=*/false);
+  EXPECT_FALSE(Readable(inbox.fd()));
+  CoreInbox::Taken taken = inbox.Take();
+  EXPECT_EQ(taken.jobs.size(), 1u);
+  EXPECT_EQ(taken.aborts, std::vector<std::string>{"a"});
+  inbox.AddAbort("b", /*wake=*/false);
+  inbox.AddAbort("c");  // another thread's still wakes
+  EXPECT_TRUE(Readable(inbox.fd()));
+  EXPECT_EQ(inbox.Take().aborts, (std::vector<std::string>{"b", "c"}));
   EXPECT_FALSE(Readable(inbox.fd()));
 }
 
