@@ -190,7 +190,7 @@ class RouterCore : public frontend::Core {
   // io_turns_ once started, for any thread's Submit and Abort: one on its thread queues without
   // the inbox's wake-up (an eventfd write, and its read and re-arm) and asks for a turn itself.
   std::atomic<IoTurns*> io_turns_started_{nullptr};
-  // Whether the caller is the thread StartOn's turns run on.
+  // The started turns when the caller runs on their thread; else null.
   [[nodiscard]] IoTurns* OnTurnsThread() const;
 
   // Read by any thread.
