@@ -24,7 +24,7 @@ void IoTurns::Start() {
     WatchAll();
     timer_.expires_after(idle_);
     Tick();
-    Schedule();
+    Soon();
   });
 }
 
@@ -50,7 +50,7 @@ void IoTurns::WatchAll() {
                             [this, i, live = live_](const boost::system::error_code& ec) {
                               if (!*live || ec) return;
                               watching_[i] = false;
-                              Schedule();
+                              Soon();
                             });
   }
 }
@@ -62,11 +62,11 @@ void IoTurns::Tick() {
     if (!*live || ec) return;
     timer_.expires_at(std::max(timer_.expiry() + idle_, asio::steady_timer::clock_type::now()));
     Tick();
-    Schedule();
+    Soon();
   });
 }
 
-void IoTurns::Schedule() {
+void IoTurns::Soon() {
   if (scheduled_) return;
   scheduled_ = true;
   asio::post(io_, [this, live = live_] {
@@ -74,7 +74,7 @@ void IoTurns::Schedule() {
     scheduled_ = false;
     const bool again = turn_();
     WatchAll();
-    if (again) Schedule();
+    if (again) Soon();
   });
 }
 

@@ -44,13 +44,12 @@ class IoTurns {
   // Whether the caller runs on the io_context's thread. Any thread.
   [[nodiscard]] bool OnThread() const;
   // A turn soon, without a descriptor's wake-up (coalesced with any other). On that thread.
-  void Soon() { Schedule(); }
+  void Soon();
 
  private:
   // The io_context's thread owns everything below.
   void WatchAll();
   void Tick();
-  void Schedule();
 
   boost::asio::io_context& io_;
   std::vector<std::unique_ptr<boost::asio::posix::stream_descriptor>> watched_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "router/io_turns.h"
 #include "router/policies/factory.h"
 #include "router/router_metrics.h"
 

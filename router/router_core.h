@@ -34,7 +34,6 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/books.h"
 #include "router/discovery.h"
-#include "router/io_turns.h"
 #include "router/kv_fetch.h"
 #include "router/kv_movement.h"
 #include "router/placer.h"
@@ -43,8 +42,13 @@
 #include "router/routing/routing_policy.h"
 #include "router/worker_pool.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace kvserve::router {
 
+class IoTurns;
 class RouterMetrics;
 
 struct RouterOptions {

@@ -25,9 +25,8 @@ struct HttpFront::Impl {
   FrontContext ctx;
   std::unique_ptr<ResponseStore> responses;  // ctx.responses
   // --api-threads threads; with 0, one thread for what is not generation (generation runs on
-  // the I/O thread: inline_generation).
+  // the I/O thread).
   std::unique_ptr<asio::thread_pool> handlers;
-  bool inline_generation = false;
   asio::io_context io{1};  // one thread runs it
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_backoff{io};
@@ -92,7 +91,7 @@ void HttpFront::Impl::Accept() {
                                        " connections open (--max-connections); retry shortly")));
     } else {
       conn->Start([this](const std::shared_ptr<HttpConnection>& c, HttpRequest r) {
-        if (inline_generation && IsGeneration(r)) return Dispatch(c, r);
+        if (ctx.options.api_threads == 0 && IsGeneration(r)) return Dispatch(c, r);
         // Off the socket thread; the body moves along, it is not copied.
         asio::post(*handlers, [this, c, r = std::move(r)] { Dispatch(c, r); });
       });
@@ -169,8 +168,7 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(const FrontOptions& 
   ASSIGN_OR_RETURN(impl.responses, MakeResponseStore(options.responses_store));
   impl.ctx.responses = impl.responses.get();
   impl.handlers = std::make_unique<asio::thread_pool>(std::max(1, options.api_threads));
-  impl.inline_generation = options.api_threads == 0;
-  if (impl.inline_generation) {
+  if (options.api_threads == 0) {
     impl.ctx.handlers = impl.io.get_executor();
   } else {
     impl.ctx.handlers = impl.handlers->get_executor();
