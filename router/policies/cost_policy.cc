@@ -43,10 +43,11 @@ class CostPolicy : public RoutingPolicy {
   Decision Pick(const std::vector<const WorkerView*>& eligible, const PrefixIndex& index,
                 const RouteRequest& request) override {
     const size_t first = rotation_.Next(eligible.size());
-    std::vector<PrefixIndex::Match> matches(eligible.size());
+    std::vector<int> ids(eligible.size());
+    for (size_t i = 0; i < eligible.size(); ++i) ids[i] = eligible[i]->id;
+    const std::vector<PrefixIndex::Match> matches = index.LongestPrefixes(ids, request.hashes);
     double best_cached = 0;
     for (size_t i = 0; i < eligible.size(); ++i) {
-      matches[i] = index.LongestPrefix(eligible[i]->id, request.hashes);
       best_cached = std::max(best_cached, Cached(*eligible[i], matches[i]));
     }
     const bool is_new = best_cached < c_.new_fraction * static_cast<double>(request.prompt_tokens);

@@ -49,10 +49,10 @@ std::optional<FetchPlan> PlanFor(const KvFetchConfig& config, double gbps,
 std::vector<PrefixIndex::Match> Matches(absl::Span<const WorkerView> views,
                                         const PrefixIndex& index,
                                         absl::Span<const BlockHash> hashes) {
-  std::vector<PrefixIndex::Match> out;
-  out.reserve(views.size());
-  for (const WorkerView& v : views) out.push_back(index.LongestPrefix(v.id, hashes));
-  return out;
+  std::vector<int> ids;
+  ids.reserve(views.size());
+  for (const WorkerView& v : views) ids.push_back(v.id);
+  return index.LongestPrefixes(ids, hashes);
 }
 
 }  // namespace

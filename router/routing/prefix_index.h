@@ -88,6 +88,11 @@ class PrefixIndex {
 
   // Leading blocks of `hashes` that worker `w` holds (either tier; stops at the first miss).
   [[nodiscard]] Match LongestPrefix(int w, absl::Span<const BlockHash> hashes) const;
+  // LongestPrefix(w, hashes) for each w of `workers`, in their order. A placement asks every
+  // worker: the workers' entries are fetched a few workers ahead, so that their cache misses
+  // overlap rather than queue.
+  [[nodiscard]] std::vector<Match> LongestPrefixes(absl::Span<const int> workers,
+                                                   absl::Span<const BlockHash> hashes) const;
   [[nodiscard]] bool synced(int w) const;
   [[nodiscard]] size_t num_blocks(int w) const;
   [[nodiscard]] uint64_t last_seq(int w) const;
@@ -119,8 +124,12 @@ class PrefixIndex {
   // Whether `worker` holds more than its pool could: then it is cleared and unsynced.
   static bool OverCapacity(Worker& worker);
   Worker& Get(int w);
-  static void Set(Worker& worker, const std::string& hash_bytes, kvserve::v1::Medium medium,
-                  bool on);
+  static Match Longest(const Worker& worker, absl::Span<const BlockHash> hashes);
+  static void Set(Worker& worker, const BlockHash& h, kvserve::v1::Medium medium, bool on);
+  // Set for each hash of one event's run (16-byte strings off the wire; a malformed one is
+  // skipped).
+  static void SetRun(Worker& worker, const google::protobuf::RepeatedPtrField<std::string>& run,
+                     kvserve::v1::Medium medium, bool on);
 
   absl::flat_hash_map<int, Worker> workers_;
 };

@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "google/protobuf/arena.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/snapshot_build.h"
 
@@ -22,6 +24,14 @@ namespace {
 namespace pb = ::kvserve::v1;
 
 BlockHash RandomHash(std::mt19937_64& rng) { return BlockHash{rng(), rng()}; }
+
+// splitmix64's finalizer: distinct inputs give distinct, random-looking outputs.
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+  return x ^ (x >> 31);
+}
 
 // A batch storing (or removing) `hashes` on the device, as a worker publishes a step's.
 pb::KvEventBatch Batch(const std::vector<BlockHash>& hashes, bool stored) {
@@ -73,6 +83,81 @@ void BM_ApplyEvents(benchmark::State& state) {
   state.counters["blocks_held"] = static_cast<double>(index.num_blocks(0));
 }
 BENCHMARK(BM_ApplyEvents)->Arg(16)->Arg(256);
+
+// The same at fleet scale: state.range(1) workers of 64K blocks each (16.8M entries at 256, ~0.6
+// GB), each step one worker (in turn) storing state.range(0) new blocks and removing as many of
+// its oldest, so that every event lands in a table far out of cache, as in a fleet's router
+// (docs/ROUTING.md). Each batch is parsed off its wire bytes and applied, as WorkerPool does;
+// the bytes are built ahead, kAhead steps at a time, off the clock.
+void BM_ParseAndApplyFleet(benchmark::State& state) {
+  const int per_batch = static_cast<int>(state.range(0));
+  const int workers = static_cast<int>(state.range(1));
+  constexpr int kHeld = 1 << 16, kAhead = 1024;
+  // Worker w's n-th block: distinct over (w, n), random-looking as real hashes are.
+  const auto hash = [](int w, int64_t n) {
+    const uint64_t x = (static_cast<uint64_t>(w) << 40) ^ static_cast<uint64_t>(n);
+    return BlockHash{SplitMix(x), SplitMix(~x)};
+  };
+  const auto batch = [&](int w, int64_t first, int count, bool stored) {
+    std::vector<BlockHash> hashes;
+    for (int i = 0; i < count; ++i) hashes.push_back(hash(w, first + i));
+    return Batch(hashes, stored);
+  };
+  PrefixIndex index;
+  std::vector<int64_t> next(workers, 0);
+  std::vector<uint64_t> seq(workers, 0);
+  for (int w = 0; w < workers; ++w) {
+    index.SetCapacity(w, 2 * kHeld);
+    for (; next[w] < kHeld; next[w] += 4096) {
+      pb::KvEventBatch b = batch(w, next[w], 4096, true);
+      b.set_seq(++seq[w]);
+      index.ApplyEvents(w, b);
+    }
+  }
+  // Each step: the worker, its stored batch and its removed batch as they come off the wire.
+  std::vector<std::tuple<int, std::string, std::string>> ahead;
+  size_t at = 0;
+  int64_t step = 0;
+  // Parsed as WorkerPool parses them: into an arena over a reused block.
+  std::vector<char> arena_block(256 << 10);
+  const auto take = [&](int w, const std::string& wire) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = arena_block.data();
+    options.initial_block_size = arena_block.size();
+    google::protobuf::Arena arena(options);
+    auto* b = google::protobuf::Arena::CreateMessage<pb::KvEventBatch>(&arena);
+    b->ParseFromString(wire);
+    benchmark::DoNotOptimize(index.ApplyEvents(w, *b));
+  };
+  for (auto _ : state) {
+    if (at == ahead.size()) {
+      state.PauseTiming();
+      ahead.clear();
+      for (int k = 0; k < kAhead; ++k, ++step) {
+        const int w = static_cast<int>(step % workers);
+        pb::KvEventBatch add = batch(w, next[w], per_batch, true);
+        pb::KvEventBatch drop = batch(w, next[w] - kHeld, per_batch, false);
+        add.set_seq(++seq[w]);
+        drop.set_seq(++seq[w]);
+        next[w] += per_batch;
+        ahead.emplace_back(w, add.SerializeAsString(), drop.SerializeAsString());
+      }
+      at = 0;
+      state.ResumeTiming();
+    }
+    const auto& [w, add, drop] = ahead[at++];
+    take(w, add);
+    take(w, drop);
+  }
+  state.SetItemsProcessed(2 * state.iterations() * per_batch);
+  size_t entries = 0;
+  for (int w = 0; w < workers; ++w) entries += index.num_blocks(w);
+  state.counters["entries"] = static_cast<double>(entries);
+}
+BENCHMARK(BM_ParseAndApplyFleet)
+    ->ArgNames({"per_batch", "workers"})
+    ->Args({8, 256})
+    ->Args({256, 256});
 
 // Batches as they come off the wire: state.range(0) blocks stored per batch, each block its own
 // KvEvent (state.range(1) == 0, as workers wrote them before 2026-12-06) or one KvEvent for all
@@ -211,6 +296,54 @@ void BM_LongestPrefix(benchmark::State& state) {
   state.SetItemsProcessed(probes);
 }
 BENCHMARK(BM_LongestPrefix)->Arg(64)->Arg(900);
+
+// A placement at fleet scale: a prompt of 64 blocks looked up on every one of state.range(0)
+// workers of 16K blocks each (one of which holds its first half), as the cost policy asks them
+// all; worker by worker with LongestPrefix (state.range(1) == 0) or all at once with
+// LongestPrefixes (1), which fetches the workers' entries ahead. 4,096 prompts in turn, so
+// that lookups reach all over the index, as new conversations do.
+void BM_PlaceFleet(benchmark::State& state) {
+  const int workers = static_cast<int>(state.range(0));
+  const bool batched = state.range(1) != 0;
+  constexpr int kBlocks = 64, kPool = 16 << 10, kPrompts = 4096;
+  std::mt19937_64 rng(6);
+  std::vector<std::vector<BlockHash>> prompts(kPrompts);
+  for (auto& prompt : prompts) {
+    for (int i = 0; i < kBlocks; ++i) prompt.push_back(RandomHash(rng));
+  }
+  PrefixIndex index;
+  std::vector<int> ids(workers);
+  for (int w = 0; w < workers; ++w) {
+    ids[w] = w;
+    std::vector<BlockHash> held;
+    for (int p = w % kPrompts; p < kPrompts; p += workers) {
+      held.insert(held.end(), prompts[p].begin(), prompts[p].begin() + kBlocks / 2);
+    }
+    while (held.size() < static_cast<size_t>(kPool)) held.push_back(RandomHash(rng));
+    index.SetCapacity(w, held.size());
+    pb::KvEventBatch b = Batch(held, true);
+    b.set_seq(1);
+    index.ApplyEvents(w, b);
+  }
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::vector<BlockHash>& prompt = prompts[next++ % kPrompts];
+    if (batched) {
+      benchmark::DoNotOptimize(index.LongestPrefixes(ids, prompt));
+    } else {
+      std::vector<PrefixIndex::Match> matches(workers);
+      for (int w = 0; w < workers; ++w) matches[w] = index.LongestPrefix(w, prompt);
+      benchmark::DoNotOptimize(matches);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * workers);  // workers asked
+}
+BENCHMARK(BM_PlaceFleet)
+    ->ArgNames({"workers", "batched"})
+    ->Args({256, 0})
+    ->Args({256, 1})
+    ->Args({1024, 0})
+    ->Args({1024, 1});
 
 // Bytes the index takes per (block, worker) entry: heap in use before and after 8 workers of
 // state.range(0) confirmed blocks each, over the entries.

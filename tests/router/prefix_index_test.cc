@@ -131,6 +131,68 @@ TEST(PrefixIndexTest, MalformedHashesAreIgnored) {
   EXPECT_EQ(index.num_blocks(0), 0u);
 }
 
+// Runs longer than the index fetches ahead (and than it decodes on the stack), malformed hashes
+// among them, apply each of their blocks: stored, confirming what routing assumed, and removed.
+TEST(PrefixIndexTest, LongRunsApplyEveryBlock) {
+  PrefixIndex index;
+  const auto chain = Chain(300);
+  index.RecordRouted(0, chain);  // all 300 assumed
+  pb::KvEventBatch stored;
+  stored.set_instance_id(1);
+  stored.set_seq(1);
+  pb::BlockStored* s = stored.add_events()->mutable_stored();
+  s->set_medium(pb::MEDIUM_DEVICE);
+  for (int i = 0; i < 200; ++i) {
+    s->add_block_hashes(chain[i].ToBytes());
+    if (i % 50 == 7) s->add_block_hashes("short");
+  }
+  ASSERT_EQ(index.ApplyEvents(0, stored), PrefixIndex::Apply::kApplied);
+  // 200 confirmed, the other 100 still assumed: 300 leading blocks either way.
+  EXPECT_EQ(index.num_blocks(0), 300u);
+  EXPECT_EQ(index.LongestPrefix(0, chain).device_blocks, 300);
+  // Confirmed entries outlive a failure of the request; assumed ones do not.
+  index.ForgetRouted(0, chain);
+  EXPECT_EQ(index.num_blocks(0), 200u);
+  EXPECT_EQ(index.LongestPrefix(0, chain).device_blocks, 200);
+  const std::vector<BlockHash> middle(chain.begin() + 100, chain.begin() + 200);
+  ASSERT_EQ(index.ApplyEvents(0, Batch(1, 2, {}, pb::MEDIUM_DEVICE, middle)),
+            PrefixIndex::Apply::kApplied);
+  EXPECT_EQ(index.num_blocks(0), 100u);
+  EXPECT_EQ(index.LongestPrefix(0, chain).device_blocks, 100);
+  // Routing the whole chain again assumes only what is not confirmed.
+  index.RecordRouted(0, chain);
+  EXPECT_EQ(index.num_blocks(0), 300u);
+}
+
+// Asking many workers at once answers what asking each would, in their order: held, assumed,
+// on the host, not known at all, and for no hashes.
+TEST(PrefixIndexTest, LongestPrefixesMatchesAskingEachWorker) {
+  PrefixIndex index;
+  const auto chain = Chain(40);
+  std::vector<int> ids;
+  for (int w = 0; w < 30; ++w) {
+    ids.push_back(w);
+    const std::vector<BlockHash> held(chain.begin(), chain.begin() + w);
+    if (w % 3 == 0) index.ApplyEvents(w, Batch(1, 1, held));
+    if (w % 3 == 1) index.ApplyEvents(w, Batch(1, 1, held, pb::MEDIUM_HOST));
+    if (w % 3 == 2) index.RecordRouted(w, held);
+  }
+  ids.push_back(99);  // never heard of
+  ids.push_back(4);   // asked twice
+  const std::vector<PrefixIndex::Match> all = index.LongestPrefixes(ids, chain);
+  ASSERT_EQ(all.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const PrefixIndex::Match one = index.LongestPrefix(ids[i], chain);
+    EXPECT_EQ(all[i].device_blocks, one.device_blocks) << "worker " << ids[i];
+    EXPECT_EQ(all[i].host_blocks, one.host_blocks) << "worker " << ids[i];
+  }
+  EXPECT_EQ(all[27].device_blocks, 27);
+  EXPECT_EQ(all[28].host_blocks, 28);
+  EXPECT_EQ(all[29].device_blocks, 29);
+  EXPECT_EQ(all[30].total(), 0);
+  for (const PrefixIndex::Match& m : index.LongestPrefixes(ids, {})) EXPECT_EQ(m.total(), 0);
+}
+
 // A worker's stream cannot make the index hold more than the worker's pool.
 TEST(PrefixIndexTest, ConfirmedEntriesAreBoundedByThePool) {
   PrefixIndex index;
