@@ -181,7 +181,9 @@ TEST(RouteSimTest, GoodputIsTheFastestReplayWithinTheSlo) {
   EXPECT_EQ(g.tries.size(), 7u);  // both bounds, then the bisections
   // The answer met the SLO; every faster try missed it; its rate is the window's at that pace.
   for (const GoodputTry& t : g.tries) {
-    if (t.speedup > g.speedup) EXPECT_FALSE(t.met) << t.speedup;
+    if (t.speedup > g.speedup) {
+      EXPECT_FALSE(t.met) << t.speedup;
+    }
     if (t.speedup == g.speedup) {
       EXPECT_TRUE(t.met);
       EXPECT_LE(t.report["p99_ttft_ms"].get<double>(), slo.ttft_p99_ms);
