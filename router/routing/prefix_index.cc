@@ -16,11 +16,13 @@ uint8_t Bit(pb::Medium m) { return m == pb::MEDIUM_HOST ? 2 : 1; }
 // Approximate entries of a worker whose pool size is not known yet.
 constexpr size_t kDefaultRoutedCap = 1 << 16;
 
+// How many entries ahead FetchAhead fetches.
+constexpr size_t kAhead = 8;
+
 // visit(i) for each i in [0, n), with fetch(i + kAhead) called first. In a fleet's index the
 // entries a run of hashes touches are out of cache (0.25-0.6 us an event at 256 workers,
 // prefix_index_bench's BM_ParseAndApplyFleet): fetching each entry's slot a few entries before
 // it is used overlaps the misses (2.1-4.2x the events a second there; docs/ROUTING.md).
-constexpr size_t kAhead = 8;
 template <typename Fetch, typename Visit>
 void FetchAhead(size_t n, Fetch fetch, Visit visit) {
   for (size_t i = 0; i < std::min(kAhead, n); ++i) fetch(i);
