@@ -360,6 +360,7 @@ void WorkerPool::Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMe
 
 std::vector<WorkerView> WorkerPool::Views() const {
   std::vector<WorkerView> views;
+  views.reserve(workers_.size());
   const auto now = Clock::now();
   const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(heartbeat_timeout_));
   for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
@@ -387,7 +388,7 @@ std::vector<WorkerView> WorkerPool::Views() const {
       v.instance_id = worker.status->instance_id();
       v.tensor_parallel_size = std::max(1, worker.status->tensor_parallel_size());
     }
-    views.push_back(v);
+    views.push_back(std::move(v));
   }
   return views;
 }

@@ -132,7 +132,7 @@ std::shared_ptr<Job> Completion::MakeJob(const PromptJob& p) const {
   auto job = std::make_shared<Job>();
   pb::GenerateRequest& g = job->request;
   g.set_request_id(p.job_id);
-  for (int id : p.ids) g.add_prompt_token_ids(id);
+  g.mutable_prompt_token_ids()->Assign(p.ids.begin(), p.ids.end());  // one allocation
   g.set_max_tokens(std::max(max_tokens_, 1));  // echo with max_tokens 0: the one is not taken
   g.set_stream(true);
   g.set_cache_salt(req_.cache_salt);

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/string_util.h"
 #include "common/tokenizer/chat_template.h"
@@ -20,7 +21,7 @@ namespace {
 // InvalidArgument naming every id of `ids` outside the vocabulary (the first 16 of them) and
 // the vocabulary's size.
 absl::Status CheckVocabulary(const tokenizer::Tokenizer& tok, std::string_view param,
-                             const std::vector<int32_t>& ids) {
+                             absl::Span<const int32_t> ids) {
   constexpr int kNamed = 16;
   std::vector<int32_t> bad;
   for (int32_t id : ids) {
@@ -105,7 +106,7 @@ absl::StatusOr<std::vector<int>> PromptIds(const tokenizer::Tokenizer& tok,
     ASSIGN_OR_RETURN(ids, tok.Encode(normalize ? Utf8Nfc(*p.text) : *p.text, r.add_special_tokens));
   } else {
     ids.assign(p.ids.begin(), p.ids.end());
-    RETURN_IF_ERROR(CheckVocabulary(tok, param, {ids.begin(), ids.end()}));
+    RETURN_IF_ERROR(CheckVocabulary(tok, param, ids));
   }
   if (r.truncate_prompt_tokens && static_cast<int>(ids.size()) > *r.truncate_prompt_tokens) {
     if (r.truncate_right) {
@@ -124,10 +125,8 @@ absl::Status ResolveTokenParameters(const tokenizer::Tokenizer& tok, ParsedReque
   for (const auto& [id, bias] : s.logit_bias()) biased.push_back(id);
   std::sort(biased.begin(), biased.end());
   RETURN_IF_ERROR(CheckVocabulary(tok, "logit_bias", biased));
-  RETURN_IF_ERROR(CheckVocabulary(tok, "allowed_token_ids",
-                                  {s.allowed_token_ids().begin(), s.allowed_token_ids().end()}));
-  RETURN_IF_ERROR(CheckVocabulary(tok, "logprob_token_ids",
-                                  {s.logprob_token_ids().begin(), s.logprob_token_ids().end()}));
+  RETURN_IF_ERROR(CheckVocabulary(tok, "allowed_token_ids", s.allowed_token_ids()));
+  RETURN_IF_ERROR(CheckVocabulary(tok, "logprob_token_ids", s.logprob_token_ids()));
   RETURN_IF_ERROR(CheckVocabulary(tok, "stop_token_ids", r->stop_token_ids));
   s.clear_bad_words();
   const auto add_word = [&](const std::vector<int>& ids) {

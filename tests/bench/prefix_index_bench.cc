@@ -84,6 +84,51 @@ void BM_ApplyEvents(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyEvents)->Arg(16)->Arg(256);
 
+// A router's index filling: 8 workers with pools of state.range(0) blocks, each in turn storing
+// a batch of 16 new blocks until every pool is full, as after a cluster's start (a router that
+// starts later rebuilds from snapshots instead). state.range(1) = 1: the pools' sizes are known
+// first (the workers' heartbeats, as in a router), so each table is sized for its pool before
+// it stores; 0: not known, each table grows by doubling as it fills. Side by side, one run.
+void BM_FillFromEmpty(benchmark::State& state) {
+  const int pool = static_cast<int>(state.range(0));
+  const bool known = state.range(1) != 0;
+  constexpr int kWorkers = 8, kPerBatch = 16;
+  std::vector<std::vector<pb::KvEventBatch>> batches(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int first = 0; first + kPerBatch <= pool; first += kPerBatch) {
+      std::vector<BlockHash> hashes;
+      for (int i = 0; i < kPerBatch; ++i) {
+        const uint64_t x = (static_cast<uint64_t>(w) << 40) ^ static_cast<uint64_t>(first + i);
+        hashes.push_back(BlockHash{SplitMix(x), SplitMix(~x)});
+      }
+      pb::KvEventBatch b = Batch(hashes, true);
+      b.set_seq(batches[w].size() + 1);
+      batches[w].push_back(std::move(b));
+    }
+  }
+  for (auto _ : state) {
+    PrefixIndex index;
+    if (known) {
+      for (int w = 0; w < kWorkers; ++w) index.SetCapacity(w, pool);
+    }
+    for (size_t i = 0; i < batches[0].size(); ++i) {
+      for (int w = 0; w < kWorkers; ++w)
+        benchmark::DoNotOptimize(index.ApplyEvents(w, batches[w][i]));
+    }
+    state.PauseTiming();  // freeing the index is not filling it
+    index = PrefixIndex();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * kWorkers * batches[0].size() * kPerBatch);
+}
+BENCHMARK(BM_FillFromEmpty)
+    ->ArgNames({"pool", "known"})
+    ->Args({40000, 0})
+    ->Args({40000, 1})
+    ->Args({100000, 0})
+    ->Args({100000, 1})
+    ->Unit(benchmark::kMillisecond);
+
 // The same at fleet scale: state.range(1) workers of 64K blocks each (16.8M entries at 256, ~0.6
 // GB), each step one worker (in turn) storing state.range(0) new blocks and removing as many of
 // its oldest, so that every event lands in a table far out of cache, as in a fleet's router

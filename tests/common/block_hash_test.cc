@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
+#include "xxhash.h"
 
 namespace kvserve {
 namespace {
@@ -58,6 +59,27 @@ TEST(BlockHashTest, MatchesTestVectorsMadeByXxhsum) {
       }
       input += extra;
       EXPECT_EQ(absl::BytesToHexString(input), v["blocks"][i]["input_hex"].get<std::string>());
+    }
+  }
+}
+
+// Blocks whose input outgrows HashBlock's stack buffer (large blocks, a long salt) hash their
+// documented bytes the same way: XXH3-128 of parent || tokens (uint32 little-endian) || extra.
+TEST(BlockHashTest, LargeBlocksHashTheDocumentedBytes) {
+  const BlockHash parent{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+  for (const int block_size : {16, 250, 256, 1024}) {
+    for (const size_t extra_size : {0, 35, 2000}) {
+      const std::vector<uint32_t> tokens = Tokens(block_size);
+      const std::string extra(extra_size, 'x');
+      std::string input = parent.ToBytes();
+      for (uint32_t t : tokens) {
+        for (int b = 0; b < 4; ++b) input.push_back(static_cast<char>((t >> (8 * b)) & 0xff));
+      }
+      input += extra;
+      const XXH128_hash_t want = XXH3_128bits(input.data(), input.size());
+      const BlockHash got = HashBlock(&parent, tokens, extra);
+      EXPECT_EQ(got, (BlockHash{want.low64, want.high64}))
+          << "block size " << block_size << ", extra key " << extra_size << " bytes";
     }
   }
 }
