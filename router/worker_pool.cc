@@ -1,10 +1,10 @@
 #include "router/worker_pool.h"
 
-#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -40,15 +40,35 @@ WorkerPool::WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration h
       heartbeat_timeout_(heartbeat_timeout),
       curve_(std::move(curve)) {
   PCHECK(wait_fd_ >= 0) << "epoll_create1";
+  // ZeroMQ sizes a context's socket table at its first socket (after that this changes nothing).
+  zmq_ctx_set(ctx_.handle(), ZMQ_MAX_SOCKETS, zmq_ctx_get(ctx_.handle(), ZMQ_SOCKET_LIMIT));
+}
+
+absl::Status WorkerPool::NotConnected(int w) const {
+  return absl::UnavailableError(absl::StrCat("worker ", workers_[w].endpoint.name,
+                                             " is not connected: its sockets could not be made "
+                                             "(the router's open-file limit?)"));
 }
 
 WorkerPool::~WorkerPool() { close(wait_fd_); }
 
-void WorkerPool::Watch(const Socket& s) const {
+void WorkerPool::Watch(const Socket& s, int w, bool is_sub) const {
+  if (s.socket == nullptr) return;
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = s.fd;
+  ev.data.u64 = (static_cast<uint64_t>(w) << 1) | (is_sub ? 1 : 0);
   PCHECK(epoll_ctl(wait_fd_, EPOLL_CTL_ADD, s.fd, &ev) == 0) << "epoll_ctl ADD " << s.fd;
+}
+
+void WorkerPool::WatchWakeFd(int fd) {
+  if (fd == wake_fd_) return;
+  epoll_event ev{};
+  if (wake_fd_ >= 0) epoll_ctl(wait_fd_, EPOLL_CTL_DEL, wake_fd_, &ev);  // closed since: no matter
+  wake_fd_ = fd;
+  if (fd < 0) return;
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeTag;
+  PCHECK(epoll_ctl(wait_fd_, EPOLL_CTL_ADD, fd, &ev) == 0) << "epoll_ctl ADD " << fd;
 }
 
 void WorkerPool::Unwatch(const Socket& s) const {
@@ -58,8 +78,10 @@ void WorkerPool::Unwatch(const Socket& s) const {
 }
 
 bool WorkerPool::unread() const {
+  if (more_ready_) return true;
+  const auto unread = [](const Socket& s) { return s.socket != nullptr && s.unread; };
   return std::ranges::any_of(
-      workers_, [](const Worker& w) { return w.active && (w.dealer.unread || w.sub.unread); });
+      workers_, [&](const Worker& w) { return w.active && (unread(w.dealer) || unread(w.sub)); });
 }
 
 void WorkerPool::Secure(zmq::socket_t& socket) const {
@@ -69,10 +91,14 @@ void WorkerPool::Secure(zmq::socket_t& socket) const {
   CHECK(s.ok()) << s;
 }
 
-void WorkerPool::Connect(Worker& w) {
+void WorkerPool::Connect(int index) {
+  Worker& w = workers_[index];
   const WorkerEndpoint& e = w.endpoint;
   Unwatch(w.dealer);
   Unwatch(w.sub);
+  w.dealer = {};
+  w.sub = {};
+  w.connected = Clock::now();  // a failure below is tried again by ReconnectSilent
   auto make = [&](zmq::socket_type type) {
     Socket s;
     s.socket = std::make_unique<zmq::socket_t>(ctx_, type);
@@ -82,25 +108,38 @@ void WorkerPool::Connect(Worker& w) {
     s.fd = s.socket->get(zmq::sockopt::fd);
     return s;
   };
-  w.dealer = make(zmq::socket_type::dealer);
-  w.dealer.socket->connect(absl::StrCat("tcp://", e.host, ":", e.port));
-  w.sub = make(zmq::socket_type::sub);
-  w.sub.socket->set(zmq::sockopt::rcvhwm, 0);
-  for (const char* topic : {"kv", "status", "control"}) {
-    w.sub.socket->set(zmq::sockopt::subscribe, topic);
+  try {
+    Socket dealer = make(zmq::socket_type::dealer);
+    dealer.socket->connect(absl::StrCat("tcp://", e.host, ":", e.port));
+    Socket sub = make(zmq::socket_type::sub);
+    sub.socket->set(zmq::sockopt::rcvhwm, 0);
+    for (const char* topic : {"kv", "status", "control"}) {
+      sub.socket->set(zmq::sockopt::subscribe, topic);
+    }
+    sub.socket->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
+    w.dealer = std::move(dealer);
+    w.sub = std::move(sub);
+  } catch (const zmq::error_t& error) {
+    // Out of sockets or descriptors (two sockets and ~4 descriptors a worker), or an endpoint
+    // ZeroMQ refuses: this worker stays unconnected, the others are served.
+    ++counters_.connect_failures;
+    ++w.counters.connect_failures;
+    LOG_EVERY_T(ERROR, 10) << "cannot connect to worker " << e.name << " (" << e.host << ":"
+                           << e.port << ", events " << e.events_port << "): " << error.what()
+                           << " (with " << workers_.size()
+                           << " workers; see ulimit -n); trying again in a few seconds";
+    return;
   }
-  w.sub.socket->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
-  Watch(w.dealer);
-  Watch(w.sub);
-  w.connected = Clock::now();
+  Watch(w.dealer, index, /*is_sub=*/false);
+  Watch(w.sub, index, /*is_sub=*/true);
 }
 
 int WorkerPool::Add(const WorkerEndpoint& e) {
-  Worker w;
+  Worker& w = workers_.emplace_back();
   w.endpoint = e;
-  Connect(w);
-  workers_.push_back(std::move(w));
-  return static_cast<int>(workers_.size()) - 1;
+  Connect(size() - 1);
+  RefreshView(size() - 1);
+  return size() - 1;
 }
 
 void WorkerPool::ReconnectSilent() {
@@ -115,7 +154,7 @@ void WorkerPool::ReconnectSilent() {
                              << ": connecting again (a worker that refuses this router's CURVE "
                                 "key looks the same: see its kvserve_zmq_authentications_total)";
     ++worker.counters.reconnects;
-    Connect(worker);
+    Connect(w);
   }
 }
 
@@ -132,6 +171,7 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
   if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
     return absl::NotFoundError(absl::StrCat("no worker ", w));
   }
+  if (workers_[w].dealer.socket == nullptr) return NotConnected(w);
   // A send may take the signal of a message that arrived meanwhile (ZeroMQ's ZMQ_FD contract).
   workers_[w].dealer.unread = true;
   return SendMessage(*workers_[w].dealer.socket, "", message, zmq::send_flags::dontwait);
@@ -141,6 +181,7 @@ absl::Status WorkerPool::Forward(int w, const ReceivedMessage& m) {
   if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
     return absl::NotFoundError(absl::StrCat("no worker ", w));
   }
+  if (workers_[w].dealer.socket == nullptr) return NotConnected(w);
   workers_[w].dealer.unread = true;
   const std::string_view frames[] = {m.type, m.payload};
   return SendFrames(*workers_[w].dealer.socket, frames, zmq::send_flags::dontwait);
@@ -240,6 +281,7 @@ absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& 
     }
     worker.status = std::move(st);
     worker.last_heartbeat = Clock::now();
+    RefreshView(w);
   } else if (m.type == "KvEventBatch") {
     // A batch holds a string per block hash: parsed into an arena over a reused block, it costs
     // no allocation (the heap was a fifth of the router's time with 4K-token prompts).
@@ -297,39 +339,34 @@ WorkerPool::Counters WorkerPool::counters(int w) const {
   return workers_[w].counters;
 }
 
-// One poll(2) over the sockets' descriptors, then a drain of each that signalled or may hold
-// unsignalled messages. zmq_poll asked every socket for its events first, which ZeroMQ answers
-// with a poll(2) and a getpid(2) of its own: 19 of each a turn with 8 workers
-// (docs/ROUTING.md, "Router CPU per request").
+// The sockets that signalled come from wait_fd_'s epoll set (as many as are ready, not one
+// pollfd per socket: a poll(2) over every socket's descriptor took 120 us a turn at 1,024
+// workers, worker_views_bench's BM_PollIdle), then every socket that may hold unsignalled
+// messages is drained too. zmq_poll, before that, asked every socket for its events, which
+// ZeroMQ answers with a poll(2) and a getpid(2) of its own (docs/ROUTING.md, "Router CPU per
+// request").
 std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms, int wake_fd) {
   ReconnectSilent();
-  std::vector<pollfd> fds;
-  std::vector<std::pair<int, bool>> owner;  // (worker, is_sub); (-1, false) for wake_fd
-  bool unread = false;
-  if (wake_fd >= 0) {
-    fds.push_back({wake_fd, POLLIN, 0});
-    owner.emplace_back(-1, false);
+  std::vector<std::pair<int, ReceivedMessage>> out;
+  const bool wait = timeout_ms != 0 && !unread();
+  if (wait) WatchWakeFd(wake_fd);  // one epoll_wait for the sockets and the caller's wake-up
+  std::array<epoll_event, kMaxReadyPerTurn> ready;
+  const int n = epoll_wait(wait_fd_, ready.data(), ready.size(), wait ? timeout_ms : 0);
+  if (n < 0 && errno != EINTR) PLOG(WARNING) << "epoll_wait";
+  more_ready_ = n == static_cast<int>(ready.size());  // the rest next turn, without waiting
+  for (int i = 0; i < n; ++i) {
+    if (ready[i].data.u64 == kWakeTag) continue;  // the caller reads its own descriptor
+    const int w = static_cast<int>(ready[i].data.u64 >> 1);
+    const bool is_sub = (ready[i].data.u64 & 1) != 0;
+    if (w >= size() || !workers_[w].active) continue;  // removed since
+    if ((is_sub ? workers_[w].sub : workers_[w].dealer).socket != nullptr) Drain(w, is_sub, out);
   }
-  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+  for (int w = 0; w < size(); ++w) {  // sent on since, or a drain cut short
     if (!workers_[w].active) continue;
     for (const bool is_sub : {false, true}) {
       const Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
-      fds.push_back({s.fd, POLLIN, 0});
-      owner.emplace_back(w, is_sub);
-      unread = unread || s.unread;
+      if (s.socket != nullptr && s.unread) Drain(w, is_sub, out);
     }
-  }
-  std::vector<std::pair<int, ReceivedMessage>> out;
-  if (fds.empty()) return out;
-  if (::poll(fds.data(), fds.size(), unread ? 0 : timeout_ms) < 0) {
-    if (errno != EINTR) PLOG(WARNING) << "poll";
-    return out;
-  }
-  for (size_t i = 0; i < fds.size(); ++i) {
-    const auto [w, is_sub] = owner[i];
-    if (w < 0) continue;  // the caller's wake-up: it reads its own descriptor
-    Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
-    if ((fds[i].revents & POLLIN) != 0 || s.unread) Drain(w, is_sub, out);
   }
   FlushSub();
   return out;
@@ -358,37 +395,41 @@ void WorkerPool::Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMe
   }
 }
 
+void WorkerPool::RefreshView(int w) {
+  Worker& worker = workers_[w];
+  WorkerView v;
+  v.id = w;
+  v.name = worker.endpoint.name;
+  if (worker.status) {
+    for (const pb::BlockCounts& b : worker.status->blocks()) {
+      if (b.medium() != pb::MEDIUM_DEVICE) continue;
+      v.active_blocks = b.active();
+      v.capacity_blocks = b.total();
+    }
+    v.block_size = std::max(1, worker.status->block_size());
+    v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
+    v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
+    v.metrics_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->metrics_endpoint());
+    v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
+    v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
+    v.prefill_only = worker.status->role() == "prefill";
+    v.kv_link = worker.status->kv_link();
+    v.instance_id = worker.status->instance_id();
+    v.tensor_parallel_size = std::max(1, worker.status->tensor_parallel_size());
+  }
+  worker.view = std::move(v);
+}
+
 std::vector<WorkerView> WorkerPool::Views() const {
   std::vector<WorkerView> views;
   views.reserve(workers_.size());
   const auto now = Clock::now();
   const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(heartbeat_timeout_));
-  for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
-    const Worker& worker = workers_[w];
+  for (const Worker& worker : workers_) {
     if (!worker.active) continue;
-    WorkerView v;
-    v.id = w;
-    v.name = worker.endpoint.name;
+    WorkerView& v = views.emplace_back(worker.view);
     v.fresh = worker.status.has_value() && now - worker.last_heartbeat <= timeout;
     v.eligible = v.fresh && worker.status->state() == pb::WORKER_STATE_READY;
-    if (worker.status) {
-      for (const pb::BlockCounts& b : worker.status->blocks()) {
-        if (b.medium() != pb::MEDIUM_DEVICE) continue;
-        v.active_blocks = b.active();
-        v.capacity_blocks = b.total();
-      }
-      v.block_size = std::max(1, worker.status->block_size());
-      v.waiting = worker.status->num_waiting() + worker.status->num_swapped();
-      v.http_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->http_endpoint());
-      v.metrics_endpoint = HttpEndpoint(worker.endpoint.host, worker.status->metrics_endpoint());
-      v.kv_wire_block_bytes = worker.status->kv_wire_block_bytes();
-      v.prefill_tokens_per_second = worker.status->prefill_tokens_per_second();
-      v.prefill_only = worker.status->role() == "prefill";
-      v.kv_link = worker.status->kv_link();
-      v.instance_id = worker.status->instance_id();
-      v.tensor_parallel_size = std::max(1, worker.status->tensor_parallel_size());
-    }
-    views.push_back(std::move(v));
   }
   return views;
 }

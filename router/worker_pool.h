@@ -47,12 +47,16 @@ class WorkerPool {
     int64_t joins = 0;  // the first batch heard was not the stream's first (router start)
     int64_t snapshots = 0;
     int64_t recycle_asks = 0;
-    int64_t dropped = 0;          // messages malformed or with impossible values, dropped
-    int64_t reconnects = 0;       // sockets made anew after a silence (worker_pool.cc)
-    double last_event_lag_s = 0;  // receive time − the batch's timestamp, last batch
+    int64_t dropped = 0;           // messages malformed or with impossible values, dropped
+    int64_t reconnects = 0;        // sockets made anew after a silence (worker_pool.cc)
+    int64_t connect_failures = 0;  // sockets that could not be made (out of sockets or files)
+    double last_event_lag_s = 0;   // receive time − the batch's timestamp, last batch
   };
 
-  // With `curve`, every socket to a worker is a CURVE client (common/net/curve.h).
+  // With `curve`, every socket to a worker is a CURVE client (common/net/curve.h). Raises
+  // `ctx`'s socket limit to ZeroMQ's most (a pool holds two sockets a worker; the default 1,023
+  // stopped a router at ~510 workers), so `ctx` must not have made a socket yet. A worker whose
+  // sockets cannot be made (the open-file limit) stays unconnected and is tried again.
   WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
              std::optional<CurveClientKeys> curve = std::nullopt);
   ~WorkerPool();
@@ -64,7 +68,8 @@ class WorkerPool {
   void Remove(int w);
 
   // Waits up to timeout_ms for traffic (or for `wake_fd`, a file descriptor that becomes
-  // readable when the caller has other work; -1: none), handles events / snapshots /
+  // readable when the caller has other work, the same one every call; -1: none; it must stay
+  // open while the pool lives), handles events / snapshots /
   // heartbeats, and returns the messages that answer requests (GenerateResponse, ControlReply,
   // and the KV transfer's KvChunk and KvChunkAck) with their worker.
   std::vector<std::pair<int, ReceivedMessage>> Poll(int timeout_ms, int wake_fd = -1);
@@ -120,20 +125,27 @@ class WorkerPool {
     bool active = true;
     Counters counters;
     std::chrono::steady_clock::time_point snapshot_asked;  // the last snapshot request
+    // Its routing view as of its last heartbeat (RefreshView), less fresh and eligible, which
+    // Views() sets from the clock: built per heartbeat, not per turn (it was 155 us a turn at
+    // 1,024 workers, worker_views_bench).
+    WorkerView view;
   };
+  void RefreshView(int w);
   // A snapshot not come within this is asked for again (a request lost on its way).
   static constexpr std::chrono::seconds kSnapshotRetry{2};
   void AskSnapshot(Worker& worker, int w);
   // (Re)makes the worker's sockets and connects them.
-  void Connect(Worker& w);
+  void Connect(int w);
   // Adds a socket's descriptor to wait_fd_'s set, or takes it out (before the socket closes:
   // ZeroMQ may close its descriptor later, on its own thread).
-  void Watch(const Socket& s) const;
+  void Watch(const Socket& s, int w, bool is_sub) const;
   void Unwatch(const Socket& s) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
   // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
   // gets new sockets.
   void ReconnectSilent();
+  // Unavailable: worker w has no sockets (Connect failed; it is tried again).
+  absl::Status NotConnected(int w) const;
   // Makes `socket` a CURVE client when the pool has keys.
   void Secure(zmq::socket_t& socket) const;
   absl::Status ApplySub(Worker& worker, int w, const ReceivedMessage& m);
@@ -148,7 +160,16 @@ class WorkerPool {
   void FlushSub();
 
   zmq::context_t& ctx_;
-  const int wait_fd_;  // an epoll set: wait_fd()
+  const int wait_fd_;  // an epoll set: wait_fd(); an event's data is (worker << 1) | is_sub
+  // Sockets Poll takes from wait_fd_ a turn; more_ready_: a turn found that many (more wait).
+  static constexpr int kMaxReadyPerTurn = 256;
+  bool more_ready_ = false;
+  // The descriptor a waiting Poll also wakes on (its wake_fd), in wait_fd_'s set under kWakeTag
+  // from the first Poll that waits with it; -1: none. A Poll(0) caller that waits in its own
+  // event loop (RouterCore::StartOn) never adds one, so wait_fd() signals only for sockets.
+  static constexpr uint64_t kWakeTag = ~uint64_t{0};
+  int wake_fd_ = -1;
+  void WatchWakeFd(int fd);
   PrefixIndex* index_;
   absl::Duration heartbeat_timeout_;
   std::optional<CurveClientKeys> curve_;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/policies/factory.h"
 #include "tests/testing/paths.h"
@@ -19,7 +20,9 @@ namespace kvserve::router {
 namespace {
 
 namespace pb = ::kvserve::v1;
+using kvserve::testing::StatusIs;
 using kvserve::testing::WorkerProcess;
+using ::testing::HasSubstr;
 
 TEST(WorkerPoolTest, EventsFeedTheIndexWithTheRoutersOwnHashes) {
   const std::vector<std::string> args = {"--model",
@@ -144,6 +147,34 @@ TEST(WorkerPoolTest, ImpossibleHeartbeatsAreDroppedAndCounted) {
   }
   EXPECT_TRUE(pool.Views()[w].eligible);
   EXPECT_EQ(pool.status(w)->block_size(), 16);
+}
+
+// A router out of sockets (ZeroMQ's limit a context here; the open-file limit in a large fleet)
+// keeps serving the workers it could connect: the one it could not is counted, refused by name,
+// never eligible, and no turn spins on it. (Making its third socket threw out of Add, which
+// ended the router.)
+TEST(WorkerPoolTest, AWorkerWhoseSocketsCannotBeMadeIsRefusedNotFatal) {
+  zmq::context_t ctx;
+  ASSERT_EQ(zmq_ctx_set(ctx.handle(), ZMQ_MAX_SOCKETS, 4), 0);  // sized at the first socket
+  FakeWorker fake(ctx);                                         // two sockets
+  PrefixIndex index;
+  WorkerPool pool(ctx, &index, absl::Seconds(5));
+  const int w = fake.AddTo(pool);  // two more: the limit
+  const int lost = pool.Add({"lost-worker", "127.0.0.1", 1, 2});
+  EXPECT_EQ(pool.counters(w).connect_failures, 0);
+  EXPECT_EQ(pool.counters(lost).connect_failures, 1);
+  EXPECT_THAT(pool.Send(lost, pb::Control()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("lost-worker")));
+  pool.Poll(0);
+  EXPECT_FALSE(pool.unread());
+  const pb::WorkerStatus st = FakeWorker::Status(16);
+  for (int i = 0; i < 300 && !pool.Views()[w].eligible; ++i) {
+    ASSERT_OK(SendMessage(fake.pub, "status", st));
+    pool.Poll(10);
+  }
+  EXPECT_TRUE(pool.Views()[w].eligible);
+  EXPECT_FALSE(pool.Views()[lost].eligible);
+  EXPECT_OK(pool.Send(w, pb::Control()));
 }
 
 // A router that starts after a worker published its events (and the worker is idle now) asks
