@@ -125,6 +125,7 @@ class WorkerPool {
     bool active = true;
     Counters counters;
     std::chrono::steady_clock::time_point snapshot_asked;  // the last snapshot request
+    int silent_reconnects = 0;  // since its last heartbeat (ReconnectSilent)
     // Its routing view as of its last heartbeat (RefreshView), less fresh and eligible, which
     // Views() sets from the clock: built per heartbeat, not per turn (it was 155 us a turn at
     // 1,024 workers, worker_views_bench).
@@ -142,7 +143,8 @@ class WorkerPool {
   void Unwatch(const Socket& s) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
   // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
-  // gets new sockets.
+  // gets new sockets, then after twice, four and eight times that while it stays silent (the
+  // last again and again), and after that again once it has been heard.
   void ReconnectSilent();
   // Unavailable: worker w has no sockets (Connect failed; it is tried again).
   absl::Status NotConnected(int w) const;
