@@ -89,9 +89,12 @@ void PrefixIndex::SetRun(Worker& worker, const google::protobuf::RepeatedPtrFiel
   // Grown by doubling as a worker's cache filled, the table moved every entry at each growth
   // (with the page faults of its new memory, ~15% of the router's samples over the 14K-id
   // trace's first minutes). Sized for the pool once, the index fills 1.2x faster
-  // (prefix_index_bench's BM_FillFromEmpty; docs/ROUTING.md). A no-op once it has the room.
-  if (on && worker.capacity > 0) {
-    worker.blocks.reserve(std::min(worker.capacity, kMaxReservedBlocks));
+  // (prefix_index_bench's BM_FillFromEmpty; docs/ROUTING.md). Only while its slots (7/8 of
+  // them usable) are fewer: reserve() itself also rehashes a table whose erased slots eat into
+  // its room, sooner than the table would.
+  if (const size_t want = std::min(worker.capacity, kMaxReservedBlocks);
+      on && worker.blocks.bucket_count() - worker.blocks.bucket_count() / 8 < want) {
+    worker.blocks.reserve(want);
   }
   FetchAhead(
       hashes.size(),
