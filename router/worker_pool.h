@@ -55,8 +55,9 @@ class WorkerPool {
 
   // With `curve`, every socket to a worker is a CURVE client (common/net/curve.h). Raises
   // `ctx`'s socket limit to ZeroMQ's most (a pool holds two sockets a worker; the default 1,023
-  // stopped a router at ~510 workers), so `ctx` must not have made a socket yet. A worker whose
-  // sockets cannot be made (the open-file limit) stays unconnected and is tried again.
+  // stopped a router at ~510 workers; it takes effect only if `ctx` has made no socket yet). A
+  // worker whose sockets cannot be made (the open-file limit) stays unconnected and is tried
+  // again.
   WorkerPool(zmq::context_t& ctx, PrefixIndex* index, absl::Duration heartbeat_timeout,
              std::optional<CurveClientKeys> curve = std::nullopt);
   ~WorkerPool();

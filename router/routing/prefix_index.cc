@@ -88,7 +88,7 @@ void PrefixIndex::SetRun(Worker& worker, const google::protobuf::RepeatedPtrFiel
   const bool confirms = on && !worker.routed.empty();
   // Grown by doubling as a worker's cache filled, the table moved every entry at each growth
   // (with the page faults of its new memory, ~15% of the router's samples over the 14K-id
-  // trace's first minutes). Sized for the pool once, the index fills 1.2x faster
+  // trace's first minutes). Sized for the pool once, the index fills 1.15-1.25x faster
   // (prefix_index_bench's BM_FillFromEmpty; docs/ROUTING.md). Only while its slots (7/8 of
   // them usable) are fewer: reserve() itself also rehashes a table whose erased slots eat into
   // its room, sooner than the table would.
