@@ -374,6 +374,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
                                            .snapshots = c.snapshots,
                                            .dropped = c.dropped,
                                            .index_evictions = index_.evictions(v.id),
+                                           .connect_failures = c.connect_failures,
                                            .event_lag_s = c.last_event_lag_s,
                                            .inflight_requests = w.inflight_requests});
     }

@@ -29,6 +29,9 @@ RouterMetrics::RouterMetrics() {
   snapshots_ = counter("kvserve_router_kv_snapshots_total", "Index snapshots applied (resyncs)");
   dropped_ = counter("kvserve_router_dropped_messages_total",
                      "Messages from the worker dropped as malformed or impossible");
+  connect_failures_ = counter("kvserve_router_worker_connect_failures_total",
+                              "Times the worker's sockets could not be made (the router's "
+                              "open-file limit, or an endpoint ZeroMQ refuses); it is tried again");
   reply_gaps_ = counter("kvserve_router_reply_gaps_total",
                         "Requests ended because the worker's replies to them came out of sequence "
                         "(a reply lost on the link)");
@@ -79,6 +82,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   add(event_joins_, seen.joins, last.joins);
   add(snapshots_, seen.snapshots, last.snapshots);
   add(dropped_, seen.dropped, last.dropped);
+  add(connect_failures_, seen.connect_failures, last.connect_failures);
   add(index_evictions_, seen.index_evictions, last.index_evictions);
   reply_gaps_->Add(labels);  // exists at 0 from the first heartbeat
 }
@@ -89,8 +93,8 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
     f->Remove(&f->Add(labels));
   }
   for (prometheus::Family<prometheus::Counter>* f :
-       {routed_, event_batches_, event_gaps_, event_joins_, snapshots_, dropped_, index_evictions_,
-        reply_gaps_}) {
+       {routed_, event_batches_, event_gaps_, event_joins_, snapshots_, dropped_, connect_failures_,
+        index_evictions_, reply_gaps_}) {
     f->Remove(&f->Add(labels));
   }
   absl::MutexLock lock(&mu_);
