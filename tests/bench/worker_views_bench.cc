@@ -34,13 +34,19 @@ void AddWorkers(WorkerPool& pool, int workers) {
   }
 }
 
-// The views of state.range(0) workers.
-void BM_Views(benchmark::State& state) {
+// A pool of `workers` workers (AddWorkers) with its context and index.
+struct IdleFleet {
+  explicit IdleFleet(int workers) { AddWorkers(pool, workers); }
   zmq::context_t ctx;
   PrefixIndex index;
-  WorkerPool pool(ctx, &index, absl::Hours(1));
+  WorkerPool pool{ctx, &index, absl::Hours(1)};
+};
+
+// The views of state.range(0) workers.
+void BM_Views(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
-  AddWorkers(pool, workers);
+  IdleFleet fleet(workers);
+  WorkerPool& pool = fleet.pool;
   if (static_cast<int>(pool.Views().size()) != workers || !pool.Views().back().eligible) {
     state.SkipWithError("the heartbeats were not taken");
     return;
@@ -53,11 +59,9 @@ BENCHMARK(BM_Views)->ArgName("workers")->Arg(8)->Arg(256)->Arg(1024);
 // A turn of the core loop that finds nothing: WorkerPool::Poll(0) over state.range(0) idle
 // workers' sockets.
 void BM_PollIdle(benchmark::State& state) {
-  zmq::context_t ctx;
-  PrefixIndex index;
-  WorkerPool pool(ctx, &index, absl::Hours(1));
   const int workers = static_cast<int>(state.range(0));
-  AddWorkers(pool, workers);
+  IdleFleet fleet(workers);
+  WorkerPool& pool = fleet.pool;
   pool.Poll(0);  // the sockets' first signals
   for (auto _ : state) benchmark::DoNotOptimize(pool.Poll(0));
   state.SetItemsProcessed(state.iterations() * workers);
