@@ -1,6 +1,7 @@
 // The router's prefix index (router/routing/prefix_index.h) at fleet scale: how fast it takes
 // the workers' KV events (block events per second), how fast a routing decision looks prompts
-// up in it (block lookups per second), and what one (block, worker) entry costs in memory.
+// up in it (block lookups per second), what one (block, worker) entry costs in memory, and a
+// whole cost-policy placement over 256 and 1,024 workers (BM_RouteFleet).
 // Issue 59's goals: >= 2M block events/s and >= 2M block lookups/s per core, <= 64 bytes per
 // entry. Recorded in docs/ROUTING.md; never timed in tests.
 //
@@ -8,6 +9,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -15,6 +17,8 @@
 
 #include "benchmark/benchmark.h"
 #include "google/protobuf/arena.h"
+#include "router/policies/factory.h"
+#include "router/routing/fetch_plan.h"
 #include "router/routing/prefix_index.h"
 #include "router/routing/snapshot_build.h"
 
@@ -342,42 +346,55 @@ void BM_LongestPrefix(benchmark::State& state) {
 }
 BENCHMARK(BM_LongestPrefix)->Arg(64)->Arg(900);
 
-// A placement at fleet scale: a prompt of 64 blocks looked up on every one of state.range(0)
-// workers of 16K blocks each (one of which holds its first half), as the cost policy asks them
-// all; worker by worker with LongestPrefix (state.range(1) == 0) or all at once with
-// LongestPrefixes (1), which fetches the workers' entries ahead. 4,096 prompts in turn, so
-// that lookups reach all over the index, as new conversations do.
+// A fleet's index: `workers` workers of 16K blocks each, worker w holding the first half of every
+// prompt p with p % workers == w (and random blocks to fill its pool); kFleetPrompts prompts of
+// 64 blocks in turn, so that lookups reach all over the index, as new conversations do.
+constexpr int kFleetBlocks = 64, kFleetPool = 16 << 10, kFleetPrompts = 4096;
+
+struct Fleet {
+  std::vector<std::vector<BlockHash>> prompts;
+  std::vector<int> ids;
+  PrefixIndex index;
+};
+
+void BuildFleet(int workers, Fleet& fleet) {
+  std::mt19937_64 rng(6);
+  fleet.prompts.resize(kFleetPrompts);
+  for (auto& prompt : fleet.prompts) {
+    for (int i = 0; i < kFleetBlocks; ++i) prompt.push_back(RandomHash(rng));
+  }
+  for (int w = 0; w < workers; ++w) {
+    fleet.ids.push_back(w);
+    std::vector<BlockHash> held;
+    for (int p = w % kFleetPrompts; p < kFleetPrompts; p += workers) {
+      held.insert(held.end(), fleet.prompts[p].begin(),
+                  fleet.prompts[p].begin() + kFleetBlocks / 2);
+    }
+    while (held.size() < static_cast<size_t>(kFleetPool)) held.push_back(RandomHash(rng));
+    fleet.index.SetCapacity(w, held.size());
+    pb::KvEventBatch b = Batch(held, true);
+    b.set_seq(1);
+    fleet.index.ApplyEvents(w, b);
+  }
+}
+
+// A placement's lookups at fleet scale: a prompt looked up on every one of state.range(0)
+// workers, as the cost policy asks them all; worker by worker with LongestPrefix
+// (state.range(1) == 0) or all at once with LongestPrefixes (1), which fetches the workers'
+// entries ahead.
 void BM_PlaceFleet(benchmark::State& state) {
   const int workers = static_cast<int>(state.range(0));
   const bool batched = state.range(1) != 0;
-  constexpr int kBlocks = 64, kPool = 16 << 10, kPrompts = 4096;
-  std::mt19937_64 rng(6);
-  std::vector<std::vector<BlockHash>> prompts(kPrompts);
-  for (auto& prompt : prompts) {
-    for (int i = 0; i < kBlocks; ++i) prompt.push_back(RandomHash(rng));
-  }
-  PrefixIndex index;
-  std::vector<int> ids(workers);
-  for (int w = 0; w < workers; ++w) {
-    ids[w] = w;
-    std::vector<BlockHash> held;
-    for (int p = w % kPrompts; p < kPrompts; p += workers) {
-      held.insert(held.end(), prompts[p].begin(), prompts[p].begin() + kBlocks / 2);
-    }
-    while (held.size() < static_cast<size_t>(kPool)) held.push_back(RandomHash(rng));
-    index.SetCapacity(w, held.size());
-    pb::KvEventBatch b = Batch(held, true);
-    b.set_seq(1);
-    index.ApplyEvents(w, b);
-  }
+  Fleet fleet;
+  BuildFleet(workers, fleet);
   size_t next = 0;
   for (auto _ : state) {
-    const std::vector<BlockHash>& prompt = prompts[next++ % kPrompts];
+    const std::vector<BlockHash>& prompt = fleet.prompts[next++ % kFleetPrompts];
     if (batched) {
-      benchmark::DoNotOptimize(index.LongestPrefixes(ids, prompt));
+      benchmark::DoNotOptimize(fleet.index.LongestPrefixes(fleet.ids, prompt));
     } else {
       std::vector<PrefixIndex::Match> matches(workers);
-      for (int w = 0; w < workers; ++w) matches[w] = index.LongestPrefix(w, prompt);
+      for (int w = 0; w < workers; ++w) matches[w] = fleet.index.LongestPrefix(w, prompt);
       benchmark::DoNotOptimize(matches);
     }
   }
@@ -385,6 +402,54 @@ void BM_PlaceFleet(benchmark::State& state) {
 }
 BENCHMARK(BM_PlaceFleet)
     ->ArgNames({"workers", "batched"})
+    ->Args({256, 0})
+    ->Args({256, 1})
+    ->Args({1024, 0})
+    ->Args({1024, 1});
+
+// A whole placement at fleet scale, as kvserve-router's placer makes it: the cost policy over
+// state.range(0) workers' views (uneven load) and the fleet's index, with peer fetch weighed in
+// (state.range(1) == 1: FetchOffers first, as --kv-fetch does) or not. Placements a second.
+void BM_RouteFleet(benchmark::State& state) {
+  const int workers = static_cast<int>(state.range(0));
+  const bool fetch = state.range(1) != 0;
+  Fleet fleet;
+  BuildFleet(workers, fleet);
+  std::vector<WorkerView> views(workers);
+  for (int w = 0; w < workers; ++w) {
+    WorkerView& v = views[w];
+    v.id = w;
+    v.name = "w" + std::to_string(w);
+    v.block_size = 16;
+    v.capacity_blocks = kFleetPool;
+    v.active_blocks = (w * 37) % kFleetPool;
+    v.queued_prefill_tokens = (w * 101) % 4000;
+    v.decode_seqs = w % 32;
+    v.kv_wire_block_bytes = 1 << 16;
+    v.prefill_tokens_per_second = 15000;
+  }
+  absl::StatusOr<std::unique_ptr<RoutingPolicy>> policy =
+      MakeRoutingPolicy(RoutingConfig{.policy = "cost", .seed = 1});
+  if (!policy.ok()) {
+    state.SkipWithError(policy.status().ToString().c_str());
+    return;
+  }
+  const KvFetchConfig config{.enabled = true};
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::vector<BlockHash>& prompt = fleet.prompts[next++ % kFleetPrompts];
+    const std::vector<FetchOffer> offers =
+        fetch ? FetchOffers(config, 1.0, views, fleet.index, prompt) : std::vector<FetchOffer>{};
+    const RouteRequest request{.hashes = prompt,
+                               .prompt_tokens = kFleetBlocks * 16,
+                               .max_tokens = 128,
+                               .fetch_offers = offers};
+    benchmark::DoNotOptimize(Route(**policy, views, fleet.index, request));
+  }
+  state.SetItemsProcessed(state.iterations());  // placements
+}
+BENCHMARK(BM_RouteFleet)
+    ->ArgNames({"workers", "fetch"})
     ->Args({256, 0})
     ->Args({256, 1})
     ->Args({1024, 0})

@@ -1,7 +1,11 @@
 // PlanFetch (router/kv_fetch.h): which peer a worker pulls a prompt's prefix from, and when a
 // fetch is not worth it or not possible.
+#include <algorithm>
+#include <optional>
+#include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "router/kv_fetch.h"
 
@@ -103,6 +107,58 @@ TEST_F(PlanFetchTest, OffersAreEachEligibleWorkersPlanInItsPromptTokens) {
   views_[0].eligible = true;
   config_.in_policy = false;
   EXPECT_TRUE(FetchOffers(config_, 1.0, views_, index_, hashes_).empty());
+}
+
+// Across a fleet of mixed wire sizes, silent workers, unmeasured rates and ties, every worker's
+// plan is the one the contract names: the first (in view order) of the fresh peers of its wire
+// size whose device prefix reaches furthest, when far enough and worth the transfer. The plans
+// are built from each wire size's best two senders (one pass over the workers, not one per
+// target); this compares them with asking every peer for every target.
+TEST(FetchOffersTest, EveryPlanIsTheFurthestReachingPeerAcrossAFleet) {
+  std::mt19937 rng(11);
+  const std::vector<BlockHash> hashes = Hashes(24);
+  for (int round = 0; round < 20; ++round) {
+    PrefixIndex index;
+    std::vector<WorkerView> views;
+    for (int w = 0; w < 40; ++w) {
+      const int held = std::uniform_int_distribution<int>(0, 24)(rng) / 3 * 3;  // ties
+      if (held > 0) index.RecordRouted(w, absl::MakeConstSpan(hashes).first(held));
+      const double rate = rng() % 4 == 0 ? 0 : 5000.0 * (1 + rng() % 4);
+      views.push_back(View(w, rate, rng() % 3 == 0 ? 8192 : 4096));
+      views.back().fresh = rng() % 5 != 0;
+      views.back().eligible = views.back().fresh && rng() % 4 != 0;
+    }
+    const KvFetchConfig config{.enabled = true, .min_blocks = 3};
+    const std::vector<FetchOffer> offers = FetchOffers(config, /*gbps=*/0.5, views, index, hashes);
+    for (size_t t = 0; t < views.size(); ++t) {
+      const WorkerView& target = views[t];
+      double rate = target.prefill_tokens_per_second;
+      for (const WorkerView& v : views) {
+        if (rate == 0 && v.kv_wire_block_bytes == target.kv_wire_block_bytes) {
+          rate = std::max(rate, v.prefill_tokens_per_second);
+        }
+      }
+      const int have = index.LongestPrefix(target.id, hashes).total();
+      int source = -1, more = 0;
+      for (const WorkerView& v : views) {
+        if (v.id == target.id || !v.fresh || v.kv_wire_block_bytes != target.kv_wire_block_bytes)
+          continue;
+        const int m = index.LongestPrefix(v.id, hashes).device_blocks - have;
+        if (m >= config.min_blocks && m > more) source = v.id, more = m;
+      }
+      const bool worth =
+          source >= 0 && rate > 0 && more * target.kv_wire_block_bytes / 0.5e9 < more * 16 / rate;
+      const std::optional<FetchPlan> plan = PlanFetch(config, 0.5, views, index, hashes, target.id);
+      SCOPED_TRACE(absl::StrCat("round ", round, ", worker ", t));
+      ASSERT_EQ(plan.has_value(), worth);
+      const bool offered = t < offers.size() && offers[t].blocks > 0;
+      EXPECT_EQ(offered, worth && target.eligible);
+      if (!worth) continue;
+      EXPECT_EQ(plan->source, source);
+      EXPECT_EQ(plan->blocks, more);
+      EXPECT_EQ(plan->first_block, have);
+    }
+  }
 }
 
 }  // namespace
