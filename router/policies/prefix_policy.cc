@@ -7,6 +7,7 @@
 //   its blocks goes to the worker caching least (SGLang's smallest tree).
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "router/policies/policies.h"
 
@@ -29,22 +30,27 @@ class PrefixPolicy : public RoutingPolicy {
         static_cast<double>(max_load) > c_.balance_rel_threshold * static_cast<double>(min_load)) {
       return {.worker = LeastLoaded(c_, eligible, first)->id, .reason = RouteReason::kBalance};
     }
-    if (const WorkerView* pick = SpreadPick(eligible, first, index, request.hashes)) {
+    // Every worker's match, asked at once (only the holders of the prompt's first block are
+    // looked up).
+    std::vector<int> ids(eligible.size());
+    for (size_t i = 0; i < eligible.size(); ++i) ids[i] = eligible[i]->id;
+    const std::vector<PrefixIndex::Match> matches = index.LongestPrefixes(ids, request.hashes);
+    if (const WorkerView* pick = SpreadPick(eligible, first, index, matches, request.hashes)) {
       return {.worker = pick->id, .reason = RouteReason::kSpread};
     }
-    return {.worker = CheapestPrefill(eligible, first, index, request.hashes)->id,
+    return {.worker = CheapestPrefill(eligible, first, matches, request.hashes)->id,
             .reason = RouteReason::kPrefix};
   }
 
  private:
   // The worker caching least (then the least loaded, then the first from `first`), when no
-  // worker caches spread_below of the prompt; null otherwise.
+  // worker caches spread_below of the prompt; null otherwise. matches[i] is eligible[i]'s.
   const WorkerView* SpreadPick(const std::vector<const WorkerView*>& eligible, size_t first,
-                               const PrefixIndex& index, absl::Span<const BlockHash> hashes) const {
+                               const PrefixIndex& index,
+                               absl::Span<const PrefixIndex::Match> matches,
+                               absl::Span<const BlockHash> hashes) const {
     int best_match = 0;
-    for (const WorkerView* w : eligible) {
-      best_match = std::max(best_match, index.LongestPrefix(w->id, hashes).total());
-    }
+    for (const PrefixIndex::Match& m : matches) best_match = std::max(best_match, m.total());
     if (hashes.empty() || best_match >= c_.spread_below * static_cast<double>(hashes.size())) {
       return nullptr;
     }
@@ -63,13 +69,14 @@ class PrefixPolicy : public RoutingPolicy {
   // The worker of lowest w_prefill · blocks to prefill + w_load · load (from `first` on, so
   // that equal costs go round robin).
   const WorkerView* CheapestPrefill(const std::vector<const WorkerView*>& eligible, size_t first,
-                                    const PrefixIndex& index,
+                                    absl::Span<const PrefixIndex::Match> matches,
                                     absl::Span<const BlockHash> hashes) const {
     const WorkerView* best = nullptr;
     double best_cost = 0;
     for (size_t k = 0; k < eligible.size(); ++k) {
-      const WorkerView* w = eligible[(first + k) % eligible.size()];
-      const PrefixIndex::Match m = index.LongestPrefix(w->id, hashes);
+      const size_t i = (first + k) % eligible.size();
+      const WorkerView* w = eligible[i];
+      const PrefixIndex::Match& m = matches[i];
       const double to_prefill =
           static_cast<double>(hashes.size()) - m.device_blocks - c_.host_weight * m.host_blocks;
       const double cost =

@@ -22,6 +22,15 @@ constexpr size_t kMaxReservedBlocks = 1 << 17;
 // How many entries ahead FetchAhead fetches.
 constexpr size_t kAhead = 8;
 
+// A prompt held by at most this many workers is looked up on those alone, each found in the
+// asked list by a scan; past it, every asked worker is looked up.
+constexpr size_t kFewHolders = 8;
+
+// Roots are tracked only for placements over at least this many workers: below, asking each
+// worker costs less than the lookup every stored block would pay to keep the lists (a 14K-id
+// prompt stores ~900 blocks a request on its worker).
+constexpr size_t kTrackFromWorkers = 32;
+
 // visit(i) for each i in [0, n), with fetch(i + kAhead) called first. In a fleet's index the
 // entries a run of hashes touches are out of cache (0.25-0.6 us an event at 256 workers,
 // prefix_index_bench's BM_ParseAndApplyFleet): fetching each entry's slot a few entries before
@@ -37,12 +46,85 @@ void FetchAhead(size_t n, Fetch fetch, Visit visit) {
 
 }  // namespace
 
-PrefixIndex::Worker& PrefixIndex::Get(int w) { return workers_[w]; }
+PrefixIndex::Worker& PrefixIndex::Get(int w) {
+  auto [it, added] = workers_.try_emplace(w);
+  if (added) it->second.id = w;
+  return it->second;
+}
 
 void PrefixIndex::Clear(Worker& worker) {
+  for (const BlockHash& root : worker.roots) {
+    auto it = holders_.find(root);
+    it->second.erase(std::find(it->second.begin(), it->second.end(), worker.id));
+    if (it->second.empty()) holders_.erase(it);
+  }
+  worker.roots.clear();
   worker.blocks.clear();
   worker.routed.clear();
   worker.routed_order.clear();
+}
+
+void PrefixIndex::Gained(const Worker& worker, const BlockHash& h) const {
+  if (holders_.empty()) return;
+  auto it = holders_.find(h);
+  if (it != holders_.end() && worker.roots.insert(h).second) it->second.push_back(worker.id);
+}
+
+void PrefixIndex::Lost(const Worker& worker, const BlockHash& h) const {
+  if (worker.roots.empty() || worker.roots.erase(h) == 0) return;
+  auto it = holders_.find(h);
+  it->second.erase(std::find(it->second.begin(), it->second.end(), worker.id));
+  if (it->second.empty()) holders_.erase(it);
+}
+
+const absl::InlinedVector<int, 2>& PrefixIndex::Holders(const BlockHash& root) const {
+  if (auto it = holders_.find(root); it != holders_.end()) return it->second;
+  if (holders_.size() >= kMaxTrackedRoots) {  // bounded: forget them all
+    for (const auto& [w, worker] : workers_) worker.roots.clear();
+    holders_.clear();
+  }
+  std::vector<const Worker*> all;
+  all.reserve(workers_.size());
+  for (const auto& [w, worker] : workers_) all.push_back(&worker);
+  absl::InlinedVector<int, 2> found;
+  FetchAhead(
+      all.size(),
+      [&](size_t i) {
+        all[i]->blocks.prefetch(root);
+        if (!all[i]->routed.empty()) all[i]->routed.prefetch(root);
+      },
+      [&](size_t i) {
+        if (!all[i]->blocks.contains(root) && !all[i]->routed.contains(root)) return;
+        found.push_back(all[i]->id);
+        all[i]->roots.insert(root);
+      });
+  return holders_.emplace(root, std::move(found)).first->second;
+}
+
+std::optional<std::vector<int>> PrefixIndex::TrackedHolders(const BlockHash& root) const {
+  auto it = holders_.find(root);
+  if (it == holders_.end()) return std::nullopt;
+  std::vector<int> out(it->second.begin(), it->second.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void PrefixIndex::RelistRoots(const Worker& worker) {
+  if (holders_.empty()) return;
+  const auto list = [&](const BlockHash& root, absl::InlinedVector<int, 2>& holders) {
+    holders.push_back(worker.id);
+    worker.roots.insert(root);
+  };
+  // Whichever side is smaller is walked: a restarted router's rebuild tracks no root yet.
+  if (holders_.size() <= worker.blocks.size()) {
+    for (auto& [root, holders] : holders_) {
+      if (worker.blocks.contains(root)) list(root, holders);
+    }
+    return;
+  }
+  for (const auto& [h, tiers] : worker.blocks) {
+    if (auto it = holders_.find(h); it != holders_.end()) list(h, it->second);
+  }
 }
 
 bool PrefixIndex::PopOldestRouted(Worker& worker) {
@@ -51,6 +133,7 @@ bool PrefixIndex::PopOldestRouted(Worker& worker) {
   auto it = worker.routed.find(h);
   if (it == worker.routed.end() || it->second != when) return false;  // a stale order entry
   worker.routed.erase(it);
+  Lost(worker, h);  // an assumed entry is never also a confirmed one
   return true;
 }
 
@@ -64,14 +147,20 @@ bool PrefixIndex::OverCapacity(Worker& worker) {
 
 void PrefixIndex::Set(Worker& worker, const BlockHash& h, pb::Medium medium, bool on) {
   if (on) {
-    worker.blocks[h] |= Bit(medium);
-    worker.routed.erase(h);  // confirmed (its routed_order entry goes stale)
+    auto [it, added] = worker.blocks.try_emplace(h, 0);
+    it->second |= Bit(medium);
+    // Confirmed (its routed_order entry goes stale): it was held already.
+    const bool was_routed = !worker.routed.empty() && worker.routed.erase(h) > 0;
+    if (added && !was_routed) Gained(worker, h);
     return;
   }
   auto it = worker.blocks.find(h);
   if (it == worker.blocks.end()) return;
   it->second &= static_cast<uint8_t>(~Bit(medium));
-  if (it->second == 0) worker.blocks.erase(it);
+  if (it->second == 0) {
+    worker.blocks.erase(it);
+    Lost(worker, h);
+  }
 }
 
 void PrefixIndex::SetRun(Worker& worker, const google::protobuf::RepeatedPtrField<std::string>& run,
@@ -101,6 +190,7 @@ void PrefixIndex::SetRun(Worker& worker, const google::protobuf::RepeatedPtrFiel
       [&](size_t i) {
         worker.blocks.prefetch(hashes[i]);
         if (confirms) worker.routed.prefetch(hashes[i]);
+        if (on && !holders_.empty()) holders_.prefetch(hashes[i]);
       },
       [&](size_t i) { Set(worker, hashes[i], medium, on); });
 }
@@ -135,8 +225,13 @@ PrefixIndex::Apply PrefixIndex::ApplyEvents(int w, const pb::KvEventBatch& batch
         Clear(worker);
       } else {
         const uint8_t bit = Bit(e.all_cleared().medium());
-        absl::erase_if(worker.blocks, [&](auto& kv) { return (kv.second &= ~bit) == 0; });
+        absl::erase_if(worker.blocks, [&](auto& kv) {
+          if ((kv.second &= ~bit) != 0) return false;
+          Lost(worker, kv.first);
+          return true;
+        });
         if (e.all_cleared().medium() == pb::MEDIUM_DEVICE) {  // what was assumed is device
+          for (const auto& [h, when] : worker.routed) Lost(worker, h);
           worker.routed.clear();
           worker.routed_order.clear();
         }
@@ -195,6 +290,7 @@ void PrefixIndex::InstallSnapshot(int w, Table table) {
     worker.blocks.erase(worker.blocks.begin());
     ++worker.evictions;
   }
+  RelistRoots(worker);
 }
 
 bool PrefixIndex::SeeInstance(int w, uint64_t instance_id) {
@@ -219,7 +315,11 @@ void PrefixIndex::RecordRouted(int w, absl::Span<const BlockHash> hashes, absl::
       },
       [&](size_t i) {
         if (worker.blocks.contains(hashes[i])) return;  // already known for sure
-        worker.routed[hashes[i]] = now;
+        auto [it, added] = worker.routed.try_emplace(hashes[i], now);
+        it->second = now;
+        // Only a prompt's first block can be a root: every later block's hash chains its
+        // parent's, never zero (common/kv/block_hash.h).
+        if (added && i == 0) Gained(worker, hashes[i]);
         worker.routed_order.emplace_back(now, hashes[i]);
       });
   TrimRouted(worker, cap);
@@ -234,7 +334,9 @@ void PrefixIndex::TrimRouted(Worker& worker, size_t cap) {
 void PrefixIndex::ForgetRouted(int w, absl::Span<const BlockHash> hashes) {
   auto it = workers_.find(w);
   if (it == workers_.end()) return;
-  for (const BlockHash& h : hashes) it->second.routed.erase(h);
+  for (const BlockHash& h : hashes) {
+    if (it->second.routed.erase(h) > 0) Lost(it->second, h);
+  }
 }
 
 void PrefixIndex::Expire(absl::Time now) {
@@ -259,7 +361,12 @@ size_t PrefixIndex::capacity(int w) const {
   return it == workers_.end() ? 0 : it->second.capacity;
 }
 
-void PrefixIndex::RemoveWorker(int w) { workers_.erase(w); }
+void PrefixIndex::RemoveWorker(int w) {
+  auto it = workers_.find(w);
+  if (it == workers_.end()) return;
+  Clear(it->second);
+  workers_.erase(it);
+}
 
 PrefixIndex::Match PrefixIndex::LongestPrefix(int w, absl::Span<const BlockHash> hashes) const {
   auto it = workers_.find(w);
@@ -268,8 +375,23 @@ PrefixIndex::Match PrefixIndex::LongestPrefix(int w, absl::Span<const BlockHash>
 
 std::vector<PrefixIndex::Match> PrefixIndex::LongestPrefixes(
     absl::Span<const int> workers, absl::Span<const BlockHash> hashes) const {
-  // Two passes, each fetching ahead: the workers' records, then each one's entry for the first
-  // block (every worker is asked for it; most stop there).
+  std::vector<Match> out(workers.size());
+  if (hashes.empty()) return out;
+  // A worker that does not hold the first block matches nothing: only the root's holders are
+  // looked up.
+  const absl::InlinedVector<int, 2>* holders =
+      workers.size() >= kTrackFromWorkers ? &Holders(hashes[0]) : nullptr;
+  if (holders != nullptr && holders->size() <= kFewHolders) {
+    for (const int w : *holders) {
+      const Worker& worker = workers_.find(w)->second;
+      for (size_t i = 0; i < workers.size(); ++i) {
+        if (workers[i] == w) out[i] = Longest(worker, hashes);
+      }
+    }
+    return out;
+  }
+  // Few workers asked, or many hold it: two passes, each fetching ahead, over the workers'
+  // records, then each one's entry for the first block.
   std::vector<const Worker*> found(workers.size(), nullptr);
   FetchAhead(
       workers.size(), [&](size_t i) { workers_.prefetch(workers[i]); },
@@ -277,8 +399,6 @@ std::vector<PrefixIndex::Match> PrefixIndex::LongestPrefixes(
         auto it = workers_.find(workers[i]);
         if (it != workers_.end()) found[i] = &it->second;
       });
-  std::vector<Match> out(workers.size());
-  if (hashes.empty()) return out;
   FetchAhead(
       workers.size(),
       [&](size_t i) {

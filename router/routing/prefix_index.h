@@ -15,16 +15,26 @@
 //   if (index.ApplyEvents(w, batch) == PrefixIndex::Apply::kGap) RequestSnapshot(w);
 //   PrefixIndex::Match m = index.LongestPrefix(w, request_hashes);
 //
-// Not thread-safe: the router's core thread owns it.
+// A placement asks every worker for a prompt's first block; at 1,024 workers that was most of a
+// decision. So the index also keeps, for the first block of each prompt it was asked about over
+// 32 workers or more (a root), which workers hold it: a prompt's lookups then walk only those,
+// and a worker that does not hold the root matches nothing without being looked at. The holders are
+// exact (every change to an entry keeps them), learned by one walk of every worker the first time a
+// root is asked about, and forgotten when no worker holds the root any longer.
+//
+// Not thread-safe: the router's core thread owns it (lookups, though const, fill the roots).
 #ifndef KVSERVE_ROUTER_ROUTING_PREFIX_INDEX_H_
 #define KVSERVE_ROUTER_ROUTING_PREFIX_INDEX_H_
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -88,9 +98,9 @@ class PrefixIndex {
 
   // Leading blocks of `hashes` that worker `w` holds (either tier; stops at the first miss).
   [[nodiscard]] Match LongestPrefix(int w, absl::Span<const BlockHash> hashes) const;
-  // LongestPrefix(w, hashes) for each w of `workers`, in their order. A placement asks every
-  // worker: the workers' entries are fetched a few workers ahead, so that their cache misses
-  // overlap rather than queue.
+  // LongestPrefix(w, hashes) for each w of `workers`, in their order. Only the workers holding
+  // hashes[0] are looked at (the roots above); when many do, the workers' entries are fetched a
+  // few workers ahead, so that their cache misses overlap rather than queue.
   [[nodiscard]] std::vector<Match> LongestPrefixes(absl::Span<const int> workers,
                                                    absl::Span<const BlockHash> hashes) const;
   [[nodiscard]] bool synced(int w) const;
@@ -100,9 +110,17 @@ class PrefixIndex {
   [[nodiscard]] size_t capacity(int w) const;
   // Entries of `w` dropped for a bound (capacity, approximate cap) so far.
   [[nodiscard]] int64_t evictions(int w) const;
+  // Roots whose holders the index keeps now.
+  [[nodiscard]] size_t tracked_roots() const { return holders_.size(); }
+  // The workers listed as holding `root`, sorted; nullopt when it is not tracked.
+  [[nodiscard]] std::optional<std::vector<int>> TrackedHolders(const BlockHash& root) const;
+
+  // The most roots kept at once; past it they are all forgotten and learned again.
+  static constexpr size_t kMaxTrackedRoots = 1 << 18;
 
  private:
   struct Worker {
+    int id = 0;
     uint64_t instance_id = 0;
     uint64_t seq = 0;
     bool synced = false;
@@ -113,25 +131,39 @@ class PrefixIndex {
     std::deque<std::pair<absl::Time, BlockHash>> routed_order;
     size_t capacity = 0;
     int64_t evictions = 0;
+    // The tracked roots it holds (holders_ lists it under each).
+    mutable absl::flat_hash_set<BlockHash> roots;
   };
   // Forgets everything `worker` was thought to hold.
-  static void Clear(Worker& worker);
+  void Clear(Worker& worker);
   // Drops the oldest entry of routed_order (non-empty) and, unless that entry is stale (the
   // hash since confirmed, forgotten or routed again), its assumed entry: true then.
-  static bool PopOldestRouted(Worker& worker);
+  bool PopOldestRouted(Worker& worker);
   // Drops the oldest approximate entries past `cap`, counting them as evictions.
-  static void TrimRouted(Worker& worker, size_t cap);
+  void TrimRouted(Worker& worker, size_t cap);
   // Whether `worker` holds more than its pool could: then it is cleared and unsynced.
-  static bool OverCapacity(Worker& worker);
+  bool OverCapacity(Worker& worker);
   Worker& Get(int w);
   static Match Longest(const Worker& worker, absl::Span<const BlockHash> hashes);
-  static void Set(Worker& worker, const BlockHash& h, kvserve::v1::Medium medium, bool on);
+  void Set(Worker& worker, const BlockHash& h, kvserve::v1::Medium medium, bool on);
   // Set for each hash of one event's run (16-byte strings off the wire; a malformed one is
   // skipped).
-  static void SetRun(Worker& worker, const google::protobuf::RepeatedPtrField<std::string>& run,
-                     kvserve::v1::Medium medium, bool on);
+  void SetRun(Worker& worker, const google::protobuf::RepeatedPtrField<std::string>& run,
+              kvserve::v1::Medium medium, bool on);
+
+  // `worker` now holds `h` (an entry of either kind appeared): listed under h if h is tracked.
+  void Gained(const Worker& worker, const BlockHash& h) const;
+  // `worker` no longer holds `h` (its last entry of h went): unlisted; a root no worker holds is
+  // forgotten.
+  void Lost(const Worker& worker, const BlockHash& h) const;
+  // The workers holding `root`, walking every worker to learn them the first time.
+  const absl::InlinedVector<int, 2>& Holders(const BlockHash& root) const;
+  // Lists `worker` under each tracked root its entries hold (after a snapshot replaced them).
+  void RelistRoots(const Worker& worker);
 
   absl::flat_hash_map<int, Worker> workers_;
+  // Tracked root -> the workers holding it (a cache of lookups, exact; filled by const lookups).
+  mutable absl::flat_hash_map<BlockHash, absl::InlinedVector<int, 2>> holders_;
 };
 
 }  // namespace kvserve::router

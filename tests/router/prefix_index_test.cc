@@ -1,5 +1,11 @@
 #include "router/routing/prefix_index.h"
 
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "router/routing/snapshot_build.h"
 
@@ -191,6 +197,136 @@ TEST(PrefixIndexTest, LongestPrefixesMatchesAskingEachWorker) {
   EXPECT_EQ(all[29].device_blocks, 29);
   EXPECT_EQ(all[30].total(), 0);
   for (const PrefixIndex::Match& m : index.LongestPrefixes(ids, {})) EXPECT_EQ(m.total(), 0);
+}
+
+// The index keeps which workers hold each prompt's first block, so that a placement looks up
+// those alone. Through every kind of change to a worker's entries (events of both tiers, runs
+// removed, a tier cleared, assumed entries recorded, forgotten and expired, a snapshot, a new
+// instance, a smaller pool, a worker removed), asking many workers at once still answers what
+// asking each one would, whether few or many of them hold the prompt.
+TEST(PrefixIndexTest, LongestPrefixesStayExactThroughEveryChange) {
+  constexpr int kWorkers = 40, kBlocks = 8;  // roots are tracked for 32 workers asked or more
+  // Six roots, each with a second prompt branching from it after 3 blocks.
+  std::vector<std::vector<BlockHash>> prompts;
+  for (uint32_t r = 0; r < 6; ++r) {
+    std::vector<uint32_t> tokens(kBlocks * 4);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = r * 1000 + static_cast<uint32_t>(i);
+    prompts.push_back(HashFullBlocks(tokens, 4, "k"));
+    for (size_t i = 12; i < tokens.size(); ++i) tokens[i] += 500;
+    prompts.push_back(HashFullBlocks(tokens, 4, "k"));
+  }
+  PrefixIndex index;
+  std::mt19937 rng(5);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+  std::vector<uint64_t> instance(kWorkers, 1), seq(kWorkers, 0);
+  absl::Time now = absl::UnixEpoch();
+  for (int step = 0; step < 4000; ++step) {
+    const int w = pick(kWorkers);
+    const std::vector<BlockHash>& prompt = prompts[pick(static_cast<int>(prompts.size()))];
+    const int from = pick(3) == 0 ? pick(kBlocks) : 0;
+    const int to = from + 1 + pick(kBlocks - from);
+    const std::vector<BlockHash> run(prompt.begin() + from, prompt.begin() + to);
+    const pb::Medium medium = pick(3) == 0 ? pb::MEDIUM_HOST : pb::MEDIUM_DEVICE;
+    switch (pick(12)) {
+      case 0:
+      case 1:
+      case 2:
+        index.ApplyEvents(w, Batch(instance[w], ++seq[w], run, medium));
+        break;
+      case 3:
+        index.ApplyEvents(w, Batch(instance[w], ++seq[w], {}, medium, run));
+        break;
+      case 4: {
+        pb::KvEventBatch b = Batch(instance[w], ++seq[w], {});
+        b.add_events()->mutable_all_cleared()->set_medium(pick(2) ? medium
+                                                                  : pb::MEDIUM_UNSPECIFIED);
+        index.ApplyEvents(w, b);
+        break;
+      }
+      case 5:
+      case 6:
+        index.RecordRouted(w, run, now);
+        break;
+      case 7:
+        index.ForgetRouted(w, run);
+        break;
+      case 8:
+        now += absl::Seconds(pick(20));
+        index.Expire(now);
+        break;
+      case 9: {
+        pb::KvSnapshot snap;
+        snap.set_instance_id(instance[w]);
+        snap.set_seq(seq[w]);
+        for (const BlockHash& h : run) {
+          pb::CachedBlock* b = snap.add_blocks();
+          b->set_block_hash(h.ToBytes());
+          b->set_medium(medium);
+        }
+        index.ApplySnapshot(w, snap);
+        break;
+      }
+      case 10:  // a restart (its first batch), or a smaller pool than it holds
+        if (pick(2)) {
+          seq[w] = 0;
+          index.ApplyEvents(w, Batch(++instance[w], ++seq[w], run, medium));
+        } else {
+          index.SetCapacity(w, static_cast<size_t>(pick(4) == 0 ? 2 : 0));
+        }
+        break;
+      default:
+        if (pick(8) == 0) index.RemoveWorker(w);
+        break;
+    }
+    std::vector<int> ids(kWorkers + 1);
+    std::iota(ids.begin(), ids.end(), 0);  // and one never heard of
+    std::shuffle(ids.begin(), ids.end(), rng);
+    if (pick(2)) ids.resize(1 + pick(kWorkers + 1));
+    const std::vector<BlockHash>& asked = prompts[pick(static_cast<int>(prompts.size()))];
+    const std::vector<PrefixIndex::Match> all = index.LongestPrefixes(ids, asked);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const PrefixIndex::Match one = index.LongestPrefix(ids[i], asked);
+      ASSERT_EQ(all[i].device_blocks, one.device_blocks)
+          << "step " << step << ", worker " << ids[i];
+      ASSERT_EQ(all[i].host_blocks, one.host_blocks) << "step " << step << ", worker " << ids[i];
+    }
+    // Each tracked root lists exactly its holders: none missing (a lookup would skip it), none
+    // that lost it (the list would only grow).
+    for (const std::vector<BlockHash>& prompt : prompts) {
+      std::vector<int> holding;
+      for (int v = 0; v < kWorkers; ++v) {
+        if (index.LongestPrefix(v, {prompt[0]}).total() > 0) holding.push_back(v);
+      }
+      const std::optional<std::vector<int>> listed = index.TrackedHolders(prompt[0]);
+      if (listed.has_value()) {
+        ASSERT_EQ(*listed, holding) << "step " << step;
+      }
+    }
+  }
+  EXPECT_GT(index.tracked_roots(), 0u);
+}
+
+// A root is tracked once a placement over 32 workers or more asks about it (fewer are asked
+// directly), stays tracked while some worker holds it, and is forgotten when none does.
+TEST(PrefixIndexTest, ARootNoWorkerHoldsIsForgotten) {
+  PrefixIndex index;
+  const auto chain = Chain(4);
+  std::vector<int> fleet(40);
+  std::iota(fleet.begin(), fleet.end(), 0);
+  index.ApplyEvents(0, Batch(1, 1, {chain[0], chain[1]}));
+  index.RecordRouted(1, chain);
+  EXPECT_EQ(index.LongestPrefixes({0, 1, 2}, chain)[1].device_blocks, 4);
+  EXPECT_EQ(index.tracked_roots(), 0u) << "three workers are asked directly";
+  EXPECT_EQ(index.LongestPrefixes(fleet, chain)[1].device_blocks, 4);
+  EXPECT_EQ(index.TrackedHolders(chain[0]), std::vector<int>({0, 1}));
+  index.ApplyEvents(0, Batch(1, 2, {}, pb::MEDIUM_DEVICE, {chain[0]}));
+  EXPECT_EQ(index.TrackedHolders(chain[0]), std::vector<int>({1})) << "worker 1 still holds it";
+  index.ForgetRouted(1, chain);
+  EXPECT_EQ(index.tracked_roots(), 0u);
+  EXPECT_EQ(index.LongestPrefixes(fleet, chain)[0].total(), 0);
+  index.RecordRouted(2, chain);  // tracked again (asked above): listed at once
+  EXPECT_EQ(index.TrackedHolders(chain[0]), std::vector<int>({2}));
+  EXPECT_EQ(index.LongestPrefixes(fleet, chain)[2].device_blocks, 4);
 }
 
 // A worker's stream cannot make the index hold more than the worker's pool.
