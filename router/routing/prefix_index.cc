@@ -53,11 +53,7 @@ PrefixIndex::Worker& PrefixIndex::Get(int w) {
 }
 
 void PrefixIndex::Clear(Worker& worker) {
-  for (const BlockHash& root : worker.roots) {
-    auto it = holders_.find(root);
-    it->second.erase(std::find(it->second.begin(), it->second.end(), worker.id));
-    if (it->second.empty()) holders_.erase(it);
-  }
+  for (const BlockHash& root : worker.roots) Unlist(worker.id, root);
   worker.roots.clear();
   worker.blocks.clear();
   worker.routed.clear();
@@ -72,8 +68,12 @@ void PrefixIndex::Gained(const Worker& worker, const BlockHash& h) const {
 
 void PrefixIndex::Lost(const Worker& worker, const BlockHash& h) const {
   if (worker.roots.empty() || worker.roots.erase(h) == 0) return;
-  auto it = holders_.find(h);
-  it->second.erase(std::find(it->second.begin(), it->second.end(), worker.id));
+  Unlist(worker.id, h);
+}
+
+void PrefixIndex::Unlist(int w, const BlockHash& root) const {
+  auto it = holders_.find(root);
+  it->second.erase(std::find(it->second.begin(), it->second.end(), w));
   if (it->second.empty()) holders_.erase(it);
 }
 
@@ -383,9 +383,9 @@ std::vector<PrefixIndex::Match> PrefixIndex::LongestPrefixes(
       workers.size() >= kTrackFromWorkers ? &Holders(hashes[0]) : nullptr;
   if (holders != nullptr && holders->size() <= kFewHolders) {
     for (const int w : *holders) {
-      const Worker& worker = workers_.find(w)->second;
+      const Match m = Longest(workers_.find(w)->second, hashes);
       for (size_t i = 0; i < workers.size(); ++i) {
-        if (workers[i] == w) out[i] = Longest(worker, hashes);
+        if (workers[i] == w) out[i] = m;
       }
     }
     return out;

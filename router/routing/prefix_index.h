@@ -156,6 +156,8 @@ class PrefixIndex {
   // `worker` no longer holds `h` (its last entry of h went): unlisted; a root no worker holds is
   // forgotten.
   void Lost(const Worker& worker, const BlockHash& h) const;
+  // Takes worker `w` off tracked `root`'s list (the caller dropped root from its roots).
+  void Unlist(int w, const BlockHash& root) const;
   // The workers holding `root`, walking every worker to learn them the first time.
   const absl::InlinedVector<int, 2>& Holders(const BlockHash& root) const;
   // Lists `worker` under each tracked root its entries hold (after a snapshot replaced them).

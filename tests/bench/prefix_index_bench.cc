@@ -400,12 +400,7 @@ void BM_PlaceFleet(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * workers);  // workers asked
 }
-BENCHMARK(BM_PlaceFleet)
-    ->ArgNames({"workers", "batched"})
-    ->Args({256, 0})
-    ->Args({256, 1})
-    ->Args({1024, 0})
-    ->Args({1024, 1});
+BENCHMARK(BM_PlaceFleet)->ArgNames({"workers", "batched"})->ArgsProduct({{256, 1024}, {0, 1}});
 
 // A whole placement at fleet scale, as kvserve-router's placer makes it: the cost policy over
 // state.range(0) workers' views (uneven load) and the fleet's index, with peer fetch weighed in
@@ -448,12 +443,7 @@ void BM_RouteFleet(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());  // placements
 }
-BENCHMARK(BM_RouteFleet)
-    ->ArgNames({"workers", "fetch"})
-    ->Args({256, 0})
-    ->Args({256, 1})
-    ->Args({1024, 0})
-    ->Args({1024, 1});
+BENCHMARK(BM_RouteFleet)->ArgNames({"workers", "fetch"})->ArgsProduct({{256, 1024}, {0, 1}});
 
 // Bytes the index takes per (block, worker) entry: heap in use before and after 8 workers of
 // state.range(0) confirmed blocks each, over the entries.
