@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/huge_pages.h"
 #include "common/kv/block_hash.h"
 #include "kvserve/v1/kvserve.pb.h"
 
@@ -51,6 +53,12 @@ class PrefixIndex {
   // kAwaitingSnapshot: a batch of a stream already known broken, not applied. The first two
   // need a snapshot; the third waits for the one asked for.
   enum class Apply { kApplied, kGap, kJoined, kAwaitingSnapshot, kIgnored };
+
+  // hash -> bit 0: on the device, bit 1: on the host. Tables of a worker's pool reach several MB
+  // and are touched at random: their memory is mapped on huge pages (common/huge_pages.h).
+  using BlockTable =
+      absl::flat_hash_map<BlockHash, uint8_t, absl::Hash<BlockHash>, std::equal_to<BlockHash>,
+                          HugePageAllocator<std::pair<const BlockHash, uint8_t>>>;
 
   struct Match {
     int device_blocks = 0;  // leading blocks present, on the device tier
@@ -72,7 +80,7 @@ class PrefixIndex {
   struct Table {
     uint64_t instance_id = 0;
     uint64_t seq = 0;
-    absl::flat_hash_map<BlockHash, uint8_t> blocks;
+    BlockTable blocks;
     int64_t evictions = 0;  // blocks past the pool, not believed
   };
   // `capacity`: the worker's pool in blocks (0: no bound).
@@ -124,8 +132,7 @@ class PrefixIndex {
     uint64_t instance_id = 0;
     uint64_t seq = 0;
     bool synced = false;
-    // hash -> bit 0: on the device, bit 1: on the host.
-    absl::flat_hash_map<BlockHash, uint8_t> blocks;
+    BlockTable blocks;
     // Approximate device entries: hash -> when routed; and the same in routing order.
     absl::flat_hash_map<BlockHash, absl::Time> routed;
     std::deque<std::pair<absl::Time, BlockHash>> routed_order;
