@@ -49,7 +49,7 @@ class HugePageAllocator {
   void deallocate(T* p, size_t n) {
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePageBytes) {
-      ::operator delete (p, bytes, std::align_val_t{alignof(T)});
+      ::operator delete (p, std::align_val_t{alignof(T)});
       return;
     }
     UnmapHuge(p, bytes);
