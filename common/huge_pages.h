@@ -15,6 +15,7 @@
 #define KVSERVE_COMMON_HUGE_PAGES_H_
 
 #include <cstddef>
+#include <limits>
 #include <new>
 
 namespace kvserve {
@@ -39,6 +40,7 @@ class HugePageAllocator {
   explicit HugePageAllocator(const HugePageAllocator<U>& /*other*/) {}
 
   T* allocate(size_t n) {
+    if (n > std::numeric_limits<size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
     if (bytes < kHugePageBytes) {
       return static_cast<T*>(::operator new (bytes, std::align_val_t{alignof(T)}));

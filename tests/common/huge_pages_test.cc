@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -59,6 +61,9 @@ TEST(HugePagesTest, SmallAllocationsComeFromTheHeap) {
   p[999] = 7;
   EXPECT_EQ(HugeMappedBytes(), before);
   alloc.deallocate(p, 1000);
+  // A count whose bytes overflow is refused, not wrapped into a small allocation.
+  EXPECT_THROW((void)alloc.allocate(std::numeric_limits<size_t>::max() / 4),
+               std::bad_array_new_length);
 }
 
 TEST(HugePagesTest, AHashMapOnItGrowsCopiesAndReleasesEverything) {
