@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, metrics_host, "",
 ABSL_FLAG(int32_t, port, 5570,
           "ZeroMQ ROUTER port: requests, streamed responses, aborts, control (0: any)");
 ABSL_FLAG(int32_t, events_port, 5571, "ZeroMQ PUB port: KV events and status heartbeats (0: any)");
+ABSL_FLAG(int32_t, link_port, -1,
+          "TCP port of the framed link: --port's messages without ZeroMQ, for routers started "
+          "with --worker-link=tcp (-1: none; 0: any). Not authenticated: refused with CURVE keys");
 ABSL_FLAG(int32_t, metrics_port, 8090, "HTTP port: /metrics, /health, /ready (0: any)");
 ABSL_FLAG(std::string, worker_id, "",
           "Stable id in events, heartbeats and metrics (default: host:port)");
@@ -190,6 +193,11 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
       absl::GetFlag(FLAGS_metrics_host).empty() ? o.host : absl::GetFlag(FLAGS_metrics_host);
   o.port = absl::GetFlag(FLAGS_port);
   o.events_port = absl::GetFlag(FLAGS_events_port);
+  o.link_port = absl::GetFlag(FLAGS_link_port);
+  if (o.link_port < -1 || o.link_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--link-port ", o.link_port, ": give a port, 0 (any) or -1 (none)"));
+  }
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.heartbeat = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   if (absl::GetFlag(FLAGS_load_report_interval_ms) < 1) {
@@ -214,6 +222,7 @@ absl::StatusOr<WorkerServerOptions> OptionsFromFlags() {
         absl::StrCat("--role '", o.role, "': give prefill, decode or both"));
   }
   RETURN_IF_ERROR(CurveFromFlags(&o));
+  RETURN_IF_ERROR(CheckLinkOptions(o));
   RETURN_IF_ERROR(VllmEventsFromFlags(&o));
   o.worker_id = absl::GetFlag(FLAGS_worker_id);
   if (o.worker_id.empty()) {
@@ -291,6 +300,7 @@ absl::StatusOr<WorkerServer::Exit> Serve(std::string* drain_reason) {
                    WorkerServer::Create(o, std::move(engine)));
   nlohmann::json ports = {{"port", server->port()},
                           {"events_port", server->events_port()},
+                          {"link_port", server->link_port()},
                           {"metrics_port", server->metrics_port()},
                           {"instance_id", server->instance_id()},
                           {"pid", getpid()}};

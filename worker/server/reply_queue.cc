@@ -8,6 +8,16 @@
 namespace kvserve::worker {
 
 ReplyQueue::Sent ReplyQueue::TrySend(const std::string& identity, const Pending& p) {
+  if (links_ != nullptr && LinkServer::IsLink(identity)) {
+    switch (links_->Queue(identity, p.type, p.payload)) {
+      case LinkServer::Sent::kYes:
+        return Sent::kYes;
+      case LinkServer::Sent::kFull:
+        return Sent::kFull;
+      case LinkServer::Sent::kGone:
+        return Sent::kGone;
+    }
+  }
   const std::string_view frames[] = {identity, p.type, p.payload};
   const absl::Status s = SendFrames(*socket_, frames, zmq::send_flags::dontwait);
   if (s.ok()) return Sent::kYes;

@@ -5,11 +5,14 @@
 // waiting reply has waited `give_up`, is given up: its replies are dropped and Flush names it,
 // so that the caller can abort its requests.
 //
-//   ReplyQueue replies(router_socket, std::chrono::seconds(30));
+//   ReplyQueue replies(router_socket, link_server, std::chrono::seconds(30));
 //   replies.Send(identity, response);           // now, or queued
 //   for (const std::string& peer : replies.Flush(Clock::now())) AbortRequestsOf(peer);
 //
-// One thread (the worker's loop) owns it and the socket.
+// Replies to a peer of the framed link (link_server.h) are queued on its connection instead, and
+// a connection that closed is a gone peer.
+//
+// One thread (the worker's loop) owns it, the socket and the link server.
 #ifndef KVSERVE_WORKER_SERVER_REPLY_QUEUE_H_
 #define KVSERVE_WORKER_SERVER_REPLY_QUEUE_H_
 
@@ -21,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "google/protobuf/message.h"
+#include "worker/server/link_server.h"
 #include "zmq.hpp"
 
 namespace kvserve::worker {
@@ -29,7 +33,9 @@ class ReplyQueue {
  public:
   using Clock = std::chrono::steady_clock;
 
-  ReplyQueue(zmq::socket_t* socket, Clock::duration give_up) : socket_(socket), give_up_(give_up) {}
+  // `links` may be null (no --link-port).
+  ReplyQueue(zmq::socket_t* socket, LinkServer* links, Clock::duration give_up)
+      : socket_(socket), links_(links), give_up_(give_up) {}
 
   // Sends `m` to `identity` now, or queues it behind that peer's waiting replies.
   void Send(const std::string& identity, const google::protobuf::Message& m);
@@ -53,6 +59,7 @@ class ReplyQueue {
   void GiveUp(const std::string& identity);
 
   zmq::socket_t* socket_;
+  LinkServer* links_;
   Clock::duration give_up_;
   absl::flat_hash_map<std::string, std::deque<Pending>> queues_;
   std::vector<std::string> given_up_;

@@ -26,17 +26,24 @@ void WorkerServer::Respond(Route& route, pb::GenerateResponse& r) {
 
 void WorkerServer::FlushReplies() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  for (const std::string& peer : replies_->Flush(Clock::now())) {
-    // Nobody will read these requests' answers: stop them.
-    for (auto it = routes_.begin(); it != routes_.end();) {
-      if (it->second.identity != peer) {
-        ++it;
-        continue;
-      }
-      engine_->Abort(it->first).IgnoreError();
-      metrics_->CountRequestEnd("abort");
-      routes_.erase(it++);
+  for (const std::string& peer : replies_->Flush(Clock::now())) AbortRequestsOf(peer);
+  if (links_) {  // a turn's replies to a link leave in one write
+    std::vector<std::string> closed;
+    links_->Flush(closed);
+    for (const std::string& peer : closed) AbortRequestsOf(peer);
+  }
+}
+
+void WorkerServer::AbortRequestsOf(const std::string& peer) {
+  KVSERVE_CHECK_THREAD(loop_thread_);
+  for (auto it = routes_.begin(); it != routes_.end();) {
+    if (it->second.identity != peer) {
+      ++it;
+      continue;
     }
+    engine_->Abort(it->first).IgnoreError();
+    metrics_->CountRequestEnd("abort");
+    routes_.erase(it++);
   }
 }
 

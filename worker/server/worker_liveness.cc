@@ -94,6 +94,7 @@ void WorkerServer::PublishStatus() {
   st.set_http_endpoint(options_.http_endpoint);
   if (options_.vllm_metric_names) st.set_metrics_endpoint(MetricsEndpoint(options_, http_->port()));
   st.set_kv_wire_block_bytes(engine_->KvWireBlockBytes());
+  st.set_link_port(link_port());
   st.set_prefill_tokens_per_second(prefill_tokens_per_second_);
   st.set_role(options_.role);
   st.set_kv_link(options_.kv_links.kind);

@@ -17,6 +17,13 @@ namespace kvserve::worker {
 
 namespace pb = ::kvserve::v1;
 
+absl::Status CheckLinkOptions(const WorkerServerOptions& options) {
+  if (options.link_port < 0 || options.curve_secret_key.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--link-port: the framed link carries no CURVE authentication (nor TLS) yet; a worker "
+      "with CURVE keys serves routers on its ZeroMQ --port only");
+}
+
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
     const WorkerServerOptions& options, std::unique_ptr<Engine> engine) {
   std::unique_ptr<WorkerServer> s(new WorkerServer());
@@ -37,8 +44,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   // A reply that cannot go out now waits in the reply queue instead of vanishing (without
   // ROUTER_MANDATORY, ZeroMQ drops it silently past the high-water mark).
   s->router_->set(zmq::sockopt::router_mandatory, true);
+  RETURN_IF_ERROR(CheckLinkOptions(options));
+  if (options.link_port >= 0) {
+    ASSIGN_OR_RETURN(s->links_, LinkServer::Listen(options.host, options.link_port));
+  }
   s->replies_ = std::make_unique<ReplyQueue>(
-      s->router_.get(),
+      s->router_.get(), s->links_.get(),
       std::chrono::milliseconds(absl::ToInt64Milliseconds(options.reply_give_up)));
   if (!options.curve_secret_key.empty()) {
     ASSIGN_OR_RETURN(s->zap_, ZapAuthenticator::Start(s->ctx_, options.curve_allowed_clients_dir,
@@ -173,15 +184,26 @@ void WorkerServer::MakeKvParts() {
 
 absl::Status WorkerServer::ReceiveMessages() {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
+  std::vector<zmq::pollitem_t> items = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
+  if (links_) links_->AddPollItems(items);
   try {
     // Replies that wait for a slow router are retried often (ZeroMQ cannot say when a peer's
     // queue has room).
     const bool transfers = kv_transfers_->exporting() || layer_streams_->waiting();
-    const int wait_ms = engine_->HasWork() ? 0 : replies_->waiting() > 0 || transfers ? 1 : 10;
-    zmq::poll(items, 1, std::chrono::milliseconds(wait_ms));
+    const bool unread = links_ && links_->has_unread();
+    const int wait_ms = engine_->HasWork() || unread           ? 0
+                        : replies_->waiting() > 0 || transfers ? 1
+                                                               : 10;
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
   } catch (const zmq::error_t& e) {
     if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
+  }
+  if (links_) {
+    std::vector<ReceivedMessage> in;
+    std::vector<std::string> closed;
+    links_->Poll(in, 256, closed);
+    for (const ReceivedMessage& m : in) HandleMessage(m);
+    for (const std::string& peer : closed) AbortRequestsOf(peer);
   }
   for (int i = 0; i < 256; ++i) {  // drain what arrived, bounded so steps keep flowing
     absl::StatusOr<std::optional<ReceivedMessage>> m =

@@ -9,6 +9,9 @@
 //   PUB    --events-port  topic "kv": KvEventBatch (every change to the cached-block set, per
 //                         medium, seq +1 per batch) and KvSnapshot (on request); topic "status":
 //                         WorkerStatus heartbeats; topic "control": RECYCLE_REQUEST
+//   TCP    --link-port    (off unless given) the ROUTER port's messages over a framed TCP link,
+//                         for routers with --worker-link=tcp (link_server.h); its replies go
+//                         back on the connection the request came on
 //   HTTP   --metrics-port /metrics (Prometheus), /health (200 while the loop runs), /ready
 //                         (200 only when READY)
 //   PUB / ROUTER, --kv-events-config: the same KV changes as vLLM publishes them
@@ -58,6 +61,7 @@
 #include "worker/server/kv_link_table.h"
 #include "worker/server/kv_transfers.h"
 #include "worker/server/layer_streams.h"
+#include "worker/server/link_server.h"
 #include "worker/server/load_reports.h"
 #include "worker/server/reply_queue.h"
 #include "worker/server/vllm_event_publisher.h"
@@ -78,6 +82,7 @@ struct WorkerServerOptions {
   std::string host = "127.0.0.1";          // the ZeroMQ sockets
   std::string metrics_host = "127.0.0.1";  // /metrics, /health, /ready
   int port = 0;                            // 0: any free port
+  int link_port = -1;                      // -1: no framed link; 0: any free port
   int events_port = 0;
   int metrics_port = 0;
   absl::Duration heartbeat = absl::Milliseconds(250);
@@ -113,6 +118,10 @@ struct WorkerServerOptions {
   KvLinkMaker kv_links;
 };
 
+// Whether the options' framed link can be served: not beside CURVE keys (it has no
+// authentication yet). Create checks it; a caller checks it before loading weights.
+absl::Status CheckLinkOptions(const WorkerServerOptions& options);
+
 class WorkerServer {
  public:
   using Exit = Drain::Exit;
@@ -129,6 +138,8 @@ class WorkerServer {
 
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] int events_port() const { return events_port_; }
+  // The framed link's port (0: none).
+  [[nodiscard]] int link_port() const { return links_ ? links_->port() : 0; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
   // Where this worker serves the OpenAI API (WorkerStatus.http_endpoint: "host:port" or ":port"),
@@ -200,6 +211,8 @@ class WorkerServer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   // Sends waiting replies; aborts the requests of router peers given up on.
   void FlushReplies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
+  // Stops the requests of a router peer that is gone (nobody will read their answers).
+  void AbortRequestsOf(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void Publish(const std::string& topic, const google::protobuf::Message& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
   void PublishStatus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_thread_);
@@ -229,7 +242,10 @@ class WorkerServer {
   std::unique_ptr<ZapAuthenticator> zap_;  // CURVE on: checks every connection's key (own thread)
   std::unique_ptr<zmq::socket_t> router_ ABSL_GUARDED_BY(loop_thread_);
   std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(loop_thread_);
-  std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);  // every reply on router_
+  // The framed link's connections (--link-port; null without it).
+  std::unique_ptr<LinkServer> links_ ABSL_GUARDED_BY(loop_thread_);
+  // Every reply, on router_ or on a link's connection.
+  std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
   // Each step's outputs, one vector kept across steps (Engine::StepInto reuses its memory).
   std::vector<SequenceOutput> step_outputs_ ABSL_GUARDED_BY(loop_thread_);

@@ -48,7 +48,7 @@ class ReplyQueueTest : public ::testing::Test {
 };
 
 TEST_F(ReplyQueueTest, RepliesToAReaderThatStopsWaitAndArriveInOrder) {
-  ReplyQueue q(&router_, std::chrono::seconds(60));
+  ReplyQueue q(&router_, nullptr, std::chrono::seconds(60));
   constexpr uint32_t kReplies = 2000;
   for (uint32_t i = 1; i <= kReplies; ++i) q.Send("peer", Reply(i));
   EXPECT_GT(q.waiting(), 0u) << "nothing had to wait: the test did not fill the queues";
@@ -75,7 +75,7 @@ TEST_F(ReplyQueueTest, RepliesToAReaderThatStopsWaitAndArriveInOrder) {
 }
 
 TEST_F(ReplyQueueTest, APeerThatIsGoneOrStuckIsGivenUp) {
-  ReplyQueue q(&router_, std::chrono::milliseconds(200));
+  ReplyQueue q(&router_, nullptr, std::chrono::milliseconds(200));
   q.Send("nobody", Reply(1));
   EXPECT_EQ(q.dropped(), 1);
   EXPECT_EQ(q.Flush(Clock::now()), std::vector<std::string>{"nobody"});

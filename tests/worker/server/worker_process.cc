@@ -78,6 +78,7 @@ absl::StatusOr<uint64_t> WorkerProcess::WaitForNewInstance(uint64_t old_instance
     if (!j.is_discarded() && j.contains("instance_id") &&
         (old_instance == 0 || j["instance_id"].get<uint64_t>() != old_instance)) {
       instance_id_ = j["instance_id"].get<uint64_t>();
+      link_port_ = j.value("link_port", 0);
       return instance_id_;
     }
     if (!Alive()) return absl::InternalError("kvserve-worker exited while starting");

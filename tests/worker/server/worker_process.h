@@ -28,6 +28,8 @@ class WorkerProcess {
   int port() const { return port_; }
   int events_port() const { return events_port_; }
   int metrics_port() const { return metrics_port_; }
+  // Its framed link's port, from the ports file (0: none).
+  int link_port() const { return link_port_; }
   pid_t pid() const { return pid_; }
   // Sends SIGTERM and waits; returns the exit code (or -signal), -1000 on timeout.
   int Terminate(int timeout_s = 30);
@@ -38,7 +40,7 @@ class WorkerProcess {
 
  private:
   pid_t pid_ = -1;
-  int port_ = 0, events_port_ = 0, metrics_port_ = 0;
+  int port_ = 0, events_port_ = 0, metrics_port_ = 0, link_port_ = 0;
   uint64_t instance_id_ = 0;
   std::string ports_file_;
 };
