@@ -39,6 +39,7 @@ struct Placed {
   uint64_t instance_id = 0;       // the worker process it went to (0: not known yet)
   std::vector<BlockHash> hashes;  // its prompt's blocks, recorded in the index as assumed
   uint32_t next_seq = 1;          // the GenerateResponse.seq its next reply must have
+  int link_epoch = 0;  // the framed link it was sent on (WorkerPool::link_epoch; 0: ZeroMQ)
   // Not sent yet: its worker is pulling its prefix from a peer (KvFetches' number; 0: none).
   uint64_t fetch = 0;
   // Not sent yet: a prefill worker is computing its KV under this request id (empty: none),

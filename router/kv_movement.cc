@@ -98,6 +98,8 @@ std::vector<KvMovement::Unsent> KvMovement::SendReady(const std::vector<WorkerVi
     if (absl::Status s = pool_->Send(p->worker, p->job->request); !s.ok()) {
       unsent.push_back({.request_id = d.request_id, .placed = *p, .why = std::string(s.message())});
       books_->Erase(d.request_id);
+    } else {
+      p->link_epoch = pool_->link_epoch(p->worker);
     }
   }
   done_.clear();
@@ -195,7 +197,8 @@ std::string KvMovement::MaybeDisaggregate(Job& job, const std::vector<BlockHash>
                                .job = phase,
                                .attempts = kMaxPlacementAttempts,  // it never moves
                                .instance_id = st != nullptr ? st->instance_id() : 0,
-                               .hashes = hashes});
+                               .hashes = hashes,
+                               .link_epoch = pool_->link_epoch(p->worker)});
   // The decode worker will hold every full block once the fetch is done.
   job.request.set_predicted_cached_tokens(static_cast<int>(hashes.size()) * decode->block_size);
   VLOG(1) << "request " << request_id << ": prefill on worker " << p->worker << ", decode on " << to

@@ -59,6 +59,10 @@ ABSL_FLAG(std::string, curve_secret_key_file, "",
           "authenticated and encrypted; the workers must list its public key");
 ABSL_FLAG(std::string, curve_server_key_file, "",
           "The workers' CURVE public key (or their secret-key file)");
+ABSL_FLAG(std::string, worker_link, "zmq",
+          "How requests and replies travel to workers: zmq (each worker's ZeroMQ --port), or tcp "
+          "(the framed link of workers started with --link-port, ZeroMQ for those without; "
+          "fewer system calls per message; no CURVE: refused with --curve-secret-key-file)");
 ABSL_FLAG(double, shutdown_timeout_seconds, 30,
           "On SIGTERM the router takes no new connection and waits this long at most for those "
           "open to finish");
@@ -265,6 +269,16 @@ absl::Status Serve() {
   RouterOptions o;
   ASSIGN_OR_RETURN(o.routing, RoutingConfigFromFlags());
   ASSIGN_OR_RETURN(o.curve, CurveFromFlags());
+  const std::string link = absl::GetFlag(FLAGS_worker_link);
+  if (link != "zmq" && link != "tcp") {
+    return absl::InvalidArgumentError(absl::StrCat("--worker-link '", link, "': give zmq or tcp"));
+  }
+  o.worker_links = link == "tcp";
+  if (o.worker_links && o.curve) {
+    return absl::InvalidArgumentError(
+        "--worker-link=tcp: the framed link carries no CURVE authentication (nor TLS) yet; with "
+        "--curve-secret-key-file give --worker-link=zmq");
+  }
   ASSIGN_OR_RETURN(o.kv_fetch, KvFetchFromFlags());
   o.max_local_prefill_tokens = absl::GetFlag(FLAGS_max_local_prefill_tokens);
   if (o.max_local_prefill_tokens < 0) {

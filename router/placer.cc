@@ -169,6 +169,7 @@ Placer::Placement Placer::TryPlace(const std::shared_ptr<Job>& job, int attempts
                          .attempts = attempts,
                          .instance_id = st != nullptr ? st->instance_id() : 0,
                          .hashes = std::move(hashes),
+                         .link_epoch = pool_->link_epoch(d->worker),
                          .fetch = wait.fetch,
                          .prefill = std::move(wait.prefill),
                          .prefill_first = wait.prefill_first});

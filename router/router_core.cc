@@ -43,6 +43,7 @@ RouterCore::RouterCore(const RouterOptions& options)
                .metrics = options.metrics},
               pool_.get(), &index_, &books_, &kv_, policy_.get()),
       slots_({options.max_unavailable, options.coordinator_id}, options.heartbeat_timeout) {
+  if (options.worker_links) pool_->UseLinks();
   for (const WorkerEndpoint& e : options.workers) pool_->Add(e);
   pool_wait_fd_ = pool_->wait_fd();
   if (options.workers_dns) {
@@ -167,6 +168,11 @@ bool RouterCore::Turn(int wait_ms) {
     pool_->TakeRecycleAsks();  // another replica answers them
   }
   RescueLost(views);
+  for (const auto& [w, epoch] : pool_->TakeLostLinks()) {
+    MoveTaken([&](const Placed& p) { return p.worker == w && p.link_epoch == epoch; },
+              "the link to the worker serving this request broke");
+  }
+  placer_.PlaceMoves();
   return kv_.in_flight() > 0 || pool_->unread();
 }
 
@@ -375,6 +381,7 @@ void RouterCore::PublishInfo(const std::vector<WorkerView>& views) {
                                            .dropped = c.dropped,
                                            .index_evictions = index_.evictions(v.id),
                                            .connect_failures = c.connect_failures,
+                                           .links_lost = c.links_lost,
                                            .event_lag_s = c.last_event_lag_s,
                                            .inflight_requests = w.inflight_requests});
     }

@@ -69,6 +69,8 @@ struct RouterOptions {
   bool coordinate_recycles = true;
   // CURVE: every link to a worker authenticates with these (worker_pool.h).
   std::optional<CurveClientKeys> curve;
+  // Framed TCP links to the workers that offer one (WorkerPool::UseLinks; not with `curve`).
+  bool worker_links = false;
   // Per-worker limits and the router's queue (frontend/core/core.h).
   frontend::Admission admission;
   // Peer prefix fetch (router/kv_fetch.h): off unless enabled.

@@ -32,6 +32,9 @@ RouterMetrics::RouterMetrics() {
   connect_failures_ = counter("kvserve_router_worker_connect_failures_total",
                               "Times the worker's sockets could not be made (the router's "
                               "open-file limit, or an endpoint ZeroMQ refuses); it is tried again");
+  links_lost_ = counter("kvserve_router_worker_links_lost_total",
+                        "Framed links to the worker (--worker-link=tcp) that broke; the requests "
+                        "sent on one move to another worker or fail");
   reply_gaps_ = counter("kvserve_router_reply_gaps_total",
                         "Requests ended because the worker's replies to them came out of sequence "
                         "(a reply lost on the link)");
@@ -83,6 +86,7 @@ void RouterMetrics::SetWorker(const std::string& worker, const WorkerSeen& seen)
   add(snapshots_, seen.snapshots, last.snapshots);
   add(dropped_, seen.dropped, last.dropped);
   add(connect_failures_, seen.connect_failures, last.connect_failures);
+  add(links_lost_, seen.links_lost, last.links_lost);
   add(index_evictions_, seen.index_evictions, last.index_evictions);
   reply_gaps_->Add(labels);  // exists at 0 from the first heartbeat
 }
@@ -94,7 +98,7 @@ void RouterMetrics::RemoveWorker(const std::string& worker) {
   }
   for (prometheus::Family<prometheus::Counter>* f :
        {routed_, event_batches_, event_gaps_, event_joins_, snapshots_, dropped_, connect_failures_,
-        index_evictions_, reply_gaps_}) {
+        links_lost_, index_evictions_, reply_gaps_}) {
     f->Remove(&f->Add(labels));
   }
   absl::MutexLock lock(&mu_);

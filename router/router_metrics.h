@@ -28,12 +28,12 @@ class RouterMetrics : public frontend::FrontMetrics {
   void CountDecision(const std::string& reason, const std::string& worker);
   void CountCached(int64_t predicted_tokens, int64_t reported_tokens);
   // A worker as the router sees it, refreshed by the core: in-flight load (blocks), blocks in
-  // the prefix index, KV-event batches / gaps / snapshots, messages dropped and failures to make
-  // its sockets so far (cumulative), last event lag.
+  // the prefix index, KV-event batches / gaps / snapshots, messages dropped, failures to make
+  // its sockets and framed links broken so far (cumulative), last event lag.
   struct WorkerSeen {
     int64_t load_blocks = 0, index_blocks = 0;
     int64_t event_batches = 0, gaps = 0, joins = 0, snapshots = 0, dropped = 0, index_evictions = 0;
-    int64_t connect_failures = 0;
+    int64_t connect_failures = 0, links_lost = 0;
     double event_lag_s = 0;
     int inflight_requests = 0;
   };
@@ -66,7 +66,7 @@ class RouterMetrics : public frontend::FrontMetrics {
   // The per-worker families (label "worker"); owned by the registry.
   prometheus::Family<prometheus::Gauge>*load_, *index_blocks_, *event_lag_, *inflight_;
   prometheus::Family<prometheus::Counter>*routed_, *event_batches_, *event_gaps_, *event_joins_,
-      *snapshots_, *dropped_, *connect_failures_, *index_evictions_, *reply_gaps_;
+      *snapshots_, *dropped_, *connect_failures_, *links_lost_, *index_evictions_, *reply_gaps_;
   absl::Mutex mu_;
   // Cumulative counts already added, by worker.
   std::map<std::string, WorkerSeen> last_ ABSL_GUARDED_BY(mu_);

@@ -56,7 +56,7 @@ void WorkerPool::Watch(const Socket& s, int w, bool is_sub) const {
   if (s.socket == nullptr) return;
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = (static_cast<uint64_t>(w) << 1) | (is_sub ? 1 : 0);
+  ev.data.u64 = (static_cast<uint64_t>(w) << 2) | (is_sub ? kSub : kDealer);
   PCHECK(epoll_ctl(wait_fd_, EPOLL_CTL_ADD, s.fd, &ev) == 0) << "epoll_ctl ADD " << s.fd;
 }
 
@@ -80,8 +80,10 @@ void WorkerPool::Unwatch(const Socket& s) const {
 bool WorkerPool::unread() const {
   if (more_ready_) return true;
   const auto unread = [](const Socket& s) { return s.socket != nullptr && s.unread; };
-  return std::ranges::any_of(
-      workers_, [&](const Worker& w) { return w.active && (unread(w.dealer) || unread(w.sub)); });
+  return std::ranges::any_of(workers_, [&](const Worker& w) {
+    return w.active &&
+           (unread(w.dealer) || unread(w.sub) || (w.link != nullptr && w.link->has_unread()));
+  });
 }
 
 void WorkerPool::Secure(zmq::socket_t& socket) const {
@@ -165,6 +167,11 @@ void WorkerPool::ReconnectSilent() {
 }
 
 void WorkerPool::Remove(int w) {
+  if (workers_[w].link != nullptr) {
+    epoll_event ev{};
+    epoll_ctl(wait_fd_, EPOLL_CTL_DEL, workers_[w].link->fd(), &ev);
+    workers_[w].link.reset();
+  }
   workers_[w].active = false;
   Unwatch(workers_[w].dealer);
   Unwatch(workers_[w].sub);
@@ -177,6 +184,9 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
   if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
     return absl::NotFoundError(absl::StrCat("no worker ", w));
   }
+  if (link_epoch(w) != 0) {
+    return SendOnLink(w, [&](FrameLink& link) { return link.Queue(message); });
+  }
   if (workers_[w].dealer.socket == nullptr) return NotConnected(w);
   // A send may take the signal of a message that arrived meanwhile (ZeroMQ's ZMQ_FD contract).
   workers_[w].dealer.unread = true;
@@ -186,6 +196,9 @@ absl::Status WorkerPool::Send(int w, const google::protobuf::Message& message) {
 absl::Status WorkerPool::Forward(int w, const ReceivedMessage& m) {
   if (w < 0 || w >= static_cast<int>(workers_.size()) || !workers_[w].active) {
     return absl::NotFoundError(absl::StrCat("no worker ", w));
+  }
+  if (link_epoch(w) != 0) {
+    return SendOnLink(w, [&](FrameLink& link) { return link.Queue(m.type, m.payload); });
   }
   if (workers_[w].dealer.socket == nullptr) return NotConnected(w);
   workers_[w].dealer.unread = true;
@@ -289,6 +302,7 @@ absl::Status WorkerPool::ApplySub(Worker& worker, int w, const ReceivedMessage& 
     worker.last_heartbeat = Clock::now();
     worker.silent_reconnects = 0;
     RefreshView(w);
+    MaybeLink(w);
   } else if (m.type == "KvEventBatch") {
     // A batch holds a string per block hash: parsed into an arena over a reused block, it costs
     // no allocation (the heap was a fifth of the router's time with 4K-token prompts).
@@ -363,13 +377,19 @@ std::vector<std::pair<int, ReceivedMessage>> WorkerPool::Poll(int timeout_ms, in
   more_ready_ = n == static_cast<int>(ready.size());  // the rest next turn, without waiting
   for (int i = 0; i < n; ++i) {
     if (ready[i].data.u64 == kWakeTag) continue;  // the caller reads its own descriptor
-    const int w = static_cast<int>(ready[i].data.u64 >> 1);
-    const bool is_sub = (ready[i].data.u64 & 1) != 0;
+    const int w = static_cast<int>(ready[i].data.u64 >> 2);
+    const uint64_t kind = ready[i].data.u64 & 3;
     if (w >= size() || !workers_[w].active) continue;  // removed since
+    if (kind == kLink) {
+      if (workers_[w].link != nullptr) ServeLink(w, out);
+      continue;
+    }
+    const bool is_sub = kind == kSub;
     if ((is_sub ? workers_[w].sub : workers_[w].dealer).socket != nullptr) Drain(w, is_sub, out);
   }
   for (int w = 0; w < size(); ++w) {  // sent on since, or a drain cut short
     if (!workers_[w].active) continue;
+    if (workers_[w].link != nullptr && workers_[w].link->has_unread()) ServeLink(w, out);
     for (const bool is_sub : {false, true}) {
       const Socket& s = is_sub ? workers_[w].sub : workers_[w].dealer;
       if (s.socket != nullptr && s.unread) Drain(w, is_sub, out);

@@ -20,9 +20,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/net/curve.h"
+#include "common/net/frame_link.h"
 #include "common/net/zmq_framing.h"
 #include "kvserve/v1/kvserve.pb.h"
 #include "router/routing/prefix_index.h"
@@ -50,6 +52,7 @@ class WorkerPool {
     int64_t dropped = 0;           // messages malformed or with impossible values, dropped
     int64_t reconnects = 0;        // sockets made anew after a silence (worker_pool.cc)
     int64_t connect_failures = 0;  // sockets that could not be made (out of sockets or files)
+    int64_t links_lost = 0;        // framed links that broke (UseLinks)
     double last_event_lag_s = 0;   // receive time − the batch's timestamp, last batch
   };
 
@@ -87,6 +90,19 @@ class WorkerPool {
   // A message from worker w's PUB socket, as Poll hands it on (public for the fuzzer): one that
   // is malformed or impossible is counted in counters().dropped and ignored.
   void HandleSub(int w, const ReceivedMessage& m);
+
+  // Framed TCP links (common/net/frame_link.h, kvserve-router --worker-link=tcp): a worker whose
+  // heartbeat offers WorkerStatus.link_port is connected to it too, and once that connection is
+  // up, Send and Forward go on it instead of the DEALER (and the worker answers on it). Not with
+  // CURVE keys (the link has no authentication yet). A link that breaks is made again at a
+  // later heartbeat; meanwhile the DEALER carries the messages.
+  void UseLinks() { use_links_ = true; }
+  // The link a message to worker `w` goes on now: its number (1, 2, ... per worker, a new one
+  // per connection); 0: the DEALER.
+  [[nodiscard]] int link_epoch(int w) const;
+  // Links that broke since the last call, (worker, link number): the worker aborts what was sent
+  // on one, so those requests are lost.
+  std::vector<std::pair<int, int>> TakeLostLinks() { return std::exchange(lost_links_, {}); }
 
   // Routing views: eligible = heartbeat within the timeout and READY.
   [[nodiscard]] std::vector<WorkerView> Views() const;
@@ -127,6 +143,14 @@ class WorkerPool {
     Counters counters;
     std::chrono::steady_clock::time_point snapshot_asked;  // the last snapshot request
     int silent_reconnects = 0;  // since its last heartbeat (ReconnectSilent)
+    // The framed link (UseLinks; null: none), its number, the worker process it was made to, the
+    // breaks in a row since one carried a message, and when the next may be tried.
+    std::unique_ptr<FrameLink> link;
+    int link_epoch = 0;
+    uint64_t link_instance = 0;
+    int link_failures = 0;
+    std::chrono::steady_clock::time_point link_retry;
+    bool link_out = false;  // its descriptor is watched for writing too
     // Its routing view as of its last heartbeat (RefreshView), less fresh and eligible, which
     // Views() sets from the clock: built per heartbeat, not per turn (it was 155 us a turn at
     // 1,024 workers, worker_views_bench).
@@ -142,6 +166,14 @@ class WorkerPool {
   // ZeroMQ may close its descriptor later, on its own thread).
   void Watch(const Socket& s, int w, bool is_sub) const;
   void Unwatch(const Socket& s) const;
+  // The framed link's part (worker_pool_links.cc): connects one when the worker's heartbeat
+  // offers it; reads and writes it when its descriptor signals; sends on it; drops a broken one.
+  void MaybeLink(int w);
+  void ServeLink(int w, std::vector<std::pair<int, ReceivedMessage>>& out);
+  absl::Status SendOnLink(int w, absl::FunctionRef<absl::Status(FrameLink&)> queue);
+  void LoseLink(int w, const absl::Status& why);
+  // Watches the link's descriptor for writing while it has bytes waiting, not otherwise.
+  void ArmLink(int w);
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
   // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
   // gets new sockets, then after twice, four and eight times that while it stays silent (the
@@ -163,7 +195,9 @@ class WorkerPool {
   void FlushSub();
 
   zmq::context_t& ctx_;
-  const int wait_fd_;  // an epoll set: wait_fd(); an event's data is (worker << 1) | is_sub
+  // An epoll set: wait_fd(); an event's data is (worker << 2) | its kind.
+  const int wait_fd_;
+  enum Kind : uint64_t { kDealer = 0, kSub = 1, kLink = 2 };
   // Sockets Poll takes from wait_fd_ a turn; more_ready_: a turn found that many (more wait).
   static constexpr int kMaxReadyPerTurn = 256;
   bool more_ready_ = false;
@@ -176,6 +210,8 @@ class WorkerPool {
   PrefixIndex* index_;
   absl::Duration heartbeat_timeout_;
   std::optional<CurveClientKeys> curve_;
+  bool use_links_ = false;
+  std::vector<std::pair<int, int>> lost_links_;
   std::vector<Worker> workers_;
   std::vector<std::tuple<int, uint64_t, std::string>> recycle_asks_;
   Counters counters_;

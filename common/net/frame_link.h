@@ -77,6 +77,10 @@ class FrameLink {
   // Whole messages read from the socket and not yet handed out by Read.
   [[nodiscard]] bool has_unread() const;
   [[nodiscard]] bool broken() const { return !broken_.ok(); }
+  // The connection is up (Connect's, once a Flush saw it made) and not broken.
+  [[nodiscard]] bool connected() const { return !connecting_ && broken_.ok(); }
+  // Connect's connection is not made yet (or failed to be).
+  [[nodiscard]] bool connecting() const { return connecting_; }
 
  private:
   // Breaks the link for good: later calls return `why`.
