@@ -93,6 +93,16 @@ void WorkerPool::Secure(zmq::socket_t& socket) const {
   CHECK(s.ok()) << s;
 }
 
+void WorkerPool::Subscribe(Socket& sub, bool on) const {
+  for (const char* topic : {"kv", "status", "control"}) {
+    if (on) {
+      sub.socket->set(zmq::sockopt::subscribe, topic);
+    } else {
+      sub.socket->set(zmq::sockopt::unsubscribe, topic);
+    }
+  }
+}
+
 void WorkerPool::Connect(int index) {
   Worker& w = workers_[index];
   const WorkerEndpoint& e = w.endpoint;
@@ -118,9 +128,7 @@ void WorkerPool::Connect(int index) {
     dealer.socket->connect(absl::StrCat("tcp://", e.host, ":", e.port));
     Socket sub = make(zmq::socket_type::sub);
     sub.socket->set(zmq::sockopt::rcvhwm, 0);
-    for (const char* topic : {"kv", "status", "control"}) {
-      sub.socket->set(zmq::sockopt::subscribe, topic);
-    }
+    if (!w.link_subscribed) Subscribe(sub, true);
     sub.socket->connect(absl::StrCat("tcp://", e.host, ":", e.events_port));
     w.dealer = std::move(dealer);
     w.sub = std::move(sub);
@@ -413,13 +421,17 @@ void WorkerPool::Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMe
       return;
     }
     if (is_sub) {
-      if ((*m)->type == "KvSnapshot") ++pending_snapshots_;
-      pending_sub_.emplace_back(w, std::move(**m));
-      if (pending_snapshots_ >= kMaxPendingSnapshots) FlushSub();
+      QueueSub(w, std::move(**m));
     } else {
       out.emplace_back(w, std::move(**m));
     }
   }
+}
+
+void WorkerPool::QueueSub(int w, ReceivedMessage m) {
+  if (m.type == "KvSnapshot") ++pending_snapshots_;
+  pending_sub_.emplace_back(w, std::move(m));
+  if (pending_snapshots_ >= kMaxPendingSnapshots) FlushSub();
 }
 
 void WorkerPool::RefreshView(int w) {

@@ -94,8 +94,10 @@ class WorkerPool {
   // Framed TCP links (common/net/frame_link.h, kvserve-router --worker-link=tcp): a worker whose
   // heartbeat offers WorkerStatus.link_port is connected to it too, and once that connection is
   // up, Send and Forward go on it instead of the DEALER (and the worker answers on it). Not with
-  // CURVE keys (the link has no authentication yet). A link that breaks is made again at a
-  // later heartbeat; meanwhile the DEALER carries the messages.
+  // CURVE keys (the link has no authentication yet). The pool also asks the worker for its
+  // published stream on the link (LinkSubscribe) and leaves the SUB socket's topics once the
+  // link carries it. A link that breaks is made again at a later heartbeat; meanwhile the
+  // DEALER and SUB carry the messages (a KV batch missed between them is a gap: a snapshot).
   void UseLinks() { use_links_ = true; }
   // The link a message to worker `w` goes on now: its number (1, 2, ... per worker, a new one
   // per connection); 0: the DEALER.
@@ -103,6 +105,10 @@ class WorkerPool {
   // Links that broke since the last call, (worker, link number): the worker aborts what was sent
   // on one, so those requests are lost.
   std::vector<std::pair<int, int>> TakeLostLinks() { return std::exchange(lost_links_, {}); }
+  // Whether worker `w`'s published stream comes on its link (its SUB socket has no topic).
+  [[nodiscard]] bool link_subscribed(int w) const {
+    return w >= 0 && w < size() && workers_[w].link_subscribed;
+  }
 
   // Routing views: eligible = heartbeat within the timeout and READY.
   [[nodiscard]] std::vector<WorkerView> Views() const;
@@ -150,7 +156,8 @@ class WorkerPool {
     uint64_t link_instance = 0;
     int link_failures = 0;
     std::chrono::steady_clock::time_point link_retry;
-    bool link_out = false;  // its descriptor is watched for writing too
+    bool link_out = false;         // its descriptor is watched for writing too
+    bool link_subscribed = false;  // the link carries the published stream; SUB has no topic
     // Its routing view as of its last heartbeat (RefreshView), less fresh and eligible, which
     // Views() sets from the clock: built per heartbeat, not per turn (it was 155 us a turn at
     // 1,024 workers, worker_views_bench).
@@ -174,6 +181,8 @@ class WorkerPool {
   void LoseLink(int w, const absl::Status& why);
   // Watches the link's descriptor for writing while it has bytes waiting, not otherwise.
   void ArmLink(int w);
+  // The SUB socket's topics, all on or all off.
+  void Subscribe(Socket& sub, bool on) const;
   // ZeroMQ gives up on a connection whose handshake failed (a worker that did not yet list this
   // router's key) and never tries again: a worker silent for max(5 s, 2 heartbeat timeouts)
   // gets new sockets, then after twice, four and eight times that while it stays silent (the
@@ -190,6 +199,8 @@ class WorkerPool {
   // Receives what `s` holds (up to a cap; `unread` stays set if more is left): a PUB socket's
   // messages go to pending_sub_, a DEALER's answers are appended to `out`.
   void Drain(int w, bool is_sub, std::vector<std::pair<int, ReceivedMessage>>& out);
+  // A published message (from the SUB socket or a subscribed link) into pending_sub_.
+  void QueueSub(int w, ReceivedMessage m);
   // Handles pending_sub_ in the order received, its snapshots built on several threads first
   // (a restarted router's rebuild: routing/snapshot_build.h).
   void FlushSub();

@@ -12,10 +12,18 @@
 namespace kvserve::router {
 namespace {
 
+namespace pb = ::kvserve::v1;
 using Clock = std::chrono::steady_clock;
 
 // Messages a link hands out per turn (as a socket's Drain).
 constexpr size_t kMaxLinkMessagesPerTurn = 1024;
+
+// What a worker publishes (on its PUB socket, and on a link that subscribed); everything else a
+// link carries answers the router's messages.
+bool Published(const std::string& type) {
+  return type == "KvEventBatch" || type == "WorkerStatus" || type == "KvSnapshot" ||
+         type == "Control";
+}
 
 // After a link breaks, the next is tried this long later, doubling per break in a row up to
 // 32 s (a worker whose port refuses costs little).
@@ -57,6 +65,8 @@ void WorkerPool::MaybeLink(int w) {
     return;
   }
   worker.link = *std::move(link);
+  // Its published stream on the link too (queued behind the hello, sent once connected).
+  worker.link->Queue(pb::LinkSubscribe()).IgnoreError();
   ++worker.link_epoch;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT;  // writable: the connect is done (or failed)
@@ -82,6 +92,8 @@ void WorkerPool::LoseLink(int w, const absl::Status& why) {
                            << "); what was sent on it is lost, its DEALER carries the rest";
   // A link that never connected carried nothing: nothing of it is lost.
   if (!worker.link->connecting()) lost_links_.emplace_back(w, worker.link_epoch);
+  if (worker.link_subscribed && worker.sub.socket != nullptr) Subscribe(worker.sub, true);
+  worker.link_subscribed = false;
   epoll_event ev{};
   epoll_ctl(wait_fd_, EPOLL_CTL_DEL, worker.link->fd(), &ev);
   worker.link.reset();
@@ -99,7 +111,18 @@ void WorkerPool::ServeLink(int w, std::vector<std::pair<int, ReceivedMessage>>& 
   std::vector<ReceivedMessage> got;
   if (s.ok()) s = worker.link->Read(got, kMaxLinkMessagesPerTurn);
   if (!got.empty()) worker.link_failures = 0;  // it works
-  for (ReceivedMessage& m : got) out.emplace_back(w, std::move(m));
+  for (ReceivedMessage& m : got) {
+    if (!Published(m.type)) {
+      out.emplace_back(w, std::move(m));
+      continue;
+    }
+    if (worker.link != nullptr && !worker.link_subscribed) {  // the link carries the stream now
+      if (worker.sub.socket != nullptr) Subscribe(worker.sub, false);
+      worker.link_subscribed = true;
+    }
+    QueueSub(w, std::move(m));  // (a status may drop the link: a restarted worker's)
+  }
+  if (worker.link == nullptr) return;
   if (!s.ok()) {
     LoseLink(w, s);
     return;

@@ -1,12 +1,14 @@
 // The worker pool's framed links (WorkerPool::UseLinks): a real kvserve-worker with --link-port
-// is served over its link; against a scripted worker, a link that breaks is reported with its
-// number, the DEALER carries the messages after it, and a later heartbeat makes a new link.
+// is served over its link and publishes on it; against a scripted worker, the pool leaves the
+// SUB socket's topics once the link carries the stream, and a link that breaks is reported with
+// its number, the DEALER and SUB carry on after it, and a later heartbeat makes a new link.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -36,7 +38,11 @@ TEST(WorkerPoolLinksTest, ARealWorkerIsServedOverItsLink) {
   const int w = pool.Add({"w0", "127.0.0.1", worker->port(), worker->events_port()});
   for (int i = 0; i < 500 && pool.link_epoch(w) == 0; ++i) pool.Poll(10);
   ASSERT_EQ(pool.link_epoch(w), 1);
-  ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest("r1", {1, 2, 3, 4, 5}, 6)));
+  for (int i = 0; i < 500 && !pool.link_subscribed(w); ++i) pool.Poll(10);
+  ASSERT_TRUE(pool.link_subscribed(w));
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[i] = 17 * i % 1000;
+  ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest("r1", prompt, 6)));
   int tokens = 0;
   bool done = false;
   for (int i = 0; i < 1000 && !done; ++i) {
@@ -51,6 +57,10 @@ TEST(WorkerPoolLinksTest, ARealWorkerIsServedOverItsLink) {
   }
   EXPECT_TRUE(done);
   EXPECT_EQ(tokens, 6);
+  // Its KV events came on the link: the prompt's block is in the index.
+  for (int i = 0; i < 100 && index.num_blocks(w) == 0; ++i) pool.Poll(10);
+  EXPECT_GT(index.num_blocks(w), 0u);
+  EXPECT_TRUE(pool.Views()[0].eligible);  // and its statuses
   EXPECT_TRUE(pool.TakeLostLinks().empty());
   EXPECT_EQ(pool.counters(w).links_lost, 0);
 }
@@ -91,10 +101,23 @@ class FakeLinkWorker {
     return fd < 0 ? nullptr : std::make_unique<FrameLink>(fd, FrameLink::Options{});
   }
   zmq::socket_t& router() { return router_; }
+  // The topics the pool's SUB socket took (on) or left (off) within a second, sorted.
+  std::vector<std::string> Subscriptions(bool on) {
+    std::vector<std::string> topics;
+    pub_.set(zmq::sockopt::rcvtimeo, 1000);
+    zmq::message_t m;
+    while (topics.size() < 3 && pub_.recv(m)) {
+      const std::string s = m.to_string();
+      if (!s.empty() && (s[0] == 1) == on) topics.push_back(s.substr(1));
+    }
+    std::sort(topics.begin(), topics.end());
+    return topics;
+  }
 
  private:
   zmq::context_t ctx_;
-  zmq::socket_t pub_{ctx_, zmq::socket_type::pub}, router_{ctx_, zmq::socket_type::router};
+  // XPUB: it hears the pool's subscriptions come and go.
+  zmq::socket_t pub_{ctx_, zmq::socket_type::xpub}, router_{ctx_, zmq::socket_type::router};
   int listener_ = -1;
   int link_port_ = 0;
 };
@@ -136,8 +159,24 @@ TEST(WorkerPoolLinksTest, ABrokenLinkIsReportedTheDealerCarriesOnAndALaterHeartb
     if (link == nullptr) link = fake.Accept();
     return link != nullptr && pool.link_epoch(w) == 1;
   }));
-  ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest("on-link", {1, 2, 3}, 1)));
+  const std::vector<std::string> topics = {"control", "kv", "status"};
+  EXPECT_EQ(fake.Subscriptions(true), topics);
   std::vector<ReceivedMessage> got = ReadLink(*link);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].type, "LinkSubscribe");
+  // The stream on the link: the pool leaves the SUB socket's topics.
+  pb::WorkerStatus status;
+  status.set_instance_id(1);
+  status.set_block_size(16);
+  status.set_state(pb::WORKER_STATE_READY);
+  status.set_link_port(1);
+  ASSERT_OK(link->Queue(status));
+  ASSERT_OK(link->Flush());
+  for (int i = 0; i < 100 && !pool.link_subscribed(w); ++i) pool.Poll(10);
+  EXPECT_TRUE(pool.link_subscribed(w));
+  EXPECT_EQ(fake.Subscriptions(false), topics);
+  ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest("on-link", {1, 2, 3}, 1)));
+  got = ReadLink(*link);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].type, "GenerateRequest");
   pb::GenerateResponse reply;
@@ -153,6 +192,8 @@ TEST(WorkerPoolLinksTest, ABrokenLinkIsReportedTheDealerCarriesOnAndALaterHeartb
   ASSERT_TRUE(PollUntil(pool, fake, [&] { return pool.link_epoch(w) == 0; }));
   EXPECT_EQ(pool.TakeLostLinks(), (std::vector<std::pair<int, int>>{{w, 1}}));
   EXPECT_EQ(pool.counters(w).links_lost, 1);
+  EXPECT_FALSE(pool.link_subscribed(w));
+  EXPECT_EQ(fake.Subscriptions(true), topics);  // the SUB socket carries the stream again
   fake.router().set(zmq::sockopt::rcvtimeo, 5000);
   ASSERT_OK(pool.Send(w, kvserve::testing::MakeRequest("on-dealer", {1, 2, 3}, 1)));
   ASSERT_OK_AND_ASSIGN(std::optional<ReceivedMessage> m, ReceiveMessage(fake.router(), true));

@@ -1,6 +1,5 @@
 #include "worker/server/kv_event_feed.h"
 
-#include "common/net/zmq_framing.h"
 #include "glog/logging.h"
 #include "worker/server/kv_event_batch.h"
 #include "worker/server/process_clock.h"
@@ -26,7 +25,7 @@ void KvEventFeed::OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
 }
 
 void KvEventFeed::Send(const google::protobuf::Message& m) {
-  absl::Status s = SendMessage(*pub_, "kv", m, zmq::send_flags::dontwait);
+  absl::Status s = publisher_->Publish("kv", m);
   if (!s.ok()) LOG(WARNING) << "publish kv: " << s;
 }
 

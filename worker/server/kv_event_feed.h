@@ -1,13 +1,13 @@
-// A worker's KV events on its PUB socket (topic "kv"; docs/ROUTER.md). The engine's cache
-// changes are queued as they happen (OnKvEvent) and published once a loop turn as one numbered
-// KvEventBatch; a snapshot (on a router's request) and all-cleared (at start and exit) keep
-// subscribers whole. With --kv-events-config the same changes go out in vLLM's format too,
-// through the VllmEventPublisher it owns (its own thread).
+// A worker's KV events on its PUB socket (topic "kv"; docs/ROUTER.md) and on framed links that
+// subscribed (publisher.h). The engine's cache changes are queued as they happen (OnKvEvent) and
+// published once a loop turn as one numbered KvEventBatch; a snapshot (on a router's request)
+// and all-cleared (at start and exit) keep subscribers whole. With --kv-events-config the same
+// changes go out in vLLM's format too, through the VllmEventPublisher it owns (its own thread).
 //
 // A part of the WorkerServer, which owns it on the loop thread (the engine's, which calls
 // OnKvEvent back).
 //
-//   KvEventFeed feed({.worker_id = "w0", .instance_id = id, .block_size = 16}, &pub, nullptr);
+//   KvEventFeed feed({.worker_id = "w0", .instance_id = id, .block_size = 16}, &publisher, nullptr);
 //   engine.SetKvEventListener(&feed);
 //   feed.Publish();  // each loop turn
 #ifndef KVSERVE_WORKER_SERVER_KV_EVENT_FEED_H_
@@ -22,8 +22,8 @@
 #include "kvserve/v1/kvserve.pb.h"
 #include "worker/engine.h"
 #include "worker/kv_cache/kv_cache_manager.h"
+#include "worker/server/publisher.h"
 #include "worker/server/vllm_event_publisher.h"
-#include "zmq.hpp"
 
 namespace kvserve::worker {
 
@@ -36,10 +36,10 @@ class KvEventFeed : public KvEventListener {
     vllm_events::Encoding vllm_encoding = vllm_events::Encoding::kMap;
   };
 
-  // `pub` is the server's and outlives this (or is closed after Close). `vllm`: vLLM's
-  // publisher, or null for none.
-  KvEventFeed(Options options, zmq::socket_t* pub, std::unique_ptr<VllmEventPublisher> vllm)
-      : options_(std::move(options)), pub_(pub), vllm_(std::move(vllm)) {}
+  // `publisher` is the server's and outlives this (or its socket is closed after Close).
+  // `vllm`: vLLM's publisher, or null for none.
+  KvEventFeed(Options options, Publisher* publisher, std::unique_ptr<VllmEventPublisher> vllm)
+      : options_(std::move(options)), publisher_(publisher), vllm_(std::move(vllm)) {}
 
   void OnKvEvent(const BlockHash& hash, bool stored, Medium medium,
                  const BlockContent* content) override;
@@ -61,7 +61,7 @@ class KvEventFeed : public KvEventListener {
   void Send(const google::protobuf::Message& m);
 
   const Options options_;
-  zmq::socket_t* const pub_;
+  Publisher* const publisher_;
   std::unique_ptr<VllmEventPublisher> vllm_;
   google::protobuf::RepeatedPtrField<kvserve::v1::KvEvent> pending_;
   std::vector<vllm_events::Event> vllm_pending_;  // the same changes, vLLM's way

@@ -151,6 +151,19 @@ void LinkServer::Poll(std::vector<ReceivedMessage>& in, size_t max_messages,
   for (const std::string& id : broken) Drop(id, closed);
 }
 
+bool LinkServer::Subscribe(const std::string& identity) {
+  auto it = links_.find(identity);
+  if (it == links_.end()) return false;
+  it->second.subscribed = true;
+  return true;
+}
+
+void LinkServer::Broadcast(std::string_view type, std::string_view payload) {
+  for (auto& [id, c] : links_) {
+    if (c.subscribed && !c.link->broken() && !c.link->Queue(type, payload).ok()) ++missed_;
+  }
+}
+
 LinkServer::Sent LinkServer::Queue(const std::string& identity, std::string_view type,
                                    std::string_view payload) {
   auto it = links_.find(identity);

@@ -6,7 +6,8 @@
 // routes for both kinds of peer.
 //
 // A connection's first message must be the link's hello; one that sends anything else, breaks
-// the framing or closes is dropped and named by Poll, so that its requests are aborted.
+// the framing or closes is dropped and named by Poll, so that its requests are aborted. A
+// connection that subscribes (LinkSubscribe) also gets what the PUB port publishes.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<LinkServer> links, LinkServer::Listen("0.0.0.0", 5580));
 //   links->AddPollItems(items);  zmq::poll(items, ...);
@@ -59,6 +60,15 @@ class LinkServer {
   void Poll(std::vector<ReceivedMessage>& in, size_t max_messages,
             std::vector<std::string>& closed);
 
+  // The connection asked for what the PUB port publishes (LinkSubscribe): Broadcast sends it
+  // there too. False when there is no such connection.
+  bool Subscribe(const std::string& identity);
+  // Queues a published message to every subscribed connection; one whose queue is full misses
+  // it (as a slow PUB subscriber does: a KV batch missed is a gap its router resyncs from).
+  void Broadcast(std::string_view type, std::string_view payload);
+  // Published messages a full connection missed, since start.
+  [[nodiscard]] int64_t missed() const { return missed_; }
+
   enum class Sent { kYes, kFull, kGone };
   // Queues a message to a connection (written by Flush): kFull while too much waits for it,
   // kGone when there is no such connection.
@@ -69,7 +79,8 @@ class LinkServer {
  private:
   struct Connection {
     std::unique_ptr<FrameLink> link;
-    bool greeted = false;  // its hello came
+    bool greeted = false;     // its hello came
+    bool subscribed = false;  // it gets what the PUB port publishes
   };
   LinkServer(int fd, int port, FrameLink::Options options)
       : fd_(fd), port_(port), options_(options) {}
@@ -82,7 +93,7 @@ class LinkServer {
   int port_;
   FrameLink::Options options_;
   uint64_t next_id_ = 1;
-  int64_t refused_ = 0;
+  int64_t refused_ = 0, missed_ = 0;
   absl::flat_hash_map<std::string, Connection> links_;
 };
 

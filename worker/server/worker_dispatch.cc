@@ -95,6 +95,14 @@ void WorkerServer::HandleMessage(const ReceivedMessage& m) {
                                KVSERVE_CHECK_THREAD(loop_thread_);  // called back on this thread
                                return routes_.contains(id);
                              });
+  } else if (m.type == "LinkSubscribe") {
+    // A framed link's router takes the published stream on the link from now: a status at once
+    // tells it the link carries it.
+    if (links_ == nullptr || !links_->Subscribe(m.prefix)) {
+      metrics_->CountDropped("subscribe_not_on_a_link");
+      return;
+    }
+    PublishStatus();
   } else if (m.type == "KvLinkOpen" || m.type == "KvLinkClose") {
     kv_links_->OnMessage(m);
   } else if (m.type == "Control") {

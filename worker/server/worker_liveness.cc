@@ -46,7 +46,7 @@ void WorkerServer::Heartbeat(Clock::time_point now) {
 
 void WorkerServer::Publish(const std::string& topic, const google::protobuf::Message& m) {
   KVSERVE_CHECK_THREAD(loop_thread_);
-  absl::Status s = SendMessage(*pub_, topic, m, zmq::send_flags::dontwait);
+  absl::Status s = publisher_->Publish(topic, m);
   if (!s.ok()) LOG(WARNING) << "publish " << topic << ": " << s;
 }
 

@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   if (options.link_port >= 0) {
     ASSIGN_OR_RETURN(s->links_, LinkServer::Listen(options.host, options.link_port));
   }
+  s->publisher_ = std::make_unique<Publisher>(s->pub_.get(), s->links_.get());
   s->replies_ = std::make_unique<ReplyQueue>(
       s->router_.get(), s->links_.get(),
       std::chrono::milliseconds(absl::ToInt64Milliseconds(options.reply_give_up)));
@@ -96,7 +97,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
                            .instance_id = s->instance_id_,
                            .block_size = config.cache.block_size,
                            .vllm_encoding = options.vllm_events_encoding},
-      s->pub_.get(), std::move(vllm));
+      s->publisher_.get(), std::move(vllm));
   s->engine_->SetKvEventListener(s->kv_events_.get(), contents);
   s->started_ = Clock::now();
   s->start_rss_mb_ = RssMb();
@@ -153,7 +154,6 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
     kv_links_->PollJoins();
     kv_transfers_->AdvanceLinkExports();
     layer_streams_->Poll();
-    FlushReplies();
     kv_events_->Publish();
     const auto now = Clock::now();
     if (now >= next_heartbeat_) Heartbeat(now);
@@ -162,6 +162,7 @@ absl::StatusOr<WorkerServer::Exit> WorkerServer::Run(const std::atomic<bool>* st
           now + std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.load_report_interval));
       if (load_reports_.Changed(engine_->load())) PublishStatus();
     }
+    FlushReplies();  // last: a link's replies and published messages leave in one write
     if (drain_->ends()) {
       if (std::optional<Exit> exit = ContinueDrain(now)) return *exit;
     }

@@ -63,6 +63,7 @@
 #include "worker/server/layer_streams.h"
 #include "worker/server/link_server.h"
 #include "worker/server/load_reports.h"
+#include "worker/server/publisher.h"
 #include "worker/server/reply_queue.h"
 #include "worker/server/vllm_event_publisher.h"
 #include "worker/server/worker_metrics.h"
@@ -244,6 +245,8 @@ class WorkerServer {
   std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(loop_thread_);
   // The framed link's connections (--link-port; null without it).
   std::unique_ptr<LinkServer> links_ ABSL_GUARDED_BY(loop_thread_);
+  // What pub_ publishes, to the links that subscribed too.
+  std::unique_ptr<Publisher> publisher_ ABSL_GUARDED_BY(loop_thread_);
   // Every reply, on router_ or on a link's connection.
   std::unique_ptr<ReplyQueue> replies_ ABSL_GUARDED_BY(loop_thread_);
   absl::flat_hash_map<std::string, Route> routes_ ABSL_GUARDED_BY(loop_thread_);
