@@ -7,7 +7,7 @@
 // A part of the WorkerServer, which owns it on the loop thread (the engine's, which calls
 // OnKvEvent back).
 //
-//   KvEventFeed feed({.worker_id = "w0", .instance_id = id, .block_size = 16}, &publisher, nullptr);
+//   KvEventFeed feed({.worker_id = "w0", .instance_id = id}, &publisher, nullptr);
 //   engine.SetKvEventListener(&feed);
 //   feed.Publish();  // each loop turn
 #ifndef KVSERVE_WORKER_SERVER_KV_EVENT_FEED_H_
