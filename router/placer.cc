@@ -60,12 +60,14 @@ void Placer::PlaceQueued() {
   });
 }
 
-void Placer::MoveOrFail(const std::string& request_id, const Placed& placed,
-                        absl::string_view why) {
+void Placer::MoveOrFail(const std::string& request_id, const Placed& placed, absl::string_view why,
+                        bool may_return) {
   index_->ForgetRouted(placed.worker, placed.hashes);  // it leaves that worker, or fails
   kv_->Cancel(placed.fetch);
   if (placed.movable()) {
-    moves_.push_back({.job = placed.job, .attempts = placed.attempts + 1, .from = placed.worker});
+    moves_.push_back({.job = placed.job,
+                      .attempts = placed.attempts + 1,
+                      .from = may_return ? -1 : placed.worker});
     ++moved_;
     return;
   }

@@ -61,8 +61,11 @@ class Placer {
   // Takes a request out of the queue (aborted); false when it was not there.
   bool Unqueue(const std::string& request_id) { return queue_.Remove(request_id); }
   // For a request taken off the books: forgets its routed blocks and fetch, and queues it to
-  // move when it is movable, else ends it with Unavailable `why`. PlaceMoves places them.
-  void MoveOrFail(const std::string& request_id, const Placed& placed, absl::string_view why);
+  // move when it is movable (to another worker; with `may_return`, its own one may take it
+  // again: only the way to it broke), else ends it with Unavailable `why`. PlaceMoves places
+  // them.
+  void MoveOrFail(const std::string& request_id, const Placed& placed, absl::string_view why,
+                  bool may_return = false);
   void PlaceMoves();
   // The most sequences worker `w` takes at once (0: no limit).
   [[nodiscard]] int InflightLimit(int w) const;

@@ -169,8 +169,9 @@ bool RouterCore::Turn(int wait_ms) {
   }
   RescueLost(views);
   for (const auto& [w, epoch] : pool_->TakeLostLinks()) {
+    // The worker is not known to be gone (its next link, or its DEALER, may take them again).
     MoveTaken([&](const Placed& p) { return p.worker == w && p.link_epoch == epoch; },
-              "the link to the worker serving this request broke");
+              "the link to the worker serving this request broke", /*may_return=*/true);
   }
   placer_.PlaceMoves();
   return kv_.in_flight() > 0 || pool_->unread();
@@ -322,9 +323,10 @@ void RouterCore::RescueLost(const std::vector<WorkerView>& views) {
   placer_.PlaceMoves();
 }
 
-void RouterCore::MoveTaken(absl::FunctionRef<bool(const Placed&)> take, absl::string_view why) {
+void RouterCore::MoveTaken(absl::FunctionRef<bool(const Placed&)> take, absl::string_view why,
+                           bool may_return) {
   KVSERVE_CHECK_THREAD(core_thread_);
-  for (auto& [id, p] : books_.TakeIf(take)) placer_.MoveOrFail(id, p, why);
+  for (auto& [id, p] : books_.TakeIf(take)) placer_.MoveOrFail(id, p, why, may_return);
 }
 
 void RouterCore::SyncWorkers(const std::vector<WorkerEndpoint>& endpoints) {

@@ -160,8 +160,8 @@ class RouterCore : public frontend::Core {
   // Moves or fails the requests of workers that stopped responding or restarted.
   void RescueLost(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   // Moves or fails (MoveOrFail) what the books hold for which `take` is true.
-  void MoveTaken(absl::FunctionRef<bool(const Placed&)> take, absl::string_view why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
+  void MoveTaken(absl::FunctionRef<bool(const Placed&)> take, absl::string_view why,
+                 bool may_return = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_);
   void PublishInfo(const std::vector<WorkerView>& views) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_thread_)
       ABSL_LOCKS_EXCLUDED(info_mu_);
   // Applies a discovered worker set: adds new endpoints, removes vanished ones (their requests

@@ -21,19 +21,59 @@ int BoundPort(zmq::socket_t& s) {
 
 }  // namespace
 
-ScriptedWorker::ScriptedWorker(Reply reply, std::chrono::microseconds pace)
+ScriptedWorker::ScriptedWorker(Reply reply, std::chrono::microseconds pace, bool link)
     : reply_(std::move(reply)), pace_(pace) {
   router_.set(zmq::sockopt::sndhwm, 0);  // a long script in one burst: none of it dropped
   pub_.bind("tcp://127.0.0.1:*");
   router_.bind("tcp://127.0.0.1:*");
   port_ = BoundPort(router_);
   events_port_ = BoundPort(pub_);
+  if (link) {
+    link_listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(link_listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(link_listener_, 4), 0);
+    socklen_t len = sizeof(a);
+    getsockname(link_listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    link_port_ = ntohs(a.sin_port);
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
 ScriptedWorker::~ScriptedWorker() {
   stop_ = true;
   thread_.join();
+  if (link_listener_ >= 0) close(link_listener_);
+}
+
+void ScriptedWorker::Send(const std::string& peer, const pb::GenerateResponse& r) {
+  if (peer != kLinkPeer) {
+    SendMessage(router_, peer, r).IgnoreError();
+  } else if (link_ != nullptr && link_->Queue(r).ok()) {
+    link_->Flush().IgnoreError();
+  }
+}
+
+void ScriptedWorker::ServeLink() {
+  if (link_listener_ < 0) return;
+  if (drop_link_.exchange(false)) link_.reset();
+  if (link_ == nullptr) {
+    const int fd = accept4(link_listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    link_ = std::make_unique<FrameLink>(fd, FrameLink::Options{});
+    ++links_;
+  }
+  std::vector<ReceivedMessage> got;
+  if (!link_->Flush().ok() || !link_->Read(got, 64).ok()) {
+    link_.reset();
+    return;
+  }
+  for (const ReceivedMessage& m : got) {
+    pb::GenerateRequest req;
+    if (m.type == "GenerateRequest" && ParseMessage(m, &req).ok()) Answer(kLinkPeer, req);
+  }
 }
 
 void ScriptedWorker::Heartbeat() {
@@ -50,6 +90,7 @@ void ScriptedWorker::Heartbeat() {
   b->set_free(64);
   st.set_state(state_.load());
   st.set_max_num_seqs(max_num_seqs_.load());
+  st.set_link_port(link_port_);
   SendMessage(pub_, "status", st).IgnoreError();
 }
 
@@ -61,12 +102,13 @@ void ScriptedWorker::Loop() {
     }
     Heartbeat();
     if (!holding_ && !held_.empty()) {
-      for (const auto& [peer, r] : held_) SendMessage(router_, peer, r).IgnoreError();
+      for (const auto& [peer, r] : held_) Send(peer, r);
       held_.clear();
       held_count_ = 0;
     }
+    ServeLink();
     zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    zmq::poll(&item, 1, std::chrono::milliseconds(link_listener_ >= 0 ? 5 : 50));
     if (!(item.revents & ZMQ_POLLIN)) continue;
     auto m = ReceiveMessage(router_, /*with_prefix=*/true);
     if (!m.ok() || !m->has_value()) continue;
@@ -101,7 +143,7 @@ void ScriptedWorker::Answer(const std::string& peer, const pb::GenerateRequest& 
       ++held_count_;
       return;
     }
-    SendMessage(router_, peer, r).IgnoreError();
+    Send(peer, r);
     if (pace_.count() == 0) continue;
     Heartbeat();
     if (ReceiveAbort(pace_)) return;
@@ -126,7 +168,7 @@ FrontOptions TinyFront() {
 
 void ScriptedFrontTest::Start(ScriptedWorker::Reply reply, FrontOptions f,
                               std::chrono::microseconds pace) {
-  worker_ = std::make_unique<ScriptedWorker>(std::move(reply), pace);
+  worker_ = std::make_unique<ScriptedWorker>(std::move(reply), pace, worker_link_);
   ASSERT_OK_AND_ASSIGN(
       tokenizer_, tokenizer::Tokenizer::FromDirectory(kvserve::testing::NpmTokenizerDir("llama3")));
   RouterOptions o = router_options_;

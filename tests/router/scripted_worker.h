@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/net/frame_link.h"
 #include "frontend/http/http_front.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"
@@ -37,8 +38,11 @@ class ScriptedWorker {
  public:
   using Reply = std::function<std::vector<kvserve::v1::GenerateResponse>(
       const kvserve::v1::GenerateRequest&)>;
+  // With `link`, it also serves a framed link (WorkerStatus.link_port, as kvserve-worker
+  // --link-port does): requests on it are answered on it.
   explicit ScriptedWorker(Reply reply,
-                          std::chrono::microseconds pace = std::chrono::microseconds(0));
+                          std::chrono::microseconds pace = std::chrono::microseconds(0),
+                          bool link = false);
   ~ScriptedWorker();
   int port() const { return port_; }
   int events_port() const { return events_port_; }
@@ -52,6 +56,9 @@ class ScriptedWorker {
   void SetState(kvserve::v1::WorkerState state) { state_ = state; }
   // Stops heartbeating and answering, like a process that hangs.
   void Freeze() { frozen_ = true; }
+  // Links accepted so far; closes the one open now (its loop does, soon after).
+  int links() const { return links_.load(); }
+  void DropLink() { drop_link_ = true; }
 
  private:
   void Loop();
@@ -60,6 +67,11 @@ class ScriptedWorker {
   void Answer(const std::string& peer, const kvserve::v1::GenerateRequest& req);
   // Waits up to `timeout` for a message; true if it was an AbortRequest.
   bool ReceiveAbort(std::chrono::microseconds timeout);
+  // Sends to a ZeroMQ peer, or to the link (peer kLinkPeer).
+  void Send(const std::string& peer, const kvserve::v1::GenerateResponse& r);
+  // Accepts a link, reads it (answering its requests), drops it when asked.
+  void ServeLink();
+  static constexpr const char* kLinkPeer = "link";
 
   Reply reply_;
   std::chrono::microseconds pace_;
@@ -72,6 +84,11 @@ class ScriptedWorker {
   std::atomic<int> aborts_{0}, held_count_{0}, max_num_seqs_{0};
   std::atomic<bool> holding_{false};
   std::vector<std::pair<std::string, kvserve::v1::GenerateResponse>> held_;  // (peer, message)
+  // The framed link: its listener (-1: none) and port, the connection open now.
+  int link_listener_ = -1, link_port_ = 0;
+  std::unique_ptr<FrameLink> link_;
+  std::atomic<int> links_{0};
+  std::atomic<bool> drop_link_{false};
   std::thread thread_;
 };
 
@@ -90,8 +107,10 @@ class ScriptedFrontTest : public ::testing::Test {
              std::chrono::microseconds pace = std::chrono::microseconds(0));
   void TearDown() override;
 
-  // Set before Start (its workers and metrics are Start's).
+  // Set before Start (its workers and metrics are Start's); worker_link_: the worker serves a
+  // framed link.
   RouterOptions router_options_;
+  bool worker_link_ = false;
   std::unique_ptr<ScriptedWorker> worker_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   RouterMetrics metrics_;

@@ -1,8 +1,8 @@
 // A worker that breaks the protocol, behind a real router front (HttpFront + RouterCore): more
 // tokens than max_tokens, more logprob alternatives than asked, a sample index past n, a cached
 // count past the prompt, an error code outside absl's range, a hang while draining, replies out
-// of sequence. The client gets what it asked for and a clean error, never the worker's excess or
-// an endless wait.
+// of sequence, a link that breaks. The client gets what it asked for and a clean error, never the
+// worker's excess or an endless wait.
 #include <atomic>
 #include <future>
 #include <thread>
@@ -130,6 +130,69 @@ TEST_F(WorkerRepliesTest, ARepliesGapEndsTheRequestWithAClearError) {
   EXPECT_EQ(core_->reply_gaps(), 2);
   EXPECT_THAT(metrics_.Serialize(),
               ::testing::HasSubstr("kvserve_router_reply_gaps_total{worker=\"scripted\"} 2"));
+}
+
+// A framed link (--worker-link=tcp) that breaks loses what was sent on it (the worker aborts
+// those requests): a request not yet started moves, here to the same worker over its DEALER, and
+// completes; a started one fails with a clear error.
+TEST_F(WorkerRepliesTest, ARequestOnALinkThatBreaksMovesOrFailsClearly) {
+  router_options_.worker_links = true;
+  worker_link_ = true;
+  Start([](const pb::GenerateRequest& req) {
+    std::vector<pb::GenerateResponse> out(req.max_tokens() == 1 ? 1 : 2);
+    for (pb::GenerateResponse& r : out) {
+      r.set_request_id(req.request_id());
+      r.add_token_ids(1000);
+    }
+    out.back().set_finish_reason(pb::FINISH_REASON_LENGTH);
+    out.back().mutable_usage()->set_prompt_tokens(req.prompt_token_ids_size());
+    return out;
+  });
+  const auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 500 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] {  // linked: the placements go on the link
+    return worker_->links() == 1 && core_->Workers()[0].eligible;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the router saw it connect
+  worker_->Hold(true);
+  const auto post = [&](int max_tokens) {
+    return std::async(std::launch::async, [port = front_->port(), max_tokens] {
+      return Post(port, "/v1/completions",
+                  {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", max_tokens}});
+    });
+  };
+  // Not started: its only reply is held.
+  auto unstarted = post(1);
+  ASSERT_TRUE(wait_for([&] { return worker_->held() == 1; }));
+  worker_->DropLink();
+  ASSERT_TRUE(wait_for([&] { return worker_->held() == 2; }))  // moved, on the DEALER
+      << "held " << worker_->held();
+  worker_->Hold(false);
+  auto [status, body] = unstarted.get();
+  EXPECT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(wait_for([&] {
+    return metrics_.Serialize().find(
+               "kvserve_router_worker_links_lost_total{worker=\"scripted\"} 1") !=
+           std::string::npos;
+  }));
+
+  // Started: its first token came before the link broke.
+  ASSERT_TRUE(wait_for([&] { return worker_->links() == 2; }));  // a second later, linked again
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  worker_->Hold(true);
+  auto started = post(2);
+  ASSERT_TRUE(wait_for([&] { return worker_->held() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its first token at the router
+  worker_->DropLink();
+  auto [failed_status, failed] = started.get();
+  EXPECT_EQ(failed_status, 503) << failed.dump();
+  EXPECT_THAT(failed.dump(), ::testing::HasSubstr("link to the worker"));
+  worker_->Hold(false);
 }
 
 }  // namespace
