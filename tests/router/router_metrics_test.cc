@@ -21,12 +21,14 @@ TEST(RouterMetricsTest, EventCountersStartAtZeroAndOnlyGrow) {
   EXPECT_TRUE(Has(text, "kvserve_router_kv_snapshots_total{worker=\"w0\"} 0")) << text;
   EXPECT_TRUE(Has(text, "kvserve_router_kv_event_batches_total{worker=\"w0\"} 0")) << text;
   EXPECT_TRUE(Has(text, "kvserve_router_worker_connect_failures_total{worker=\"w0\"} 0")) << text;
+  EXPECT_TRUE(Has(text, "kvserve_router_worker_links_lost_total{worker=\"w0\"} 0")) << text;
 
   m.SetWorker("w0", {.event_batches = 7, .gaps = 2, .snapshots = 1});
   m.SetWorker("w0", {.event_batches = 3});  // the worker's counts restarted: nothing subtracted
-  m.SetWorker("w0", {.event_batches = 5, .gaps = 1, .connect_failures = 2});
+  m.SetWorker("w0", {.event_batches = 5, .gaps = 1, .connect_failures = 2, .links_lost = 4});
   text = m.Serialize();
   EXPECT_TRUE(Has(text, "kvserve_router_worker_connect_failures_total{worker=\"w0\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "kvserve_router_worker_links_lost_total{worker=\"w0\"} 4")) << text;
   EXPECT_TRUE(Has(text, "kvserve_router_kv_event_batches_total{worker=\"w0\"} 9")) << text;
   EXPECT_TRUE(Has(text, "kvserve_router_kv_event_gaps_total{worker=\"w0\"} 3")) << text;
   EXPECT_TRUE(Has(text, "kvserve_router_kv_snapshots_total{worker=\"w0\"} 1")) << text;
