@@ -107,6 +107,9 @@ void WorkerPool::LoseLink(int w, const absl::Status& why) {
 
 void WorkerPool::ServeLink(int w, std::vector<std::pair<int, ReceivedMessage>>& out) {
   Worker& worker = workers_[w];
+  // Handling a status may drop this link (a restarted worker's) and make another: `link` says
+  // whether it is still the one read.
+  const FrameLink* link = worker.link.get();
   absl::Status s = worker.link->Flush();
   std::vector<ReceivedMessage> got;
   if (s.ok()) s = worker.link->Read(got, kMaxLinkMessagesPerTurn);
@@ -116,13 +119,13 @@ void WorkerPool::ServeLink(int w, std::vector<std::pair<int, ReceivedMessage>>& 
       out.emplace_back(w, std::move(m));
       continue;
     }
-    if (worker.link != nullptr && !worker.link_subscribed) {  // the link carries the stream now
+    if (worker.link.get() == link && !worker.link_subscribed) {  // it carries the stream now
       if (worker.sub.socket != nullptr) Subscribe(worker.sub, false);
       worker.link_subscribed = true;
     }
-    QueueSub(w, std::move(m));  // (a status may drop the link: a restarted worker's)
+    QueueSub(w, std::move(m));
   }
-  if (worker.link == nullptr) return;
+  if (worker.link.get() != link) return;
   if (!s.ok()) {
     LoseLink(w, s);
     return;

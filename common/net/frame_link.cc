@@ -210,19 +210,16 @@ absl::Status FrameLink::Read(std::vector<ReceivedMessage>& out, size_t max_messa
   RETURN_IF_ERROR(TakeMessages(out, max_messages));
   size_t read = 0;
   while (out.size() - before < max_messages && read < kMaxReadPerCall) {
-    // Room for the message at the front (its length known) or a chunk, the unread bytes moved
-    // to the start first.
-    size_t want = kReadChunk;
-    if (in_end_ - in_start_ >= 4) {
-      want = std::max(want, 4 + size_t{LoadU32(in_.data() + in_start_)});
-    }
+    // The unread bytes moved to the start, then room for a chunk more: the buffer doubles as a
+    // long message arrives, never sized ahead from its length field (a hostile peer's 5 bytes
+    // would make it allocate max_message_bytes).
     if (in_start_ > 0) {
       std::memmove(in_.data(), in_.data() + in_start_, in_end_ - in_start_);
       in_end_ -= in_start_;
       in_start_ = 0;
     }
-    if (in_.size() < in_end_ + kReadChunk || in_.size() < want) {
-      in_.resize(std::max(in_end_ + kReadChunk, want));
+    if (in_.size() - in_end_ < kReadChunk) {
+      in_.resize(std::max(2 * in_.size(), in_end_ + kReadChunk));
     }
     const ssize_t n = recv(fd_, in_.data() + in_end_, in_.size() - in_end_, MSG_DONTWAIT);
     if (n == 0) {
