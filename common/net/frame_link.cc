@@ -49,6 +49,29 @@ void Configure(int fd) {
 
 }  // namespace
 
+absl::StatusOr<SocketAddress> ParseSocketAddress(const std::string& host, int port) {
+  SocketAddress a;
+  std::string bare = host == "*" ? "0.0.0.0" : host;
+  if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&a.addr);
+      inet_pton(AF_INET, bare.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    a.len = sizeof(sockaddr_in);
+  } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.addr);
+             inet_pton(AF_INET6, bare.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host \"", host, "\" is not an IP address (names are not resolved)"));
+  }
+  return a;
+}
+
 FrameLink::FrameLink(int fd, Options options) : fd_(fd), options_(options) { Configure(fd_); }
 
 FrameLink::~FrameLink() {
@@ -60,29 +83,14 @@ absl::StatusOr<std::unique_ptr<FrameLink>> FrameLink::Connect(const std::string&
   if (port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("link port ", port, " is out of range"));
   }
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  const std::string bare = host.size() > 2 && host.front() == '[' && host.back() == ']'
-                               ? host.substr(1, host.size() - 2)
-                               : host;
-  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-      inet_pton(AF_INET, bare.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in);
-  } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-             inet_pton(AF_INET6, bare.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in6);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("link host \"", host, "\" is not an IP address (names are not resolved)"));
-  }
+  absl::StatusOr<SocketAddress> a = ParseSocketAddress(host, port);
+  if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat("link ", a.status().message()));
+  const sockaddr_storage& addr = a->addr;
+  const socklen_t len = a->len;
   const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Errno("socket", errno);
   auto link = std::make_unique<FrameLink>(fd, options);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
     if (errno != EINPROGRESS) return Errno(absl::StrCat("connect to ", host, ":", port), errno);
     link->connecting_ = true;
   }

@@ -18,6 +18,8 @@
 #ifndef KVSERVE_COMMON_NET_FRAME_LINK_H_
 #define KVSERVE_COMMON_NET_FRAME_LINK_H_
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -30,6 +32,14 @@
 #include "google/protobuf/message.h"
 
 namespace kvserve {
+
+// A socket address from an IPv4 or IPv6 address (in brackets or not; "*" is 0.0.0.0) and a port.
+// InvalidArgument, naming `host`, for anything else: names are not resolved here.
+struct SocketAddress {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+absl::StatusOr<SocketAddress> ParseSocketAddress(const std::string& host, int port);
 
 class FrameLink {
  public:

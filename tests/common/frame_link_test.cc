@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/kvserve.pb.h"
+#include "tests/testing/net.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvserve {
@@ -23,24 +24,14 @@ using ::testing::HasSubstr;
 // A listening socket on a free loopback port.
 class Listener {
  public:
-  Listener() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    EXPECT_EQ(listen(fd_, 8), 0);
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
+  Listener() : fd_(kvserve::testing::ListenLoopback(&port_)) { EXPECT_GE(fd_, 0); }
   ~Listener() { close(fd_); }
   int Accept() const { return accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC); }
   [[nodiscard]] int port() const { return port_; }
 
  private:
-  int fd_ = -1;
   int port_ = 0;
+  int fd_ = -1;
 };
 
 // Flushes `writer` and reads `reader` until `reader` has handed out `count` messages (or a

@@ -28,17 +28,7 @@ ScriptedWorker::ScriptedWorker(Reply reply, std::chrono::microseconds pace, bool
   router_.bind("tcp://127.0.0.1:*");
   port_ = BoundPort(router_);
   events_port_ = BoundPort(pub_);
-  if (link) {
-    link_listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(link_listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    EXPECT_EQ(listen(link_listener_, 4), 0);
-    socklen_t len = sizeof(a);
-    getsockname(link_listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    link_port_ = ntohs(a.sin_port);
-  }
+  if (link) link_listener_ = kvserve::testing::ListenLoopback(&link_port_, /*nonblocking=*/true);
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -16,6 +16,7 @@
 #include "common/net/frame_link.h"
 #include "gtest/gtest.h"
 #include "router/worker_pool.h"
+#include "tests/testing/net.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/server/worker_process.h"
@@ -71,15 +72,7 @@ class FakeLinkWorker {
   FakeLinkWorker() {
     pub_.bind("tcp://127.0.0.1:*");
     router_.bind("tcp://127.0.0.1:*");
-    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    EXPECT_EQ(listen(listener_, 4), 0);
-    socklen_t len = sizeof(a);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    link_port_ = ntohs(a.sin_port);
+    listener_ = kvserve::testing::ListenLoopback(&link_port_, /*nonblocking=*/true);
   }
   ~FakeLinkWorker() { close(listener_); }
   static int Port(zmq::socket_t& s) {

@@ -9,6 +9,10 @@ namespace kvserve::testing {
 // server sooner.
 int ConnectLoopback(int port, int receive_buffer = 0);
 
+// A TCP socket listening on 127.0.0.1 at a free port, which goes in `*port` (-1 on failure);
+// accepts do not wait when `nonblocking`.
+int ListenLoopback(int* port, bool nonblocking = false);
+
 }  // namespace kvserve::testing
 
 #endif  // KVSERVE_TESTS_TESTING_NET_H_

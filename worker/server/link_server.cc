@@ -37,23 +37,13 @@ absl::Status CannotListen(const std::string& host, int port, std::string_view wh
 
 absl::StatusOr<std::unique_ptr<LinkServer>> LinkServer::Listen(const std::string& host, int port,
                                                                FrameLink::Options options) {
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  const std::string bare = host == "*" ? "0.0.0.0" : host;
-  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-      inet_pton(AF_INET, bare.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in);
-  } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-             inet_pton(AF_INET6, bare.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(sockaddr_in6);
-  } else {
+  absl::StatusOr<SocketAddress> a = ParseSocketAddress(host, port);
+  if (!a.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--link-port: the worker's host \"", host, "\" is not an IP address"));
+        absl::StrCat("--link-port: the worker's ", a.status().message()));
   }
+  sockaddr_storage& addr = a->addr;
+  const socklen_t len = a->len;
   const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return CannotListen(host, port, "socket");
   const int one = 1;

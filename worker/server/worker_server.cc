@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Create(
   RETURN_IF_ERROR(CheckLinkOptions(options));
   if (options.link_port >= 0) {
     ASSIGN_OR_RETURN(s->links_, LinkServer::Listen(options.host, options.link_port));
+    s->link_port_ = s->links_->port();
   }
   s->publisher_ = std::make_unique<Publisher>(s->pub_.get(), s->links_.get());
   s->replies_ = std::make_unique<ReplyQueue>(

@@ -140,7 +140,7 @@ class WorkerServer {
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] int events_port() const { return events_port_; }
   // The framed link's port (0: none).
-  [[nodiscard]] int link_port() const { return links_ ? links_->port() : 0; }
+  [[nodiscard]] int link_port() const { return link_port_; }
   [[nodiscard]] int metrics_port() const { return http_->port(); }
   [[nodiscard]] uint64_t instance_id() const { return instance_id_; }
   // Where this worker serves the OpenAI API (WorkerStatus.http_endpoint: "host:port" or ":port"),
@@ -226,7 +226,7 @@ class WorkerServer {
 
   // Constant after Create.
   WorkerServerOptions options_;
-  int port_ = 0, events_port_ = 0;
+  int port_ = 0, events_port_ = 0, link_port_ = 0;
   uint64_t instance_id_ = 0;
   std::unique_ptr<HttpServer> http_;        // its own thread; reads metrics_ and state_
   std::unique_ptr<WorkerMetrics> metrics_;  // Prometheus families: thread-safe

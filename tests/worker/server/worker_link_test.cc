@@ -1,10 +1,7 @@
 // kvserve-worker's framed link (--link-port) as a process: requests over the link stream the
 // same tokens as over ZeroMQ, a connection that does not greet is closed while the worker
 // serves on, a link that closes has its requests aborted, and CURVE keys refuse the link.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +11,7 @@
 #include "common/net/frame_link.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "tests/testing/net.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/server/worker_process.h"
@@ -113,12 +111,8 @@ TEST(WorkerLinkTest, RequestsOverTheLinkStreamWhatZeroMqStreams) {
 TEST(WorkerLinkTest, AConnectionThatDoesNotGreetIsClosedAndTheWorkerServesOn) {
   ASSERT_OK_AND_ASSIGN(auto w, WorkerProcess::Start(LinkWorkerArgs()));
   // A link made on a raw connection sends no hello: its first message is a request.
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(w->link_port()));
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = ConnectLoopback(w->link_port());
+  ASSERT_GE(fd, 0);
   FrameLink rude(fd, {});
   ASSERT_OK(rude.Queue(MakeRequest("rude", {1, 2, 3}, 2)));
   std::vector<ReceivedMessage> got;
