@@ -93,7 +93,6 @@ void LinkServer::Accept() {
     }
     if (links_.size() >= kMaxConnections) {
       LOG_EVERY_T(WARNING, 10) << "link: " << links_.size() << " connections already: one closed";
-      ++refused_;
       close(fd);
       continue;
     }
@@ -122,7 +121,6 @@ void LinkServer::Poll(std::vector<ReceivedMessage>& in, size_t max_messages,
         if (m.type != FrameLink::kHelloType || m.payload != FrameLink::kHelloPayload) {
           LOG_EVERY_T(WARNING, 10) << "link: a connection's first message was a " << m.type
                                    << ", not the link's hello: closed";
-          ++refused_;
           broken.push_back(id);
           break;
         }
@@ -133,7 +131,6 @@ void LinkServer::Poll(std::vector<ReceivedMessage>& in, size_t max_messages,
       in.push_back(std::move(m));
     }
     if (!s.ok()) {
-      if (!absl::IsUnavailable(s)) ++refused_;  // malformed, not merely closed
       VLOG(1) << "link closed: " << s;
       broken.push_back(id);
     }
@@ -150,7 +147,7 @@ bool LinkServer::Subscribe(const std::string& identity) {
 
 void LinkServer::Broadcast(std::string_view type, std::string_view payload) {
   for (auto& [id, c] : links_) {
-    if (c.subscribed && !c.link->broken() && !c.link->Queue(type, payload).ok()) ++missed_;
+    if (c.subscribed && !c.link->broken()) c.link->Queue(type, payload).IgnoreError();
   }
 }
 

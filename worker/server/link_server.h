@@ -46,8 +46,6 @@ class LinkServer {
 
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] size_t connections() const { return links_.size(); }
-  // Connections refused for their first message, or broken (malformed framing), since start.
-  [[nodiscard]] int64_t refused() const { return refused_; }
 
   // Appends what to wait for: the listener, each connection (writable too while it has bytes
   // queued, or whole messages already read).
@@ -66,8 +64,6 @@ class LinkServer {
   // Queues a published message to every subscribed connection; one whose queue is full misses
   // it (as a slow PUB subscriber does: a KV batch missed is a gap its router resyncs from).
   void Broadcast(std::string_view type, std::string_view payload);
-  // Published messages a full connection missed, since start.
-  [[nodiscard]] int64_t missed() const { return missed_; }
 
   enum class Sent { kYes, kFull, kGone };
   // Queues a message to a connection (written by Flush): kFull while too much waits for it,
@@ -93,7 +89,6 @@ class LinkServer {
   int port_;
   FrameLink::Options options_;
   uint64_t next_id_ = 1;
-  int64_t refused_ = 0, missed_ = 0;
   absl::flat_hash_map<std::string, Connection> links_;
 };
 
